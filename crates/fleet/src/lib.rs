@@ -1,0 +1,584 @@
+//! The fleet engine: starts N simulated agents on tokio tasks and keeps them
+//! connected, without knowing any protocol.
+//!
+//! Main parts:
+//! - [`Agent`] / [`AgentFactory`]: what a protocol crate implements. One
+//!   [`Agent::run_session`] call is one session (dial, handshake, steady state)
+//!   that returns a [`SessionEnd`]; the engine counts it and reconnects.
+//! - [`run`]: paced ramp with jitter, a semaphore on concurrent dials,
+//!   jittered exponential [`Backoff`] between sessions, one cancellation tree
+//!   (each agent a child token), and a bounded graceful shutdown.
+//! - [`net::dial`]: TCP connect from an optional source address (the pool of
+//!   source addresses lets one box exceed ~28k connections per destination).
+//! - [`units`]: human units for durations and rates (`20s`, `500/s`).
+//!
+//! What it is not: it opens no sockets itself and records no protocol metrics;
+//! it only maintains the sessions gauge, the `reconnects` counter and error
+//! kinds reported through [`SessionEnd`].
+
+pub mod backoff;
+pub mod net;
+pub mod units;
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use agent_sim_metrics::{CounterId, Metrics, MetricsSpec};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use backoff::Backoff;
+pub use units::{Rate, parse_duration};
+
+/// A boxed, sendable future (what [`Agent`] methods return).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Counter names the engine itself records.
+pub const COUNTER_RECONNECTS: &str = "reconnects";
+/// Counter of sessions that reached [`SessionCx::established`].
+pub const COUNTER_SESSIONS: &str = "sessions_established";
+
+/// Names the engine records; merge them into the run's [`MetricsSpec`].
+pub fn metrics_spec() -> MetricsSpec {
+    MetricsSpec {
+        counters: vec![COUNTER_RECONNECTS, COUNTER_SESSIONS],
+        latencies: vec![],
+    }
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// Shutdown was requested and the session closed; do not reconnect.
+    Shutdown,
+    /// The session failed or was lost; counted as an error of this kind, then
+    /// the agent reconnects after a backoff.
+    Lost(&'static str),
+    /// The agent cannot continue (e.g. rejected credentials); counted as an
+    /// error of this kind and the agent stops for the rest of the run.
+    Fatal(&'static str),
+}
+
+/// Per-session context handed to [`Agent::run_session`].
+pub struct SessionCx {
+    /// Global agent index (unique across shards).
+    pub index: u64,
+    /// Sessions this agent started before this one (0 on the first).
+    pub attempt: u32,
+    /// Source address to bind, if a pool was configured.
+    pub bind_addr: Option<IpAddr>,
+    /// Cancelled when the run ends: close the session (politely) and return
+    /// [`SessionEnd::Shutdown`].
+    pub cancel: CancellationToken,
+    metrics: Metrics,
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
+    established: AtomicBool,
+    ever: Arc<AtomicU64>,
+    was_established_before: bool,
+}
+
+impl std::fmt::Debug for SessionCx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionCx")
+            .field("index", &self.index)
+            .field("attempt", &self.attempt)
+            .field("bind_addr", &self.bind_addr)
+            .finish()
+    }
+}
+
+impl SessionCx {
+    /// A context outside of [`run`] (tests, benches, one-off tools).
+    pub fn standalone(index: u64, metrics: Metrics, cancel: CancellationToken) -> Self {
+        SessionCx {
+            index,
+            attempt: 0,
+            bind_addr: None,
+            cancel,
+            metrics,
+            permit: Mutex::new(None),
+            established: AtomicBool::new(false),
+            ever: Arc::new(AtomicU64::new(0)),
+            was_established_before: false,
+        }
+    }
+
+    /// Call once the session is ready for steady state (handshake done):
+    /// releases the dial slot and raises the sessions gauge. Idempotent.
+    pub fn established(&self) {
+        if !self.established.swap(true, Ordering::AcqRel) {
+            self.permit.lock().unwrap_or_else(|p| p.into_inner()).take();
+            self.metrics.session_up();
+            self.metrics.incr(self.metrics.counter(COUNTER_SESSIONS));
+            if !self.was_established_before {
+                self.ever.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether [`SessionCx::established`] was called in this session.
+    pub fn is_established(&self) -> bool {
+        self.established.load(Ordering::Acquire)
+    }
+
+    /// Key for sharded histogram recording.
+    pub fn shard_key(&self) -> usize {
+        self.index as usize
+    }
+
+    /// The run's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+/// One simulated agent. Its state lives across sessions (a reconnecting
+/// Consul agent resumes its subscriptions from the index it had).
+pub trait Agent: Send + 'static {
+    /// Runs one session to its end: dial, handshake, call
+    /// [`SessionCx::established`], steady state until lost or cancelled.
+    /// Keep the returned future small: box the connect step so its state is
+    /// freed once the session is up.
+    fn run_session<'a>(&'a mut self, cx: &'a SessionCx) -> BoxFuture<'a, SessionEnd>;
+
+    /// Called once after the last session, during shutdown (e.g. to
+    /// deregister from a catalog). Bounded by the shutdown grace period.
+    fn finish<'a>(&'a mut self, _cx: &'a SessionCx) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// Creates the agents of a fleet.
+pub trait AgentFactory: Send + Sync + 'static {
+    /// The agent type.
+    type Agent: Agent;
+    /// Creates agent number `index` (global, stable across runs and shards).
+    fn create(&self, index: u64) -> Self::Agent;
+}
+
+/// Tunables of the engine (all validated by the caller).
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// Agents this process runs.
+    pub agents: u64,
+    /// Global index of the first agent (shards get disjoint ranges).
+    pub first_index: u64,
+    /// Agents started per second; `None` starts them all at once.
+    pub ramp: Option<Rate>,
+    /// Most dials + handshakes in flight at once.
+    pub max_dialing: usize,
+    /// Delay between sessions of one agent.
+    pub backoff: Backoff,
+    /// How long the run lasts from its first dial; `None` until cancelled.
+    pub duration: Option<Duration>,
+    /// How long sessions get to close after cancellation.
+    pub grace: Duration,
+    /// Source addresses, used round-robin by agent index; empty = OS choice.
+    pub source_addrs: Vec<IpAddr>,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            agents: 1,
+            first_index: 0,
+            ramp: Some(Rate::per_second(500.0)),
+            max_dialing: 256,
+            backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
+            duration: None,
+            grace: Duration::from_secs(5),
+            source_addrs: Vec::new(),
+        }
+    }
+}
+
+/// Live progress of a run, readable while it runs.
+#[derive(Debug, Default)]
+pub struct FleetStatus {
+    /// Agents whose task has started.
+    pub started: AtomicU64,
+    /// Agents that established at least one session.
+    pub ever_connected: Arc<AtomicU64>,
+    /// Set once every agent has been started.
+    pub ramp_done: AtomicBool,
+    /// Microseconds from the first start to the last (set with `ramp_done`).
+    pub ramp_us: AtomicU64,
+}
+
+/// What [`run`] returns.
+#[derive(Debug, Clone)]
+pub struct FleetReport {
+    /// Agents requested of this process.
+    pub requested: u64,
+    /// Agents holding a session when shutdown began.
+    pub connected_at_end: u64,
+    /// Agents that established at least one session.
+    pub ever_connected: u64,
+    /// Time from the first agent start to the last.
+    pub ramp_elapsed: Option<Duration>,
+    /// Time from the first agent start until every agent had been connected
+    /// once (if that happened).
+    pub all_connected_after: Option<Duration>,
+    /// Time from the first start to the end of shutdown.
+    pub elapsed: Duration,
+    /// Agent tasks that had not finished when the grace period ran out.
+    pub unfinished: u64,
+}
+
+/// Runs a fleet until `shutdown` is cancelled or `cfg.duration` elapses, then
+/// cancels every agent, waits up to `cfg.grace` and returns the report.
+pub async fn run<F: AgentFactory>(
+    cfg: FleetConfig,
+    factory: Arc<F>,
+    metrics: Metrics,
+    status: Arc<FleetStatus>,
+    shutdown: CancellationToken,
+) -> FleetReport {
+    // Agents get their own tree: the end of the run is decided below, and the
+    // sessions gauge is read before any agent sees the cancellation.
+    let run_token = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let dial_gate = Arc::new(Semaphore::new(cfg.max_dialing.max(1)));
+    let start = Instant::now();
+    let reconnects = metrics.counter(COUNTER_RECONNECTS);
+    let all_connected_at: Arc<Mutex<Option<Duration>>> = Arc::new(Mutex::new(None));
+
+    // Watch for "every agent connected once".
+    {
+        let status = status.clone();
+        let t = run_token.clone();
+        let at = all_connected_at.clone();
+        let want = cfg.agents;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = t.cancelled() => return,
+                }
+                if status.ever_connected.load(Ordering::Relaxed) >= want {
+                    *at.lock().unwrap_or_else(|p| p.into_inner()) = Some(start.elapsed());
+                    return;
+                }
+            }
+        });
+    }
+
+    let spawner = {
+        let run_token = run_token.clone();
+        let tracker = tracker.clone();
+        let status = status.clone();
+        let metrics = metrics.clone();
+        let cfg = cfg.clone();
+        async move {
+            for n in 0..cfg.agents {
+                if run_token.is_cancelled() {
+                    break;
+                }
+                if let Some(rate) = cfg.ramp {
+                    let slot = rate.interval();
+                    // Jitter within the slot keeps starts from lining up on
+                    // timer ticks while holding the average rate.
+                    let jitter = slot.mul_f64(fastrand::f64());
+                    let due = start + slot.mul_f64(n as f64) + jitter;
+                    if due > Instant::now() {
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(due) => {}
+                            _ = run_token.cancelled() => break,
+                        }
+                    }
+                }
+                let index = cfg.first_index + n;
+                let agent = factory.create(index);
+                let bind_addr = if cfg.source_addrs.is_empty() {
+                    None
+                } else {
+                    Some(cfg.source_addrs[(index as usize) % cfg.source_addrs.len()])
+                };
+                tracker.spawn(agent_task(
+                    agent,
+                    AgentEnv {
+                        index,
+                        bind_addr,
+                        cancel: run_token.child_token(),
+                        metrics: metrics.clone(),
+                        dial_gate: dial_gate.clone(),
+                        backoff: cfg.backoff.clone(),
+                        ever: status.ever_connected.clone(),
+                        reconnects,
+                        grace: cfg.grace,
+                    },
+                ));
+                status.started.fetch_add(1, Ordering::Relaxed);
+            }
+            status
+                .ramp_us
+                .store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+            status.ramp_done.store(true, Ordering::Release);
+        }
+    };
+    let spawner = tokio::spawn(spawner);
+
+    // The run ends at the deadline or on external shutdown.
+    match cfg.duration {
+        Some(d) => {
+            tokio::select! {
+                _ = tokio::time::sleep(d) => {}
+                _ = shutdown.cancelled() => {}
+            }
+        }
+        None => shutdown.cancelled().await,
+    }
+    let connected_at_end = metrics.connected().max(0) as u64;
+    run_token.cancel();
+    let _ = spawner.await;
+    tracker.close();
+    let finished = tokio::time::timeout(cfg.grace, tracker.wait())
+        .await
+        .is_ok();
+    let unfinished = if finished { 0 } else { tracker.len() as u64 };
+    let ramp_elapsed = status
+        .ramp_done
+        .load(Ordering::Acquire)
+        .then(|| Duration::from_micros(status.ramp_us.load(Ordering::Relaxed)));
+    let all_connected_after = *all_connected_at.lock().unwrap_or_else(|p| p.into_inner());
+    FleetReport {
+        requested: cfg.agents,
+        connected_at_end,
+        ever_connected: status.ever_connected.load(Ordering::Relaxed),
+        ramp_elapsed,
+        all_connected_after,
+        elapsed: start.elapsed(),
+        unfinished,
+    }
+}
+
+struct AgentEnv {
+    index: u64,
+    bind_addr: Option<IpAddr>,
+    cancel: CancellationToken,
+    metrics: Metrics,
+    dial_gate: Arc<Semaphore>,
+    backoff: Backoff,
+    ever: Arc<AtomicU64>,
+    reconnects: CounterId,
+    grace: Duration,
+}
+
+async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
+    let mut backoff = env.backoff;
+    let mut attempt = 0u32;
+    let mut was_established_before = false;
+    loop {
+        let permit = tokio::select! {
+            p = env.dial_gate.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = env.cancel.cancelled() => break,
+        };
+        let cx = SessionCx {
+            index: env.index,
+            attempt,
+            bind_addr: env.bind_addr,
+            cancel: env.cancel.clone(),
+            metrics: env.metrics.clone(),
+            permit: Mutex::new(Some(permit)),
+            established: AtomicBool::new(false),
+            ever: env.ever.clone(),
+            was_established_before,
+        };
+        let end = agent.run_session(&cx).await;
+        drop(cx.permit.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if cx.is_established() {
+            env.metrics.session_down();
+            was_established_before = true;
+            backoff.reset();
+        }
+        attempt = attempt.saturating_add(1);
+        match end {
+            SessionEnd::Shutdown => break,
+            SessionEnd::Fatal(kind) => {
+                env.metrics.error(kind);
+                break;
+            }
+            SessionEnd::Lost(kind) => {
+                if env.cancel.is_cancelled() {
+                    break;
+                }
+                env.metrics.error(kind);
+                env.metrics.incr(env.reconnects);
+                let delay = backoff.next_delay();
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = env.cancel.cancelled() => break,
+                }
+            }
+        }
+    }
+    let cx = SessionCx {
+        index: env.index,
+        attempt,
+        bind_addr: env.bind_addr,
+        cancel: env.cancel.clone(),
+        metrics: env.metrics.clone(),
+        permit: Mutex::new(None),
+        established: AtomicBool::new(true),
+        ever: env.ever.clone(),
+        was_established_before: true,
+    };
+    let _ = tokio::time::timeout(env.grace, agent.finish(&cx)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake protocol: connects after a short delay, optionally drops the
+    /// first session, and holds the session until cancelled.
+    struct Fake {
+        drops_left: u32,
+        finished: Arc<AtomicU64>,
+    }
+
+    impl Agent for Fake {
+        fn run_session<'a>(&'a mut self, cx: &'a SessionCx) -> BoxFuture<'a, SessionEnd> {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                cx.established();
+                if self.drops_left > 0 {
+                    self.drops_left -= 1;
+                    return SessionEnd::Lost("dropped");
+                }
+                cx.cancel.cancelled().await;
+                SessionEnd::Shutdown
+            })
+        }
+
+        fn finish<'a>(&'a mut self, _cx: &'a SessionCx) -> BoxFuture<'a, ()> {
+            Box::pin(async move {
+                self.finished.fetch_add(1, Ordering::Relaxed);
+            })
+        }
+    }
+
+    struct FakeFactory {
+        drops: u32,
+        finished: Arc<AtomicU64>,
+    }
+
+    impl AgentFactory for FakeFactory {
+        type Agent = Fake;
+        fn create(&self, _index: u64) -> Fake {
+            Fake {
+                drops_left: self.drops,
+                finished: self.finished.clone(),
+            }
+        }
+    }
+
+    fn metrics() -> Metrics {
+        Metrics::new(&metrics_spec(), 2)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ramp_connects_every_agent_and_shuts_down() {
+        let m = metrics();
+        let finished = Arc::new(AtomicU64::new(0));
+        let cfg = FleetConfig {
+            agents: 100,
+            ramp: Some(Rate::per_second(1000.0)),
+            duration: Some(Duration::from_secs(2)),
+            ..Default::default()
+        };
+        let status = Arc::new(FleetStatus::default());
+        let report = run(
+            cfg,
+            Arc::new(FakeFactory {
+                drops: 0,
+                finished: finished.clone(),
+            }),
+            m.clone(),
+            status,
+            CancellationToken::new(),
+        )
+        .await;
+        assert_eq!(report.connected_at_end, 100);
+        assert_eq!(report.ever_connected, 100);
+        assert_eq!(report.unfinished, 0);
+        let ramp = report.ramp_elapsed.unwrap();
+        // 100 agents at 1000/s take about 0.1 s of (paused) time.
+        assert!(
+            ramp >= Duration::from_millis(99) && ramp <= Duration::from_millis(101),
+            "{ramp:?}"
+        );
+        assert!(report.all_connected_after.is_some());
+        assert_eq!(finished.load(Ordering::Relaxed), 100);
+        assert_eq!(m.connected(), 0);
+        assert_eq!(m.snapshot().peak_connected, 100);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_sessions_reconnect_with_backoff_and_are_counted() {
+        let m = metrics();
+        let cfg = FleetConfig {
+            agents: 10,
+            ramp: None,
+            duration: Some(Duration::from_secs(5)),
+            backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(1)),
+            ..Default::default()
+        };
+        let report = run(
+            cfg,
+            Arc::new(FakeFactory {
+                drops: 2,
+                finished: Arc::new(AtomicU64::new(0)),
+            }),
+            m.clone(),
+            Arc::new(FleetStatus::default()),
+            CancellationToken::new(),
+        )
+        .await;
+        let s = m.snapshot();
+        assert_eq!(s.errors["dropped"], 20);
+        assert_eq!(s.counter(COUNTER_RECONNECTS), 20);
+        assert_eq!(s.counter(COUNTER_SESSIONS), 30);
+        assert_eq!(report.connected_at_end, 10);
+        assert_eq!(report.ever_connected, 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn external_shutdown_stops_a_run_without_deadline() {
+        let token = CancellationToken::new();
+        let t = token.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            t.cancel();
+        });
+        let report = run(
+            FleetConfig {
+                agents: 5,
+                ramp: None,
+                duration: None,
+                ..Default::default()
+            },
+            Arc::new(FakeFactory {
+                drops: 0,
+                finished: Arc::new(AtomicU64::new(0)),
+            }),
+            metrics(),
+            Arc::new(FleetStatus::default()),
+            token,
+        )
+        .await;
+        assert_eq!(report.connected_at_end, 5);
+        assert!(report.elapsed >= Duration::from_secs(3));
+    }
+}

@@ -1,0 +1,429 @@
+//! Measurement for agent-sim: counters, a sessions gauge and HDR latency
+//! histograms, recorded from tens of thousands of agent tasks and merged on an
+//! interval, plus the run [`Summary`] (JSON schema `agent-sim.summary.v1`) and its
+//! human-readable table.
+//!
+//! Main parts:
+//! - [`Metrics`]: a cheap-to-clone handle. Names of counters and latencies are
+//!   declared once at construction ([`MetricsSpec`]); recording goes through the
+//!   resolved [`CounterId`] / [`LatencyId`]. Histograms are sharded (an agent
+//!   records into shard `index % shards`), so a sample costs an uncontended
+//!   lock and no channel send; [`Metrics::collect`] drains the shards into
+//!   interval histograms and a cumulative one.
+//! - [`summary`]: the serializable run summary and per-histogram percentiles.
+//! - [`report`]: the final table printed for people.
+//! - [`process`]: peak RSS and CPU time of this process.
+//!
+//! This crate knows no protocol: Sensu and Consul declare their own names.
+
+pub mod process;
+pub mod report;
+pub mod summary;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+pub use summary::{LatencySummary, ProbeSummary, Summary};
+
+/// Lowest trackable latency, in microseconds.
+pub const LATENCY_MIN_US: u64 = 1;
+/// Highest trackable latency, in microseconds (one hour). Larger samples are
+/// clamped to this value and counted in [`Metrics::clamped`].
+pub const LATENCY_MAX_US: u64 = 3_600_000_000;
+/// Significant figures kept by every latency histogram.
+pub const LATENCY_SIGFIG: u8 = 3;
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// A histogram could not be serialized or parsed.
+    #[error("histogram encoding: {0}")]
+    Encoding(String),
+    /// Histograms with different bounds cannot be merged.
+    #[error("histogram merge: {0}")]
+    Merge(String),
+    /// A summary file could not be read or parsed.
+    #[error("summary: {0}")]
+    Summary(String),
+    /// An I/O error.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Creates an empty latency histogram with the crate-wide bounds.
+pub fn new_latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(LATENCY_MIN_US, LATENCY_MAX_US, LATENCY_SIGFIG)
+        .expect("static histogram bounds are valid")
+}
+
+/// Names of the counters and latency histograms a run records.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsSpec {
+    /// Counter names, e.g. `keepalives_sent`.
+    pub counters: Vec<&'static str>,
+    /// Latency histogram names, e.g. `connect`.
+    pub latencies: Vec<&'static str>,
+}
+
+impl MetricsSpec {
+    /// Adds the names of `other` that are not present yet (mixed fleets).
+    pub fn merge(mut self, other: &MetricsSpec) -> Self {
+        for c in &other.counters {
+            if !self.counters.contains(c) {
+                self.counters.push(c);
+            }
+        }
+        for l in &other.latencies {
+            if !self.latencies.contains(l) {
+                self.latencies.push(l);
+            }
+        }
+        self
+    }
+}
+
+/// Index of a declared counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterId(usize);
+
+/// Index of a declared latency histogram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatencyId(usize);
+
+struct Shard {
+    hists: Vec<Histogram<u64>>,
+}
+
+struct Inner {
+    counter_names: Vec<&'static str>,
+    counters: Vec<AtomicU64>,
+    latency_names: Vec<&'static str>,
+    shards: Vec<Mutex<Shard>>,
+    clamped: AtomicU64,
+    cumulative: Mutex<Vec<Histogram<u64>>>,
+    errors: Mutex<BTreeMap<String, u64>>,
+    connected: AtomicI64,
+    peak_connected: AtomicI64,
+}
+
+/// Shared recorder for one run. Clone it freely; all clones record into the
+/// same counters and histograms.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("counters", &self.inner.counter_names)
+            .field("latencies", &self.inner.latency_names)
+            .field("shards", &self.inner.shards.len())
+            .finish()
+    }
+}
+
+/// Point-in-time values of the counters and the sessions gauge.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// `(name, value)` for every declared counter, in declaration order.
+    pub counters: Vec<(&'static str, u64)>,
+    /// Errors by kind.
+    pub errors: BTreeMap<String, u64>,
+    /// Sessions established right now.
+    pub connected: i64,
+    /// Most sessions established at once.
+    pub peak_connected: i64,
+}
+
+impl Snapshot {
+    /// Value of a counter by name (0 when not declared).
+    pub fn counter(&self, name: &str) -> u64 {
+        self.counters
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+            .unwrap_or(0)
+    }
+
+    /// Sum of all error kinds.
+    pub fn errors_total(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+impl Metrics {
+    /// Creates a recorder for the given names with `shards` histogram shards
+    /// (use about four per worker thread; at least one).
+    pub fn new(spec: &MetricsSpec, shards: usize) -> Self {
+        let shards = shards.max(1);
+        let hist_set = || {
+            spec.latencies
+                .iter()
+                .map(|_| new_latency_histogram())
+                .collect::<Vec<_>>()
+        };
+        Metrics {
+            inner: Arc::new(Inner {
+                counter_names: spec.counters.clone(),
+                counters: spec.counters.iter().map(|_| AtomicU64::new(0)).collect(),
+                latency_names: spec.latencies.clone(),
+                shards: (0..shards)
+                    .map(|_| Mutex::new(Shard { hists: hist_set() }))
+                    .collect(),
+                clamped: AtomicU64::new(0),
+                cumulative: Mutex::new(hist_set()),
+                errors: Mutex::new(BTreeMap::new()),
+                connected: AtomicI64::new(0),
+                peak_connected: AtomicI64::new(0),
+            }),
+        }
+    }
+
+    /// Resolves a counter name. Panics if the name was not declared: that is a
+    /// programming error found by the first test that runs the code path.
+    pub fn counter(&self, name: &str) -> CounterId {
+        CounterId(
+            self.inner
+                .counter_names
+                .iter()
+                .position(|n| *n == name)
+                .unwrap_or_else(|| panic!("counter {name:?} was not declared in MetricsSpec")),
+        )
+    }
+
+    /// Resolves a latency histogram name (panics if not declared, see [`Metrics::counter`]).
+    pub fn latency(&self, name: &str) -> LatencyId {
+        LatencyId(
+            self.inner
+                .latency_names
+                .iter()
+                .position(|n| *n == name)
+                .unwrap_or_else(|| panic!("latency {name:?} was not declared in MetricsSpec")),
+        )
+    }
+
+    /// Declared latency names, in order.
+    pub fn latency_names(&self) -> &[&'static str] {
+        &self.inner.latency_names
+    }
+
+    /// Adds `n` to a counter.
+    #[inline]
+    pub fn add(&self, id: CounterId, n: u64) {
+        self.inner.counters[id.0].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Adds one to a counter.
+    #[inline]
+    pub fn incr(&self, id: CounterId) {
+        self.add(id, 1);
+    }
+
+    /// Current value of a counter.
+    pub fn get(&self, id: CounterId) -> u64 {
+        self.inner.counters[id.0].load(Ordering::Relaxed)
+    }
+
+    /// Records a latency. `shard_key` spreads writers over shards (an agent
+    /// index is a good key). Never panics: values outside the bounds are
+    /// clamped and counted.
+    #[inline]
+    pub fn record(&self, id: LatencyId, shard_key: usize, value: Duration) {
+        let us = u64::try_from(value.as_micros()).unwrap_or(u64::MAX);
+        self.record_us(id, shard_key, us);
+    }
+
+    /// Records a latency given in microseconds (see [`Metrics::record`]).
+    pub fn record_us(&self, id: LatencyId, shard_key: usize, us: u64) {
+        let v = if us > LATENCY_MAX_US {
+            self.inner.clamped.fetch_add(1, Ordering::Relaxed);
+            LATENCY_MAX_US
+        } else {
+            us.max(LATENCY_MIN_US)
+        };
+        let shard = &self.inner.shards[shard_key % self.inner.shards.len()];
+        let mut guard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        // In bounds by construction; saturate rather than panic regardless.
+        let _ = guard.hists[id.0].record(v);
+    }
+
+    /// Samples that were above [`LATENCY_MAX_US`] and were clamped.
+    pub fn clamped(&self) -> u64 {
+        self.inner.clamped.load(Ordering::Relaxed)
+    }
+
+    /// Counts one failed operation of the given kind (e.g. `connect_refused`).
+    pub fn error(&self, kind: &str) {
+        let mut errors = self.inner.errors.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = errors.get_mut(kind) {
+            *v += 1;
+        } else {
+            errors.insert(kind.to_owned(), 1);
+        }
+    }
+
+    /// Marks one session established (gauge up, peak tracked).
+    pub fn session_up(&self) {
+        let now = self.inner.connected.fetch_add(1, Ordering::Relaxed) + 1;
+        self.inner.peak_connected.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Marks one session gone.
+    pub fn session_down(&self) {
+        self.inner.connected.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Sessions established right now.
+    pub fn connected(&self) -> i64 {
+        self.inner.connected.load(Ordering::Relaxed)
+    }
+
+    /// Counters, errors and gauge values now.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            counters: self
+                .inner
+                .counter_names
+                .iter()
+                .zip(&self.inner.counters)
+                .map(|(n, c)| (*n, c.load(Ordering::Relaxed)))
+                .collect(),
+            errors: self
+                .inner
+                .errors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            connected: self.inner.connected.load(Ordering::Relaxed),
+            peak_connected: self.inner.peak_connected.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Drains every shard: returns what was recorded since the previous call
+    /// (one histogram per declared name, in order) and adds it to the
+    /// cumulative histograms. Call it from one reporter task on an interval.
+    pub fn collect(&self) -> Vec<(&'static str, Histogram<u64>)> {
+        let mut interval: Vec<Histogram<u64>> = self
+            .inner
+            .latency_names
+            .iter()
+            .map(|_| new_latency_histogram())
+            .collect();
+        for shard in &self.inner.shards {
+            let mut guard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            for (acc, h) in interval.iter_mut().zip(guard.hists.iter_mut()) {
+                if !h.is_empty() {
+                    // Same bounds everywhere: cannot fail.
+                    let _ = acc.add(&*h);
+                    h.reset();
+                }
+            }
+        }
+        let mut cumulative = self
+            .inner
+            .cumulative
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for (acc, h) in cumulative.iter_mut().zip(&interval) {
+            let _ = acc.add(h);
+        }
+        self.inner
+            .latency_names
+            .iter()
+            .copied()
+            .zip(interval)
+            .collect()
+    }
+
+    /// Everything recorded so far (call [`Metrics::collect`] first to include
+    /// the newest samples).
+    pub fn cumulative(&self) -> Vec<(&'static str, Histogram<u64>)> {
+        let cumulative = self
+            .inner
+            .cumulative
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        self.inner
+            .latency_names
+            .iter()
+            .copied()
+            .zip(cumulative.iter().cloned())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> MetricsSpec {
+        MetricsSpec {
+            counters: vec!["a", "b"],
+            latencies: vec!["connect", "rtt"],
+        }
+    }
+
+    #[test]
+    fn counters_gauge_and_errors() {
+        let m = Metrics::new(&spec(), 4);
+        let a = m.counter("a");
+        m.incr(a);
+        m.add(a, 4);
+        m.session_up();
+        m.session_up();
+        m.session_down();
+        m.error("refused");
+        m.error("refused");
+        m.error("timeout");
+        let s = m.snapshot();
+        assert_eq!(s.counter("a"), 5);
+        assert_eq!(s.counter("b"), 0);
+        assert_eq!(s.connected, 1);
+        assert_eq!(s.peak_connected, 2);
+        assert_eq!(s.errors["refused"], 2);
+        assert_eq!(s.errors_total(), 3);
+    }
+
+    #[test]
+    fn shards_merge_into_interval_and_cumulative() {
+        let m = Metrics::new(&spec(), 3);
+        let c = m.latency("connect");
+        for i in 0..300u64 {
+            m.record_us(c, i as usize, 1000 + i);
+        }
+        let first = m.collect();
+        assert_eq!(first[0].0, "connect");
+        assert_eq!(first[0].1.len(), 300);
+        assert_eq!(first[1].1.len(), 0);
+        m.record(c, 7, Duration::from_millis(5));
+        let second = m.collect();
+        assert_eq!(second[0].1.len(), 1);
+        let total = m.cumulative();
+        assert_eq!(total[0].1.len(), 301);
+    }
+
+    #[test]
+    fn out_of_range_values_are_clamped_not_panicking() {
+        let m = Metrics::new(&spec(), 1);
+        let c = m.latency("rtt");
+        m.record_us(c, 0, 0);
+        m.record_us(c, 0, u64::MAX);
+        m.record(c, 0, Duration::from_secs(10 * 3600));
+        m.collect();
+        let h = &m.cumulative()[1].1;
+        assert_eq!(h.len(), 3);
+        assert_eq!(m.clamped(), 2);
+        assert!(h.max() >= LATENCY_MAX_US / 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "not declared")]
+    fn unknown_names_are_programming_errors() {
+        Metrics::new(&spec(), 1).counter("nope");
+    }
+}

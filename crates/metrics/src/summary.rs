@@ -1,0 +1,296 @@
+//! The run summary written by `--summary PATH`: schema `agent-sim.summary.v1`.
+//!
+//! Keys other tools rely on are fixed here; every latency carries its full
+//! histogram (`hdr`, base64 of the compressed V2 HdrHistogram encoding) so that
+//! summaries from several processes merge exactly instead of averaging
+//! percentiles.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use hdrhistogram::Histogram;
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+use serde::{Deserialize, Serialize};
+
+use crate::{MetricsError, new_latency_histogram};
+
+/// Schema identifier of version 1.
+pub const SCHEMA_V1: &str = "agent-sim.summary.v1";
+
+/// Agent counts of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentCounts {
+    /// Agents the run was asked for.
+    pub requested: u64,
+    /// Agents holding a session when the run ended (before shutdown began).
+    pub connected: u64,
+    /// Most agents holding a session at once.
+    pub peak_connected: u64,
+    /// Agents that never established a session.
+    pub failed: u64,
+}
+
+/// Counters of a run: protocol counters by name plus errors by kind.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Protocol counters (`keepalives_sent`, `events_sent`, ...).
+    #[serde(flatten)]
+    pub values: BTreeMap<String, u64>,
+    /// Failed operations by kind.
+    pub errors: BTreeMap<String, u64>,
+}
+
+/// Resource use of the simulator process.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessStats {
+    /// Peak resident set size (VmHWM).
+    pub peak_rss_bytes: u64,
+    /// User CPU seconds.
+    pub cpu_user_s: f64,
+    /// System CPU seconds.
+    pub cpu_sys_s: f64,
+}
+
+/// Percentiles of one latency histogram, in microseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    /// Samples.
+    pub count: u64,
+    /// Smallest sample.
+    pub min: u64,
+    /// Median.
+    pub p50: u64,
+    /// 75th percentile.
+    pub p75: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 95th percentile.
+    pub p95: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Largest sample.
+    pub max: u64,
+    /// Mean.
+    pub mean: f64,
+    /// The whole histogram: base64 of the compressed V2 encoding.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hdr: String,
+}
+
+impl LatencySummary {
+    /// Percentiles of `h`, with `h` itself embedded.
+    pub fn from_histogram(h: &Histogram<u64>) -> Self {
+        let empty = h.is_empty();
+        let q = |p: f64| if empty { 0 } else { h.value_at_quantile(p) };
+        LatencySummary {
+            count: h.len(),
+            min: if empty { 0 } else { h.min() },
+            p50: q(0.50),
+            p75: q(0.75),
+            p90: q(0.90),
+            p95: q(0.95),
+            p99: q(0.99),
+            p999: q(0.999),
+            max: if empty { 0 } else { h.max() },
+            mean: if empty { 0.0 } else { h.mean() },
+            hdr: encode_histogram(h).unwrap_or_default(),
+        }
+    }
+
+    /// The embedded histogram (an error when absent or corrupt).
+    pub fn histogram(&self) -> Result<Histogram<u64>, MetricsError> {
+        if self.hdr.is_empty() {
+            return Err(MetricsError::Encoding(
+                "latency has no embedded histogram (`hdr`)".into(),
+            ));
+        }
+        decode_histogram(&self.hdr)
+    }
+}
+
+/// Base64 of the compressed V2 encoding of `h` (the form hlog lines use).
+pub fn encode_histogram(h: &Histogram<u64>) -> Result<String, MetricsError> {
+    let mut buf = Vec::new();
+    V2DeflateSerializer::new()
+        .serialize(h, &mut buf)
+        .map_err(|e| MetricsError::Encoding(format!("{e:?}")))?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(buf))
+}
+
+/// Inverse of [`encode_histogram`]; the result has the crate-wide bounds.
+pub fn decode_histogram(b64: &str) -> Result<Histogram<u64>, MetricsError> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|e| MetricsError::Encoding(e.to_string()))?;
+    let decoded: Histogram<u64> = Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .map_err(|e| MetricsError::Encoding(format!("{e:?}")))?;
+    let mut out = new_latency_histogram();
+    out.add(&decoded)
+        .map_err(|e| MetricsError::Merge(format!("{e:?}")))?;
+    Ok(out)
+}
+
+/// One propagation probe: a change made at T0 and its arrival at every subscriber.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProbeSummary {
+    /// Sequence number of the probe in the run.
+    pub id: u64,
+    /// `deregister`, `register` or `intentions`.
+    pub kind: String,
+    /// Wall-clock T0 (RFC 3339, UTC).
+    pub t0: String,
+    /// Subscribers that saw the change before the timeout.
+    pub delivered: u64,
+    /// Subscribers that should have seen it.
+    pub expected: u64,
+    /// Time from T0 until 99 % of the expected subscribers had it (µs), if reached.
+    pub time_to_99pct_us: Option<u64>,
+    /// Propagation latency percentiles (µs after T0).
+    pub latency_us: LatencySummary,
+}
+
+/// The whole run summary (`--summary PATH`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Always [`SCHEMA_V1`].
+    pub schema: String,
+    /// `sensu`, `consul` or `mixed`.
+    pub kind: String,
+    /// Targets the agents were spread over.
+    pub targets: Vec<String>,
+    /// Wall-clock start (RFC 3339, UTC).
+    pub started_at: String,
+    /// Seconds from the first dial to the end of shutdown.
+    pub duration_s: f64,
+    /// Agent counts.
+    pub agents: AgentCounts,
+    /// Counters and errors.
+    pub counters: Counters,
+    /// Latency percentiles by name (µs).
+    pub latency_us: BTreeMap<String, LatencySummary>,
+    /// Rates achieved over the run (per second), e.g. `keepalives`, `events`.
+    #[serde(default)]
+    pub rates_per_s: BTreeMap<String, f64>,
+    /// Resource use of this process.
+    pub process: ProcessStats,
+    /// Propagation probes (Consul), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<ProbeSummary>,
+    /// Shard `I/N` of a multi-process run, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
+}
+
+impl Summary {
+    /// Reads a summary JSON file.
+    pub fn read(path: &std::path::Path) -> Result<Self, MetricsError> {
+        let text = std::fs::read_to_string(path)?;
+        let s: Summary = serde_json::from_str(&text)
+            .map_err(|e| MetricsError::Summary(format!("{}: {e}", path.display())))?;
+        if s.schema != SCHEMA_V1 {
+            return Err(MetricsError::Summary(format!(
+                "{}: schema {:?}, expected {SCHEMA_V1:?}",
+                path.display(),
+                s.schema
+            )));
+        }
+        Ok(s)
+    }
+
+    /// Writes the summary as pretty JSON, atomically (temp file + rename).
+    pub fn write(&self, path: &std::path::Path) -> Result<(), MetricsError> {
+        let text =
+            serde_json::to_string_pretty(self).map_err(|e| MetricsError::Summary(e.to_string()))?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text + "\n")?;
+        std::fs::rename(&tmp, path)?;
+        Ok(())
+    }
+}
+
+/// Formats a unix time (seconds + nanos) as RFC 3339 UTC, e.g. `2026-11-21T23:39:27.123Z`.
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (Howard Hinnant's algorithm, public domain).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = if month <= 2 { y + 1 } else { y };
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_round_trips_through_base64() {
+        let mut h = new_latency_histogram();
+        for v in [1u64, 10, 100, 1000, 123_456, 9_999_999] {
+            h.record(v).unwrap();
+        }
+        let s = LatencySummary::from_histogram(&h);
+        assert_eq!(s.count, 6);
+        let back = s.histogram().unwrap();
+        assert_eq!(back, h);
+    }
+
+    #[test]
+    fn empty_histogram_summarizes_to_zeroes() {
+        let s = LatencySummary::from_histogram(&new_latency_histogram());
+        assert_eq!((s.count, s.p99, s.max), (0, 0, 0));
+    }
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_795_300_844_250);
+        assert_eq!(rfc3339(t), "2026-11-21T22:40:44.250Z");
+        assert_eq!(rfc3339(std::time::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn summary_json_has_the_v1_keys() {
+        let mut s = Summary {
+            schema: SCHEMA_V1.into(),
+            kind: "sensu".into(),
+            ..Default::default()
+        };
+        s.counters.values.insert("keepalives_sent".into(), 3);
+        s.counters.errors.insert("connect_refused".into(), 1);
+        let v: serde_json::Value = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["counters"]["keepalives_sent"], 3);
+        assert_eq!(v["counters"]["errors"]["connect_refused"], 1);
+        for key in [
+            "schema",
+            "kind",
+            "targets",
+            "started_at",
+            "duration_s",
+            "agents",
+            "latency_us",
+            "process",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        let back: Summary = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+    }
+}

@@ -1,0 +1,34 @@
+//! Protobuf bindings used by agent-sim, generated from the project's own
+//! `proto/*.proto` files (written from the wire facts, with only the fields we use).
+//!
+//! - [`sensu::v2`]: Sensu Go `sensu.core.v2` messages: `Event`, `Entity`, `Check`,
+//!   `CheckRequest`, ... (agent keepalives, events and check requests).
+//! - [`sensu::v3`]: `sensu.core.v3.EntityConfig` (the backend's first frame).
+//! - [`consul::subscribe`]: Consul's `subscribe.StateChangeSubscription` service
+//!   (client and server stubs) and its `Event` stream payloads.
+//!
+//! The Rust code under `src/gen/` is checked in so that a fresh machine needs no
+//! `protoc`; `tests/bootstrap.rs` regenerates it with protox and fails on drift.
+//! This crate holds no logic of its own.
+
+#![allow(clippy::all, missing_docs)]
+
+/// Sensu Go agent protocol messages.
+pub mod sensu {
+    /// `sensu.core.v2`: events, entities, checks and check requests.
+    pub mod v2 {
+        include!("gen/sensu.core.v2.rs");
+    }
+    /// `sensu.core.v3`: entity configuration pushed by the backend.
+    pub mod v3 {
+        include!("gen/sensu.core.v3.rs");
+    }
+}
+
+/// Consul streaming (`subscribe` package).
+pub mod consul {
+    /// `subscribe.StateChangeSubscription/Subscribe` and its messages.
+    pub mod subscribe {
+        include!("gen/subscribe.rs");
+    }
+}

@@ -1,0 +1,1 @@
+//! Consul RPC + HTTP subset (being written).

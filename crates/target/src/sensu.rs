@@ -1,0 +1,1 @@
+//! Sensu agent endpoint (being written).
