@@ -1,1 +1,157 @@
-fn main() {}
+//! The `agent-sim` binary: parse, validate and preflight before any socket,
+//! build an explicit tokio runtime, run, and exit with a documented code
+//! (0 ok, 1 runtime failure, 3 SLO failed, 64 bad usage).
+
+use std::process::ExitCode;
+
+use agent_sim::args::{Cli, Command, ReportCommand};
+use agent_sim::run::{Output, exit};
+use agent_sim::{config, preflight, report_cmd, run, serve};
+use clap::Parser as _;
+use tokio_util::sync::CancellationToken;
+
+fn code(c: i32) -> ExitCode {
+    ExitCode::from(c as u8)
+}
+
+fn runtime(threads: Option<usize>, seed: Option<u64>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.enable_all().thread_name("agent-sim");
+    if let Some(n) = threads {
+        b.worker_threads(n);
+    }
+    if let Some(seed) = seed {
+        let next = std::sync::atomic::AtomicU64::new(seed);
+        b.on_thread_start(move || {
+            fastrand::seed(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        });
+        fastrand::seed(seed);
+    }
+    b.build()
+}
+
+/// Cancels `token` on SIGINT or SIGTERM (a second signal exits at once).
+fn on_signals(token: CancellationToken) {
+    tokio::spawn(async move {
+        wait_signal().await;
+        eprintln!(
+            "\nagent-sim: shutting down (closing sessions, then writing the report; Ctrl-C again to abort)"
+        );
+        token.cancel();
+        wait_signal().await;
+        eprintln!("agent-sim: aborted");
+        std::process::exit(130);
+    });
+}
+
+async fn wait_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let usage = e.use_stderr();
+            let _ = e.print();
+            return code(if usage { exit::USAGE } else { exit::OK });
+        }
+    };
+    match cli.command {
+        Some(Command::Report(ReportCommand::Show { file })) => code(report_cmd::show(&file)),
+        Some(Command::Report(ReportCommand::Merge {
+            files,
+            summary,
+            asserts,
+        })) => code(report_cmd::merge(&files, summary.as_deref(), &asserts)),
+        Some(Command::Serve(args)) => {
+            let plan = match serve::plan(&args) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("agent-sim: {e}");
+                    return code(exit::USAGE);
+                }
+            };
+            let limits = preflight::Limits::of_this_host();
+            let _ = preflight::raise_nofile(limits.hard);
+            let rt = match runtime(args.threads, None) {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("agent-sim: runtime: {e}");
+                    return code(exit::FAILURE);
+                }
+            };
+            rt.block_on(async move {
+                let token = CancellationToken::new();
+                on_signals(token.clone());
+                match serve::serve(args, plan, token).await {
+                    Ok(()) => code(exit::OK),
+                    Err(e) => {
+                        eprintln!("agent-sim: {e:#}");
+                        code(exit::FAILURE)
+                    }
+                }
+            })
+        }
+        None => {
+            let cfg = match config::resolve(cli.run, &|k| std::env::var(k).ok()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("agent-sim: {e}");
+                    return code(exit::USAGE);
+                }
+            };
+            let limits = preflight::Limits::of_this_host();
+            let pre = preflight::check(&cfg, limits).and_then(|p| preflight::apply(&p, limits));
+            if let Err(e) = pre {
+                eprintln!("agent-sim: {e}");
+                return code(exit::USAGE);
+            }
+            let rt = match runtime(cfg.threads, cfg.seed) {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("agent-sim: runtime: {e}");
+                    return code(exit::FAILURE);
+                }
+            };
+            rt.block_on(async move {
+                let token = CancellationToken::new();
+                on_signals(token.clone());
+                match run::execute(cfg, token, Output::Terminal).await {
+                    Ok(outcome) => {
+                        if let Some(p) = &outcome.problem {
+                            eprintln!("agent-sim: {p}");
+                        }
+                        code(outcome.exit_code)
+                    }
+                    Err(run::RunError::Usage(e)) => {
+                        eprintln!("agent-sim: {e}");
+                        code(exit::USAGE)
+                    }
+                    Err(e) => {
+                        eprintln!("agent-sim: {e}");
+                        code(exit::FAILURE)
+                    }
+                }
+            })
+        }
+    }
+}

@@ -1,1 +1,116 @@
-//! stub
+//! Simulated Consul client agents for agent-sim: each agent holds what a real
+//! client agent with `use_streaming_backend` holds against a server — ONE
+//! HTTP/2 connection to the RPC port (`0x08` byte, or `0x03` + TLS + `0x08`)
+//! carrying one `subscribe.StateChangeSubscription/Subscribe` stream per
+//! upstream — plus its catalog registration and a TTL session through the
+//! HTTP API, and times how long a catalog change takes to reach every view.
+//!
+//! Main parts:
+//! - [`config`]: [`ConsulConfig`] and its validation, per-agent name patterns.
+//! - [`codec`]: `SubscribeRequest` building, a small-buffer prost codec, keys.
+//! - [`view`]: the materialized view of one subscription (pure state).
+//! - [`conn`]: dial, prefix byte(s), TLS, hyper HTTP/2 as a tonic channel.
+//! - [`http`]: the HTTP API subset (catalog, txn, sessions, config entries).
+//! - [`txn`]: the shared registration batcher (`/v1/txn`, ≤128 ops).
+//! - [`probe`]: the propagation probe ([`ProbeRunner`], [`probe::ProbeBoard`]).
+//! - [`ConsulFactory`] / [`ConsulAgent`]: the `agent_sim_fleet` agent.
+//!
+//! What it is not: a Consul server (see `agent-sim-target`), nor a CLI; it
+//! prints nothing.
+
+pub mod codec;
+pub mod config;
+pub mod conn;
+pub mod http;
+pub mod probe;
+pub mod txn;
+pub mod view;
+
+mod agent;
+
+pub use agent::{ConsulAgent, ConsulFactory};
+pub use config::{ConsulConfig, ConsulTls, ProbeConfig, ProbeKind};
+pub use probe::ProbeRunner;
+
+use agent_sim_metrics::MetricsSpec;
+
+/// Errors of this crate (configuration time only: agent failures are
+/// counted outcomes, not errors).
+#[derive(Debug, thiserror::Error)]
+pub enum ConsulError {
+    /// The configuration is invalid.
+    #[error("consul: {0}")]
+    Config(String),
+    /// The TLS settings cannot be used.
+    #[error("consul TLS: {0}")]
+    Tls(String),
+    /// The metrics recorder lacks names of [`metrics_spec`].
+    #[error("consul metrics: {0}")]
+    Metrics(String),
+}
+
+/// Metric names this crate records.
+pub mod names {
+    /// Subscribe calls made.
+    pub const SUBSCRIPTIONS: &str = "subscriptions";
+    /// Snapshots completed (`EndOfSnapshot`).
+    pub const SNAPSHOTS: &str = "snapshots";
+    /// Subscriptions resumed from an index without a new snapshot.
+    pub const RESUMES: &str = "resumes";
+    /// Streams ended by the server with `ABORTED`.
+    pub const ABORTS: &str = "aborts";
+    /// Stream events received.
+    pub const EVENTS_RECEIVED: &str = "events_received";
+    /// TTL sessions created.
+    pub const SESSIONS_CREATED: &str = "sessions_created";
+    /// TTL session renewals that succeeded.
+    pub const SESSIONS_RENEWED: &str = "sessions_renewed";
+    /// Renewals answered 404 (session gone).
+    pub const SESSIONS_EXPIRED: &str = "sessions_expired";
+    /// Agents registered (node + instances).
+    pub const REGISTRATIONS: &str = "registrations";
+    /// Agents deregistered at shutdown.
+    pub const DEREGISTRATIONS: &str = "deregistrations";
+    /// `/v1/txn` requests sent.
+    pub const TXN_REQUESTS: &str = "txn_requests";
+    /// Check status flips sent.
+    pub const FLAPS: &str = "flaps";
+    /// TCP + prefix + HTTP/2 handshake.
+    pub const CONNECT: &str = "connect";
+    /// Subscribe call to `EndOfSnapshot`.
+    pub const SUBSCRIBE_SNAPSHOT: &str = "subscribe_snapshot";
+    /// TTL session renew round trip.
+    pub const SESSION_RENEW: &str = "session_renew";
+    /// Probe deliveries: arrival − T0.
+    pub const PROPAGATION: &str = "propagation";
+    /// Probe bookkeeping cost: event decoded → arrival recorded.
+    pub const PROBE_OVERHEAD: &str = "probe_overhead";
+}
+
+/// Counters and latencies this crate records; merge into the run's spec.
+pub fn metrics_spec() -> MetricsSpec {
+    use names::*;
+    MetricsSpec {
+        counters: vec![
+            SUBSCRIPTIONS,
+            SNAPSHOTS,
+            RESUMES,
+            ABORTS,
+            EVENTS_RECEIVED,
+            SESSIONS_CREATED,
+            SESSIONS_RENEWED,
+            SESSIONS_EXPIRED,
+            REGISTRATIONS,
+            DEREGISTRATIONS,
+            TXN_REQUESTS,
+            FLAPS,
+        ],
+        latencies: vec![
+            CONNECT,
+            SUBSCRIBE_SNAPSHOT,
+            SESSION_RENEW,
+            PROPAGATION,
+            PROBE_OVERHEAD,
+        ],
+    }
+}

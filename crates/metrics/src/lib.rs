@@ -13,11 +13,21 @@
 //! - [`summary`]: the serializable run summary and per-histogram percentiles.
 //! - [`report`]: the final table printed for people.
 //! - [`process`]: peak RSS and CPU time of this process.
+//! - [`hlog`]: HdrHistogram interval logs (`--hlog PATH`), written and read.
+//! - [`merge`]: exact merge of summaries and hlogs from several processes.
+//! - [`assert`](mod@assert): SLO assertions (`--assert 'connect.p99 < 1s'`) and verdicts.
+//! - [`prometheus`]: `/metrics` in the Prometheus text format, and its server.
+//! - [`schema`]: the JSON Schema of the summary and a validator for it.
 //!
 //! This crate knows no protocol: Sensu and Consul declare their own names.
 
+pub mod assert;
+pub mod hlog;
+pub mod merge;
 pub mod process;
+pub mod prometheus;
 pub mod report;
+pub mod schema;
 pub mod summary;
 
 use std::collections::BTreeMap;
@@ -27,6 +37,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+pub use schema::{SUMMARY_SCHEMA, validate_summary_json};
 pub use summary::{LatencySummary, ProbeSummary, Summary};
 
 /// Lowest trackable latency, in microseconds.
@@ -49,6 +60,10 @@ pub enum MetricsError {
     /// A summary file could not be read or parsed.
     #[error("summary: {0}")]
     Summary(String),
+    /// An HdrHistogram interval log could not be written, read or parsed
+    /// (the message names the file).
+    #[error("hlog: {0}")]
+    Hlog(String),
     /// An I/O error.
     #[error(transparent)]
     Io(#[from] std::io::Error),

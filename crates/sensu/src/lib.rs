@@ -1,1 +1,407 @@
-//! stub
+//! Simulated Sensu Go agents: tens of thousands of WebSocket sessions against
+//! a real (or the embedded) Sensu backend, each behaving like a 6.x agent.
+//!
+//! Main parts:
+//! - [`codec`]: the frame (`<kind>\n<body>`) and message codec, protobuf and
+//!   JSON (`json.rs`), plus the backend's event validation rules. Pure bytes.
+//! - [`messages`]: entity, keepalive, check-result and agent-side event
+//!   builders, with a pre-encoded protobuf fast path for keepalives.
+//! - [`session`]: one agent session: dial, TLS, upgrade, wait for
+//!   `entity_config`, keepalives, check replies, pings, polite close.
+//! - [`SensuFactory`] / [`SensuAgent`]: the [`agent_sim_fleet`] glue.
+//!
+//! What it is not: it parses no CLI flags (the `cli` crate fills
+//! [`SensuConfig`]) and runs no backend (that is `agent-sim-target`).
+
+pub mod codec;
+mod json;
+pub mod messages;
+pub mod session;
+mod tls;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sim_fleet::units::Rate;
+use agent_sim_fleet::{Agent, AgentFactory, BoxFuture, SessionCx, SessionEnd};
+use agent_sim_metrics::{CounterId, LatencyId, Metrics, MetricsSpec};
+
+pub use codec::{CodecError, Encoding};
+use messages::{MessageBuilder, Templates};
+use session::{CheckState, Shared, Target};
+
+/// Everything a user can tune about the simulated Sensu agents.
+#[derive(Debug, Clone)]
+pub struct SensuConfig {
+    /// `ws://host:port/` or `wss://host:port/` URLs; agent i uses `targets[i % len]`.
+    pub targets: Vec<String>,
+    /// Sensu namespace (`Sensu-Namespace`).
+    pub namespace: String,
+    /// Agent user (`Sensu-User`, basic auth).
+    pub user: String,
+    /// Agent password (basic auth).
+    pub password: String,
+    /// Subscriptions (`Sensu-Subscriptions`, entity subscriptions).
+    pub subscriptions: Vec<String>,
+    /// Body encoding.
+    pub encoding: Encoding,
+    /// Keepalive interval (`check.interval` of keepalives).
+    pub keepalive_interval: Duration,
+    /// Keepalive warning timeout (`check.timeout` of keepalives).
+    pub keepalive_warning_timeout: u32,
+    /// Keepalive critical timeout (`check.ttl` of keepalives; 0 = off).
+    pub keepalive_critical_timeout: u32,
+    /// Entity names are `<prefix>-<index>` (plain decimal index).
+    pub name_prefix: String,
+    /// Ask the backend to delete the entity when keepalives stop.
+    pub deregister: bool,
+    /// Agent-side events per agent (Poisson schedule), if any.
+    pub event_rate: Option<Rate>,
+    /// Output bytes of each agent-side event.
+    pub event_output_size: usize,
+    /// PEM file of CA certificates for `wss://` targets.
+    pub ca_file: Option<PathBuf>,
+    /// Accept any server certificate on `wss://` targets.
+    pub insecure_skip_tls_verify: bool,
+    /// WebSocket ping interval.
+    pub ping_interval: Duration,
+    /// Drop the session when no pong arrived this long after a ping.
+    pub pong_timeout: Duration,
+    /// How long to wait for the first `entity_config` before sending anyway.
+    pub entity_config_timeout: Duration,
+    /// Bound on TCP connect + TLS + WebSocket upgrade.
+    pub handshake_timeout: Duration,
+    /// `sensu_agent_version` of the entity.
+    pub agent_version: String,
+    /// Handlers put on check result events (empty: the check's own handlers).
+    pub handlers: Vec<String>,
+}
+
+impl Default for SensuConfig {
+    fn default() -> Self {
+        SensuConfig {
+            targets: vec!["ws://127.0.0.1:8081/".into()],
+            namespace: "default".into(),
+            user: "agent".into(),
+            password: "P@ssw0rd!".into(),
+            subscriptions: vec!["linux".into()],
+            encoding: Encoding::Protobuf,
+            keepalive_interval: Duration::from_secs(20),
+            keepalive_warning_timeout: 120,
+            keepalive_critical_timeout: 0,
+            name_prefix: "agent-sim".into(),
+            deregister: false,
+            event_rate: None,
+            event_output_size: 256,
+            ca_file: None,
+            insecure_skip_tls_verify: false,
+            ping_interval: Duration::from_secs(30),
+            pong_timeout: Duration::from_secs(45),
+            entity_config_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(60),
+            agent_version: "6.12.0".into(),
+            handlers: Vec::new(),
+        }
+    }
+}
+
+/// Errors of this crate (configuration and setup; session failures are
+/// counted outcomes, see [`SessionEnd`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SensuError {
+    /// Invalid configuration.
+    #[error("sensu config: {0}")]
+    Config(String),
+    /// TLS setup failed (CA file unreadable or invalid).
+    #[error("sensu tls: {0}")]
+    Tls(String),
+    /// An I/O error.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A frame or message could not be encoded or decoded.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// A request could not be built.
+    #[error("sensu request: {0}")]
+    Http(#[from] http::Error),
+}
+
+pub(crate) const C_KEEPALIVES_SENT: &str = "keepalives_sent";
+pub(crate) const C_EVENTS_SENT: &str = "events_sent";
+pub(crate) const C_CHECK_REQUESTS_RECEIVED: &str = "check_requests_received";
+pub(crate) const C_CHECK_REQUESTS_DROPPED: &str = "check_requests_dropped";
+pub(crate) const C_CHECK_REPLIES_SENT: &str = "check_replies_sent";
+pub(crate) const C_AGENT_EVENTS_SENT: &str = "agent_events_sent";
+pub(crate) const C_ENTITY_CONFIGS_RECEIVED: &str = "entity_configs_received";
+pub(crate) const C_FRAMES_RECEIVED: &str = "frames_received";
+pub(crate) const C_BYTES_SENT: &str = "bytes_sent";
+pub(crate) const C_BYTES_RECEIVED: &str = "bytes_received";
+pub(crate) const L_CONNECT: &str = "connect";
+pub(crate) const L_SESSION_READY: &str = "session_ready";
+pub(crate) const L_KEEPALIVE_LATENESS: &str = "keepalive_lateness";
+pub(crate) const L_CHECK_TURNAROUND: &str = "check_turnaround";
+
+/// Counter and latency names the Sensu agents record.
+pub fn metrics_spec() -> MetricsSpec {
+    MetricsSpec {
+        counters: vec![
+            C_KEEPALIVES_SENT,
+            C_EVENTS_SENT,
+            C_CHECK_REQUESTS_RECEIVED,
+            C_CHECK_REQUESTS_DROPPED,
+            C_CHECK_REPLIES_SENT,
+            C_AGENT_EVENTS_SENT,
+            C_ENTITY_CONFIGS_RECEIVED,
+            C_FRAMES_RECEIVED,
+            C_BYTES_SENT,
+            C_BYTES_RECEIVED,
+        ],
+        latencies: vec![
+            L_CONNECT,
+            L_SESSION_READY,
+            L_KEEPALIVE_LATENESS,
+            L_CHECK_TURNAROUND,
+        ],
+    }
+}
+
+/// Metric ids resolved once per factory.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ids {
+    pub keepalives_sent: CounterId,
+    pub events_sent: CounterId,
+    pub check_requests_received: CounterId,
+    pub check_requests_dropped: CounterId,
+    pub check_replies_sent: CounterId,
+    pub agent_events_sent: CounterId,
+    pub entity_configs_received: CounterId,
+    pub frames_received: CounterId,
+    pub bytes_sent: CounterId,
+    pub bytes_received: CounterId,
+    pub connect: LatencyId,
+    pub session_ready: LatencyId,
+    pub keepalive_lateness: LatencyId,
+    pub check_turnaround: LatencyId,
+}
+
+impl Ids {
+    fn resolve(m: &Metrics) -> Self {
+        Ids {
+            keepalives_sent: m.counter(C_KEEPALIVES_SENT),
+            events_sent: m.counter(C_EVENTS_SENT),
+            check_requests_received: m.counter(C_CHECK_REQUESTS_RECEIVED),
+            check_requests_dropped: m.counter(C_CHECK_REQUESTS_DROPPED),
+            check_replies_sent: m.counter(C_CHECK_REPLIES_SENT),
+            agent_events_sent: m.counter(C_AGENT_EVENTS_SENT),
+            entity_configs_received: m.counter(C_ENTITY_CONFIGS_RECEIVED),
+            frames_received: m.counter(C_FRAMES_RECEIVED),
+            bytes_sent: m.counter(C_BYTES_SENT),
+            bytes_received: m.counter(C_BYTES_RECEIVED),
+            connect: m.latency(L_CONNECT),
+            session_ready: m.latency(L_SESSION_READY),
+            keepalive_lateness: m.latency(L_KEEPALIVE_LATENESS),
+            check_turnaround: m.latency(L_CHECK_TURNAROUND),
+        }
+    }
+}
+
+/// Creates [`SensuAgent`]s sharing one validated configuration, TLS client
+/// config, resolved targets and message templates.
+#[derive(Debug)]
+pub struct SensuFactory {
+    shared: Arc<Shared>,
+}
+
+impl SensuFactory {
+    /// Validates `cfg` (URLs, names, durations, TLS material) and builds what
+    /// every agent shares. `metrics` must include [`metrics_spec`].
+    pub fn new(cfg: SensuConfig, metrics: Metrics) -> Result<Self, SensuError> {
+        validate_config(&cfg)?;
+        let targets = cfg
+            .targets
+            .iter()
+            .map(|t| Target::parse(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tls = if targets.iter().any(|t| t.tls) {
+            Some(tls::client_config(
+                cfg.ca_file.as_deref(),
+                cfg.insecure_skip_tls_verify,
+            )?)
+        } else {
+            None
+        };
+        let ids = Ids::resolve(&metrics);
+        let templates = Arc::new(Templates::new(&cfg));
+        Ok(SensuFactory {
+            shared: Arc::new(Shared {
+                cfg,
+                targets,
+                tls,
+                metrics,
+                ids,
+                templates,
+            }),
+        })
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &SensuConfig {
+        &self.shared.cfg
+    }
+}
+
+fn validate_config(cfg: &SensuConfig) -> Result<(), SensuError> {
+    let bad = |m: String| Err(SensuError::Config(m));
+    if cfg.targets.is_empty() {
+        return bad("at least one target URL is required".into());
+    }
+    if cfg.namespace.is_empty() {
+        return bad("namespace must not be empty".into());
+    }
+    if !codec::valid_name(&format!("{}-0", cfg.name_prefix)) {
+        return bad(format!(
+            "name prefix {:?} must match [A-Za-z0-9_.:-]+",
+            cfg.name_prefix
+        ));
+    }
+    for s in &cfg.subscriptions {
+        if s.is_empty() || s.contains(',') {
+            return bad(format!(
+                "subscription {s:?} must be non-empty without commas"
+            ));
+        }
+    }
+    if cfg.keepalive_interval.is_zero() {
+        return bad("keepalive interval must be greater than zero".into());
+    }
+    let interval = u64::from(messages::interval_secs(cfg.keepalive_interval));
+    let ttl = u64::from(cfg.keepalive_critical_timeout);
+    if ttl != 0 && (ttl <= interval || ttl < 5) {
+        return bad(format!(
+            "keepalive critical timeout {ttl} must be greater than the interval ({interval}s) and at least 5"
+        ));
+    }
+    for (what, d) in [
+        ("ping interval", cfg.ping_interval),
+        ("pong timeout", cfg.pong_timeout),
+        ("entity config timeout", cfg.entity_config_timeout),
+        ("handshake timeout", cfg.handshake_timeout),
+    ] {
+        if d.is_zero() {
+            return bad(format!("{what} must be greater than zero"));
+        }
+    }
+    if cfg.event_output_size > 32 * 1024 {
+        return bad("event output size must be at most 32768 bytes".into());
+    }
+    for (what, v) in [
+        ("namespace", &cfg.namespace),
+        ("user", &cfg.user),
+        ("password", &cfg.password),
+        ("name prefix", &cfg.name_prefix),
+    ] {
+        if v.chars().any(|c| c.is_control()) {
+            return bad(format!("{what} contains control characters"));
+        }
+    }
+    Ok(())
+}
+
+impl AgentFactory for SensuFactory {
+    type Agent = SensuAgent;
+
+    fn create(&self, index: u64) -> SensuAgent {
+        let name = messages::agent_name(&self.shared.cfg.name_prefix, index);
+        SensuAgent {
+            builder: MessageBuilder::new(self.shared.templates.clone(), name, index),
+            shared: self.shared.clone(),
+            checks: CheckState::default(),
+        }
+    }
+}
+
+/// One simulated Sensu agent (state kept across its sessions).
+#[derive(Debug)]
+pub struct SensuAgent {
+    shared: Arc<Shared>,
+    builder: MessageBuilder,
+    checks: CheckState,
+}
+
+impl Agent for SensuAgent {
+    fn run_session<'a>(&'a mut self, cx: &'a SessionCx) -> BoxFuture<'a, SessionEnd> {
+        Box::pin(session::run(
+            &self.shared,
+            &mut self.builder,
+            &mut self.checks,
+            cx,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics() -> Metrics {
+        Metrics::new(&metrics_spec(), 1)
+    }
+
+    #[test]
+    fn default_config_is_valid() {
+        SensuFactory::new(SensuConfig::default(), metrics()).unwrap();
+    }
+
+    #[test]
+    fn bad_configs_are_rejected() {
+        let cases: Vec<fn(&mut SensuConfig)> = vec![
+            |c| c.targets = vec!["http://x:1/".into()],
+            |c| c.targets = vec!["ws://".into()],
+            |c| c.targets.clear(),
+            |c| c.namespace.clear(),
+            |c| c.name_prefix = "a b".into(),
+            |c| c.keepalive_critical_timeout = 10,
+            |c| c.subscriptions = vec!["a,b".into()],
+            |c| {
+                c.targets = vec!["wss://127.0.0.1:8081/".into()];
+                c.ca_file = Some("/nonexistent/ca.pem".into());
+            },
+        ];
+        for (i, f) in cases.iter().enumerate() {
+            let mut c = SensuConfig::default();
+            f(&mut c);
+            assert!(SensuFactory::new(c, metrics()).is_err(), "case {i}");
+        }
+    }
+
+    #[test]
+    fn wss_with_insecure_verification_builds() {
+        let c = SensuConfig {
+            targets: vec!["wss://localhost:8081/".into()],
+            insecure_skip_tls_verify: true,
+            ..Default::default()
+        };
+        SensuFactory::new(c, metrics()).unwrap();
+    }
+
+    /// The per-agent state and the session future stay small (the boxed
+    /// handshake is not part of the session future).
+    #[test]
+    fn agent_and_session_future_are_small() {
+        let m = Metrics::new(&agent_sim_fleet::metrics_spec().merge(&metrics_spec()), 1);
+        let f = SensuFactory::new(SensuConfig::default(), m.clone()).unwrap();
+        let mut agent = f.create(1);
+        let cx = SessionCx::standalone(1, m, tokio_util::sync::CancellationToken::new());
+        let agent_size = std::mem::size_of_val(&agent);
+        let fut = session::run(&agent.shared, &mut agent.builder, &mut agent.checks, &cx);
+        let fut_size = std::mem::size_of_val(&fut);
+        println!(
+            "agent {agent_size} B, session future {fut_size} B, ws {} B",
+            session::WS_SIZE
+        );
+        assert!(agent_size <= 128, "{agent_size}");
+        // ≈1.1 KiB in release (print-type-sizes); debug builds are a bit larger.
+        assert!(fut_size <= 1536, "{fut_size}");
+    }
+}

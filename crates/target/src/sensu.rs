@@ -1,1 +1,264 @@
-//! Sensu agent endpoint (being written).
+//! The Sensu agent endpoint: a Sensu Go 6.x–compatible backend port (`ws://HOST:8081/`)
+//! for tens of thousands of simulated agents in one process.
+//!
+//! Main parts:
+//! - [`serve`]: the accept loop. Each connection is its own task: a boxed WebSocket
+//!   handshake (headers, namespace, Basic credentials, encoding choice), then a small
+//!   session loop (`session`).
+//! - `session`: sends the `entity_config` placeholder first, validates every
+//!   `keepalive` / `event` the way the backend does (invalid frames are counted by
+//!   reason and the connection stays open), pushes the updated `entity_config` after the
+//!   first valid keepalive, forwards published `check_request`s, counts replies, answers
+//!   pings, and sends close 1001 on shutdown.
+//! - `schedule`: one task per [`CheckSpec`] that builds one `CheckRequest` per interval,
+//!   encodes it once per namespace and encoding, and publishes it on a
+//!   `tokio::sync::watch` channel; every session whose subscriptions match awaits that
+//!   channel and writes the shared [`bytes::Bytes`] (no per-session timers or copies).
+//! - [`SensuTargetStats`]: atomic counters, [`SensuTargetStats::snapshot`] copies them.
+//!
+//! Sizing: `WebSocketConfig` with a 4 KiB read buffer, no write buffering and a 64 KiB
+//! message limit, and the handshake boxed so that its state machine does not stay in the
+//! session future (≈7 KiB per connection is the reference figure).
+//!
+//! What it is not: a Sensu backend. No storage, no etcd, no bcrypt, no REST API, no
+//! `/health` route, no entity or keepalive bookkeeping beyond counters; a stored entity
+//! never overrides the header subscriptions.
+
+mod schedule;
+mod session;
+mod stats;
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use agent_sim_proto::sensu::{v2, v3};
+use agent_sim_sensu::codec::{self, Encoding};
+use bytes::Bytes;
+use http::HeaderValue;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use stats::{SensuTargetSnapshot, SensuTargetStats};
+
+/// The command of the default check: agents answer it with canned output, no execution.
+pub const TEST_CHECK_COMMAND: &str = "!sensu_test_check!";
+
+/// How long [`serve`] waits for sessions to end after shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Pause after a failed `accept` (e.g. out of file descriptors) before the next one.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(20);
+
+/// One scheduled check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckSpec {
+    /// Check name (`metadata.name` of the request's config); replies are matched on it.
+    pub name: String,
+    /// Command sent to agents; [`TEST_CHECK_COMMAND`] asks for canned output.
+    pub command: String,
+    /// Publication period (must be > 0). The wire `interval` field is this in whole
+    /// seconds, at least 1.
+    pub interval: Duration,
+    /// A session receives the check if one of these is among its subscriptions
+    /// (header `Sensu-Subscriptions` plus `entity:<agent name>`).
+    pub subscriptions: Vec<String>,
+}
+
+/// Configuration of [`serve`].
+#[derive(Debug, Clone)]
+pub struct SensuTargetConfig {
+    /// Accepted `Sensu-Namespace` values; a missing or unknown namespace gets HTTP 404.
+    pub namespaces: Vec<String>,
+    /// Agent user for `Authorization: Basic` (missing → 401 "missing credentials").
+    pub user: String,
+    /// Agent password (wrong user or password → 401).
+    pub password: String,
+    /// Checks to schedule.
+    pub checks: Vec<CheckSpec>,
+    /// Value of the `Backend-ID` header of the `101` response.
+    pub backend_id: String,
+}
+
+impl Default for SensuTargetConfig {
+    fn default() -> Self {
+        Self {
+            namespaces: vec!["default".to_owned()],
+            user: "agent".to_owned(),
+            password: "P@ssw0rd!".to_owned(),
+            checks: vec![CheckSpec {
+                name: "agent-sim-check".to_owned(),
+                command: TEST_CHECK_COMMAND.to_owned(),
+                interval: Duration::from_secs(10),
+                subscriptions: vec!["linux".to_owned()],
+            }],
+            backend_id: "agent-sim".to_owned(),
+        }
+    }
+}
+
+/// Serves Sensu agent WebSocket sessions on `listener` until `shutdown` is cancelled.
+///
+/// Each connection runs on its own task. Check `i` is first published one
+/// `checks[i].interval` after this call (the first tick is skipped), then every interval;
+/// `issued` is the unix time in seconds, or the previous value + 1 if that second was
+/// already used (so with sub-second intervals it runs ahead of the clock).
+///
+/// On shutdown: stops accepting, sends close 1001 to every session and returns once all
+/// sessions have ended, after at most ~2 s. Errors: only an invalid configuration
+/// (`InvalidInput`: zero check interval, `backend_id` not a header value); failed accepts
+/// are counted and retried.
+pub async fn serve(
+    listener: TcpListener,
+    cfg: SensuTargetConfig,
+    stats: Arc<SensuTargetStats>,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    let shared = Arc::new(Shared::new(cfg, stats)?);
+    let tracker = TaskTracker::new();
+    for idx in 0..shared.checks.len() {
+        tracker.spawn(schedule::run(shared.clone(), idx, shutdown.clone()));
+    }
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, _peer)) => {
+                let _ = stream.set_nodelay(true);
+                tracker.spawn(session::run(stream, shared.clone(), shutdown.clone()));
+            }
+            Err(_) => {
+                shared.stats.accept_errors.fetch_add(1, Ordering::Relaxed);
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => {}
+                }
+            }
+        }
+    }
+    drop(listener);
+    tracker.close();
+    // Sessions bound their own close handshake; this is the backstop.
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait()).await;
+    Ok(())
+}
+
+/// State shared by the accept loop, the schedulers and every session.
+struct Shared {
+    namespaces: Vec<String>,
+    user: String,
+    password: String,
+    backend_id: HeaderValue,
+    ws_config: WebSocketConfig,
+    checks: Vec<ScheduledCheck>,
+    /// The `entity_config` placeholder frame, indexed by [`frame_index`].
+    placeholders: Box<[Bytes]>,
+    stats: Arc<SensuTargetStats>,
+}
+
+/// A check and the channel its publications go out on.
+struct ScheduledCheck {
+    spec: CheckSpec,
+    /// Wire `interval` (whole seconds, ≥ 1).
+    interval_secs: u32,
+    tx: watch::Sender<Option<Arc<Publication>>>,
+    /// `issued` of the latest publication (0 before the first).
+    last_issued: AtomicI64,
+}
+
+/// One publication of a check: the `check_request` frame, encoded once for every
+/// namespace and encoding, indexed by [`frame_index`].
+struct Publication {
+    frames: Box<[Bytes]>,
+}
+
+/// Index of a pre-encoded frame for namespace `ns` and encoding `enc`.
+fn frame_index(ns: usize, enc: Encoding) -> usize {
+    ns * 2
+        + match enc {
+            Encoding::Protobuf => 0,
+            Encoding::Json => 1,
+        }
+}
+
+/// The two encodings, in [`frame_index`] order.
+const ENCODINGS: [Encoding; 2] = [Encoding::Protobuf, Encoding::Json];
+
+impl Shared {
+    fn new(cfg: SensuTargetConfig, stats: Arc<SensuTargetStats>) -> io::Result<Self> {
+        let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
+        let backend_id = HeaderValue::from_str(&cfg.backend_id).map_err(|_| {
+            invalid(format!(
+                "backend_id {:?} is not a header value",
+                cfg.backend_id
+            ))
+        })?;
+        let mut checks = Vec::with_capacity(cfg.checks.len());
+        for spec in cfg.checks {
+            if spec.interval.is_zero() {
+                return Err(invalid(format!(
+                    "check {:?}: interval must be > 0",
+                    spec.name
+                )));
+            }
+            let interval_secs = u32::try_from(spec.interval.as_secs())
+                .unwrap_or(u32::MAX)
+                .max(1);
+            checks.push(ScheduledCheck {
+                spec,
+                interval_secs,
+                tx: watch::Sender::new(None),
+                last_issued: AtomicI64::new(0),
+            });
+        }
+        let mut placeholders = Vec::with_capacity(cfg.namespaces.len() * 2);
+        for ns in &cfg.namespaces {
+            let placeholder = v3::EntityConfig {
+                metadata: Some(v2::ObjectMeta {
+                    name: "not found".to_owned(),
+                    namespace: ns.clone(),
+                    ..Default::default()
+                }),
+                entity_class: "agent".to_owned(),
+                deregistration: Some(v2::Deregistration::default()),
+                ..Default::default()
+            };
+            for enc in ENCODINGS {
+                let body = codec::encode_entity_config(&placeholder, enc)
+                    .map_err(|e| invalid(format!("encoding entity_config: {e}")))?;
+                placeholders.push(Bytes::from(codec::encode_frame(
+                    codec::KIND_ENTITY_CONFIG,
+                    &body,
+                )));
+            }
+        }
+        let ws_config = WebSocketConfig::default()
+            .read_buffer_size(4096)
+            .write_buffer_size(0)
+            .max_write_buffer_size(64 << 10)
+            .max_message_size(Some(64 << 10))
+            .max_frame_size(Some(64 << 10));
+        Ok(Self {
+            namespaces: cfg.namespaces,
+            user: cfg.user,
+            password: cfg.password,
+            backend_id,
+            ws_config,
+            checks,
+            placeholders: placeholders.into_boxed_slice(),
+            stats,
+        })
+    }
+
+    /// Index of the scheduled check named `name`.
+    fn check_index(&self, name: &str) -> Option<usize> {
+        self.checks.iter().position(|c| c.spec.name == name)
+    }
+}

@@ -1,0 +1,297 @@
+//! Command-line flags (clap). Every run flag is optional here so that the
+//! layering defaults < `--config FILE` < `AGENT_SIM_*` env < flags can be
+//! resolved in [`crate::config`]; clap itself applies env < flags.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Simulate tens of thousands of Sensu Go or Consul agents from one process.
+#[derive(Debug, Parser)]
+#[command(
+    name = "agent-sim",
+    version,
+    about,
+    args_conflicts_with_subcommands = true,
+    after_help = "Exit codes: 0 ok, 1 runtime failure, 3 an --assert failed, 64 bad usage.\n\
+                  Without --target the embedded reference backend runs in-process (demo mode)."
+)]
+pub struct Cli {
+    /// Subcommand; without one, agent-sim runs a fleet.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Flags of a fleet run.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the embedded reference backend (Sensu and/or Consul) until Ctrl-C.
+    Serve(ServeArgs),
+    /// Show or merge result files.
+    #[command(subcommand)]
+    Report(ReportCommand),
+}
+
+/// `agent-sim report ...`
+#[derive(Debug, Subcommand)]
+pub enum ReportCommand {
+    /// Render one summary JSON (or hlog) as the human table.
+    Show {
+        /// A summary JSON written by --summary, or an hlog written by --hlog.
+        file: PathBuf,
+    },
+    /// Merge summaries and/or hlogs of several processes into one exact report.
+    Merge {
+        /// Summary JSON files and/or hlog files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Write the merged report as summary JSON here.
+        #[arg(long, value_name = "PATH")]
+        summary: Option<PathBuf>,
+        /// SLO assertions evaluated on the merged report (see README).
+        #[arg(long = "assert", value_name = "EXPR")]
+        asserts: Vec<String>,
+    },
+}
+
+/// `agent-sim serve ...`
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Sensu agent WebSocket endpoint address (e.g. 127.0.0.1:8081).
+    #[arg(long, value_name = "ADDR")]
+    pub sensu: Option<SocketAddr>,
+    /// Consul RPC port address (0x08 + gRPC Subscribe), e.g. 127.0.0.1:8300.
+    #[arg(long = "consul-rpc", value_name = "ADDR")]
+    pub consul_rpc: Option<SocketAddr>,
+    /// Consul HTTP API address (catalog, txn, sessions), e.g. 127.0.0.1:8500.
+    #[arg(long = "consul-http", value_name = "ADDR")]
+    pub consul_http: Option<SocketAddr>,
+    /// Set SO_REUSEPORT so several serve processes share the ports.
+    #[arg(long)]
+    pub reuse_port: bool,
+    /// Interval of the scheduled Sensu check.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub check_interval: String,
+    /// Subscriptions the scheduled Sensu check goes to (comma-separated).
+    #[arg(long, value_name = "LIST", default_value = "linux")]
+    pub check_subscriptions: String,
+    /// Agent user the Sensu endpoint accepts.
+    #[arg(long, default_value = "agent")]
+    pub user: String,
+    /// Agent password the Sensu endpoint accepts.
+    #[arg(
+        long,
+        env = "AGENT_SIM_SENSU_PASSWORD",
+        default_value = "P@ssw0rd!",
+        hide_env_values = true
+    )]
+    pub password: String,
+    /// Print target counters every interval (0 = never).
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub stats_every: String,
+    /// Worker threads (default: number of cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// Flags of a fleet run (`agent-sim [FLAGS]`). The same struct reads the
+/// `--config` TOML file (keys are the flag names, kebab-case) and each of its
+/// `[[fleet]]` sections.
+#[derive(Debug, Args, Default, Clone, serde::Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RunArgs {
+    /// TOML file with the same keys as the flags (kebab-case); flags win.
+    #[arg(long, value_name = "FILE", env = "AGENT_SIM_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Agent protocol: sensu or consul.
+    #[arg(long, value_name = "KIND", env = "AGENT_SIM_KIND")]
+    pub kind: Option<String>,
+    /// Number of agents (across all shards).
+    #[arg(long, short = 'n', env = "AGENT_SIM_AGENTS")]
+    pub agents: Option<u64>,
+    /// Backend address (repeatable; agents are spread over them). Sensu:
+    /// host:port or ws(s)://host:port/; Consul: the server RPC port host:port.
+    /// Omit to run against the embedded reference backend in-process.
+    #[serde(rename = "target", alias = "targets")]
+    #[arg(
+        long = "target",
+        short = 't',
+        value_name = "ADDR",
+        env = "AGENT_SIM_TARGET",
+        value_delimiter = ','
+    )]
+    pub targets: Vec<String>,
+    /// How long to run (e.g. 60s, 10m); default: until Ctrl-C.
+    #[arg(long, short = 'd', value_name = "DURATION", env = "AGENT_SIM_DURATION")]
+    pub duration: Option<String>,
+    /// Agents started per second (e.g. 500/s), or `all` to start at once.
+    #[arg(long, value_name = "RATE", env = "AGENT_SIM_RAMP")]
+    pub ramp: Option<String>,
+    /// Most connection handshakes in flight at once.
+    #[arg(long, value_name = "N", env = "AGENT_SIM_MAX_DIALING")]
+    pub max_dialing: Option<usize>,
+    /// Smallest reconnect delay (jittered, doubling to --reconnect-max).
+    #[arg(long, value_name = "DURATION")]
+    pub reconnect_min: Option<String>,
+    /// Largest reconnect delay.
+    #[arg(long, value_name = "DURATION")]
+    pub reconnect_max: Option<String>,
+    /// Time sessions get to close on shutdown before the report is written.
+    #[arg(long, value_name = "DURATION")]
+    pub shutdown_grace: Option<String>,
+    /// Source address to dial from (repeatable, or a range 127.0.0.2-127.0.0.9).
+    #[serde(rename = "source-addr", alias = "source-addrs")]
+    #[arg(long = "source-addr", value_name = "IP", value_delimiter = ',')]
+    pub source_addrs: Vec<String>,
+    /// Prefix of agent names: `<prefix>-<index>`.
+    #[arg(long, value_name = "PREFIX", env = "AGENT_SIM_NAME_PREFIX")]
+    pub name_prefix: Option<String>,
+    /// Tokio worker threads (default: number of cores).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+
+    // --- Sensu ---
+    /// Sensu: keepalive interval.
+    #[arg(long, value_name = "DURATION", help_heading = "Sensu")]
+    pub keepalive_interval: Option<String>,
+    /// Sensu: keepalive warning timeout in seconds (check.timeout).
+    #[arg(long, value_name = "SECS", help_heading = "Sensu")]
+    pub keepalive_warning_timeout: Option<u32>,
+    /// Sensu: keepalive critical timeout in seconds (check.ttl, 0 = off).
+    #[arg(long, value_name = "SECS", help_heading = "Sensu")]
+    pub keepalive_critical_timeout: Option<u32>,
+    /// Sensu: namespace.
+    #[arg(long, help_heading = "Sensu", env = "AGENT_SIM_SENSU_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Sensu: agent user.
+    #[arg(long, help_heading = "Sensu", env = "AGENT_SIM_SENSU_USER")]
+    pub user: Option<String>,
+    /// Sensu: agent password.
+    #[arg(
+        long,
+        help_heading = "Sensu",
+        env = "AGENT_SIM_SENSU_PASSWORD",
+        hide_env_values = true
+    )]
+    pub password: Option<String>,
+    /// Sensu: subscriptions (comma-separated).
+    #[arg(long, value_name = "LIST", help_heading = "Sensu")]
+    pub subscriptions: Option<String>,
+    /// Sensu: wire encoding, protobuf or json.
+    #[arg(long, value_name = "ENC", help_heading = "Sensu")]
+    pub encoding: Option<String>,
+    /// Sensu: ask the backend to delete entities when keepalives stop.
+    #[arg(long, help_heading = "Sensu")]
+    pub deregister: bool,
+    /// Sensu: agent-side events per agent (e.g. 0.2/s), besides check replies.
+    #[arg(long, value_name = "RATE", help_heading = "Sensu")]
+    pub event_rate: Option<String>,
+    /// Sensu: bytes of output in each agent-side event.
+    #[arg(long, value_name = "BYTES", help_heading = "Sensu")]
+    pub event_output_size: Option<usize>,
+    /// Sensu/Consul: PEM file of CA certificates for TLS targets.
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    pub ca_file: Option<PathBuf>,
+    /// Sensu/Consul: do not verify the server certificate (lab use only).
+    #[arg(long, help_heading = "TLS")]
+    pub insecure_skip_tls_verify: bool,
+
+    // --- Consul ---
+    /// Consul: HTTP API address (default: the first target's host, port 8500).
+    #[arg(long, value_name = "ADDR", help_heading = "Consul")]
+    pub http_target: Option<String>,
+    /// Consul: ACL token.
+    #[arg(
+        long,
+        help_heading = "Consul",
+        env = "CONSUL_HTTP_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// Consul: upstream services each agent subscribes to (comma-separated;
+    /// `{i}` or `{i%N}` expand per agent, e.g. svc-{i%100}).
+    #[arg(long, value_name = "LIST", help_heading = "Consul")]
+    pub upstreams: Option<String>,
+    /// Consul: service instances each agent registers.
+    #[arg(long, value_name = "N", help_heading = "Consul")]
+    pub services_per_agent: Option<u32>,
+    /// Consul: name of the agents' own service.
+    #[arg(long, value_name = "NAME", help_heading = "Consul")]
+    pub service_name: Option<String>,
+    /// Consul: register a connect-proxy sidecar per instance.
+    #[arg(long, help_heading = "Consul")]
+    pub sidecars: bool,
+    /// Consul: do not register nodes and services in the catalog.
+    #[arg(long, help_heading = "Consul")]
+    pub no_register: bool,
+    /// Consul: leave registrations in place on shutdown.
+    #[arg(long, help_heading = "Consul")]
+    pub keep_registrations: bool,
+    /// Consul: TTL of each agent's keepalive session (renewed every TTL/2), or `off`.
+    #[arg(long, value_name = "DURATION", help_heading = "Consul")]
+    pub session_ttl: Option<String>,
+    /// Consul: per-agent check status flaps (e.g. 0.01/s).
+    #[arg(long, value_name = "RATE", help_heading = "Consul")]
+    pub flap_rate: Option<String>,
+    /// Consul: propagation probe kind: catalog, intentions or off.
+    #[arg(long, value_name = "KIND", help_heading = "Consul")]
+    pub probe: Option<String>,
+    /// Consul: interval between propagation probes.
+    #[arg(long, value_name = "DURATION", help_heading = "Consul")]
+    pub probe_every: Option<String>,
+    /// Consul: deliveries later than this after T0 count as missing.
+    #[arg(long, value_name = "DURATION", help_heading = "Consul")]
+    pub probe_timeout: Option<String>,
+    /// Consul: the shared upstream the probe changes (default: first upstream).
+    #[arg(long, value_name = "NAME", help_heading = "Consul")]
+    pub probe_service: Option<String>,
+
+    /// Check schedule of the embedded Sensu target (demo mode only).
+    #[arg(long, value_name = "DURATION", hide = true)]
+    pub embedded_check_interval: Option<String>,
+
+    // --- Results ---
+    /// Write the run summary JSON (schema agent-sim.summary.v1) here.
+    #[arg(
+        long,
+        value_name = "PATH",
+        help_heading = "Results",
+        env = "AGENT_SIM_SUMMARY"
+    )]
+    pub summary: Option<PathBuf>,
+    /// Write every histogram as tagged HdrHistogram log intervals here.
+    #[arg(long, value_name = "PATH", help_heading = "Results")]
+    pub hlog: Option<PathBuf>,
+    /// Interval of --hlog records.
+    #[arg(long, value_name = "DURATION", help_heading = "Results")]
+    pub hlog_interval: Option<String>,
+    /// Serve Prometheus /metrics on this address (e.g. 127.0.0.1:9090).
+    #[arg(long, value_name = "ADDR", help_heading = "Results")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// SLO assertion, e.g. 'propagation.p99 < 1s' (repeatable); exit 3 if any fails.
+    #[serde(rename = "assert", alias = "asserts")]
+    #[arg(long = "assert", value_name = "EXPR", help_heading = "Results")]
+    pub asserts: Vec<String>,
+    /// This process is shard I of N (I in 0..N): a disjoint slice of agents.
+    /// Defaults from JOB_COMPLETION_INDEX / NOMAD_ALLOC_INDEX when set.
+    #[arg(
+        long,
+        value_name = "I/N",
+        help_heading = "Results",
+        env = "AGENT_SIM_SHARD"
+    )]
+    pub shard: Option<String>,
+    /// Seed for everything random that must be stable across runs.
+    #[arg(long, value_name = "N", help_heading = "Results")]
+    pub seed: Option<u64>,
+    /// No live progress (the final table is still printed).
+    #[arg(long, short = 'q', help_heading = "Results")]
+    pub quiet: bool,
+    /// Interval of plain progress lines when stderr is not a terminal.
+    #[arg(long, value_name = "DURATION", help_heading = "Results")]
+    pub progress_every: Option<String>,
+}

@@ -1,0 +1,123 @@
+//! Live progress while a run goes on: one rewritten status line on a
+//! terminal (every second), plain periodic lines otherwise (pipelines, CI
+//! logs), and a last line when shutdown starts.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use agent_sim_metrics::Snapshot;
+
+/// Counters shown with a rate, by fleet kind.
+const RATED: &[(&str, &str)] = &[
+    ("keepalives_sent", "keepalives"),
+    ("events_sent", "events"),
+    ("check_requests_received", "checks"),
+    ("events_received", "consul events"),
+    ("sessions_renewed", "renews"),
+];
+
+/// Progress printer state.
+#[derive(Debug)]
+pub struct Progress {
+    requested: u64,
+    tty: bool,
+    every: Duration,
+    last_print: Option<Duration>,
+    last_counts: Vec<u64>,
+    last_at: Duration,
+    kind: &'static str,
+}
+
+impl Progress {
+    /// A printer for a run of `requested` agents.
+    pub fn new(requested: u64, tty: bool, every: Duration, kind: &'static str) -> Self {
+        Progress {
+            requested,
+            tty,
+            every,
+            last_print: None,
+            last_counts: vec![0; RATED.len()],
+            last_at: Duration::ZERO,
+            kind,
+        }
+    }
+
+    /// The status line for the state at `now`.
+    pub fn line(&mut self, now: Duration, snap: &Snapshot, started: u64) -> String {
+        let dt = (now - self.last_at).as_secs_f64().max(1e-3);
+        let mut rates = String::new();
+        for (i, (counter, label)) in RATED.iter().enumerate() {
+            let v = snap.counter(counter);
+            if v > 0 || self.last_counts[i] > 0 {
+                let r = (v - self.last_counts[i].min(v)) as f64 / dt;
+                rates.push_str(&format!("  {label} {r:.1}/s"));
+            }
+            self.last_counts[i] = v;
+        }
+        self.last_at = now;
+        let errors = snap.errors_total();
+        let top_error = snap
+            .errors
+            .iter()
+            .max_by_key(|(_, v)| **v)
+            .map(|(k, v)| format!(" (most: {k} {v})"))
+            .unwrap_or_default();
+        format!(
+            "[{:>7.1}s] {} connected {}/{} started {}{}  reconnects {}  errors {}{}",
+            now.as_secs_f64(),
+            self.kind,
+            snap.connected,
+            self.requested,
+            started,
+            rates,
+            snap.counter("reconnects"),
+            errors,
+            top_error
+        )
+    }
+
+    /// Prints if due (every second on a TTY, every `every` otherwise).
+    pub fn tick(&mut self, now: Duration, snap: &Snapshot, started: u64, last: bool) {
+        let due = match self.last_print {
+            None => true,
+            Some(_) if self.tty => true,
+            Some(t) => now.saturating_sub(t) >= self.every,
+        };
+        if !(due || last) {
+            return;
+        }
+        self.last_print = Some(now);
+        let line = self.line(now, snap, started);
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            let _ = write!(err, "\r\x1b[2K{line}");
+            if last {
+                let _ = writeln!(err);
+            }
+        } else {
+            let _ = writeln!(err, "{line}");
+        }
+        let _ = err.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_shows_connected_rates_and_errors() {
+        let mut p = Progress::new(100, false, Duration::from_secs(10), "sensu");
+        let mut snap = Snapshot {
+            counters: vec![("keepalives_sent", 50), ("reconnects", 2)],
+            connected: 90,
+            ..Default::default()
+        };
+        snap.errors.insert("connect_refused".into(), 3);
+        let l = p.line(Duration::from_secs(10), &snap, 100);
+        assert!(l.contains("connected 90/100"), "{l}");
+        assert!(l.contains("keepalives 5.0/s"), "{l}");
+        assert!(l.contains("errors 3 (most: connect_refused 3)"), "{l}");
+        assert!(l.contains("reconnects 2"), "{l}");
+    }
+}

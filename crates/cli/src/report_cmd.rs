@@ -1,0 +1,111 @@
+//! `agent-sim report show|merge`: render one result file, or merge the
+//! summaries and hlogs of several processes exactly (percentiles from merged
+//! histograms, never averaged).
+
+use std::path::{Path, PathBuf};
+
+use agent_sim_metrics::Summary;
+use agent_sim_metrics::assert::{Assertion, evaluate, render_verdicts};
+use agent_sim_metrics::hlog::read_hlog;
+use agent_sim_metrics::merge::{apply_hlogs, merge_summaries};
+use agent_sim_metrics::summary::SCHEMA_V1;
+
+use crate::config::UsageError;
+use crate::run::exit;
+
+fn is_json(path: &Path) -> Result<bool, String> {
+    let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{'))
+}
+
+/// Loads summaries and hlogs and merges them into one summary.
+pub fn load_and_merge(files: &[PathBuf]) -> Result<Summary, String> {
+    let mut summaries = Vec::new();
+    let mut hlogs = Vec::new();
+    for f in files {
+        if is_json(f)? {
+            summaries.push(Summary::read(f).map_err(|e| e.to_string())?);
+        } else {
+            hlogs.push(read_hlog(f).map_err(|e| e.to_string())?);
+        }
+    }
+    let mut merged = if summaries.is_empty() {
+        Summary {
+            schema: SCHEMA_V1.into(),
+            // hlogs carry no kind; "mixed" is the schema's catch-all.
+            kind: "mixed".into(),
+            ..Default::default()
+        }
+    } else {
+        merge_summaries(&summaries).map_err(|e| e.to_string())?
+    };
+    if !hlogs.is_empty() {
+        let mut by_tag = std::collections::BTreeMap::new();
+        for h in &hlogs {
+            for (tag, hist) in h.merged_by_tag() {
+                let acc = by_tag
+                    .entry(tag)
+                    .or_insert_with(agent_sim_metrics::new_latency_histogram);
+                acc.add(&hist)
+                    .map_err(|e| format!("merging hlogs: {e:?}"))?;
+            }
+        }
+        apply_hlogs(&mut merged, &by_tag);
+    }
+    Ok(merged)
+}
+
+/// `report show FILE`.
+pub fn show(file: &Path) -> i32 {
+    match load_and_merge(&[file.to_path_buf()]) {
+        Ok(s) => {
+            print!("{}", agent_sim_metrics::report::render(&s));
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("agent-sim: {e}");
+            exit::FAILURE
+        }
+    }
+}
+
+/// `report merge FILE... [--summary PATH] [--assert EXPR]`.
+pub fn merge(files: &[PathBuf], summary: Option<&Path>, asserts: &[String]) -> i32 {
+    let asserts: Vec<Assertion> = match asserts
+        .iter()
+        .map(|a| {
+            a.parse::<Assertion>()
+                .map_err(|e| UsageError(format!("--assert {a:?}: {e}")))
+        })
+        .collect::<Result<_, _>>()
+    {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("agent-sim: {e}");
+            return exit::USAGE;
+        }
+    };
+    let merged = match load_and_merge(files) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("agent-sim: {e}");
+            return exit::FAILURE;
+        }
+    };
+    print!("{}", agent_sim_metrics::report::render(&merged));
+    if let Some(p) = summary
+        && let Err(e) = merged.write(p)
+    {
+        eprintln!("agent-sim: --summary {}: {e}", p.display());
+        return exit::FAILURE;
+    }
+    let verdicts = evaluate(&asserts, &merged);
+    if !verdicts.is_empty() {
+        print!("{}", render_verdicts(&verdicts));
+    }
+    if verdicts.iter().any(|v| !v.passed) {
+        exit::SLO_FAILED
+    } else {
+        exit::OK
+    }
+}

@@ -1,0 +1,138 @@
+//! `agent-sim serve`: the embedded reference backend as its own process, so
+//! a benchmark measures the simulator apart from its target (and several
+//! `serve --reuse-port` processes can share one port).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sim_fleet::parse_duration;
+use agent_sim_target::consul::{ConsulState, ConsulTargetConfig};
+use agent_sim_target::sensu::{CheckSpec, SensuTargetConfig, SensuTargetStats};
+use tokio_util::sync::CancellationToken;
+
+use crate::args::ServeArgs;
+use crate::config::UsageError;
+
+/// Validated `serve` settings.
+#[derive(Debug, Clone)]
+pub struct ServePlan {
+    args_check_interval: Duration,
+    stats_every: Duration,
+}
+
+/// Validates `serve` flags (exit 64 on error).
+pub fn plan(a: &ServeArgs) -> Result<ServePlan, UsageError> {
+    if a.sensu.is_none() && a.consul_rpc.is_none() && a.consul_http.is_none() {
+        return Err(UsageError(
+            "serve needs at least one of --sensu ADDR, --consul-rpc ADDR, --consul-http ADDR"
+                .into(),
+        ));
+    }
+    if a.consul_rpc.is_some() != a.consul_http.is_some() {
+        return Err(UsageError(
+            "serve: --consul-rpc and --consul-http go together (agents use both)".into(),
+        ));
+    }
+    let check = parse_duration(&a.check_interval)
+        .map_err(|e| UsageError(format!("--check-interval: {e}")))?;
+    if check < Duration::from_millis(100) {
+        return Err(UsageError("--check-interval must be at least 100ms".into()));
+    }
+    let stats_every =
+        parse_duration(&a.stats_every).map_err(|e| UsageError(format!("--stats-every: {e}")))?;
+    Ok(ServePlan {
+        args_check_interval: check,
+        stats_every,
+    })
+}
+
+/// Runs the requested servers until `shutdown`.
+pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let mut tasks = Vec::new();
+    let mut sensu_stats = None;
+    let mut consul_state = None;
+    if let Some(addr) = a.sensu {
+        let listener = agent_sim_target::listen::bind(addr, a.reuse_port)
+            .map_err(|e| anyhow::anyhow!("--sensu {addr}: {e}"))?;
+        let cfg = SensuTargetConfig {
+            user: a.user.clone(),
+            password: a.password.clone(),
+            checks: vec![CheckSpec {
+                name: "agent-sim-check".into(),
+                command: "!sensu_test_check!".into(),
+                interval: p.args_check_interval,
+                subscriptions: a
+                    .check_subscriptions
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            }],
+            ..SensuTargetConfig::default()
+        };
+        let stats = Arc::new(SensuTargetStats::default());
+        sensu_stats = Some(stats.clone());
+        eprintln!(
+            "agent-sim serve: sensu agent endpoint on ws://{}/",
+            listener.local_addr()?
+        );
+        let t = shutdown.clone();
+        tasks.push(tokio::spawn(async move {
+            agent_sim_target::sensu::serve(listener, cfg, stats, t).await
+        }));
+    }
+    if let (Some(rpc), Some(http)) = (a.consul_rpc, a.consul_http) {
+        let state = ConsulState::new(ConsulTargetConfig::default());
+        consul_state = Some(state.clone());
+        let rl = agent_sim_target::listen::bind(rpc, a.reuse_port)
+            .map_err(|e| anyhow::anyhow!("--consul-rpc {rpc}: {e}"))?;
+        let hl = agent_sim_target::listen::bind(http, a.reuse_port)
+            .map_err(|e| anyhow::anyhow!("--consul-http {http}: {e}"))?;
+        eprintln!(
+            "agent-sim serve: consul rpc on {}, http on {}",
+            rl.local_addr()?,
+            hl.local_addr()?
+        );
+        let (t1, t2, s2) = (shutdown.clone(), shutdown.clone(), state.clone());
+        tasks.push(tokio::spawn(async move {
+            agent_sim_target::consul::serve_rpc(rl, state, t1).await
+        }));
+        tasks.push(tokio::spawn(async move {
+            agent_sim_target::consul::serve_http(hl, s2, t2).await
+        }));
+    }
+    let print = || {
+        if let Some(s) = &sensu_stats {
+            eprintln!(
+                "agent-sim serve: sensu {}",
+                serde_json::to_string(&s.snapshot()).unwrap_or_default()
+            );
+        }
+        if let Some(s) = &consul_state {
+            eprintln!(
+                "agent-sim serve: consul {}",
+                serde_json::to_string(&s.stats()).unwrap_or_default()
+            );
+        }
+    };
+    if p.stats_every > Duration::ZERO {
+        let mut tick = tokio::time::interval(p.stats_every);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => print(),
+                _ = shutdown.cancelled() => break,
+            }
+        }
+    } else {
+        shutdown.cancelled().await;
+    }
+    for t in tasks {
+        if let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_secs(5), t).await {
+            eprintln!("agent-sim serve: {e}")
+        }
+    }
+    print();
+    Ok(())
+}

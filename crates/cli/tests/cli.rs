@@ -1,0 +1,61 @@
+//! The binary's contract: exit codes and one-line usage errors.
+
+use std::process::Command;
+
+fn agent_sim() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_agent-sim"))
+}
+
+#[test]
+fn bad_usage_exits_64_with_one_line() {
+    for args in [
+        vec!["--agents", "0"],
+        vec!["--ramp", "fast"],
+        vec!["--kind", "nomad"],
+        vec!["--duration", "ten"],
+        vec!["--no-such-flag"],
+        vec!["--shard", "3/2"],
+        vec!["--assert", "nonsense"],
+        vec!["serve"],
+    ] {
+        let out = agent_sim().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.trim().is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn too_many_agents_for_the_fd_limit_are_refused_before_any_socket() {
+    let out = agent_sim().args(["--agents", "5000000"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("file descriptors"), "{err}");
+    assert!(err.contains("--shard"), "{err}");
+}
+
+#[test]
+fn demo_run_prints_the_table_and_exits_0() {
+    let out = agent_sim()
+        .args([
+            "--agents",
+            "50",
+            "--duration",
+            "2s",
+            "--ramp",
+            "all",
+            "--quiet",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("connected 50/50"), "{stdout}");
+}
+
+#[test]
+fn help_lists_exit_codes() {
+    let out = agent_sim().arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("64 bad usage"));
+}

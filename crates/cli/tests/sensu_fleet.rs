@@ -1,0 +1,134 @@
+//! End to end: Sensu agents against the in-process reference target on
+//! 127.0.0.1:0, through the same code path the binary uses.
+
+use std::time::Duration;
+
+use agent_sim::RunBuilder;
+use tokio_util::sync::CancellationToken;
+
+fn temp_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("agent-sim-test-{}-{name}", std::process::id()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_agents_connect_keepalive_and_answer_checks() {
+    let summary_path = temp_path("sensu-200.json");
+    let outcome = RunBuilder::new("sensu")
+        .agents(200)
+        .ramp("2000/s")
+        .duration(Duration::from_secs(4))
+        .args(|a| {
+            a.keepalive_interval = Some("1s".into());
+            a.embedded_check_interval = Some("500ms".into());
+            a.summary = Some(summary_path.clone());
+        })
+        .assert("agents.connected == requested")
+        .run()
+        .await
+        .expect("run");
+    let s = &outcome.summary;
+    assert_eq!(
+        outcome.exit_code, 0,
+        "{:?} {:?}",
+        outcome.problem, outcome.verdicts
+    );
+    assert_eq!(s.agents.requested, 200);
+    assert_eq!(s.agents.connected, 200);
+    assert_eq!(s.agents.peak_connected, 200);
+    assert_eq!(s.agents.failed, 0);
+    assert!(s.counters.errors.is_empty(), "{:?}", s.counters.errors);
+
+    // The target saw every agent's keepalives (≥ 3 each over ~4 s at 1 s).
+    let target = outcome
+        .embedded_sensu
+        .as_ref()
+        .expect("embedded target stats");
+    let sent = s.counters.values["keepalives_sent"];
+    assert!(sent >= 600, "keepalives sent {sent}");
+    assert!(target.keepalives_received >= 600, "{target:?}");
+    assert!(target.keepalives_received <= sent);
+
+    // Check requests went out and every one that arrived was answered.
+    let received = s.counters.values["check_requests_received"];
+    assert!(received >= 200, "check requests received {received}");
+    assert!(target.check_requests_sent >= received);
+    assert_eq!(s.counters.values["check_replies_sent"], received);
+    assert!(target.check_replies_received >= received.saturating_sub(200));
+    assert_eq!(target.frames_invalid, 0, "{target:?}");
+
+    for name in [
+        "connect",
+        "session_ready",
+        "keepalive_lateness",
+        "check_turnaround",
+    ] {
+        assert!(s.latency_us[name].count > 0, "{name} has no samples");
+    }
+
+    // The summary file was written and matches the schema.
+    let text = std::fs::read_to_string(&summary_path).expect("summary written");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["schema"], "agent-sim.summary.v1");
+    assert_eq!(v["agents"]["connected"], 200);
+    agent_sim_metrics::validate_summary_json(&v).expect("summary validates against the schema");
+    let _ = std::fs::remove_file(&summary_path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupted_run_still_writes_the_summary() {
+    let summary_path = temp_path("sensu-interrupted.json");
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        t.cancel();
+    });
+    let outcome = RunBuilder::new("sensu")
+        .agents(20)
+        .ramp("all")
+        .shutdown(token)
+        .args(|a| a.summary = Some(summary_path.clone()))
+        .run()
+        .await
+        .expect("run");
+    assert_eq!(outcome.summary.agents.connected, 20);
+    assert!(outcome.summary.duration_s < 10.0);
+    let back = agent_sim_metrics::Summary::read(&summary_path).expect("summary written");
+    assert_eq!(back.agents.requested, 20);
+    let _ = std::fs::remove_file(&summary_path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_assertion_sets_exit_code_3() {
+    let outcome = RunBuilder::new("sensu")
+        .agents(5)
+        .ramp("all")
+        .duration(Duration::from_secs(1))
+        .assert("agents.connected == requested")
+        .assert("errors.total > 0")
+        .run()
+        .await
+        .expect("run");
+    assert_eq!(outcome.exit_code, 3);
+    assert_eq!(outcome.verdicts.len(), 2);
+    assert!(outcome.verdicts[0].passed);
+    assert!(!outcome.verdicts[1].passed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_target_is_a_runtime_failure_with_counted_errors() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    let outcome = RunBuilder::new("sensu")
+        .agents(3)
+        .ramp("all")
+        .target(addr.to_string())
+        .duration(Duration::from_secs(1))
+        .run()
+        .await
+        .expect("run");
+    assert_eq!(outcome.exit_code, 1);
+    assert_eq!(outcome.summary.agents.failed, 3);
+    assert!(outcome.summary.counters.errors["connect_refused"] >= 3);
+}

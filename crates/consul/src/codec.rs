@@ -1,0 +1,158 @@
+//! Pure message helpers for `subscribe.StateChangeSubscription/Subscribe`:
+//! building [`SubscribeRequest`]s, a prost codec with small buffers, and the
+//! compact keys and health values the views store.
+//!
+//! No I/O here: everything is tested on the captured bytes in
+//! `../shared/vectors/consul/subscribe/`.
+
+use agent_sim_proto::consul::subscribe::{
+    CheckServiceNode, Event, NamedSubject, SubscribeRequest, Topic, subscribe_request::Subject,
+};
+use tonic::codec::{BufferSettings, Codec};
+use tonic_prost::{ProstDecoder, ProstEncoder};
+
+/// gRPC path of the Subscribe method.
+pub const SUBSCRIBE_PATH: &str = "/subscribe.StateChangeSubscription/Subscribe";
+
+/// Encode buffer: a request is a few dozen bytes.
+pub const ENCODE_BUFFER: usize = 256;
+/// Decode buffer: grows on demand for large events, starts small.
+pub const DECODE_BUFFER: usize = 512;
+/// Yield threshold of both buffers.
+pub const YIELD_THRESHOLD: usize = 32 * 1024;
+
+/// A `SubscribeRequest` for `topic` and a named subject.
+pub fn subscribe_request(
+    topic: Topic,
+    key: &str,
+    index: u64,
+    token: &str,
+    datacenter: &str,
+) -> SubscribeRequest {
+    SubscribeRequest {
+        topic: topic as i32,
+        key: String::new(),
+        token: token.to_owned(),
+        index,
+        datacenter: datacenter.to_owned(),
+        subject: Some(Subject::NamedSubject(NamedSubject {
+            key: key.to_owned(),
+            namespace: String::new(),
+            partition: String::new(),
+            peer_name: String::new(),
+        })),
+    }
+}
+
+/// Prost codec with buffers sized for thousands of streams per process
+/// (tonic's default is 8 KiB per stream).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SmallCodec;
+
+impl Codec for SmallCodec {
+    type Encode = SubscribeRequest;
+    type Decode = Event;
+    type Encoder = ProstEncoder<SubscribeRequest>;
+    type Decoder = ProstDecoder<Event>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstEncoder::new(BufferSettings::new(ENCODE_BUFFER, YIELD_THRESHOLD))
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ProstDecoder::new(BufferSettings::new(DECODE_BUFFER, YIELD_THRESHOLD))
+    }
+}
+
+/// 64-bit key of an instance: FNV-1a over `node \0 service_id`. The view
+/// stores this instead of the strings.
+pub fn instance_key(node: &str, service_id: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    for b in node
+        .bytes()
+        .chain(std::iter::once(0))
+        .chain(service_id.bytes())
+    {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(PRIME);
+    }
+    h
+}
+
+/// Key of the instance a `CheckServiceNode` describes.
+pub fn csn_key(csn: &CheckServiceNode) -> u64 {
+    let node = csn.node.as_ref().map(|n| n.node.as_str()).unwrap_or("");
+    let id = csn.service.as_ref().map(|s| s.id.as_str()).unwrap_or("");
+    instance_key(node, id)
+}
+
+/// Aggregated health of an instance: the worst of its checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+#[repr(u8)]
+pub enum Health {
+    /// All checks passing (or no checks).
+    #[default]
+    Passing = 0,
+    /// At least one check warning.
+    Warning = 1,
+    /// At least one check critical (or an unknown status).
+    Critical = 2,
+}
+
+impl Health {
+    /// From a Consul check status string.
+    pub fn from_status(s: &str) -> Health {
+        match s {
+            "passing" => Health::Passing,
+            "warning" => Health::Warning,
+            _ => Health::Critical,
+        }
+    }
+
+    /// The worst status over all checks of `csn`.
+    pub fn of(csn: &CheckServiceNode) -> Health {
+        csn.checks
+            .iter()
+            .map(|c| Health::from_status(&c.status))
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    #[test]
+    fn request_for_web_matches_the_protocol_notes() {
+        let r = subscribe_request(Topic::ServiceHealth, "web", 0, "", "");
+        assert_eq!(
+            r.encode_to_vec(),
+            [0x08, 0x01, 0x52, 0x05, 0x0a, 0x03, b'w', b'e', b'b']
+        );
+        let r = subscribe_request(Topic::ServiceHealth, "web", 26, "", "");
+        assert_eq!(
+            r.encode_to_vec(),
+            [
+                0x08, 0x01, 0x20, 0x1a, 0x52, 0x05, 0x0a, 0x03, b'w', b'e', b'b'
+            ]
+        );
+    }
+
+    #[test]
+    fn keys_separate_node_and_service() {
+        assert_ne!(instance_key("ab", "c"), instance_key("a", "bc"));
+        assert_eq!(instance_key("n", "s"), instance_key("n", "s"));
+    }
+
+    #[test]
+    fn health_is_the_worst_check() {
+        assert_eq!(Health::from_status("passing"), Health::Passing);
+        assert_eq!(Health::from_status("warning"), Health::Warning);
+        assert_eq!(Health::from_status("critical"), Health::Critical);
+        assert_eq!(Health::from_status("maintenance"), Health::Critical);
+    }
+}

@@ -1,0 +1,423 @@
+//! The RPC-port connection of one agent: TCP (optionally from a chosen
+//! source address), the `0x08` byte that switches a Consul server's RPC
+//! port to gRPC (after `0x03` + TLS for the TLS variant), then an HTTP/2
+//! client connection from hyper's low-level `client::conn::http2`.
+//!
+//! [`H2Channel`] wraps hyper's `SendRequest` as a tower service so that
+//! `tonic::client::Grpc` can run calls on it: no `tonic::transport::Channel`,
+//! no buffer task, ≈4 KiB less per connection (see PERFORMANCE-NOTES.md).
+//! What this is not: the subscription logic (see `agent`).
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ::http::Uri;
+use hyper::body::Incoming;
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use crate::ConsulError;
+use crate::config::ConsulTls;
+
+/// First byte on a Consul RPC connection: switch to gRPC (`pool.RPCGRPC`).
+pub const RPC_GRPC: u8 = 0x08;
+/// First byte on a Consul RPC connection: TLS follows (`pool.RPCTLS`).
+pub const RPC_TLS: u8 = 0x03;
+
+/// A plaintext or TLS socket to a server's RPC port.
+pub enum RpcIo {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS over TCP (boxed: the rustls state is large).
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for RpcIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            RpcIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            RpcIo::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for RpcIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            RpcIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            RpcIo::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            RpcIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            RpcIo::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            RpcIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            RpcIo::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            RpcIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            RpcIo::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            RpcIo::Plain(s) => s.is_write_vectored(),
+            RpcIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
+
+/// hyper's HTTP/2 `SendRequest` as a tower service for `tonic::client::Grpc`.
+#[derive(Clone)]
+pub struct H2Channel {
+    tx: http2::SendRequest<tonic::body::Body>,
+}
+
+impl std::fmt::Debug for H2Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2Channel")
+            .field("closed", &self.tx.is_closed())
+            .finish()
+    }
+}
+
+/// Future of one HTTP/2 request on an [`H2Channel`].
+pub type ResponseFuture =
+    Pin<Box<dyn Future<Output = Result<::http::Response<Incoming>, hyper::Error>> + Send>>;
+
+impl tower_service::Service<::http::Request<tonic::body::Body>> for H2Channel {
+    type Response = ::http::Response<Incoming>;
+    type Error = hyper::Error;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), hyper::Error>> {
+        self.tx.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: ::http::Request<tonic::body::Body>) -> ResponseFuture {
+        Box::pin(self.tx.send_request(req))
+    }
+}
+
+/// The gRPC client type the agents use.
+pub type GrpcClient = tonic::client::Grpc<H2Channel>;
+
+/// The connection driver: must be polled for any call to make progress;
+/// resolves when the connection closes.
+pub type ConnDriver = Pin<Box<dyn Future<Output = Result<(), hyper::Error>> + Send>>;
+
+/// An established RPC connection.
+pub struct RpcConn {
+    /// gRPC client; clone it per call.
+    pub grpc: GrpcClient,
+    /// Connection driver (poll it alongside the calls).
+    pub driver: ConnDriver,
+}
+
+/// Why a connection could not be made: a stable kind for error counters.
+#[derive(Debug)]
+pub struct ConnectError {
+    /// Error kind, e.g. `connect_refused`, `tls_handshake`, `h2_handshake`.
+    pub kind: &'static str,
+    /// Human detail.
+    pub detail: String,
+}
+
+impl ConnectError {
+    fn new(kind: &'static str, detail: impl std::fmt::Display) -> Self {
+        ConnectError {
+            kind,
+            detail: detail.to_string(),
+        }
+    }
+}
+
+/// Everything needed to dial one server (shared by the agents using it).
+#[derive(Clone)]
+pub struct Dialer {
+    /// Server RPC address.
+    pub addr: SocketAddr,
+    /// TLS client config and the name to verify.
+    pub tls: Option<(TlsConnector, ServerName<'static>)>,
+    /// `:authority` of the requests.
+    pub origin: Uri,
+    /// HTTP/2 keepalive ping interval.
+    pub keepalive_time: Duration,
+    /// HTTP/2 keepalive timeout.
+    pub keepalive_timeout: Duration,
+}
+
+impl std::fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dialer")
+            .field("addr", &self.addr)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl Dialer {
+    /// A dialer for `addr`; `host` is the target's host part (TLS name default).
+    pub fn new(
+        addr: SocketAddr,
+        host: &str,
+        tls: Option<&ConsulTls>,
+        keepalive_time: Duration,
+        keepalive_timeout: Duration,
+    ) -> Result<Self, ConsulError> {
+        let tls = match tls {
+            None => None,
+            Some(t) => {
+                let name = t.server_name.clone().unwrap_or_else(|| host.to_owned());
+                let server_name = ServerName::try_from(name.clone())
+                    .map_err(|e| ConsulError::Tls(format!("server name {name:?}: {e}")))?;
+                Some((TlsConnector::from(tls_client_config(t)?), server_name))
+            }
+        };
+        let origin = Uri::builder()
+            .scheme("http")
+            .authority(addr.to_string())
+            .path_and_query("/")
+            .build()
+            .map_err(|e| ConsulError::Config(format!("origin for {addr}: {e}")))?;
+        Ok(Dialer {
+            addr,
+            tls,
+            origin,
+            keepalive_time,
+            keepalive_timeout,
+        })
+    }
+
+    /// Dials, writes the prefix byte(s), does the HTTP/2 handshake.
+    pub async fn connect(&self, bind: Option<IpAddr>) -> Result<RpcConn, ConnectError> {
+        let mut tcp = agent_sim_fleet::net::dial(self.addr, bind)
+            .await
+            .map_err(|e| ConnectError::new(agent_sim_fleet::net::dial_error_kind(&e), e))?;
+        let io = match &self.tls {
+            None => {
+                tcp.write_all(&[RPC_GRPC])
+                    .await
+                    .map_err(|e| ConnectError::new("connect_prefix", e))?;
+                RpcIo::Plain(tcp)
+            }
+            Some((connector, name)) => {
+                tcp.write_all(&[RPC_TLS])
+                    .await
+                    .map_err(|e| ConnectError::new("connect_prefix", e))?;
+                let mut tls = connector
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(|e| ConnectError::new("tls_handshake", e))?;
+                tls.write_all(&[RPC_GRPC])
+                    .await
+                    .map_err(|e| ConnectError::new("connect_prefix", e))?;
+                tls.flush()
+                    .await
+                    .map_err(|e| ConnectError::new("connect_prefix", e))?;
+                RpcIo::Tls(Box::new(tls))
+            }
+        };
+        let (tx, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .keep_alive_interval(self.keepalive_time)
+            .keep_alive_timeout(self.keepalive_timeout)
+            .keep_alive_while_idle(false)
+            .handshake::<_, tonic::body::Body>(TokioIo::new(io))
+            .await
+            .map_err(|e| ConnectError::new("h2_handshake", e))?;
+        let grpc = tonic::client::Grpc::with_origin(H2Channel { tx }, self.origin.clone());
+        Ok(RpcConn {
+            grpc,
+            driver: Box::pin(conn),
+        })
+    }
+}
+
+/// rustls client config (ring provider, no ALPN, no client certificate).
+pub fn tls_client_config(t: &ConsulTls) -> Result<Arc<rustls::ClientConfig>, ConsulError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ConsulError::Tls(e.to_string()))?;
+    let cfg = if t.insecure_skip_verify {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider)))
+            .with_no_client_auth()
+    } else {
+        let path = t
+            .ca_file
+            .as_ref()
+            .ok_or_else(|| ConsulError::Tls("no CA file".into()))?;
+        let pem = std::fs::read(path)
+            .map_err(|e| ConsulError::Tls(format!("CA file {}: {e}", path.display())))?;
+        let mut roots = rustls::RootCertStore::empty();
+        let mut n = 0;
+        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+            let cert =
+                cert.map_err(|e| ConsulError::Tls(format!("CA file {}: {e}", path.display())))?;
+            roots
+                .add(cert)
+                .map_err(|e| ConsulError::Tls(format!("CA file {}: {e}", path.display())))?;
+            n += 1;
+        }
+        if n == 0 {
+            return Err(ConsulError::Tls(format!(
+                "CA file {}: no certificate",
+                path.display()
+            )));
+        }
+        builder.with_root_certificates(roots).with_no_client_auth()
+    };
+    Ok(Arc::new(cfg))
+}
+
+/// Certificate verifier for `insecure_skip_verify`: checks signatures only.
+#[derive(Debug)]
+struct AcceptAnyCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A stable error kind for a gRPC status (for error counters).
+pub fn status_kind(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "grpc_ok",
+        Cancelled => "grpc_cancelled",
+        Unknown => "grpc_unknown",
+        InvalidArgument => "grpc_invalid_argument",
+        DeadlineExceeded => "grpc_deadline_exceeded",
+        NotFound => "grpc_not_found",
+        AlreadyExists => "grpc_already_exists",
+        PermissionDenied => "grpc_permission_denied",
+        ResourceExhausted => "grpc_resource_exhausted",
+        FailedPrecondition => "grpc_failed_precondition",
+        Aborted => "grpc_aborted",
+        OutOfRange => "grpc_out_of_range",
+        Unimplemented => "grpc_unimplemented",
+        Internal => "grpc_internal",
+        Unavailable => "grpc_unavailable",
+        DataLoss => "grpc_data_loss",
+        Unauthenticated => "grpc_unauthenticated",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    #[tokio::test]
+    async fn tls_variant_writes_0x03_then_a_client_hello() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let tls = ConsulTls {
+            ca_file: None,
+            insecure_skip_verify: true,
+            server_name: Some("server.dc1.consul".into()),
+        };
+        let d = Dialer::new(
+            addr,
+            "127.0.0.1",
+            Some(&tls),
+            Duration::from_secs(30),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let client =
+            tokio::spawn(async move { d.connect(None).await.map(|_| ()).map_err(|e| e.kind) });
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut b = [0u8; 2];
+        sock.read_exact(&mut b).await.unwrap();
+        // RPCTLS, then a TLS handshake record (ClientHello).
+        assert_eq!(b, [RPC_TLS, 0x16]);
+        drop(sock);
+        assert_eq!(client.await.unwrap().unwrap_err(), "tls_handshake");
+    }
+
+    #[test]
+    fn a_tls_config_needs_a_readable_ca() {
+        let t = ConsulTls {
+            ca_file: Some("/nonexistent/ca.pem".into()),
+            ..ConsulTls::default()
+        };
+        assert!(matches!(tls_client_config(&t), Err(ConsulError::Tls(_))));
+    }
+}

@@ -1,0 +1,437 @@
+//! The Consul HTTP API subset the fleet uses (catalog, txn, sessions,
+//! config entries): one shared hyper HTTP/1 client with a small pool
+//! (at most [`MAX_HTTP_CONNS`] requests — hence connections — at once),
+//! the request bodies, and the response types.
+//!
+//! Failures become short error kinds (`http_429`, `http_5xx`, `http_io`, ...)
+//! for the error counters; nothing here panics or retries.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::http::{HeaderValue, Method, Request, StatusCode};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+/// Most HTTP requests (and so pooled connections) in flight at once.
+pub const MAX_HTTP_CONNS: usize = 64;
+/// Per-request timeout.
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest response body read (a txn reply echoes its ops).
+pub const MAX_BODY: usize = 4 << 20;
+
+/// Node name of the probe controller's instance.
+pub const PROBE_NODE: &str = "agent-sim-probe";
+/// Source name in probe intentions.
+pub const PROBE_SOURCE: &str = "agent-sim-probe";
+
+/// A failed HTTP call: the counted kind, and status/body when there was a reply.
+#[derive(Debug, Clone)]
+pub struct HttpError {
+    /// Error kind for the counters.
+    pub kind: &'static str,
+    /// Response status, if any.
+    pub status: Option<u16>,
+    /// Response body, if any.
+    pub body: Bytes,
+}
+
+impl HttpError {
+    fn io(kind: &'static str) -> Self {
+        HttpError {
+            kind,
+            status: None,
+            body: Bytes::new(),
+        }
+    }
+}
+
+impl std::fmt::Display for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.kind)?;
+        if let Some(s) = self.status {
+            write!(f, " ({s}: {})", String::from_utf8_lossy(&self.body))?;
+        }
+        Ok(())
+    }
+}
+
+/// Error kind of a non-success status.
+pub fn status_kind(status: u16) -> &'static str {
+    match status {
+        400 => "http_400",
+        403 => "http_403",
+        404 => "http_404",
+        409 => "http_409",
+        429 => "http_429",
+        500..=599 => "http_5xx",
+        _ => "http_4xx",
+    }
+}
+
+/// Shared client for a server's HTTP API.
+pub struct HttpApi {
+    client: Client<HttpConnector, Full<Bytes>>,
+    base: String,
+    dc_query: String,
+    token: Option<HeaderValue>,
+    gate: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for HttpApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpApi").field("base", &self.base).finish()
+    }
+}
+
+impl HttpApi {
+    /// A client for `addr` (resolved once), with token and datacenter.
+    pub fn new(addr: SocketAddr, token: Option<&str>, datacenter: &str) -> Result<Self, String> {
+        let mut conn = HttpConnector::new();
+        conn.set_nodelay(true);
+        conn.set_connect_timeout(Some(Duration::from_secs(5)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(MAX_HTTP_CONNS)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(conn);
+        let token = match token {
+            Some(t) if !t.is_empty() => {
+                Some(HeaderValue::from_str(t).map_err(|_| "token is not a valid header value")?)
+            }
+            _ => None,
+        };
+        let dc_query = if datacenter.is_empty() {
+            String::new()
+        } else {
+            format!("dc={datacenter}")
+        };
+        Ok(HttpApi {
+            client,
+            base: format!("http://{addr}"),
+            dc_query,
+            token,
+            gate: Arc::new(Semaphore::new(MAX_HTTP_CONNS)),
+        })
+    }
+
+    /// `PUT path` with a body; `Ok(body)` on 200.
+    pub async fn put(&self, path: &str, body: Bytes) -> Result<Bytes, HttpError> {
+        self.call(Method::PUT, path, body).await
+    }
+
+    /// One request; at most [`MAX_HTTP_CONNS`] run at once.
+    pub async fn call(&self, method: Method, path: &str, body: Bytes) -> Result<Bytes, HttpError> {
+        let _permit = self
+            .gate
+            .acquire()
+            .await
+            .map_err(|_| HttpError::io("http_closed"))?;
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let uri = if self.dc_query.is_empty() {
+            format!("{}{}", self.base, path)
+        } else {
+            format!("{}{}{}{}", self.base, path, sep, self.dc_query)
+        };
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some(t) = &self.token {
+            req = req.header("X-Consul-Token", t.clone());
+        }
+        if !body.is_empty() {
+            req = req.header(::http::header::CONTENT_TYPE, "application/json");
+        }
+        let req = req
+            .body(Full::new(body))
+            .map_err(|_| HttpError::io("http_request"))?;
+        let fut = async {
+            let resp = self
+                .client
+                .request(req)
+                .await
+                .map_err(|_| HttpError::io("http_io"))?;
+            let status = resp.status();
+            let body = http_body_util::Limited::new(resp.into_body(), MAX_BODY)
+                .collect()
+                .await
+                .map_err(|_| HttpError::io("http_io"))?
+                .to_bytes();
+            Ok::<_, HttpError>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(HTTP_TIMEOUT, fut)
+            .await
+            .map_err(|_| HttpError::io("http_timeout"))??;
+        if status == StatusCode::OK {
+            Ok(body)
+        } else {
+            Err(HttpError {
+                kind: status_kind(status.as_u16()),
+                status: Some(status.as_u16()),
+                body,
+            })
+        }
+    }
+}
+
+/// Body of `PUT /v1/session/create`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct SessionCreated {
+    /// The new session's ID.
+    #[serde(rename = "ID")]
+    pub id: String,
+}
+
+/// One session as `/v1/session/renew/:id` (an array of one) returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct SessionEntry {
+    /// Session ID.
+    #[serde(rename = "ID")]
+    pub id: String,
+    /// Session name.
+    #[serde(default)]
+    pub name: String,
+    /// Node the session belongs to.
+    #[serde(default)]
+    pub node: String,
+    /// Lock delay in nanoseconds.
+    #[serde(default)]
+    pub lock_delay: u64,
+    /// `release` or `delete`.
+    #[serde(default)]
+    pub behavior: String,
+    /// TTL as a Go duration string.
+    #[serde(rename = "TTL", default)]
+    pub ttl: String,
+    /// Node checks the session depends on.
+    #[serde(default)]
+    pub node_checks: Option<Vec<String>>,
+    /// Raft index of creation.
+    #[serde(default)]
+    pub create_index: u64,
+    /// Raft index of the last change.
+    #[serde(default)]
+    pub modify_index: u64,
+}
+
+/// Body of `/v1/txn` (200 and 409).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TxnResponse {
+    /// One result per op on success.
+    #[serde(default)]
+    pub results: Option<Vec<serde_json::Value>>,
+    /// Failed ops on rollback.
+    #[serde(default)]
+    pub errors: Option<Vec<TxnOpError>>,
+}
+
+/// One failed op of a rolled-back txn.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TxnOpError {
+    /// Position of the op in the request.
+    pub op_index: usize,
+    /// Reason.
+    #[serde(default)]
+    pub what: String,
+}
+
+/// Parses a `true`/`false` reply (catalog register/deregister, config set).
+pub fn parse_bool(body: &[u8]) -> Result<bool, &'static str> {
+    serde_json::from_slice(body).map_err(|_| "http_decode")
+}
+
+/// Node name of agent `index`.
+pub fn node_name(prefix: &str, index: u64) -> String {
+    format!("{prefix}-{index}")
+}
+
+/// A unique 10.x.y.z address for agent `index`.
+pub fn node_address(index: u64) -> String {
+    format!(
+        "10.{}.{}.{}",
+        (index >> 16) & 0xff,
+        (index >> 8) & 0xff,
+        index & 0xff
+    )
+}
+
+/// Service ID of instance `k` of agent `index`.
+pub fn instance_id(service: &str, index: u64, k: u32) -> String {
+    format!("{service}-{index}-{k}")
+}
+
+/// Check ID of an instance's health check.
+pub fn check_id(service_id: &str) -> String {
+    format!("service:{service_id}")
+}
+
+/// Service ID of the probe controller's instance.
+pub fn probe_instance_id(prefix: &str) -> String {
+    format!("{PROBE_NODE}-{prefix}")
+}
+
+/// What one agent registers.
+#[derive(Debug, Clone)]
+pub struct Registration<'a> {
+    /// Node name.
+    pub node: &'a str,
+    /// Node address.
+    pub address: &'a str,
+    /// Agent index.
+    pub index: u64,
+    /// Service name of the instances.
+    pub service: &'a str,
+    /// Instances.
+    pub instances: u32,
+    /// With a connect-proxy sidecar per instance.
+    pub sidecars: bool,
+    /// Upstreams of the sidecars.
+    pub upstreams: &'a [String],
+}
+
+/// Txn ops (JSON, one per element) that register an agent's node, its
+/// instances with one passing check each, and optional sidecars. Never a
+/// `serfHealth` check.
+pub fn registration_ops(r: &Registration<'_>) -> Vec<String> {
+    let mut ops = Vec::with_capacity(1 + r.instances as usize * 3);
+    ops.push(
+        json!({"Node": {"Verb": "set", "Node": {
+            "Node": r.node, "Address": r.address, "Meta": {"agent-sim": "1"}}}})
+        .to_string(),
+    );
+    for k in 0..r.instances {
+        let id = instance_id(r.service, r.index, k);
+        let port = 8080 + k;
+        ops.push(
+            json!({"Service": {"Verb": "set", "Node": r.node, "Service": {
+                "ID": id, "Service": r.service, "Port": port, "Address": r.address,
+                "Tags": ["agent-sim"]}}})
+            .to_string(),
+        );
+        ops.push(
+            json!({"Check": {"Verb": "set", "Check": {
+                "Node": r.node, "CheckID": check_id(&id), "Name": format!("{} health", r.service),
+                "Status": "passing", "ServiceID": id, "ServiceName": r.service}}})
+            .to_string(),
+        );
+        if r.sidecars {
+            let upstreams: Vec<_> = r
+                .upstreams
+                .iter()
+                .enumerate()
+                .map(|(j, u)| json!({"DestinationName": u, "LocalBindPort": 9191 + j}))
+                .collect();
+            ops.push(
+                json!({"Service": {"Verb": "set", "Node": r.node, "Service": {
+                    "ID": format!("{id}-sidecar-proxy"),
+                    "Service": format!("{}-sidecar-proxy", r.service),
+                    "Kind": "connect-proxy", "Port": 21000 + k, "Address": r.address,
+                    "Proxy": {"DestinationServiceName": r.service, "DestinationServiceID": id,
+                              "LocalServiceAddress": "127.0.0.1", "LocalServicePort": port,
+                              "Upstreams": upstreams}}}})
+                .to_string(),
+            );
+        }
+    }
+    ops
+}
+
+/// Txn op that removes a node with its services and checks.
+pub fn deregistration_op(node: &str) -> String {
+    json!({"Node": {"Verb": "delete", "Node": {"Node": node}}}).to_string()
+}
+
+/// `PUT /v1/catalog/register` body that sets one check's status only.
+pub fn check_status_body(
+    node: &str,
+    address: &str,
+    service_id: &str,
+    service: &str,
+    status: &str,
+) -> String {
+    json!({"Node": node, "Address": address, "SkipNodeUpdate": true, "Check": {
+        "Node": node, "CheckID": check_id(service_id), "Name": format!("{service} health"),
+        "Status": status, "ServiceID": service_id, "ServiceName": service}})
+    .to_string()
+}
+
+/// `PUT /v1/session/create` body: a TTL session on a catalog-only node.
+pub fn session_create_body(node: &str, ttl: &str) -> String {
+    json!({"Node": node, "Name": "agent-sim", "TTL": ttl, "Behavior": "release",
+           "NodeChecks": []})
+    .to_string()
+}
+
+/// `PUT /v1/catalog/register` body of the probe instance.
+pub fn probe_register_body(service: &str, instance_id: &str) -> String {
+    json!({"Node": PROBE_NODE, "Address": "127.0.0.1", "NodeMeta": {"agent-sim": "probe"},
+           "Service": {"ID": instance_id, "Service": service, "Port": 1,
+                       "Address": "127.0.0.1", "Tags": ["agent-sim-probe"]}})
+    .to_string()
+}
+
+/// `PUT /v1/catalog/deregister` body of the probe instance.
+pub fn probe_deregister_body(instance_id: &str) -> String {
+    json!({"Node": PROBE_NODE, "ServiceID": instance_id}).to_string()
+}
+
+/// `PUT /v1/config` body of the probe's service-intentions entry.
+pub fn intentions_body(service: &str, allow: bool) -> String {
+    json!({"Kind": "service-intentions", "Name": service, "Sources": [
+        {"Name": PROBE_SOURCE, "Action": if allow { "allow" } else { "deny" }}]})
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registration_has_no_serf_health_and_counts_ops() {
+        let ups = vec!["web".to_string(), "api".to_string()];
+        let r = Registration {
+            node: "agent-sim-7",
+            address: &node_address(7),
+            index: 7,
+            service: "app",
+            instances: 2,
+            sidecars: true,
+            upstreams: &ups,
+        };
+        let ops = registration_ops(&r);
+        assert_eq!(ops.len(), 7);
+        assert!(ops.iter().all(|o| !o.contains("serfHealth")));
+        let v: serde_json::Value = serde_json::from_str(&ops[0]).unwrap();
+        assert_eq!(v["Node"]["Node"]["Address"], "10.0.0.7");
+        let v: serde_json::Value = serde_json::from_str(&ops[3]).unwrap();
+        assert_eq!(v["Service"]["Service"]["Kind"], "connect-proxy");
+        assert_eq!(
+            v["Service"]["Service"]["Proxy"]["Upstreams"][1]["DestinationName"],
+            "api"
+        );
+        let v: serde_json::Value = serde_json::from_str(&ops[2]).unwrap();
+        assert_eq!(v["Check"]["Check"]["CheckID"], "service:app-7-0");
+    }
+
+    #[test]
+    fn bodies_have_the_documented_shape() {
+        let v: serde_json::Value = serde_json::from_str(&session_create_body("n", "30s")).unwrap();
+        assert_eq!(v["NodeChecks"], json!([]));
+        assert_eq!(v["TTL"], "30s");
+        let v: serde_json::Value =
+            serde_json::from_str(&check_status_body("n", "10.0.0.1", "s-1", "s", "warning"))
+                .unwrap();
+        assert_eq!(v["SkipNodeUpdate"], true);
+        assert_eq!(v["Check"]["Status"], "warning");
+        assert_eq!(status_kind(429), "http_429");
+        assert_eq!(status_kind(503), "http_5xx");
+        assert_eq!(node_address(70000), "10.1.17.112");
+    }
+}

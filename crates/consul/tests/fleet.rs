@@ -1,0 +1,405 @@
+//! Simulated agents against the embedded Consul target, in-process on
+//! 127.0.0.1:0: snapshots for a fleet, the propagation probe, resume after a
+//! reconnect, the ABORTED path, and TTL session expiry.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sim_consul::http::HttpApi;
+use agent_sim_consul::{ConsulConfig, ConsulFactory, ProbeConfig, ProbeKind, metrics_spec};
+use agent_sim_fleet::{Agent, AgentFactory, FleetConfig, FleetStatus, Rate, SessionCx, SessionEnd};
+use agent_sim_metrics::Metrics;
+use agent_sim_target::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
+use bytes::Bytes;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+struct Target {
+    state: ConsulState,
+    rpc: SocketAddr,
+    http: SocketAddr,
+    stop: CancellationToken,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn start_target() -> Target {
+    let state = ConsulState::new(ConsulTargetConfig::default());
+    let rpc_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stop = CancellationToken::new();
+    let t = Target {
+        state: state.clone(),
+        rpc: rpc_l.local_addr().unwrap(),
+        http: http_l.local_addr().unwrap(),
+        stop: stop.clone(),
+    };
+    tokio::spawn(serve_rpc(rpc_l, state.clone(), stop.clone()));
+    tokio::spawn(serve_http(http_l, state, stop));
+    // Upstream instances the agents will see.
+    let api = HttpApi::new(t.http, None, "").unwrap();
+    for (node, id, svc, n) in [
+        ("sim-node-1", "web-1", "web", 1),
+        ("sim-node-2", "web-2", "web", 2),
+        ("sim-node-3", "api-1", "api", 3),
+    ] {
+        let body = serde_json::json!({
+            "Node": node, "Address": format!("10.9.0.{n}"),
+            "Service": {"ID": id, "Service": svc, "Port": 8080},
+            "Check": {"CheckID": format!("{id}-ttl"), "Name": "ttl", "ServiceID": id,
+                      "Status": "passing"}});
+        api.put("/v1/catalog/register", Bytes::from(body.to_string()))
+            .await
+            .unwrap();
+    }
+    t
+}
+
+fn config(t: &Target) -> ConsulConfig {
+    ConsulConfig {
+        rpc_targets: vec![t.rpc.to_string()],
+        http_target: t.http.to_string(),
+        ..ConsulConfig::default()
+    }
+}
+
+fn metrics() -> Metrics {
+    Metrics::new(&metrics_spec().merge(&agent_sim_fleet::metrics_spec()), 4)
+}
+
+fn counter(m: &Metrics, name: &str) -> u64 {
+    m.snapshot().counter(name)
+}
+
+/// Polls `cond` every 10 ms until it holds; panics after `limit`.
+async fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs one session of `agent` while `script` runs; `script` gets the
+/// session's token and must cancel it (or the session must end) to finish.
+async fn with_session<A, F, Fut>(agent: &mut A, m: &Metrics, script: F) -> SessionEnd
+where
+    A: Agent,
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let token = CancellationToken::new();
+    let cx = SessionCx::standalone(0, m.clone(), token.clone());
+    let session = agent.run_session(&cx);
+    let (end, ()) = tokio::join!(session, script(token));
+    end
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
+    let t = start_target().await;
+    let m_owned = metrics();
+    let m = &m_owned;
+    let cfg = ConsulConfig {
+        probe: ProbeConfig {
+            kind: Some(ProbeKind::Catalog),
+            every: Duration::from_secs(2),
+            timeout: Duration::from_millis(1500),
+            ..ProbeConfig::default()
+        },
+        ..config(&t)
+    };
+    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let runner = factory.probe_runner().expect("controller");
+    let stop_probes = CancellationToken::new();
+    let probes = tokio::spawn(runner.run(stop_probes.clone()));
+    let report = agent_sim_fleet::run(
+        FleetConfig {
+            agents: 200,
+            ramp: Some(Rate::per_second(2000.0)),
+            duration: Some(Duration::from_millis(3800)),
+            grace: Duration::from_secs(5),
+            ..FleetConfig::default()
+        },
+        Arc::new(factory),
+        m.clone(),
+        Arc::new(FleetStatus::default()),
+        CancellationToken::new(),
+    )
+    .await;
+    stop_probes.cancel();
+    let probes = probes.await.unwrap();
+    let s = m.snapshot();
+    assert_eq!(report.ever_connected, 200, "{s:?}");
+    assert_eq!(report.connected_at_end, 200);
+    assert_eq!(report.unfinished, 0);
+    assert_eq!(s.counter("subscriptions"), 400);
+    assert_eq!(s.counter("snapshots"), 400);
+    assert_eq!(s.counter("aborts"), 0);
+    assert_eq!(s.counter("registrations"), 200);
+    assert_eq!(s.counter("deregistrations"), 200);
+    assert_eq!(s.counter("sessions_created"), 200);
+    let txns = s.counter("txn_requests");
+    assert!(
+        txns > 0 && txns < 200,
+        "registrations are batched: {txns} txns"
+    );
+    assert!(s.errors.is_empty(), "errors: {:?}", s.errors);
+
+    assert!(!probes.is_empty());
+    let p = &probes[0];
+    assert_eq!(p.id, 1);
+    assert_eq!(p.kind, "deregister");
+    assert_eq!(p.expected, 200, "{p:?}");
+    assert_eq!(p.delivered, 200, "{p:?}");
+    assert!(p.time_to_99pct_us.is_some());
+    assert!(p.latency_us.max <= 1_500_000);
+    assert_eq!(p.latency_us.count, 200);
+    m.collect();
+    let cum = m.cumulative();
+    let prop = cum.iter().find(|(n, _)| *n == "propagation").unwrap();
+    assert!(prop.1.len() >= 200);
+    let overhead = cum.iter().find(|(n, _)| *n == "probe_overhead").unwrap();
+    assert!(overhead.1.len() >= 200);
+    let snap = cum
+        .iter()
+        .find(|(n, _)| *n == "subscribe_snapshot")
+        .unwrap();
+    assert_eq!(snap.1.len(), 400);
+
+    let ts = t.state.stats();
+    assert!(ts.registrations >= 200, "{ts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn intentions_probe_reaches_every_agent() {
+    let t = start_target().await;
+    let m_owned = metrics();
+    let m = &m_owned;
+    let cfg = ConsulConfig {
+        register: false,
+        session_ttl: None,
+        probe: ProbeConfig {
+            kind: Some(ProbeKind::Intentions),
+            every: Duration::from_millis(1500),
+            timeout: Duration::from_secs(1),
+            ..ProbeConfig::default()
+        },
+        ..config(&t)
+    };
+    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let runner = factory.probe_runner().unwrap();
+    let stop_probes = CancellationToken::new();
+    let probes = tokio::spawn(runner.run(stop_probes.clone()));
+    let report = agent_sim_fleet::run(
+        FleetConfig {
+            agents: 20,
+            ramp: None,
+            duration: Some(Duration::from_millis(2800)),
+            ..FleetConfig::default()
+        },
+        Arc::new(factory),
+        m.clone(),
+        Arc::new(FleetStatus::default()),
+        CancellationToken::new(),
+    )
+    .await;
+    stop_probes.cancel();
+    let probes = probes.await.unwrap();
+    assert_eq!(report.ever_connected, 20);
+    // web, api and the intentions subscription per agent.
+    assert_eq!(counter(m, "snapshots"), 60);
+    let p = &probes[0];
+    assert_eq!(p.kind, "intentions");
+    assert_eq!((p.delivered, p.expected), (20, 20), "{p:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnecting_agent_resumes_from_its_index() {
+    let t = start_target().await;
+    let m_owned = metrics();
+    let m = &m_owned;
+    let cfg = ConsulConfig {
+        register: false,
+        session_ttl: None,
+        ..config(&t)
+    };
+    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let mut agent = factory.create(0);
+
+    let end = with_session(&mut agent, m, |token| async move {
+        wait_for("first snapshots", Duration::from_secs(5), || {
+            counter(m, "snapshots") == 2
+        })
+        .await;
+        token.cancel();
+    })
+    .await;
+    assert_eq!(end, SessionEnd::Shutdown);
+    assert_eq!(agent.view_len("web"), Some(2));
+    assert_eq!(agent.view_len("api"), Some(1));
+    assert_eq!(counter(m, "resumes"), 0);
+
+    // While disconnected, web-2 goes away.
+    let api = HttpApi::new(t.http, None, "").unwrap();
+    api.put(
+        "/v1/catalog/deregister",
+        Bytes::from(r#"{"Node":"sim-node-2","ServiceID":"web-2"}"#),
+    )
+    .await
+    .unwrap();
+
+    let end = with_session(&mut agent, m, |token| async move {
+        // `api` did not change: the server keeps the index, no snapshot.
+        wait_for("a resume", Duration::from_secs(5), || {
+            counter(m, "resumes") >= 1
+        })
+        .await;
+        // `web` either resumes with the buffered deregister or re-snapshots.
+        wait_for("web settled", Duration::from_secs(5), || {
+            counter(m, "resumes") + counter(m, "snapshots") >= 4
+        })
+        .await;
+        token.cancel();
+    })
+    .await;
+    assert_eq!(end, SessionEnd::Shutdown);
+    assert_eq!(counter(m, "subscriptions"), 4);
+    assert!(counter(m, "snapshots") <= 3, "api must not re-snapshot");
+    assert_eq!(agent.view_len("web"), Some(1), "web-2 deregistered");
+    assert_eq!(agent.view_len("api"), Some(1));
+    assert!(t.state.stats().resumes_served >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborted_streams_resubscribe_at_once_then_with_backoff() {
+    let t = start_target().await;
+    let m_owned = metrics();
+    let m = &m_owned;
+    let cfg = ConsulConfig {
+        register: false,
+        session_ttl: None,
+        ..config(&t)
+    };
+    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let mut agent = factory.create(0);
+    let state = t.state.clone();
+    let end = with_session(&mut agent, m, |token| async move {
+        wait_for("snapshots", Duration::from_secs(5), || {
+            counter(m, "snapshots") == 2
+        })
+        .await;
+        state.abort_subscriptions();
+        wait_for("first re-snapshots", Duration::from_secs(5), || {
+            counter(m, "aborts") == 2 && counter(m, "snapshots") == 4
+        })
+        .await;
+        state.abort_subscriptions();
+        // The second abort backs off ≤ 200 ms before resubscribing.
+        wait_for("second re-snapshots", Duration::from_secs(5), || {
+            counter(m, "aborts") == 4 && counter(m, "snapshots") == 6
+        })
+        .await;
+        token.cancel();
+    })
+    .await;
+    assert_eq!(
+        end,
+        SessionEnd::Shutdown,
+        "ABORTED does not lose the session"
+    );
+    assert_eq!(counter(m, "subscriptions"), 6);
+    assert_eq!(agent.view_len("web"), Some(2));
+    assert_eq!(agent.view_len("api"), Some(1));
+    assert!(m.snapshot().errors.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_expires_when_renewals_stop_and_is_recreated() {
+    let t = start_target().await;
+    let m_owned = metrics();
+    let m = &m_owned;
+    let cfg = ConsulConfig {
+        session_ttl: Some(Duration::from_secs(10)),
+        ..config(&t)
+    };
+    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let mut agent = factory.create(0);
+    let end = with_session(&mut agent, m, |token| async move {
+        wait_for("session created", Duration::from_secs(5), || {
+            counter(m, "sessions_created") == 1
+        })
+        .await;
+        token.cancel();
+    })
+    .await;
+    assert_eq!(end, SessionEnd::Shutdown);
+    assert_eq!(counter(m, "registrations"), 1);
+    // No session runs, so nobody renews: the server expires it after 2 × TTL.
+    let state = t.state.clone();
+    wait_for("server-side expiry", Duration::from_secs(30), || {
+        state.stats().sessions_expired >= 1
+    })
+    .await;
+    let end = with_session(&mut agent, m, |token| async move {
+        wait_for(
+            "expiry noticed and session recreated",
+            Duration::from_secs(5),
+            || counter(m, "sessions_expired") == 1 && counter(m, "sessions_created") == 2,
+        )
+        .await;
+        token.cancel();
+    })
+    .await;
+    assert_eq!(end, SessionEnd::Shutdown);
+    assert_eq!(counter(m, "registrations"), 1, "registered once");
+    let cx = SessionCx::standalone(0, m.clone(), CancellationToken::new());
+    agent.finish(&cx).await;
+    assert_eq!(counter(m, "deregistrations"), 1);
+    assert!(m.snapshot().errors.is_empty(), "{:?}", m.snapshot().errors);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_flap_through_catalog_register() {
+    let t = start_target().await;
+    let m_owned = metrics();
+    let m = &m_owned;
+    let cfg = ConsulConfig {
+        flap_rate: Some(Rate::per_second(20.0)),
+        session_ttl: None,
+        ..config(&t)
+    };
+    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let mut agent = factory.create(3);
+    with_session(&mut agent, m, |token| async move {
+        wait_for("flaps", Duration::from_secs(5), || counter(m, "flaps") >= 4).await;
+        token.cancel();
+    })
+    .await;
+    assert!(m.snapshot().errors.is_empty(), "{:?}", m.snapshot().errors);
+}
+
+#[tokio::test]
+async fn agent_and_session_future_stay_small() {
+    let m_owned = metrics();
+    let m = &m_owned;
+    let factory = ConsulFactory::new(ConsulConfig::default(), m.clone()).unwrap();
+    let mut agent = factory.create(0);
+    let agent_size = std::mem::size_of_val(&agent);
+    let cx = SessionCx::standalone(0, m.clone(), CancellationToken::new());
+    let fut = agent.run_session(&cx);
+    let fut_size = std::mem::size_of_val(&*fut);
+    drop(fut);
+    eprintln!("agent {agent_size} B, session future {fut_size} B");
+    assert!(agent_size <= 128, "agent struct {agent_size} bytes");
+    assert!(fut_size <= 2048, "session future {fut_size} bytes");
+}

@@ -1,0 +1,129 @@
+//! Memory per simulated agent (client RSS only: the embedded target runs in
+//! a child process). Ignored by default; run it with
+//! `cargo test -p agent-sim-consul --release --test memory -- --ignored --nocapture memory_per_agent`
+//! (`AGENT_SIM_MEM_AGENTS` = number of agents, default 2000).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use agent_sim_consul::http::HttpApi;
+use agent_sim_consul::{ConsulConfig, ConsulFactory, metrics_spec};
+use agent_sim_fleet::{FleetConfig, FleetStatus};
+use agent_sim_metrics::Metrics;
+use agent_sim_target::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
+use bytes::Bytes;
+use tokio_util::sync::CancellationToken;
+
+const SERVE_ENV: &str = "AGENT_SIM_CONSUL_MEMORY_SERVE";
+
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The server half: only does something in the child process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn serve_helper() {
+    if std::env::var_os(SERVE_ENV).is_none() {
+        return;
+    }
+    let state = ConsulState::new(ConsulTargetConfig::default());
+    let rpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (ra, ha) = (rpc.local_addr().unwrap(), http.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    tokio::spawn(serve_rpc(rpc, state.clone(), stop.clone()));
+    tokio::spawn(serve_http(http, state, stop));
+    let api = HttpApi::new(ha, None, "").unwrap();
+    for (node, id, svc) in [("n1", "web-1", "web"), ("n2", "api-1", "api")] {
+        let body = format!(
+            r#"{{"Node":"{node}","Address":"10.9.0.1","Service":{{"ID":"{id}","Service":"{svc}","Port":80}}}}"#
+        );
+        api.put("/v1/catalog/register", Bytes::from(body))
+            .await
+            .unwrap();
+    }
+    println!("ADDRS {ra} {ha}");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn memory_per_agent() {
+    let n: u64 = std::env::var("AGENT_SIM_MEM_AGENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "serve_helper", "--nocapture"])
+        .env(SERVE_ENV, "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (rpc, http) = loop {
+        let line = lines.next().expect("helper output").unwrap();
+        if let Some(rest) = line.strip_prefix("ADDRS ") {
+            let mut it = rest.split(' ');
+            break (it.next().unwrap().to_owned(), it.next().unwrap().to_owned());
+        }
+    };
+    let m = Metrics::new(&metrics_spec().merge(&agent_sim_fleet::metrics_spec()), 8);
+    let factory = ConsulFactory::new(
+        ConsulConfig {
+            rpc_targets: vec![rpc],
+            http_target: http,
+            ..ConsulConfig::default()
+        },
+        m.clone(),
+    )
+    .unwrap();
+    let base = rss_kib();
+    let status = Arc::new(FleetStatus::default());
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(agent_sim_fleet::run(
+        FleetConfig {
+            agents: n,
+            ramp: Some(agent_sim_fleet::Rate::per_second(2000.0)),
+            duration: None,
+            grace: Duration::from_secs(10),
+            ..FleetConfig::default()
+        },
+        Arc::new(factory),
+        m.clone(),
+        status.clone(),
+        stop.clone(),
+    ));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while status.ever_connected.load(Ordering::Relaxed) < n
+        || m.snapshot().counter("sessions_created") < n
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "agents did not connect"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let up = rss_kib();
+    let s = m.snapshot();
+    println!(
+        "{n} agents: RSS {base} KiB → {up} KiB = {:.1} KiB per agent (snapshots {}, sessions {}, errors {:?})",
+        (up.saturating_sub(base)) as f64 / n as f64,
+        s.counter("snapshots"),
+        s.counter("sessions_created"),
+        s.errors
+    );
+    stop.cancel();
+    let _ = run.await;
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -1,0 +1,175 @@
+//! The JSON Schema (draft 2020-12) of the run summary, version 1
+//! (`crates/metrics/schema/summary-v1.schema.json`), and a validator for it.
+//!
+//! The schema is what other tools may rely on; the tests below keep it and
+//! [`crate::Summary`] in step (a populated summary validates, a broken one does
+//! not). Validation runs offline: the schema has no remote references.
+//! This module does not read files.
+
+use std::sync::OnceLock;
+
+/// The schema text.
+pub const SUMMARY_SCHEMA: &str = include_str!("../schema/summary-v1.schema.json");
+
+fn validator() -> Result<&'static jsonschema::Validator, String> {
+    static V: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
+    V.get_or_init(|| {
+        let schema: serde_json::Value = serde_json::from_str(SUMMARY_SCHEMA)
+            .map_err(|e| format!("summary schema is not JSON: {e}"))?;
+        jsonschema::draft202012::new(&schema).map_err(|e| format!("summary schema: {e}"))
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// Validates a summary (as JSON) against [`SUMMARY_SCHEMA`]; the error lists
+/// every violation as `<JSON pointer>: <reason>`.
+pub fn validate_summary_json(v: &serde_json::Value) -> Result<(), Vec<String>> {
+    let validator = validator().map_err(|e| vec![e])?;
+    let errors: Vec<String> = validator
+        .iter_errors(v)
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            format!("{}: {e}", if at.is_empty() { "/" } else { at.as_str() })
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::summary::{LatencySummary, ProbeSummary, SCHEMA_V1, Summary, rfc3339};
+    use crate::{Metrics, MetricsSpec, new_latency_histogram};
+
+    fn populated() -> Summary {
+        let m = Metrics::new(
+            &MetricsSpec {
+                counters: vec!["keepalives_sent", "events_sent"],
+                latencies: vec!["connect", "session_ready"],
+            },
+            2,
+        );
+        m.add(m.counter("keepalives_sent"), 7);
+        m.error("connect_refused");
+        m.record_us(m.latency("connect"), 0, 1_234);
+        m.collect();
+        let snap = m.snapshot();
+        let mut h = new_latency_histogram();
+        h.record(250_000).unwrap();
+        Summary {
+            schema: SCHEMA_V1.into(),
+            kind: "sensu".into(),
+            targets: vec!["ws://127.0.0.1:8081/".into()],
+            started_at: rfc3339(std::time::SystemTime::now()),
+            duration_s: 12.5,
+            agents: crate::summary::AgentCounts {
+                requested: 10,
+                connected: 9,
+                peak_connected: 10,
+                failed: 1,
+            },
+            counters: crate::summary::Counters {
+                values: snap
+                    .counters
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), *v))
+                    .collect(),
+                errors: snap.errors.clone(),
+            },
+            latency_us: m
+                .cumulative()
+                .iter()
+                .map(|(k, h)| (k.to_string(), LatencySummary::from_histogram(h)))
+                .collect(),
+            rates_per_s: [("keepalives".to_string(), 0.5)].into(),
+            process: crate::process::stats(),
+            probes: vec![
+                ProbeSummary {
+                    id: 1,
+                    kind: "deregister".into(),
+                    t0: rfc3339(std::time::SystemTime::now()),
+                    delivered: 1,
+                    expected: 1,
+                    time_to_99pct_us: Some(250_000),
+                    latency_us: LatencySummary::from_histogram(&h),
+                },
+                ProbeSummary {
+                    id: 2,
+                    kind: "register".into(),
+                    t0: rfc3339(std::time::SystemTime::now()),
+                    delivered: 0,
+                    expected: 1,
+                    time_to_99pct_us: None,
+                    latency_us: LatencySummary::from_histogram(&new_latency_histogram()),
+                },
+            ],
+            shard: Some("0/2".into()),
+        }
+    }
+
+    #[test]
+    fn a_populated_summary_validates() {
+        let v = serde_json::to_value(populated()).unwrap();
+        validate_summary_json(&v).unwrap();
+        // The minimal form (no probes, shard or rates) too.
+        let mut s = populated();
+        s.probes.clear();
+        s.shard = None;
+        let mut v = serde_json::to_value(s).unwrap();
+        v.as_object_mut().unwrap().remove("rates_per_s");
+        validate_summary_json(&v).unwrap();
+    }
+
+    #[test]
+    fn merged_summaries_validate() {
+        let m = crate::merge::merge_summaries(&[populated(), populated()]).unwrap();
+        validate_summary_json(&serde_json::to_value(m).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn broken_summaries_fail_with_reasons() {
+        let good = serde_json::to_value(populated()).unwrap();
+
+        let mut v = good.clone();
+        v.as_object_mut().unwrap().remove("agents");
+        let e = validate_summary_json(&v).unwrap_err();
+        assert!(e.iter().any(|x| x.contains("agents")), "{e:?}");
+
+        let mut v = good.clone();
+        v["latency_us"]["connect"]
+            .as_object_mut()
+            .unwrap()
+            .remove("p99");
+        v["counters"]["keepalives_sent"] = serde_json::json!(-1);
+        v["schema"] = serde_json::json!("agent-sim.summary.v2");
+        let e = validate_summary_json(&v).unwrap_err();
+        assert_eq!(e.len(), 3, "{e:?}");
+        assert!(
+            e.iter().any(|x| x.starts_with("/latency_us/connect")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter().any(|x| x.starts_with("/counters/keepalives_sent")),
+            "{e:?}"
+        );
+
+        let mut v = good;
+        v["surprise"] = serde_json::json!(1);
+        assert!(validate_summary_json(&v).is_err());
+    }
+
+    #[test]
+    fn the_schema_is_valid_draft_2020_12() {
+        let schema: serde_json::Value = serde_json::from_str(SUMMARY_SCHEMA).unwrap();
+        assert!(jsonschema::meta::is_valid(&schema));
+        assert_eq!(
+            schema["$schema"],
+            "https://json-schema.org/draft/2020-12/schema"
+        );
+    }
+}

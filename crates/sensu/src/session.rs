@@ -1,0 +1,697 @@
+//! One simulated agent session: the transport side (socket, TLS, WebSocket,
+//! timers). Message bytes come from `messages` and `codec`.
+//!
+//! Life of a session ([`run`]):
+//! 1. Connect (boxed, so its state is freed after the handshake): resolve the
+//!    target once per factory, dial from the agent's source address, TLS for
+//!    `wss://`, WebSocket upgrade with the Sensu headers ([`upgrade_request`]).
+//!    TCP + TLS + upgrade are bounded by `handshake_timeout`.
+//! 2. Send nothing until the first `entity_config` (or `entity_config_timeout`),
+//!    then a keepalive at once and every `keepalive_interval`, lateness
+//!    measured from the intended schedule.
+//! 3. Answer every `check_request` (6.x rule: drop a request whose `issued` is
+//!    not newer than the last one of that check), send agent-side events on a
+//!    Poisson schedule, ping every `ping_interval` and drop the session when no
+//!    pong came within `pong_timeout`.
+//! 4. On cancellation: close 1001 "bye", wait ≤ 1 s for the close handshake.
+//!
+//! Every failure ends the session with a stable snake_case kind
+//! ([`SessionEnd::Lost`] / [`SessionEnd::Fatal`]); nothing here panics on
+//! network data.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use agent_sim_fleet::net::{dial, dial_error_kind};
+use agent_sim_fleet::{SessionCx, SessionEnd};
+use agent_sim_metrics::Metrics;
+use base64::Engine as _;
+use futures_util::{SinkExt as _, StreamExt as _};
+use http::HeaderValue;
+use rustls::ClientConfig;
+use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, Message};
+
+use crate::codec::{self, Encoding, KIND_CHECK_REQUEST, KIND_ENTITY_CONFIG};
+use crate::messages::{AGENT_EVENT_CHECK, MessageBuilder, Templates};
+use crate::{Ids, SensuConfig, SensuError};
+
+/// How long a closing session waits for the backend's close reply.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// What every agent of a factory shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub cfg: SensuConfig,
+    pub targets: Vec<Target>,
+    pub tls: Option<Arc<ClientConfig>>,
+    pub metrics: Metrics,
+    pub ids: Ids,
+    pub templates: Arc<Templates>,
+}
+
+/// A parsed backend URL, its addresses resolved once on first use.
+#[derive(Debug)]
+pub(crate) struct Target {
+    pub url: http::Uri,
+    pub tls: bool,
+    host: String,
+    port: u16,
+    server_name: ServerName<'static>,
+    addrs: tokio::sync::OnceCell<Vec<SocketAddr>>,
+}
+
+impl Target {
+    /// Parses and checks a `ws://` / `wss://` URL.
+    pub(crate) fn parse(s: &str) -> Result<Target, SensuError> {
+        let bad = |why: &str| SensuError::Config(format!("target {s:?}: {why}"));
+        let url: http::Uri = s.trim().parse().map_err(|_| bad("not a URL"))?;
+        let tls = match url.scheme_str() {
+            Some("ws") => false,
+            Some("wss") => true,
+            _ => return Err(bad("scheme must be ws:// or wss://")),
+        };
+        let host = url
+            .host()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| bad("no host"))?;
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let port = url.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let server_name =
+            ServerName::try_from(host.clone()).map_err(|_| bad("host is not a valid TLS name"))?;
+        // Normalize to an explicit path ("ws://h:8081" → "ws://h:8081/").
+        let url = if url.path_and_query().is_none_or(|p| p.as_str().is_empty()) {
+            let mut parts = url.into_parts();
+            parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+            http::Uri::from_parts(parts).map_err(|_| bad("not a URL"))?
+        } else {
+            url
+        };
+        Ok(Target {
+            url,
+            tls,
+            host,
+            port,
+            server_name,
+            addrs: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    async fn addr(&self, index: u64) -> Result<SocketAddr, SessionEnd> {
+        let addrs = self
+            .addrs
+            .get_or_try_init(|| async {
+                tokio::net::lookup_host((self.host.as_str(), self.port))
+                    .await
+                    .map(|it| it.collect::<Vec<_>>())
+            })
+            .await
+            .map_err(|_| SessionEnd::Lost("resolve"))?;
+        if addrs.is_empty() {
+            return Err(SessionEnd::Lost("resolve"));
+        }
+        Ok(addrs[(index as usize) % addrs.len()])
+    }
+}
+
+/// The WebSocket upgrade request a real agent sends: `GET <path>` with the
+/// standard WebSocket headers plus `Sensu-Namespace`, `Sensu-AgentName`,
+/// `Sensu-User`, `Sensu-Subscriptions` (comma-joined), `Authorization: Basic`
+/// and, for protobuf, `Accept: application/octet-stream`.
+pub fn upgrade_request(
+    cfg: &SensuConfig,
+    url: &http::Uri,
+    agent_name: &str,
+) -> Result<http::Request<()>, SensuError> {
+    let mut req = url
+        .clone()
+        .into_client_request()
+        .map_err(|e| SensuError::Config(format!("target {url}: {e}")))?;
+    let value = |s: &str| HeaderValue::from_str(s).map_err(http::Error::from);
+    let auth =
+        base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", cfg.user, cfg.password));
+    let h = req.headers_mut();
+    h.insert("Sensu-Namespace", value(&cfg.namespace)?);
+    h.insert("Sensu-AgentName", value(agent_name)?);
+    h.insert("Sensu-User", value(&cfg.user)?);
+    h.insert("Sensu-Subscriptions", value(&cfg.subscriptions.join(","))?);
+    h.insert(
+        http::header::AUTHORIZATION,
+        value(&format!("Basic {auth}"))?,
+    );
+    if cfg.encoding == Encoding::Protobuf {
+        h.insert(
+            http::header::ACCEPT,
+            HeaderValue::from_static("application/octet-stream"),
+        );
+    }
+    Ok(req)
+}
+
+/// WebSocket buffers sized for tens of thousands of small sessions.
+pub fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .read_buffer_size(4096)
+        .write_buffer_size(0)
+        .max_write_buffer_size(16 * 1024)
+        .max_message_size(Some(64 * 1024))
+        .max_frame_size(Some(64 * 1024))
+}
+
+/// Per-agent check bookkeeping: last `issued` per check (kept across
+/// sessions) and event sequence numbers (restarting at 1 every session).
+#[derive(Debug, Default)]
+pub(crate) struct CheckState {
+    slots: Vec<CheckSlot>,
+}
+
+#[derive(Debug)]
+struct CheckSlot {
+    name: Box<str>,
+    last_issued: i64,
+    sequence: i64,
+}
+
+impl CheckState {
+    fn slot(&mut self, name: &str) -> &mut CheckSlot {
+        let i = match self.slots.iter().position(|s| &*s.name == name) {
+            Some(i) => i,
+            None => {
+                self.slots.push(CheckSlot {
+                    name: name.into(),
+                    last_issued: i64::MIN,
+                    sequence: 0,
+                });
+                self.slots.len() - 1
+            }
+        };
+        &mut self.slots[i]
+    }
+
+    /// Records a request; false when it is not newer than the last one.
+    fn accept(&mut self, name: &str, issued: i64) -> bool {
+        let s = self.slot(name);
+        if issued <= s.last_issued {
+            return false;
+        }
+        s.last_issued = issued;
+        true
+    }
+
+    fn next_sequence(&mut self, name: &str) -> i64 {
+        let s = self.slot(name);
+        s.sequence += 1;
+        s.sequence
+    }
+
+    pub(crate) fn new_session(&mut self) {
+        for s in &mut self.slots {
+            s.sequence = 0;
+        }
+    }
+}
+
+/// Plain TCP or TLS (boxed: TLS state is large and plain sessions should not
+/// pay for it).
+enum MaybeTls {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for MaybeTls {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MaybeTls::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            MaybeTls::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for MaybeTls {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            MaybeTls::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            MaybeTls::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MaybeTls::Plain(s) => Pin::new(s).poll_flush(cx),
+            MaybeTls::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MaybeTls::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            MaybeTls::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+}
+
+type Ws = WebSocketStream<MaybeTls>;
+
+/// Error kind of a failed upgrade.
+fn upgrade_error_kind(e: &tungstenite::Error) -> SessionEnd {
+    match e {
+        tungstenite::Error::Http(resp) => match resp.status().as_u16() {
+            // Rejected credentials or unknown namespace: retrying cannot help
+            // and costs the backend a bcrypt per attempt.
+            401 => SessionEnd::Fatal("upgrade_401"),
+            404 => SessionEnd::Fatal("upgrade_404"),
+            _ => SessionEnd::Lost("upgrade_status"),
+        },
+        tungstenite::Error::Io(e) if e.kind() == io::ErrorKind::TimedOut => {
+            SessionEnd::Lost("handshake_timeout")
+        }
+        tungstenite::Error::Io(_) => SessionEnd::Lost("upgrade_io"),
+        tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed => {
+            SessionEnd::Lost("upgrade_closed")
+        }
+        tungstenite::Error::Protocol(_) => SessionEnd::Lost("upgrade_protocol"),
+        _ => SessionEnd::Lost("upgrade_error"),
+    }
+}
+
+/// Error kind of a failure on an established WebSocket.
+fn ws_error_kind(e: &tungstenite::Error) -> &'static str {
+    use tungstenite::error::ProtocolError;
+    match e {
+        tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed => "ws_closed",
+        tungstenite::Error::Io(e) => match e.kind() {
+            io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe => "ws_reset",
+            io::ErrorKind::UnexpectedEof => "ws_closed",
+            io::ErrorKind::TimedOut => "ws_timeout",
+            _ => "ws_io",
+        },
+        tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake) => "ws_reset",
+        tungstenite::Error::Protocol(_) => "ws_protocol",
+        tungstenite::Error::Capacity(_) | tungstenite::Error::WriteBufferFull(_) => "ws_capacity",
+        _ => "ws_error",
+    }
+}
+
+/// TCP + TLS + upgrade, bounded by the handshake timeout and cancellation.
+async fn connect(shared: &Shared, name: &str, cx: &SessionCx) -> Result<Ws, SessionEnd> {
+    let cfg = &shared.cfg;
+    let target = &shared.targets[(cx.index as usize) % shared.targets.len()];
+    let handshake = async {
+        let addr = target.addr(cx.index).await?;
+        let tcp = dial(addr, cx.bind_addr)
+            .await
+            .map_err(|e| SessionEnd::Lost(dial_error_kind(&e)))?;
+        let stream = match (&shared.tls, target.tls) {
+            (Some(tls), true) => {
+                let tls = tokio_rustls::TlsConnector::from(tls.clone())
+                    .connect(target.server_name.clone(), tcp)
+                    .await
+                    .map_err(|e| match e.kind() {
+                        io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof => {
+                            SessionEnd::Lost("tls_reset")
+                        }
+                        _ => SessionEnd::Lost("tls"),
+                    })?;
+                MaybeTls::Tls(Box::new(tls))
+            }
+            (None, true) => return Err(SessionEnd::Fatal("tls_not_configured")),
+            (_, false) => MaybeTls::Plain(tcp),
+        };
+        let req = upgrade_request(cfg, &target.url, name)
+            .map_err(|_| SessionEnd::Fatal("bad_upgrade_request"))?;
+        let (ws, resp) =
+            tokio_tungstenite::client_async_with_config(req, stream, Some(ws_config()))
+                .await
+                .map_err(|e| upgrade_error_kind(&e))?;
+        // The backend answers in the encoding it chose; a mismatch would make
+        // every frame undecodable.
+        if resp
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|ct| ct.as_bytes() != cfg.encoding.content_type().as_bytes())
+        {
+            return Err(SessionEnd::Fatal("upgrade_content_type"));
+        }
+        Ok(ws)
+    };
+    tokio::select! {
+        r = tokio::time::timeout(cfg.handshake_timeout, handshake) => {
+            r.unwrap_or(Err(SessionEnd::Lost("handshake_timeout")))
+        }
+        _ = cx.cancel.cancelled() => Err(SessionEnd::Shutdown),
+    }
+}
+
+/// Unix time in seconds.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn new_id() -> [u8; 16] {
+    let mut id = fastrand::u128(..).to_le_bytes();
+    // A version-4 UUID, as the real agent sends.
+    id[6] = (id[6] & 0x0f) | 0x40;
+    id[8] = (id[8] & 0x3f) | 0x80;
+    id
+}
+
+/// Exponential inter-arrival time with the given mean (a Poisson process).
+fn exp_interval(mean: Duration) -> Duration {
+    let u = fastrand::f64();
+    mean.mul_f64(-(1.0 - u).ln()).min(mean * 100)
+}
+
+/// Size of the WebSocket stream type (for the memory-budget test).
+#[cfg(test)]
+pub(crate) const WS_SIZE: usize = std::mem::size_of::<Ws>();
+
+/// Runs one session to its end (see the module docs).
+pub(crate) async fn run(
+    shared: &Shared,
+    builder: &mut MessageBuilder,
+    checks: &mut CheckState,
+    cx: &SessionCx,
+) -> SessionEnd {
+    let t0 = Instant::now();
+    // Boxed: the handshake state machine is freed once the session is up.
+    let ws = match Box::pin(connect(shared, builder.name(), cx)).await {
+        Ok(ws) => ws,
+        Err(end) => return end,
+    };
+    shared
+        .metrics
+        .record(shared.ids.connect, cx.shard_key(), t0.elapsed());
+    checks.new_session();
+    let mut steady = Steady {
+        shared,
+        builder,
+        checks,
+        cx,
+        ws,
+    };
+    steady.run(t0).await
+}
+
+struct Steady<'a> {
+    shared: &'a Shared,
+    builder: &'a mut MessageBuilder,
+    checks: &'a mut CheckState,
+    cx: &'a SessionCx,
+    ws: Ws,
+}
+
+impl Steady<'_> {
+    async fn send(&mut self, frame: Vec<u8>) -> Result<(), SessionEnd> {
+        let n = frame.len() as u64;
+        self.ws
+            .send(Message::Binary(frame.into()))
+            .await
+            .map_err(|e| SessionEnd::Lost(ws_error_kind(&e)))?;
+        self.shared.metrics.add(self.shared.ids.bytes_sent, n);
+        Ok(())
+    }
+
+    /// Decodes a check request and builds the reply frame; `None` when the
+    /// request is undecodable or dropped (counted either way).
+    fn check_reply(&mut self, body: &[u8], ready: bool) -> Option<Vec<u8>> {
+        let m = &self.shared.metrics;
+        let ids = &self.shared.ids;
+        let req = match codec::decode_check_request(body, self.shared.cfg.encoding) {
+            Ok(r) => r,
+            Err(_) => {
+                m.error("decode_check_request");
+                return None;
+            }
+        };
+        let name = req
+            .config
+            .as_ref()
+            .and_then(|c| c.metadata.as_ref())
+            .map(|m| m.name.as_str())
+            .unwrap_or("");
+        // Nothing is sent before the session is ready.
+        if !ready || !self.checks.accept(name, req.issued) {
+            m.incr(ids.check_requests_dropped);
+            return None;
+        }
+        let seq = self.checks.next_sequence(name);
+        let now = unix_now();
+        let check = self.builder.check_result(&req, now);
+        let mut out = Vec::new();
+        if self
+            .builder
+            .write_event_frame(&mut out, check, now, new_id(), seq)
+            .is_err()
+        {
+            m.error("encode_event");
+            return None;
+        }
+        Some(out)
+    }
+
+    async fn close(&mut self) -> SessionEnd {
+        let _ = tokio::time::timeout(CLOSE_WAIT, async {
+            let bye = CloseFrame {
+                code: CloseCode::Away,
+                reason: "bye".into(),
+            };
+            if self.ws.send(Message::Close(Some(bye))).await.is_err() {
+                return;
+            }
+            // Read until the backend's close reply ends the stream.
+            while let Some(Ok(_)) = self.ws.next().await {}
+        })
+        .await;
+        SessionEnd::Shutdown
+    }
+
+    async fn run(&mut self, t0: Instant) -> SessionEnd {
+        let shared = self.shared;
+        let cfg = &shared.cfg;
+        let ids = &shared.ids;
+        let m = &shared.metrics;
+        let key = self.cx.shard_key();
+        let start = Instant::now();
+
+        let mut ready = false;
+        let ec_deadline = start + cfg.entity_config_timeout;
+        let mut next_keepalive: Option<Instant> = None;
+        let mut keepalive_seq: i64 = 0;
+        let mut next_ping = start + cfg.ping_interval;
+        let mut ping_since: Option<Instant> = None;
+        let mut next_event: Option<Instant> = None;
+        let event_mean = cfg.event_rate.map(|r| r.interval());
+
+        let sleep = tokio::time::sleep_until(ec_deadline);
+        tokio::pin!(sleep);
+
+        loop {
+            let mut wake = next_ping;
+            if !ready {
+                wake = wake.min(ec_deadline);
+            }
+            for t in [
+                next_keepalive,
+                ping_since.map(|t| t + cfg.pong_timeout),
+                next_event,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                wake = wake.min(t);
+            }
+            if sleep.deadline() != wake {
+                sleep.as_mut().reset(wake);
+            }
+
+            let woke = tokio::select! {
+                biased;
+                _ = self.cx.cancel.cancelled() => Wake::Cancel,
+                msg = self.ws.next() => Wake::Msg(msg),
+                _ = &mut sleep => Wake::Timer,
+            };
+
+            match woke {
+                // Boxed: rare paths must not grow the steady-state future.
+                Wake::Cancel => return Box::pin(self.close()).await,
+                Wake::Msg(None) => return SessionEnd::Lost("ws_closed"),
+                Wake::Msg(Some(Err(e))) => return SessionEnd::Lost(ws_error_kind(&e)),
+                Wake::Msg(Some(Ok(msg))) => {
+                    let received = Instant::now();
+                    let data = match msg {
+                        Message::Binary(b) => b,
+                        Message::Text(t) => t.into(),
+                        Message::Ping(_) => {
+                            // tungstenite queued the pong: flush it now.
+                            if let Err(e) = self.ws.flush().await {
+                                return SessionEnd::Lost(ws_error_kind(&e));
+                            }
+                            continue;
+                        }
+                        Message::Pong(_) => {
+                            ping_since = None;
+                            continue;
+                        }
+                        Message::Close(_) => {
+                            // Our close reply is queued; push it out, briefly.
+                            let _ =
+                                Box::pin(tokio::time::timeout(CLOSE_WAIT, self.ws.flush())).await;
+                            return SessionEnd::Lost("ws_closed");
+                        }
+                        Message::Frame(_) => continue,
+                    };
+                    m.incr(ids.frames_received);
+                    m.add(ids.bytes_received, data.len() as u64);
+                    let frame = match codec::split_frame(&data) {
+                        Ok(f) => f,
+                        Err(_) => {
+                            m.error("decode_frame");
+                            continue;
+                        }
+                    };
+                    match frame.kind {
+                        KIND_ENTITY_CONFIG => {
+                            let ec = match codec::decode_entity_config(frame.body, cfg.encoding) {
+                                Ok(ec) => ec,
+                                Err(_) => {
+                                    m.error("decode_entity_config");
+                                    continue;
+                                }
+                            };
+                            m.incr(ids.entity_configs_received);
+                            self.builder.apply_entity_config(ec);
+                            if !ready {
+                                ready = true;
+                                m.record(ids.session_ready, key, t0.elapsed());
+                                self.cx.established();
+                                next_keepalive = Some(received);
+                                next_event = event_mean.map(|mean| received + exp_interval(mean));
+                            }
+                        }
+                        KIND_CHECK_REQUEST => {
+                            m.incr(ids.check_requests_received);
+                            // Built in a sync fn: the request is not held across the send.
+                            let Some(out) = self.check_reply(frame.body, ready) else {
+                                continue;
+                            };
+                            if let Err(end) = self.send(out).await {
+                                return end;
+                            }
+                            m.incr(ids.check_replies_sent);
+                            m.incr(ids.events_sent);
+                            m.record(ids.check_turnaround, key, received.elapsed());
+                        }
+                        _ => m.error("unknown_frame_kind"),
+                    }
+                }
+                Wake::Timer => {
+                    let now = Instant::now();
+                    if ping_since.is_some_and(|since| now >= since + cfg.pong_timeout) {
+                        return SessionEnd::Lost("pong_timeout");
+                    }
+                    if !ready && now >= ec_deadline {
+                        // As the real agent: proceed without an entity config.
+                        m.error("entity_config_timeout");
+                        ready = true;
+                        self.cx.established();
+                        next_keepalive = Some(now);
+                        next_event = event_mean.map(|mean| now + exp_interval(mean));
+                    }
+                    if now >= next_ping {
+                        if let Err(e) = self.ws.send(Message::Ping(Default::default())).await {
+                            return SessionEnd::Lost(ws_error_kind(&e));
+                        }
+                        ping_since.get_or_insert(now);
+                        next_ping += cfg.ping_interval;
+                        if next_ping <= now {
+                            next_ping = now + cfg.ping_interval;
+                        }
+                    }
+                    if let Some(due) = next_keepalive.filter(|t| now >= *t) {
+                        keepalive_seq += 1;
+                        let mut out = Vec::new();
+                        let wall = unix_now();
+                        if self
+                            .builder
+                            .write_keepalive_frame(&mut out, wall, new_id(), keepalive_seq)
+                            .is_err()
+                        {
+                            m.error("encode_keepalive");
+                        } else {
+                            // Lateness from the intended time; a slot missed
+                            // entirely still counts, from its own due time.
+                            let sent_at = Instant::now();
+                            let mut slot = due;
+                            while slot <= sent_at {
+                                m.record(ids.keepalive_lateness, key, sent_at - slot);
+                                slot += cfg.keepalive_interval;
+                            }
+                            next_keepalive = Some(slot);
+                            if let Err(end) = self.send(out).await {
+                                return end;
+                            }
+                            m.incr(ids.keepalives_sent);
+                        }
+                        if next_keepalive == Some(due) {
+                            next_keepalive = Some(due + cfg.keepalive_interval);
+                        }
+                    }
+                    if let (Some(due), Some(mean)) = (next_event.filter(|t| now >= *t), event_mean)
+                    {
+                        next_event = Some(due + exp_interval(mean));
+                        let seq = self.checks.next_sequence(AGENT_EVENT_CHECK);
+                        let wall = unix_now();
+                        let check = self.builder.agent_event_check(wall);
+                        let mut out = Vec::new();
+                        if self
+                            .builder
+                            .write_event_frame(&mut out, check, wall, new_id(), seq)
+                            .is_err()
+                        {
+                            m.error("encode_event");
+                        } else {
+                            if let Err(end) = self.send(out).await {
+                                return end;
+                            }
+                            m.incr(ids.agent_events_sent);
+                            m.incr(ids.events_sent);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+enum Wake {
+    Cancel,
+    Msg(Option<Result<Message, tungstenite::Error>>),
+    Timer,
+}

@@ -1,0 +1,378 @@
+//! A simulated agent session against a tiny in-test WebSocket backend on
+//! 127.0.0.1: nothing before `entity_config`, keepalives on schedule, check
+//! requests answered, pings, close 1001 on cancel, upgrade rejections.
+
+// The server callback's error type is tungstenite's `ErrorResponse`.
+#![allow(clippy::result_large_err)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sim_fleet::{Agent as _, AgentFactory as _, SessionCx, SessionEnd};
+use agent_sim_metrics::Metrics;
+use agent_sim_proto::sensu::{v2, v3};
+use agent_sim_sensu::codec::{self, Encoding, validate_event};
+use agent_sim_sensu::{SensuConfig, SensuFactory, metrics_spec};
+use futures_util::{SinkExt as _, StreamExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{Instant, timeout};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_util::sync::CancellationToken;
+
+const STEP: Duration = Duration::from_secs(3);
+
+type Headers = Arc<std::sync::Mutex<Option<http::HeaderMap>>>;
+
+/// Accepts one upgrade, recording its headers and answering with the
+/// content type the request asked for.
+async fn accept(listener: &TcpListener, headers: Headers) -> WebSocketStream<TcpStream> {
+    let (tcp, _) = timeout(STEP, listener.accept()).await.unwrap().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let seen2 = seen.clone();
+    let ws = tokio_tungstenite::accept_hdr_async(tcp, move |req: &Request, mut resp: Response| {
+        let enc = Encoding::from_accept(req.headers().get("accept").and_then(|v| v.to_str().ok()));
+        resp.headers_mut()
+            .insert("content-type", enc.content_type().parse().unwrap());
+        *seen2.lock().unwrap() = Some(req.headers().clone());
+        Ok::<_, ErrorResponse>(resp)
+    })
+    .await
+    .unwrap();
+    let got = seen.lock().unwrap().take();
+    *headers.lock().unwrap() = got;
+    ws
+}
+
+fn config(port: u16, enc: Encoding) -> SensuConfig {
+    SensuConfig {
+        targets: vec![format!("ws://127.0.0.1:{port}/")],
+        encoding: enc,
+        keepalive_interval: Duration::from_millis(200),
+        name_prefix: "sim".into(),
+        subscriptions: vec!["linux".into(), "web".into()],
+        ..Default::default()
+    }
+}
+
+fn metrics() -> Metrics {
+    Metrics::new(&agent_sim_fleet::metrics_spec().merge(&metrics_spec()), 1)
+}
+
+/// Starts agent `index` of a factory on its own task.
+fn start(
+    cfg: SensuConfig,
+    m: &Metrics,
+    index: u64,
+) -> (CancellationToken, tokio::task::JoinHandle<SessionEnd>) {
+    let factory = SensuFactory::new(cfg, m.clone()).unwrap();
+    let cancel = CancellationToken::new();
+    let cx = SessionCx::standalone(index, m.clone(), cancel.clone());
+    let mut agent = factory.create(index);
+    let task = tokio::spawn(async move { agent.run_session(&cx).await });
+    (cancel, task)
+}
+
+/// Next binary frame from the agent (answering nothing else).
+async fn next_frame(ws: &mut WebSocketStream<TcpStream>) -> Vec<u8> {
+    loop {
+        match timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap() {
+            Message::Binary(b) => return b.to_vec(),
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+fn entity_config(name: &str, enc: Encoding) -> Vec<u8> {
+    let ec = v3::EntityConfig {
+        metadata: Some(v2::ObjectMeta {
+            name: name.into(),
+            namespace: "default".into(),
+            ..Default::default()
+        }),
+        entity_class: "agent".into(),
+        ..Default::default()
+    };
+    codec::encode_frame(
+        codec::KIND_ENTITY_CONFIG,
+        &codec::encode_entity_config(&ec, enc).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn protobuf_session_end_to_end() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let m = metrics();
+    let (cancel, task) = start(config(port, Encoding::Protobuf), &m, 7);
+    let headers = Headers::default();
+    let mut ws = accept(&listener, headers.clone()).await;
+
+    let h = headers.lock().unwrap().take().unwrap();
+    assert_eq!(h["sensu-agentname"], "sim-7");
+    assert_eq!(h["sensu-subscriptions"], "linux,web");
+    assert_eq!(h["sensu-namespace"], "default");
+    assert_eq!(h["accept"], "application/octet-stream");
+
+    // Nothing before entity_config.
+    assert!(
+        timeout(Duration::from_millis(300), ws.next())
+            .await
+            .is_err(),
+        "the agent spoke before entity_config"
+    );
+
+    ws.send(Message::Binary(
+        entity_config("not found", Encoding::Protobuf).into(),
+    ))
+    .await
+    .unwrap();
+    let first = next_frame(&mut ws).await;
+    let t1 = Instant::now();
+    let f = codec::split_frame(&first).unwrap();
+    assert_eq!(f.kind, codec::KIND_KEEPALIVE);
+    let ka = codec::decode_event(f.body, Encoding::Protobuf).unwrap();
+    assert_eq!(validate_event(&ka, true), Ok(()));
+    assert_eq!(ka.sequence, 1);
+    assert_eq!(ka.id.len(), 16);
+    let e = ka.entity.clone().unwrap();
+    assert_eq!(e.metadata.unwrap().name, "sim-7");
+    assert_eq!(e.subscriptions, ["linux", "web"]);
+
+    let second = next_frame(&mut ws).await;
+    let gap = t1.elapsed();
+    let f = codec::split_frame(&second).unwrap();
+    assert_eq!(f.kind, codec::KIND_KEEPALIVE);
+    let ka2 = codec::decode_event(f.body, Encoding::Protobuf).unwrap();
+    assert_eq!(ka2.sequence, 2);
+    assert_ne!(ka2.id, ka.id);
+    assert!(
+        gap >= Duration::from_millis(120) && gap < Duration::from_millis(1500),
+        "{gap:?}"
+    );
+
+    // The real check request of vector 003 is answered like vector 004.
+    let req = common::read("sensu/protobuf/003-backend-check_request.bin");
+    ws.send(Message::Binary(req.clone().into())).await.unwrap();
+    // A replay (same issued) is dropped, as 6.x agents do.
+    ws.send(Message::Binary(req.into())).await.unwrap();
+    let reply = loop {
+        let b = next_frame(&mut ws).await;
+        if codec::split_frame(&b).unwrap().kind == codec::KIND_EVENT {
+            break b;
+        }
+    };
+    let ev =
+        codec::decode_event(codec::split_frame(&reply).unwrap().body, Encoding::Protobuf).unwrap();
+    assert_eq!(validate_event(&ev, false), Ok(()));
+    assert_eq!(ev.sequence, 1);
+    let c = ev.check.unwrap();
+    assert_eq!(c.issued, 1_795_300_847);
+    assert_eq!(c.processed_by, "sim-7");
+    assert_eq!(c.metadata.unwrap().name, "vector-check");
+    assert_eq!(c.status, 0);
+
+    // Frames are handled in order: once a later keepalive arrives, the
+    // replayed request has been seen (and dropped).
+    loop {
+        let b = next_frame(&mut ws).await;
+        let kind = codec::split_frame(&b).unwrap().kind.to_owned();
+        assert_ne!(
+            kind,
+            codec::KIND_EVENT,
+            "a replayed check request was answered"
+        );
+        if kind == codec::KIND_KEEPALIVE {
+            break;
+        }
+    }
+
+    // Cancel: close 1001 "bye", and the session ends as Shutdown.
+    cancel.cancel();
+    let close = loop {
+        match timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap() {
+            Message::Close(c) => break c.unwrap(),
+            Message::Binary(b) => {
+                let kind = codec::split_frame(&b).unwrap().kind.to_owned();
+                assert_ne!(
+                    kind,
+                    codec::KIND_EVENT,
+                    "a replayed check request was answered"
+                );
+            }
+            _ => {}
+        }
+    };
+    assert_eq!(close.code, CloseCode::Away);
+    assert_eq!(close.reason.as_str(), "bye");
+    // Reading on lets tungstenite answer the close.
+    while let Ok(Some(Ok(_))) = timeout(STEP, ws.next()).await {}
+    // The backend ends the TCP connection once the close handshake is done.
+    drop(ws);
+    let end = timeout(STEP, task).await.unwrap().unwrap();
+    assert_eq!(end, SessionEnd::Shutdown);
+
+    let s = m.snapshot();
+    assert!(s.counter("keepalives_sent") >= 2);
+    assert_eq!(s.counter("check_requests_received"), 2);
+    assert_eq!(s.counter("check_requests_dropped"), 1);
+    assert_eq!(s.counter("check_replies_sent"), 1);
+    assert_eq!(s.counter("events_sent"), 1);
+    assert_eq!(s.counter("entity_configs_received"), 1);
+    assert!(s.counter("bytes_sent") > 0 && s.counter("bytes_received") > 0);
+    assert_eq!(s.counter(agent_sim_fleet::COUNTER_SESSIONS), 1);
+    assert!(s.errors.is_empty(), "{:?}", s.errors);
+    let lat: Vec<_> = m.collect();
+    let count = |n: &str| lat.iter().find(|(k, _)| *k == n).unwrap().1.len();
+    assert_eq!(count("connect"), 1);
+    assert_eq!(count("session_ready"), 1);
+    assert!(count("keepalive_lateness") >= 2);
+    assert_eq!(count("check_turnaround"), 1);
+}
+
+#[tokio::test]
+async fn json_session_applies_entity_config_and_sends_agent_events() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let m = metrics();
+    let cfg = SensuConfig {
+        event_rate: Some("20/s".parse().unwrap()),
+        event_output_size: 100,
+        keepalive_interval: Duration::from_secs(20),
+        ..config(port, Encoding::Json)
+    };
+    let (cancel, task) = start(cfg, &m, 3);
+    let headers = Headers::default();
+    let mut ws = accept(&listener, headers.clone()).await;
+    assert!(
+        headers
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .get("accept")
+            .is_none()
+    );
+
+    // A real entity config (JSON vector 002, another agent's name).
+    let ec = common::read("sensu/json/002-backend-entity_config.bin");
+    ws.send(Message::Binary(ec.into())).await.unwrap();
+    let ka = next_frame(&mut ws).await;
+    let f = codec::split_frame(&ka).unwrap();
+    assert_eq!(f.kind, codec::KIND_KEEPALIVE);
+    let ev = codec::decode_event(f.body, Encoding::Json).unwrap();
+    assert_eq!(validate_event(&ev, true), Ok(()));
+    let e = ev.entity.unwrap();
+    assert_eq!(e.subscriptions, ["vectors", "entity:vec-json-1"]);
+    assert!(e.deregister);
+
+    // A garbage frame is counted and skipped.
+    ws.send(Message::Binary(b"check_request\n{not json".to_vec().into()))
+        .await
+        .unwrap();
+    let mut seqs = Vec::new();
+    while seqs.len() < 3 {
+        let b = next_frame(&mut ws).await;
+        let f = codec::split_frame(&b).unwrap();
+        if f.kind == codec::KIND_EVENT {
+            let ev = codec::decode_event(f.body, Encoding::Json).unwrap();
+            assert_eq!(validate_event(&ev, false), Ok(()));
+            let c = ev.check.unwrap();
+            assert_eq!(c.metadata.unwrap().name, "agent-sim-event");
+            assert_eq!(c.output.len(), 100);
+            seqs.push(ev.sequence);
+        }
+    }
+    assert_eq!(seqs, [1, 2, 3]);
+    cancel.cancel();
+    while let Ok(Some(Ok(_))) = timeout(STEP, ws.next()).await {}
+    // The backend ends the TCP connection once the close handshake is done.
+    drop(ws);
+    assert_eq!(
+        timeout(STEP, task).await.unwrap().unwrap(),
+        SessionEnd::Shutdown
+    );
+    let s = m.snapshot();
+    assert!(s.counter("agent_events_sent") >= 3);
+    assert_eq!(s.errors.get("decode_check_request"), Some(&1));
+}
+
+#[tokio::test]
+async fn missing_pong_drops_the_session() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let m = metrics();
+    let cfg = SensuConfig {
+        ping_interval: Duration::from_millis(100),
+        pong_timeout: Duration::from_millis(250),
+        entity_config_timeout: Duration::from_millis(50),
+        ..config(port, Encoding::Protobuf)
+    };
+    let (_cancel, task) = start(cfg, &m, 1);
+    // Accept, then never read: no pong is ever sent back.
+    let _ws = accept(&listener, Headers::default()).await;
+    let end = timeout(STEP, task).await.unwrap().unwrap();
+    assert_eq!(end, SessionEnd::Lost("pong_timeout"));
+    assert_eq!(m.snapshot().errors.get("entity_config_timeout"), Some(&1));
+}
+
+#[tokio::test]
+async fn upgrade_rejections_and_refused_dials_have_kinds() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let m = metrics();
+    let (_c, task) = start(config(port, Encoding::Protobuf), &m, 1);
+    let (tcp, _) = timeout(STEP, listener.accept()).await.unwrap().unwrap();
+    let _ = tokio_tungstenite::accept_hdr_async(tcp, |_: &Request, _: Response| {
+        let mut r = ErrorResponse::new(Some("missing credentials".into()));
+        *r.status_mut() = http::StatusCode::UNAUTHORIZED;
+        Err(r)
+    })
+    .await;
+    assert_eq!(
+        timeout(STEP, task).await.unwrap().unwrap(),
+        SessionEnd::Fatal("upgrade_401")
+    );
+
+    drop(listener);
+    let (_c, task) = start(config(port, Encoding::Protobuf), &m, 1);
+    assert_eq!(
+        timeout(STEP, task).await.unwrap().unwrap(),
+        SessionEnd::Lost("connect_refused")
+    );
+}
+
+#[tokio::test]
+async fn cancel_during_entity_config_wait_closes_politely() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let m = metrics();
+    let (cancel, task) = start(config(port, Encoding::Protobuf), &m, 2);
+    let mut ws = accept(&listener, Headers::default()).await;
+    // A pong proves the agent's session loop runs (the handshake is done).
+    ws.send(Message::Ping(b"sync".to_vec().into()))
+        .await
+        .unwrap();
+    match timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap() {
+        Message::Pong(p) => assert_eq!(&p[..], b"sync"),
+        other => panic!("unexpected {other:?}"),
+    }
+    cancel.cancel();
+    match timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap() {
+        Message::Close(Some(c)) => assert_eq!(c.code, CloseCode::Away),
+        other => panic!("unexpected {other:?}"),
+    }
+    while let Ok(Some(Ok(_))) = timeout(STEP, ws.next()).await {}
+    // The backend ends the TCP connection once the close handshake is done.
+    drop(ws);
+    assert_eq!(
+        timeout(STEP, task).await.unwrap().unwrap(),
+        SessionEnd::Shutdown
+    );
+    assert_eq!(m.snapshot().counter("keepalives_sent"), 0);
+}

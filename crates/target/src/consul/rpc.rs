@@ -1,0 +1,450 @@
+//! The RPC port: a `0x08` byte, then h2c gRPC serving
+//! `subscribe.StateChangeSubscription/Subscribe`.
+//!
+//! Each accepted socket gets one task: it reads the prefix byte (5 s budget),
+//! then hands the same socket to hyper's HTTP/2 server with a tiny hand-written
+//! service (one route) instead of tonic's `Server`, which keeps per-connection
+//! state to hyper/h2's own and lets shutdown close every connection within a
+//! bounded grace. The server never sends keepalive pings.
+//!
+//! Events travel pre-encoded ([`Bytes`] from [`super::events`]): the codec
+//! writes them as they are, so a live event is encoded once for all
+//! subscribers. A [`Subscription`] stream sends its snapshot, then what the
+//! topic's broadcast channel carries; if it lags behind the channel it sends
+//! `NewSnapshotToFollow` and a fresh snapshot, as the real server does.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::{Future, Ready, ready};
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes};
+use futures_util::Stream;
+use hyper::body::Incoming;
+use hyper::server::conn::http2;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
+use tonic::server::{Grpc, ServerStreamingService};
+use tonic_prost::ProstDecoder;
+
+use agent_sim_proto::consul::subscribe::{SubscribeRequest, Topic, subscribe_request::Subject};
+
+use super::state::{Start, TopicKey};
+use super::{ConsulState, Gauge, events};
+
+/// `pool.RPCGRPC`: the byte that switches a Consul RPC connection to gRPC.
+pub(crate) const RPC_GRPC: u8 = 0x08;
+/// `limits.rpc_handshake_timeout` default.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+const SUBSCRIBE_PATH: &str = "/subscribe.StateChangeSubscription/Subscribe";
+/// Small codec buffers: messages here are a few hundred bytes, and there may
+/// be 20,000 streams.
+const CODEC_BUFFERS: (usize, usize) = (512, 32 * 1024);
+
+/// Serves the RPC port until `shutdown` is cancelled, then gives open
+/// connections a short grace (streams end with `UNAVAILABLE`) and returns.
+pub async fn serve_rpc(
+    listener: TcpListener,
+    state: ConsulState,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        state.set_rpc_addr(addr);
+    }
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        // Never ping clients: a real server doesn't, and pings cost wakeups
+        // over 10,000 idle connections.
+        .keep_alive_interval(None)
+        .max_concurrent_streams(1024);
+    let builder = Arc::new(builder);
+    super::accept_loop(listener, shutdown.clone(), move |stream| {
+        rpc_connection(stream, state.clone(), builder.clone(), shutdown.clone())
+    })
+    .await
+}
+
+async fn rpc_connection(
+    mut stream: TcpStream,
+    state: ConsulState,
+    builder: Arc<http2::Builder<TokioExecutor>>,
+    shutdown: CancellationToken,
+) {
+    let first = tokio::select! {
+        _ = shutdown.cancelled() => return,
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_u8()) => r,
+    };
+    let counters = &state.inner.counters;
+    if !matches!(first, Ok(Ok(RPC_GRPC))) {
+        counters.bump(&counters.rpc_rejected_no_prefix);
+        return; // dropping the socket closes it
+    }
+    let _ = stream.set_nodelay(true);
+    counters.bump(&counters.rpc_connections);
+    let _open = Gauge::up(&state, |c| &c.rpc_connections_open);
+    let svc = GrpcService {
+        state: state.clone(),
+        shutdown: shutdown.clone(),
+    };
+    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(super::CONNECTION_GRACE, conn).await;
+        }
+    }
+}
+
+/// The per-connection HTTP/2 service: one gRPC route.
+#[derive(Clone)]
+struct GrpcService {
+    state: ConsulState,
+    shutdown: CancellationToken,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for GrpcService {
+    type Response = Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        if req.uri().path() != SUBSCRIBE_PATH {
+            let status =
+                Status::unimplemented(format!("unknown service or method {}", req.uri().path()));
+            return Box::pin(ready(Ok(status.into_http())));
+        }
+        let handler = SubscribeHandler {
+            state: self.state.clone(),
+            shutdown: self.shutdown.clone(),
+        };
+        Box::pin(async move {
+            let mut grpc = Grpc::new(SubscribeCodec);
+            Ok(grpc.server_streaming(handler, req).await)
+        })
+    }
+}
+
+/// Decodes `SubscribeRequest` with prost; encodes pre-encoded event bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct SubscribeCodec;
+
+fn buffers() -> BufferSettings {
+    BufferSettings::new(CODEC_BUFFERS.0, CODEC_BUFFERS.1)
+}
+
+impl Codec for SubscribeCodec {
+    type Encode = Bytes;
+    type Decode = SubscribeRequest;
+    type Encoder = PreEncoded;
+    type Decoder = ProstDecoder<SubscribeRequest>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        PreEncoded
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ProstDecoder::new(buffers())
+    }
+}
+
+/// Writes an already encoded message.
+#[derive(Clone, Copy, Debug, Default)]
+struct PreEncoded;
+
+impl Encoder for PreEncoded {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        buffers()
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
+
+struct SubscribeHandler {
+    state: ConsulState,
+    shutdown: CancellationToken,
+}
+
+impl ServerStreamingService<SubscribeRequest> for SubscribeHandler {
+    type Response = Bytes;
+    type ResponseStream = EventStream;
+    type Future = Ready<Result<tonic::Response<EventStream>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<SubscribeRequest>) -> Self::Future {
+        let opened = Subscription::open(&self.state, request.into_inner(), &self.shutdown);
+        ready(opened.map(|s| tonic::Response::new(Box::pin(s.into_stream()) as EventStream)))
+    }
+}
+
+/// Resolves the request's subject into a topic key.
+fn topic_key(req: &SubscribeRequest) -> Result<TopicKey, Status> {
+    let topic = match Topic::try_from(req.topic) {
+        Ok(t @ (Topic::ServiceHealth | Topic::ServiceHealthConnect | Topic::ServiceIntentions)) => {
+            t
+        }
+        _ => {
+            return Err(Status::invalid_argument(format!(
+                "unsupported topic {}",
+                req.topic
+            )));
+        }
+    };
+    let key = match &req.subject {
+        Some(Subject::NamedSubject(s)) => s.key.as_str(),
+        Some(Subject::WildcardSubject(_)) => {
+            return Err(Status::invalid_argument(
+                "wildcard subjects are not supported by this target",
+            ));
+        }
+        None => req.key.as_str(),
+    };
+    if key.is_empty() {
+        return Err(Status::invalid_argument("a subject key is required"));
+    }
+    Ok(TopicKey::new(topic, key))
+}
+
+/// One Subscribe stream.
+struct Subscription {
+    state: ConsulState,
+    key: TopicKey,
+    pending: VecDeque<Bytes>,
+    rx: broadcast::Receiver<Bytes>,
+    abort: watch::Receiver<u64>,
+    shutdown: CancellationToken,
+    done: bool,
+    _active: Gauge,
+}
+
+enum Wake {
+    Shutdown,
+    Abort,
+    Event(Result<Bytes, broadcast::error::RecvError>),
+}
+
+impl Subscription {
+    fn open(
+        state: &ConsulState,
+        req: SubscribeRequest,
+        shutdown: &CancellationToken,
+    ) -> Result<Self, Status> {
+        let counters = &state.inner.counters;
+        counters.bump(&counters.subscribe_calls);
+        let key = topic_key(&req)?;
+        // The token is ignored: this target has no ACLs.
+        let (start, rx) = state.store().subscribe(&key, req.index);
+        let mut sub = Self {
+            state: state.clone(),
+            key,
+            pending: VecDeque::new(),
+            rx,
+            abort: state.inner.abort.subscribe(),
+            shutdown: shutdown.clone(),
+            done: false,
+            _active: Gauge::up(state, |c| &c.subscriptions_active),
+        };
+        sub.start(start, false);
+        Ok(sub)
+    }
+
+    fn start(&mut self, start: Start, force_new_snapshot: bool) {
+        let counters = &self.state.inner.counters;
+        match start {
+            Start::Resume => counters.bump(&counters.resumes_served),
+            Start::Snapshot {
+                new_snapshot_to_follow,
+                index,
+                payloads,
+            } => {
+                counters.bump(&counters.snapshots_sent);
+                let mut pending = VecDeque::with_capacity(payloads.len() + 2);
+                if new_snapshot_to_follow || force_new_snapshot {
+                    pending.push_back(events::new_snapshot_to_follow());
+                }
+                pending.extend(payloads.iter().map(|p| events::event(index, p)));
+                pending.push_back(events::end_of_snapshot(index));
+                self.pending = pending;
+            }
+        }
+    }
+
+    /// The subscriber fell behind the topic buffer: start over with a new
+    /// snapshot (and a fresh receiver), as the real server does.
+    fn resnapshot(&mut self) {
+        let (start, rx) = self.state.store().subscribe(&self.key, 0);
+        self.rx = rx;
+        self.start(start, true);
+    }
+
+    fn into_stream(self) -> impl Stream<Item = Result<Bytes, Status>> + Send {
+        futures_util::stream::unfold(self, |mut sub| async move {
+            let item = sub.next().await?;
+            Some((item, sub))
+        })
+    }
+
+    async fn next(&mut self) -> Option<Result<Bytes, Status>> {
+        let state = self.state.clone();
+        let counters = &state.inner.counters;
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(b) = self.pending.pop_front() {
+                if self.pending.is_empty() {
+                    self.pending = VecDeque::new(); // give the snapshot's memory back
+                }
+                counters.bump(&counters.events_sent);
+                return Some(Ok(b));
+            }
+            let wake = tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => Wake::Shutdown,
+                _ = self.abort.changed() => Wake::Abort,
+                r = self.rx.recv() => Wake::Event(r),
+            };
+            match wake {
+                Wake::Shutdown => {
+                    self.done = true;
+                    return Some(Err(Status::unavailable("server shutting down")));
+                }
+                Wake::Abort => {
+                    self.done = true;
+                    return Some(Err(Status::aborted("subscription reset by the server")));
+                }
+                Wake::Event(Ok(b)) => {
+                    counters.bump(&counters.events_sent);
+                    return Some(Ok(b));
+                }
+                Wake::Event(Err(_lagged_or_closed)) => self.resnapshot(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_sim_proto::consul::subscribe::NamedSubject;
+    use prost::Message;
+
+    #[tokio::test]
+    async fn a_lagging_subscriber_gets_a_new_snapshot() {
+        use crate::consul::ConsulTargetConfig;
+        use crate::consul::state::{NodeDef, ServiceDef, Touched};
+        use agent_sim_proto::consul::subscribe::{Event, event::Payload};
+
+        let state = ConsulState::new(ConsulTargetConfig {
+            topic_buffer: 2,
+            ..ConsulTargetConfig::default()
+        });
+        let write = |port: i32| {
+            let mut store = state.store();
+            let idx = store.next_index();
+            let mut t = Touched::default();
+            store.ensure_node("n1", NodeDef::default(), idx, &mut t);
+            let svc = ServiceDef {
+                id: "web-1".into(),
+                service: "web".into(),
+                port,
+                ..ServiceDef::default()
+            };
+            store.ensure_service("n1", svc, idx, &mut t).unwrap();
+            store.commit(idx, t);
+        };
+        write(1);
+        let shutdown = CancellationToken::new();
+        let req = SubscribeRequest {
+            topic: Topic::ServiceHealth as i32,
+            key: "web".into(),
+            ..Default::default()
+        };
+        let mut sub = Subscription::open(&state, req, &shutdown).unwrap();
+        let decode = |b: Bytes| Event::decode(b).unwrap();
+        assert!(matches!(
+            decode(sub.next().await.unwrap().unwrap()).payload,
+            Some(Payload::ServiceHealth(_))
+        ));
+        assert!(matches!(
+            decode(sub.next().await.unwrap().unwrap()).payload,
+            Some(Payload::EndOfSnapshot(true))
+        ));
+        for port in 2..=5 {
+            write(port); // 4 events into a buffer of 2
+        }
+        let e = decode(sub.next().await.unwrap().unwrap());
+        assert_eq!(e.payload, Some(Payload::NewSnapshotToFollow(true)));
+        let e = decode(sub.next().await.unwrap().unwrap());
+        let Some(Payload::ServiceHealth(h)) = e.payload else {
+            panic!("snapshot item expected")
+        };
+        assert_eq!(h.check_service_node.unwrap().service.unwrap().port, 5);
+        let e = decode(sub.next().await.unwrap().unwrap());
+        assert_eq!(e.index, state.raft_index());
+        assert_eq!(e.payload, Some(Payload::EndOfSnapshot(true)));
+        assert_eq!(state.stats().snapshots_sent, 2);
+        shutdown.cancel();
+        let end = sub.next().await.unwrap().unwrap_err();
+        assert_eq!(end.code(), tonic::Code::Unavailable);
+        assert!(sub.next().await.is_none());
+    }
+
+    #[test]
+    fn topic_key_from_named_subject_or_legacy_key() {
+        let req =
+            SubscribeRequest::decode(&[0x08, 0x01, 0x52, 0x05, 0x0a, 0x03, b'w', b'e', b'b'][..])
+                .unwrap();
+        assert_eq!(
+            topic_key(&req).unwrap(),
+            TopicKey::new(Topic::ServiceHealth, "web")
+        );
+        let legacy = SubscribeRequest {
+            topic: Topic::ServiceIntentions as i32,
+            key: "api".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            topic_key(&legacy).unwrap(),
+            TopicKey::new(Topic::ServiceIntentions, "api")
+        );
+        let empty = SubscribeRequest {
+            topic: Topic::ServiceHealth as i32,
+            subject: Some(Subject::NamedSubject(NamedSubject::default())),
+            ..Default::default()
+        };
+        assert_eq!(
+            topic_key(&empty).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        let mesh = SubscribeRequest {
+            topic: Topic::MeshConfig as i32,
+            key: "x".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            topic_key(&mesh).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+    }
+}

@@ -1,0 +1,526 @@
+//! One agent connection: the upgrade (headers, credentials, encoding) and the session
+//! loop (entity_config, validation, check requests, close).
+
+use std::future::pending;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use agent_sim_proto::sensu::{v2, v3};
+use agent_sim_sensu::codec::{self, Encoding};
+use base64::Engine as _;
+use bytes::Bytes;
+use futures_util::stream::{SelectAll, Stream};
+use futures_util::{SinkExt as _, StreamExt as _};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue, StatusCode};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::error::Error as WsError;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_util::sync::CancellationToken;
+
+use super::stats::{ActiveGuard, inc};
+use super::{Publication, Shared, frame_index};
+
+/// An upgrade that sends no complete request within this is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After shutdown, how long a session waits for its close frame to go out and the
+/// peer's close to come back.
+const CLOSE_GRACE: Duration = Duration::from_millis(1500);
+
+const OCTET_STREAM: &str = "application/octet-stream";
+const JSON: &str = "application/json";
+
+type Ws = WebSocketStream<TcpStream>;
+
+/// What the upgrade request told us.
+struct Hello {
+    /// `Sensu-AgentName` (may be empty).
+    name: String,
+    /// `Sensu-User`.
+    user: String,
+    /// Index into the configured namespaces.
+    ns: usize,
+    enc: Encoding,
+    /// Header subscriptions plus `entity:<name>`.
+    subscriptions: Vec<String>,
+}
+
+/// Runs one connection to its end.
+pub(super) async fn run(stream: TcpStream, shared: Arc<Shared>, shutdown: CancellationToken) {
+    // Boxed: the handshake state machine must not stay inside the session future.
+    let Some((ws, hello)) = Box::pin(handshake(stream, &shared, &shutdown)).await else {
+        return;
+    };
+    inc(&shared.stats.upgrades_accepted);
+    let _active = ActiveGuard::new(&shared.stats.sessions_active);
+    let feeds = Feeds::new(&shared, &hello.subscriptions);
+    let mut session = Session {
+        shared: &shared,
+        hello,
+        feeds,
+        registered: false,
+    };
+    session.run(ws, &shutdown).await;
+}
+
+/// Upgrades `stream`; `None` if the request was rejected or failed (counted).
+// The callback's error type is tungstenite's `ErrorResponse`.
+#[allow(clippy::result_large_err)]
+async fn handshake(
+    stream: TcpStream,
+    shared: &Shared,
+    shutdown: &CancellationToken,
+) -> Option<(Ws, Hello)> {
+    let mut hello = None;
+    let callback = |req: &Request, resp: Response| check_upgrade(shared, req, resp, &mut hello);
+    let accept = tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(shared.ws_config)),
+    );
+    let result = tokio::select! {
+        () = shutdown.cancelled() => return None,
+        result = accept => result,
+    };
+    match result {
+        Ok(Ok(ws)) => match hello {
+            Some(hello) => Some((ws, hello)),
+            None => {
+                inc(&shared.stats.handshake_errors);
+                None
+            }
+        },
+        // Rejected by `check_upgrade`: already counted there.
+        Ok(Err(WsError::Http(_))) => None,
+        Ok(Err(_)) | Err(_) => {
+            inc(&shared.stats.handshake_errors);
+            None
+        }
+    }
+}
+
+/// The upgrade callback: namespace (404), credentials (401), encoding; adds the
+/// `Backend-ID`, `Accept` (twice) and `Content-Type` headers to the `101`.
+#[allow(clippy::result_large_err)] // the error type is tungstenite's `ErrorResponse`
+fn check_upgrade(
+    shared: &Shared,
+    req: &Request,
+    mut resp: Response,
+    out: &mut Option<Hello>,
+) -> Result<Response, ErrorResponse> {
+    let headers = req.headers();
+    let stats = &shared.stats;
+    let ns = header_str(headers, "sensu-namespace")
+        .and_then(|ns| shared.namespaces.iter().position(|n| n == ns));
+    let Some(ns) = ns else {
+        inc(&stats.upgrades_rejected);
+        inc(&stats.rejected_namespace);
+        return Err(error_response(StatusCode::NOT_FOUND, "namespace not found"));
+    };
+    let credentials_ok = match basic_auth(headers) {
+        None => {
+            inc(&stats.upgrades_rejected);
+            inc(&stats.rejected_credentials);
+            return Err(error_response(
+                StatusCode::UNAUTHORIZED,
+                "missing credentials",
+            ));
+        }
+        Some((user, password)) => user == shared.user && password == shared.password,
+    };
+    if !credentials_ok {
+        inc(&stats.upgrades_rejected);
+        inc(&stats.rejected_credentials);
+        return Err(error_response(
+            StatusCode::UNAUTHORIZED,
+            "invalid credentials",
+        ));
+    }
+    let enc = if headers
+        .get_all(ACCEPT)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|v| v.contains(OCTET_STREAM)))
+    {
+        Encoding::Protobuf
+    } else {
+        Encoding::Json
+    };
+    let name = header_str(headers, "sensu-agentname")
+        .unwrap_or_default()
+        .to_owned();
+    let user = header_str(headers, "sensu-user")
+        .unwrap_or_default()
+        .to_owned();
+    let mut subscriptions: Vec<String> = header_str(headers, "sensu-subscriptions")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if !name.is_empty() {
+        let entity = format!("entity:{name}");
+        if !subscriptions.contains(&entity) {
+            subscriptions.push(entity);
+        }
+    }
+    subscriptions.shrink_to_fit();
+
+    let h = resp.headers_mut();
+    h.insert("backend-id", shared.backend_id.clone());
+    h.append(ACCEPT, HeaderValue::from_static(OCTET_STREAM));
+    h.append(ACCEPT, HeaderValue::from_static(JSON));
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(enc.content_type()));
+    *out = Some(Hello {
+        name,
+        user,
+        ns,
+        enc,
+        subscriptions,
+    });
+    Ok(resp)
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// `(user, password)` of an `Authorization: Basic` header, like Go's `Request.BasicAuth`.
+fn basic_auth(headers: &HeaderMap) -> Option<(String, String)> {
+    let value = headers.get(AUTHORIZATION)?.as_bytes();
+    let (scheme, rest) = value.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case(b"basic ") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(rest)
+        .ok()?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let (user, password) = decoded.split_once(':')?;
+    Some((user.to_owned(), password.to_owned()))
+}
+
+fn error_response(status: StatusCode, body: &str) -> ErrorResponse {
+    let mut resp = ErrorResponse::new(Some(body.to_owned()));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+    h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// The check channels a session listens to.
+enum Feeds {
+    None,
+    /// The common case: one matching check, no allocation.
+    One(watch::Receiver<Option<Arc<Publication>>>),
+    Many(SelectAll<Pin<Box<dyn Stream<Item = Arc<Publication>> + Send>>>),
+}
+
+impl Feeds {
+    fn new(shared: &Shared, subscriptions: &[String]) -> Self {
+        let mut receivers: Vec<_> = shared
+            .checks
+            .iter()
+            .filter(|c| {
+                c.spec
+                    .subscriptions
+                    .iter()
+                    .any(|s| subscriptions.contains(s))
+            })
+            .map(|c| c.tx.subscribe())
+            .collect();
+        match receivers.len() {
+            0 => Self::None,
+            1 => Self::One(receivers.pop().expect("one receiver")),
+            _ => Self::Many(
+                receivers
+                    .into_iter()
+                    .map(|rx| {
+                        let s = futures_util::stream::unfold(rx, |mut rx| async move {
+                            let p = next_publication(&mut rx).await?;
+                            Some((p, rx))
+                        });
+                        Box::pin(s) as Pin<Box<dyn Stream<Item = _> + Send>>
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The next publication of any matching check (cancel-safe; pending forever if
+    /// there is none).
+    async fn next(&mut self) -> Arc<Publication> {
+        let next = match self {
+            Self::None => None,
+            Self::One(rx) => next_publication(rx).await,
+            Self::Many(all) => all.next().await,
+        };
+        match next {
+            Some(p) => p,
+            None => {
+                // Channels closed (shutdown): stop polling them.
+                *self = Self::None;
+                pending().await
+            }
+        }
+    }
+}
+
+/// The next publication on `rx`; `None` once the sender is gone.
+async fn next_publication(
+    rx: &mut watch::Receiver<Option<Arc<Publication>>>,
+) -> Option<Arc<Publication>> {
+    loop {
+        rx.changed().await.ok()?;
+        let p = rx.borrow_and_update().clone();
+        if p.is_some() {
+            return p;
+        }
+    }
+}
+
+/// Why the session loop stopped.
+enum End {
+    /// Peer closed or the connection failed: nothing more to send.
+    Closed,
+    /// Shutdown: send close 1001.
+    Shutdown,
+}
+
+struct Session<'a> {
+    shared: &'a Shared,
+    hello: Hello,
+    feeds: Feeds,
+    /// A valid keepalive was received (the updated `entity_config` was sent).
+    registered: bool,
+}
+
+impl Session<'_> {
+    async fn run(&mut self, mut ws: Ws, shutdown: &CancellationToken) {
+        if let End::Shutdown = self.serve(&mut ws, shutdown).await {
+            close(&mut ws).await;
+        }
+    }
+
+    async fn serve(&mut self, ws: &mut Ws, shutdown: &CancellationToken) -> End {
+        let stats = &self.shared.stats;
+        let placeholder =
+            self.shared.placeholders[frame_index(self.hello.ns, self.hello.enc)].clone();
+        if let Err(end) = send(ws, placeholder, shutdown, stats).await {
+            return end;
+        }
+        inc(&stats.entity_configs_sent);
+        loop {
+            let out = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return End::Shutdown,
+                msg = ws.next() => match msg {
+                    Some(Ok(Message::Binary(payload))) => self.on_payload(&payload),
+                    Some(Ok(Message::Text(payload))) => self.on_payload(payload.as_bytes()),
+                    Some(Ok(Message::Ping(_))) => {
+                        // tungstenite queued the pong; write it out now.
+                        if ws.flush().await.is_err() {
+                            return End::Closed;
+                        }
+                        None
+                    }
+                    // After a close, tungstenite answers it; the next read ends the stream.
+                    Some(Ok(Message::Pong(_) | Message::Close(_) | Message::Frame(_))) => None,
+                    Some(Err(e)) => {
+                        if !matches!(e, WsError::ConnectionClosed | WsError::AlreadyClosed) {
+                            inc(&stats.session_errors);
+                        }
+                        return End::Closed;
+                    }
+                    None => return End::Closed,
+                },
+                p = self.feeds.next() => {
+                    let frame = p.frames[frame_index(self.hello.ns, self.hello.enc)].clone();
+                    if let Err(end) = send(ws, frame, shutdown, stats).await {
+                        return end;
+                    }
+                    inc(&stats.check_requests_sent);
+                    continue;
+                }
+            };
+            if let Some(frame) = out {
+                if let Err(end) = send(ws, frame, shutdown, stats).await {
+                    return end;
+                }
+                inc(&stats.entity_configs_sent);
+            }
+        }
+    }
+
+    /// Handles one data message; returns a frame to send back (the updated
+    /// `entity_config` after the first valid keepalive).
+    fn on_payload(&mut self, payload: &[u8]) -> Option<Bytes> {
+        let stats = &self.shared.stats;
+        stats
+            .bytes_received
+            .fetch_add(payload.len() as u64, Ordering::Relaxed);
+        let Ok(frame) = codec::split_frame(payload) else {
+            inc(&stats.frames_invalid);
+            return None;
+        };
+        let keepalive_frame = match frame.kind {
+            codec::KIND_KEEPALIVE => true,
+            codec::KIND_EVENT => false,
+            _ => {
+                inc(&stats.frames_invalid);
+                return None;
+            }
+        };
+        let Ok(event) = codec::decode_event(frame.body, self.hello.enc) else {
+            inc(&stats.frames_invalid);
+            return None;
+        };
+        let check = event.check.as_ref();
+        let check_name = check
+            .and_then(|c| c.metadata.as_ref())
+            .map_or("", |m| m.name.as_str());
+        let is_keepalive = keepalive_frame || check_name == "keepalive";
+        if let Err(reason) = codec::validate_event(&event, is_keepalive) {
+            stats.reject(reason);
+            return None;
+        }
+        if is_keepalive {
+            inc(&stats.keepalives_received);
+            if !self.registered {
+                self.registered = true;
+                return self.entity_config(&event);
+            }
+        } else {
+            inc(&stats.events_received);
+            if let Some(idx) = self.shared.check_index(check_name) {
+                inc(&stats.check_replies_received);
+                let issued = check.map_or(0, |c| c.issued);
+                if issued == self.shared.checks[idx].last_issued.load(Ordering::Relaxed) {
+                    inc(&stats.check_replies_current);
+                }
+            }
+        }
+        None
+    }
+
+    /// The `entity_config` the backend pushes once the entity is registered.
+    fn entity_config(&mut self, keepalive: &v2::Event) -> Option<Bytes> {
+        let entity = keepalive.entity.as_ref();
+        let hello = &mut self.hello;
+        let name = if hello.name.is_empty() {
+            entity
+                .and_then(|e| e.metadata.as_ref())
+                .map_or_else(String::new, |m| m.name.clone())
+        } else {
+            hello.name.clone()
+        };
+        let user = if hello.user.is_empty() {
+            entity.map_or_else(String::new, |e| e.user.clone())
+        } else {
+            std::mem::take(&mut hello.user)
+        };
+        let config = v3::EntityConfig {
+            metadata: Some(v2::ObjectMeta {
+                name,
+                namespace: self.shared.namespaces[hello.ns].clone(),
+                ..Default::default()
+            }),
+            entity_class: "agent".to_owned(),
+            user,
+            // Needed only for this frame: give the memory back.
+            subscriptions: std::mem::take(&mut hello.subscriptions),
+            deregister: entity.is_some_and(|e| e.deregister),
+            deregistration: Some(
+                entity
+                    .and_then(|e| e.deregistration.clone())
+                    .unwrap_or_default(),
+            ),
+            ..Default::default()
+        };
+        match codec::encode_entity_config(&config, hello.enc) {
+            Ok(body) => Some(Bytes::from(codec::encode_frame(
+                codec::KIND_ENTITY_CONFIG,
+                &body,
+            ))),
+            Err(_) => {
+                inc(&self.shared.stats.frames_invalid);
+                None
+            }
+        }
+    }
+}
+
+/// Writes one binary message, giving up on shutdown.
+async fn send(
+    ws: &mut Ws,
+    frame: Bytes,
+    shutdown: &CancellationToken,
+    stats: &super::SensuTargetStats,
+) -> Result<(), End> {
+    tokio::select! {
+        biased;
+        () = shutdown.cancelled() => Err(End::Shutdown),
+        r = ws.send(Message::Binary(frame)) => r.map_err(|e| {
+            if !matches!(e, WsError::ConnectionClosed | WsError::AlreadyClosed) {
+                inc(&stats.session_errors);
+            }
+            End::Closed
+        }),
+    }
+}
+
+/// Sends close 1001 and waits (bounded) for the peer's close.
+async fn close(ws: &mut Ws) {
+    let _ = tokio::time::timeout(CLOSE_GRACE, async {
+        let frame = CloseFrame {
+            code: CloseCode::Away,
+            reason: "backend shutting down".into(),
+        };
+        if ws.close(Some(frame)).await.is_ok() {
+            while let Some(Ok(_)) = ws.next().await {}
+        }
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(auth: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(AUTHORIZATION, HeaderValue::from_str(auth).unwrap());
+        h
+    }
+
+    #[test]
+    fn basic_auth_parses_like_go() {
+        // base64("agent:P@ssw0rd!")
+        let h = headers("Basic YWdlbnQ6UEBzc3cwcmQh");
+        assert_eq!(
+            basic_auth(&h),
+            Some(("agent".to_owned(), "P@ssw0rd!".to_owned()))
+        );
+        assert_eq!(
+            basic_auth(&headers("basic YWdlbnQ6UEBzc3cwcmQh")).map(|c| c.0),
+            Some("agent".to_owned())
+        );
+        assert_eq!(basic_auth(&headers("Bearer abc")), None);
+        assert_eq!(basic_auth(&headers("Basic !!!")), None);
+        assert_eq!(basic_auth(&headers("Basic")), None);
+        assert_eq!(basic_auth(&HeaderMap::new()), None);
+        // base64("nocolon")
+        assert_eq!(basic_auth(&headers("Basic bm9jb2xvbg==")), None);
+    }
+}
