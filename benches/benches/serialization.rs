@@ -320,7 +320,7 @@ fn keepalive_path(c: &mut Criterion, rows: &mut Vec<Row>) {
         let mut one = || {
             // session.rs, `Wake::Timer` keepalive branch + `Steady::send`.
             seq += 1;
-            let mut out = Vec::new();
+            let mut out = Vec::with_capacity(sensu::KEEPALIVE_FRAME_CAPACITY);
             let wall = sensu::unix_now();
             b.write_keepalive_frame(&mut out, wall, sensu::new_id(), seq)
                 .expect("frame");

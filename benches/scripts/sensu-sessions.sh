@@ -11,19 +11,20 @@ AGENTS=${1:-19000}
 STEADY=${2:-60}
 RAMP=${RAMP:-2500/s}
 PORT=${PORT:-18081}
+CHECK_INTERVAL=${CHECK_INTERVAL:-10s}   # check_request schedule of the target (1h = keepalives only)
 OUT=${OUT:-target/bench-sessions}
 mkdir -p "$OUT"
-cargo build --release -p agent-sim >/dev/null
+cargo build --release -p agent-sim 2>/dev/null
 BIN=target/release/agent-sim
 
-"$BIN" serve --sensu 127.0.0.1:$PORT --check-interval 10s --stats-every 0 2>"$OUT/serve.log" &
+"$BIN" serve --sensu 127.0.0.1:$PORT --check-interval "$CHECK_INTERVAL" --stats-every 0 2>"$OUT/serve.log" &
 SERVE=$!
 trap 'kill $SERVE 2>/dev/null || true' EXIT
 sleep 1
 
 RAMP_S=$(python3 -c "print(int($AGENTS/float('${RAMP%/s}'))+5)")
 DURATION=$((RAMP_S + STEADY + 5))
-"$BIN" --agents "$AGENTS" --target 127.0.0.1:$PORT --keepalive-interval 20s \
+"$BIN" --agents "$AGENTS" ${SIM_ARGS:-} --target 127.0.0.1:$PORT --keepalive-interval 20s \
   --ramp "$RAMP" --duration "${DURATION}s" --summary "$OUT/summary.json" \
   --progress-every 10s >"$OUT/table.txt" 2>"$OUT/progress.log" &
 SIM=$!

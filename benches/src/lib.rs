@@ -123,22 +123,7 @@ pub mod sensu {
     /// A fixed wall clock (2026-11-21), so sizes do not drift between runs.
     pub const NOW: i64 = 1_795_300_844;
 
-    /// Unix time in seconds, as the session reads it per keepalive.
-    pub fn unix_now() -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0)
-    }
-
-    /// A version-4 UUID event id, as the session makes one per message
-    /// (a copy of the private `session::new_id`).
-    pub fn new_id() -> [u8; 16] {
-        let mut id = fastrand::u128(..).to_le_bytes();
-        id[6] = (id[6] & 0x0f) | 0x40;
-        id[8] = (id[8] & 0x3f) | 0x80;
-        id
-    }
+    pub use agent_sim_sensu::messages::{KEEPALIVE_FRAME_CAPACITY, new_id, unix_now};
 
     /// The backend's entity config for agent `name` (vector 002 with the name
     /// and the `entity:<name>` subscription of this agent).

@@ -75,6 +75,9 @@ pub mod names {
     pub const TXN_REQUESTS: &str = "txn_requests";
     /// Check status flips sent.
     pub const FLAPS: &str = "flaps";
+    /// Probes cut short by the end of the run (not reported: their window
+    /// was incomplete while agents were already closing).
+    pub const PROBES_INTERRUPTED: &str = "probes_interrupted";
     /// TCP + prefix + HTTP/2 handshake.
     pub const CONNECT: &str = "connect";
     /// Subscribe call to `EndOfSnapshot`.
@@ -104,6 +107,7 @@ pub fn metrics_spec() -> MetricsSpec {
             DEREGISTRATIONS,
             TXN_REQUESTS,
             FLAPS,
+            PROBES_INTERRUPTED,
         ],
         latencies: vec![
             CONNECT,

@@ -289,8 +289,9 @@ enum Setup {
 
 impl ProbeRunner {
     /// Runs a probe every `every` until `cancel`; returns every finished
-    /// probe (one still inside its timeout at cancel is finished with what
-    /// arrived by then).
+    /// probe. One still inside its timeout at cancel is reported with what
+    /// arrived if every expected subscriber had it, and otherwise counted in
+    /// `probes_interrupted` and left out.
     pub async fn run(self, cancel: CancellationToken) -> Vec<ProbeSummary> {
         let mut out = Vec::new();
         let start = Instant::now();
@@ -327,11 +328,19 @@ impl ProbeRunner {
             let t0_wall = SystemTime::now();
             let expected = self.board.live();
             state = Setup::Done(!on);
-            tokio::select! {
-                _ = tokio::time::sleep_until(t0 + self.timeout) => {}
-                _ = cancel.cancelled() => {}
-            }
+            let interrupted = tokio::select! {
+                _ = tokio::time::sleep_until(t0 + self.timeout) => false,
+                _ = cancel.cancelled() => true,
+            };
             let arrivals = self.board.disarm();
+            if interrupted && (arrivals.len() as u64) < expected {
+                // The run ended inside this probe's window while agents were
+                // closing: its figures would be wrong, so it is counted, not
+                // reported.
+                self.metrics
+                    .incr(self.metrics.counter(crate::names::PROBES_INTERRUPTED));
+                break;
+            }
             let lat: Vec<u64> = arrivals.iter().map(|&a| micros_after(t0, a)).collect();
             let timeout_us = u64::try_from(self.timeout.as_micros()).unwrap_or(u64::MAX);
             for (i, &l) in lat.iter().enumerate() {

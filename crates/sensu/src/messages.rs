@@ -435,6 +435,27 @@ enum CheckPart<'a> {
     Msg(&'a v2::Check),
 }
 
+/// Unix time in seconds (what every message's `timestamp` carries).
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// A fresh event id: 16 random bytes shaped as a version-4 UUID, as the real
+/// agent sends.
+pub fn new_id() -> [u8; 16] {
+    let mut id = fastrand::u128(..).to_le_bytes();
+    id[6] = (id[6] & 0x0f) | 0x40;
+    id[8] = (id[8] & 0x3f) | 0x80;
+    id
+}
+
+/// Initial capacity of a keepalive frame buffer: a protobuf keepalive frame
+/// is ~250-400 bytes, so one allocation covers it (JSON frames grow once).
+pub const KEEPALIVE_FRAME_CAPACITY: usize = 512;
+
 #[cfg(test)]
 mod tests {
     use super::*;
