@@ -335,6 +335,11 @@ pub async fn execute(
                 if let Some(runner) = f.probe_runner() {
                     let t = run_end.clone();
                     probe_tasks.push(tokio::spawn(async move { runner.run(t).await }));
+                } else if let Some(observer) = f.probe_observer() {
+                    // Another shard makes the changes; this one reports what
+                    // its agents saw, by raft index, for `report merge`.
+                    let t = run_end.clone();
+                    probe_tasks.push(tokio::spawn(observer.run(t)));
                 }
                 fleet_tasks.push(tokio::spawn(agent_sim_fleet::run(fc, f, m, s, t)));
             }
@@ -426,11 +431,23 @@ pub async fn execute(
     if output == Output::Terminal {
         print!("{}", agent_sim_metrics::report::render(&summary));
         if let Some(r) = reports.iter().filter_map(|r| r.ramp_elapsed).max() {
-            println!(
-                "ramp       {} agent(s) started in {:.2}s",
-                requested,
-                r.as_secs_f64()
-            );
+            let all = if reports.iter().all(|r| r.all_connected_after.is_some()) {
+                reports.iter().filter_map(|r| r.all_connected_after).max()
+            } else {
+                None
+            };
+            match all {
+                Some(a) => println!(
+                    "ramp       {requested} agent(s) started in {:.2}s, all connected after {:.2}s ({:.0} sessions/s)",
+                    r.as_secs_f64(),
+                    a.as_secs_f64(),
+                    requested as f64 / a.as_secs_f64().max(1e-3)
+                ),
+                None => println!(
+                    "ramp       {requested} agent(s) started in {:.2}s, not all connected",
+                    r.as_secs_f64()
+                ),
+            }
         }
         if !verdicts.is_empty() {
             print!("{}", render_verdicts(&verdicts));

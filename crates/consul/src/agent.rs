@@ -29,7 +29,7 @@ use crate::codec::{SUBSCRIBE_PATH, SmallCodec, subscribe_request};
 use crate::config::{self, ConsulConfig, NamePattern, ProbeKind};
 use crate::conn::{self, Dialer, GrpcClient, RpcConn};
 use crate::http::{self, HttpApi, Registration};
-use crate::probe::{ProbeBoard, ProbeRunner};
+use crate::probe::{Expect, ProbeBoard, ProbeObserver, ProbeRunner};
 use crate::txn::{TxnBatcher, TxnOps};
 use crate::view::{Signal, View, ViewKind};
 use crate::{ConsulError, names};
@@ -161,7 +161,15 @@ impl ConsulFactory {
                 .map_err(ConsulError::Config)?,
         );
         let board = match (cfg.probe.kind, &v.probe_service) {
-            (Some(kind), Some(svc)) => Some(Arc::new(ProbeBoard::new(kind, svc, &cfg.name_prefix))),
+            (Some(kind), Some(svc)) if cfg.probe.controller => {
+                Some(Arc::new(ProbeBoard::new(kind, svc, &cfg.name_prefix)))
+            }
+            (Some(kind), Some(svc)) => Some(Arc::new(ProbeBoard::new_observer(
+                kind,
+                svc,
+                &cfg.name_prefix,
+                cfg.probe.timeout,
+            ))),
             _ => None,
         };
         let upstreams = v
@@ -207,6 +215,21 @@ impl ConsulFactory {
             timeout: s.cfg.probe.timeout,
             instance_id: http::probe_instance_id(&s.cfg.name_prefix),
             keep: s.cfg.keep_registrations,
+        })
+    }
+
+    /// The probe observer, when a probe kind is set and this process is not
+    /// the controller (another shard makes the changes; this one measures
+    /// its own agents and reports each change by raft index).
+    pub fn probe_observer(&self) -> Option<ProbeObserver> {
+        let s = &self.shared;
+        if s.cfg.probe.controller {
+            return None;
+        }
+        let board = s.board.clone()?;
+        Some(ProbeObserver {
+            board,
+            metrics: s.metrics.clone(),
         })
     }
 
@@ -272,8 +295,12 @@ struct Sub {
     probe: bool,
     /// Completed a snapshot at least once (later snapshots are re-syncs).
     ever_synced: bool,
-    /// Last probe id this agent recorded an arrival for.
+    /// Last probe id (controller) or raft index (observer) this agent
+    /// recorded an arrival for.
     probe_seen: u64,
+    /// Observer: state of the probe target after the last snapshot or probe
+    /// change (`Expect as u8`, 0 unknown), to spot changes a re-sync brings.
+    probe_state: u8,
 }
 
 impl Sub {
@@ -285,6 +312,7 @@ impl Sub {
             probe,
             ever_synced: false,
             probe_seen: 0,
+            probe_state: 0,
         }
     }
 }
@@ -509,12 +537,24 @@ impl ConsulAgent {
         }
         let sub = &mut self.subs[i];
         let board = if sub.probe { sh.board.as_deref() } else { None };
+        let observing = board.is_some_and(|b| b.is_observer());
+        // Controller: the armed probe id, and whether it came live.
         let mut hit = None;
+        let mut hit_live = false;
+        // Observer: outcome of a live probe change.
+        let mut seen = None;
         let signal = sub.view.apply(ev, &mut |c| {
-            if let Some(id) = board.and_then(|b| b.matches(&c)) {
-                hit = Some(id);
+            if let Some(b) = board {
+                if observing {
+                    seen = b.observes(&c).or(seen);
+                } else if let Some(id) = b.matches(&c) {
+                    hit = Some(id);
+                    hit_live = true;
+                }
             }
         });
+        // The event's raft index (one per event, batch included).
+        let index = sub.view.index();
         match signal {
             Signal::EndOfSnapshot => {
                 sh.metrics.incr(ids.snapshots);
@@ -523,10 +563,28 @@ impl ConsulAgent {
                     self.index as usize,
                     slot.started.elapsed(),
                 );
-                if slot.resync
-                    && let Some(b) = board
-                {
-                    hit = hit.or(b.matches_state(&sub.view));
+                if let Some(b) = board {
+                    if observing {
+                        let now = b.state(&sub.view).map_or(0, |e| e as u8);
+                        if slot.resync
+                            && sub.probe_state != 0
+                            && now != sub.probe_state
+                            && let Some(kind) = Expect::from_u8(now)
+                            && b.observe_resync(sub.probe_seen, index, kind, decoded)
+                        {
+                            sh.metrics.record(
+                                ids.probe_overhead,
+                                self.index as usize,
+                                decoded.elapsed(),
+                            );
+                        }
+                        sub.probe_state = now;
+                        // The view is current up to here: a later re-sync
+                        // credits only changes after this index.
+                        sub.probe_seen = index;
+                    } else if slot.resync {
+                        hit = hit.or(b.matches_state(&sub.view));
+                    }
                 }
                 slot.resync = false;
                 slot.backoff = None;
@@ -540,9 +598,17 @@ impl ConsulAgent {
             Signal::Item | Signal::Ignored => {}
         }
         let sub = &mut self.subs[i];
+        if let (Some(kind), Some(b)) = (seen, board) {
+            sub.probe_state = kind as u8;
+            if sub.probe_seen != index && b.observe(index, kind, decoded) {
+                sub.probe_seen = index;
+                sh.metrics
+                    .record(ids.probe_overhead, self.index as usize, decoded.elapsed());
+            }
+        }
         if let (Some(id), Some(b)) = (hit, board)
             && sub.probe_seen != id
-            && b.arrive(id, decoded)
+            && b.arrive(id, decoded, if hit_live { index } else { 0 })
         {
             sub.probe_seen = id;
             sh.metrics

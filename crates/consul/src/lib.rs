@@ -12,7 +12,8 @@
 //! - [`conn`]: dial, prefix byte(s), TLS, hyper HTTP/2 as a tonic channel.
 //! - [`http`]: the HTTP API subset (catalog, txn, sessions, config entries).
 //! - [`txn`]: the shared registration batcher (`/v1/txn`, ≤128 ops).
-//! - [`probe`]: the propagation probe ([`ProbeRunner`], [`probe::ProbeBoard`]).
+//! - [`probe`]: the propagation probe ([`ProbeRunner`] in the controller
+//!   process, [`ProbeObserver`] in the others, [`probe::ProbeBoard`]).
 //! - [`ConsulFactory`] / [`ConsulAgent`]: the `agent_sim_fleet` agent.
 //!
 //! What it is not: a Consul server (see `agent-sim-target`), nor a CLI; it
@@ -30,7 +31,7 @@ mod agent;
 
 pub use agent::{ConsulAgent, ConsulFactory};
 pub use config::{ConsulConfig, ConsulTls, ProbeConfig, ProbeKind};
-pub use probe::ProbeRunner;
+pub use probe::{ProbeObserver, ProbeRunner};
 
 use agent_sim_metrics::MetricsSpec;
 

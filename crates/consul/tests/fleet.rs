@@ -1,6 +1,7 @@
 //! Simulated agents against the embedded Consul target, in-process on
-//! 127.0.0.1:0: snapshots for a fleet, the propagation probe, resume after a
-//! reconnect, the ABORTED path, and TTL session expiry.
+//! 127.0.0.1:0: snapshots for a fleet, the propagation probe (also measured
+//! by a second, non-controller fleet and merged), resume after a reconnect,
+//! the ABORTED path, and TTL session expiry.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -178,6 +179,128 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
 
     let ts = t.state.stats();
     assert!(ts.registrations >= 200, "{ts:?}");
+}
+
+/// Shard 0 (controller, agents 0..50) and shard 1 (observer, agents
+/// 50..100) as two fleets with their own metrics, as two processes would
+/// be; their summaries merge into probes that reached 100/100.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_shard_measures_the_probe_and_merges_by_raft_index() {
+    use agent_sim_metrics::merge::merge_summaries;
+    use agent_sim_metrics::summary::{SCHEMA_V1, Summary};
+    use agent_sim_metrics::{ProbeSummary, validate_summary_json};
+
+    let t = start_target().await;
+    let shard = |controller: bool| ConsulConfig {
+        session_ttl: None,
+        probe: ProbeConfig {
+            kind: Some(ProbeKind::Catalog),
+            every: Duration::from_secs(2),
+            timeout: Duration::from_millis(1500),
+            controller,
+            ..ProbeConfig::default()
+        },
+        ..config(&t)
+    };
+    let (m0, m1) = (metrics(), metrics());
+    let f0 = ConsulFactory::new(shard(true), m0.clone()).unwrap();
+    let f1 = ConsulFactory::new(shard(false), m1.clone()).unwrap();
+    assert!(f0.probe_observer().is_none());
+    assert!(f1.probe_runner().is_none());
+    let runner = f0.probe_runner().expect("controller");
+    let observer = f1.probe_observer().expect("observer");
+    let stop = CancellationToken::new();
+    let probes0 = tokio::spawn(runner.run(stop.clone()));
+    let probes1 = tokio::spawn(observer.run(stop.clone()));
+    let fleet = |first_index: u64, f: ConsulFactory, m: Metrics| {
+        agent_sim_fleet::run(
+            FleetConfig {
+                agents: 50,
+                first_index,
+                ramp: Some(Rate::per_second(1000.0)),
+                duration: Some(Duration::from_millis(3800)),
+                grace: Duration::from_secs(5),
+                ..FleetConfig::default()
+            },
+            Arc::new(f),
+            m,
+            Arc::new(FleetStatus::default()),
+            CancellationToken::new(),
+        )
+    };
+    let (r0, r1) = tokio::join!(fleet(0, f0, m0.clone()), fleet(50, f1, m1.clone()));
+    stop.cancel();
+    let (probes0, probes1) = (probes0.await.unwrap(), probes1.await.unwrap());
+    assert_eq!((r0.ever_connected, r1.ever_connected), (50, 50));
+    // Disjoint indexes: 100 distinct nodes registered.
+    assert_eq!(
+        counter(&m0, "registrations") + counter(&m1, "registrations"),
+        100
+    );
+    assert!(t.state.stats().registrations >= 100);
+
+    assert!(!probes0.is_empty(), "the controller made a probe");
+    for p in &probes0 {
+        assert_eq!(p.role.as_deref(), Some("controller"));
+        assert!(p.raft_index.is_some() && p.t0_unix_us.is_some(), "{p:?}");
+        assert_eq!((p.delivered, p.expected), (50, 50), "{p:?}");
+        let seen = probes1
+            .iter()
+            .find(|o| o.raft_index == p.raft_index)
+            .unwrap_or_else(|| panic!("observer missed raft index {:?}", p.raft_index));
+        assert_eq!(seen.role.as_deref(), Some("observer"));
+        assert_eq!(seen.kind, p.kind);
+        assert_eq!((seen.delivered, seen.expected), (50, 50), "{seen:?}");
+        assert_eq!(seen.latency_us.min, 0, "after its own first arrival");
+        // One clock here, but T0 is taken when the HTTP call returns: the
+        // event may reach subscribers a little earlier.
+        let (first, t0) = (seen.first_arrival_unix_us.unwrap(), p.t0_unix_us.unwrap());
+        assert!(
+            first + 500_000 >= t0 && first <= t0 + 1_500_000,
+            "{first} vs T0 {t0}"
+        );
+    }
+    // The observer records no `propagation` (no T0 here) but its overhead.
+    m1.collect();
+    let cum = m1.cumulative();
+    let len = |name: &str| cum.iter().find(|(n, _)| *n == name).unwrap().1.len();
+    assert_eq!(len("propagation"), 0);
+    assert!(len("probe_overhead") >= 50);
+
+    let summary = |probes: Vec<ProbeSummary>, shard: &str| Summary {
+        schema: SCHEMA_V1.into(),
+        kind: "consul".into(),
+        started_at: "2026-11-21T22:40:00.000Z".into(),
+        probes,
+        shard: Some(shard.into()),
+        ..Default::default()
+    };
+    let parts = [summary(probes0.clone(), "0/2"), summary(probes1, "1/2")];
+    let merged = merge_summaries(&parts).unwrap();
+    for s in parts.iter().chain([&merged]) {
+        validate_summary_json(&serde_json::to_value(s).unwrap()).unwrap();
+    }
+    let joined: Vec<&ProbeSummary> = merged.probes.iter().filter(|p| !p.is_observer()).collect();
+    assert_eq!(joined.len(), probes0.len());
+    for p in &joined {
+        assert_eq!((p.delivered, p.expected), (100, 100), "{p:?}");
+        assert_eq!(p.latency_us.count, 100);
+        assert!(p.time_to_99pct_us.is_some(), "{p:?}");
+        assert!(p.latency_us.max <= 1_500_000, "{p:?}");
+        // Only arrivals that beat the HTTP reply can need a note here.
+        if let Some(n) = &p.note {
+            assert!(n.contains("before T0"), "{n}");
+        }
+    }
+    // Anything else the observer saw (the controller's setup change) is
+    // kept and flagged, not joined.
+    for p in merged.probes.iter().filter(|p| p.is_observer()) {
+        assert!(p.note.is_some(), "{p:?}");
+    }
+    assert_eq!(
+        merged.latency_us["propagation"].count,
+        100 * probes0.len() as u64
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,7 +23,7 @@ pub mod units;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -81,6 +81,7 @@ pub struct SessionCx {
     permit: Mutex<Option<OwnedSemaphorePermit>>,
     established: AtomicBool,
     ever: Arc<AtomicU64>,
+    live: Arc<AtomicI64>,
     was_established_before: bool,
 }
 
@@ -106,6 +107,7 @@ impl SessionCx {
             permit: Mutex::new(None),
             established: AtomicBool::new(false),
             ever: Arc::new(AtomicU64::new(0)),
+            live: Arc::new(AtomicI64::new(0)),
             was_established_before: false,
         }
     }
@@ -116,6 +118,7 @@ impl SessionCx {
         if !self.established.swap(true, Ordering::AcqRel) {
             self.permit.lock().unwrap_or_else(|p| p.into_inner()).take();
             self.metrics.session_up();
+            self.live.fetch_add(1, Ordering::Relaxed);
             self.metrics.incr(self.metrics.counter(COUNTER_SESSIONS));
             if !self.was_established_before {
                 self.ever.fetch_add(1, Ordering::Relaxed);
@@ -206,6 +209,9 @@ pub struct FleetStatus {
     pub started: AtomicU64,
     /// Agents that established at least one session.
     pub ever_connected: Arc<AtomicU64>,
+    /// Sessions of this fleet established right now (the metrics gauge
+    /// counts every fleet of the run).
+    pub connected: Arc<AtomicI64>,
     /// Set once every agent has been started.
     pub ramp_done: AtomicBool,
     /// Microseconds from the first start to the last (set with `ramp_done`).
@@ -312,6 +318,7 @@ pub async fn run<F: AgentFactory>(
                         dial_gate: dial_gate.clone(),
                         backoff: cfg.backoff.clone(),
                         ever: status.ever_connected.clone(),
+                        live: status.connected.clone(),
                         reconnects,
                         grace: cfg.grace,
                     },
@@ -336,7 +343,7 @@ pub async fn run<F: AgentFactory>(
         }
         None => shutdown.cancelled().await,
     }
-    let connected_at_end = metrics.connected().max(0) as u64;
+    let connected_at_end = status.connected.load(Ordering::Relaxed).max(0) as u64;
     run_token.cancel();
     let _ = spawner.await;
     tracker.close();
@@ -368,6 +375,7 @@ struct AgentEnv {
     dial_gate: Arc<Semaphore>,
     backoff: Backoff,
     ever: Arc<AtomicU64>,
+    live: Arc<AtomicI64>,
     reconnects: CounterId,
     grace: Duration,
 }
@@ -393,12 +401,14 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
             permit: Mutex::new(Some(permit)),
             established: AtomicBool::new(false),
             ever: env.ever.clone(),
+            live: env.live.clone(),
             was_established_before,
         };
         let end = agent.run_session(&cx).await;
         drop(cx.permit.lock().unwrap_or_else(|p| p.into_inner()).take());
         if cx.is_established() {
             env.metrics.session_down();
+            env.live.fetch_sub(1, Ordering::Relaxed);
             was_established_before = true;
             backoff.reset();
         }
@@ -432,6 +442,7 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
         permit: Mutex::new(None),
         established: AtomicBool::new(true),
         ever: env.ever.clone(),
+        live: env.live.clone(),
         was_established_before: true,
     };
     let _ = tokio::time::timeout(env.grace, agent.finish(&cx)).await;

@@ -14,11 +14,32 @@
 //!   peaks need not coincide).
 //! - `process.*`: summed, i.e. the fleet total of all simulator processes
 //!   (total peak RSS, total CPU seconds), not a per-process figure.
-//! - `probes`: matched by `id` (shard 0 runs a probe, every shard measures it):
-//!   `delivered`/`expected` summed, histograms added, `t0` the earliest;
-//!   `time_to_99pct_us` recomputed from the merged histogram (the value by which
-//!   99 % of `expected` had arrived; `None` when fewer did); when a probe has
-//!   `expected == 0` it cannot be recomputed and the parts' maximum is kept.
+//! - `probes`: shard 0 (role `controller`) makes each change and times its
+//!   own agents from T0; every other shard (role `observer`) times its agents
+//!   from its own first arrival of that change. Entries are joined by
+//!   `raft_index` (the index of the change's event, the same for every
+//!   subscriber), or by `id` when an entry has none (older summaries).
+//!   Within a join: `delivered`/`expected` summed; each part's histogram is
+//!   shifted onto the common zero — an observer's by
+//!   `first_arrival_unix_us − t0_unix_us` (each recorded bucket value plus
+//!   the shift, below 0 counted as 0 and said in `note`) — and added; `id`,
+//!   `t0`, `t0_unix_us` from the controller with the earliest T0;
+//!   `time_to_99pct_us` recomputed from the merged histogram (the value by
+//!   which 99 % of `expected` had arrived; `None` when fewer did; when
+//!   `expected == 0` the parts' maximum is kept). A lone controller entry is
+//!   kept exactly as it is. Observer entries with no controller entry are
+//!   joined among themselves (zero = their earliest first arrival), kept,
+//!   and flagged in `note` — never dropped.
+//!
+//!   When any part has observer entries, `latency_us.propagation` (which
+//!   only the controller records) is rebuilt as the sum of the merged
+//!   controller-role probes' histograms, i.e. every shard's deliveries.
+//!
+//!   Precision: a shifted value moves by at most one HDR bucket (3
+//!   significant figures, ≤ 0.1 %) of the observer's offset; accuracy:
+//!   cross-process latencies compare two wall clocks and are only as good as
+//!   their sync (see `docs/multi-box.md`). Within the controller's process no
+//!   shift happens and latencies stay on one monotonic clock.
 //! - `shard`: `None`.
 //!
 //! It does not read files: see [`crate::summary::Summary::read`] and
@@ -75,6 +96,162 @@ pub fn time_to_99pct(h: &Histogram<u64>, expected: u64) -> Option<u64> {
     value_at_rank(h, expected.saturating_mul(99).div_ceil(100))
 }
 
+/// Latency name of probe deliveries (after T0), rebuilt by a merge that
+/// joins observer entries.
+pub const PROPAGATION: &str = "propagation";
+
+/// What joins probe entries of several parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum ProbeKey {
+    /// Older summaries without a raft index: the controller's sequence number.
+    Id(u64),
+    /// Raft index of the change's event.
+    Raft(u64),
+}
+
+impl std::fmt::Display for ProbeKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProbeKey::Id(id) => write!(f, "id {id}"),
+            ProbeKey::Raft(i) => write!(f, "raft index {i}"),
+        }
+    }
+}
+
+/// `note` of observer entries no controller entry joined.
+pub const NOTE_NO_CONTROLLER: &str = "no controller entry for this raft index: latencies are \
+     after the earliest observed arrival, not after T0 (the controller's summary is missing, \
+     or this change was its setup/cleanup or a probe it did not report)";
+
+/// Adds `h` into `acc` with every recorded value moved by `shift` µs (one
+/// record per bucket, at the bucket's highest equivalent value, so a zero
+/// shift is an exact add). Values below 0 become 0 and are counted in
+/// `below_zero`; values above the histogram's range are clamped to it.
+pub fn add_shifted(
+    acc: &mut Histogram<u64>,
+    h: &Histogram<u64>,
+    shift: i128,
+    below_zero: &mut u64,
+) -> Result<(), MetricsError> {
+    if shift == 0 {
+        return add_into(acc, h);
+    }
+    for v in h.iter_recorded() {
+        let n = v.count_at_value();
+        let x = i128::from(v.value_iterated_to()) + shift;
+        if x < 0 {
+            *below_zero += n;
+        }
+        let x = x.clamp(0, i128::from(crate::LATENCY_MAX_US)) as u64;
+        acc.record_n(x, n)
+            .map_err(|e| MetricsError::Merge(format!("{e:?}")))?;
+    }
+    Ok(())
+}
+
+/// Combines the entries of one probe (see the module doc).
+fn combine_probe(parts: Vec<(ProbeSummary, Histogram<u64>)>) -> Result<ProbeSummary, MetricsError> {
+    use crate::summary::{ROLE_CONTROLLER, ROLE_OBSERVER};
+    let any_controller = parts.iter().any(|(p, _)| !p.is_observer());
+    if let [(only, _)] = parts.as_slice()
+        && !only.is_observer()
+    {
+        return Ok(only.clone());
+    }
+    // The common zero: the earliest T0, or without a controller the
+    // earliest first arrival.
+    let zero_of = |p: &ProbeSummary| {
+        if p.is_observer() {
+            p.first_arrival_unix_us
+        } else {
+            p.t0_unix_us
+        }
+    };
+    let base = parts
+        .iter()
+        .filter(|(p, _)| p.is_observer() != any_controller)
+        .filter_map(|(p, _)| zero_of(p))
+        .min();
+    // The entry giving id, t0 and raft index: the controller with the
+    // earliest T0, else the first observer.
+    let template = parts
+        .iter()
+        .filter(|(p, _)| p.is_observer() != any_controller)
+        .min_by(|(a, _), (b, _)| match (a.t0.is_empty(), b.t0.is_empty()) {
+            (false, true) => std::cmp::Ordering::Less,
+            (true, false) => std::cmp::Ordering::Greater,
+            _ => a.t0.cmp(&b.t0),
+        })
+        .map(|(p, _)| p)
+        .unwrap_or(&parts[0].0);
+    let mut out = ProbeSummary {
+        id: template.id,
+        kind: template.kind.clone(),
+        t0: template.t0.clone(),
+        raft_index: template.raft_index,
+        ..Default::default()
+    };
+    let mut h = new_latency_histogram();
+    let mut below_zero = 0u64;
+    let mut unshifted = 0usize;
+    let mut max_t99 = None;
+    let mut notes: Vec<String> = Vec::new();
+    for (p, ph) in &parts {
+        out.delivered += p.delivered;
+        out.expected += p.expected;
+        max_t99 = max_t99.max(p.time_to_99pct_us);
+        if !p.is_observer()
+            && let Some(n) = &p.note
+            && !notes.contains(n)
+        {
+            // Notes of earlier merges (observer notes are recomputed).
+            notes.push(n.clone());
+        }
+        let shift = match (zero_of(p), base) {
+            (Some(z), Some(b)) => i128::from(z) - i128::from(b),
+            _ => {
+                if p.is_observer() {
+                    unshifted += 1;
+                }
+                0
+            }
+        };
+        add_shifted(&mut h, ph, shift, &mut below_zero)?;
+    }
+    if any_controller {
+        out.role = parts
+            .iter()
+            .any(|(p, _)| p.role.is_some())
+            .then(|| ROLE_CONTROLLER.to_string());
+        out.t0_unix_us = base;
+    } else {
+        out.role = Some(ROLE_OBSERVER.to_string());
+        out.first_arrival_unix_us = base;
+        notes.insert(0, NOTE_NO_CONTROLLER.to_string());
+    }
+    if below_zero > 0 {
+        notes.push(format!(
+            "{below_zero} arrival(s) fell before T0 after the shift and count as 0 µs (the \
+             change can reach subscribers before the controller's HTTP call returns, as its \
+             own early arrivals do; a large number means the boxes' clocks disagree)"
+        ));
+    }
+    if unshifted > 0 {
+        notes.push(format!(
+            "{unshifted} part(s) lacked the wall-clock zero (t0_unix_us / \
+             first_arrival_unix_us) and were added unshifted"
+        ));
+    }
+    out.time_to_99pct_us = if out.expected > 0 {
+        time_to_99pct(&h, out.expected)
+    } else {
+        max_t99
+    };
+    out.latency_us = LatencySummary::from_histogram(&h);
+    out.note = (!notes.is_empty()).then(|| notes.join("; "));
+    Ok(out)
+}
+
 /// Merges shard summaries into one (see the module doc for each field).
 pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
     let Some(first) = parts.first() else {
@@ -86,7 +263,7 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         ..Default::default()
     };
     let mut latencies: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
-    let mut probes: BTreeMap<u64, (ProbeSummary, Histogram<u64>, Option<u64>)> = BTreeMap::new();
+    let mut probes: BTreeMap<ProbeKey, Vec<(ProbeSummary, Histogram<u64>)>> = BTreeMap::new();
 
     for (n, p) in parts.iter().enumerate() {
         let part = format!("part {} ({})", n + 1, p.shard.as_deref().unwrap_or(&p.kind));
@@ -133,27 +310,20 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
 
         for probe in &p.probes {
             let h = histogram_of(&probe.latency_us, &format!("{part}: probe #{}", probe.id))?;
-            match probes.get_mut(&probe.id) {
-                None => {
-                    probes.insert(probe.id, (probe.clone(), h, probe.time_to_99pct_us));
-                }
-                Some((acc, acc_h, max_t99)) => {
-                    if acc.kind != probe.kind {
-                        return Err(MetricsError::Merge(format!(
-                            "{part}: probe #{} is {:?} here but {:?} elsewhere (summaries of \
-                             different runs?)",
-                            probe.id, probe.kind, acc.kind
-                        )));
-                    }
-                    acc.delivered += probe.delivered;
-                    acc.expected += probe.expected;
-                    if !probe.t0.is_empty() && (acc.t0.is_empty() || probe.t0 < acc.t0) {
-                        acc.t0 = probe.t0.clone();
-                    }
-                    *max_t99 = (*max_t99).max(probe.time_to_99pct_us);
-                    add_into(acc_h, &h)?;
-                }
+            let key = probe
+                .raft_index
+                .map_or(ProbeKey::Id(probe.id), ProbeKey::Raft);
+            let group = probes.entry(key).or_default();
+            if let Some((other, _)) = group.first()
+                && other.kind != probe.kind
+            {
+                return Err(MetricsError::Merge(format!(
+                    "{part}: probe #{} ({key}) is {:?} here but {:?} elsewhere (summaries of \
+                     different runs?)",
+                    probe.id, probe.kind, other.kind
+                )));
             }
+            group.push((probe.clone(), h));
         }
     }
 
@@ -163,16 +333,24 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         .collect();
     out.probes = probes
         .into_values()
-        .map(|(mut p, h, max_t99)| {
-            p.time_to_99pct_us = if p.expected > 0 {
-                time_to_99pct(&h, p.expected)
-            } else {
-                max_t99
-            };
-            p.latency_us = LatencySummary::from_histogram(&h);
-            p
-        })
-        .collect();
+        .map(combine_probe)
+        .collect::<Result<_, _>>()?;
+    if parts
+        .iter()
+        .any(|p| p.probes.iter().any(ProbeSummary::is_observer))
+    {
+        // Only the controller records `propagation` (latency after T0);
+        // with observers joined, the fleet's figure is the merged probes'.
+        let mut h = new_latency_histogram();
+        for p in out.probes.iter().filter(|p| !p.is_observer()) {
+            add_into(
+                &mut h,
+                &histogram_of(&p.latency_us, &format!("probe #{}", p.id))?,
+            )?;
+        }
+        out.latency_us
+            .insert(PROPAGATION.into(), LatencySummary::from_histogram(&h));
+    }
     out.shard = None;
     Ok(out)
 }
@@ -308,6 +486,7 @@ mod tests {
             expected: 100,
             time_to_99pct_us: None,
             latency_us: LatencySummary::from_histogram(&ph),
+            ..Default::default()
         });
         s
     }
@@ -379,6 +558,178 @@ mod tests {
         assert!(e.contains("probe #1"), "{e}");
 
         assert!(merge_summaries(&[]).is_err());
+    }
+
+    const T0: u64 = 1_795_300_860_000_000;
+
+    fn probe_entry(
+        role: &str,
+        raft: u64,
+        zero_unix_us: u64,
+        expected: u64,
+        samples: &[u64],
+    ) -> ProbeSummary {
+        let mut h = new_latency_histogram();
+        for &v in samples {
+            h.record(v).unwrap();
+        }
+        let controller = role == "controller";
+        ProbeSummary {
+            id: if controller { 3 } else { 0 },
+            kind: "deregister".into(),
+            t0: if controller {
+                "2026-11-21T22:41:00.000Z".into()
+            } else {
+                String::new()
+            },
+            delivered: samples.len() as u64,
+            expected,
+            time_to_99pct_us: time_to_99pct(&h, expected),
+            latency_us: LatencySummary::from_histogram(&h),
+            raft_index: Some(raft),
+            role: Some(role.into()),
+            t0_unix_us: controller.then_some(zero_unix_us),
+            first_arrival_unix_us: (!controller).then_some(zero_unix_us),
+            note: None,
+        }
+    }
+
+    fn consul_part(probes: Vec<ProbeSummary>) -> Summary {
+        Summary {
+            schema: SCHEMA_V1.into(),
+            kind: "consul".into(),
+            probes,
+            ..Default::default()
+        }
+    }
+
+    /// Within HDR precision (3 significant figures) of `exact`.
+    fn near(got: u64, exact: u64) {
+        assert!(got.abs_diff(exact) <= exact / 500 + 1, "{got} vs {exact}");
+    }
+
+    #[test]
+    fn observer_parts_join_by_raft_index_shifted_onto_t0() {
+        // Controller: 50 agents, 1..50 ms after T0. Observer: 50 agents,
+        // 0..49 ms after its first arrival, which was 20 ms after T0.
+        let c: Vec<u64> = (1..=50).map(|i| i * 1_000).collect();
+        let o: Vec<u64> = (0..50).map(|i| i * 1_000).collect();
+        let a = consul_part(vec![
+            probe_entry("controller", 100, T0, 50, &c),
+            probe_entry("controller", 104, T0 + 30_000_000, 50, &c[..49]),
+        ]);
+        let b = consul_part(vec![
+            probe_entry("observer", 100, T0 + 20_000, 50, &o),
+            probe_entry("observer", 104, T0 + 30_000_000 + 20_000, 50, &o),
+        ]);
+        let m = merge_summaries(&[a.clone(), b.clone()]).unwrap();
+        assert_eq!(m.probes.len(), 2);
+        let p = &m.probes[0];
+        assert_eq!((p.delivered, p.expected), (100, 100));
+        assert_eq!((p.id, p.raft_index), (3, Some(100)));
+        assert_eq!(p.role.as_deref(), Some("controller"));
+        assert_eq!(p.t0_unix_us, Some(T0));
+        assert_eq!(p.t0, "2026-11-21T22:41:00.000Z");
+        assert_eq!((p.first_arrival_unix_us, p.note.as_deref()), (None, None));
+        // The union of 1..=50 ms and 20..=69 ms, exactly as samples.
+        let mut all: Vec<u64> = c.iter().chain(o.iter()).copied().collect();
+        for v in &mut all[50..] {
+            *v += 20_000;
+        }
+        all.sort_unstable();
+        assert_eq!(p.latency_us.count, 100);
+        near(p.latency_us.min, 1_000);
+        near(p.latency_us.max, 69_000);
+        near(p.latency_us.p50, all[49]);
+        near(p.latency_us.p90, all[89]);
+        near(p.latency_us.p99, all[98]);
+        near(p.time_to_99pct_us.unwrap(), all[98]);
+        let q = &m.probes[1];
+        assert_eq!(
+            (q.raft_index, q.delivered, q.expected),
+            (Some(104), 99, 100)
+        );
+        near(q.time_to_99pct_us.unwrap(), 69_000);
+        // `propagation` is rebuilt from the joined probes: 199 deliveries.
+        assert_eq!(m.latency_us[PROPAGATION].count, 199);
+
+        // Observers merged first, then with the controller: same counts and
+        // the same figures within HDR precision.
+        let b2 = consul_part(vec![probe_entry(
+            "observer",
+            100,
+            T0 + 25_000,
+            10,
+            &o[..10],
+        )]);
+        let obs = merge_summaries(&[b.clone(), b2.clone()]).unwrap();
+        assert_eq!(obs.probes[0].first_arrival_unix_us, Some(T0 + 20_000));
+        let two_step = merge_summaries(&[a.clone(), obs]).unwrap();
+        let one_step = merge_summaries(&[a, b, b2]).unwrap();
+        let (x, y) = (&two_step.probes[0], &one_step.probes[0]);
+        assert_eq!((x.delivered, x.expected), (110, 110));
+        assert_eq!((y.delivered, y.expected), (110, 110));
+        near(x.latency_us.p50, y.latency_us.p50);
+        near(x.latency_us.p99, y.latency_us.p99);
+    }
+
+    #[test]
+    fn arrivals_before_t0_after_the_shift_count_as_zero_with_a_note() {
+        // The observer's clock runs 3 ms behind: its first arrival seems to
+        // come before T0.
+        let a = consul_part(vec![probe_entry("controller", 7, T0, 1, &[4_000])]);
+        let b = consul_part(vec![probe_entry(
+            "observer",
+            7,
+            T0 - 3_000,
+            3,
+            &[0, 1_000, 5_000],
+        )]);
+        let m = merge_summaries(&[a, b]).unwrap();
+        let p = &m.probes[0];
+        assert_eq!((p.delivered, p.expected), (4, 4));
+        assert_eq!(p.latency_us.min, 0);
+        near(p.latency_us.max, 4_000);
+        let mut h = p.latency_us.histogram().unwrap();
+        assert_eq!(h.count_at(0), 2);
+        near(p.time_to_99pct_us.unwrap(), 4_000);
+        let note = p.note.as_deref().unwrap();
+        assert!(note.starts_with("2 arrival(s) fell before T0"), "{note}");
+        h.reset();
+        let mut below = 0;
+        add_shifted(&mut h, &new_latency_histogram(), -5, &mut below).unwrap();
+        assert_eq!((h.len(), below), (0, 0));
+    }
+
+    #[test]
+    fn observer_entries_without_a_controller_entry_are_kept_and_flagged() {
+        let o: Vec<u64> = (0..20).map(|i| i * 500).collect();
+        let a = consul_part(vec![probe_entry("controller", 50, T0, 20, &o)]);
+        let lone = probe_entry("observer", 49, T0 - 1_000_000, 20, &o);
+        let b = consul_part(vec![
+            lone.clone(),
+            probe_entry("observer", 50, T0 + 1_000, 20, &o),
+        ]);
+        let m = merge_summaries(&[a, b]).unwrap();
+        assert_eq!(m.probes.len(), 2);
+        // Ordered by raft index; the lone one unchanged but for its note.
+        let p = &m.probes[0];
+        assert_eq!(p.raft_index, Some(49));
+        assert_eq!(p.role.as_deref(), Some("observer"));
+        assert_eq!(p.note.as_deref(), Some(NOTE_NO_CONTROLLER));
+        assert_eq!(
+            ProbeSummary {
+                note: None,
+                ..p.clone()
+            },
+            lone
+        );
+        assert_eq!((m.probes[1].delivered, m.probes[1].expected), (40, 40));
+        // Only controller-role entries make up `propagation`.
+        assert_eq!(m.latency_us[PROPAGATION].count, 40);
+        // Re-merging keeps one note, not two.
+        let again = merge_summaries(&[m]).unwrap();
+        assert_eq!(again.probes[0].note.as_deref(), Some(NOTE_NO_CONTROLLER));
     }
 
     #[test]

@@ -97,6 +97,7 @@ mod tests {
                     expected: 1,
                     time_to_99pct_us: Some(250_000),
                     latency_us: LatencySummary::from_histogram(&h),
+                    ..Default::default()
                 },
                 ProbeSummary {
                     id: 2,
@@ -106,6 +107,24 @@ mod tests {
                     expected: 1,
                     time_to_99pct_us: None,
                     latency_us: LatencySummary::from_histogram(&new_latency_histogram()),
+                    raft_index: Some(42),
+                    role: Some(crate::summary::ROLE_CONTROLLER.into()),
+                    t0_unix_us: Some(1_795_300_860_000_000),
+                    ..Default::default()
+                },
+                ProbeSummary {
+                    id: 0,
+                    kind: "register".into(),
+                    t0: String::new(),
+                    delivered: 1,
+                    expected: 1,
+                    time_to_99pct_us: Some(250_000),
+                    latency_us: LatencySummary::from_histogram(&h),
+                    raft_index: Some(42),
+                    role: Some(crate::summary::ROLE_OBSERVER.into()),
+                    first_arrival_unix_us: Some(1_795_300_860_010_000),
+                    note: Some("a merge note".into()),
+                    ..Default::default()
                 },
             ],
             shard: Some("0/2".into()),
@@ -158,8 +177,15 @@ mod tests {
             "{e:?}"
         );
 
-        let mut v = good;
+        let mut v = good.clone();
         v["surprise"] = serde_json::json!(1);
+        assert!(validate_summary_json(&v).is_err());
+
+        let mut v = good.clone();
+        v["probes"][2]["role"] = serde_json::json!("bystander");
+        assert!(validate_summary_json(&v).is_err());
+        let mut v = good;
+        v["probes"][1]["raft_index"] = serde_json::json!(-1);
         assert!(validate_summary_json(&v).is_err());
     }
 

@@ -148,8 +148,43 @@ pub struct ProbeSummary {
     pub expected: u64,
     /// Time from T0 until 99 % of the expected subscribers had it (µs), if reached.
     pub time_to_99pct_us: Option<u64>,
-    /// Propagation latency percentiles (µs after T0).
+    /// Propagation latency percentiles: µs after T0 (role `controller`, or
+    /// no role), or µs after `first_arrival_unix_us` (role `observer`).
     pub latency_us: LatencySummary,
+    /// Raft index of the change's event: every subscriber of every process
+    /// sees the same one, so it is the key that joins a probe across shards.
+    /// The controller takes it from its own agents' live arrivals (`None`
+    /// when none arrived live).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raft_index: Option<u64>,
+    /// `controller` (this process made the change; latencies after T0) or
+    /// `observer` (another process made it; latencies after this entry's
+    /// first arrival). Absent in older summaries: treated as `controller`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// Controller: T0 as wall-clock unix microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t0_unix_us: Option<u64>,
+    /// Observer: wall-clock unix microseconds of the earliest arrival this
+    /// entry counts (the zero of its `latency_us`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_arrival_unix_us: Option<u64>,
+    /// What a merge had to approximate or could not join, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// [`ProbeSummary::role`] of the process that made the change.
+pub const ROLE_CONTROLLER: &str = "controller";
+/// [`ProbeSummary::role`] of a process that only watched the change arrive.
+pub const ROLE_OBSERVER: &str = "observer";
+
+impl ProbeSummary {
+    /// Whether this entry was measured by a process that did not make the
+    /// change (its latencies are relative to its first arrival, not T0).
+    pub fn is_observer(&self) -> bool {
+        self.role.as_deref() == Some(ROLE_OBSERVER)
+    }
 }
 
 /// The whole run summary (`--summary PATH`).
@@ -211,6 +246,13 @@ impl Summary {
     }
 }
 
+/// Microseconds since the unix epoch (0 before it).
+pub fn unix_us(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
 /// Formats a unix time (seconds + nanos) as RFC 3339 UTC, e.g. `2026-11-21T23:39:27.123Z`.
 pub fn rfc3339(t: std::time::SystemTime) -> String {
     let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -257,6 +299,37 @@ mod tests {
     fn empty_histogram_summarizes_to_zeroes() {
         let s = LatencySummary::from_histogram(&new_latency_histogram());
         assert_eq!((s.count, s.p99, s.max), (0, 0, 0));
+    }
+
+    #[test]
+    fn probes_of_older_summaries_parse_and_new_fields_are_optional() {
+        let old = serde_json::json!({"id": 1, "kind": "deregister",
+            "t0": "2026-11-21T22:40:44.250Z", "delivered": 2, "expected": 2,
+            "time_to_99pct_us": 10, "latency_us": {"count": 0, "min": 0, "p50": 0,
+            "p75": 0, "p90": 0, "p95": 0, "p99": 0, "p999": 0, "max": 0, "mean": 0.0}});
+        let p: ProbeSummary = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!((p.raft_index, p.role.as_deref()), (None, None));
+        assert!(!p.is_observer());
+        assert_eq!(
+            serde_json::to_value(&p).unwrap(),
+            old,
+            "no new keys when unset"
+        );
+        let o = ProbeSummary {
+            role: Some(ROLE_OBSERVER.into()),
+            raft_index: Some(9),
+            first_arrival_unix_us: Some(5),
+            ..p
+        };
+        assert!(o.is_observer());
+        let v = serde_json::to_value(&o).unwrap();
+        assert_eq!(v["role"], "observer");
+        assert_eq!(v["raft_index"], 9);
+        assert!(v.get("t0_unix_us").is_none() && v.get("note").is_none());
+        assert_eq!(
+            unix_us(std::time::UNIX_EPOCH + std::time::Duration::from_micros(7)),
+            7
+        );
     }
 
     #[test]

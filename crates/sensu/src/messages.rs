@@ -26,8 +26,13 @@ use crate::codec::{self, CodecError, Encoding, KIND_EVENT, KIND_KEEPALIVE};
 pub const KEEPALIVE_CHECK: &str = "keepalive";
 /// Name of the check of agent-side events (`event_rate`).
 pub const AGENT_EVENT_CHECK: &str = "agent-sim-event";
-/// Output of every simulated check execution.
+/// First line of the output of every simulated check execution.
 pub const CHECK_OUTPUT: &str = "agent-sim: OK\n";
+/// Bytes of the output of every simulated check execution: the size of the
+/// canned text a real 6.12 agent answers `!sensu_test_check!` with (vector
+/// 004), so check events cost the backend what real ones cost. Our text is
+/// [`CHECK_OUTPUT`] padded with filler lines, not the real agent's text.
+pub const CHECK_OUTPUT_LEN: usize = 799;
 /// Duration (seconds) reported for a simulated check execution: the real
 /// agent reports 0 for `!sensu_test_check!` (vector 004), which runs nothing.
 pub const CHECK_DURATION: f64 = 0.0;
@@ -44,6 +49,7 @@ pub struct Templates {
     encoding: Encoding,
     keepalive_check: v2::Check,
     agent_event_output: String,
+    check_output: String,
     /// Field 3 (key, length, body) of a keepalive event.
     pb_keepalive_check: Vec<u8>,
     /// Field 5 (key, length, body) of every event: `metadata{namespace}`.
@@ -64,16 +70,10 @@ impl Templates {
         encoding::message::encode(3, &keepalive_check, &mut pb_keepalive_check);
         let mut pb_event_meta = Vec::new();
         encoding::message::encode(5, &meta("", &cfg.namespace), &mut pb_event_meta);
-        // Printable filler of the requested size (lines of 64 characters).
-        let agent_event_output = (0..cfg.event_output_size)
-            .map(|i| {
-                if i % 64 == 63 {
-                    '\n'
-                } else {
-                    (b'a' + (i % 26) as u8) as char
-                }
-            })
-            .collect();
+        let agent_event_output = filler(cfg.event_output_size);
+        let mut check_output = String::with_capacity(CHECK_OUTPUT_LEN);
+        check_output.push_str(CHECK_OUTPUT);
+        check_output.push_str(&filler(CHECK_OUTPUT_LEN - CHECK_OUTPUT.len()));
         Templates {
             namespace: cfg.namespace.clone(),
             subscriptions: cfg.subscriptions.clone(),
@@ -84,6 +84,7 @@ impl Templates {
             encoding: cfg.encoding,
             keepalive_check,
             agent_event_output,
+            check_output,
             pb_keepalive_check,
             pb_event_meta,
         }
@@ -93,6 +94,19 @@ impl Templates {
     pub fn encoding(&self) -> Encoding {
         self.encoding
     }
+}
+
+/// Printable filler of `len` bytes (lines of 64 characters).
+fn filler(len: usize) -> String {
+    (0..len)
+        .map(|i| {
+            if i % 64 == 63 {
+                '\n'
+            } else {
+                (b'a' + (i % 26) as u8) as char
+            }
+        })
+        .collect()
 }
 
 fn meta(name: &str, namespace: &str) -> v2::ObjectMeta {
@@ -286,7 +300,7 @@ impl MessageBuilder {
             duration: CHECK_DURATION,
             executed: now,
             issued: req.issued,
-            output: CHECK_OUTPUT.into(),
+            output: self.t.check_output.clone(),
             status: 0,
             output_metric_format: cfg.output_metric_format,
             output_metric_handlers: cfg.output_metric_handlers,

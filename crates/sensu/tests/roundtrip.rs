@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use agent_sim_sensu::SensuConfig;
 use agent_sim_sensu::codec::{self, Encoding, validate_event};
-use agent_sim_sensu::messages::{MessageBuilder, Templates};
+use agent_sim_sensu::messages::{self, MessageBuilder, Templates};
 use common::*;
 
 /// Fields that legitimately differ from the capture: clocks and the host.
@@ -141,6 +141,9 @@ fn our_check_reply_matches_the_real_agent() {
         };
         let mut rc = real.check.unwrap();
         let mut oc = c;
+        // Our own text, but as large as the real agent's canned output.
+        assert_eq!(oc.output.len(), rc.output.len(), "{suffix}: output size");
+        assert!(oc.output.starts_with(messages::CHECK_OUTPUT));
         for ch in [&mut rc, &mut oc] {
             ch.executed = 0;
             ch.output.clear();

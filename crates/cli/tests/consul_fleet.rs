@@ -1,0 +1,131 @@
+//! End to end: Consul agents (and a mixed fleet) against the in-process
+//! reference target on 127.0.0.1:0, through the same path as the binary.
+
+use std::time::Duration;
+
+use agent_sim::RunBuilder;
+
+fn temp_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("agent-sim-test-{}-{name}", std::process::id()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consul_agents_subscribe_register_and_time_the_probe() {
+    let summary_path = temp_path("consul-50.json");
+    let outcome = RunBuilder::new("consul")
+        .agents(50)
+        .ramp("1000/s")
+        .duration(Duration::from_secs(5))
+        .args(|a| {
+            a.upstreams = Some("web,api".into());
+            a.probe_every = Some("1500ms".into());
+            a.probe_timeout = Some("1s".into());
+            a.summary = Some(summary_path.clone());
+        })
+        .assert("agents.connected == requested")
+        .assert("probes.delivered_ratio == 1")
+        .assert("errors.total == 0")
+        .run()
+        .await
+        .expect("run");
+    let s = &outcome.summary;
+    assert_eq!(
+        outcome.exit_code, 0,
+        "{:?} {:?}",
+        outcome.problem, outcome.verdicts
+    );
+    assert_eq!(s.kind, "consul");
+    assert_eq!(s.agents.connected, 50);
+    assert_eq!(s.counters.values["subscriptions"], 100);
+    assert_eq!(s.counters.values["snapshots"], 100);
+    assert_eq!(s.counters.values["registrations"], 50);
+    assert!(s.probes.len() >= 2, "{:?}", s.probes);
+    for p in &s.probes {
+        assert_eq!(p.delivered, 50, "{p:?}");
+        assert_eq!(p.expected, 50, "{p:?}");
+        assert!(p.time_to_99pct_us.is_some());
+    }
+    assert!(s.latency_us["propagation"].count >= 100);
+    let target = outcome
+        .embedded_consul
+        .as_ref()
+        .expect("embedded target stats");
+    assert_eq!(
+        target.subscriptions_active, 0,
+        "streams closed at shutdown: {target:?}"
+    );
+
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
+    agent_sim_metrics::validate_summary_json(&v).expect("consul summary validates");
+    let _ = std::fs::remove_file(&summary_path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_config_runs_both_fleets_with_one_report() {
+    let dir = temp_path("mixed");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("mixed.toml");
+    std::fs::write(
+        &cfg,
+        "ramp = \"all\"\n\
+         [[fleet]]\nkind = \"sensu\"\nagents = 30\nkeepalive-interval = \"1s\"\n\
+         [[fleet]]\nkind = \"consul\"\nagents = 20\nprobe = \"off\"\n",
+    )
+    .unwrap();
+    let summary_path = dir.join("summary.json");
+    let outcome = RunBuilder::new("sensu")
+        .duration(Duration::from_secs(3))
+        .args(|a| {
+            a.kind = None;
+            a.config = Some(cfg.clone());
+            a.summary = Some(summary_path.clone());
+        })
+        .run()
+        .await
+        .expect("run");
+    let s = &outcome.summary;
+    assert_eq!(s.kind, "mixed");
+    assert_eq!(s.agents.requested, 50);
+    assert_eq!(s.agents.connected, 50);
+    assert!(s.counters.values["keepalives_sent"] >= 30);
+    assert_eq!(s.counters.values["subscriptions"], 40);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
+    agent_sim_metrics::validate_summary_json(&v).expect("mixed summary validates");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn merged_shard_summaries_validate_and_add_up() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let parts: Vec<agent_sim::Summary> = (0..2)
+        .map(|i| {
+            rt.block_on(
+                RunBuilder::new("sensu")
+                    .agents(40)
+                    .ramp("all")
+                    .duration(Duration::from_secs(2))
+                    .args(|a| a.shard = Some(format!("{i}/2")))
+                    .run(),
+            )
+            .expect("shard run")
+            .summary
+        })
+        .collect();
+    assert_eq!(parts[0].agents.requested, 20);
+    assert_eq!(parts[0].shard.as_deref(), Some("0/2"));
+    let merged = agent_sim_metrics::merge::merge_summaries(&parts).unwrap();
+    assert_eq!(merged.agents.requested, 40);
+    assert_eq!(merged.agents.connected, 40);
+    assert_eq!(
+        merged.latency_us["connect"].count,
+        parts[0].latency_us["connect"].count + parts[1].latency_us["connect"].count
+    );
+    let v = serde_json::to_value(&merged).unwrap();
+    agent_sim_metrics::validate_summary_json(&v).expect("merged summary validates");
+}
