@@ -30,6 +30,27 @@ fn runtime(threads: Option<usize>, seed: Option<u64>) -> std::io::Result<tokio::
     b.build()
 }
 
+/// Builds the runtime and runs `job` on it with a shutdown token that
+/// SIGINT/SIGTERM cancel; a runtime that cannot start is a runtime failure.
+fn run_with_signals<F, Fut>(threads: Option<usize>, seed: Option<u64>, job: F) -> ExitCode
+where
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = ExitCode>,
+{
+    let rt = match runtime(threads, seed) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agent-sim: runtime: {e}");
+            return code(exit::FAILURE);
+        }
+    };
+    rt.block_on(async move {
+        let token = CancellationToken::new();
+        on_signals(token.clone());
+        job(token).await
+    })
+}
+
 /// Cancels `token` on SIGINT or SIGTERM (a second signal exits at once).
 fn on_signals(token: CancellationToken) {
     tokio::spawn(async move {
@@ -92,16 +113,7 @@ fn main() -> ExitCode {
             };
             let limits = preflight::Limits::of_this_host();
             let _ = preflight::raise_nofile(limits.hard);
-            let rt = match runtime(args.threads, None) {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("agent-sim: runtime: {e}");
-                    return code(exit::FAILURE);
-                }
-            };
-            rt.block_on(async move {
-                let token = CancellationToken::new();
-                on_signals(token.clone());
+            run_with_signals(args.threads, None, |token| async move {
                 match serve::serve(args, plan, token).await {
                     Ok(()) => code(exit::OK),
                     Err(e) => {
@@ -125,16 +137,8 @@ fn main() -> ExitCode {
                 eprintln!("agent-sim: {e}");
                 return code(exit::USAGE);
             }
-            let rt = match runtime(cfg.threads, cfg.seed) {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("agent-sim: runtime: {e}");
-                    return code(exit::FAILURE);
-                }
-            };
-            rt.block_on(async move {
-                let token = CancellationToken::new();
-                on_signals(token.clone());
+            let (threads, seed) = (cfg.threads, cfg.seed);
+            run_with_signals(threads, seed, |token| async move {
                 match run::execute(cfg, token, Output::Terminal).await {
                     Ok(outcome) => {
                         if let Some(p) = &outcome.problem {

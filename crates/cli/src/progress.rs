@@ -83,7 +83,14 @@ impl Progress {
             Some(_) if self.tty => true,
             Some(t) => now.saturating_sub(t) >= self.every,
         };
-        if !(due || last) {
+        if last {
+            // Sessions are closed by now: keep the last live figures on screen.
+            if self.tty {
+                let _ = writeln!(std::io::stderr());
+            }
+            return;
+        }
+        if !due {
             return;
         }
         self.last_print = Some(now);

@@ -9,7 +9,6 @@
 //! What this is not: the subscription logic (see `agent`).
 
 use std::future::Future;
-use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,14 +16,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ::http::Uri;
+use agent_sim_fleet::net::MaybeTlsStream;
 use hyper::body::Incoming;
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
+use rustls::pki_types::ServerName;
+use tokio::io::AsyncWriteExt;
 use tokio_rustls::TlsConnector;
-use tokio_rustls::client::TlsStream;
 
 use crate::ConsulError;
 use crate::config::ConsulTls;
@@ -35,70 +33,7 @@ pub const RPC_GRPC: u8 = 0x08;
 pub const RPC_TLS: u8 = 0x03;
 
 /// A plaintext or TLS socket to a server's RPC port.
-pub enum RpcIo {
-    /// Plain TCP.
-    Plain(TcpStream),
-    /// TLS over TCP (boxed: the rustls state is large).
-    Tls(Box<TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for RpcIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            RpcIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            RpcIo::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for RpcIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            RpcIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            RpcIo::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            RpcIo::Plain(s) => Pin::new(s).poll_flush(cx),
-            RpcIo::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            RpcIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            RpcIo::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            RpcIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            RpcIo::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            RpcIo::Plain(s) => s.is_write_vectored(),
-            RpcIo::Tls(s) => s.is_write_vectored(),
-        }
-    }
-}
+pub type RpcIo = MaybeTlsStream;
 
 /// hyper's HTTP/2 `SendRequest` as a tower service for `tonic::client::Grpc`.
 #[derive(Clone)]
@@ -267,92 +202,16 @@ impl Dialer {
     }
 }
 
-/// rustls client config (ring provider, no ALPN, no client certificate).
+/// rustls client config (ring provider, no ALPN, no client certificate), see
+/// [`agent_sim_fleet::tls`]. Consul servers use a private CA: without
+/// `insecure_skip_verify` a CA file is required (the system bundle is not
+/// tried).
 pub fn tls_client_config(t: &ConsulTls) -> Result<Arc<rustls::ClientConfig>, ConsulError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ConsulError::Tls(e.to_string()))?;
-    let cfg = if t.insecure_skip_verify {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider)))
-            .with_no_client_auth()
-    } else {
-        let path = t
-            .ca_file
-            .as_ref()
-            .ok_or_else(|| ConsulError::Tls("no CA file".into()))?;
-        let pem = std::fs::read(path)
-            .map_err(|e| ConsulError::Tls(format!("CA file {}: {e}", path.display())))?;
-        let mut roots = rustls::RootCertStore::empty();
-        let mut n = 0;
-        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-            let cert =
-                cert.map_err(|e| ConsulError::Tls(format!("CA file {}: {e}", path.display())))?;
-            roots
-                .add(cert)
-                .map_err(|e| ConsulError::Tls(format!("CA file {}: {e}", path.display())))?;
-            n += 1;
-        }
-        if n == 0 {
-            return Err(ConsulError::Tls(format!(
-                "CA file {}: no certificate",
-                path.display()
-            )));
-        }
-        builder.with_root_certificates(roots).with_no_client_auth()
-    };
-    Ok(Arc::new(cfg))
-}
-
-/// Certificate verifier for `insecure_skip_verify`: checks signatures only.
-#[derive(Debug)]
-struct AcceptAnyCert(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    if t.ca_file.is_none() && !t.insecure_skip_verify {
+        return Err(ConsulError::Tls("no CA file".into()));
     }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+    agent_sim_fleet::tls::client_config(t.ca_file.as_deref(), t.insecure_skip_verify, &[])
+        .map_err(|e| ConsulError::Tls(e.to_string()))
 }
 
 /// A stable error kind for a gRPC status (for error counters).

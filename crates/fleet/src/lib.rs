@@ -9,7 +9,10 @@
 //!   jittered exponential [`Backoff`] between sessions, one cancellation tree
 //!   (each agent a child token), and a bounded graceful shutdown.
 //! - [`net::dial`]: TCP connect from an optional source address (the pool of
-//!   source addresses lets one box exceed ~28k connections per destination).
+//!   source addresses lets one box exceed ~28k connections per destination),
+//!   and [`net::MaybeTlsStream`], the plain-or-TLS client socket.
+//! - [`tls::client_config`]: the rustls client config (CA file, system
+//!   roots or no verification) shared by the protocol crates.
 //! - [`units`]: human units for durations and rates (`20s`, `500/s`).
 //!
 //! What it is not: it opens no sockets itself and records no protocol metrics;
@@ -18,6 +21,7 @@
 
 pub mod backoff;
 pub mod net;
+pub mod tls;
 pub mod units;
 
 use std::future::Future;

@@ -4,11 +4,18 @@
 //! the kernel picks the source port at connect time: ports are then shared
 //! across destinations instead of reserved at bind time, and each
 //! (source ip, destination ip:port) pair gets the whole ephemeral range.
+//!
+//! [`MaybeTlsStream`] is the dialed socket after an optional TLS handshake
+//! (the client config comes from [`crate::tls`]).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
+use tokio_rustls::client::TlsStream;
 
 /// Connects to `addr`, from `bind` if given, with `TCP_NODELAY` set.
 pub async fn dial(addr: SocketAddr, bind: Option<IpAddr>) -> io::Result<TcpStream> {
@@ -54,6 +61,82 @@ pub fn dial_error_kind(e: &io::Error) -> &'static str {
         io::ErrorKind::ConnectionReset => "connect_reset",
         _ if e.raw_os_error() == Some(24) => "connect_too_many_files",
         _ => "connect_other",
+    }
+}
+
+/// A plaintext or TLS client socket.
+pub enum MaybeTlsStream {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS over TCP (boxed: the rustls state is large and plain sessions
+    /// should not pay for it).
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl std::fmt::Debug for MaybeTlsStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MaybeTlsStream::Plain(_) => "MaybeTlsStream::Plain",
+            MaybeTlsStream::Tls(_) => "MaybeTlsStream::Tls",
+        })
+    }
+}
+
+impl AsyncRead for MaybeTlsStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MaybeTlsStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            MaybeTlsStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for MaybeTlsStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            MaybeTlsStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            MaybeTlsStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MaybeTlsStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            MaybeTlsStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MaybeTlsStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            MaybeTlsStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            MaybeTlsStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            MaybeTlsStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            MaybeTlsStream::Plain(s) => s.is_write_vectored(),
+            MaybeTlsStream::Tls(s) => s.is_write_vectored(),
+        }
     }
 }
 

@@ -17,7 +17,6 @@ pub mod codec;
 mod json;
 pub mod messages;
 pub mod session;
-mod tls;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -213,6 +212,21 @@ pub struct SensuFactory {
     shared: Arc<Shared>,
 }
 
+/// The shared rustls client config for `wss://` targets (see
+/// [`agent_sim_fleet::tls`]: CA file, else the system bundle, or no
+/// verification with `insecure_skip_tls_verify`).
+fn tls_client_config(cfg: &SensuConfig) -> Result<Arc<rustls::ClientConfig>, SensuError> {
+    use agent_sim_fleet::tls::{TlsError, client_config};
+    client_config(cfg.ca_file.as_deref(), cfg.insecure_skip_tls_verify, &[]).map_err(|e| match e {
+        TlsError::NoSystemRoots => SensuError::Tls(
+            "wss:// target without --ca-file and no system CA bundle found \
+             (use --ca-file or --insecure-skip-tls-verify)"
+                .into(),
+        ),
+        e => SensuError::Tls(e.to_string()),
+    })
+}
+
 impl SensuFactory {
     /// Validates `cfg` (URLs, names, durations, TLS material) and builds what
     /// every agent shares. `metrics` must include [`metrics_spec`].
@@ -224,10 +238,7 @@ impl SensuFactory {
             .map(|t| Target::parse(t))
             .collect::<Result<Vec<_>, _>>()?;
         let tls = if targets.iter().any(|t| t.tls) {
-            Some(tls::client_config(
-                cfg.ca_file.as_deref(),
-                cfg.insecure_skip_tls_verify,
-            )?)
+            Some(tls_client_config(&cfg)?)
         } else {
             None
         };

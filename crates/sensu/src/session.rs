@@ -21,12 +21,10 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use agent_sim_fleet::net::{dial, dial_error_kind};
+use agent_sim_fleet::net::{MaybeTlsStream, dial, dial_error_kind};
 use agent_sim_fleet::{SessionCx, SessionEnd};
 use agent_sim_metrics::Metrics;
 use base64::Engine as _;
@@ -34,8 +32,6 @@ use futures_util::{SinkExt as _, StreamExt as _};
 use http::HeaderValue;
 use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
@@ -232,54 +228,7 @@ impl CheckState {
     }
 }
 
-/// Plain TCP or TLS (boxed: TLS state is large and plain sessions should not
-/// pay for it).
-enum MaybeTls {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for MaybeTls {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            MaybeTls::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            MaybeTls::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for MaybeTls {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            MaybeTls::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            MaybeTls::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            MaybeTls::Plain(s) => Pin::new(s).poll_flush(cx),
-            MaybeTls::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            MaybeTls::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            MaybeTls::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
-        }
-    }
-}
-
-type Ws = WebSocketStream<MaybeTls>;
+type Ws = WebSocketStream<MaybeTlsStream>;
 
 /// Error kind of a failed upgrade.
 fn upgrade_error_kind(e: &tungstenite::Error) -> SessionEnd {
@@ -343,10 +292,10 @@ async fn connect(shared: &Shared, name: &str, cx: &SessionCx) -> Result<Ws, Sess
                         }
                         _ => SessionEnd::Lost("tls"),
                     })?;
-                MaybeTls::Tls(Box::new(tls))
+                MaybeTlsStream::Tls(Box::new(tls))
             }
             (None, true) => return Err(SessionEnd::Fatal("tls_not_configured")),
-            (_, false) => MaybeTls::Plain(tcp),
+            (_, false) => MaybeTlsStream::Plain(tcp),
         };
         let req = upgrade_request(cfg, &target.url, name)
             .map_err(|_| SessionEnd::Fatal("bad_upgrade_request"))?;

@@ -63,14 +63,7 @@ async fn http_connection(stream: TcpStream, state: ConsulState, shutdown: Cancel
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).keep_alive(true);
     let conn = builder.serve_connection(TokioIo::new(stream), svc);
-    let mut conn = std::pin::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = shutdown.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(super::CONNECTION_GRACE, conn).await;
-        }
-    }
+    super::drive_connection(conn, &shutdown, |c| c.graceful_shutdown()).await;
 }
 
 /// Expires sessions 2 × TTL after their last renewal. One task, ticking at a

@@ -280,6 +280,26 @@ impl ConsulState {
     }
 }
 
+/// Drives one accepted connection until it ends; on `shutdown` starts its
+/// graceful shutdown (hyper's inherent `graceful_shutdown`, passed in as
+/// `graceful`) and waits at most [`CONNECTION_GRACE`] for it.
+async fn drive_connection<C>(
+    conn: C,
+    shutdown: &CancellationToken,
+    graceful: impl FnOnce(std::pin::Pin<&mut C>),
+) where
+    C: std::future::Future,
+{
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = shutdown.cancelled() => {
+            graceful(conn.as_mut());
+            let _ = tokio::time::timeout(CONNECTION_GRACE, conn).await;
+        }
+    }
+}
+
 /// Accepts until `shutdown`, one tracked task per connection; then closes the
 /// listener and waits (bounded) for the tasks.
 async fn accept_loop<F, Fut>(

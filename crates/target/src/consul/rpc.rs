@@ -97,14 +97,7 @@ async fn rpc_connection(
         shutdown: shutdown.clone(),
     };
     let conn = builder.serve_connection(TokioIo::new(stream), svc);
-    let mut conn = std::pin::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = shutdown.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(super::CONNECTION_GRACE, conn).await;
-        }
-    }
+    super::drive_connection(conn, &shutdown, |c| c.graceful_shutdown()).await;
 }
 
 /// The per-connection HTTP/2 service: one gRPC route.
