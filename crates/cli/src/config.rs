@@ -628,15 +628,24 @@ fn consul_config(
             ));
         }
     };
+    let every = dur("probe-every", &a.probe_every, d.probe.every)?;
     let probe = ProbeConfig {
         kind: probe_kind,
-        every: dur("probe-every", &a.probe_every, d.probe.every)?,
+        every,
         service: a.probe_service.clone(),
-        timeout: dur("probe-timeout", &a.probe_timeout, d.probe.timeout)?,
+        // A probe must end before the next one starts.
+        timeout: dur(
+            "probe-timeout",
+            &a.probe_timeout,
+            d.probe.timeout.min(every),
+        )?,
         controller: shard.is_none_or(|s| s.index == 0),
     };
     if probe.kind.is_some() && probe.every < Duration::from_secs(1) {
         return usage("--probe-every must be at least 1s");
+    }
+    if probe.kind.is_some() && probe.timeout > probe.every {
+        return usage("--probe-timeout must not exceed --probe-every (one probe at a time)");
     }
     if let Some(svc) = &probe.service {
         if svc.contains('{') {
@@ -713,6 +722,14 @@ mod tests {
                 }),
                 "--session-ttl",
             ),
+            (
+                args(|a| {
+                    a.kind = Some("consul".into());
+                    a.probe_every = Some("5s".into());
+                    a.probe_timeout = Some("6s".into())
+                }),
+                "--probe-timeout",
+            ),
         ] {
             let e = resolve(a, &no_env).unwrap_err().0;
             assert!(e.contains(needle), "{e}");
@@ -773,6 +790,22 @@ mod tests {
             .0;
         assert!(e.contains("agentz"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_short_probe_interval_shortens_the_default_timeout() {
+        let c = resolve(
+            args(|a| {
+                a.kind = Some("consul".into());
+                a.probe_every = Some("5s".into())
+            }),
+            &no_env,
+        )
+        .unwrap();
+        let Protocol::Consul(cc) = &c.fleets[0].protocol else {
+            panic!()
+        };
+        assert_eq!(cc.probe.timeout, Duration::from_secs(5));
     }
 
     #[test]

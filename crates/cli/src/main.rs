@@ -146,7 +146,7 @@ fn main() -> ExitCode {
                         }
                         code(outcome.exit_code)
                     }
-                    Err(run::RunError::Usage(e)) => {
+                    Err(e @ (run::RunError::Usage(_) | run::RunError::Setup(_))) => {
                         eprintln!("agent-sim: {e}");
                         code(exit::USAGE)
                     }

@@ -43,7 +43,7 @@ pub enum RunError {
     /// Bad usage (exit 64).
     #[error(transparent)]
     Usage(#[from] crate::config::UsageError),
-    /// A protocol crate refused its configuration.
+    /// A protocol crate refused its configuration (exit 64).
     #[error("{0}")]
     Setup(String),
     /// Local I/O (binding the embedded target, writing results).
@@ -205,11 +205,11 @@ pub async fn execute(
         built.push(match &plan.protocol {
             Protocol::Sensu(s) => Built::Sensu(Arc::new(
                 SensuFactory::new(s.clone(), metrics.clone())
-                    .map_err(|e| RunError::Setup(format!("sensu: {e}")))?,
+                    .map_err(|e| RunError::Setup(e.to_string()))?,
             )),
             Protocol::Consul(c) => Built::Consul(Arc::new(
                 ConsulFactory::new(c.clone(), metrics.clone())
-                    .map_err(|e| RunError::Setup(format!("consul: {e}")))?,
+                    .map_err(|e| RunError::Setup(e.to_string()))?,
             )),
         });
     }
