@@ -315,18 +315,22 @@ fn keepalive_path(c: &mut Criterion, rows: &mut Vec<Row>) {
     let mut g = Group::new(c, rows, "keepalive_path");
     for enc in ENCODINGS {
         let b = sensu::builder(enc);
-        let mut sock = ws::client(false);
         let mut seq = 0i64;
         let mut one = || {
-            // session.rs, `Wake::Timer` keepalive branch + `Steady::send`.
+            // session.rs, `Wake::Timer` keepalive branch + `Steady::send`
+            // (which masks the frame itself and writes it to the socket).
             seq += 1;
             let mut out = Vec::with_capacity(sensu::KEEPALIVE_FRAME_CAPACITY);
             let wall = sensu::unix_now();
             b.write_keepalive_frame(&mut out, wall, sensu::new_id(), seq)
                 .expect("frame");
-            let before = sock.get_ref().written;
-            sock.send(Message::Binary(out.into())).expect("send");
-            (sock.get_ref().written - before) as usize
+            let wire = agent_sim_sensu::session::masked_binary_frame(
+                &out,
+                fastrand::u32(..).to_be_bytes(),
+            );
+            drop(out);
+            black_box(&wire);
+            wire.len()
         };
         let wire = one();
         eprintln!("keepalive_path: {enc}: {wire} bytes on the wire (masked frame)");
