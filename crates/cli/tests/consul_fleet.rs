@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use agent_sim::RunBuilder;
 
-fn temp_path(name: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("agent-sim-test-{}-{name}", std::process::id()))
-}
+mod common;
+use common::temp_path;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consul_agents_subscribe_register_and_time_the_probe() {

@@ -6,9 +6,8 @@ use std::time::Duration;
 use agent_sim::RunBuilder;
 use tokio_util::sync::CancellationToken;
 
-fn temp_path(name: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("agent-sim-test-{}-{name}", std::process::id()))
-}
+mod common;
+use common::temp_path;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_agents_connect_keepalive_and_answer_checks() {
