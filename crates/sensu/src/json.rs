@@ -407,6 +407,9 @@ impl From<JCheck> for v2::Check {
             is_silenced: c.is_silenced,
             scheduler: c.scheduler,
             processed_by: c.processed_by,
+            // Hooks, subdue, proxy requests, secrets, metric tags and pipelines
+            // are passed through in protobuf mode only.
+            ..Default::default()
         }
     }
 }
@@ -503,6 +506,9 @@ impl From<JCheckConfig> for v2::CheckConfig {
             max_output_size: c.max_output_size,
             discard_output: c.discard_output,
             scheduler: c.scheduler,
+            // Hooks, subdue, proxy requests, secrets, metric tags and pipelines
+            // are passed through in protobuf mode only.
+            ..Default::default()
         }
     }
 }

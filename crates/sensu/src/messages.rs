@@ -316,6 +316,12 @@ impl MessageBuilder {
             discard_output: cfg.discard_output,
             scheduler: cfg.scheduler,
             processed_by: self.name.to_string(),
+            check_hooks: cfg.check_hooks,
+            subdue: cfg.subdue,
+            proxy_requests: cfg.proxy_requests,
+            secrets: cfg.secrets,
+            output_metric_tags: cfg.output_metric_tags,
+            pipelines: cfg.pipelines,
             ..Default::default()
         }
     }
@@ -485,6 +491,40 @@ mod tests {
             agent_name("agent-sim", 70000),
             70000,
         )
+    }
+
+    #[test]
+    fn check_results_carry_the_configs_hooks_subdue_secrets_and_pipelines() {
+        // Embedded messages as raw protobuf: a HookList {hooks: ["h"]}, a
+        // TimeWindowWhen, a ProxyRequests, a secret, a metric tag, a pipeline ref.
+        let hook = vec![0x0a, 0x01, b'h'];
+        let req = v2::CheckRequest {
+            config: Some(v2::CheckConfig {
+                command: "!sensu_test_check!".into(),
+                check_hooks: vec![hook.clone()],
+                subdue: vec![0x0a, 0x00],
+                proxy_requests: vec![0x08, 0x01],
+                secrets: vec![vec![0x0a, 0x01, b's']],
+                output_metric_tags: vec![vec![0x0a, 0x01, b't']],
+                pipelines: vec![vec![0x0a, 0x01, b'p']],
+                metadata: Some(meta("c", "default")),
+                ..Default::default()
+            }),
+            issued: 42,
+            ..Default::default()
+        };
+        let check = builder(Encoding::Protobuf).check_result(&req, 43);
+        assert_eq!(check.check_hooks, vec![hook]);
+        assert_eq!(check.subdue, vec![0x0a, 0x00]);
+        assert_eq!(check.proxy_requests, vec![0x08, 0x01]);
+        assert_eq!(check.secrets.len(), 1);
+        assert_eq!(check.output_metric_tags.len(), 1);
+        assert_eq!(check.pipelines.len(), 1);
+        // And they survive the wire: our reply decodes with them intact.
+        let bytes = check.encode_to_vec();
+        let back = v2::Check::decode(&bytes[..]).unwrap();
+        assert_eq!(back.check_hooks, check.check_hooks);
+        assert_eq!(back.pipelines, check.pipelines);
     }
 
     #[test]

@@ -118,14 +118,23 @@ pub struct Check {
     pub subscriptions: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
     #[prost(string, tag = "13")]
     pub proxy_entity_name: ::prost::alloc::string::String,
+    /// Copied from the check config as opaque embedded messages (a simulated
+    /// agent runs no hooks and reads no secrets, but a real agent's reply
+    /// carries them): HookList, TimeWindowWhen, ProxyRequests.
+    #[prost(bytes = "vec", repeated, tag = "14")]
+    pub check_hooks: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
     #[prost(bool, tag = "15")]
     pub stdin: bool,
+    #[prost(bytes = "vec", tag = "16")]
+    pub subdue: ::prost::alloc::vec::Vec<u8>,
     #[prost(string, tag = "17")]
     pub cron: ::prost::alloc::string::String,
     #[prost(int64, tag = "18")]
     pub ttl: i64,
     #[prost(uint32, tag = "19")]
     pub timeout: u32,
+    #[prost(bytes = "vec", tag = "20")]
+    pub proxy_requests: ::prost::alloc::vec::Vec<u8>,
     #[prost(bool, tag = "21")]
     pub round_robin: bool,
     #[prost(double, tag = "22")]
@@ -162,12 +171,18 @@ pub struct Check {
     pub max_output_size: i64,
     #[prost(bool, tag = "40")]
     pub discard_output: bool,
+    #[prost(bytes = "vec", repeated, tag = "41")]
+    pub secrets: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
     #[prost(bool, tag = "42")]
     pub is_silenced: bool,
+    #[prost(bytes = "vec", repeated, tag = "43")]
+    pub output_metric_tags: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
     #[prost(string, tag = "44")]
     pub scheduler: ::prost::alloc::string::String,
     #[prost(string, tag = "45")]
     pub processed_by: ::prost::alloc::string::String,
+    #[prost(bytes = "vec", repeated, tag = "46")]
+    pub pipelines: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct CheckConfig {
@@ -189,14 +204,21 @@ pub struct CheckConfig {
     pub subscriptions: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
     #[prost(string, tag = "13")]
     pub proxy_entity_name: ::prost::alloc::string::String,
+    /// Opaque embedded messages, passed through to the check result.
+    #[prost(bytes = "vec", repeated, tag = "14")]
+    pub check_hooks: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
     #[prost(bool, tag = "15")]
     pub stdin: bool,
+    #[prost(bytes = "vec", tag = "16")]
+    pub subdue: ::prost::alloc::vec::Vec<u8>,
     #[prost(string, tag = "17")]
     pub cron: ::prost::alloc::string::String,
     #[prost(int64, tag = "18")]
     pub ttl: i64,
     #[prost(uint32, tag = "19")]
     pub timeout: u32,
+    #[prost(bytes = "vec", tag = "20")]
+    pub proxy_requests: ::prost::alloc::vec::Vec<u8>,
     #[prost(bool, tag = "21")]
     pub round_robin: bool,
     #[prost(string, tag = "22")]
@@ -211,8 +233,14 @@ pub struct CheckConfig {
     pub max_output_size: i64,
     #[prost(bool, tag = "28")]
     pub discard_output: bool,
+    #[prost(bytes = "vec", repeated, tag = "29")]
+    pub secrets: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
+    #[prost(bytes = "vec", repeated, tag = "30")]
+    pub output_metric_tags: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
     #[prost(string, tag = "31")]
     pub scheduler: ::prost::alloc::string::String,
+    #[prost(bytes = "vec", repeated, tag = "32")]
+    pub pipelines: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
 }
 /// Assets and hooks of a check request: only counted by a simulated agent,
 /// which runs nothing, so their contents are not declared.
