@@ -317,7 +317,6 @@ pub async fn execute(
                     break;
                 }
             }
-            hlog
         })
     };
 
@@ -358,8 +357,8 @@ pub async fn execute(
         }
     }
     reporter_stop.cancel();
-    let hlog = reporter.await.ok().flatten();
-    drop(hlog);
+    // The reporter's last pass collected, wrote and flushed the final interval.
+    let _ = reporter.await;
     embedded.token.cancel();
     for t in embedded.tasks {
         let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
