@@ -22,3 +22,8 @@ bench:
 # the 19,000-session Sensu benchmark of BENCHMARKS.md
 bench-sessions:
     bash benches/scripts/sensu-sessions.sh
+
+# refresh the repository's copy of the golden vectors from the project's shared data
+refresh-vectors:
+    rsync -a --delete ../shared/vectors/ testdata/vectors/
+    cargo test -p agent-sim-proto --test vectors_manifest

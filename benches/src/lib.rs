@@ -2,7 +2,7 @@
 //! (`benches/serialization.rs`, `cargo bench -p agent-sim-benches`).
 //!
 //! Main parts:
-//! - [`vector`]: the captured golden vectors under `../shared/vectors`.
+//! - [`vector`]: the captured golden vectors under `testdata/vectors`.
 //! - [`alloc`]: a counting global allocator (declared by the bench binary)
 //!   and an allocations-per-op probe run outside criterion's timing loops.
 //! - [`sensu`]: message builders configured as the fleet configures them.
@@ -18,8 +18,8 @@
 
 use std::path::PathBuf;
 
-/// Directory of the captured vectors (`/work/shared/vectors` next to the repo).
-pub const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors");
+/// Directory of the captured vectors (`testdata/vectors`, a copy of the captured data).
+pub const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/vectors");
 
 /// Reads a vector file, e.g. `vector("sensu/protobuf/003-backend-check_request.bin")`.
 ///

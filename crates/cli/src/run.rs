@@ -17,8 +17,8 @@ use agent_sim_metrics::hlog::HlogWriter;
 use agent_sim_metrics::summary::{AgentCounts, Counters, SCHEMA_V1, rfc3339};
 use agent_sim_metrics::{LatencySummary, Metrics, MetricsSpec, ProbeSummary, Summary};
 use agent_sim_sensu::SensuFactory;
-use agent_sim_target::consul::{ConsulState, ConsulTargetConfig};
-use agent_sim_target::sensu::{CheckSpec, SensuTargetConfig, SensuTargetStats};
+use agent_sim_server::consul::{ConsulState, ConsulTargetConfig};
+use agent_sim_server::sensu::{CheckSpec, SensuTargetConfig, SensuTargetStats};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -63,9 +63,9 @@ pub struct RunOutcome {
     /// Why the exit code is not 0, in one line.
     pub problem: Option<String>,
     /// What the embedded Sensu target counted (demo runs).
-    pub embedded_sensu: Option<agent_sim_target::sensu::SensuTargetSnapshot>,
+    pub embedded_sensu: Option<agent_sim_server::sensu::SensuTargetSnapshot>,
     /// What the embedded Consul target counted (demo runs).
-    pub embedded_consul: Option<agent_sim_target::consul::ConsulTargetSnapshot>,
+    pub embedded_consul: Option<agent_sim_server::consul::ConsulTargetSnapshot>,
 }
 
 /// Where human output goes.
@@ -96,7 +96,7 @@ async fn start_embedded(cfg: &mut RunConfig) -> Result<Embedded, RunError> {
     let local: SocketAddr = ([127, 0, 0, 1], 0).into();
     let cfg_check_interval = cfg.embedded_check_interval;
     let bind = |what: &str| {
-        agent_sim_target::listen::bind(local, false)
+        agent_sim_server::listen::bind(local, false)
             .map_err(|e| RunError::Io(format!("embedded {what} target: bind 127.0.0.1: {e}")))
     };
     for plan in cfg.fleets.iter_mut().filter(|p| p.embedded) {
@@ -122,7 +122,7 @@ async fn start_embedded(cfg: &mut RunConfig) -> Result<Embedded, RunError> {
                 emb.sensu_stats = Some(stats.clone());
                 let t = token.clone();
                 emb.tasks.push(tokio::spawn(async move {
-                    if let Err(e) = agent_sim_target::sensu::serve(listener, tcfg, stats, t).await {
+                    if let Err(e) = agent_sim_server::sensu::serve(listener, tcfg, stats, t).await {
                         eprintln!("agent-sim: embedded sensu target: {e}");
                     }
                 }));
@@ -139,12 +139,12 @@ async fn start_embedded(cfg: &mut RunConfig) -> Result<Embedded, RunError> {
                 let http_addr = http.local_addr().map_err(|e| RunError::Io(e.to_string()))?;
                 let (t1, t2, s2) = (token.clone(), token.clone(), state.clone());
                 emb.tasks.push(tokio::spawn(async move {
-                    if let Err(e) = agent_sim_target::consul::serve_rpc(rpc, state, t1).await {
+                    if let Err(e) = agent_sim_server::consul::serve_rpc(rpc, state, t1).await {
                         eprintln!("agent-sim: embedded consul rpc target: {e}");
                     }
                 }));
                 emb.tasks.push(tokio::spawn(async move {
-                    if let Err(e) = agent_sim_target::consul::serve_http(http, s2, t2).await {
+                    if let Err(e) = agent_sim_server::consul::serve_http(http, s2, t2).await {
                         eprintln!("agent-sim: embedded consul http target: {e}");
                     }
                 }));

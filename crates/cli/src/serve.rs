@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sim_fleet::parse_duration;
-use agent_sim_target::consul::{ConsulState, ConsulTargetConfig};
-use agent_sim_target::sensu::{CheckSpec, SensuTargetConfig, SensuTargetStats};
+use agent_sim_server::consul::{ConsulState, ConsulTargetConfig};
+use agent_sim_server::sensu::{CheckSpec, SensuTargetConfig, SensuTargetStats};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::ServeArgs;
@@ -52,7 +52,7 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
     let mut sensu_stats = None;
     let mut consul_state = None;
     if let Some(addr) = a.sensu {
-        let listener = agent_sim_target::listen::bind(addr, a.reuse_port)
+        let listener = agent_sim_server::listen::bind(addr, a.reuse_port)
             .map_err(|e| anyhow::anyhow!("--sensu {addr}: {e}"))?;
         let cfg = SensuTargetConfig {
             user: a.user.clone(),
@@ -79,15 +79,15 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
         );
         let t = shutdown.clone();
         tasks.push(tokio::spawn(async move {
-            agent_sim_target::sensu::serve(listener, cfg, stats, t).await
+            agent_sim_server::sensu::serve(listener, cfg, stats, t).await
         }));
     }
     if let (Some(rpc), Some(http)) = (a.consul_rpc, a.consul_http) {
         let state = ConsulState::new(ConsulTargetConfig::default());
         consul_state = Some(state.clone());
-        let rl = agent_sim_target::listen::bind(rpc, a.reuse_port)
+        let rl = agent_sim_server::listen::bind(rpc, a.reuse_port)
             .map_err(|e| anyhow::anyhow!("--consul-rpc {rpc}: {e}"))?;
-        let hl = agent_sim_target::listen::bind(http, a.reuse_port)
+        let hl = agent_sim_server::listen::bind(http, a.reuse_port)
             .map_err(|e| anyhow::anyhow!("--consul-http {http}: {e}"))?;
         eprintln!(
             "agent-sim serve: consul rpc on {}, http on {}",
@@ -96,10 +96,10 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
         );
         let (t1, t2, s2) = (shutdown.clone(), shutdown.clone(), state.clone());
         tasks.push(tokio::spawn(async move {
-            agent_sim_target::consul::serve_rpc(rl, state, t1).await
+            agent_sim_server::consul::serve_rpc(rl, state, t1).await
         }));
         tasks.push(tokio::spawn(async move {
-            agent_sim_target::consul::serve_http(hl, s2, t2).await
+            agent_sim_server::consul::serve_http(hl, s2, t2).await
         }));
     }
     let print = || {

@@ -3,7 +3,7 @@
 //! compact keys and health values the views store.
 //!
 //! No I/O here: everything is tested on the captured bytes in
-//! `../shared/vectors/consul/subscribe/`.
+//! `testdata/vectors/consul/subscribe/`.
 
 use agent_sim_proto::consul::subscribe::{
     CheckServiceNode, Event, NamedSubject, SubscribeRequest, Topic, subscribe_request::Subject,

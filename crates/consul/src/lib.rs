@@ -16,7 +16,7 @@
 //!   process, [`ProbeObserver`] in the others, [`probe::ProbeBoard`]).
 //! - [`ConsulFactory`] / [`ConsulAgent`]: the `agent_sim_fleet` agent.
 //!
-//! What it is not: a Consul server (see `agent-sim-target`), nor a CLI; it
+//! What it is not: a Consul server (see `agent-sim-server`), nor a CLI; it
 //! prints nothing.
 
 pub mod codec;

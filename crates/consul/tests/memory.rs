@@ -13,7 +13,7 @@ use agent_sim_consul::http::HttpApi;
 use agent_sim_consul::{ConsulConfig, ConsulFactory, metrics_spec};
 use agent_sim_fleet::{FleetConfig, FleetStatus};
 use agent_sim_metrics::Metrics;
-use agent_sim_target::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
+use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 

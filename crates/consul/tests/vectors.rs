@@ -1,5 +1,5 @@
 //! Golden vectors captured from a real Consul 1.20.1 server
-//! (`../shared/vectors/consul/`, see its README): decoding, our own request
+//! (`testdata/vectors/consul/`, see its README): decoding, our own request
 //! bytes, the view over the captured stream, HTTP bodies, and the bytes our
 //! connector writes first.
 
@@ -16,7 +16,7 @@ use prost::Message;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vectors");
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/vectors");
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 fn dir() -> PathBuf {

@@ -11,7 +11,7 @@
 //! - [`SensuFactory`] / [`SensuAgent`]: the [`agent_sim_fleet`] glue.
 //!
 //! What it is not: it parses no CLI flags (the `cli` crate fills
-//! [`SensuConfig`]) and runs no backend (that is `agent-sim-target`).
+//! [`SensuConfig`]) and runs no backend (that is `agent-sim-server`).
 
 pub mod codec;
 mod json;

@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests: the golden vectors of
-//! `../shared/vectors` and field extraction in the manifest's key language.
+//! `testdata/vectors` and field extraction in the manifest's key language.
 
 #![allow(dead_code)]
 
@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 pub fn vectors_dir() -> PathBuf {
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/vectors"
+        "/../../testdata/vectors"
     ))
 }
 

@@ -1,0 +1,56 @@
+//! The golden vectors under `testdata/vectors` (bytes captured from a real
+//! Sensu Go 6.12 backend and a real Consul 1.20 server, copied from the
+//! project's shared data) are exactly what their manifest lists: every file
+//! present with its size and sha256, and no file the manifest does not name.
+//! The decoding tests of the protocol crates read the same directory.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/vectors")
+}
+
+fn files_under(dir: &Path, base: &Path, out: &mut BTreeSet<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files_under(&path, base, out);
+        } else {
+            let rel = path.strip_prefix(base).unwrap();
+            out.insert(rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
+}
+
+#[test]
+fn every_vector_matches_the_manifest() {
+    let root = root();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join("manifest.json")).unwrap()).unwrap();
+    let entries = manifest.as_array().expect("manifest is a list of files");
+    assert!(entries.len() > 90, "{} entries", entries.len());
+    let mut listed = BTreeSet::new();
+    for e in entries {
+        let file = e["file"].as_str().unwrap();
+        let bytes = std::fs::read(root.join(file)).unwrap_or_else(|err| panic!("{file}: {err}"));
+        assert_eq!(
+            bytes.len() as u64,
+            e["size"].as_u64().unwrap(),
+            "{file}: size"
+        );
+        let digest: String = Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(digest, e["sha256"].as_str().unwrap(), "{file}: sha256");
+        listed.insert(file.to_string());
+    }
+    let mut on_disk = BTreeSet::new();
+    files_under(&root, &root, &mut on_disk);
+    on_disk.remove("manifest.json");
+    on_disk.remove("README.md");
+    assert_eq!(on_disk, listed, "files on disk vs manifest");
+}

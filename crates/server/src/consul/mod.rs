@@ -1,0 +1,332 @@
+//! An embedded Consul-compatible server: enough of the RPC port and the HTTP
+//! API for simulated client agents, sized for load (10,000 connections × 2
+//! Subscribe streams in one process).
+//!
+//! - [`serve_rpc`]: the server RPC port. A connection must start with the byte
+//!   `0x08`, then speaks h2c gRPC: `subscribe.StateChangeSubscription/Subscribe`
+//!   on topics `ServiceHealth`, `ServiceHealthConnect` (connect proxies, keyed
+//!   by destination) and `ServiceIntentions`, with snapshots, `EndOfSnapshot`,
+//!   one event per raft index (an `EventBatch` for several changes of one key
+//!   in one transaction), resume by index, and `NewSnapshotToFollow`.
+//! - [`serve_http`]: `/v1/catalog/register|deregister`, `/v1/txn`,
+//!   `/v1/session/create|renew|destroy` (expiry after 2 × TTL), `/v1/config`,
+//!   `/v1/health/service/:name`, `/v1/status/leader`. Bodies and error texts
+//!   follow Consul 1.20 (see `testdata/vectors/consul/http`).
+//! - [`ConsulState`]: the shared catalog (cheap to clone), its counters
+//!   ([`ConsulState::stats`]) and test hooks ([`ConsulState::abort_subscriptions`]).
+//!
+//! Not here: ACLs (tokens are ignored), KV, blocking queries, agent endpoints,
+//! xDS, clustering, persistence. Internals: `state` (catalog + fan-out),
+//! `events` (event encoding), `rpc`, `http`, `sessions`.
+
+mod events;
+mod http;
+mod rpc;
+mod sessions;
+mod state;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use http::serve_http;
+pub use rpc::serve_rpc;
+
+use sessions::Sessions;
+use state::{CheckDef, NodeDef, Store, Touched};
+
+/// How long open connections get to finish after shutdown.
+const CONNECTION_GRACE: Duration = Duration::from_millis(1500);
+/// How long a `serve_*` call waits for its connection tasks after shutdown.
+const SERVE_GRACE: Duration = Duration::from_secs(2);
+
+/// Settings of the embedded Consul target.
+#[derive(Clone, Debug)]
+pub struct ConsulTargetConfig {
+    /// Datacenter name put into nodes (`dc1`).
+    pub datacenter: String,
+    /// Shortest session TTL accepted (Consul's `session_ttl_min`, 10 s).
+    pub session_ttl_min: Duration,
+    /// Events kept per topic+key for subscribers that fall behind; a
+    /// subscriber further behind gets a new snapshot.
+    pub topic_buffer: usize,
+    /// The server's own node (registered at start, with a `serfHealth`
+    /// check); sessions created without `Node` belong to it.
+    pub node_name: String,
+}
+
+impl Default for ConsulTargetConfig {
+    fn default() -> Self {
+        Self {
+            datacenter: "dc1".into(),
+            session_ttl_min: Duration::from_secs(10),
+            topic_buffer: 256,
+            node_name: "agent-sim-server".into(),
+        }
+    }
+}
+
+/// Counters of the target since it started (gauges where noted).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ConsulTargetSnapshot {
+    /// RPC connections accepted with the `0x08` prefix (total).
+    pub rpc_connections: u64,
+    /// RPC connections open now (gauge).
+    pub rpc_connections_open: u64,
+    /// RPC connections closed because the first byte was not `0x08` or did not
+    /// arrive within 5 s.
+    pub rpc_rejected_no_prefix: u64,
+    /// Subscribe streams open now (gauge).
+    pub subscriptions_active: u64,
+    pub subscribe_calls: u64,
+    /// Snapshots started (fresh, after a stale resume, or after lagging).
+    pub snapshots_sent: u64,
+    /// Subscribes that resumed at their index without a snapshot.
+    pub resumes_served: u64,
+    /// Event messages written to Subscribe streams (all kinds).
+    pub events_sent: u64,
+    pub http_requests: u64,
+    /// Successful `/v1/catalog/register` calls plus `Service` `set` ops in txns.
+    pub registrations: u64,
+    /// `/v1/catalog/deregister` calls plus `Service`/`Node` `delete` ops in txns.
+    pub deregistrations: u64,
+    /// Successful `/v1/txn` calls.
+    pub txns: u64,
+    /// Sessions alive now (gauge).
+    pub sessions_active: u64,
+    pub sessions_created: u64,
+    pub sessions_renewed: u64,
+    pub sessions_expired: u64,
+    pub config_entries_written: u64,
+    pub raft_index: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    rpc_connections: AtomicU64,
+    rpc_connections_open: AtomicU64,
+    rpc_rejected_no_prefix: AtomicU64,
+    subscriptions_active: AtomicU64,
+    subscribe_calls: AtomicU64,
+    snapshots_sent: AtomicU64,
+    resumes_served: AtomicU64,
+    events_sent: AtomicU64,
+    http_requests: AtomicU64,
+    registrations: AtomicU64,
+    deregistrations: AtomicU64,
+    txns: AtomicU64,
+    sessions_created: AtomicU64,
+    sessions_renewed: AtomicU64,
+    sessions_expired: AtomicU64,
+    config_entries_written: AtomicU64,
+}
+
+impl Counters {
+    fn bump(&self, c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Holds a gauge up while alive.
+struct Gauge {
+    state: ConsulState,
+    pick: fn(&Counters) -> &AtomicU64,
+}
+
+impl Gauge {
+    fn up(state: &ConsulState, pick: fn(&Counters) -> &AtomicU64) -> Self {
+        pick(&state.inner.counters).fetch_add(1, Ordering::Relaxed);
+        Self {
+            state: state.clone(),
+            pick,
+        }
+    }
+}
+
+impl Drop for Gauge {
+    fn drop(&mut self) {
+        (self.pick)(&self.state.inner.counters).fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+struct Inner {
+    cfg: ConsulTargetConfig,
+    /// Catalog, config entries and topics. Lock order: `store`, then `sessions`.
+    store: Mutex<Store>,
+    sessions: Mutex<Sessions>,
+    counters: Counters,
+    /// Bumped by [`ConsulState::abort_subscriptions`].
+    abort: watch::Sender<u64>,
+    rpc_addr: Mutex<Option<SocketAddr>>,
+}
+
+/// The shared state of one embedded Consul server: catalog, sessions, config
+/// entries, subscriptions and counters. Clones share it.
+#[derive(Clone)]
+pub struct ConsulState {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ConsulState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsulState")
+            .field("cfg", &self.inner.cfg)
+            .field("raft_index", &self.raft_index())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ConsulState {
+    /// A fresh server whose catalog holds only its own node (`node_name`,
+    /// 127.0.0.1, with a passing `serfHealth` check).
+    pub fn new(cfg: ConsulTargetConfig) -> Self {
+        let mut store = Store::new(cfg.datacenter.clone(), cfg.topic_buffer);
+        let idx = store.next_index();
+        let mut t = Touched::default();
+        let node = NodeDef {
+            address: "127.0.0.1".into(),
+            ..NodeDef::default()
+        };
+        store.ensure_node(&cfg.node_name, node, idx, &mut t);
+        let serf = CheckDef {
+            check_id: state::SERF_HEALTH.into(),
+            name: "Serf Health Status".into(),
+            status: "passing".into(),
+            ..CheckDef::default()
+        };
+        store
+            .ensure_check(&cfg.node_name, serf, idx, &mut t)
+            .expect("the node was just added");
+        store.commit(idx, t);
+        Self {
+            inner: Arc::new(Inner {
+                cfg,
+                store: Mutex::new(store),
+                sessions: Mutex::new(Sessions::default()),
+                counters: Counters::default(),
+                abort: watch::channel(0).0,
+                rpc_addr: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// A copy of the counters.
+    pub fn stats(&self) -> ConsulTargetSnapshot {
+        let c = &self.inner.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ConsulTargetSnapshot {
+            rpc_connections: get(&c.rpc_connections),
+            rpc_connections_open: get(&c.rpc_connections_open),
+            rpc_rejected_no_prefix: get(&c.rpc_rejected_no_prefix),
+            subscriptions_active: get(&c.subscriptions_active),
+            subscribe_calls: get(&c.subscribe_calls),
+            snapshots_sent: get(&c.snapshots_sent),
+            resumes_served: get(&c.resumes_served),
+            events_sent: get(&c.events_sent),
+            http_requests: get(&c.http_requests),
+            registrations: get(&c.registrations),
+            deregistrations: get(&c.deregistrations),
+            txns: get(&c.txns),
+            sessions_active: lock(&self.inner.sessions).len() as u64,
+            sessions_created: get(&c.sessions_created),
+            sessions_renewed: get(&c.sessions_renewed),
+            sessions_expired: get(&c.sessions_expired),
+            config_entries_written: get(&c.config_entries_written),
+            raft_index: self.raft_index(),
+        }
+    }
+
+    /// Ends every open Subscribe stream with gRPC status `ABORTED` (what a
+    /// real server does on an ACL change or snapshot restore).
+    pub fn abort_subscriptions(&self) {
+        self.inner.abort.send_modify(|g| *g += 1);
+    }
+
+    /// The index of the last write.
+    pub fn raft_index(&self) -> u64 {
+        self.store().raft_index
+    }
+
+    fn store(&self) -> MutexGuard<'_, Store> {
+        lock(&self.inner.store)
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, Sessions> {
+        lock(&self.inner.sessions)
+    }
+
+    fn set_rpc_addr(&self, addr: SocketAddr) {
+        *lock(&self.inner.rpc_addr) = Some(addr);
+    }
+
+    /// What `/v1/status/leader` names: the RPC listener when it is bound to a
+    /// concrete address, else Consul's default `127.0.0.1:8300`.
+    fn leader_addr(&self) -> SocketAddr {
+        lock(&self.inner.rpc_addr)
+            .filter(|a| !a.ip().is_unspecified())
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8300)))
+    }
+}
+
+/// Drives one accepted connection until it ends; on `shutdown` starts its
+/// graceful shutdown (hyper's inherent `graceful_shutdown`, passed in as
+/// `graceful`) and waits at most [`CONNECTION_GRACE`] for it.
+async fn drive_connection<C>(
+    conn: C,
+    shutdown: &CancellationToken,
+    graceful: impl FnOnce(std::pin::Pin<&mut C>),
+) where
+    C: std::future::Future,
+{
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = shutdown.cancelled() => {
+            graceful(conn.as_mut());
+            let _ = tokio::time::timeout(CONNECTION_GRACE, conn).await;
+        }
+    }
+}
+
+/// Accepts until `shutdown`, one tracked task per connection; then closes the
+/// listener and waits (bounded) for the tasks.
+async fn accept_loop<F, Fut>(
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    mut handle: F,
+) -> io::Result<()>
+where
+    F: FnMut(TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let tracker = TaskTracker::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                tracker.spawn(handle(stream));
+            }
+            // Out of descriptors or similar: back off instead of spinning.
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    drop(listener);
+    tracker.close();
+    let _ = tokio::time::timeout(SERVE_GRACE, tracker.wait()).await;
+    Ok(())
+}
