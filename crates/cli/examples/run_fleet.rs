@@ -7,12 +7,12 @@ use std::time::Duration;
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let outcome = agent_sim::RunBuilder::new("sensu")
+    let outcome = agent_sim::RunBuilder::new(agent_sim::Kind::Sensu)
         .agents(100)
-        .ramp("1000/s")
+        .ramp(agent_sim::Ramp::per_second(1000.0))
         .duration(Duration::from_secs(3))
-        .args(|a| a.keepalive_interval = Some("1s".into()))
-        .assert("agents.connected == requested")
+        .args(|a| a.keepalive_interval = Some("1s".parse().unwrap()))
+        .assert("agents.connected == requested".parse().unwrap())
         .run()
         .await?;
     let s = &outcome.summary;

@@ -5,7 +5,13 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use agent_sim_consul::ProbeKind;
+use agent_sim_fleet::Rate;
+use agent_sim_metrics::assert::Assertion;
+use agent_sim_sensu::Encoding;
+use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+
+use crate::values::{AddrRange, Kind, List, Ramp, Secs, ShardSpec, Toggle};
 
 /// Simulate tens of thousands of Sensu Go or Consul agents from one process.
 #[derive(Debug, Parser)]
@@ -75,10 +81,10 @@ pub struct ServeArgs {
     pub reuse_port: bool,
     /// Interval of the scheduled Sensu check.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
-    pub check_interval: String,
+    pub check_interval: Secs,
     /// Subscriptions the scheduled Sensu check goes to (comma-separated).
     #[arg(long, value_name = "LIST", default_value = "linux")]
-    pub check_subscriptions: String,
+    pub check_subscriptions: List,
     /// Agent user the Sensu endpoint accepts.
     #[arg(long, default_value = "agent")]
     pub user: String,
@@ -92,7 +98,7 @@ pub struct ServeArgs {
     pub password: String,
     /// Print target counters every interval (0 = never).
     #[arg(long, value_name = "DURATION", default_value = "10s")]
-    pub stats_every: String,
+    pub stats_every: Secs,
     /// Worker threads (default: number of cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -100,7 +106,11 @@ pub struct ServeArgs {
 
 /// Flags of a fleet run (`agent-sim [FLAGS]`). The same struct reads the
 /// `--config` TOML file (keys are the flag names, kebab-case) and each of its
-/// `[[fleet]]` sections.
+/// `[[fleet]]` sections. Every value is typed (see [`crate::values`]) and
+/// parsed once where it enters; `None` means "not set in this layer", so a
+/// later layer can set it (boolean flags too: `--deregister=false`).
+/// Defaults are filled in by [`crate::config::defaults`] and shown by
+/// `--help` from there.
 #[derive(Debug, Args, Default, Clone, serde::Deserialize)]
 #[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct RunArgs {
@@ -109,7 +119,7 @@ pub struct RunArgs {
     pub config: Option<PathBuf>,
     /// Agent protocol: sensu or consul.
     #[arg(long, value_name = "KIND", env = "AGENT_SIM_KIND")]
-    pub kind: Option<String>,
+    pub kind: Option<Kind>,
     /// Number of agents (across all shards).
     #[arg(long, short = 'n', env = "AGENT_SIM_AGENTS")]
     pub agents: Option<u64>,
@@ -127,26 +137,26 @@ pub struct RunArgs {
     pub targets: Vec<String>,
     /// How long to run (e.g. 60s, 10m); default: until Ctrl-C.
     #[arg(long, short = 'd', value_name = "DURATION", env = "AGENT_SIM_DURATION")]
-    pub duration: Option<String>,
+    pub duration: Option<Secs>,
     /// Agents started per second (e.g. 500/s), or `all` to start at once.
     #[arg(long, value_name = "RATE", env = "AGENT_SIM_RAMP")]
-    pub ramp: Option<String>,
+    pub ramp: Option<Ramp>,
     /// Most connection handshakes in flight at once.
     #[arg(long, value_name = "N", env = "AGENT_SIM_MAX_DIALING")]
     pub max_dialing: Option<usize>,
     /// Smallest reconnect delay (jittered, doubling to --reconnect-max).
     #[arg(long, value_name = "DURATION")]
-    pub reconnect_min: Option<String>,
+    pub reconnect_min: Option<Secs>,
     /// Largest reconnect delay.
     #[arg(long, value_name = "DURATION")]
-    pub reconnect_max: Option<String>,
+    pub reconnect_max: Option<Secs>,
     /// Time sessions get to close on shutdown before the report is written.
     #[arg(long, value_name = "DURATION")]
-    pub shutdown_grace: Option<String>,
+    pub shutdown_grace: Option<Secs>,
     /// Source address to dial from (repeatable, or a range 127.0.0.2-127.0.0.9).
     #[serde(rename = "source-addr", alias = "source-addrs")]
     #[arg(long = "source-addr", value_name = "IP", value_delimiter = ',')]
-    pub source_addrs: Vec<String>,
+    pub source_addrs: Vec<AddrRange>,
     /// Prefix of agent names: `<prefix>-<index>`.
     #[arg(long, value_name = "PREFIX", env = "AGENT_SIM_NAME_PREFIX")]
     pub name_prefix: Option<String>,
@@ -157,7 +167,7 @@ pub struct RunArgs {
     // --- Sensu ---
     /// Sensu: keepalive interval.
     #[arg(long, value_name = "DURATION", help_heading = "Sensu")]
-    pub keepalive_interval: Option<String>,
+    pub keepalive_interval: Option<Secs>,
     /// Sensu: keepalive warning timeout in seconds (check.timeout).
     #[arg(long, value_name = "SECS", help_heading = "Sensu")]
     pub keepalive_warning_timeout: Option<u32>,
@@ -180,16 +190,16 @@ pub struct RunArgs {
     pub password: Option<String>,
     /// Sensu: subscriptions (comma-separated).
     #[arg(long, value_name = "LIST", help_heading = "Sensu")]
-    pub subscriptions: Option<String>,
+    pub subscriptions: Option<List>,
     /// Sensu: wire encoding, protobuf or json.
     #[arg(long, value_name = "ENC", help_heading = "Sensu")]
-    pub encoding: Option<String>,
+    pub encoding: Option<Encoding>,
     /// Sensu: ask the backend to delete entities when keepalives stop.
-    #[arg(long, help_heading = "Sensu")]
-    pub deregister: bool,
+    #[arg(long, help_heading = "Sensu", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub deregister: Option<bool>,
     /// Sensu: agent-side events per agent (e.g. 0.2/s), besides check replies.
     #[arg(long, value_name = "RATE", help_heading = "Sensu")]
-    pub event_rate: Option<String>,
+    pub event_rate: Option<Rate>,
     /// Sensu: bytes of output in each agent-side event.
     #[arg(long, value_name = "BYTES", help_heading = "Sensu")]
     pub event_output_size: Option<usize>,
@@ -197,8 +207,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", help_heading = "TLS")]
     pub ca_file: Option<PathBuf>,
     /// Sensu/Consul: do not verify the server certificate (lab use only).
-    #[arg(long, help_heading = "TLS")]
-    pub insecure_skip_tls_verify: bool,
+    #[arg(long, help_heading = "TLS", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub insecure_skip_tls_verify: Option<bool>,
 
     // --- Consul ---
     /// Consul: HTTP API address (default: the first target's host, port 8500).
@@ -215,7 +225,7 @@ pub struct RunArgs {
     /// Consul: upstream services each agent subscribes to (comma-separated;
     /// `{i}` or `{i%N}` expand per agent, e.g. svc-{i%100}).
     #[arg(long, value_name = "LIST", help_heading = "Consul")]
-    pub upstreams: Option<String>,
+    pub upstreams: Option<List>,
     /// Consul: service instances each agent registers.
     #[arg(long, value_name = "N", help_heading = "Consul")]
     pub services_per_agent: Option<u32>,
@@ -223,36 +233,37 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME", help_heading = "Consul")]
     pub service_name: Option<String>,
     /// Consul: register a connect-proxy sidecar per instance.
-    #[arg(long, help_heading = "Consul")]
-    pub sidecars: bool,
+    #[arg(long, help_heading = "Consul", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub sidecars: Option<bool>,
     /// Consul: do not register nodes and services in the catalog.
-    #[arg(long, help_heading = "Consul")]
-    pub no_register: bool,
+    #[arg(long, help_heading = "Consul", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub no_register: Option<bool>,
     /// Consul: leave registrations in place on shutdown.
-    #[arg(long, help_heading = "Consul")]
-    pub keep_registrations: bool,
+    #[arg(long, help_heading = "Consul", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub keep_registrations: Option<bool>,
     /// Consul: TTL of each agent's keepalive session (renewed every TTL/2), or `off`.
     #[arg(long, value_name = "DURATION", help_heading = "Consul")]
-    pub session_ttl: Option<String>,
+    pub session_ttl: Option<Toggle<Secs>>,
     /// Consul: per-agent check status flaps (e.g. 0.01/s).
     #[arg(long, value_name = "RATE", help_heading = "Consul")]
-    pub flap_rate: Option<String>,
+    pub flap_rate: Option<Rate>,
     /// Consul: propagation probe kind: catalog, intentions or off.
     #[arg(long, value_name = "KIND", help_heading = "Consul")]
-    pub probe: Option<String>,
+    pub probe: Option<Toggle<ProbeKind>>,
     /// Consul: interval between propagation probes.
     #[arg(long, value_name = "DURATION", help_heading = "Consul")]
-    pub probe_every: Option<String>,
-    /// Consul: deliveries later than this after T0 count as missing.
+    pub probe_every: Option<Secs>,
+    /// Consul: deliveries later than this after T0 count as missing
+    /// (default: 10s, or --probe-every when shorter).
     #[arg(long, value_name = "DURATION", help_heading = "Consul")]
-    pub probe_timeout: Option<String>,
+    pub probe_timeout: Option<Secs>,
     /// Consul: the shared upstream the probe changes (default: first upstream).
     #[arg(long, value_name = "NAME", help_heading = "Consul")]
     pub probe_service: Option<String>,
 
     /// Check schedule of the embedded Sensu target (demo mode only).
     #[arg(long, value_name = "DURATION", hide = true)]
-    pub embedded_check_interval: Option<String>,
+    pub embedded_check_interval: Option<Secs>,
 
     // --- Results ---
     /// Write the run summary JSON (schema agent-sim.summary.v1) here.
@@ -268,14 +279,14 @@ pub struct RunArgs {
     pub hlog: Option<PathBuf>,
     /// Interval of --hlog records.
     #[arg(long, value_name = "DURATION", help_heading = "Results")]
-    pub hlog_interval: Option<String>,
+    pub hlog_interval: Option<Secs>,
     /// Serve Prometheus /metrics on this address (e.g. 127.0.0.1:9090).
     #[arg(long, value_name = "ADDR", help_heading = "Results")]
     pub metrics_addr: Option<SocketAddr>,
     /// SLO assertion, e.g. 'propagation.p99 < 1s' (repeatable); exit 3 if any fails.
     #[serde(rename = "assert", alias = "asserts")]
     #[arg(long = "assert", value_name = "EXPR", help_heading = "Results")]
-    pub asserts: Vec<String>,
+    pub asserts: Vec<Assertion>,
     /// This process is shard I of N (I in 0..N): a disjoint slice of agents.
     /// Defaults from JOB_COMPLETION_INDEX / NOMAD_ALLOC_INDEX when set.
     #[arg(
@@ -284,14 +295,34 @@ pub struct RunArgs {
         help_heading = "Results",
         env = "AGENT_SIM_SHARD"
     )]
-    pub shard: Option<String>,
+    pub shard: Option<ShardSpec>,
     /// Seed for everything random that must be stable across runs.
     #[arg(long, value_name = "N", help_heading = "Results")]
     pub seed: Option<u64>,
     /// No live progress (the final table is still printed).
-    #[arg(long, short = 'q', help_heading = "Results")]
-    pub quiet: bool,
+    #[arg(long, short = 'q', help_heading = "Results", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub quiet: Option<bool>,
     /// Interval of plain progress lines when stderr is not a terminal.
     #[arg(long, value_name = "DURATION", help_heading = "Results")]
-    pub progress_every: Option<String>,
+    pub progress_every: Option<Secs>,
+}
+
+/// The `agent-sim` command: [`Cli`] with the defaults of
+/// [`crate::config::defaults`] shown in each flag's help.
+pub fn command() -> clap::Command {
+    let shown = crate::config::shown_defaults();
+    let mut cmd = Cli::command();
+    for (id, value) in shown {
+        cmd = cmd.mut_arg(id, |a| {
+            let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+            a.help(format!("{help} [default: {value}]"))
+        });
+    }
+    cmd
+}
+
+/// Parses the process's arguments with [`command`].
+pub fn parse() -> Result<Cli, clap::Error> {
+    let matches = command().try_get_matches()?;
+    Cli::from_arg_matches(&matches)
 }

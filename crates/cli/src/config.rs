@@ -12,13 +12,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agent_sim_consul::{ConsulConfig, ProbeConfig, ProbeKind};
-use agent_sim_fleet::{Backoff, FleetConfig, Rate, parse_duration};
+use agent_sim_consul::{ConsulConfig, ProbeKind};
+use agent_sim_fleet::{Backoff, FleetConfig};
 use agent_sim_metrics::assert::Assertion;
 use agent_sim_sensu::SensuConfig;
-use agent_sim_sensu::codec::Encoding;
 
 use crate::args::RunArgs;
+use crate::values::{AddrRange, Kind, List, Ramp, Secs, ShardSpec, Toggle};
 
 /// A usage problem: printed as one line, exit code 64.
 #[derive(Debug, thiserror::Error)]
@@ -135,29 +135,118 @@ impl RunConfig {
     }
 }
 
+/// Applies one macro to the list of every [`RunArgs`] field, by kind:
+/// `vals` are `Option<T: Display>`, `paths` are `Option<PathBuf>`, `vecs`
+/// are lists that a later layer replaces as a whole.
+macro_rules! with_run_args_fields {
+    ($m:ident) => {
+        $m!(
+            vals: kind, agents, duration, ramp, max_dialing, reconnect_min, reconnect_max,
+                shutdown_grace, name_prefix, threads, keepalive_interval,
+                keepalive_warning_timeout, keepalive_critical_timeout, namespace, user,
+                password, subscriptions, encoding, deregister, event_rate, event_output_size,
+                insecure_skip_tls_verify, http_target, token, upstreams, services_per_agent,
+                service_name, sidecars, no_register, keep_registrations, session_ttl,
+                flap_rate, probe, probe_every, probe_timeout, probe_service,
+                embedded_check_interval, hlog_interval, metrics_addr, shard, seed, quiet,
+                progress_every;
+            paths: config, ca_file, summary, hlog;
+            vecs: targets, source_addrs, asserts
+        )
+    };
+}
+
 /// Merges two layers: `hi` wins where it has a value.
 fn overlay(hi: RunArgs, lo: RunArgs) -> RunArgs {
     macro_rules! pick {
-        ($($f:ident),* ; vecs: $($v:ident),* ; flags: $($b:ident),*) => {
+        (vals: $($f:ident),* ; paths: $($p:ident),* ; vecs: $($v:ident),*) => {
             RunArgs {
                 $($f: hi.$f.or(lo.$f),)*
+                $($p: hi.$p.or(lo.$p),)*
                 $($v: if hi.$v.is_empty() { lo.$v } else { hi.$v },)*
-                $($b: hi.$b || lo.$b,)*
             }
         };
     }
-    pick!(
-        config, kind, agents, duration, ramp, max_dialing, reconnect_min, reconnect_max,
-        shutdown_grace, name_prefix, threads, keepalive_interval, keepalive_warning_timeout,
-        keepalive_critical_timeout, namespace, user, password, subscriptions, encoding,
-        event_rate, event_output_size, ca_file, http_target, token, upstreams,
-        services_per_agent, service_name, session_ttl, flap_rate, probe, probe_every,
-        probe_timeout, probe_service, embedded_check_interval, summary, hlog, hlog_interval, metrics_addr, shard, seed,
-        progress_every;
-        vecs: targets, source_addrs, asserts;
-        flags: deregister, insecure_skip_tls_verify, sidecars, no_register, keep_registrations,
-        quiet
-    )
+    with_run_args_fields!(pick)
+}
+
+/// Agents of a run that does not say.
+pub const DEFAULT_AGENTS: u64 = 100;
+/// Interval of hlog records and of plain progress lines.
+pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(10);
+/// Check schedule of the embedded Sensu backend.
+pub const DEFAULT_EMBEDDED_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The bottom layer: every default of a run, in one place. Protocol and
+/// engine settings come from the crates' own `Default`s ([`SensuConfig`],
+/// [`ConsulConfig`], [`FleetConfig`]); the rest are this crate's. Unset
+/// fields have no default (`duration`: until Ctrl-C; `threads`: one per
+/// core; `http-target`: the first target's host on port 8500).
+pub fn defaults() -> RunArgs {
+    let fleet = FleetConfig::default();
+    let sensu = SensuConfig::default();
+    let consul = ConsulConfig::default();
+    RunArgs {
+        kind: Some(Kind::Sensu),
+        agents: Some(DEFAULT_AGENTS),
+        ramp: Some(fleet.ramp.map_or(Ramp::All, Ramp::Rate)),
+        max_dialing: Some(fleet.max_dialing),
+        reconnect_min: Some(Secs(fleet.backoff.min())),
+        reconnect_max: Some(Secs(fleet.backoff.max())),
+        shutdown_grace: Some(Secs(fleet.grace)),
+        name_prefix: Some(sensu.name_prefix),
+        keepalive_interval: Some(Secs(sensu.keepalive_interval)),
+        keepalive_warning_timeout: Some(sensu.keepalive_warning_timeout),
+        keepalive_critical_timeout: Some(sensu.keepalive_critical_timeout),
+        namespace: Some(sensu.namespace),
+        user: Some(sensu.user),
+        password: Some(sensu.password),
+        subscriptions: Some(List(sensu.subscriptions)),
+        encoding: Some(sensu.encoding),
+        deregister: Some(sensu.deregister),
+        event_output_size: Some(sensu.event_output_size),
+        insecure_skip_tls_verify: Some(sensu.insecure_skip_tls_verify),
+        upstreams: Some(List(consul.upstreams)),
+        services_per_agent: Some(consul.services_per_agent),
+        service_name: Some(consul.service_name),
+        sidecars: Some(consul.sidecars),
+        no_register: Some(!consul.register),
+        keep_registrations: Some(consul.keep_registrations),
+        session_ttl: Some(
+            consul
+                .session_ttl
+                .map_or(Toggle::Off, |t| Toggle::On(Secs(t))),
+        ),
+        // The library's default is no probe; the command line probes the
+        // catalog unless told otherwise.
+        probe: Some(Toggle::On(ProbeKind::Catalog)),
+        probe_every: Some(Secs(consul.probe.every)),
+        embedded_check_interval: Some(Secs(DEFAULT_EMBEDDED_CHECK_INTERVAL)),
+        hlog_interval: Some(Secs(DEFAULT_REPORT_INTERVAL)),
+        quiet: Some(false),
+        progress_every: Some(Secs(DEFAULT_REPORT_INTERVAL)),
+        ..RunArgs::default()
+    }
+}
+
+/// `(flag id, default)` of every flag that has a default, for `--help`
+/// (secrets are left out).
+pub fn shown_defaults() -> Vec<(&'static str, String)> {
+    let d = defaults();
+    let mut out = Vec::new();
+    macro_rules! show {
+        (vals: $($f:ident),* ; paths: $($p:ident),* ; vecs: $($v:ident),*) => {
+            $(if let Some(v) = &d.$f { out.push((stringify!($f), v.to_string())); })*
+            $(if let Some(p) = &d.$p { out.push((stringify!($p), p.display().to_string())); })*
+            $(if !d.$v.is_empty() {
+                let items: Vec<String> = d.$v.iter().map(|x| x.to_string()).collect();
+                out.push((stringify!($v), items.join(",")));
+            })*
+        };
+    }
+    with_run_args_fields!(show);
+    out.retain(|(id, _)| !matches!(*id, "password" | "token"));
+    out
 }
 
 /// Reads the `--config` file: the top-level layer and its `[[fleet]]` sections.
@@ -166,6 +255,15 @@ fn read_file(path: &std::path::Path) -> Result<(RunArgs, Vec<RunArgs>), UsageErr
         .or_else(|e| usage(format!("--config {}: {e}", path.display())))?;
     let mut table: toml::Table =
         toml::from_str(&text).or_else(|e| usage(format!("--config {}: {e}", path.display())))?;
+    // toml's message spans several lines; a usage error is one.
+    let one_line = |e: toml::de::Error| {
+        e.to_string()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     let fleets = match table.remove("fleet") {
         None => Vec::new(),
         Some(toml::Value::Array(items)) => items
@@ -174,9 +272,10 @@ fn read_file(path: &std::path::Path) -> Result<(RunArgs, Vec<RunArgs>), UsageErr
             .map(|(i, v)| {
                 v.try_into::<RunArgs>().or_else(|e| {
                     usage(format!(
-                        "--config {}: [[fleet]] #{}: {e}",
+                        "--config {}: [[fleet]] #{}: {}",
                         path.display(),
-                        i + 1
+                        i + 1,
+                        one_line(e)
                     ))
                 })
             })
@@ -190,159 +289,67 @@ fn read_file(path: &std::path::Path) -> Result<(RunArgs, Vec<RunArgs>), UsageErr
     };
     let top = toml::Value::Table(table)
         .try_into::<RunArgs>()
-        .or_else(|e| usage(format!("--config {}: {e}", path.display())))?;
+        .or_else(|e| usage(format!("--config {}: {}", path.display(), one_line(e))))?;
     Ok((top, fleets))
 }
 
-fn dur(name: &str, v: &Option<String>, default: Duration) -> Result<Duration, UsageError> {
-    match v {
-        None => Ok(default),
-        Some(s) => parse_duration(s).or_else(|e| usage(format!("--{name}: {e}"))),
-    }
-}
-
-fn rate(name: &str, v: &Option<String>) -> Result<Option<Rate>, UsageError> {
-    match v.as_deref() {
-        None => Ok(None),
-        Some(s) => s
-            .parse::<Rate>()
-            .map(Some)
-            .or_else(|e| usage(format!("--{name}: {e}"))),
-    }
-}
-
-fn list(v: &Option<String>, default: &[&str]) -> Vec<String> {
-    match v {
-        None => default.iter().map(|s| s.to_string()).collect(),
-        Some(s) => s
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect(),
-    }
-}
-
-/// Parses `--shard I/N`, or `--shard N` with the index taken from
+/// Resolves `--shard`: `I/N` as given, or the index from
 /// `JOB_COMPLETION_INDEX` (Kubernetes Indexed Job) or `NOMAD_ALLOC_INDEX`.
 pub fn parse_shard(
-    v: Option<&str>,
+    spec: Option<ShardSpec>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<Shard>, UsageError> {
-    let env_index = || {
-        env("JOB_COMPLETION_INDEX")
-            .or_else(|| env("NOMAD_ALLOC_INDEX"))
-            .map(|s| {
-                s.trim().parse::<u64>().or_else(|_| {
-                    usage(format!(
-                        "shard index from environment {s:?} is not a number"
-                    ))
-                })
-            })
-    };
-    let Some(v) = v else { return Ok(None) };
-    let (index, count) = match v.split_once('/') {
-        Some((i, n)) => {
-            let n: u64 = n
-                .trim()
-                .parse()
-                .or_else(|_| usage(format!("--shard {v:?}: expected I/N, e.g. 0/4")))?;
-            let i: u64 = if i.trim().is_empty() || i.trim() == "auto" {
-                match env_index() {
-                    Some(r) => r?,
-                    None => {
-                        return usage(format!(
-                            "--shard {v:?}: no index given and neither JOB_COMPLETION_INDEX nor NOMAD_ALLOC_INDEX is set"
-                        ));
-                    }
-                }
-            } else {
-                i.trim()
-                    .parse()
-                    .or_else(|_| usage(format!("--shard {v:?}: expected I/N, e.g. 0/4")))?
-            };
-            (i, n)
-        }
+    let Some(spec) = spec else { return Ok(None) };
+    let index = match spec.index {
+        Some(i) => i,
         None => {
-            let n: u64 = v
-                .trim()
-                .parse()
-                .or_else(|_| usage(format!("--shard {v:?}: expected I/N, e.g. 0/4")))?;
-            match env_index() {
-                Some(r) => (r?, n),
-                None => {
-                    return usage(format!(
-                        "--shard {v}: no index: use I/N, or set JOB_COMPLETION_INDEX or NOMAD_ALLOC_INDEX"
-                    ));
-                }
-            }
+            let Some(s) = env("JOB_COMPLETION_INDEX").or_else(|| env("NOMAD_ALLOC_INDEX")) else {
+                return usage(format!(
+                    "--shard {spec}: no index: use I/N, or set JOB_COMPLETION_INDEX or NOMAD_ALLOC_INDEX"
+                ));
+            };
+            s.trim().parse::<u64>().or_else(|_| {
+                usage(format!(
+                    "shard index from environment {s:?} is not a number"
+                ))
+            })?
         }
     };
-    if count == 0 || index >= count {
-        return usage(format!("--shard {index}/{count}: need 0 <= I < N"));
+    if index >= spec.count {
+        return usage(format!("--shard {index}/{}: need 0 <= I < N", spec.count));
     }
-    Ok(Some(Shard { index, count }))
+    Ok(Some(Shard {
+        index,
+        count: spec.count,
+    }))
 }
 
-/// Expands `127.0.0.2`, `127.0.0.2-127.0.0.9` into addresses.
-fn source_addrs(items: &[String]) -> Result<Vec<IpAddr>, UsageError> {
-    let mut out = Vec::new();
-    for item in items {
-        if let Some((a, b)) = item.split_once('-') {
-            let (a, b): (std::net::Ipv4Addr, std::net::Ipv4Addr) = (
-                a.trim()
-                    .parse()
-                    .or_else(|_| usage(format!("--source-addr {item:?}: bad IPv4 range")))?,
-                b.trim()
-                    .parse()
-                    .or_else(|_| usage(format!("--source-addr {item:?}: bad IPv4 range")))?,
-            );
-            let (a, b) = (u32::from(a), u32::from(b));
-            if b < a || b - a > 65_535 {
-                return usage(format!("--source-addr {item:?}: empty or too large range"));
-            }
-            out.extend((a..=b).map(|x| IpAddr::V4(x.into())));
-        } else {
-            out.push(
-                item.trim()
-                    .parse()
-                    .or_else(|_| usage(format!("--source-addr {item:?}: not an IP address")))?,
-            );
-        }
-    }
-    Ok(out)
-}
-
-/// Turns a Sensu target (`host:port`, `ws://host:port/`, `wss://...`) into a URL.
-fn sensu_url(t: &str) -> Result<String, UsageError> {
-    let t = t.trim();
-    let url = if t.starts_with("ws://") || t.starts_with("wss://") {
-        t.to_string()
-    } else if t.contains("://") {
-        return usage(format!(
-            "--target {t:?}: Sensu targets are host:port, ws:// or wss:// URLs"
-        ));
-    } else {
-        format!("ws://{t}/")
+/// The flag that sets a protocol or engine config field, for messages.
+fn flag_of(field: &str) -> String {
+    let name = match field {
+        "targets" | "rpc_targets" => "target",
+        "tls" => "ca-file",
+        f => f.strip_prefix("tls.").unwrap_or(f),
     };
-    let rest = url.split_once("://").map(|x| x.1).unwrap_or_default();
-    let hostport = rest.split('/').next().unwrap_or_default();
-    if hostport
-        .rsplit_once(':')
-        .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
-    {
-        return usage(format!(
-            "--target {t:?}: expected host:port (the agent port is usually 8081)"
-        ));
-    }
-    Ok(url)
+    format!("--{}", name.replace(['_', '.'], "-"))
 }
 
-fn host_port(flag: &str, t: &str) -> Result<String, UsageError> {
-    let t = t.trim();
-    match t.rsplit_once(':') {
-        Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => Ok(t.to_string()),
-        _ => usage(format!("--{flag} {t:?}: expected host:port")),
+/// A protocol or engine refusal as a usage error naming the flag.
+fn refused(field: &str, reason: &str) -> UsageError {
+    UsageError(format!("{}: {reason}", flag_of(field)))
+}
+
+fn sensu_refused(e: agent_sim_sensu::SensuError) -> UsageError {
+    match e {
+        agent_sim_sensu::SensuError::Invalid { field, reason } => refused(field, &reason),
+        e => UsageError(e.to_string()),
+    }
+}
+
+fn consul_refused(e: agent_sim_consul::ConsulError) -> UsageError {
+    match e {
+        agent_sim_consul::ConsulError::Invalid { field, reason } => refused(field, &reason),
+        e => UsageError(e.to_string()),
     }
 }
 
@@ -362,6 +369,7 @@ pub fn resolve(
             "--kind/--agents/--target cannot be combined with [[fleet]] sections in --config; set them per section",
         );
     }
+    let file_top = overlay(file_top, defaults());
     let top = overlay(cli.clone(), file_top.clone());
     // Sections beat the file's top level; flags and env beat both.
     let layers: Vec<RunArgs> = if file_fleets.is_empty() {
@@ -372,40 +380,19 @@ pub fn resolve(
             .map(|section| overlay(cli.clone(), overlay(section, file_top.clone())))
             .collect()
     };
-    let shard = parse_shard(top.shard.as_deref(), env)?;
-    let duration = match &top.duration {
-        None => None,
-        Some(s) => Some(parse_duration(s).or_else(|e| usage(format!("--duration: {e}")))?),
-    };
+    let shard = parse_shard(top.shard, env)?;
+    let duration = top.duration.map(|d| d.0);
     if duration == Some(Duration::ZERO) {
         return usage("--duration must be greater than zero");
     }
-    let grace = dur(
-        "shutdown-grace",
-        &top.shutdown_grace,
-        Duration::from_secs(5),
-    )?;
-    let hlog_interval = dur("hlog-interval", &top.hlog_interval, Duration::from_secs(10))?;
+    let secs = |v: Option<Secs>| v.map(|s| s.0).unwrap_or_default();
+    let hlog_interval = secs(top.hlog_interval);
     if hlog_interval < Duration::from_secs(1) {
         return usage("--hlog-interval must be at least 1s");
     }
-    let progress_every = dur(
-        "progress-every",
-        &top.progress_every,
-        Duration::from_secs(10),
-    )?;
-    let asserts = top
-        .asserts
-        .iter()
-        .map(|a| {
-            a.parse::<Assertion>()
-                .or_else(|e| usage(format!("--assert {a:?}: {e}")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
     if top.threads == Some(0) {
         return usage("--threads must be at least 1");
     }
-
     let mut fleets = Vec::new();
     for (n, layer) in layers.iter().enumerate() {
         let plan = resolve_fleet(layer, shard).map_err(|e| {
@@ -420,28 +407,24 @@ pub fn resolve(
     Ok(RunConfig {
         fleets,
         duration,
-        grace,
+        grace: secs(top.shutdown_grace),
         summary: top.summary.clone(),
         hlog: top.hlog.clone(),
         hlog_interval,
         metrics_addr: top.metrics_addr,
-        asserts,
+        asserts: top.asserts.clone(),
         shard,
         seed: top.seed,
-        quiet: top.quiet,
-        progress_every,
+        quiet: top.quiet.unwrap_or(false),
+        progress_every: secs(top.progress_every),
         threads: top.threads,
-        embedded_check_interval: dur(
-            "embedded-check-interval",
-            &top.embedded_check_interval,
-            Duration::from_secs(10),
-        )?,
+        embedded_check_interval: secs(top.embedded_check_interval),
     })
 }
 
+/// One fleet from its fully layered arguments (defaults included).
 fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageError> {
-    let kind = a.kind.as_deref().unwrap_or("sensu");
-    let total = a.agents.unwrap_or(100);
+    let total = a.agents.unwrap_or(DEFAULT_AGENTS);
     if total == 0 {
         return usage("--agents must be at least 1");
     }
@@ -455,59 +438,42 @@ fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageEr
             shard.map(|s| s.to_string()).unwrap_or_default()
         ));
     }
-    let ramp = match a.ramp.as_deref() {
-        None => Some(Rate::per_second(500.0)),
-        Some("all") | Some("none") | Some("0") => None,
-        Some(s) => Some(
-            s.parse::<Rate>()
-                .or_else(|e| usage(format!("--ramp: {e}")))?,
-        ),
-    };
-    let reconnect_min = dur(
-        "reconnect-min",
-        &a.reconnect_min,
-        Duration::from_millis(500),
-    )?;
-    let reconnect_max = dur("reconnect-max", &a.reconnect_max, Duration::from_secs(30))?;
-    if reconnect_max < reconnect_min {
-        return usage("--reconnect-max must be at least --reconnect-min");
-    }
-    let max_dialing = a.max_dialing.unwrap_or(256);
-    if max_dialing == 0 {
-        return usage("--max-dialing must be at least 1");
-    }
-    let mut sources = source_addrs(&a.source_addrs)?;
+    let mut sources: Vec<IpAddr> = a.source_addrs.iter().flat_map(AddrRange::addrs).collect();
     if let Some(s) = shard
         && sources.len() as u64 >= s.count
     {
         let (start, len) = s.slice(sources.len() as u64);
         sources = sources[start as usize..(start + len) as usize].to_vec();
     }
-    let name_prefix = a.name_prefix.clone().unwrap_or_else(|| "agent-sim".into());
-    if name_prefix.is_empty()
-        || !name_prefix
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ':'))
-    {
-        return usage(format!(
-            "--name-prefix {name_prefix:?}: use letters, digits, '_', '.', '-', ':' (Sensu entity name rules)"
-        ));
-    }
-    let fleet = FleetConfig {
+    let mut fleet = FleetConfig {
         agents,
         first_index,
-        ramp,
-        max_dialing,
-        backoff: Backoff::new(reconnect_min, reconnect_max),
-        duration: None,
-        grace: Duration::from_secs(5),
         source_addrs: sources,
+        ..FleetConfig::default()
     };
+    if let Some(r) = a.ramp {
+        fleet.ramp = r.rate();
+    }
+    if let Some(n) = a.max_dialing {
+        fleet.max_dialing = n;
+    }
+    fleet.backoff = Backoff::new(
+        a.reconnect_min.map_or(fleet.backoff.min(), |d| d.0),
+        a.reconnect_max.map_or(fleet.backoff.max(), |d| d.0),
+    );
+    fleet.validate().map_err(|e| refused(e.field, &e.reason))?;
     let embedded = a.targets.is_empty();
-    let protocol = match kind {
-        "sensu" => Protocol::Sensu(sensu_config(a, &name_prefix)?),
-        "consul" => Protocol::Consul(consul_config(a, &name_prefix, shard)?),
-        other => return usage(format!("--kind {other:?}: expected sensu or consul")),
+    let protocol = match a.kind.unwrap_or_default() {
+        Kind::Sensu => {
+            let c = sensu_config(a);
+            c.validate().map_err(sensu_refused)?;
+            Protocol::Sensu(c)
+        }
+        Kind::Consul => {
+            let c = consul_config(a, shard);
+            c.validate().map_err(consul_refused)?;
+            Protocol::Consul(c)
+        }
     };
     Ok(FleetPlan {
         protocol,
@@ -517,161 +483,77 @@ fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageEr
     })
 }
 
-fn sensu_config(a: &RunArgs, name_prefix: &str) -> Result<SensuConfig, UsageError> {
-    let d = SensuConfig::default();
-    let keepalive_interval = dur(
-        "keepalive-interval",
-        &a.keepalive_interval,
-        d.keepalive_interval,
-    )?;
-    if keepalive_interval < Duration::from_secs(1) {
-        return usage("--keepalive-interval must be at least 1s");
-    }
-    let encoding = match a.encoding.as_deref() {
-        None => d.encoding,
-        Some(s) => s
-            .parse::<Encoding>()
-            .or_else(|_| usage(format!("--encoding {s:?}: expected protobuf or json")))?,
-    };
-    let subscriptions = list(&a.subscriptions, &["linux"]);
-    for s in &subscriptions {
-        if !s
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ':'))
-        {
-            return usage(format!(
-                "--subscriptions: {s:?} is not a valid subscription name"
-            ));
+/// Sets `$dst` from an `Option` of the layered arguments when it is set.
+macro_rules! set {
+    ($dst:expr, $src:expr) => {
+        if let Some(v) = $src.clone() {
+            $dst = v.into();
         }
-    }
-    let warning = a
-        .keepalive_warning_timeout
-        .unwrap_or(d.keepalive_warning_timeout);
-    let critical = a
-        .keepalive_critical_timeout
-        .unwrap_or(d.keepalive_critical_timeout);
-    let interval_s = keepalive_interval.as_secs() as u32;
-    if critical != 0 && (critical <= interval_s || critical < 5) {
-        return usage(
-            "--keepalive-critical-timeout must be 0 or greater than the interval and at least 5 (backend rule)",
-        );
-    }
-    if let Some(p) = &a.ca_file
-        && !p.is_file()
-    {
-        return usage(format!("--ca-file {}: no such file", p.display()));
-    }
-    Ok(SensuConfig {
-        targets: a
-            .targets
-            .iter()
-            .map(|t| sensu_url(t))
-            .collect::<Result<_, _>>()?,
-        namespace: a.namespace.clone().unwrap_or(d.namespace),
-        user: a.user.clone().unwrap_or(d.user),
-        password: a.password.clone().unwrap_or(d.password),
-        subscriptions,
-        encoding,
-        keepalive_interval,
-        keepalive_warning_timeout: warning,
-        keepalive_critical_timeout: critical,
-        name_prefix: name_prefix.to_string(),
-        deregister: a.deregister,
-        event_rate: rate("event-rate", &a.event_rate)?,
-        event_output_size: a.event_output_size.unwrap_or(d.event_output_size),
-        ca_file: a.ca_file.clone(),
-        insecure_skip_tls_verify: a.insecure_skip_tls_verify,
-        ..d
-    })
+    };
 }
 
-fn consul_config(
-    a: &RunArgs,
-    name_prefix: &str,
-    shard: Option<Shard>,
-) -> Result<ConsulConfig, UsageError> {
-    let d = ConsulConfig::default();
-    let rpc_targets = a
-        .targets
-        .iter()
-        .map(|t| host_port("target", t))
-        .collect::<Result<Vec<_>, _>>()?;
-    let http_target = match &a.http_target {
-        Some(h) => host_port("http-target", h)?,
-        None => match rpc_targets.first() {
-            Some(t) => format!("{}:8500", t.rsplit_once(':').map(|x| x.0).unwrap_or(t)),
-            None => String::new(),
-        },
-    };
-    let session_ttl = match a.session_ttl.as_deref() {
-        Some("off") | Some("none") | Some("0") => None,
-        None => d.session_ttl,
-        Some(s) => {
-            let ttl = parse_duration(s).or_else(|e| usage(format!("--session-ttl: {e}")))?;
-            if ttl < Duration::from_secs(10) || ttl > Duration::from_secs(86_400) {
-                return usage(format!("--session-ttl {s}: Consul accepts 10s to 24h"));
-            }
-            Some(ttl)
-        }
-    };
-    let upstreams = list(&a.upstreams, &["web", "api"]);
-    if upstreams.is_empty() {
-        return usage("--upstreams needs at least one service");
+/// Maps the flags onto [`SensuConfig`] (its `validate` holds the rules).
+fn sensu_config(a: &RunArgs) -> SensuConfig {
+    let mut c = SensuConfig::default();
+    if !a.targets.is_empty() {
+        c.targets = a.targets.clone();
     }
-    let probe_kind = match a.probe.as_deref() {
-        None | Some("catalog") | Some("deregister") => Some(ProbeKind::Catalog),
-        Some("intentions") => Some(ProbeKind::Intentions),
-        Some("off") | Some("none") => None,
-        Some(s) => {
-            return usage(format!(
-                "--probe {s:?}: expected catalog, intentions or off"
-            ));
-        }
-    };
-    let every = dur("probe-every", &a.probe_every, d.probe.every)?;
-    let probe = ProbeConfig {
-        kind: probe_kind,
-        every,
-        service: a.probe_service.clone(),
-        // A probe must end before the next one starts.
-        timeout: dur(
-            "probe-timeout",
-            &a.probe_timeout,
-            d.probe.timeout.min(every),
-        )?,
-        controller: shard.is_none_or(|s| s.index == 0),
-    };
-    if probe.kind.is_some() && probe.every < Duration::from_secs(1) {
-        return usage("--probe-every must be at least 1s");
+    set!(c.namespace, a.namespace);
+    set!(c.user, a.user);
+    set!(c.password, a.password);
+    if let Some(l) = &a.subscriptions {
+        c.subscriptions = l.0.clone();
     }
-    if probe.kind.is_some() && probe.timeout > probe.every {
-        return usage("--probe-timeout must not exceed --probe-every (one probe at a time)");
+    set!(c.encoding, a.encoding);
+    if let Some(d) = a.keepalive_interval {
+        c.keepalive_interval = d.0;
     }
-    if let Some(svc) = &probe.service {
-        if svc.contains('{') {
-            return usage("--probe-service must be one shared service, not a per-agent pattern");
-        }
-    } else if probe.kind.is_some() && upstreams.iter().all(|u| u.contains('{')) {
-        return usage(
-            "--probe needs a shared upstream: add one without {i} to --upstreams or set --probe-service",
-        );
+    set!(c.keepalive_warning_timeout, a.keepalive_warning_timeout);
+    set!(c.keepalive_critical_timeout, a.keepalive_critical_timeout);
+    set!(c.name_prefix, a.name_prefix);
+    set!(c.deregister, a.deregister);
+    c.event_rate = a.event_rate;
+    set!(c.event_output_size, a.event_output_size);
+    c.ca_file = a.ca_file.clone();
+    set!(c.insecure_skip_tls_verify, a.insecure_skip_tls_verify);
+    c
+}
+
+/// Maps the flags onto [`ConsulConfig`] (its `validate` holds the rules).
+fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
+    let mut c = ConsulConfig::default();
+    if !a.targets.is_empty() {
+        c.rpc_targets = a.targets.iter().map(|t| t.trim().to_string()).collect();
+        // Derived from the first target unless given.
+        c.http_target = String::new();
     }
-    Ok(ConsulConfig {
-        rpc_targets,
-        http_target,
-        token: a.token.clone().filter(|t| !t.is_empty()),
-        upstreams,
-        name_prefix: name_prefix.to_string(),
-        register: !a.no_register,
-        service_name: a.service_name.clone().unwrap_or(d.service_name.clone()),
-        services_per_agent: a.services_per_agent.unwrap_or(d.services_per_agent),
-        sidecars: a.sidecars,
-        keep_registrations: a.keep_registrations,
-        session_ttl,
-        flap_rate: rate("flap-rate", &a.flap_rate)?,
-        probe,
-        ..d
-    })
+    set!(c.http_target, a.http_target);
+    c.token = a.token.clone().filter(|t| !t.is_empty());
+    if let Some(l) = &a.upstreams {
+        c.upstreams = l.0.clone();
+    }
+    set!(c.name_prefix, a.name_prefix);
+    if let Some(no) = a.no_register {
+        c.register = !no;
+    }
+    set!(c.service_name, a.service_name);
+    set!(c.services_per_agent, a.services_per_agent);
+    set!(c.sidecars, a.sidecars);
+    set!(c.keep_registrations, a.keep_registrations);
+    if let Some(t) = a.session_ttl {
+        c.session_ttl = t.into_option().map(|d| d.0);
+    }
+    c.flap_rate = a.flap_rate;
+    if let Some(p) = a.probe {
+        c.probe.kind = p.into_option();
+    }
+    if let Some(d) = a.probe_every {
+        c.probe.every = d.0;
+    }
+    c.probe.timeout = a.probe_timeout.map(|d| d.0);
+    c.probe.service = a.probe_service.clone();
+    c.probe.controller = shard.is_none_or(|s| s.index == 0);
+    c
 }
 
 #[cfg(test)]
@@ -704,29 +586,20 @@ mod tests {
     fn bad_values_are_one_line_usage_errors() {
         for (a, needle) in [
             (args(|a| a.agents = Some(0)), "--agents"),
-            (args(|a| a.ramp = Some("fast".into())), "--ramp"),
-            (args(|a| a.kind = Some("nomad".into())), "--kind"),
-            (args(|a| a.encoding = Some("xml".into())), "--encoding"),
-            (
-                args(|a| a.duration = Some("10 parsecs".into())),
-                "--duration",
-            ),
             (args(|a| a.targets = vec!["http://x:1".into()]), "--target"),
             (args(|a| a.targets = vec!["nohost".into()]), "--target"),
-            (args(|a| a.shard = Some("4/4".into())), "--shard"),
-            (args(|a| a.asserts = vec!["p99 <<< 3".into()]), "--assert"),
             (
                 args(|a| {
-                    a.kind = Some("consul".into());
-                    a.session_ttl = Some("5s".into())
+                    a.kind = Some(Kind::Consul);
+                    a.session_ttl = Some("5s".parse().unwrap())
                 }),
                 "--session-ttl",
             ),
             (
                 args(|a| {
-                    a.kind = Some("consul".into());
-                    a.probe_every = Some("5s".into());
-                    a.probe_timeout = Some("6s".into())
+                    a.kind = Some(Kind::Consul);
+                    a.probe_every = Some("5s".parse().unwrap());
+                    a.probe_timeout = Some("6s".parse().unwrap())
                 }),
                 "--probe-timeout",
             ),
@@ -743,7 +616,7 @@ mod tests {
         let c = resolve(
             args(|a| {
                 a.agents = Some(10);
-                a.shard = Some("4".into())
+                a.shard = Some("4".parse().unwrap())
             }),
             &env,
         )
@@ -772,7 +645,7 @@ mod tests {
         let c = resolve(
             args(|a| {
                 a.config = Some(p.clone());
-                a.duration = Some("2s".into())
+                a.duration = Some("2s".parse().unwrap())
             }),
             &no_env,
         )
@@ -782,7 +655,10 @@ mod tests {
         assert_eq!(c.fleets.len(), 2);
         assert_eq!(c.fleets[0].fleet.agents, 20);
         assert_eq!(c.fleets[1].fleet.agents, 5);
-        assert_eq!(c.fleets[0].fleet.ramp, Some(Rate::per_second(100.0)));
+        assert_eq!(
+            c.fleets[0].fleet.ramp,
+            Some(agent_sim_fleet::Rate::per_second(100.0))
+        );
 
         std::fs::write(&p, "agentz = 3\n").unwrap();
         let e = resolve(args(|a| a.config = Some(p.clone())), &no_env)
@@ -796,8 +672,8 @@ mod tests {
     fn a_short_probe_interval_shortens_the_default_timeout() {
         let c = resolve(
             args(|a| {
-                a.kind = Some("consul".into());
-                a.probe_every = Some("5s".into())
+                a.kind = Some(Kind::Consul);
+                a.probe_every = Some("5s".parse().unwrap())
             }),
             &no_env,
         )
@@ -805,13 +681,124 @@ mod tests {
         let Protocol::Consul(cc) = &c.fleets[0].protocol else {
             panic!()
         };
-        assert_eq!(cc.probe.timeout, Duration::from_secs(5));
+        assert_eq!(cc.probe.timeout(), Duration::from_secs(5));
     }
 
     #[test]
-    fn source_address_ranges_expand() {
-        let v = source_addrs(&["127.0.0.2-127.0.0.4".into(), "127.0.0.9".into()]).unwrap();
-        assert_eq!(v.len(), 4);
-        assert!(source_addrs(&["127.0.0.9-127.0.0.2".into()]).is_err());
+    fn source_address_ranges_expand_and_split_over_shards() {
+        let c = resolve(
+            args(|a| {
+                a.source_addrs = vec![
+                    "127.0.0.2-127.0.0.4".parse().unwrap(),
+                    "127.0.0.9".parse().unwrap(),
+                ];
+                a.shard = Some("1/2".parse().unwrap());
+            }),
+            &no_env,
+        )
+        .unwrap();
+        assert_eq!(
+            c.fleets[0].fleet.source_addrs,
+            vec![
+                "127.0.0.4".parse::<IpAddr>().unwrap(),
+                "127.0.0.9".parse().unwrap()
+            ]
+        );
+    }
+
+    #[test]
+    fn rules_come_from_the_protocol_crates_and_name_the_flag() {
+        for (a, needle) in [
+            (
+                args(|a| a.keepalive_critical_timeout = Some(10)),
+                "--keepalive-critical-timeout",
+            ),
+            (
+                args(|a| a.subscriptions = Some("a b".parse().unwrap())),
+                "--subscriptions",
+            ),
+            (
+                args(|a| a.name_prefix = Some("a b".into())),
+                "--name-prefix",
+            ),
+            (
+                args(|a| a.keepalive_interval = Some("500ms".parse().unwrap())),
+                "--keepalive-interval",
+            ),
+            (
+                args(|a| {
+                    a.kind = Some(Kind::Consul);
+                    a.upstreams = Some("svc-{i}".parse().unwrap());
+                }),
+                "--probe-service",
+            ),
+            (
+                args(|a| {
+                    a.kind = Some(Kind::Consul);
+                    a.probe_service = Some("svc-{i}".into());
+                }),
+                "--probe-service",
+            ),
+            (
+                args(|a| {
+                    a.kind = Some(Kind::Consul);
+                    a.targets = vec!["nohost".into()];
+                }),
+                "--target",
+            ),
+            (
+                args(|a| {
+                    a.reconnect_min = Some("10s".parse().unwrap());
+                    a.reconnect_max = Some("1s".parse().unwrap());
+                }),
+                "--reconnect-max",
+            ),
+            (args(|a| a.max_dialing = Some(0)), "--max-dialing"),
+        ] {
+            let e = resolve(a, &no_env).unwrap_err().0;
+            assert!(e.starts_with(needle), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_later_layer_turns_a_flag_off_again() {
+        let dir = std::env::temp_dir().join(format!("agent-sim-off-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("run.toml");
+        std::fs::write(
+            &p,
+            "deregister = true\nquiet = true\nsession-ttl = \"off\"\n",
+        )
+        .unwrap();
+        let sensu = |c: &RunConfig| match &c.fleets[0].protocol {
+            Protocol::Sensu(s) => s.clone(),
+            _ => panic!(),
+        };
+        let c = resolve(args(|a| a.config = Some(p.clone())), &no_env).unwrap();
+        assert!(sensu(&c).deregister && c.quiet);
+        let c = resolve(
+            args(|a| {
+                a.config = Some(p.clone());
+                a.deregister = Some(false);
+                a.quiet = Some(false);
+            }),
+            &no_env,
+        )
+        .unwrap();
+        assert!(!sensu(&c).deregister && !c.quiet);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn help_shows_the_crates_defaults_and_no_secrets() {
+        let shown: std::collections::BTreeMap<_, _> = shown_defaults().into_iter().collect();
+        assert_eq!(shown["keepalive_interval"], "20s");
+        assert_eq!(shown["ramp"], "500/s");
+        assert_eq!(shown["session_ttl"], "30s");
+        assert_eq!(shown["agents"], "100");
+        assert!(!shown.contains_key("password"));
+        let help = crate::args::command().render_long_help().to_string();
+        assert!(help.contains("[default: 20s]"), "{help}");
     }
 }

@@ -11,7 +11,7 @@
 //! # async fn demo() -> Result<(), agent_sim::run::RunError> {
 //! use std::time::Duration;
 //! // 200 Sensu agents against the embedded backend for 5 seconds.
-//! let outcome = agent_sim::RunBuilder::new("sensu")
+//! let outcome = agent_sim::RunBuilder::new(agent_sim::Kind::Sensu)
 //!     .agents(200)
 //!     .duration(Duration::from_secs(5))
 //!     .run()
@@ -27,14 +27,18 @@ pub mod progress;
 pub mod report_cmd;
 pub mod run;
 pub mod serve;
+pub mod values;
 
 use std::time::Duration;
 
 pub use agent_sim_metrics::Summary;
 use tokio_util::sync::CancellationToken;
 
+use agent_sim_metrics::assert::Assertion;
+
 use crate::args::RunArgs;
 use crate::run::{Output, RunError, RunOutcome};
+pub use crate::values::{Kind, Ramp, Secs};
 
 /// Builds and runs a fleet in-process (see the crate example). Anything the
 /// command line accepts can be set through [`RunBuilder::args`].
@@ -45,14 +49,14 @@ pub struct RunBuilder {
 }
 
 impl RunBuilder {
-    /// A run of `kind` (`sensu` or `consul`) with default settings: 100
+    /// A run of `kind` with default settings: 100
     /// agents against the embedded backend until [`RunBuilder::shutdown`]
     /// fires or the duration elapses.
-    pub fn new(kind: &str) -> Self {
+    pub fn new(kind: Kind) -> Self {
         RunBuilder {
             args: RunArgs {
-                kind: Some(kind.to_string()),
-                quiet: true,
+                kind: Some(kind),
+                quiet: Some(true),
                 ..RunArgs::default()
             },
             shutdown: None,
@@ -73,19 +77,19 @@ impl RunBuilder {
 
     /// Run length.
     pub fn duration(mut self, d: Duration) -> Self {
-        self.args.duration = Some(format!("{}ms", d.as_millis()));
+        self.args.duration = Some(Secs(d));
         self
     }
 
-    /// Start rate, e.g. `"1000/s"` or `"all"`.
-    pub fn ramp(mut self, rate: &str) -> Self {
-        self.args.ramp = Some(rate.to_string());
+    /// Start rate: `Ramp::per_second(1000.0)` or [`Ramp::All`].
+    pub fn ramp(mut self, ramp: Ramp) -> Self {
+        self.args.ramp = Some(ramp);
         self
     }
 
     /// Adds an SLO assertion (see [`agent_sim_metrics::assert`]).
-    pub fn assert(mut self, expr: &str) -> Self {
-        self.args.asserts.push(expr.to_string());
+    pub fn assert(mut self, assertion: Assertion) -> Self {
+        self.args.asserts.push(assertion);
         self
     }
 

@@ -4,10 +4,9 @@
 
 use std::process::ExitCode;
 
-use agent_sim::args::{Cli, Command, ReportCommand};
+use agent_sim::args::{Command, ReportCommand};
 use agent_sim::run::{Output, exit};
 use agent_sim::{config, preflight, report_cmd, run, serve};
-use clap::Parser as _;
 use tokio_util::sync::CancellationToken;
 
 fn code(c: i32) -> ExitCode {
@@ -88,7 +87,7 @@ async fn wait_signal() {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match agent_sim::args::parse() {
         Ok(c) => c,
         Err(e) => {
             let usage = e.use_stderr();

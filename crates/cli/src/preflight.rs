@@ -151,7 +151,7 @@ mod tests {
         let a = RunArgs {
             agents: Some(agents),
             targets,
-            source_addrs: sources,
+            source_addrs: sources.iter().map(|s| s.parse().unwrap()).collect(),
             ..Default::default()
         };
         resolve(a, &|_| None).unwrap()

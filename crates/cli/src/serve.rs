@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sim_fleet::parse_duration;
 use agent_sim_server::consul::{ConsulState, ConsulTargetConfig};
 use agent_sim_server::sensu::{CheckSpec, SensuTargetConfig, SensuTargetStats};
 use tokio_util::sync::CancellationToken;
@@ -33,13 +32,11 @@ pub fn plan(a: &ServeArgs) -> Result<ServePlan, UsageError> {
             "serve: --consul-rpc and --consul-http go together (agents use both)".into(),
         ));
     }
-    let check = parse_duration(&a.check_interval)
-        .map_err(|e| UsageError(format!("--check-interval: {e}")))?;
+    let check = a.check_interval.0;
     if check < Duration::from_millis(100) {
         return Err(UsageError("--check-interval must be at least 100ms".into()));
     }
-    let stats_every =
-        parse_duration(&a.stats_every).map_err(|e| UsageError(format!("--stats-every: {e}")))?;
+    let stats_every = a.stats_every.0;
     Ok(ServePlan {
         args_check_interval: check,
         stats_every,
@@ -61,13 +58,7 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
                 name: "agent-sim-check".into(),
                 command: "!sensu_test_check!".into(),
                 interval: p.args_check_interval,
-                subscriptions: a
-                    .check_subscriptions
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string)
-                    .collect(),
+                subscriptions: a.check_subscriptions.0.clone(),
             }],
             ..SensuTargetConfig::default()
         };

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use agent_sim::RunBuilder;
+use agent_sim::{Kind, Ramp, RunBuilder};
 
 mod common;
 use common::temp_path;
@@ -11,19 +11,19 @@ use common::temp_path;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consul_agents_subscribe_register_and_time_the_probe() {
     let summary_path = temp_path("consul-50.json");
-    let outcome = RunBuilder::new("consul")
+    let outcome = RunBuilder::new(Kind::Consul)
         .agents(50)
-        .ramp("1000/s")
+        .ramp(Ramp::per_second(1000.0))
         .duration(Duration::from_secs(5))
         .args(|a| {
-            a.upstreams = Some("web,api".into());
-            a.probe_every = Some("1500ms".into());
-            a.probe_timeout = Some("1s".into());
+            a.upstreams = Some("web,api".parse().unwrap());
+            a.probe_every = Some("1500ms".parse().unwrap());
+            a.probe_timeout = Some("1s".parse().unwrap());
             a.summary = Some(summary_path.clone());
         })
-        .assert("agents.connected == requested")
-        .assert("probes.delivered_ratio == 1")
-        .assert("errors.total == 0")
+        .assert("agents.connected == requested".parse().unwrap())
+        .assert("probes.delivered_ratio == 1".parse().unwrap())
+        .assert("errors.total == 0".parse().unwrap())
         .run()
         .await
         .expect("run");
@@ -73,7 +73,7 @@ async fn a_mixed_config_runs_both_fleets_with_one_report() {
     )
     .unwrap();
     let summary_path = dir.join("summary.json");
-    let outcome = RunBuilder::new("sensu")
+    let outcome = RunBuilder::new(Kind::Sensu)
         .duration(Duration::from_secs(3))
         .args(|a| {
             a.kind = None;
@@ -105,11 +105,11 @@ fn merged_shard_summaries_validate_and_add_up() {
     let parts: Vec<agent_sim::Summary> = (0..2)
         .map(|i| {
             rt.block_on(
-                RunBuilder::new("sensu")
+                RunBuilder::new(Kind::Sensu)
                     .agents(40)
-                    .ramp("all")
+                    .ramp(Ramp::All)
                     .duration(Duration::from_secs(2))
-                    .args(|a| a.shard = Some(format!("{i}/2")))
+                    .args(|a| a.shard = Some(format!("{i}/2").parse().unwrap()))
                     .run(),
             )
             .expect("shard run")

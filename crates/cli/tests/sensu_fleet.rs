@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use agent_sim::RunBuilder;
+use agent_sim::{Kind, Ramp, RunBuilder};
 use tokio_util::sync::CancellationToken;
 
 mod common;
@@ -12,16 +12,16 @@ use common::temp_path;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_agents_connect_keepalive_and_answer_checks() {
     let summary_path = temp_path("sensu-200.json");
-    let outcome = RunBuilder::new("sensu")
+    let outcome = RunBuilder::new(Kind::Sensu)
         .agents(200)
-        .ramp("2000/s")
+        .ramp(Ramp::per_second(2000.0))
         .duration(Duration::from_secs(4))
         .args(|a| {
-            a.keepalive_interval = Some("1s".into());
-            a.embedded_check_interval = Some("500ms".into());
+            a.keepalive_interval = Some("1s".parse().unwrap());
+            a.embedded_check_interval = Some("500ms".parse().unwrap());
             a.summary = Some(summary_path.clone());
         })
-        .assert("agents.connected == requested")
+        .assert("agents.connected == requested".parse().unwrap())
         .run()
         .await
         .expect("run");
@@ -82,9 +82,9 @@ async fn interrupted_run_still_writes_the_summary() {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         t.cancel();
     });
-    let outcome = RunBuilder::new("sensu")
+    let outcome = RunBuilder::new(Kind::Sensu)
         .agents(20)
-        .ramp("all")
+        .ramp(Ramp::All)
         .shutdown(token)
         .args(|a| a.summary = Some(summary_path.clone()))
         .run()
@@ -99,12 +99,12 @@ async fn interrupted_run_still_writes_the_summary() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_assertion_sets_exit_code_3() {
-    let outcome = RunBuilder::new("sensu")
+    let outcome = RunBuilder::new(Kind::Sensu)
         .agents(5)
-        .ramp("all")
+        .ramp(Ramp::All)
         .duration(Duration::from_secs(1))
-        .assert("agents.connected == requested")
-        .assert("errors.total > 0")
+        .assert("agents.connected == requested".parse().unwrap())
+        .assert("errors.total > 0".parse().unwrap())
         .run()
         .await
         .expect("run");
@@ -119,9 +119,9 @@ async fn unreachable_target_is_a_runtime_failure_with_counted_errors() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     drop(l);
-    let outcome = RunBuilder::new("sensu")
+    let outcome = RunBuilder::new(Kind::Sensu)
         .agents(3)
-        .ramp("all")
+        .ramp(Ramp::All)
         .target(addr.to_string())
         .duration(Duration::from_secs(1))
         .run()

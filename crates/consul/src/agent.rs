@@ -140,7 +140,7 @@ impl ConsulFactory {
     /// config), the HTTP client, the registration batcher (started on first
     /// use) and the probe board. `metrics` must declare [`crate::metrics_spec`].
     pub fn new(cfg: ConsulConfig, metrics: Metrics) -> Result<Self, ConsulError> {
-        let v = config::validate(&cfg)?;
+        let v = cfg.prepare()?;
         let ids = Ids::resolve(&metrics)?;
         let dialers = v
             .rpc_addrs
@@ -168,7 +168,7 @@ impl ConsulFactory {
                 kind,
                 svc,
                 &cfg.name_prefix,
-                cfg.probe.timeout,
+                cfg.probe.timeout(),
             ))),
             _ => None,
         };
@@ -212,7 +212,7 @@ impl ConsulFactory {
             http: s.http.clone(),
             metrics: s.metrics.clone(),
             every: s.cfg.probe.every,
-            timeout: s.cfg.probe.timeout,
+            timeout: s.cfg.probe.timeout(),
             instance_id: http::probe_instance_id(&s.cfg.name_prefix),
             keep: s.cfg.keep_registrations,
         })

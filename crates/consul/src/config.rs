@@ -1,8 +1,9 @@
 //! The typed configuration of a Consul fleet ([`ConsulConfig`]), its
 //! validation, and the per-agent name patterns (`svc-{i%100}`).
 //!
-//! Validation happens once, in [`crate::ConsulFactory::new`], before any
-//! socket is opened; agents then only read the validated values.
+//! [`ConsulConfig::validate`] holds every rule (the CLI calls it before any
+//! socket is opened); [`crate::ConsulFactory::new`] validates again and
+//! resolves the addresses; agents then only read the validated values.
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -28,7 +29,8 @@ pub struct ConsulConfig {
     /// `host:port` of the servers' RPC ports (8300); agent `i` uses
     /// `rpc_targets[i % len]`. One TCP connection per agent.
     pub rpc_targets: Vec<String>,
-    /// `host:port` of the HTTP API (8500).
+    /// `host:port` of the HTTP API (8500); empty: the first RPC target's
+    /// host on port 8500.
     pub http_target: String,
     /// ACL token: `SubscribeRequest.Token` and the `X-Consul-Token` header.
     pub token: Option<String>,
@@ -136,8 +138,9 @@ pub struct ProbeConfig {
     pub every: Duration,
     /// Shared upstream to change; default the first upstream without a pattern.
     pub service: Option<String>,
-    /// Deliveries later than this after T0 count as missing.
-    pub timeout: Duration,
+    /// Deliveries later than this after T0 count as missing; `None`: 10 s,
+    /// or the probe interval when that is shorter (one probe at a time).
+    pub timeout: Option<Duration>,
     /// This process makes the changes (shard 0).
     pub controller: bool,
 }
@@ -148,9 +151,20 @@ impl Default for ProbeConfig {
             kind: None,
             every: Duration::from_secs(30),
             service: None,
-            timeout: Duration::from_secs(10),
+            timeout: None,
             controller: true,
         }
+    }
+}
+
+/// Probe timeout when none is set (capped at the probe interval).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl ProbeConfig {
+    /// The timeout in force: the configured one, else [`PROBE_TIMEOUT`]
+    /// capped at the interval.
+    pub fn timeout(&self) -> Duration {
+        self.timeout.unwrap_or(PROBE_TIMEOUT.min(self.every))
     }
 }
 
@@ -245,15 +259,39 @@ pub(crate) fn go_duration(d: Duration) -> String {
     }
 }
 
-pub(crate) fn resolve(what: &str, hostport: &str) -> Result<SocketAddr, ConsulError> {
+pub(crate) fn resolve(what: &'static str, hostport: &str) -> Result<SocketAddr, ConsulError> {
+    let bad = |reason: String| ConsulError::Invalid {
+        field: what,
+        reason,
+    };
     hostport
         .to_socket_addrs()
-        .map_err(|e| ConsulError::Config(format!("{what} {hostport:?}: {e}")))?
+        .map_err(|e| bad(format!("{hostport:?}: {e}")))?
         .next()
-        .ok_or_else(|| ConsulError::Config(format!("{what} {hostport:?}: no address")))
+        .ok_or_else(|| bad(format!("{hostport:?}: no address")))
 }
 
-/// What validation derives from a [`ConsulConfig`].
+/// The host part of `host:port` (brackets of an IPv6 literal removed).
+fn host_of(hostport: &str) -> &str {
+    let host = hostport
+        .rsplit_once(':')
+        .map(|(h, _)| h)
+        .unwrap_or(hostport);
+    host.trim_matches(['[', ']'])
+}
+
+fn check_host_port(field: &'static str, t: &str) -> Result<(), ConsulError> {
+    match t.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(ConsulError::Invalid {
+            field,
+            reason: format!("{t:?}: expected host:port"),
+        }),
+    }
+}
+
+/// What preparation derives from a [`ConsulConfig`]: resolved addresses and
+/// parsed patterns.
 #[derive(Debug)]
 pub(crate) struct Validated {
     pub rpc_addrs: Vec<SocketAddr>,
@@ -264,123 +302,200 @@ pub(crate) struct Validated {
     pub probe_service: Option<String>,
 }
 
-pub(crate) fn validate(cfg: &ConsulConfig) -> Result<Validated, ConsulError> {
-    let bad = |m: String| Err(ConsulError::Config(m));
-    if cfg.rpc_targets.is_empty() {
-        return bad("no RPC target (host:port of a server's port 8300)".into());
-    }
-    let mut rpc_addrs = Vec::new();
-    let mut rpc_hosts = Vec::new();
-    for t in &cfg.rpc_targets {
-        rpc_addrs.push(resolve("RPC target", t)?);
-        let host = t.rsplit_once(':').map(|(h, _)| h).unwrap_or(t);
-        rpc_hosts.push(host.trim_matches(['[', ']']).to_owned());
-    }
-    let http_addr = resolve("HTTP target", &cfg.http_target)?;
-    if cfg.upstreams.is_empty() {
-        return bad("no upstream services to subscribe to".into());
-    }
-    let upstreams = cfg
-        .upstreams
-        .iter()
-        .map(|u| NamePattern::parse(u).map_err(ConsulError::Config))
-        .collect::<Result<Vec<_>, _>>()?;
-    if cfg.name_prefix.is_empty() || cfg.name_prefix.contains(['/', ' ']) {
-        return bad(format!(
-            "name prefix {:?}: empty or has '/' or ' '",
-            cfg.name_prefix
-        ));
-    }
-    if cfg.register {
-        if cfg.service_name.is_empty() {
-            return bad("empty service name".into());
+impl ConsulConfig {
+    /// The HTTP API address in force: `http_target`, or the first RPC
+    /// target's host on port 8500.
+    pub fn http_target(&self) -> String {
+        if !self.http_target.is_empty() {
+            return self.http_target.clone();
         }
-        if cfg.services_per_agent == 0 {
-            return bad("services per agent must be at least 1".into());
-        }
-        if ops_per_agent(cfg) > TXN_MAX_OPS {
-            return bad(format!(
-                "{} services per agent{} need {} txn operations; at most {TXN_MAX_OPS}",
-                cfg.services_per_agent,
-                if cfg.sidecars { " with sidecars" } else { "" },
-                ops_per_agent(cfg)
-            ));
+        match self.rpc_targets.first() {
+            Some(t) => match t.rsplit_once(':') {
+                Some((h, _)) => format!("{h}:8500"),
+                None => format!("{t}:8500"),
+            },
+            None => String::new(),
         }
     }
-    if let Some(ttl) = cfg.session_ttl
-        && !(SESSION_TTL_MIN..=SESSION_TTL_MAX).contains(&ttl)
-    {
-        return bad(format!(
-            "session TTL {ttl:?}: the server accepts 10s..24h (session_ttl_min)"
-        ));
+
+    /// Checks every setting against what a Consul 1.20 server accepts,
+    /// without resolving names or opening sockets. The first problem is
+    /// returned as [`ConsulError::Invalid`] naming the field.
+    pub fn validate(&self) -> Result<(), ConsulError> {
+        self.checked().map(|_| ())
     }
-    if let Some(r) = cfg.flap_rate {
-        let ps = r.as_per_second();
-        if !(ps.is_finite() && ps > 0.0 && ps <= 100.0) {
-            return bad(format!("flap rate {r}: must be in (0, 100/s] per agent"));
+
+    /// [`ConsulConfig::validate`], then resolves the addresses.
+    pub(crate) fn prepare(&self) -> Result<Validated, ConsulError> {
+        let (upstreams, probe_service) = self.checked()?;
+        let mut rpc_addrs = Vec::new();
+        let mut rpc_hosts = Vec::new();
+        for t in &self.rpc_targets {
+            rpc_addrs.push(resolve("rpc_targets", t)?);
+            rpc_hosts.push(host_of(t).to_owned());
         }
-        if !cfg.register {
-            return bad("flapping needs registered services (register = true)".into());
+        let http_addr = resolve("http_target", &self.http_target())?;
+        Ok(Validated {
+            rpc_addrs,
+            rpc_hosts,
+            http_addr,
+            upstreams,
+            probe_service,
+        })
+    }
+
+    /// The rules; returns the parsed upstream patterns and the probe service.
+    fn checked(&self) -> Result<(Vec<NamePattern>, Option<String>), ConsulError> {
+        let bad = |field: &'static str, reason: String| Err(ConsulError::Invalid { field, reason });
+        if self.rpc_targets.is_empty() {
+            return bad(
+                "rpc_targets",
+                "no RPC target (host:port of a server's port 8300)".into(),
+            );
         }
-    }
-    if cfg.keepalive_time < KEEPALIVE_MIN {
-        return bad(format!(
-            "keepalive time {:?}: below the server's 15s MinTime (GOAWAY too_many_pings)",
-            cfg.keepalive_time
-        ));
-    }
-    if cfg.keepalive_timeout.is_zero() {
-        return bad("keepalive timeout must be positive".into());
-    }
-    if let Some(tls) = &cfg.tls
-        && tls.ca_file.is_none()
-        && !tls.insecure_skip_verify
-    {
-        return bad("TLS needs a CA file or insecure_skip_verify".into());
-    }
-    let probe_service = match cfg.probe.kind {
-        None => None,
-        Some(kind) => {
-            if cfg.probe.every.is_zero() || cfg.probe.timeout.is_zero() {
-                return bad("probe interval and timeout must be positive".into());
+        for t in &self.rpc_targets {
+            check_host_port("rpc_targets", t)?;
+        }
+        check_host_port("http_target", &self.http_target())?;
+        if self.upstreams.is_empty() {
+            return bad("upstreams", "needs at least one service".into());
+        }
+        let upstreams = self
+            .upstreams
+            .iter()
+            .map(|u| {
+                NamePattern::parse(u).map_err(|reason| ConsulError::Invalid {
+                    field: "upstreams",
+                    reason,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if self.name_prefix.is_empty() || self.name_prefix.contains(['/', ' ']) {
+            return bad(
+                "name_prefix",
+                format!("{:?}: empty or has '/' or ' '", self.name_prefix),
+            );
+        }
+        if self.register {
+            if self.service_name.is_empty() {
+                return bad("service_name", "empty service name".into());
             }
-            if cfg.probe.timeout > cfg.probe.every {
-                return bad(format!(
-                    "probe timeout {:?} longer than the probe interval {:?}",
-                    cfg.probe.timeout, cfg.probe.every
-                ));
+            if self.services_per_agent == 0 {
+                return bad("services_per_agent", "must be at least 1".into());
             }
-            let svc = match &cfg.probe.service {
-                Some(s) => s.clone(),
-                None => match upstreams.iter().find(|u| u.is_fixed()) {
-                    Some(u) => u.expand(0),
-                    None => {
-                        return bad(
-                            "probe: every upstream has a per-agent pattern; name a shared \
-                             probe service"
-                                .into(),
-                        );
-                    }
-                },
-            };
-            if kind == ProbeKind::Catalog
-                && !upstreams.iter().any(|u| u.is_fixed() && u.expand(0) == svc)
-            {
-                return bad(format!(
-                    "probe service {svc:?} is not a shared upstream (upstreams: {})",
-                    cfg.upstreams.join(",")
-                ));
+            if ops_per_agent(self) > TXN_MAX_OPS {
+                return bad(
+                    "services_per_agent",
+                    format!(
+                        "{} services per agent{} need {} txn operations; at most {TXN_MAX_OPS}",
+                        self.services_per_agent,
+                        if self.sidecars { " with sidecars" } else { "" },
+                        ops_per_agent(self)
+                    ),
+                );
             }
-            Some(svc)
         }
-    };
-    Ok(Validated {
-        rpc_addrs,
-        rpc_hosts,
-        http_addr,
-        upstreams,
-        probe_service,
-    })
+        if let Some(ttl) = self.session_ttl
+            && !(SESSION_TTL_MIN..=SESSION_TTL_MAX).contains(&ttl)
+        {
+            return bad(
+                "session_ttl",
+                format!("{ttl:?}: the server accepts 10s..24h (session_ttl_min)"),
+            );
+        }
+        if let Some(r) = self.flap_rate {
+            let ps = r.as_per_second();
+            if !(ps.is_finite() && ps > 0.0 && ps <= 100.0) {
+                return bad("flap_rate", format!("{r}: must be in (0, 100/s] per agent"));
+            }
+            if !self.register {
+                return bad(
+                    "flap_rate",
+                    "flapping needs registered services (register = true)".into(),
+                );
+            }
+        }
+        if self.keepalive_time < KEEPALIVE_MIN {
+            return bad(
+                "keepalive_time",
+                format!(
+                    "{:?}: below the server's 15s MinTime (GOAWAY too_many_pings)",
+                    self.keepalive_time
+                ),
+            );
+        }
+        if self.keepalive_timeout.is_zero() {
+            return bad("keepalive_timeout", "must be positive".into());
+        }
+        if let Some(tls) = &self.tls
+            && tls.ca_file.is_none()
+            && !tls.insecure_skip_verify
+        {
+            return bad("tls", "TLS needs a CA file or insecure_skip_verify".into());
+        }
+        let probe_service = match self.probe.kind {
+            None => None,
+            Some(kind) => Some(self.probe_service(kind, &upstreams)?),
+        };
+        Ok((upstreams, probe_service))
+    }
+
+    fn probe_service(
+        &self,
+        kind: ProbeKind,
+        upstreams: &[NamePattern],
+    ) -> Result<String, ConsulError> {
+        let bad = |field: &'static str, reason: String| Err(ConsulError::Invalid { field, reason });
+        let p = &self.probe;
+        if p.every < Duration::from_secs(1) {
+            return bad("probe.every", "must be at least 1s".into());
+        }
+        if p.timeout().is_zero() {
+            return bad("probe.timeout", "must be positive".into());
+        }
+        if p.timeout() > p.every {
+            return bad(
+                "probe.timeout",
+                format!(
+                    "{:?} must not exceed the probe interval {:?} (one probe at a time)",
+                    p.timeout(),
+                    p.every
+                ),
+            );
+        }
+        let svc = match &p.service {
+            Some(s) if s.contains(['{', '}']) => {
+                return bad(
+                    "probe.service",
+                    "must be one shared service, not a per-agent pattern".into(),
+                );
+            }
+            Some(s) => s.clone(),
+            None => match upstreams.iter().find(|u| u.is_fixed()) {
+                Some(u) => u.expand(0),
+                None => {
+                    return bad(
+                        "probe.service",
+                        "every upstream has a per-agent pattern: add a shared upstream \
+                         without {i} or name a shared probe service"
+                            .into(),
+                    );
+                }
+            },
+        };
+        if kind == ProbeKind::Catalog
+            && !upstreams.iter().any(|u| u.is_fixed() && u.expand(0) == svc)
+        {
+            return bad(
+                "probe.service",
+                format!(
+                    "{svc:?} is not a shared upstream (upstreams: {})",
+                    self.upstreams.join(",")
+                ),
+            );
+        }
+        Ok(svc)
+    }
 }
 
 #[cfg(test)]
@@ -408,33 +523,33 @@ mod tests {
     #[test]
     fn defaults_validate_and_bad_values_are_refused() {
         let cfg = ConsulConfig::default();
-        let v = validate(&cfg).unwrap();
+        let v = cfg.prepare().unwrap();
         assert_eq!(v.rpc_addrs[0].port(), 8300);
         assert_eq!(v.rpc_hosts[0], "127.0.0.1");
         assert_eq!(v.probe_service, None);
 
         let mut c = cfg.clone();
         c.session_ttl = Some(Duration::from_secs(5));
-        assert!(validate(&c).is_err());
+        assert!(c.validate().is_err());
         let mut c = cfg.clone();
         c.keepalive_time = Duration::from_secs(10);
-        assert!(validate(&c).is_err());
+        assert!(c.validate().is_err());
         let mut c = cfg.clone();
         c.services_per_agent = 50;
         c.sidecars = true;
-        assert!(validate(&c).is_err());
+        assert!(c.validate().is_err());
         let mut c = cfg.clone();
         c.tls = Some(ConsulTls::default());
-        assert!(validate(&c).is_err());
+        assert!(c.validate().is_err());
 
         let mut c = cfg.clone();
         c.upstreams = vec!["svc-{i%10}".into(), "api".into()];
         c.probe.kind = Some(ProbeKind::Catalog);
-        assert_eq!(validate(&c).unwrap().probe_service.as_deref(), Some("api"));
+        assert_eq!(c.prepare().unwrap().probe_service.as_deref(), Some("api"));
         c.probe.service = Some("nope".into());
-        assert!(validate(&c).is_err());
+        assert!(c.validate().is_err());
         c.probe.kind = Some(ProbeKind::Intentions);
-        assert_eq!(validate(&c).unwrap().probe_service.as_deref(), Some("nope"));
+        assert_eq!(c.prepare().unwrap().probe_service.as_deref(), Some("nope"));
     }
 
     #[test]

@@ -39,7 +39,16 @@ use agent_sim_metrics::MetricsSpec;
 /// counted outcomes, not errors).
 #[derive(Debug, thiserror::Error)]
 pub enum ConsulError {
-    /// The configuration is invalid.
+    /// A setting of [`ConsulConfig`] is invalid: the field (as named in the
+    /// struct, `probe.every` for nested ones) and why, in one line.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// The [`ConsulConfig`] field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The configuration cannot be used (setup).
     #[error("consul: {0}")]
     Config(String),
     /// The TLS settings cannot be used.

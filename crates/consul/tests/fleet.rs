@@ -114,7 +114,7 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
         probe: ProbeConfig {
             kind: Some(ProbeKind::Catalog),
             every: Duration::from_secs(2),
-            timeout: Duration::from_millis(1500),
+            timeout: Some(Duration::from_millis(1500)),
             ..ProbeConfig::default()
         },
         ..config(&t)
@@ -196,7 +196,7 @@ async fn an_observer_shard_measures_the_probe_and_merges_by_raft_index() {
         probe: ProbeConfig {
             kind: Some(ProbeKind::Catalog),
             every: Duration::from_secs(2),
-            timeout: Duration::from_millis(1500),
+            timeout: Some(Duration::from_millis(1500)),
             controller,
             ..ProbeConfig::default()
         },
@@ -314,7 +314,7 @@ async fn intentions_probe_reaches_every_agent() {
         probe: ProbeConfig {
             kind: Some(ProbeKind::Intentions),
             every: Duration::from_millis(1500),
-            timeout: Duration::from_secs(1),
+            timeout: Some(Duration::from_secs(1)),
             ..ProbeConfig::default()
         },
         ..config(&t)

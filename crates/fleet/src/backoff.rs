@@ -13,10 +13,11 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    /// Starts at `min`, doubles to at most `max`.
+    /// Starts at `min` (at least 1 ms), doubles to at most `max`. A `max`
+    /// below `min` is kept as given so that [`crate::FleetConfig::validate`]
+    /// can refuse it; the delays never exceed `min` then.
     pub fn new(min: Duration, max: Duration) -> Self {
         let min = min.max(Duration::from_millis(1));
-        let max = max.max(min);
         Backoff {
             min,
             max,
@@ -27,7 +28,7 @@ impl Backoff {
     /// The next delay: uniformly in `[step/2, step]`, then the step doubles.
     pub fn next_delay(&mut self) -> Duration {
         let step = self.current;
-        self.current = (self.current * 2).min(self.max);
+        self.current = (self.current * 2).min(self.max.max(self.min));
         step.mul_f64(0.5 + 0.5 * fastrand::f64())
     }
 

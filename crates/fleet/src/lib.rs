@@ -206,6 +206,43 @@ impl Default for FleetConfig {
     }
 }
 
+/// A setting of [`FleetConfig`] the engine cannot run with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct InvalidFleetConfig {
+    /// The field (`agents`, `max_dialing`, `reconnect_max`, ...).
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl FleetConfig {
+    /// Checks the engine's own rules (the protocol crates check theirs).
+    pub fn validate(&self) -> Result<(), InvalidFleetConfig> {
+        let bad = |field: &'static str, reason: &str| {
+            Err(InvalidFleetConfig {
+                field,
+                reason: reason.into(),
+            })
+        };
+        if self.agents == 0 {
+            return bad("agents", "must be at least 1");
+        }
+        if self.max_dialing == 0 {
+            return bad("max_dialing", "must be at least 1");
+        }
+        if self.backoff.max() < self.backoff.min() {
+            return bad("reconnect_max", "must be at least the reconnect minimum");
+        }
+        if let Some(r) = self.ramp
+            && !(r.as_per_second().is_finite() && r.as_per_second() > 0.0)
+        {
+            return bad("ramp", "must be a positive rate");
+        }
+        Ok(())
+    }
+}
+
 /// Live progress of a run, readable while it runs.
 #[derive(Debug, Default)]
 pub struct FleetStatus {

@@ -1,5 +1,6 @@
-//! Human units: durations (`20s`, `500ms`, `1m30s`, `2h`) and rates
-//! (`500/s`, `0.2/s`, `30/m`, `100/h`), parsed from flags and config files.
+//! Human units: durations (`20s`, `500ms`, `1m30s`, `2h`; parsed by the
+//! humantime crate, a bare number is seconds) and rates (`500/s`, `0.2/s`,
+//! `30/m`, `100/h`), parsed from flags and config files.
 
 use std::fmt;
 use std::str::FromStr;
@@ -65,7 +66,8 @@ impl<'de> serde::Deserialize<'de> for Rate {
     }
 }
 
-/// Parses `20s`, `500ms`, `1m30s`, `2h`, `1.5s`, `250us`; a bare number is seconds.
+/// Parses `20s`, `500ms`, `1m30s`, `2h`, `1.5s`, `250us` (humantime's
+/// units); a bare number is seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     if t.is_empty() {
@@ -78,56 +80,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             Err(format!("duration {s:?} must be a non-negative number"))
         };
     }
-    let mut total = 0f64;
-    let mut rest = t;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("duration {s:?}: missing unit (ms, s, m, h)"))?;
-        if num_len == 0 {
-            return Err(format!("duration {s:?}: expected a number before {rest:?}"));
-        }
-        let n: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| format!("duration {s:?}: bad number {:?}", &rest[..num_len]))?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let mult = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            "d" => 86_400.0,
-            u => return Err(format!("duration {s:?}: unknown unit {u:?} (ms, s, m, h)")),
-        };
-        total += n * mult;
-        rest = &rest[unit_len..];
-    }
-    Ok(Duration::from_secs_f64(total))
-}
-
-/// Serde helper: a duration field written as a human string (`"20s"`).
-pub mod serde_duration {
-    use std::time::Duration;
-
-    /// Deserializes `"20s"` (or a number of seconds).
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        #[derive(serde::Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            S(String),
-            N(f64),
-        }
-        match <Raw as serde::Deserialize>::deserialize(d)? {
-            Raw::S(s) => super::parse_duration(&s).map_err(serde::de::Error::custom),
-            Raw::N(n) if n.is_finite() && n >= 0.0 => Ok(Duration::from_secs_f64(n)),
-            Raw::N(n) => Err(serde::de::Error::custom(format!("bad duration {n}"))),
-        }
-    }
+    humantime::parse_duration(t).map_err(|e| format!("duration {s:?}: {e}"))
 }
 
 #[cfg(test)]

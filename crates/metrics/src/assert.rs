@@ -287,6 +287,13 @@ fn parse_value(s: &str, unit: Unit) -> Result<Value, String> {
     Ok(Value::Number(n * scale))
 }
 
+impl<'de> serde::Deserialize<'de> for Assertion {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl FromStr for Assertion {
     type Err = String;
 

@@ -33,7 +33,8 @@ use session::{CheckState, Shared, Target};
 /// Everything a user can tune about the simulated Sensu agents.
 #[derive(Debug, Clone)]
 pub struct SensuConfig {
-    /// `ws://host:port/` or `wss://host:port/` URLs; agent i uses `targets[i % len]`.
+    /// Backends: `host:port` (plain WebSocket), `ws://host:port/` or
+    /// `wss://host:port/` URLs; agent i uses `targets[i % len]`.
     pub targets: Vec<String>,
     /// Sensu namespace (`Sensu-Namespace`).
     pub namespace: String,
@@ -109,7 +110,16 @@ impl Default for SensuConfig {
 /// counted outcomes, see [`SessionEnd`]).
 #[derive(Debug, thiserror::Error)]
 pub enum SensuError {
-    /// Invalid configuration.
+    /// A setting of [`SensuConfig`] is invalid: the field (as named in the
+    /// struct) and why, in one line.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// The [`SensuConfig`] field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A request could not be built from the configuration.
     #[error("sensu config: {0}")]
     Config(String),
     /// TLS setup failed (CA file unreadable or invalid).
@@ -231,7 +241,7 @@ impl SensuFactory {
     /// Validates `cfg` (URLs, names, durations, TLS material) and builds what
     /// every agent shares. `metrics` must include [`metrics_spec`].
     pub fn new(cfg: SensuConfig, metrics: Metrics) -> Result<Self, SensuError> {
-        validate_config(&cfg)?;
+        cfg.validate()?;
         let targets = cfg
             .targets
             .iter()
@@ -262,62 +272,84 @@ impl SensuFactory {
     }
 }
 
-fn validate_config(cfg: &SensuConfig) -> Result<(), SensuError> {
-    let bad = |m: String| Err(SensuError::Config(m));
-    if cfg.targets.is_empty() {
-        return bad("at least one target URL is required".into());
-    }
-    if cfg.namespace.is_empty() {
-        return bad("namespace must not be empty".into());
-    }
-    if !codec::valid_name(&format!("{}-0", cfg.name_prefix)) {
-        return bad(format!(
-            "name prefix {:?} must match [A-Za-z0-9_.:-]+",
-            cfg.name_prefix
-        ));
-    }
-    for s in &cfg.subscriptions {
-        if s.is_empty() || s.contains(',') {
-            return bad(format!(
-                "subscription {s:?} must be non-empty without commas"
-            ));
+impl SensuConfig {
+    /// Checks every setting against what a Sensu 6.x backend accepts (the
+    /// backend's own validation rules where it has them), without opening a
+    /// socket or reading a file. The first problem is returned as
+    /// [`SensuError::Invalid`] naming the field.
+    pub fn validate(&self) -> Result<(), SensuError> {
+        let bad = |field: &'static str, reason: String| Err(SensuError::Invalid { field, reason });
+        if self.targets.is_empty() {
+            return bad("targets", "at least one target is required".into());
         }
-    }
-    if cfg.keepalive_interval.is_zero() {
-        return bad("keepalive interval must be greater than zero".into());
-    }
-    let interval = u64::from(messages::interval_secs(cfg.keepalive_interval));
-    let ttl = u64::from(cfg.keepalive_critical_timeout);
-    if ttl != 0 && (ttl <= interval || ttl < 5) {
-        return bad(format!(
-            "keepalive critical timeout {ttl} must be greater than the interval ({interval}s) and at least 5"
-        ));
-    }
-    for (what, d) in [
-        ("ping interval", cfg.ping_interval),
-        ("pong timeout", cfg.pong_timeout),
-        ("entity config timeout", cfg.entity_config_timeout),
-        ("handshake timeout", cfg.handshake_timeout),
-    ] {
-        if d.is_zero() {
-            return bad(format!("{what} must be greater than zero"));
+        for t in &self.targets {
+            Target::parse(t)?;
         }
-    }
-    if cfg.event_output_size > 32 * 1024 {
-        return bad("event output size must be at most 32768 bytes".into());
-    }
-    for (what, v) in [
-        ("namespace", &cfg.namespace),
-        ("user", &cfg.user),
-        ("password", &cfg.password),
-        ("name prefix", &cfg.name_prefix),
-    ] {
-        if v.chars().any(|c| c.is_control()) {
-            return bad(format!("{what} contains control characters"));
+        if self.namespace.is_empty() {
+            return bad("namespace", "must not be empty".into());
         }
+        if !codec::valid_name(&format!("{}-0", self.name_prefix)) {
+            return bad(
+                "name_prefix",
+                format!(
+                    "{:?}: use letters, digits, '_', '.', '-', ':' (Sensu entity name rules)",
+                    self.name_prefix
+                ),
+            );
+        }
+        for s in &self.subscriptions {
+            if !codec::valid_name(s) {
+                return bad(
+                    "subscriptions",
+                    format!("{s:?} is not a valid subscription name ([A-Za-z0-9_.:-]+)"),
+                );
+            }
+        }
+        if self.keepalive_interval < Duration::from_secs(1) {
+            return bad("keepalive_interval", "must be at least 1s".into());
+        }
+        let interval = u64::from(messages::interval_secs(self.keepalive_interval));
+        let ttl = u64::from(self.keepalive_critical_timeout);
+        if ttl != 0 && (ttl <= interval || ttl < 5) {
+            return bad(
+                "keepalive_critical_timeout",
+                format!(
+                    "{ttl} must be 0 (off) or greater than the keepalive interval ({interval}s) \
+                     and at least 5 (backend rule)"
+                ),
+            );
+        }
+        for (field, d) in [
+            ("ping_interval", self.ping_interval),
+            ("pong_timeout", self.pong_timeout),
+            ("entity_config_timeout", self.entity_config_timeout),
+            ("handshake_timeout", self.handshake_timeout),
+        ] {
+            if d.is_zero() {
+                return bad(field, "must be greater than zero".into());
+            }
+        }
+        if self.event_output_size > MAX_EVENT_OUTPUT {
+            return bad(
+                "event_output_size",
+                format!("must be at most {MAX_EVENT_OUTPUT} bytes"),
+            );
+        }
+        for (field, v) in [
+            ("namespace", &self.namespace),
+            ("user", &self.user),
+            ("password", &self.password),
+        ] {
+            if v.chars().any(|c| c.is_control()) {
+                return bad(field, "contains control characters".into());
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
+
+/// Largest output of an agent-side event.
+pub const MAX_EVENT_OUTPUT: usize = 32 * 1024;
 
 impl AgentFactory for SensuFactory {
     type Agent = SensuAgent;

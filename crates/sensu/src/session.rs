@@ -73,8 +73,24 @@ pub(crate) struct Target {
 impl Target {
     /// Parses and checks a `ws://` / `wss://` URL.
     pub(crate) fn parse(s: &str) -> Result<Target, SensuError> {
-        let bad = |why: &str| SensuError::Config(format!("target {s:?}: {why}"));
-        let url: http::Uri = s.trim().parse().map_err(|_| bad("not a URL"))?;
+        let bad = |why: &str| SensuError::Invalid {
+            field: "targets",
+            reason: format!("{s:?}: {why}"),
+        };
+        let s = s.trim();
+        let url: http::Uri = if s.contains("://") {
+            s.parse().map_err(|_| bad("not a URL"))?
+        } else {
+            // `host:port`: a plain WebSocket on that port (no default port:
+            // the agent port is usually 8081).
+            match s.rsplit_once(':') {
+                Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => {}
+                _ => return Err(bad("expected host:port (the agent port is usually 8081)")),
+            }
+            format!("ws://{s}/")
+                .parse()
+                .map_err(|_| bad("expected host:port (the agent port is usually 8081)"))?
+        };
         let tls = match url.scheme_str() {
             Some("ws") => false,
             Some("wss") => true,

@@ -52,7 +52,7 @@ fn config(port: u16, enc: Encoding) -> SensuConfig {
     SensuConfig {
         targets: vec![format!("ws://127.0.0.1:{port}/")],
         encoding: enc,
-        keepalive_interval: Duration::from_millis(200),
+        keepalive_interval: Duration::from_secs(1),
         name_prefix: "sim".into(),
         subscriptions: vec!["linux".into(), "web".into()],
         ..Default::default()
