@@ -274,7 +274,7 @@ impl ProbeBoard {
         }
         let now = Instant::now();
         if !o.open.contains_key(&index) {
-            if o.done.iter().any(|d| d.raft_index == Some(index)) {
+            if o.done.iter().any(|d| d.change_id == Some(index)) {
                 // Its window is over and summarized: a missing delivery.
                 return false;
             }
@@ -358,7 +358,7 @@ impl ProbeBoard {
             o.done.push(observed_summary(i, g, *timeout));
         }
         let mut done = std::mem::take(&mut o.done);
-        done.sort_by_key(|d| d.raft_index);
+        done.sort_by_key(|d| d.change_id);
         (done, std::mem::take(&mut o.interrupted))
     }
 
@@ -484,7 +484,7 @@ fn observed_summary(raft_index: u64, g: Group, timeout: Duration) -> ProbeSummar
     );
     // No T0 is known here: the controller's entry has it.
     s.t0 = String::new();
-    s.raft_index = Some(raft_index);
+    s.change_id = Some(raft_index);
     s.role = Some(ROLE_OBSERVER.into());
     s.first_arrival_unix_us = Some(unix_us(first_wall));
     s
@@ -636,7 +636,7 @@ impl ProbeRunner {
                 }
             }
             let mut summary = summarize(id, kind, t0_wall, expected, lat, timeout_us);
-            summary.raft_index = common_index(&arrivals);
+            summary.change_id = common_index(&arrivals);
             summary.role = Some(ROLE_CONTROLLER.into());
             summary.t0_unix_us = Some(unix_us(t0_wall));
             out.push(summary);
@@ -900,7 +900,7 @@ mod tests {
         assert!(!b.observe(14, Expect::Deregister, t), "closed");
         assert_eq!(done.len(), 2);
         let (d, r) = (&done[0], &done[1]);
-        assert_eq!(d.raft_index, Some(10));
+        assert_eq!(d.change_id, Some(10));
         assert_eq!(d.kind, "deregister");
         assert_eq!(d.role.as_deref(), Some("observer"));
         assert_eq!((d.id, d.t0.as_str(), d.t0_unix_us), (0, "", None));
@@ -908,7 +908,7 @@ mod tests {
         assert_eq!(d.latency_us.min, 0, "after the first arrival");
         assert_eq!(d.latency_us.max, 7_000);
         assert_eq!(d.time_to_99pct_us, None);
-        assert_eq!(r.raft_index, Some(12));
+        assert_eq!(r.change_id, Some(12));
         assert_eq!(
             (r.kind.as_str(), r.delivered, r.expected),
             ("register", 4, 4)
@@ -937,6 +937,6 @@ mod tests {
         let (done, interrupted) = b.close_observer();
         assert_eq!(interrupted, 1);
         assert_eq!(done.len(), 1);
-        assert_eq!((done[0].raft_index, done[0].delivered), (Some(6), 4));
+        assert_eq!((done[0].change_id, done[0].delivered), (Some(6), 4));
     }
 }

@@ -242,12 +242,12 @@ async fn an_observer_shard_measures_the_probe_and_merges_by_raft_index() {
     assert!(!probes0.is_empty(), "the controller made a probe");
     for p in &probes0 {
         assert_eq!(p.role.as_deref(), Some("controller"));
-        assert!(p.raft_index.is_some() && p.t0_unix_us.is_some(), "{p:?}");
+        assert!(p.change_id.is_some() && p.t0_unix_us.is_some(), "{p:?}");
         assert_eq!((p.delivered, p.expected), (50, 50), "{p:?}");
         let seen = probes1
             .iter()
-            .find(|o| o.raft_index == p.raft_index)
-            .unwrap_or_else(|| panic!("observer missed raft index {:?}", p.raft_index));
+            .find(|o| o.change_id == p.change_id)
+            .unwrap_or_else(|| panic!("observer missed raft index {:?}", p.change_id));
         assert_eq!(seen.role.as_deref(), Some("observer"));
         assert_eq!(seen.kind, p.kind);
         assert_eq!((seen.delivered, seen.expected), (50, 50), "{seen:?}");

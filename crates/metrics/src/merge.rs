@@ -17,8 +17,9 @@
 //! - `probes`: shard 0 (role `controller`) makes each change and times its
 //!   own agents from T0; every other shard (role `observer`) times its agents
 //!   from its own first arrival of that change. Entries are joined by
-//!   `raft_index` (the index of the change's event, the same for every
-//!   subscriber), or by `id` when an entry has none (older summaries).
+//!   their change id (JSON `raft_index`: an identifier of the change that is
+//!   the same for every subscriber, whatever the protocol), or by `id` when
+//!   an entry has none (older summaries).
 //!   Within a join: `delivered`/`expected` summed; each part's histogram is
 //!   shifted onto the common zero — an observer's by
 //!   `first_arrival_unix_us − t0_unix_us` (each recorded bucket value plus
@@ -103,23 +104,23 @@ pub const PROPAGATION: &str = "propagation";
 /// What joins probe entries of several parts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum ProbeKey {
-    /// Older summaries without a raft index: the controller's sequence number.
+    /// Older summaries without a change id: the controller's sequence number.
     Id(u64),
-    /// Raft index of the change's event.
-    Raft(u64),
+    /// The change id every subscriber saw.
+    Change(u64),
 }
 
 impl std::fmt::Display for ProbeKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ProbeKey::Id(id) => write!(f, "id {id}"),
-            ProbeKey::Raft(i) => write!(f, "raft index {i}"),
+            ProbeKey::Change(i) => write!(f, "change {i}"),
         }
     }
 }
 
 /// `note` of observer entries no controller entry joined.
-pub const NOTE_NO_CONTROLLER: &str = "no controller entry for this raft index: latencies are \
+pub const NOTE_NO_CONTROLLER: &str = "no controller entry for this change: latencies are \
      after the earliest observed arrival, not after T0 (the controller's summary is missing, \
      or this change was its setup/cleanup or a probe it did not report)";
 
@@ -172,7 +173,7 @@ fn combine_probe(parts: Vec<(ProbeSummary, Histogram<u64>)>) -> Result<ProbeSumm
         .filter(|(p, _)| p.is_observer() != any_controller)
         .filter_map(|(p, _)| zero_of(p))
         .min();
-    // The entry giving id, t0 and raft index: the controller with the
+    // The entry giving id, t0 and change id: the controller with the
     // earliest T0, else the first observer.
     let template = parts
         .iter()
@@ -188,7 +189,7 @@ fn combine_probe(parts: Vec<(ProbeSummary, Histogram<u64>)>) -> Result<ProbeSumm
         id: template.id,
         kind: template.kind.clone(),
         t0: template.t0.clone(),
-        raft_index: template.raft_index,
+        change_id: template.change_id,
         ..Default::default()
     };
     let mut h = new_latency_histogram();
@@ -311,8 +312,8 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         for probe in &p.probes {
             let h = histogram_of(&probe.latency_us, &format!("{part}: probe #{}", probe.id))?;
             let key = probe
-                .raft_index
-                .map_or(ProbeKey::Id(probe.id), ProbeKey::Raft);
+                .change_id
+                .map_or(ProbeKey::Id(probe.id), ProbeKey::Change);
             let group = probes.entry(key).or_default();
             if let Some((other, _)) = group.first()
                 && other.kind != probe.kind
@@ -586,7 +587,7 @@ mod tests {
             expected,
             time_to_99pct_us: time_to_99pct(&h, expected),
             latency_us: LatencySummary::from_histogram(&h),
-            raft_index: Some(raft),
+            change_id: Some(raft),
             role: Some(role.into()),
             t0_unix_us: controller.then_some(zero_unix_us),
             first_arrival_unix_us: (!controller).then_some(zero_unix_us),
@@ -626,7 +627,7 @@ mod tests {
         assert_eq!(m.probes.len(), 2);
         let p = &m.probes[0];
         assert_eq!((p.delivered, p.expected), (100, 100));
-        assert_eq!((p.id, p.raft_index), (3, Some(100)));
+        assert_eq!((p.id, p.change_id), (3, Some(100)));
         assert_eq!(p.role.as_deref(), Some("controller"));
         assert_eq!(p.t0_unix_us, Some(T0));
         assert_eq!(p.t0, "2026-11-21T22:41:00.000Z");
@@ -645,10 +646,7 @@ mod tests {
         near(p.latency_us.p99, all[98]);
         near(p.time_to_99pct_us.unwrap(), all[98]);
         let q = &m.probes[1];
-        assert_eq!(
-            (q.raft_index, q.delivered, q.expected),
-            (Some(104), 99, 100)
-        );
+        assert_eq!((q.change_id, q.delivered, q.expected), (Some(104), 99, 100));
         near(q.time_to_99pct_us.unwrap(), 69_000);
         // `propagation` is rebuilt from the joined probes: 199 deliveries.
         assert_eq!(m.latency_us[PROPAGATION].count, 199);
@@ -714,7 +712,7 @@ mod tests {
         assert_eq!(m.probes.len(), 2);
         // Ordered by raft index; the lone one unchanged but for its note.
         let p = &m.probes[0];
-        assert_eq!(p.raft_index, Some(49));
+        assert_eq!(p.change_id, Some(49));
         assert_eq!(p.role.as_deref(), Some("observer"));
         assert_eq!(p.note.as_deref(), Some(NOTE_NO_CONTROLLER));
         assert_eq!(

@@ -107,7 +107,7 @@ mod tests {
                     expected: 1,
                     time_to_99pct_us: None,
                     latency_us: LatencySummary::from_histogram(&new_latency_histogram()),
-                    raft_index: Some(42),
+                    change_id: Some(42),
                     role: Some(crate::summary::ROLE_CONTROLLER.into()),
                     t0_unix_us: Some(1_795_300_860_000_000),
                     ..Default::default()
@@ -120,7 +120,7 @@ mod tests {
                     expected: 1,
                     time_to_99pct_us: Some(250_000),
                     latency_us: LatencySummary::from_histogram(&h),
-                    raft_index: Some(42),
+                    change_id: Some(42),
                     role: Some(crate::summary::ROLE_OBSERVER.into()),
                     first_arrival_unix_us: Some(1_795_300_860_010_000),
                     note: Some("a merge note".into()),

@@ -133,12 +133,14 @@ pub fn decode_histogram(b64: &str) -> Result<Histogram<u64>, MetricsError> {
     Ok(out)
 }
 
-/// One propagation probe: a change made at T0 and its arrival at every subscriber.
+/// One propagation probe, whatever the protocol: a change made at T0 and its
+/// arrival at every subscriber that should see it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProbeSummary {
     /// Sequence number of the probe in the run.
     pub id: u64,
-    /// `deregister`, `register` or `intentions`.
+    /// What the change was, in the protocol's words (Consul: `deregister`,
+    /// `register` or `intentions`).
     pub kind: String,
     /// Wall-clock T0 (RFC 3339, UTC).
     pub t0: String,
@@ -151,12 +153,17 @@ pub struct ProbeSummary {
     /// Propagation latency percentiles: µs after T0 (role `controller`, or
     /// no role), or µs after `first_arrival_unix_us` (role `observer`).
     pub latency_us: LatencySummary,
-    /// Raft index of the change's event: every subscriber of every process
-    /// sees the same one, so it is the key that joins a probe across shards.
-    /// The controller takes it from its own agents' live arrivals (`None`
-    /// when none arrived live).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub raft_index: Option<u64>,
+    /// Identifier of the change that every subscriber of every process sees
+    /// alike (Consul: the raft index of the change's event), so it is the key
+    /// that joins a probe across shards. The controller takes it from its own
+    /// subscribers' live arrivals (`None` when none arrived live). Written as
+    /// `raft_index` in schema v1.
+    #[serde(
+        default,
+        rename = "raft_index",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub change_id: Option<u64>,
     /// `controller` (this process made the change; latencies after T0) or
     /// `observer` (another process made it; latencies after this entry's
     /// first arrival). Absent in older summaries: treated as `controller`.
@@ -211,7 +218,7 @@ pub struct Summary {
     pub rates_per_s: BTreeMap<String, f64>,
     /// Resource use of this process.
     pub process: ProcessStats,
-    /// Propagation probes (Consul), in order.
+    /// Propagation probes of every protocol that runs them, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probes: Vec<ProbeSummary>,
     /// Shard `I/N` of a multi-process run, if any.
@@ -308,7 +315,7 @@ mod tests {
             "time_to_99pct_us": 10, "latency_us": {"count": 0, "min": 0, "p50": 0,
             "p75": 0, "p90": 0, "p95": 0, "p99": 0, "p999": 0, "max": 0, "mean": 0.0}});
         let p: ProbeSummary = serde_json::from_value(old.clone()).unwrap();
-        assert_eq!((p.raft_index, p.role.as_deref()), (None, None));
+        assert_eq!((p.change_id, p.role.as_deref()), (None, None));
         assert!(!p.is_observer());
         assert_eq!(
             serde_json::to_value(&p).unwrap(),
@@ -317,7 +324,7 @@ mod tests {
         );
         let o = ProbeSummary {
             role: Some(ROLE_OBSERVER.into()),
-            raft_index: Some(9),
+            change_id: Some(9),
             first_arrival_unix_us: Some(5),
             ..p
         };

@@ -1,0 +1,284 @@
+//! Executes a validated [`RunConfig`]: starts the embedded backend when no
+//! target was given, runs every fleet on the fleet engine, reports progress,
+//! writes hlog intervals and the Prometheus endpoint while it runs, and on the
+//! way out (deadline, Ctrl-C or SIGTERM) ALWAYS builds the summary, writes it
+//! and evaluates the assertions.
+//!
+//! Parts: `embedded` (the in-process backends), `reporter` (progress and
+//! hlog task), `assemble` (the summary), `outcome` (exit code and the final
+//! table); [`execute`] only sequences them.
+
+mod assemble;
+mod embedded;
+mod outcome;
+mod reporter;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use agent_sim_consul::ConsulFactory;
+use agent_sim_fleet::{FleetReport, FleetStatus};
+use agent_sim_metrics::assert::{Verdict, evaluate};
+use agent_sim_metrics::hlog::HlogWriter;
+use agent_sim_metrics::{Metrics, MetricsSpec, ProbeSummary, Summary};
+use agent_sim_sensu::SensuFactory;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Protocol, RunConfig};
+use reporter::{Reporter, ReporterSetup};
+
+/// Process exit codes (documented in the README).
+pub mod exit {
+    /// Run completed (and every assertion held).
+    pub const OK: i32 = 0;
+    /// Runtime failure (no session could be established, a file could not be written, ...).
+    pub const FAILURE: i32 = 1;
+    /// At least one `--assert` failed.
+    pub const SLO_FAILED: i32 = 3;
+    /// Bad usage (flags, config file, host limits).
+    pub const USAGE: i32 = 64;
+}
+
+/// Errors that end a run before it produces a summary.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad usage (exit 64).
+    #[error(transparent)]
+    Usage(#[from] crate::config::UsageError),
+    /// A protocol crate refused its configuration (exit 64).
+    #[error("{0}")]
+    Setup(String),
+    /// Local I/O (binding the embedded target, writing results).
+    #[error("{0}")]
+    Io(String),
+}
+
+/// What a finished run produced.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The run summary (also written to `--summary`).
+    pub summary: Summary,
+    /// Verdicts of the `--assert` expressions.
+    pub verdicts: Vec<Verdict>,
+    /// The exit code the binary uses.
+    pub exit_code: i32,
+    /// Why the exit code is not 0, in one line.
+    pub problem: Option<String>,
+    /// What the embedded Sensu target counted (demo runs).
+    pub embedded_sensu: Option<agent_sim_server::sensu::SensuTargetSnapshot>,
+    /// What the embedded Consul target counted (demo runs).
+    pub embedded_consul: Option<agent_sim_server::consul::ConsulTargetSnapshot>,
+}
+
+/// Where human output goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Live progress on stderr and the final table on stdout.
+    Terminal,
+    /// Nothing printed (library use, tests).
+    Silent,
+}
+
+fn metrics_spec(cfg: &RunConfig) -> MetricsSpec {
+    let mut spec = agent_sim_fleet::metrics_spec();
+    if cfg
+        .fleets
+        .iter()
+        .any(|f| matches!(f.protocol, Protocol::Sensu(_)))
+    {
+        spec = spec.merge(&agent_sim_sensu::metrics_spec());
+    }
+    if cfg
+        .fleets
+        .iter()
+        .any(|f| matches!(f.protocol, Protocol::Consul(_)))
+    {
+        spec = spec.merge(&agent_sim_consul::metrics_spec());
+    }
+    spec
+}
+
+/// The protocol factories of a run's fleets (each validated its settings).
+enum Built {
+    Sensu(Arc<SensuFactory>),
+    Consul(Arc<ConsulFactory>),
+}
+
+fn build_factories(cfg: &RunConfig, metrics: &Metrics) -> Result<Vec<Built>, RunError> {
+    let setup = |e: &dyn std::fmt::Display| RunError::Setup(e.to_string());
+    cfg.fleets
+        .iter()
+        .map(|plan| {
+            Ok(match &plan.protocol {
+                Protocol::Sensu(s) => Built::Sensu(Arc::new(
+                    SensuFactory::new(s.clone(), metrics.clone()).map_err(|e| setup(&e))?,
+                )),
+                Protocol::Consul(c) => Built::Consul(Arc::new(
+                    ConsulFactory::new(c.clone(), metrics.clone()).map_err(|e| setup(&e))?,
+                )),
+            })
+        })
+        .collect()
+}
+
+/// A token cancelled when the run's duration has elapsed or `shutdown` fires.
+fn run_end(duration: Option<Duration>, shutdown: CancellationToken) -> CancellationToken {
+    let end = CancellationToken::new();
+    let fire = end.clone();
+    tokio::spawn(async move {
+        match duration {
+            Some(d) => tokio::select! {
+                _ = tokio::time::sleep(d) => {}
+                _ = shutdown.cancelled() => {}
+            },
+            None => shutdown.cancelled().await,
+        }
+        fire.cancel();
+    });
+    end
+}
+
+/// Serves Prometheus `/metrics` until `end`.
+async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    metrics: &Metrics,
+    end: &CancellationToken,
+) -> Result<JoinHandle<()>, RunError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| RunError::Io(format!("--metrics-addr {addr}: {e}")))?;
+    let (m, t) = (metrics.clone(), end.clone());
+    Ok(tokio::spawn(async move {
+        let _ =
+            agent_sim_metrics::prometheus::serve(listener, m, async move { t.cancelled().await })
+                .await;
+    }))
+}
+
+/// Runs every fleet (and the probe runners or observers of Consul fleets)
+/// until `end`, and returns the fleets' reports and the probes.
+async fn run_fleets(
+    cfg: &RunConfig,
+    built: Vec<Built>,
+    metrics: &Metrics,
+    statuses: &[Arc<FleetStatus>],
+    end: &CancellationToken,
+) -> (Vec<FleetReport>, Vec<ProbeSummary>) {
+    let mut fleet_tasks: Vec<JoinHandle<FleetReport>> = Vec::new();
+    let mut probe_tasks: Vec<JoinHandle<Vec<ProbeSummary>>> = Vec::new();
+    for ((plan, b), status) in cfg.fleets.iter().zip(built).zip(statuses) {
+        let mut fc = plan.fleet.clone();
+        fc.duration = None;
+        fc.grace = cfg.grace;
+        let (m, s, t) = (metrics.clone(), status.clone(), end.clone());
+        match b {
+            Built::Sensu(f) => fleet_tasks.push(tokio::spawn(agent_sim_fleet::run(fc, f, m, s, t))),
+            Built::Consul(f) => {
+                if let Some(runner) = f.probe_runner() {
+                    let t = end.clone();
+                    probe_tasks.push(tokio::spawn(async move { runner.run(t).await }));
+                } else if let Some(observer) = f.probe_observer() {
+                    // Another shard makes the changes; this one reports what
+                    // its agents saw, by change id, for `report merge`.
+                    probe_tasks.push(tokio::spawn(observer.run(end.clone())));
+                }
+                fleet_tasks.push(tokio::spawn(agent_sim_fleet::run(fc, f, m, s, t)));
+            }
+        }
+    }
+    let mut reports = Vec::new();
+    for t in fleet_tasks {
+        if let Ok(r) = t.await {
+            reports.push(r);
+        }
+    }
+    let mut probes = Vec::new();
+    for t in probe_tasks {
+        if let Ok(p) = t.await {
+            probes.extend(p);
+        }
+    }
+    (reports, probes)
+}
+
+/// Runs `cfg` until its duration elapses or `shutdown` is cancelled, then
+/// ALWAYS builds the summary, writes it and evaluates the assertions.
+pub async fn execute(
+    mut cfg: RunConfig,
+    shutdown: CancellationToken,
+    output: Output,
+) -> Result<RunOutcome, RunError> {
+    let started_wall = SystemTime::now();
+    let started = Instant::now();
+    let embedded = embedded::start(&mut cfg).await?;
+
+    let threads = tokio::runtime::Handle::current().metrics().num_workers();
+    let metrics = Metrics::new(&metrics_spec(&cfg), (threads * 4).max(4));
+    let built = build_factories(&cfg, &metrics)?;
+    let end = run_end(cfg.duration, shutdown);
+    let metrics_task = match cfg.metrics_addr {
+        Some(addr) => Some(serve_metrics(addr, &metrics, &end).await?),
+        None => None,
+    };
+    let hlog = match &cfg.hlog {
+        Some(p) => Some(
+            HlogWriter::create(p, started_wall)
+                .map_err(|e| RunError::Io(format!("--hlog {}: {e}", p.display())))?,
+        ),
+        None => None,
+    };
+    let statuses: Vec<Arc<FleetStatus>> = cfg
+        .fleets
+        .iter()
+        .map(|_| Arc::new(FleetStatus::default()))
+        .collect();
+    let reporter = Reporter::start(ReporterSetup {
+        cfg: &cfg,
+        metrics: metrics.clone(),
+        statuses: statuses.clone(),
+        hlog,
+        started,
+        show: output == Output::Terminal && !cfg.quiet,
+    });
+
+    let (reports, probes) = run_fleets(&cfg, built, &metrics, &statuses, &end).await;
+
+    reporter.finish().await;
+    let (embedded_sensu, embedded_consul) = embedded.stop().await;
+    if let Some(t) = metrics_task {
+        t.abort();
+    }
+    let summary = assemble::summary(assemble::Finished {
+        cfg: &cfg,
+        metrics: &metrics,
+        reports: &reports,
+        probes,
+        started_wall,
+        started,
+    });
+    let write_error = cfg.summary.as_ref().and_then(|path| {
+        summary
+            .write(path)
+            .err()
+            .map(|e| format!("--summary {}: {e}", path.display()))
+    });
+    let verdicts = evaluate(&cfg.asserts, &summary);
+    let (exit_code, problem) = outcome::exit_code(
+        &summary,
+        assemble::ever_connected(&reports),
+        write_error,
+        &verdicts,
+    );
+    if output == Output::Terminal {
+        outcome::print_report(&summary, &reports, &verdicts);
+    }
+    Ok(RunOutcome {
+        summary,
+        verdicts,
+        exit_code,
+        problem,
+        embedded_sensu,
+        embedded_consul,
+    })
+}
