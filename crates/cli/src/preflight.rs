@@ -114,31 +114,14 @@ fn ephemeral_range() -> Option<(u64, u64)> {
     Some((it.next()?.ok()?, it.next()?.ok()?))
 }
 
-#[allow(unsafe_code)]
 fn nofile() -> Option<(u64, u64)> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
-    (rc == 0).then_some((r.rlim_cur, r.rlim_max))
+    rlimit::getrlimit(rlimit::Resource::NOFILE).ok()
 }
 
 /// Raises the soft RLIMIT_NOFILE to `hard`; returns the new soft limit.
-#[allow(unsafe_code)]
 pub fn raise_nofile(hard: u64) -> std::io::Result<u64> {
-    let r = libc::rlimit {
-        rlim_cur: hard as libc::rlim_t,
-        rlim_max: hard as libc::rlim_t,
-    };
-    // SAFETY: setrlimit reads the struct we pass.
-    let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
-    if rc == 0 {
-        Ok(hard)
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    rlimit::setrlimit(rlimit::Resource::NOFILE, hard, hard)?;
+    Ok(hard)
 }
 
 #[cfg(test)]

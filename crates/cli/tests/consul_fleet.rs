@@ -56,7 +56,8 @@ async fn consul_agents_subscribe_register_and_time_the_probe() {
 
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
-    agent_sim_metrics::validate_summary_json(&v).expect("consul summary validates");
+    agent_sim_testkit::validate_json(agent_sim_metrics::SUMMARY_SCHEMA, &v)
+        .expect("consul summary validates");
     let _ = std::fs::remove_file(&summary_path);
 }
 
@@ -91,7 +92,8 @@ async fn a_mixed_config_runs_both_fleets_with_one_report() {
     assert_eq!(s.counters.values["subscriptions"], 40);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
-    agent_sim_metrics::validate_summary_json(&v).expect("mixed summary validates");
+    agent_sim_testkit::validate_json(agent_sim_metrics::SUMMARY_SCHEMA, &v)
+        .expect("mixed summary validates");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -126,5 +128,6 @@ fn merged_shard_summaries_validate_and_add_up() {
         parts[0].latency_us["connect"].count + parts[1].latency_us["connect"].count
     );
     let v = serde_json::to_value(&merged).unwrap();
-    agent_sim_metrics::validate_summary_json(&v).expect("merged summary validates");
+    agent_sim_testkit::validate_json(agent_sim_metrics::SUMMARY_SCHEMA, &v)
+        .expect("merged summary validates");
 }

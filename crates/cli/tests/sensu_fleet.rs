@@ -69,7 +69,8 @@ async fn two_hundred_agents_connect_keepalive_and_answer_checks() {
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["schema"], "agent-sim.summary.v1");
     assert_eq!(v["agents"]["connected"], 200);
-    agent_sim_metrics::validate_summary_json(&v).expect("summary validates against the schema");
+    agent_sim_testkit::validate_json(agent_sim_metrics::SUMMARY_SCHEMA, &v)
+        .expect("summary validates against the schema");
     let _ = std::fs::remove_file(&summary_path);
 }
 

@@ -188,7 +188,8 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
 async fn an_observer_shard_measures_the_probe_and_merges_by_raft_index() {
     use agent_sim_metrics::merge::merge_summaries;
     use agent_sim_metrics::summary::{SCHEMA_V1, Summary};
-    use agent_sim_metrics::{ProbeSummary, validate_summary_json};
+    use agent_sim_metrics::{ProbeSummary, SUMMARY_SCHEMA};
+    use agent_sim_testkit::validate_json;
 
     let t = start_target().await;
     let shard = |controller: bool| ConsulConfig {
@@ -278,7 +279,7 @@ async fn an_observer_shard_measures_the_probe_and_merges_by_raft_index() {
     let parts = [summary(probes0.clone(), "0/2"), summary(probes1, "1/2")];
     let merged = merge_summaries(&parts).unwrap();
     for s in parts.iter().chain([&merged]) {
-        validate_summary_json(&serde_json::to_value(s).unwrap()).unwrap();
+        validate_json(SUMMARY_SCHEMA, &serde_json::to_value(s).unwrap()).unwrap();
     }
     let joined: Vec<&ProbeSummary> = merged.probes.iter().filter(|p| !p.is_observer()).collect();
     assert_eq!(joined.len(), probes0.len());

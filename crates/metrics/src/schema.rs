@@ -1,44 +1,13 @@
 //! The JSON Schema (draft 2020-12) of the run summary, version 1
-//! (`crates/metrics/schema/summary-v1.schema.json`), and a validator for it.
+//! (`crates/metrics/schema/summary-v1.schema.json`).
 //!
 //! The schema is what other tools may rely on; the tests below keep it and
 //! [`crate::Summary`] in step (a populated summary validates, a broken one does
-//! not). Validation runs offline: the schema has no remote references.
-//! This module does not read files.
-
-use std::sync::OnceLock;
+//! not), with the validator of the dev-only `agent-sim-testkit` crate, so the
+//! binary carries no validator. The schema has no remote references.
 
 /// The schema text.
 pub const SUMMARY_SCHEMA: &str = include_str!("../schema/summary-v1.schema.json");
-
-fn validator() -> Result<&'static jsonschema::Validator, String> {
-    static V: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
-    V.get_or_init(|| {
-        let schema: serde_json::Value = serde_json::from_str(SUMMARY_SCHEMA)
-            .map_err(|e| format!("summary schema is not JSON: {e}"))?;
-        jsonschema::draft202012::new(&schema).map_err(|e| format!("summary schema: {e}"))
-    })
-    .as_ref()
-    .map_err(Clone::clone)
-}
-
-/// Validates a summary (as JSON) against [`SUMMARY_SCHEMA`]; the error lists
-/// every violation as `<JSON pointer>: <reason>`.
-pub fn validate_summary_json(v: &serde_json::Value) -> Result<(), Vec<String>> {
-    let validator = validator().map_err(|e| vec![e])?;
-    let errors: Vec<String> = validator
-        .iter_errors(v)
-        .map(|e| {
-            let at = e.instance_path().to_string();
-            format!("{}: {e}", if at.is_empty() { "/" } else { at.as_str() })
-        })
-        .collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors)
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -131,6 +100,10 @@ mod tests {
         }
     }
 
+    fn validate_summary_json(v: &serde_json::Value) -> Result<(), Vec<String>> {
+        agent_sim_testkit::validate_json(SUMMARY_SCHEMA, v)
+    }
+
     #[test]
     fn a_populated_summary_validates() {
         let v = serde_json::to_value(populated()).unwrap();
@@ -191,8 +164,8 @@ mod tests {
 
     #[test]
     fn the_schema_is_valid_draft_2020_12() {
+        assert!(agent_sim_testkit::is_valid_schema(SUMMARY_SCHEMA));
         let schema: serde_json::Value = serde_json::from_str(SUMMARY_SCHEMA).unwrap();
-        assert!(jsonschema::meta::is_valid(&schema));
         assert_eq!(
             schema["$schema"],
             "https://json-schema.org/draft/2020-12/schema"

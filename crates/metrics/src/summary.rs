@@ -260,30 +260,10 @@ pub fn unix_us(t: std::time::SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-/// Formats a unix time (seconds + nanos) as RFC 3339 UTC, e.g. `2026-11-21T23:39:27.123Z`.
+/// Formats a time as RFC 3339 UTC with milliseconds, e.g.
+/// `2026-11-21T23:39:27.123Z` (humantime's formatter).
 pub fn rfc3339(t: std::time::SystemTime) -> String {
-    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil-from-days (Howard Hinnant's algorithm, public domain).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = if month <= 2 { y + 1 } else { y };
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 #[cfg(test)]

@@ -609,35 +609,24 @@ pub(crate) struct JEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BadUuid;
 
-/// Formats 16 bytes as a lowercase hyphenated UUID (other lengths as plain hex).
+/// Formats 16 bytes as a lowercase hyphenated UUID (other lengths, which a
+/// valid event never has, as plain hex).
 pub(crate) fn format_uuid(id: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(36);
-    for (i, b) in id.iter().enumerate() {
-        if id.len() == 16 && matches!(i, 4 | 6 | 8 | 10) {
-            s.push('-');
-        }
-        s.push(HEX[(b >> 4) as usize] as char);
-        s.push(HEX[(b & 15) as usize] as char);
+    match uuid::Uuid::from_slice(id) {
+        Ok(u) => u.hyphenated().to_string(),
+        Err(_) => id.iter().map(|b| format!("{b:02x}")).collect(),
     }
-    s
 }
 
-/// Parses a UUID string (hyphens optional); an empty string is an empty id.
+/// Parses a UUID string (hyphenated or not, as Go's `uuid.Parse` reads it);
+/// an empty string is an empty id.
 pub(crate) fn parse_uuid(s: &str) -> Result<Vec<u8>, BadUuid> {
-    let hex: Vec<u8> = s.bytes().filter(|b| *b != b'-').collect();
-    if hex.len() & 1 == 1 {
-        return Err(BadUuid);
+    if s.is_empty() {
+        return Ok(Vec::new());
     }
-    let val = |c: u8| match c {
-        b'0'..=b'9' => Ok(c - b'0'),
-        b'a'..=b'f' => Ok(c - b'a' + 10),
-        b'A'..=b'F' => Ok(c - b'A' + 10),
-        _ => Err(BadUuid),
-    };
-    hex.chunks(2)
-        .map(|p| Ok((val(p[0])? << 4) | val(p[1])?))
-        .collect()
+    uuid::Uuid::parse_str(s)
+        .map(|u| u.as_bytes().to_vec())
+        .map_err(|_| BadUuid)
 }
 
 impl From<&v2::Event> for JEvent {

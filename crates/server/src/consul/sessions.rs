@@ -114,20 +114,9 @@ impl Sessions {
     }
 }
 
-/// A random UUID (v4 layout), the form of Consul session IDs.
+/// A random (v4) UUID, the form of Consul session IDs.
 pub(crate) fn uuid() -> String {
-    let a = fastrand::u64(..);
-    let b = fastrand::u64(..);
-    let b = (b & 0x3fff_ffff_ffff_ffff) | 0x8000_0000_0000_0000;
-    let a = (a & 0xffff_ffff_ffff_0fff) | 0x0000_0000_0000_4000;
-    format!(
-        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        a >> 32,
-        (a >> 16) & 0xffff,
-        a & 0xffff,
-        b >> 48,
-        b & 0xffff_ffff_ffff
-    )
+    uuid::Uuid::new_v4().to_string()
 }
 
 /// Parses a Go duration string (`"15s"`, `"1m30s"`, `"1.5h"`, `"100ms"`, `"0"`).
