@@ -9,11 +9,12 @@ job "agent-sim-merge" {
     }
 
     task "merge" {
-      driver = "raw_exec"
+      driver = "docker"
 
       config {
-        command = "/bin/sh"
-        args = ["-c", "agent-sim report merge /results/summary-*.json --summary /results/merged.json --assert 'agents.connected == requested'"]
+        image = "registry.example/agent-sim:latest"
+        # The image has no shell: a directory stands for its summaries.
+        args  = ["report", "merge", "/results", "--summary=/results/merged.json", "--assert=agents.connected == requested"]
       }
 
       volume_mount {

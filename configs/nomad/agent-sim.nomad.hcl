@@ -26,10 +26,17 @@ job "agent-sim" {
     }
 
     task "agent-sim" {
-      driver = "raw_exec"
+      # The image built from the repository's Dockerfile (see README).
+      driver = "docker"
 
       config {
-        command = "/usr/local/bin/agent-sim"
+        image = "registry.example/agent-sim:latest"
+        # Host networking: the fleet's sockets are the host's (fds and
+        # ephemeral ports are per host, as the constraint above assumes).
+        network_mode = "host"
+        ulimit {
+          nofile = "65536:65536"
+        }
         args = [
           "--agents=40000",
           "--shard=4",

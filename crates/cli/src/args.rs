@@ -52,7 +52,8 @@ pub enum ReportCommand {
     },
     /// Merge summaries and/or hlogs of several processes into one exact report.
     Merge {
-        /// Summary JSON files and/or hlog files.
+        /// Summary JSON files and/or hlog files; a directory stands for the
+        /// summaries (*.json) in it.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Write the merged report as summary JSON here.
@@ -60,7 +61,7 @@ pub enum ReportCommand {
         summary: Option<PathBuf>,
         /// SLO assertions evaluated on the merged report (see README).
         #[arg(long = "assert", value_name = "EXPR")]
-        asserts: Vec<String>,
+        asserts: Vec<Assertion>,
     },
 }
 

@@ -10,7 +10,6 @@ use agent_sim_metrics::hlog::read_hlog;
 use agent_sim_metrics::merge::{apply_hlogs, merge_summaries};
 use agent_sim_metrics::summary::SCHEMA_V1;
 
-use crate::config::UsageError;
 use crate::run::exit;
 
 fn is_json(path: &Path) -> Result<bool, String> {
@@ -18,11 +17,39 @@ fn is_json(path: &Path) -> Result<bool, String> {
     Ok(text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{'))
 }
 
-/// Loads summaries and hlogs and merges them into one summary.
-pub fn load_and_merge(files: &[PathBuf]) -> Result<Summary, String> {
+/// The files a list of arguments names: a directory stands for the summary
+/// files (`*.json`) directly in it, in name order, so a merge step needs no
+/// shell to expand a glob (the container image has none).
+fn expand(args: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    for a in args {
+        if a.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(a)
+                .map_err(|e| format!("{}: {e}", a.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
+                .collect();
+            if found.is_empty() {
+                return Err(format!(
+                    "{}: no summary (*.json) in this directory",
+                    a.display()
+                ));
+            }
+            found.sort();
+            out.extend(found);
+        } else {
+            out.push(a.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Loads summaries and hlogs (directories: their summaries) and merges them
+/// into one summary.
+pub fn load_and_merge(args: &[PathBuf]) -> Result<Summary, String> {
     let mut summaries = Vec::new();
     let mut hlogs = Vec::new();
-    for f in files {
+    for f in &expand(args)? {
         if is_json(f)? {
             summaries.push(Summary::read(f).map_err(|e| e.to_string())?);
         } else {
@@ -69,22 +96,8 @@ pub fn show(file: &Path) -> i32 {
     }
 }
 
-/// `report merge FILE... [--summary PATH] [--assert EXPR]`.
-pub fn merge(files: &[PathBuf], summary: Option<&Path>, asserts: &[String]) -> i32 {
-    let asserts: Vec<Assertion> = match asserts
-        .iter()
-        .map(|a| {
-            a.parse::<Assertion>()
-                .map_err(|e| UsageError(format!("--assert {a:?}: {e}")))
-        })
-        .collect::<Result<_, _>>()
-    {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("agent-sim: {e}");
-            return exit::USAGE;
-        }
-    };
+/// `report merge FILE|DIR... [--summary PATH] [--assert EXPR]`.
+pub fn merge(files: &[PathBuf], summary: Option<&Path>, asserts: &[Assertion]) -> i32 {
     let merged = match load_and_merge(files) {
         Ok(s) => s,
         Err(e) => {
@@ -99,7 +112,7 @@ pub fn merge(files: &[PathBuf], summary: Option<&Path>, asserts: &[String]) -> i
         eprintln!("agent-sim: --summary {}: {e}", p.display());
         return exit::FAILURE;
     }
-    let verdicts = evaluate(&asserts, &merged);
+    let verdicts = evaluate(asserts, &merged);
     if !verdicts.is_empty() {
         print!("{}", render_verdicts(&verdicts));
     }

@@ -130,4 +130,16 @@ fn merged_shard_summaries_validate_and_add_up() {
     let v = serde_json::to_value(&merged).unwrap();
     agent_sim_testkit::validate_json(agent_sim_metrics::SUMMARY_SCHEMA, &v)
         .expect("merged summary validates");
+
+    // `report merge DIR` reads the summaries in a directory (no shell glob).
+    let dir = temp_path("merge-dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, p) in parts.iter().enumerate() {
+        p.write(&dir.join(format!("summary-{i}.json"))).unwrap();
+    }
+    std::fs::write(dir.join("notes.txt"), "not a summary").unwrap();
+    let from_dir = agent_sim::report_cmd::load_and_merge(std::slice::from_ref(&dir)).unwrap();
+    assert_eq!(from_dir.agents.requested, 40);
+    assert_eq!(from_dir.agents.connected, merged.agents.connected);
+    let _ = std::fs::remove_dir_all(&dir);
 }
