@@ -1,0 +1,345 @@
+//! The board shared by the probe runner (or observer) and every agent of
+//! the process: what the armed probe expects, and the arrivals.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use agent_sim_metrics::ProbeSummary;
+use tokio::time::Instant;
+
+use crate::codec::instance_key;
+use crate::config::ProbeKind;
+use crate::http::{self, PROBE_NODE, PROBE_SOURCE};
+use crate::view::{Change, View, source_key};
+
+use super::Expect;
+use super::stats::observed_summary;
+
+#[derive(Debug, Default)]
+struct Arrivals {
+    id: u64,
+    /// Arrival instant and raft index of the event (0: arrived by a re-sync
+    /// snapshot, index unknown).
+    at: Vec<(Instant, u64)>,
+}
+
+/// Arrivals of one change seen by an observer, keyed by raft index.
+#[derive(Debug)]
+pub(super) struct Group {
+    pub(super) kind: Expect,
+    /// Probe subscriptions live when the change first arrived here.
+    pub(super) expected: u64,
+    pub(super) at: Vec<Instant>,
+    /// (monotonic, wall clock) read together when the group was opened.
+    pub(super) anchor: (Instant, SystemTime),
+}
+
+/// What an observer board collects.
+#[derive(Debug, Default)]
+struct Observed {
+    open: BTreeMap<u64, Group>,
+    done: Vec<ProbeSummary>,
+    /// Groups still inside their window with missing deliveries when the
+    /// board closed.
+    interrupted: u64,
+    closed: bool,
+}
+
+/// Shared between the runner (or observer) and every agent of the process.
+#[derive(Debug)]
+pub struct ProbeBoard {
+    pub(super) kind: ProbeKind,
+    pub(super) service: String,
+    target: u64,
+    armed: AtomicU64,
+    expect: AtomicU8,
+    live: AtomicI64,
+    arrivals: Mutex<Arrivals>,
+    /// `Some` in observe mode (this process is not the controller), with the
+    /// delivery window.
+    observer: Option<(Mutex<Observed>, Duration)>,
+}
+
+impl ProbeBoard {
+    /// A controller's board for probes of `kind` on `service`; `prefix`
+    /// names the controller's probe instance.
+    pub fn new(kind: ProbeKind, service: &str, prefix: &str) -> Self {
+        let target = match kind {
+            ProbeKind::Catalog => instance_key(PROBE_NODE, &http::probe_instance_id(prefix)),
+            ProbeKind::Intentions => source_key(PROBE_SOURCE),
+        };
+        ProbeBoard {
+            kind,
+            service: service.to_owned(),
+            target,
+            armed: AtomicU64::new(0),
+            expect: AtomicU8::new(0),
+            live: AtomicI64::new(0),
+            arrivals: Mutex::new(Arrivals::default()),
+            observer: None,
+        }
+    }
+
+    /// An observer's board: the same probe instance (derived from the same
+    /// `prefix`, as every shard of a run shares it), no arming; arrivals
+    /// later than `timeout` after this process's first arrival of a change
+    /// count as missing.
+    pub fn new_observer(kind: ProbeKind, service: &str, prefix: &str, timeout: Duration) -> Self {
+        ProbeBoard {
+            observer: Some((Mutex::new(Observed::default()), timeout)),
+            ..ProbeBoard::new(kind, service, prefix)
+        }
+    }
+
+    /// Whether this board observes (the process is not the controller).
+    pub fn is_observer(&self) -> bool {
+        self.observer.is_some()
+    }
+
+    /// Probe kind.
+    pub fn kind(&self) -> ProbeKind {
+        self.kind
+    }
+
+    /// The probed service.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// Key of the probe instance (catalog) or probe source (intentions).
+    pub fn target(&self) -> u64 {
+        self.target
+    }
+
+    /// An agent's probe subscription went live.
+    pub fn sub_up(&self) {
+        self.live.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An agent's probe subscription stopped.
+    pub fn sub_down(&self) {
+        self.live.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Agents whose probe subscription is live now.
+    pub fn live(&self) -> u64 {
+        self.live.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// The armed probe, if any.
+    pub fn armed(&self) -> Option<(u64, Expect)> {
+        let id = self.armed.load(Ordering::Acquire);
+        if id == 0 {
+            return None;
+        }
+        Expect::from_u8(self.expect.load(Ordering::Acquire)).map(|e| (id, e))
+    }
+
+    /// Arms probe `id` (> 0): arrivals from now on count for it.
+    pub fn arm(&self, id: u64, expect: Expect, capacity: usize) {
+        {
+            let mut a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+            a.id = id;
+            a.at = Vec::with_capacity(capacity);
+        }
+        self.expect.store(expect as u8, Ordering::Release);
+        self.armed.store(id, Ordering::Release);
+    }
+
+    /// Disarms and returns the arrivals of the armed probe (instant, raft
+    /// index or 0).
+    pub fn disarm(&self) -> Vec<(Instant, u64)> {
+        self.armed.store(0, Ordering::Release);
+        let mut a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        a.id = 0;
+        std::mem::take(&mut a.at)
+    }
+
+    /// Records an arrival for probe `id` with the raft index of its event
+    /// (0 when it came by a re-sync snapshot); false if that probe is no
+    /// longer armed.
+    pub fn arrive(&self, id: u64, at: Instant, index: u64) -> bool {
+        let mut a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        if a.id != id {
+            return false;
+        }
+        a.at.push((at, index));
+        true
+    }
+
+    /// Observe mode: the outcome of `change` (a change on the probe
+    /// subscription) if it is a live change of the probe instance / source.
+    pub fn observes(&self, change: &Change) -> Option<Expect> {
+        self.observer.as_ref()?;
+        match *change {
+            Change::Register {
+                key,
+                snapshot: false,
+            } if key == self.target => Some(Expect::Register),
+            Change::Deregister { key } if key == self.target => Some(Expect::Deregister),
+            Change::Intention {
+                source,
+                allow: Some(a),
+                snapshot: false,
+            } if source == self.target => Some(if a { Expect::Allow } else { Expect::Deny }),
+            _ => None,
+        }
+    }
+
+    /// The state of the probe instance / source in `view`, as the outcome of
+    /// the change that led there (`None`: no intention for the source).
+    pub fn state(&self, view: &View) -> Option<Expect> {
+        match self.kind {
+            ProbeKind::Catalog => Some(if view.instance(self.target).is_some() {
+                Expect::Register
+            } else {
+                Expect::Deregister
+            }),
+            ProbeKind::Intentions => view
+                .intention(self.target)
+                .map(|a| if a { Expect::Allow } else { Expect::Deny }),
+        }
+    }
+
+    /// Observe mode: an agent's view received the change of raft `index`
+    /// with outcome `kind` at `at`. False when not observing or closed, or
+    /// when the change's window here is over (a missing delivery).
+    pub fn observe(&self, index: u64, kind: Expect, at: Instant) -> bool {
+        let Some((obs, timeout)) = &self.observer else {
+            return false;
+        };
+        let mut o = obs.lock().unwrap_or_else(|p| p.into_inner());
+        if o.closed {
+            return false;
+        }
+        let now = Instant::now();
+        if !o.open.contains_key(&index) {
+            if o.done.iter().any(|d| d.change_id == Some(index)) {
+                // Its window is over and summarized: a missing delivery.
+                return false;
+            }
+            // A new change: the windows of earlier ones are over by now,
+            // unless changes come faster than the timeout.
+            let over: Vec<u64> = o
+                .open
+                .iter()
+                .filter(|(_, g)| g.anchor.0 + *timeout <= now)
+                .map(|(&i, _)| i)
+                .collect();
+            for i in over {
+                if let Some(g) = o.open.remove(&i) {
+                    o.done.push(observed_summary(i, g, *timeout));
+                }
+            }
+            let expected = self.live();
+            o.open.insert(
+                index,
+                Group {
+                    kind,
+                    expected,
+                    at: Vec::with_capacity(expected as usize),
+                    anchor: (now, SystemTime::now()),
+                },
+            );
+        }
+        let g = o.open.get_mut(&index).expect("inserted above");
+        if g.kind != kind {
+            // Not the same change (cannot happen with one raft index).
+            return false;
+        }
+        g.at.push(at);
+        true
+    }
+
+    /// Observe mode: a re-synced view (complete snapshot after a reset) is
+    /// in state `kind`, unlike before the reset: the change arrived by the
+    /// snapshot. It is credited to the open change of that outcome with the
+    /// greatest raft index in `(after, upto]` (`after`: last index this
+    /// subscription recorded; `upto`: the snapshot's index); with none, it
+    /// is not counted (a missing delivery here).
+    pub fn observe_resync(&self, after: u64, upto: u64, kind: Expect, at: Instant) -> bool {
+        let Some((obs, _)) = &self.observer else {
+            return false;
+        };
+        let mut o = obs.lock().unwrap_or_else(|p| p.into_inner());
+        if o.closed {
+            return false;
+        }
+        match o
+            .open
+            .range_mut(after.saturating_add(1)..=upto)
+            .rev()
+            .find(|(_, g)| g.kind == kind)
+        {
+            Some((_, g)) => {
+                g.at.push(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Observe mode: stops accepting arrivals and returns every observed
+    /// change, in raft-index order. A change still inside its window with
+    /// missing deliveries is left out and counted (like the controller's
+    /// interrupted probe); the count is returned too.
+    pub fn close_observer(&self) -> (Vec<ProbeSummary>, u64) {
+        let Some((obs, timeout)) = &self.observer else {
+            return (Vec::new(), 0);
+        };
+        let mut o = obs.lock().unwrap_or_else(|p| p.into_inner());
+        o.closed = true;
+        let now = Instant::now();
+        for (i, g) in std::mem::take(&mut o.open) {
+            if g.anchor.0 + *timeout > now && (g.at.len() as u64) < g.expected {
+                o.interrupted += 1;
+                continue;
+            }
+            o.done.push(observed_summary(i, g, *timeout));
+        }
+        let mut done = std::mem::take(&mut o.done);
+        done.sort_by_key(|d| d.change_id);
+        (done, std::mem::take(&mut o.interrupted))
+    }
+
+    /// The armed probe id if `change` (a live change on the probe
+    /// subscription) is the one it expects.
+    pub fn matches(&self, change: &Change) -> Option<u64> {
+        let (id, expect) = self.armed()?;
+        let hit = match (*change, expect) {
+            (
+                Change::Register {
+                    key,
+                    snapshot: false,
+                },
+                Expect::Register,
+            ) => key == self.target,
+            (Change::Deregister { key }, Expect::Deregister) => key == self.target,
+            (
+                Change::Intention {
+                    source,
+                    allow: Some(a),
+                    snapshot: false,
+                },
+                Expect::Allow | Expect::Deny,
+            ) => source == self.target && a == (expect == Expect::Allow),
+            _ => false,
+        };
+        hit.then_some(id)
+    }
+
+    /// The armed probe id if a freshly re-synced `view` (complete snapshot
+    /// after a reset) is in the expected state.
+    pub fn matches_state(&self, view: &View) -> Option<u64> {
+        let (id, expect) = self.armed()?;
+        let hit = match expect {
+            Expect::Register => view.instance(self.target).is_some(),
+            Expect::Deregister => view.instance(self.target).is_none(),
+            Expect::Allow => view.intention(self.target) == Some(true),
+            Expect::Deny => view.intention(self.target) == Some(false),
+        };
+        hit.then_some(id)
+    }
+}
