@@ -126,5 +126,6 @@ pub fn metrics_spec() -> MetricsSpec {
             PROPAGATION,
             PROBE_OVERHEAD,
         ],
+        errors: Vec::new(),
     }
 }

@@ -54,6 +54,7 @@ pub fn metrics_spec() -> MetricsSpec {
     MetricsSpec {
         counters: vec![COUNTER_RECONNECTS, COUNTER_SESSIONS],
         latencies: vec![],
+        errors: Vec::new(),
     }
 }
 

@@ -75,13 +75,58 @@ pub fn new_latency_histogram() -> Histogram<u64> {
         .expect("static histogram bounds are valid")
 }
 
-/// Names of the counters and latency histograms a run records.
+/// Names of the counters and latency histograms a run records, and what
+/// the protocols say about their error kinds.
 #[derive(Debug, Clone, Default)]
 pub struct MetricsSpec {
     /// Counter names, e.g. `keepalives_sent`.
     pub counters: Vec<&'static str>,
     /// Latency histogram names, e.g. `connect`.
     pub latencies: Vec<&'static str>,
+    /// Error (and warning) kinds with a hint for people; kinds not declared
+    /// are still counted, without a hint.
+    pub errors: Vec<ErrorKindSpec>,
+}
+
+/// What a protocol declares about one error kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorKindSpec {
+    /// The kind, e.g. `upgrade_401`.
+    pub kind: &'static str,
+    /// What to check, in people's words (flags to look at, server settings).
+    pub hint: &'static str,
+    /// Whether the cause can go away by itself (a restart, a cache refresh,
+    /// load); `false`: bad credentials, unknown namespace, ACL denied, wrong
+    /// protocol on the port.
+    pub heals: bool,
+}
+
+/// Longest sample message kept per kind (characters).
+pub const SAMPLE_MAX_CHARS: usize = 300;
+
+/// What was seen of one error or warning kind.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KindStat {
+    /// Occurrences.
+    pub count: u64,
+    /// When the kind was first seen, after the recorder was created.
+    pub first_seen: Duration,
+    /// The server's own words (HTTP body or status line, gRPC status
+    /// message, close reason) the first time it had any; secrets redacted.
+    pub sample: Option<String>,
+}
+
+/// One error or warning kind for reports: what was seen and what to check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KindReport {
+    /// The kind.
+    pub kind: String,
+    /// What was seen.
+    pub stat: KindStat,
+    /// The declared hint, if any.
+    pub hint: Option<&'static str>,
+    /// Whether the cause can heal by itself (`true` when undeclared).
+    pub heals: bool,
 }
 
 impl MetricsSpec {
@@ -95,6 +140,11 @@ impl MetricsSpec {
         for l in &other.latencies {
             if !self.latencies.contains(l) {
                 self.latencies.push(l);
+            }
+        }
+        for e in &other.errors {
+            if !self.errors.iter().any(|x| x.kind == e.kind) {
+                self.errors.push(*e);
             }
         }
         self
@@ -120,7 +170,11 @@ struct Inner {
     shards: Vec<Mutex<Shard>>,
     clamped: AtomicU64,
     cumulative: Mutex<Vec<Histogram<u64>>>,
-    errors: Mutex<BTreeMap<String, u64>>,
+    errors: Mutex<BTreeMap<String, KindStat>>,
+    warnings: Mutex<BTreeMap<String, KindStat>>,
+    kinds: Vec<ErrorKindSpec>,
+    secrets: Mutex<Vec<String>>,
+    created: std::time::Instant,
     connected: AtomicI64,
     peak_connected: AtomicI64,
 }
@@ -149,6 +203,8 @@ pub struct Snapshot {
     pub counters: Vec<(&'static str, u64)>,
     /// Errors by kind.
     pub errors: BTreeMap<String, u64>,
+    /// Warnings by kind.
+    pub warnings: BTreeMap<String, u64>,
     /// Sessions established right now.
     pub connected: i64,
     /// Most sessions established at once.
@@ -168,6 +224,14 @@ impl Snapshot {
     /// Sum of all error kinds.
     pub fn errors_total(&self) -> u64 {
         self.errors.values().sum()
+    }
+
+    /// The most frequent error kind and its count, if any.
+    pub fn top_error(&self) -> Option<(&str, u64)> {
+        self.errors
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map(|(k, v)| (k.as_str(), *v))
     }
 }
 
@@ -193,6 +257,10 @@ impl Metrics {
                 clamped: AtomicU64::new(0),
                 cumulative: Mutex::new(hist_set()),
                 errors: Mutex::new(BTreeMap::new()),
+                warnings: Mutex::new(BTreeMap::new()),
+                kinds: spec.errors.clone(),
+                secrets: Mutex::new(Vec::new()),
+                created: std::time::Instant::now(),
                 connected: AtomicI64::new(0),
                 peak_connected: AtomicI64::new(0),
             }),
@@ -274,12 +342,103 @@ impl Metrics {
 
     /// Counts one failed operation of the given kind (e.g. `connect_refused`).
     pub fn error(&self, kind: &str) {
-        let mut errors = self.inner.errors.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(v) = errors.get_mut(kind) {
-            *v += 1;
-        } else {
-            errors.insert(kind.to_owned(), 1);
+        self.error_with(kind, None);
+    }
+
+    /// Counts one failed operation, keeping `sample` (the server's own
+    /// words) if this kind has none yet.
+    pub fn error_with(&self, kind: &str, sample: Option<&str>) {
+        self.tally(&self.inner.errors, kind, sample);
+    }
+
+    /// Counts one warning: something a real agent logs and carries on with
+    /// (e.g. no `entity_config` within its wait); not an error.
+    pub fn warn(&self, kind: &str, sample: Option<&str>) {
+        self.tally(&self.inner.warnings, kind, sample);
+    }
+
+    /// A secret (password, token) that must never appear in a sample: every
+    /// occurrence is replaced by `<redacted>`. Empty strings are ignored.
+    pub fn add_secret(&self, secret: &str) {
+        if !secret.is_empty() {
+            self.lock(&self.inner.secrets).push(secret.to_owned());
         }
+    }
+
+    fn lock<'a, T>(&self, m: &'a Mutex<T>) -> std::sync::MutexGuard<'a, T> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tally(&self, map: &Mutex<BTreeMap<String, KindStat>>, kind: &str, sample: Option<&str>) {
+        let mut map = self.lock(map);
+        let needs_sample = match map.get_mut(kind) {
+            Some(stat) => {
+                stat.count += 1;
+                stat.sample.is_none()
+            }
+            None => {
+                map.insert(
+                    kind.to_owned(),
+                    KindStat {
+                        count: 1,
+                        first_seen: self.inner.created.elapsed(),
+                        sample: None,
+                    },
+                );
+                true
+            }
+        };
+        if needs_sample && let Some(text) = sample {
+            let clean = self.clean_sample(text);
+            if let Some(stat) = map.get_mut(kind) {
+                stat.sample = Some(clean);
+            }
+        }
+    }
+
+    /// One line, at most [`SAMPLE_MAX_CHARS`], secrets redacted.
+    fn clean_sample(&self, text: &str) -> String {
+        let mut line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for secret in self.lock(&self.inner.secrets).iter() {
+            line = line.replace(secret.as_str(), "<redacted>");
+        }
+        if line.chars().count() > SAMPLE_MAX_CHARS {
+            line = line.chars().take(SAMPLE_MAX_CHARS).collect::<String>() + "…";
+        }
+        line
+    }
+
+    /// Every error kind seen, most frequent first, with its hint.
+    pub fn error_report(&self) -> Vec<KindReport> {
+        self.report_of(&self.inner.errors)
+    }
+
+    /// Every warning kind seen, most frequent first.
+    pub fn warning_report(&self) -> Vec<KindReport> {
+        self.report_of(&self.inner.warnings)
+    }
+
+    fn report_of(&self, map: &Mutex<BTreeMap<String, KindStat>>) -> Vec<KindReport> {
+        let mut out: Vec<KindReport> = self
+            .lock(map)
+            .iter()
+            .map(|(kind, stat)| {
+                let spec = self.inner.kinds.iter().find(|k| k.kind == kind.as_str());
+                KindReport {
+                    kind: kind.clone(),
+                    stat: stat.clone(),
+                    hint: spec.map(|s| s.hint),
+                    heals: spec.is_none_or(|s| s.heals),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| b.stat.count.cmp(&a.stat.count).then(a.kind.cmp(&b.kind)));
+        out
+    }
+
+    /// The declared spec of an error kind.
+    pub fn error_kind(&self, kind: &str) -> Option<ErrorKindSpec> {
+        self.inner.kinds.iter().find(|k| k.kind == kind).copied()
     }
 
     /// Marks one session established (gauge up, peak tracked).
@@ -309,11 +468,15 @@ impl Metrics {
                 .map(|(n, c)| (*n, c.load(Ordering::Relaxed)))
                 .collect(),
             errors: self
-                .inner
-                .errors
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+                .lock(&self.inner.errors)
+                .iter()
+                .map(|(k, v)| (k.clone(), v.count))
+                .collect(),
+            warnings: self
+                .lock(&self.inner.warnings)
+                .iter()
+                .map(|(k, v)| (k.clone(), v.count))
+                .collect(),
             connected: self.inner.connected.load(Ordering::Relaxed),
             peak_connected: self.inner.peak_connected.load(Ordering::Relaxed),
         }
@@ -380,7 +543,53 @@ mod tests {
         MetricsSpec {
             counters: vec!["a", "b"],
             latencies: vec!["connect", "rtt"],
+            errors: vec![ErrorKindSpec {
+                kind: "refused",
+                hint: "is the server up?",
+                heals: true,
+            }],
         }
+    }
+
+    #[test]
+    fn errors_keep_the_first_sample_a_hint_and_no_secret() {
+        let m = Metrics::new(&spec(), 1);
+        m.add_secret("P@ssw0rd!");
+        m.error("refused");
+        m.error_with("refused", Some("dial tcp: connection refused\n(retrying)"));
+        m.error_with("refused", Some("a later message"));
+        m.error_with(
+            "upgrade_401",
+            Some("wrong password for user agent (sent P@ssw0rd!)"),
+        );
+        m.error_with("long", Some(&"x".repeat(1000)));
+        m.warn("entity_config_timeout", None);
+        let r = m.error_report();
+        assert_eq!(r[0].kind, "refused");
+        assert_eq!(r[0].stat.count, 3);
+        assert_eq!(
+            r[0].stat.sample.as_deref(),
+            Some("dial tcp: connection refused (retrying)")
+        );
+        assert_eq!(r[0].hint, Some("is the server up?"));
+        let u = r.iter().find(|k| k.kind == "upgrade_401").unwrap();
+        let sample = u.stat.sample.as_deref().unwrap();
+        assert!(
+            !sample.contains("P@ssw0rd!") && sample.contains("<redacted>"),
+            "{sample}"
+        );
+        assert!((u.hint, u.heals) == (None, true));
+        let long = r.iter().find(|k| k.kind == "long").unwrap();
+        assert_eq!(
+            long.stat.sample.as_ref().unwrap().chars().count(),
+            SAMPLE_MAX_CHARS + 1
+        );
+        assert!(r[0].stat.first_seen <= u.stat.first_seen);
+        let s = m.snapshot();
+        assert_eq!(s.top_error(), Some(("refused", 3)));
+        assert_eq!(s.warnings["entity_config_timeout"], 1);
+        assert_eq!(s.errors.get("entity_config_timeout"), None);
+        assert_eq!(m.warning_report()[0].stat.count, 1);
     }
 
     #[test]

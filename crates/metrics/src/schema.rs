@@ -20,6 +20,7 @@ mod tests {
             &MetricsSpec {
                 counters: vec!["keepalives_sent", "events_sent"],
                 latencies: vec!["connect", "session_ready"],
+                errors: Vec::new(),
             },
             2,
         );

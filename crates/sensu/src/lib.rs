@@ -172,6 +172,7 @@ pub fn metrics_spec() -> MetricsSpec {
             L_KEEPALIVE_LATENESS,
             L_CHECK_TURNAROUND,
         ],
+        errors: Vec::new(),
     }
 }
 
