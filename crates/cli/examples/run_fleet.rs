@@ -20,11 +20,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "connected {}/{}, keepalives sent {}, connect p99 {} µs, exit code {}",
         s.agents.connected,
         s.agents.requested,
-        s.counters
-            .values
-            .get("keepalives_sent")
-            .copied()
-            .unwrap_or(0),
+        s.counters.get("keepalives_sent").copied().unwrap_or(0),
         s.latency_us.get("connect").map(|l| l.p99).unwrap_or(0),
         outcome.exit_code
     );

@@ -8,7 +8,7 @@ use agent_sim_metrics::Summary;
 use agent_sim_metrics::assert::{Assertion, evaluate, render_verdicts};
 use agent_sim_metrics::hlog::read_hlog;
 use agent_sim_metrics::merge::{apply_hlogs, merge_summaries};
-use agent_sim_metrics::summary::SCHEMA_V1;
+use agent_sim_metrics::summary::SCHEMA_V2;
 
 use crate::run::exit;
 
@@ -58,7 +58,7 @@ pub fn load_and_merge(args: &[PathBuf]) -> Result<Summary, String> {
     }
     let mut merged = if summaries.is_empty() {
         Summary {
-            schema: SCHEMA_V1.into(),
+            schema: SCHEMA_V2.into(),
             // hlogs carry no kind; "mixed" is the schema's catch-all.
             kind: "mixed".into(),
             ..Default::default()

@@ -35,9 +35,9 @@ async fn consul_agents_subscribe_register_and_time_the_probe() {
     );
     assert_eq!(s.kind, "consul");
     assert_eq!(s.agents.connected, 50);
-    assert_eq!(s.counters.values["subscriptions"], 100);
-    assert_eq!(s.counters.values["snapshots"], 100);
-    assert_eq!(s.counters.values["registrations"], 50);
+    assert_eq!(s.counters["subscriptions"], 100);
+    assert_eq!(s.counters["snapshots"], 100);
+    assert_eq!(s.counters["registrations"], 50);
     assert!(s.probes.len() >= 2, "{:?}", s.probes);
     for p in &s.probes {
         assert_eq!(p.delivered, 50, "{p:?}");
@@ -88,8 +88,8 @@ async fn a_mixed_config_runs_both_fleets_with_one_report() {
     assert_eq!(s.kind, "mixed");
     assert_eq!(s.agents.requested, 50);
     assert_eq!(s.agents.connected, 50);
-    assert!(s.counters.values["keepalives_sent"] >= 30);
-    assert_eq!(s.counters.values["subscriptions"], 40);
+    assert!(s.counters["keepalives_sent"] >= 30);
+    assert_eq!(s.counters["subscriptions"], 40);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
     agent_sim_testkit::validate_json(agent_sim_metrics::SUMMARY_SCHEMA, &v)

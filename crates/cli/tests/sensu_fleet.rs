@@ -34,24 +34,24 @@ async fn two_hundred_agents_connect_keepalive_and_answer_checks() {
     assert_eq!(s.agents.requested, 200);
     assert_eq!(s.agents.connected, 200);
     assert_eq!(s.agents.peak_connected, 200);
-    assert_eq!(s.agents.failed, 0);
-    assert!(s.counters.errors.is_empty(), "{:?}", s.counters.errors);
+    assert_eq!(s.agents.never_connected, 0);
+    assert!(s.errors.is_empty(), "{:?}", s.errors);
 
     // The target saw every agent's keepalives (≥ 3 each over ~4 s at 1 s).
     let target = outcome
         .embedded_sensu
         .as_ref()
         .expect("embedded target stats");
-    let sent = s.counters.values["keepalives_sent"];
+    let sent = s.counters["keepalives_sent"];
     assert!(sent >= 600, "keepalives sent {sent}");
     assert!(target.keepalives_received >= 600, "{target:?}");
     assert!(target.keepalives_received <= sent);
 
     // Check requests went out and every one that arrived was answered.
-    let received = s.counters.values["check_requests_received"];
+    let received = s.counters["check_requests_received"];
     assert!(received >= 200, "check requests received {received}");
     assert!(target.check_requests_sent >= received);
-    assert_eq!(s.counters.values["check_replies_sent"], received);
+    assert_eq!(s.counters["check_replies_sent"], received);
     assert!(target.check_replies_received >= received.saturating_sub(200));
     assert_eq!(target.frames_invalid, 0, "{target:?}");
 
@@ -67,7 +67,7 @@ async fn two_hundred_agents_connect_keepalive_and_answer_checks() {
     // The summary file was written and matches the schema.
     let text = std::fs::read_to_string(&summary_path).expect("summary written");
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["schema"], "agent-sim.summary.v1");
+    assert_eq!(v["schema"], "agent-sim.summary.v2");
     assert_eq!(v["agents"]["connected"], 200);
     agent_sim_testkit::validate_json(agent_sim_metrics::SUMMARY_SCHEMA, &v)
         .expect("summary validates against the schema");
@@ -129,6 +129,6 @@ async fn unreachable_target_is_a_runtime_failure_with_counted_errors() {
         .await
         .expect("run");
     assert_eq!(outcome.exit_code, 1);
-    assert_eq!(outcome.summary.agents.failed, 3);
-    assert!(outcome.summary.counters.errors["connect_refused"] >= 3);
+    assert_eq!(outcome.summary.agents.never_connected, 3);
+    assert!(outcome.summary.errors["connect_refused"].count >= 3);
 }

@@ -187,7 +187,7 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_shard_measures_the_probe_and_merges_by_raft_index() {
     use agent_sim_metrics::merge::merge_summaries;
-    use agent_sim_metrics::summary::{SCHEMA_V1, Summary};
+    use agent_sim_metrics::summary::{SCHEMA_V2, Summary};
     use agent_sim_metrics::{ProbeSummary, SUMMARY_SCHEMA};
     use agent_sim_testkit::validate_json;
 
@@ -269,7 +269,7 @@ async fn an_observer_shard_measures_the_probe_and_merges_by_raft_index() {
     assert!(len("probe_overhead") >= 50);
 
     let summary = |probes: Vec<ProbeSummary>, shard: &str| Summary {
-        schema: SCHEMA_V1.into(),
+        schema: SCHEMA_V2.into(),
         kind: "consul".into(),
         started_at: "2026-11-21T22:40:00.000Z".into(),
         probes,

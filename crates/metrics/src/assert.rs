@@ -11,7 +11,7 @@
 //! | path | meaning | value |
 //! |------|---------|-------|
 //! | `<name>.<stat>`, `latency.<name>.<stat>` | statistic of latency `<name>` (`connect`, `session_ready`, `propagation`, ...); `<stat>` is `p50` `p75` `p90` `p95` `p99` `p999` (or `p99.9`) `min` `max` `mean` `count` | duration: `800us` (`µs`), `250ms`, `1s`, `2m`, `1h`, `1500ns`; a bare number is microseconds. `count` takes a plain number |
-//! | `agents.requested` `agents.connected` `agents.peak_connected` `agents.failed` | agent counts | number, or the word `requested` (= `agents.requested`) |
+//! | `agents.requested` `agents.connected` `agents.peak_connected` `agents.ever_connected` `agents.never_connected` (`agents.failed`) `agents.lost_not_back` | agent counts | number, or the word `requested` (= `agents.requested`) |
 //! | `errors.total` (or `errors`) | sum of all error kinds | number |
 //! | `errors.<kind>` | errors of one kind (0 when the kind never occurred) | number |
 //! | `counters.<name>` or a bare `<name>` | a protocol counter, e.g. `keepalives_sent` | number or `requested` |
@@ -102,12 +102,23 @@ const STATS: &[&str] = &[
     "count", "min", "p50", "p75", "p90", "p95", "p99", "p999", "max", "mean",
 ];
 
+/// Fields of `agents.<field>`.
+const AGENT_FIELDS: [&str; 6] = [
+    "requested",
+    "connected",
+    "peak_connected",
+    "ever_connected",
+    "never_connected",
+    "lost_not_back",
+];
+
 #[derive(Debug, Clone, PartialEq)]
 enum Metric {
     Latency { name: String, stat: &'static str },
     Agents(&'static str),
     ErrorsTotal,
     Error(String),
+    Warning(String),
     Counter(String),
     Rate(String),
     ProbesDeliveredRatio,
@@ -123,9 +134,11 @@ impl Metric {
         match self {
             Metric::Latency { stat, .. } if *stat == "count" => Unit::Count,
             Metric::Latency { .. } | Metric::ProbesTimeTo99 => Unit::Micros,
-            Metric::Agents(_) | Metric::ErrorsTotal | Metric::Error(_) | Metric::Counter(_) => {
-                Unit::Count
-            }
+            Metric::Agents(_)
+            | Metric::ErrorsTotal
+            | Metric::Error(_)
+            | Metric::Warning(_)
+            | Metric::Counter(_) => Unit::Count,
             Metric::Rate(_) => Unit::PerSecond,
             Metric::ProbesDeliveredRatio => Unit::Ratio,
             Metric::PeakRss => Unit::Bytes,
@@ -187,17 +200,17 @@ fn parse_path(path: &str) -> Result<Metric, String> {
             stat: stat_of(stat).ok_or_else(|| bad_stat(stat))?,
         },
         ["agents", f] => Metric::Agents(
-            ["requested", "connected", "peak_connected", "failed"]
+            AGENT_FIELDS
                 .into_iter()
                 .find(|x| x == f)
+                .or((*f == "failed").then_some("never_connected"))
                 .ok_or_else(|| {
-                    format!(
-                        "unknown agents field {f:?} (requested, connected, peak_connected, failed)"
-                    )
+                    format!("unknown agents field {f:?} ({})", AGENT_FIELDS.join(", "))
                 })?,
         ),
         ["errors"] | ["errors", "total"] => Metric::ErrorsTotal,
         ["errors", kind] => Metric::Error((*kind).to_owned()),
+        ["warnings", kind] => Metric::Warning((*kind).to_owned()),
         ["counters", name] => Metric::Counter((*name).to_owned()),
         ["rates" | "rates_per_s", name] => Metric::Rate((*name).to_owned()),
         ["probes", "delivered_ratio"] => Metric::ProbesDeliveredRatio,
@@ -416,15 +429,18 @@ fn actual(m: &Metric, s: &Summary) -> Result<f64, String> {
                 "requested" => s.agents.requested,
                 "connected" => s.agents.connected,
                 "peak_connected" => s.agents.peak_connected,
-                _ => s.agents.failed,
+                "ever_connected" => s.agents.ever_connected,
+                "lost_not_back" => s.agents.lost_not_back,
+                _ => s.agents.never_connected,
             }) as f64
         }
-        Metric::ErrorsTotal => s.counters.errors.values().sum::<u64>() as f64,
-        Metric::Error(kind) => s.counters.errors.get(kind).copied().unwrap_or(0) as f64,
-        Metric::Counter(name) => match s.counters.values.get(name) {
+        Metric::ErrorsTotal => s.errors_total() as f64,
+        Metric::Error(kind) => s.errors.get(kind).map_or(0, |e| e.count) as f64,
+        Metric::Warning(kind) => s.warnings.get(kind).map_or(0, |e| e.count) as f64,
+        Metric::Counter(name) => match s.counters.get(name) {
             Some(v) => *v as f64,
             None => {
-                let have: Vec<&str> = s.counters.values.keys().map(String::as_str).collect();
+                let have: Vec<&str> = s.counters.keys().map(String::as_str).collect();
                 return Err(format!(
                     "no counter {name:?} in the summary (has: {})",
                     if have.is_empty() {
@@ -583,10 +599,17 @@ mod tests {
         s.agents.requested = 10_000;
         s.agents.connected = 10_000;
         s.agents.peak_connected = 10_000;
-        s.agents.failed = 0;
-        s.counters.values.insert("keepalives_sent".into(), 500);
-        s.counters.errors.insert("connect_refused".into(), 2);
-        s.counters.errors.insert("timeout".into(), 1);
+        s.agents.never_connected = 0;
+        s.counters.insert("keepalives_sent".into(), 500);
+        for (kind, count) in [("connect_refused", 2), ("timeout", 1)] {
+            s.errors.insert(
+                kind.into(),
+                crate::summary::KindEntry {
+                    count,
+                    ..Default::default()
+                },
+            );
+        }
         s.rates_per_s.insert("events".into(), 4_200.0);
         s.process.peak_rss_bytes = 300 * 1024 * 1024;
         s.process.cpu_user_s = 4.5;

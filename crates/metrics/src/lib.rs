@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-pub use schema::SUMMARY_SCHEMA;
+pub use schema::{SUMMARY_SCHEMA, SUMMARY_SCHEMA_V1};
 pub use summary::{LatencySummary, ProbeSummary, Summary};
 
 /// Lowest trackable latency, in microseconds.

@@ -50,7 +50,7 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
-use crate::summary::{LatencySummary, ProbeSummary, SCHEMA_V1, Summary};
+use crate::summary::{KindEntry, LatencySummary, Outcome, ProbeSummary, SCHEMA_V2, Summary};
 use crate::{MetricsError, new_latency_histogram};
 
 fn add_into(acc: &mut Histogram<u64>, h: &Histogram<u64>) -> Result<(), MetricsError> {
@@ -259,7 +259,7 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         return Err(MetricsError::Merge("nothing to merge".into()));
     };
     let mut out = Summary {
-        schema: SCHEMA_V1.to_string(),
+        schema: SCHEMA_V2.to_string(),
         kind: first.kind.clone(),
         ..Default::default()
     };
@@ -286,14 +286,21 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         out.agents.requested += p.agents.requested;
         out.agents.connected += p.agents.connected;
         out.agents.peak_connected += p.agents.peak_connected;
-        out.agents.failed += p.agents.failed;
+        out.agents.ever_connected += p.agents.ever_connected;
+        out.agents.never_connected += p.agents.never_connected;
+        out.agents.lost_not_back += p.agents.lost_not_back;
+        for (k, v) in &p.outcome.missing {
+            *out.outcome.missing.entry(k.clone()).or_insert(0) += v;
+        }
 
-        for (k, v) in &p.counters.values {
-            *out.counters.values.entry(k.clone()).or_insert(0) += v;
+        for (k, v) in &p.counters {
+            *out.counters.entry(k.clone()).or_insert(0) += v;
         }
-        for (k, v) in &p.counters.errors {
-            *out.counters.errors.entry(k.clone()).or_insert(0) += v;
+        for (k, v) in &p.sessions_lost {
+            *out.sessions_lost.entry(k.clone()).or_insert(0) += v;
         }
+        merge_kinds(&mut out.errors, &p.errors);
+        merge_kinds(&mut out.warnings, &p.warnings);
         for (k, v) in &p.rates_per_s {
             *out.rates_per_s.entry(k.clone()).or_insert(0.0) += v;
         }
@@ -353,7 +360,68 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
             .insert(PROPAGATION.into(), LatencySummary::from_histogram(&h));
     }
     out.shard = None;
+    out.outcome = merged_outcome(parts, &out);
     Ok(out)
+}
+
+/// Adds error (or warning) entries: counts summed, the earliest first
+/// sighting with its sample, the first hint; heals only if every part says so.
+fn merge_kinds(acc: &mut BTreeMap<String, KindEntry>, part: &BTreeMap<String, KindEntry>) {
+    for (kind, e) in part {
+        match acc.get_mut(kind) {
+            None => {
+                acc.insert(kind.clone(), e.clone());
+            }
+            Some(a) => {
+                a.count += e.count;
+                if e.first_seen_s < a.first_seen_s || a.sample.is_none() {
+                    if e.sample.is_some() {
+                        a.sample = e.sample.clone();
+                    }
+                    a.first_seen_s = a.first_seen_s.min(e.first_seen_s);
+                }
+                if a.hint.is_none() {
+                    a.hint = e.hint.clone();
+                }
+                a.heals &= e.heals;
+            }
+        }
+    }
+}
+
+/// The outcome of the parts together: complete when every part was; exit
+/// 1 when no part could run at all, 2 when the fleet was incomplete, 3 when
+/// a part's assertion failed, else 0.
+fn merged_outcome(parts: &[Summary], merged: &Summary) -> Outcome {
+    let complete = parts.iter().all(|p| p.outcome.complete);
+    let (exit_code, reason) = if parts.iter().all(|p| p.outcome.exit_code == 1) {
+        (
+            1,
+            Some("no part of the run could hold a session".to_string()),
+        )
+    } else if !complete {
+        let missing = merged
+            .agents
+            .requested
+            .saturating_sub(merged.agents.connected);
+        (
+            2,
+            Some(format!(
+                "incomplete fleet: {missing} of {} agent(s) not connected at the end",
+                merged.agents.requested
+            )),
+        )
+    } else if parts.iter().any(|p| p.outcome.exit_code == 3) {
+        (3, Some("an assertion of a part failed".to_string()))
+    } else {
+        (0, None)
+    };
+    Outcome {
+        exit_code,
+        complete,
+        reason,
+        missing: merged.outcome.missing.clone(),
+    }
 }
 
 /// Builds or replaces `summary.latency_us[tag]` from histograms merged out of
@@ -453,7 +521,7 @@ mod tests {
             ph.record(*v).unwrap();
         }
         let mut s = Summary {
-            schema: SCHEMA_V1.into(),
+            schema: SCHEMA_V2.into(),
             kind: "sensu".into(),
             targets: vec![
                 format!("ws://127.0.0.1:808{n}/"),
@@ -467,11 +535,22 @@ mod tests {
         s.agents.requested = 5_000;
         s.agents.connected = 4_990 + n;
         s.agents.peak_connected = 5_000;
-        s.agents.failed = 10 - n;
-        s.counters
-            .values
-            .insert("keepalives_sent".into(), 100 * (n + 1));
-        s.counters.errors.insert("connect_refused".into(), n + 1);
+        s.agents.never_connected = 10 - n;
+        s.agents.ever_connected = 4_990 + n;
+        s.outcome.complete = false;
+        s.outcome.exit_code = 2;
+        s.outcome.missing.insert("connect_refused".into(), 10 - n);
+        s.counters.insert("keepalives_sent".into(), 100 * (n + 1));
+        s.errors.insert(
+            "connect_refused".into(),
+            KindEntry {
+                count: n + 1,
+                first_seen_s: 2.0 - n as f64,
+                sample: Some(format!("refused by shard {n}")),
+                hint: None,
+                heals: true,
+            },
+        );
         s.rates_per_s.insert("keepalives".into(), 250.0);
         s.process.peak_rss_bytes = 50 << 20;
         s.process.cpu_user_s = 1.5;
@@ -518,9 +597,18 @@ mod tests {
         assert_eq!(m.agents.requested, 10_000);
         assert_eq!(m.agents.connected, 9_981);
         assert_eq!(m.agents.peak_connected, 10_000);
-        assert_eq!(m.agents.failed, 19);
-        assert_eq!(m.counters.values["keepalives_sent"], 300);
-        assert_eq!(m.counters.errors["connect_refused"], 3);
+        assert_eq!(m.agents.never_connected, 19);
+        assert_eq!(m.agents.ever_connected, 9_981);
+        assert_eq!(m.counters["keepalives_sent"], 300);
+        assert_eq!(m.errors["connect_refused"].count, 3);
+        // The earliest sighting (shard 1 at 1 s) and its words.
+        assert_eq!(m.errors["connect_refused"].first_seen_s, 1.0);
+        assert_eq!(
+            m.errors["connect_refused"].sample.as_deref(),
+            Some("refused by shard 1")
+        );
+        assert_eq!(m.outcome.missing["connect_refused"], 19);
+        assert_eq!((m.outcome.exit_code, m.outcome.complete), (2, false));
         assert_eq!(m.rates_per_s["keepalives"], 500.0);
         assert_eq!(m.process.peak_rss_bytes, 100 << 20);
         assert_eq!(m.process.cpu_user_s, 3.0);
@@ -597,7 +685,7 @@ mod tests {
 
     fn consul_part(probes: Vec<ProbeSummary>) -> Summary {
         Summary {
-            schema: SCHEMA_V1.into(),
+            schema: SCHEMA_V2.into(),
             kind: "consul".into(),
             probes,
             ..Default::default()

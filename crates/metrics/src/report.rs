@@ -20,6 +20,32 @@ pub fn fmt_mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
+/// Lines of error (or warning) kinds, most frequent first: count, when first
+/// seen, the server's words and the hint.
+fn kinds(out: &mut String, map: &std::collections::BTreeMap<String, crate::summary::KindEntry>) {
+    let mut rows: Vec<_> = map.iter().collect();
+    rows.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
+    for (k, e) in rows {
+        let _ = writeln!(
+            out,
+            "  {k:<28} {:>12}  first at {:.1}s{}",
+            e.count,
+            e.first_seen_s,
+            if e.heals {
+                ""
+            } else {
+                "  (will not heal by itself)"
+            }
+        );
+        if let Some(sample) = &e.sample {
+            let _ = writeln!(out, "  {:<28} server said: {sample}", "");
+        }
+        if let Some(hint) = &e.hint {
+            let _ = writeln!(out, "  {:<28} check: {hint}", "");
+        }
+    }
+}
+
 /// Renders the summary as a plain-text table.
 pub fn render(s: &Summary) -> String {
     let mut out = String::new();
@@ -41,12 +67,16 @@ pub fn render(s: &Summary) -> String {
     );
     let _ = writeln!(
         out,
-        "agents     connected {}/{}  peak {}  never connected {}",
-        s.agents.connected, s.agents.requested, s.agents.peak_connected, s.agents.failed
+        "agents     connected {}/{}  peak {}  never connected {}  lost and not back {}",
+        s.agents.connected,
+        s.agents.requested,
+        s.agents.peak_connected,
+        s.agents.never_connected,
+        s.agents.lost_not_back
     );
-    if !s.counters.values.is_empty() {
+    if !s.counters.is_empty() {
         let _ = writeln!(out, "counters");
-        for (k, v) in &s.counters.values {
+        for (k, v) in &s.counters {
             let _ = writeln!(out, "  {k:<28} {v:>12}");
         }
     }
@@ -56,10 +86,12 @@ pub fn render(s: &Summary) -> String {
             let _ = writeln!(out, "  {:<28} {:>12.1}/s", k, v);
         }
     }
-    let errors: u64 = s.counters.errors.values().sum();
-    let _ = writeln!(out, "errors     {errors} total");
-    for (k, v) in &s.counters.errors {
-        let _ = writeln!(out, "  {k:<28} {v:>12}");
+    let _ = writeln!(out, "errors     {} total", s.errors_total());
+    kinds(&mut out, &s.errors);
+    if !s.warnings.is_empty() {
+        let total: u64 = s.warnings.values().map(|w| w.count).sum();
+        let _ = writeln!(out, "warnings   {total} total");
+        kinds(&mut out, &s.warnings);
     }
     let rows: Vec<_> = s.latency_us.iter().filter(|(_, l)| l.count > 0).collect();
     if !rows.is_empty() {
@@ -139,7 +171,16 @@ mod tests {
         };
         s.agents.requested = 10;
         s.agents.connected = 9;
-        s.counters.errors.insert("connect_refused".into(), 2);
+        s.errors.insert(
+            "connect_refused".into(),
+            crate::summary::KindEntry {
+                count: 2,
+                first_seen_s: 1.25,
+                sample: Some("dial: connection refused".into()),
+                hint: Some("is the server listening?".into()),
+                heals: true,
+            },
+        );
         let mut h = crate::new_latency_histogram();
         h.record(1500).unwrap();
         s.latency_us
@@ -147,6 +188,9 @@ mod tests {
         let t = render(&s);
         assert!(t.contains("connected 9/10"), "{t}");
         assert!(t.contains("connect_refused"), "{t}");
+        assert!(t.contains("first at 1.2s"), "{t}");
+        assert!(t.contains("server said: dial: connection refused"), "{t}");
+        assert!(t.contains("check: is the server listening?"), "{t}");
         assert!(t.contains("1.5ms"), "{t}");
     }
 }

@@ -1,18 +1,21 @@
-//! The JSON Schema (draft 2020-12) of the run summary, version 1
-//! (`crates/metrics/schema/summary-v1.schema.json`).
+//! The JSON Schema (draft 2020-12) of the run summary, version 2
+//! (`crates/metrics/schema/summary-v2.schema.json`), and version 1, which
+//! older files follow (read and upgraded by [`crate::Summary::from_json`]).
 //!
 //! The schema is what other tools may rely on; the tests below keep it and
 //! [`crate::Summary`] in step (a populated summary validates, a broken one does
 //! not), with the validator of the dev-only `agent-sim-testkit` crate, so the
 //! binary carries no validator. The schema has no remote references.
 
-/// The schema text.
-pub const SUMMARY_SCHEMA: &str = include_str!("../schema/summary-v1.schema.json");
+/// The schema text of what agent-sim writes (v2).
+pub const SUMMARY_SCHEMA: &str = include_str!("../schema/summary-v2.schema.json");
+/// The schema text of version 1 (older files).
+pub const SUMMARY_SCHEMA_V1: &str = include_str!("../schema/summary-v1.schema.json");
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::summary::{LatencySummary, ProbeSummary, SCHEMA_V1, Summary, rfc3339};
+    use crate::summary::{LatencySummary, ProbeSummary, SCHEMA_V2, Summary, rfc3339};
     use crate::{Metrics, MetricsSpec, new_latency_histogram};
 
     fn populated() -> Summary {
@@ -32,7 +35,7 @@ mod tests {
         let mut h = new_latency_histogram();
         h.record(250_000).unwrap();
         Summary {
-            schema: SCHEMA_V1.into(),
+            schema: SCHEMA_V2.into(),
             kind: "sensu".into(),
             targets: vec!["ws://127.0.0.1:8081/".into()],
             started_at: rfc3339(std::time::SystemTime::now()),
@@ -41,16 +44,46 @@ mod tests {
                 requested: 10,
                 connected: 9,
                 peak_connected: 10,
-                failed: 1,
+                ever_connected: 9,
+                never_connected: 1,
+                lost_not_back: 0,
             },
-            counters: crate::summary::Counters {
-                values: snap
-                    .counters
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), *v))
-                    .collect(),
-                errors: snap.errors.clone(),
+            outcome: crate::summary::Outcome {
+                exit_code: 2,
+                complete: false,
+                reason: Some("incomplete fleet".into()),
+                missing: [("connect_refused".to_string(), 1)].into(),
             },
+            counters: snap
+                .counters
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+            errors: snap
+                .errors
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        crate::summary::KindEntry {
+                            count: *v,
+                            first_seen_s: 0.25,
+                            sample: Some("connection refused".into()),
+                            hint: Some("is the server up?".into()),
+                            heals: true,
+                        },
+                    )
+                })
+                .collect(),
+            warnings: [(
+                "entity_config_timeout".to_string(),
+                crate::summary::KindEntry {
+                    count: 1,
+                    ..Default::default()
+                },
+            )]
+            .into(),
+            sessions_lost: [("pong_timeout".to_string(), 2)].into(),
             latency_us: m
                 .cumulative()
                 .iter()
@@ -139,7 +172,7 @@ mod tests {
             .unwrap()
             .remove("p99");
         v["counters"]["keepalives_sent"] = serde_json::json!(-1);
-        v["schema"] = serde_json::json!("agent-sim.summary.v2");
+        v["schema"] = serde_json::json!("agent-sim.summary.v3");
         let e = validate_summary_json(&v).unwrap_err();
         assert_eq!(e.len(), 3, "{e:?}");
         assert!(
@@ -159,12 +192,27 @@ mod tests {
         v["probes"][2]["role"] = serde_json::json!("bystander");
         assert!(validate_summary_json(&v).is_err());
         let mut v = good;
-        v["probes"][1]["raft_index"] = serde_json::json!(-1);
+        v["probes"][1]["change_id"] = serde_json::json!(-1);
         assert!(validate_summary_json(&v).is_err());
     }
 
     #[test]
+    fn a_v1_file_validates_against_v1_and_upgrades_to_a_valid_v2() {
+        let v1 = serde_json::json!({
+            "schema": "agent-sim.summary.v1", "kind": "consul", "targets": ["127.0.0.1:8300"],
+            "started_at": "2026-11-21T22:40:44.250Z", "duration_s": 3.0,
+            "agents": {"requested": 2, "connected": 2, "peak_connected": 2, "failed": 0},
+            "counters": {"subscriptions": 4, "errors": {"http_429": 1}},
+            "latency_us": {}, "process": {"peak_rss_bytes": 1, "cpu_user_s": 0.1, "cpu_sys_s": 0.1}
+        });
+        agent_sim_testkit::validate_json(SUMMARY_SCHEMA_V1, &v1).unwrap();
+        let s = crate::Summary::from_json(&v1.to_string()).unwrap();
+        validate_summary_json(&serde_json::to_value(&s).unwrap()).unwrap();
+    }
+
+    #[test]
     fn the_schema_is_valid_draft_2020_12() {
+        assert!(agent_sim_testkit::is_valid_schema(SUMMARY_SCHEMA_V1));
         assert!(agent_sim_testkit::is_valid_schema(SUMMARY_SCHEMA));
         let schema: serde_json::Value = serde_json::from_str(SUMMARY_SCHEMA).unwrap();
         assert_eq!(

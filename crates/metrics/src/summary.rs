@@ -1,9 +1,19 @@
-//! The run summary written by `--summary PATH`: schema `agent-sim.summary.v1`.
+//! The run summary written by `--summary PATH`: schema `agent-sim.summary.v2`
+//! (files of schema v1 are read and upgraded, see [`Summary::from_json`]).
 //!
 //! Keys other tools rely on are fixed here; every latency carries its full
 //! histogram (`hdr`, base64 of the compressed V2 HdrHistogram encoding) so that
 //! summaries from several processes merge exactly instead of averaging
 //! percentiles.
+//!
+//! Changes from v1: `outcome` (exit code, whether the fleet was complete,
+//! and the causes of the agents missing at the end); `agents.failed` became
+//! `agents.never_connected`, with `ever_connected` and `lost_not_back`
+//! beside it; errors moved from `counters.errors` (counts) to `errors`
+//! (count, first-seen time, a sample of the server's words, a hint, whether
+//! the cause heals by itself); `warnings` (what a real agent logs and
+//! carries on with) and `sessions_lost` (by cause) are new; a probe's
+//! `raft_index` is now `change_id`.
 
 use std::collections::BTreeMap;
 
@@ -14,10 +24,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::{MetricsError, new_latency_histogram};
 
-/// Schema identifier of version 1.
+/// Schema identifier of version 1 (read, upgraded to v2).
 pub const SCHEMA_V1: &str = "agent-sim.summary.v1";
+/// Schema identifier of version 2 (written).
+pub const SCHEMA_V2: &str = "agent-sim.summary.v2";
 
-/// Agent counts of a run.
+/// Agent counts of a run. `connected` means "the server has answered": a
+/// Sensu agent received its `entity_config`; a Consul agent has every
+/// subscription's snapshot (or a resumed event) and its registration.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentCounts {
     /// Agents the run was asked for.
@@ -26,18 +40,57 @@ pub struct AgentCounts {
     pub connected: u64,
     /// Most agents holding a session at once.
     pub peak_connected: u64,
-    /// Agents that never established a session.
-    pub failed: u64,
+    /// Agents that held a session at least once.
+    #[serde(default)]
+    pub ever_connected: u64,
+    /// Agents that never held a session.
+    pub never_connected: u64,
+    /// Agents that held a session, lost it and were not back at the end.
+    #[serde(default)]
+    pub lost_not_back: u64,
 }
 
-/// Counters of a run: protocol counters by name plus errors by kind.
+/// The outcome of a run: what its exit code says, and why.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Counters {
-    /// Protocol counters (`keepalives_sent`, `events_sent`, ...).
-    #[serde(flatten)]
-    pub values: BTreeMap<String, u64>,
-    /// Failed operations by kind.
-    pub errors: BTreeMap<String, u64>,
+pub struct Outcome {
+    /// The process exit code: 0 complete and every assertion held; 1 nothing
+    /// could run (no agent ever held a session, or `--fail-fast` stopped the
+    /// run); 2 finished with an incomplete fleet; 3 an assertion failed.
+    pub exit_code: i32,
+    /// Every requested agent held a session at the end.
+    pub complete: bool,
+    /// Why the exit code is not 0, in one line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Agents not holding a session at the end, by the cause of their last
+    /// failure (`never_connected` and `lost_not_back` together).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub missing: BTreeMap<String, u64>,
+}
+
+/// One error (or warning) kind: how often, since when, in whose words.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct KindEntry {
+    /// Occurrences.
+    pub count: u64,
+    /// Seconds from the start of the run to the first occurrence.
+    #[serde(default)]
+    pub first_seen_s: f64,
+    /// The server's own words the first time it had any (secrets redacted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<String>,
+    /// What to check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// Whether the cause can go away by itself (load, restarts, a cache
+    /// refresh); `false` for bad credentials, an unknown namespace, ACL
+    /// denials, the wrong protocol on a port.
+    #[serde(default = "heals_default")]
+    pub heals: bool,
+}
+
+fn heals_default() -> bool {
+    true
 }
 
 /// Resource use of the simulator process.
@@ -158,11 +211,7 @@ pub struct ProbeSummary {
     /// that joins a probe across shards. The controller takes it from its own
     /// subscribers' live arrivals (`None` when none arrived live). Written as
     /// `raft_index` in schema v1.
-    #[serde(
-        default,
-        rename = "raft_index",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, alias = "raft_index", skip_serializing_if = "Option::is_none")]
     pub change_id: Option<u64>,
     /// `controller` (this process made the change; latencies after T0) or
     /// `observer` (another process made it; latencies after this entry's
@@ -197,7 +246,7 @@ impl ProbeSummary {
 /// The whole run summary (`--summary PATH`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
-    /// Always [`SCHEMA_V1`].
+    /// Always [`SCHEMA_V2`] (a v1 file is upgraded when read).
     pub schema: String,
     /// `sensu`, `consul` or `mixed`.
     pub kind: String,
@@ -209,8 +258,20 @@ pub struct Summary {
     pub duration_s: f64,
     /// Agent counts.
     pub agents: AgentCounts,
-    /// Counters and errors.
-    pub counters: Counters,
+    /// Exit code, completeness and causes.
+    pub outcome: Outcome,
+    /// Protocol counters by name (`keepalives_sent`, `events_sent`, ...).
+    pub counters: BTreeMap<String, u64>,
+    /// Errors by kind.
+    #[serde(default)]
+    pub errors: BTreeMap<String, KindEntry>,
+    /// Warnings by kind (a real agent logs these and carries on).
+    #[serde(default)]
+    pub warnings: BTreeMap<String, KindEntry>,
+    /// Sessions that ended, by cause (a session lost and re-established
+    /// counts once per loss).
+    #[serde(default)]
+    pub sessions_lost: BTreeMap<String, u64>,
     /// Latency percentiles by name (µs).
     pub latency_us: BTreeMap<String, LatencySummary>,
     /// Rates achieved over the run (per second), e.g. `keepalives`, `events`.
@@ -227,19 +288,34 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Reads a summary JSON file.
+    /// Reads a summary JSON file (v2, or v1 upgraded).
     pub fn read(path: &std::path::Path) -> Result<Self, MetricsError> {
         let text = std::fs::read_to_string(path)?;
-        let s: Summary = serde_json::from_str(&text)
-            .map_err(|e| MetricsError::Summary(format!("{}: {e}", path.display())))?;
-        if s.schema != SCHEMA_V1 {
-            return Err(MetricsError::Summary(format!(
-                "{}: schema {:?}, expected {SCHEMA_V1:?}",
-                path.display(),
-                s.schema
-            )));
+        Self::from_json(&text)
+            .map_err(|e| MetricsError::Summary(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses a summary of schema v2, or of v1 upgraded to v2: counter
+    /// `errors` become error entries (counts only), `agents.failed` becomes
+    /// `never_connected`, and the outcome is inferred from the counts (v1
+    /// recorded none).
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let mut v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        match v.get("schema").and_then(|s| s.as_str()) {
+            Some(SCHEMA_V2) => {}
+            Some(SCHEMA_V1) => upgrade_v1(&mut v)?,
+            other => {
+                return Err(format!(
+                    "schema {other:?}, expected {SCHEMA_V2:?} or {SCHEMA_V1:?}"
+                ));
+            }
         }
-        Ok(s)
+        serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+
+    /// Total errors over every kind.
+    pub fn errors_total(&self) -> u64 {
+        self.errors.values().map(|e| e.count).sum()
     }
 
     /// Writes the summary as pretty JSON, atomically (temp file + rename).
@@ -251,6 +327,48 @@ impl Summary {
         std::fs::rename(&tmp, path)?;
         Ok(())
     }
+}
+
+/// Rewrites a v1 summary (as JSON) into the v2 shape.
+fn upgrade_v1(v: &mut serde_json::Value) -> Result<(), String> {
+    use serde_json::{Value, json};
+    let obj = v.as_object_mut().ok_or("a summary is a JSON object")?;
+    obj.insert("schema".into(), json!(SCHEMA_V2));
+    let mut errors = serde_json::Map::new();
+    if let Some(Value::Object(counters)) = obj.get_mut("counters")
+        && let Some(Value::Object(e)) = counters.remove("errors")
+    {
+        for (kind, count) in e {
+            errors.insert(kind, json!({ "count": count }));
+        }
+    }
+    obj.insert("errors".into(), Value::Object(errors));
+    let (requested, connected) = match obj.get_mut("agents").and_then(Value::as_object_mut) {
+        Some(a) => {
+            let failed = a.remove("failed").and_then(|f| f.as_u64()).unwrap_or(0);
+            let requested = a.get("requested").and_then(Value::as_u64).unwrap_or(0);
+            a.insert("never_connected".into(), json!(failed));
+            a.insert(
+                "ever_connected".into(),
+                json!(requested.saturating_sub(failed)),
+            );
+            (
+                requested,
+                a.get("connected").and_then(Value::as_u64).unwrap_or(0),
+            )
+        }
+        None => return Err("`agents` missing".into()),
+    };
+    let complete = connected >= requested;
+    obj.insert(
+        "outcome".into(),
+        json!({
+            "exit_code": if complete { 0 } else { 2 },
+            "complete": complete,
+            "reason": "upgraded from a v1 summary, which recorded no outcome",
+        }),
+    );
+    Ok(())
 }
 
 /// Microseconds since the unix epoch (0 before it).
@@ -311,7 +429,7 @@ mod tests {
         assert!(o.is_observer());
         let v = serde_json::to_value(&o).unwrap();
         assert_eq!(v["role"], "observer");
-        assert_eq!(v["raft_index"], 9);
+        assert_eq!(v["change_id"], 9);
         assert!(v.get("t0_unix_us").is_none() && v.get("note").is_none());
         assert_eq!(
             unix_us(std::time::UNIX_EPOCH + std::time::Duration::from_micros(7)),
@@ -327,17 +445,30 @@ mod tests {
     }
 
     #[test]
-    fn summary_json_has_the_v1_keys() {
+    fn summary_json_has_the_v2_keys() {
         let mut s = Summary {
-            schema: SCHEMA_V1.into(),
+            schema: SCHEMA_V2.into(),
             kind: "sensu".into(),
             ..Default::default()
         };
-        s.counters.values.insert("keepalives_sent".into(), 3);
-        s.counters.errors.insert("connect_refused".into(), 1);
+        s.counters.insert("keepalives_sent".into(), 3);
+        s.errors.insert(
+            "connect_refused".into(),
+            KindEntry {
+                count: 1,
+                first_seen_s: 0.5,
+                sample: Some("connection refused".into()),
+                hint: Some("is the server up?".into()),
+                heals: true,
+            },
+        );
         let v: serde_json::Value = serde_json::to_value(&s).unwrap();
         assert_eq!(v["counters"]["keepalives_sent"], 3);
-        assert_eq!(v["counters"]["errors"]["connect_refused"], 1);
+        assert_eq!(v["errors"]["connect_refused"]["count"], 1);
+        assert_eq!(
+            v["errors"]["connect_refused"]["sample"],
+            "connection refused"
+        );
         for key in [
             "schema",
             "kind",
@@ -345,12 +476,41 @@ mod tests {
             "started_at",
             "duration_s",
             "agents",
+            "outcome",
+            "counters",
+            "errors",
+            "warnings",
+            "sessions_lost",
             "latency_us",
             "process",
         ] {
             assert!(v.get(key).is_some(), "missing {key}");
         }
-        let back: Summary = serde_json::from_value(v).unwrap();
+        let back = Summary::from_json(&v.to_string()).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn v1_summaries_are_upgraded_when_read() {
+        let v1 = serde_json::json!({
+            "schema": "agent-sim.summary.v1", "kind": "sensu", "targets": ["ws://x:1/"],
+            "started_at": "2026-11-21T22:40:44.250Z", "duration_s": 3.0,
+            "agents": {"requested": 10, "connected": 7, "peak_connected": 8, "failed": 3},
+            "counters": {"keepalives_sent": 20, "errors": {"connect_refused": 4}},
+            "latency_us": {}, "process": {"peak_rss_bytes": 1, "cpu_user_s": 0.1, "cpu_sys_s": 0.1},
+            "probes": [{"id": 1, "kind": "deregister", "t0": "x", "delivered": 1,
+                "expected": 1, "raft_index": 42, "latency_us": {"count": 0, "min": 0,
+                "p50": 0, "p75": 0, "p90": 0, "p95": 0, "p99": 0, "p999": 0, "max": 0,
+                "mean": 0.0}}]
+        });
+        let s = Summary::from_json(&v1.to_string()).unwrap();
+        assert_eq!(s.schema, SCHEMA_V2);
+        assert_eq!((s.agents.never_connected, s.agents.ever_connected), (3, 7));
+        assert_eq!(s.counters["keepalives_sent"], 20);
+        assert_eq!(s.errors["connect_refused"].count, 4);
+        assert_eq!(s.errors_total(), 4);
+        assert_eq!((s.outcome.complete, s.outcome.exit_code), (false, 2));
+        assert_eq!(s.probes[0].change_id, Some(42));
+        assert!(Summary::from_json(r#"{"schema": "agent-sim.summary.v9"}"#).is_err());
     }
 }

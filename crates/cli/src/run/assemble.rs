@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime};
 
 use agent_sim_fleet::FleetReport;
-use agent_sim_metrics::summary::{AgentCounts, Counters, SCHEMA_V1, rfc3339};
-use agent_sim_metrics::{LatencySummary, Metrics, ProbeSummary, Summary};
+use agent_sim_metrics::summary::{AgentCounts, KindEntry, Outcome, SCHEMA_V2, rfc3339};
+use agent_sim_metrics::{KindReport, LatencySummary, Metrics, ProbeSummary, Summary};
 
 use crate::config::{FleetPlan, Protocol, RunConfig};
 
@@ -32,7 +32,26 @@ pub(super) fn ever_connected(reports: &[FleetReport]) -> u64 {
     reports.iter().map(|r| r.ever_connected).sum()
 }
 
-/// Builds the run summary from the last collection of the metrics.
+fn entries(kinds: Vec<KindReport>) -> BTreeMap<String, KindEntry> {
+    kinds
+        .into_iter()
+        .map(|k| {
+            (
+                k.kind,
+                KindEntry {
+                    count: k.stat.count,
+                    first_seen_s: k.stat.first_seen.as_secs_f64(),
+                    sample: k.stat.sample,
+                    hint: k.hint.map(str::to_string),
+                    heals: k.heals,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Builds the run summary from the last collection of the metrics. The
+/// outcome is left for [`super::outcome`] to decide.
 pub(super) fn summary(f: Finished<'_>) -> Summary {
     f.metrics.collect();
     let snap = f.metrics.snapshot();
@@ -54,22 +73,27 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         .filter(|(_, v)| **v > 0)
         .map(|(n, v)| (n.clone(), *v as f64 / duration_s.max(1e-9)))
         .collect();
+    let ever = ever_connected(f.reports);
+    let connected: u64 = f.reports.iter().map(|r| r.connected_at_end).sum();
     Summary {
-        schema: SCHEMA_V1.into(),
+        schema: SCHEMA_V2.into(),
         kind: f.cfg.kind().into(),
         targets: f.cfg.fleets.iter().flat_map(targets_of).collect(),
         started_at: rfc3339(f.started_wall),
         duration_s,
         agents: AgentCounts {
             requested,
-            connected: f.reports.iter().map(|r| r.connected_at_end).sum(),
+            connected,
             peak_connected: snap.peak_connected.max(0) as u64,
-            failed: requested.saturating_sub(ever_connected(f.reports)),
+            ever_connected: ever,
+            never_connected: requested.saturating_sub(ever),
+            lost_not_back: ever.saturating_sub(connected),
         },
-        counters: Counters {
-            values,
-            errors: snap.errors.clone(),
-        },
+        outcome: Outcome::default(),
+        counters: values,
+        errors: entries(f.metrics.error_report()),
+        warnings: entries(f.metrics.warning_report()),
+        sessions_lost: BTreeMap::new(),
         latency_us,
         rates_per_s,
         process: agent_sim_metrics::process::stats(),

@@ -32,8 +32,11 @@ use reporter::{Reporter, ReporterSetup};
 pub mod exit {
     /// Run completed (and every assertion held).
     pub const OK: i32 = 0;
-    /// Runtime failure (no session could be established, a file could not be written, ...).
+    /// Nothing could run: no agent ever held a session (or `--fail-fast`
+    /// stopped the run), or a result file could not be written.
     pub const FAILURE: i32 = 1;
+    /// The run finished but the fleet was incomplete at the end.
+    pub const INCOMPLETE: i32 = 2;
     /// At least one `--assert` failed.
     pub const SLO_FAILED: i32 = 3;
     /// Bad usage (flags, config file, host limits).
@@ -249,7 +252,7 @@ pub async fn execute(
     if let Some(t) = metrics_task {
         t.abort();
     }
-    let summary = assemble::summary(assemble::Finished {
+    let mut summary = assemble::summary(assemble::Finished {
         cfg: &cfg,
         metrics: &metrics,
         reports: &reports,
@@ -257,19 +260,18 @@ pub async fn execute(
         started_wall,
         started,
     });
+    let verdicts = evaluate(&cfg.asserts, &summary);
+    summary.outcome = outcome::decide(&summary, None, &verdicts);
     let write_error = cfg.summary.as_ref().and_then(|path| {
         summary
             .write(path)
             .err()
             .map(|e| format!("--summary {}: {e}", path.display()))
     });
-    let verdicts = evaluate(&cfg.asserts, &summary);
-    let (exit_code, problem) = outcome::exit_code(
-        &summary,
-        assemble::ever_connected(&reports),
-        write_error,
-        &verdicts,
-    );
+    if write_error.is_some() {
+        summary.outcome = outcome::decide(&summary, write_error, &verdicts);
+    }
+    let (exit_code, problem) = (summary.outcome.exit_code, summary.outcome.reason.clone());
     if output == Output::Terminal {
         outcome::print_report(&summary, &reports, &verdicts);
     }

@@ -4,32 +4,81 @@
 use agent_sim_fleet::FleetReport;
 use agent_sim_metrics::Summary;
 use agent_sim_metrics::assert::{Verdict, render_verdicts};
+use agent_sim_metrics::summary::Outcome;
 
 use super::exit;
 
-/// The exit code and, when it is not 0, why (one line).
-pub(super) fn exit_code(
+/// Decides the outcome (the contract of the README): 1 when nothing could
+/// run (no agent ever held a session) or the summary could not be written;
+/// 2 when the run finished with an incomplete fleet; 3 when an assertion
+/// failed; else 0. Reasons of every failed check are kept, the first one
+/// decides the code.
+pub(super) fn decide(
     summary: &Summary,
-    ever_connected: u64,
     write_error: Option<String>,
     verdicts: &[Verdict],
-) -> (i32, Option<String>) {
+) -> Outcome {
+    let a = &summary.agents;
+    let complete = a.requested > 0 && a.connected >= a.requested;
+    let mut code = exit::OK;
+    let mut reasons = Vec::new();
+    let mut fail = |c: i32, why: String| {
+        if code == exit::OK {
+            code = c;
+        }
+        reasons.push(why);
+    };
     if let Some(e) = write_error {
-        return (exit::FAILURE, Some(e));
+        fail(exit::FAILURE, e);
     }
-    if summary.agents.requested > 0 && ever_connected == 0 {
-        return (
+    if a.requested > 0 && a.ever_connected == 0 {
+        fail(
             exit::FAILURE,
-            Some("no agent could establish a session (see errors above)".into()),
+            format!("no agent could hold a session{}", top_cause(summary)),
+        );
+    } else if !complete {
+        fail(
+            exit::INCOMPLETE,
+            format!(
+                "incomplete fleet: {} of {} agent(s) connected at the end ({} never connected, \
+                 {} lost and not back){}",
+                a.connected,
+                a.requested,
+                a.never_connected,
+                a.lost_not_back,
+                top_cause(summary)
+            ),
         );
     }
-    if verdicts.iter().any(|v| !v.passed) {
-        return (
-            exit::SLO_FAILED,
-            Some("at least one --assert failed".into()),
-        );
+    let failed = verdicts.iter().filter(|v| !v.passed).count();
+    if failed > 0 {
+        fail(exit::SLO_FAILED, format!("{failed} --assert failed"));
     }
-    (exit::OK, None)
+    Outcome {
+        exit_code: code,
+        complete,
+        reason: (!reasons.is_empty()).then(|| reasons.join("; ")),
+        missing: summary.outcome.missing.clone(),
+    }
+}
+
+/// `: most often <kind> (<count>x): "<sample>"`, or nothing without errors.
+fn top_cause(summary: &Summary) -> String {
+    summary
+        .errors
+        .iter()
+        .max_by(|x, y| x.1.count.cmp(&y.1.count).then(y.0.cmp(x.0)))
+        .map(|(kind, e)| {
+            let mut s = format!("; most often {kind} ({}x)", e.count);
+            if let Some(sample) = &e.sample {
+                s.push_str(&format!(": \"{sample}\""));
+            }
+            if let Some(hint) = &e.hint {
+                s.push_str(&format!(" (check {hint})"));
+            }
+            s
+        })
+        .unwrap_or_default()
 }
 
 /// Prints the final table, the ramp line and the verdicts on stdout.
