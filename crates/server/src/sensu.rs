@@ -82,6 +82,11 @@ pub struct SensuTargetConfig {
     pub checks: Vec<CheckSpec>,
     /// Value of the `Backend-ID` header of the `101` response.
     pub backend_id: String,
+    /// Namespaces are unknown (HTTP 404 `namespace "X" not found`) until
+    /// this long after [`serve`] starts, as on a real backend whose
+    /// namespace cache has not caught up with a namespace just created
+    /// (seen for up to ~5 s after `sensu-backend init`).
+    pub namespaces_ready_after: Duration,
 }
 
 impl Default for SensuTargetConfig {
@@ -97,6 +102,7 @@ impl Default for SensuTargetConfig {
                 subscriptions: vec!["linux".to_owned()],
             }],
             backend_id: "agent-sim".to_owned(),
+            namespaces_ready_after: Duration::ZERO,
         }
     }
 }
@@ -153,6 +159,8 @@ pub async fn serve(
 /// State shared by the accept loop, the schedulers and every session.
 struct Shared {
     namespaces: Vec<String>,
+    /// Before this instant every namespace is unknown (404).
+    namespaces_ready_at: tokio::time::Instant,
     user: String,
     password: String,
     backend_id: HeaderValue,
@@ -247,6 +255,7 @@ impl Shared {
             .max_frame_size(Some(64 << 10));
         Ok(Self {
             namespaces: cfg.namespaces,
+            namespaces_ready_at: tokio::time::Instant::now() + cfg.namespaces_ready_after,
             user: cfg.user,
             password: cfg.password,
             backend_id,

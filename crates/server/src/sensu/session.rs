@@ -116,12 +116,19 @@ fn check_upgrade(
 ) -> Result<Response, ErrorResponse> {
     let headers = req.headers();
     let stats = &shared.stats;
-    let ns = header_str(headers, "sensu-namespace")
-        .and_then(|ns| shared.namespaces.iter().position(|n| n == ns));
+    let asked = header_str(headers, "sensu-namespace").unwrap_or_default();
+    let ns = shared
+        .namespaces
+        .iter()
+        .position(|n| n == asked)
+        .filter(|_| tokio::time::Instant::now() >= shared.namespaces_ready_at);
     let Some(ns) = ns else {
         inc(&stats.upgrades_rejected);
         inc(&stats.rejected_namespace);
-        return Err(error_response(StatusCode::NOT_FOUND, "namespace not found"));
+        return Err(error_response(
+            StatusCode::NOT_FOUND,
+            &format!("namespace {asked:?} not found"),
+        ));
     };
     let credentials_ok = match basic_auth(headers) {
         None => {
