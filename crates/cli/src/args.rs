@@ -164,6 +164,14 @@ pub struct RunArgs {
     /// Tokio worker threads (default: number of cores).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// Stop the run (exit 1) at the first failure that cannot heal by itself:
+    /// bad credentials, unknown namespace, ACL denied, wrong protocol on the port.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub fail_fast: Option<bool>,
+    /// When no agent ever connected, stop (exit 1) once every agent has failed
+    /// twice with a cause that cannot heal by itself over at least this long.
+    #[arg(long, value_name = "DURATION")]
+    pub give_up_after: Option<Secs>,
 
     // --- Sensu ---
     /// Sensu: keepalive interval.

@@ -142,7 +142,7 @@ macro_rules! with_run_args_fields {
     ($m:ident) => {
         $m!(
             vals: kind, agents, duration, ramp, max_dialing, reconnect_min, reconnect_max,
-                shutdown_grace, name_prefix, threads, keepalive_interval,
+                shutdown_grace, name_prefix, threads, fail_fast, give_up_after, keepalive_interval,
                 keepalive_warning_timeout, keepalive_critical_timeout, namespace, user,
                 password, subscriptions, encoding, deregister, event_rate, event_output_size,
                 insecure_skip_tls_verify, http_target, token, upstreams, services_per_agent,
@@ -194,6 +194,8 @@ pub fn defaults() -> RunArgs {
         reconnect_min: Some(Secs(fleet.backoff.min())),
         reconnect_max: Some(Secs(fleet.backoff.max())),
         shutdown_grace: Some(Secs(fleet.grace)),
+        fail_fast: Some(fleet.fail_fast),
+        give_up_after: Some(Secs(fleet.give_up_after)),
         name_prefix: Some(sensu.name_prefix),
         keepalive_interval: Some(Secs(sensu.keepalive_interval)),
         keepalive_warning_timeout: Some(sensu.keepalive_warning_timeout),
@@ -456,6 +458,12 @@ fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageEr
     }
     if let Some(n) = a.max_dialing {
         fleet.max_dialing = n;
+    }
+    if let Some(f) = a.fail_fast {
+        fleet.fail_fast = f;
+    }
+    if let Some(d) = a.give_up_after {
+        fleet.give_up_after = d.0;
     }
     fleet.backoff = Backoff::new(
         a.reconnect_min.map_or(fleet.backoff.min(), |d| d.0),

@@ -63,14 +63,14 @@ impl Progress {
             .map(|(k, v)| format!(" (most: {k} {v})"))
             .unwrap_or_default();
         format!(
-            "[{:>7.1}s] {} connected {}/{} started {}{}  reconnects {}  errors {}{}",
+            "[{:>7.1}s] {} connected {}/{} started {}{}  retries {}  errors {}{}",
             now.as_secs_f64(),
             self.kind,
             snap.connected,
             self.requested,
             started,
             rates,
-            snap.counter("reconnects"),
+            snap.counter(agent_sim_fleet::COUNTER_RECONNECT_ATTEMPTS),
             errors,
             top_error
         )
@@ -116,7 +116,7 @@ mod tests {
     fn line_shows_connected_rates_and_errors() {
         let mut p = Progress::new(100, false, Duration::from_secs(10), "sensu");
         let mut snap = Snapshot {
-            counters: vec![("keepalives_sent", 50), ("reconnects", 2)],
+            counters: vec![("keepalives_sent", 50), ("reconnect_attempts", 2)],
             connected: 90,
             ..Default::default()
         };
@@ -125,6 +125,6 @@ mod tests {
         assert!(l.contains("connected 90/100"), "{l}");
         assert!(l.contains("keepalives 5.0/s"), "{l}");
         assert!(l.contains("errors 3 (most: connect_refused 3)"), "{l}");
-        assert!(l.contains("reconnects 2"), "{l}");
+        assert!(l.contains("retries 2"), "{l}");
     }
 }

@@ -500,7 +500,10 @@ impl ConsulAgent {
         grpc: &GrpcClient,
     ) -> Option<SessionEnd> {
         if status.code() != Code::Aborted {
-            return Some(SessionEnd::Lost(conn::status_kind(status.code())));
+            return Some(SessionEnd::lost_with(
+                conn::status_kind(status.code()),
+                format!("gRPC {:?}: {}", status.code(), status.message()),
+            ));
         }
         let sh = self.shared.clone();
         sh.metrics.incr(sh.ids.aborts);
@@ -801,8 +804,8 @@ impl ConsulAgent {
             _ = cx.cancel.cancelled() => return SessionEnd::Shutdown,
         };
         let conn = match conn {
-            Err(_) => return SessionEnd::Lost("connect_timeout"),
-            Ok(Err(e)) => return SessionEnd::Lost(e.kind),
+            Err(_) => return SessionEnd::lost("connect_timeout"),
+            Ok(Err(e)) => return SessionEnd::lost_with(e.kind, e.detail),
             Ok(Ok(c)) => c,
         };
         sh.metrics
@@ -910,7 +913,7 @@ impl ConsulAgent {
             .await;
             match wake {
                 Wake::Cancelled => break SessionEnd::Shutdown,
-                Wake::ConnClosed(kind) => break SessionEnd::Lost(kind),
+                Wake::ConnClosed(kind) => break SessionEnd::lost(kind),
                 Wake::Started(i, Ok(stream)) => slots[i].state = SlotState::Live(stream),
                 Wake::Started(i, Err(status)) => {
                     let slot = &mut slots[i];
@@ -929,7 +932,7 @@ impl ConsulAgent {
                         break end;
                     }
                 }
-                Wake::StreamEnd => break SessionEnd::Lost("stream_end"),
+                Wake::StreamEnd => break SessionEnd::lost("stream_end"),
                 Wake::Http(done) => {
                     http_op = None;
                     self.on_http(&mut hs, done);

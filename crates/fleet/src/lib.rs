@@ -15,8 +15,16 @@
 //!   roots or no verification) shared by the protocol crates.
 //! - [`units`]: human units for durations and rates (`20s`, `500/s`).
 //!
+//! Outcome bookkeeping: every agent's last failure is kept, so that the
+//! report says why each agent missing at the end is missing; a session that
+//! fails is always retried with backoff, as a real agent does, unless
+//! `fail_fast` stops the run at the first cause that cannot heal by itself
+//! (as declared by the protocol's [`agent_sim_metrics::ErrorKindSpec`]);
+//! when no agent ever held a session and every agent has failed twice with
+//! such a cause, the fleet stops early instead of idling.
+//!
 //! What it is not: it opens no sockets itself and records no protocol metrics;
-//! it only maintains the sessions gauge, the `reconnects` counter and error
+//! it only maintains the sessions gauge, the reconnect counters and error
 //! kinds reported through [`SessionEnd`].
 
 pub mod backoff;
@@ -24,6 +32,7 @@ pub mod net;
 pub mod tls;
 pub mod units;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -44,31 +53,87 @@ pub use units::{Rate, parse_duration};
 /// A boxed, sendable future (what [`Agent`] methods return).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Counter names the engine itself records.
-pub const COUNTER_RECONNECTS: &str = "reconnects";
+/// Counter of session attempts after an agent's first (every retry).
+pub const COUNTER_RECONNECT_ATTEMPTS: &str = "reconnect_attempts";
+/// Counter of agents that held a session, lost it and got one again (once
+/// per comeback).
+pub const COUNTER_AGENTS_RECONNECTED: &str = "agents_reconnected";
 /// Counter of sessions that reached [`SessionCx::established`].
 pub const COUNTER_SESSIONS: &str = "sessions_established";
+/// Cause of an agent missing at the end that never got an answer at all
+/// (still dialing or in its first handshake).
+pub const CAUSE_NO_ANSWER_YET: &str = "no_answer_yet";
 
 /// Names the engine records; merge them into the run's [`MetricsSpec`].
 pub fn metrics_spec() -> MetricsSpec {
     MetricsSpec {
-        counters: vec![COUNTER_RECONNECTS, COUNTER_SESSIONS],
+        counters: vec![
+            COUNTER_RECONNECT_ATTEMPTS,
+            COUNTER_AGENTS_RECONNECTED,
+            COUNTER_SESSIONS,
+        ],
         latencies: vec![],
-        errors: Vec::new(),
+        errors: net::dial_error_kinds().to_vec(),
+    }
+}
+
+/// Why a session failed: a stable kind for the counters, and the server's
+/// own words when it said anything (HTTP body or status line, gRPC status
+/// message, close reason).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// Error kind, e.g. `upgrade_401`, `connect_refused`.
+    pub kind: &'static str,
+    /// What the server said, if anything.
+    pub detail: Option<String>,
+}
+
+impl From<&'static str> for Failure {
+    fn from(kind: &'static str) -> Self {
+        Failure { kind, detail: None }
     }
 }
 
 /// How a session ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionEnd {
     /// Shutdown was requested and the session closed; do not reconnect.
     Shutdown,
-    /// The session failed or was lost; counted as an error of this kind, then
-    /// the agent reconnects after a backoff.
-    Lost(&'static str),
-    /// The agent cannot continue (e.g. rejected credentials); counted as an
-    /// error of this kind and the agent stops for the rest of the run.
-    Fatal(&'static str),
+    /// The session failed (handshake refused, reset, timed out, ...) or was
+    /// lost; counted as an error of this kind, then the agent reconnects
+    /// after a backoff, as a real agent does, whatever the cause.
+    Lost(Failure),
+    /// The session cannot even be attempted (a local problem such as a TLS
+    /// target without TLS settings); counted, and the agent stops.
+    Fatal(Failure),
+}
+
+impl SessionEnd {
+    /// [`SessionEnd::Lost`] without the server's words.
+    pub fn lost(kind: &'static str) -> Self {
+        SessionEnd::Lost(kind.into())
+    }
+
+    /// [`SessionEnd::Lost`] with what the server said.
+    pub fn lost_with(kind: &'static str, detail: impl Into<String>) -> Self {
+        SessionEnd::Lost(Failure {
+            kind,
+            detail: Some(detail.into()),
+        })
+    }
+
+    /// [`SessionEnd::Fatal`] of a kind.
+    pub fn fatal(kind: &'static str) -> Self {
+        SessionEnd::Fatal(kind.into())
+    }
+
+    /// The failure, unless this is a shutdown.
+    pub fn failure(&self) -> Option<&Failure> {
+        match self {
+            SessionEnd::Shutdown => None,
+            SessionEnd::Lost(f) | SessionEnd::Fatal(f) => Some(f),
+        }
+    }
 }
 
 /// Per-session context handed to [`Agent::run_session`].
@@ -88,6 +153,8 @@ pub struct SessionCx {
     ever: Arc<AtomicU64>,
     live: Arc<AtomicI64>,
     was_established_before: bool,
+    /// The fleet's ledger and this agent's local number (none standalone).
+    ledger: Option<(Arc<Ledger>, usize)>,
 }
 
 impl std::fmt::Debug for SessionCx {
@@ -114,6 +181,7 @@ impl SessionCx {
             ever: Arc::new(AtomicU64::new(0)),
             live: Arc::new(AtomicI64::new(0)),
             was_established_before: false,
+            ledger: None,
         }
     }
 
@@ -125,10 +193,22 @@ impl SessionCx {
             self.metrics.session_up();
             self.live.fetch_add(1, Ordering::Relaxed);
             self.metrics.incr(self.metrics.counter(COUNTER_SESSIONS));
-            if !self.was_established_before {
+            if self.was_established_before {
+                self.metrics
+                    .incr(self.metrics.counter(COUNTER_AGENTS_RECONNECTED));
+            } else {
                 self.ever.fetch_add(1, Ordering::Relaxed);
             }
+            if let Some((ledger, n)) = &self.ledger {
+                ledger.up(*n);
+            }
         }
+    }
+
+    /// Releases the dial slot without counting the session as established
+    /// (the handshake is over but the server has not answered yet).
+    pub fn release_dial_slot(&self) {
+        self.permit.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     /// Whether [`SessionCx::established`] was called in this session.
@@ -190,6 +270,15 @@ pub struct FleetConfig {
     pub grace: Duration,
     /// Source addresses, used round-robin by agent index; empty = OS choice.
     pub source_addrs: Vec<IpAddr>,
+    /// Stop the run at the first failure whose kind cannot heal by itself
+    /// (declared `heals: false`: bad credentials, unknown namespace, ACL
+    /// denied, wrong protocol on the port).
+    pub fail_fast: bool,
+    /// When no agent ever held a session, the fleet stops once every agent
+    /// has failed at least twice with a cause that cannot heal by itself,
+    /// the first of them at least this long ago (a real backend refuses a
+    /// namespace it has just created for a few seconds).
+    pub give_up_after: Duration,
 }
 
 impl Default for FleetConfig {
@@ -203,6 +292,8 @@ impl Default for FleetConfig {
             duration: None,
             grace: Duration::from_secs(5),
             source_addrs: Vec::new(),
+            fail_fast: false,
+            give_up_after: Duration::from_secs(10),
         }
     }
 }
@@ -278,6 +369,124 @@ pub struct FleetReport {
     pub elapsed: Duration,
     /// Agent tasks that had not finished when the grace period ran out.
     pub unfinished: u64,
+    /// Agents that held a session, lost it, and were not back at the end.
+    pub lost_not_back: u64,
+    /// Agents not holding a session at the end, by their last failure's
+    /// kind ([`CAUSE_NO_ANSWER_YET`] when they had none).
+    pub missing: BTreeMap<&'static str, u64>,
+    /// Established sessions that ended, by cause.
+    pub sessions_lost: BTreeMap<&'static str, u64>,
+    /// Why the fleet stopped before the run's end, if it did.
+    pub stopped: Option<Stopped>,
+}
+
+/// Why a fleet stopped before the end of the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stopped {
+    /// `true`: `fail_fast` and this failure; `false`: no agent ever held a
+    /// session and every agent failed twice with a cause that cannot heal.
+    pub fail_fast: bool,
+    /// The failure that decided it.
+    pub failure: Failure,
+}
+
+/// What the engine knows of each agent (index = local agent number).
+#[derive(Debug, Default)]
+struct Book {
+    marks: Vec<Mark>,
+    /// Agents with two non-healing failures spanning `give_up_after`.
+    given_up: u64,
+    sessions_lost: BTreeMap<&'static str, u64>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Mark {
+    up: bool,
+    ever: bool,
+    last: Option<&'static str>,
+    permanent: u8,
+    /// When the first failure that cannot heal happened.
+    first_permanent: Option<Instant>,
+    /// Counted in `Book::given_up`.
+    given_up: bool,
+}
+
+/// The book and what decides an early stop, shared by the agent tasks.
+struct Ledger {
+    book: Mutex<Book>,
+    agents: u64,
+    fail_fast: bool,
+    give_up_after: Duration,
+    stop: CancellationToken,
+    stopped: Mutex<Option<Stopped>>,
+    ever: Arc<AtomicU64>,
+    metrics: Metrics,
+}
+
+impl Ledger {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn up(&self, n: usize) {
+        let mut b = self.lock();
+        b.marks[n].up = true;
+        b.marks[n].ever = true;
+    }
+
+    /// Records a failed or lost session of agent `n`; decides fail-fast
+    /// and the early stop.
+    fn failed(&self, n: usize, was_up: bool, f: &Failure) {
+        let permanent = self.metrics.error_kind(f.kind).is_some_and(|k| !k.heals);
+        let now = Instant::now();
+        let all_given_up = {
+            let mut b = self.lock();
+            let m = &mut b.marks[n];
+            m.up = false;
+            m.last = Some(f.kind);
+            let mut gives_up = false;
+            if permanent {
+                m.permanent = m.permanent.saturating_add(1);
+                let first = *m.first_permanent.get_or_insert(now);
+                if m.permanent >= 2 && !m.given_up && now - first >= self.give_up_after {
+                    m.given_up = true;
+                    gives_up = true;
+                }
+            } else {
+                // A cause that can heal: start over.
+                m.permanent = 0;
+                m.first_permanent = None;
+                if m.given_up {
+                    m.given_up = false;
+                    b.given_up -= 1;
+                }
+            }
+            if was_up {
+                *b.sessions_lost.entry(f.kind).or_insert(0) += 1;
+            }
+            if gives_up {
+                b.given_up += 1;
+            }
+            b.given_up >= self.agents
+        };
+        let stop = if permanent && self.fail_fast {
+            Some(true)
+        } else if all_given_up && self.ever.load(Ordering::Relaxed) == 0 {
+            Some(false)
+        } else {
+            None
+        };
+        if let Some(fail_fast) = stop {
+            let mut s = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+            if s.is_none() {
+                *s = Some(Stopped {
+                    fail_fast,
+                    failure: f.clone(),
+                });
+                self.stop.cancel();
+            }
+        }
+    }
 }
 
 /// Runs a fleet until `shutdown` is cancelled or `cfg.duration` elapses, then
@@ -295,7 +504,20 @@ pub async fn run<F: AgentFactory>(
     let tracker = TaskTracker::new();
     let dial_gate = Arc::new(Semaphore::new(cfg.max_dialing.max(1)));
     let start = Instant::now();
-    let reconnects = metrics.counter(COUNTER_RECONNECTS);
+    let reconnect_attempts = metrics.counter(COUNTER_RECONNECT_ATTEMPTS);
+    let ledger = Arc::new(Ledger {
+        book: Mutex::new(Book {
+            marks: vec![Mark::default(); cfg.agents as usize],
+            ..Book::default()
+        }),
+        agents: cfg.agents,
+        fail_fast: cfg.fail_fast,
+        give_up_after: cfg.give_up_after,
+        stop: CancellationToken::new(),
+        stopped: Mutex::new(None),
+        ever: status.ever_connected.clone(),
+        metrics: metrics.clone(),
+    });
     let all_connected_at: Arc<Mutex<Option<Duration>>> = Arc::new(Mutex::new(None));
 
     // Watch for "every agent connected once".
@@ -325,6 +547,7 @@ pub async fn run<F: AgentFactory>(
         let status = status.clone();
         let metrics = metrics.clone();
         let cfg = cfg.clone();
+        let ledger = ledger.clone();
         async move {
             for n in 0..cfg.agents {
                 if run_token.is_cancelled() {
@@ -361,8 +584,10 @@ pub async fn run<F: AgentFactory>(
                         backoff: cfg.backoff.clone(),
                         ever: status.ever_connected.clone(),
                         live: status.connected.clone(),
-                        reconnects,
+                        reconnect_attempts,
                         grace: cfg.grace,
+                        ledger: ledger.clone(),
+                        n: n as usize,
                     },
                 ));
                 status.started.fetch_add(1, Ordering::Relaxed);
@@ -375,17 +600,32 @@ pub async fn run<F: AgentFactory>(
     };
     let spawner = tokio::spawn(spawner);
 
-    // The run ends at the deadline or on external shutdown.
-    match cfg.duration {
-        Some(d) => {
-            tokio::select! {
-                _ = tokio::time::sleep(d) => {}
-                _ = shutdown.cancelled() => {}
-            }
+    // The run ends at the deadline, on external shutdown, or when the
+    // ledger stops it (fail-fast, or nothing can ever connect).
+    let deadline = async {
+        match cfg.duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
         }
-        None => shutdown.cancelled().await,
+    };
+    tokio::select! {
+        _ = deadline => {}
+        _ = shutdown.cancelled() => {}
+        _ = ledger.stop.cancelled() => {}
     }
     let connected_at_end = status.connected.load(Ordering::Relaxed).max(0) as u64;
+    let (missing, lost_not_back, sessions_lost) = {
+        let b = ledger.lock();
+        let mut missing: BTreeMap<&'static str, u64> = BTreeMap::new();
+        let mut lost = 0;
+        for m in b.marks.iter().filter(|m| !m.up) {
+            *missing
+                .entry(m.last.unwrap_or(CAUSE_NO_ANSWER_YET))
+                .or_insert(0) += 1;
+            lost += u64::from(m.ever);
+        }
+        (missing, lost, b.sessions_lost.clone())
+    };
     run_token.cancel();
     let _ = spawner.await;
     tracker.close();
@@ -406,6 +646,14 @@ pub async fn run<F: AgentFactory>(
         all_connected_after,
         elapsed: start.elapsed(),
         unfinished,
+        lost_not_back,
+        missing,
+        sessions_lost,
+        stopped: ledger
+            .stopped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone(),
     }
 }
 
@@ -418,8 +666,10 @@ struct AgentEnv {
     backoff: Backoff,
     ever: Arc<AtomicU64>,
     live: Arc<AtomicI64>,
-    reconnects: CounterId,
+    reconnect_attempts: CounterId,
     grace: Duration,
+    ledger: Arc<Ledger>,
+    n: usize,
 }
 
 async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
@@ -434,6 +684,9 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
             },
             _ = env.cancel.cancelled() => break,
         };
+        if attempt > 0 {
+            env.metrics.incr(env.reconnect_attempts);
+        }
         let cx = SessionCx {
             index: env.index,
             attempt,
@@ -445,10 +698,12 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
             ever: env.ever.clone(),
             live: env.live.clone(),
             was_established_before,
+            ledger: Some((env.ledger.clone(), env.n)),
         };
         let end = agent.run_session(&cx).await;
         drop(cx.permit.lock().unwrap_or_else(|p| p.into_inner()).take());
-        if cx.is_established() {
+        let was_up = cx.is_established();
+        if was_up {
             env.metrics.session_down();
             env.live.fetch_sub(1, Ordering::Relaxed);
             was_established_before = true;
@@ -457,16 +712,17 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
         attempt = attempt.saturating_add(1);
         match end {
             SessionEnd::Shutdown => break,
-            SessionEnd::Fatal(kind) => {
-                env.metrics.error(kind);
+            SessionEnd::Fatal(f) => {
+                env.metrics.error_with(f.kind, f.detail.as_deref());
+                env.ledger.failed(env.n, was_up, &f);
                 break;
             }
-            SessionEnd::Lost(kind) => {
+            SessionEnd::Lost(f) => {
                 if env.cancel.is_cancelled() {
                     break;
                 }
-                env.metrics.error(kind);
-                env.metrics.incr(env.reconnects);
+                env.metrics.error_with(f.kind, f.detail.as_deref());
+                env.ledger.failed(env.n, was_up, &f);
                 let delay = backoff.next_delay();
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
@@ -486,6 +742,7 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
         ever: env.ever.clone(),
         live: env.live.clone(),
         was_established_before: true,
+        ledger: None,
     };
     let _ = tokio::time::timeout(env.grace, agent.finish(&cx)).await;
 }
@@ -508,7 +765,7 @@ mod tests {
                 cx.established();
                 if self.drops_left > 0 {
                     self.drops_left -= 1;
-                    return SessionEnd::Lost("dropped");
+                    return SessionEnd::lost_with("dropped", "peer went away");
                 }
                 cx.cancel.cancelled().await;
                 SessionEnd::Shutdown
@@ -601,10 +858,146 @@ mod tests {
         .await;
         let s = m.snapshot();
         assert_eq!(s.errors["dropped"], 20);
-        assert_eq!(s.counter(COUNTER_RECONNECTS), 20);
+        assert_eq!(s.counter(COUNTER_RECONNECT_ATTEMPTS), 20);
+        assert_eq!(s.counter(COUNTER_AGENTS_RECONNECTED), 20);
         assert_eq!(s.counter(COUNTER_SESSIONS), 30);
         assert_eq!(report.connected_at_end, 10);
         assert_eq!(report.ever_connected, 10);
+        assert_eq!(report.sessions_lost["dropped"], 20);
+        assert!(report.missing.is_empty() && report.lost_not_back == 0);
+        assert_eq!(
+            m.error_report()[0].stat.sample.as_deref(),
+            Some("peer went away")
+        );
+    }
+
+    /// Every session is refused with `kind`; agents with an index in
+    /// `lucky` are accepted instead and hold their session.
+    struct Refused {
+        kind: &'static str,
+        lucky: std::ops::Range<u64>,
+        attempts: Arc<AtomicU64>,
+    }
+
+    impl Agent for Refused {
+        fn run_session<'a>(&'a mut self, cx: &'a SessionCx) -> BoxFuture<'a, SessionEnd> {
+            Box::pin(async move {
+                self.attempts.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                if self.lucky.contains(&cx.index) {
+                    cx.established();
+                    cx.cancel.cancelled().await;
+                    return SessionEnd::Shutdown;
+                }
+                SessionEnd::lost_with(self.kind, "wrong password for user agent")
+            })
+        }
+    }
+
+    struct RefusedFactory(&'static str, std::ops::Range<u64>, Arc<AtomicU64>);
+
+    impl AgentFactory for RefusedFactory {
+        type Agent = Refused;
+        fn create(&self, _index: u64) -> Refused {
+            Refused {
+                kind: self.0,
+                lucky: self.1.clone(),
+                attempts: self.2.clone(),
+            }
+        }
+    }
+
+    fn refusing_metrics() -> Metrics {
+        let mut spec = metrics_spec();
+        spec.errors = vec![
+            agent_sim_metrics::ErrorKindSpec {
+                kind: "upgrade_401",
+                hint: "check --password",
+                heals: false,
+            },
+            agent_sim_metrics::ErrorKindSpec {
+                kind: "upgrade_503",
+                hint: "the backend is overloaded",
+                heals: true,
+            },
+        ];
+        Metrics::new(&spec, 1)
+    }
+
+    async fn refused_run(
+        kind: &'static str,
+        lucky: std::ops::Range<u64>,
+        fail_fast: bool,
+    ) -> (FleetReport, u64) {
+        let attempts = Arc::new(AtomicU64::new(0));
+        let report = run(
+            FleetConfig {
+                agents: 20,
+                ramp: None,
+                duration: Some(Duration::from_secs(600)),
+                backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(1)),
+                fail_fast,
+                ..Default::default()
+            },
+            Arc::new(RefusedFactory(kind, lucky, attempts.clone())),
+            refusing_metrics(),
+            Arc::new(FleetStatus::default()),
+            CancellationToken::new(),
+        )
+        .await;
+        (report, attempts.load(Ordering::Relaxed))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fleet_nobody_can_join_stops_after_everyone_failed_twice() {
+        let t0 = Instant::now();
+        let (r, attempts) = refused_run("upgrade_401", 0..0, false).await;
+        // Every agent retried (no give-up after one refusal), past the
+        // settling window, and the run ended long before its 600 s deadline.
+        assert!(attempts >= 20 * 5, "{attempts}");
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_secs(10) && took < Duration::from_secs(15),
+            "{took:?}"
+        );
+        let stopped = r.stopped.expect("stopped early");
+        assert!(!stopped.fail_fast);
+        assert_eq!(stopped.failure.kind, "upgrade_401");
+        assert_eq!(r.missing["upgrade_401"], 20);
+        assert_eq!((r.ever_connected, r.connected_at_end), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn causes_that_heal_are_retried_until_the_deadline() {
+        let t0 = Instant::now();
+        let (r, attempts) = refused_run("upgrade_503", 0..0, false).await;
+        assert_eq!(r.stopped, None);
+        assert!(t0.elapsed() >= Duration::from_secs(600));
+        assert!(attempts > 20 * 100, "{attempts}");
+        assert_eq!(r.missing["upgrade_503"], 20);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_connected_agent_keeps_the_run_going_and_the_rest_are_missing_by_cause() {
+        let (r, _) = refused_run("upgrade_401", 0..5, false).await;
+        assert_eq!(r.stopped, None);
+        assert_eq!(r.connected_at_end, 5);
+        assert_eq!(r.missing["upgrade_401"], 15);
+        assert_eq!(r.lost_not_back, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fail_fast_stops_at_the_first_cause_that_cannot_heal() {
+        let t0 = Instant::now();
+        let (r, attempts) = refused_run("upgrade_401", 0..5, true).await;
+        let stopped = r.stopped.expect("fail-fast");
+        assert!(stopped.fail_fast);
+        assert_eq!(
+            stopped.failure.detail.as_deref(),
+            Some("wrong password for user agent")
+        );
+        assert!(attempts <= 20, "{attempts}");
+        assert!(t0.elapsed() < Duration::from_secs(1));
     }
 
     #[tokio::test(start_paused = true)]

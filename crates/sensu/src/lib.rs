@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use agent_sim_fleet::units::Rate;
 use agent_sim_fleet::{Agent, AgentFactory, BoxFuture, SessionCx, SessionEnd};
-use agent_sim_metrics::{CounterId, LatencyId, Metrics, MetricsSpec};
+use agent_sim_metrics::{CounterId, ErrorKindSpec, LatencyId, Metrics, MetricsSpec};
 
 pub use codec::{CodecError, Encoding};
 use messages::{MessageBuilder, Templates};
@@ -172,9 +172,74 @@ pub fn metrics_spec() -> MetricsSpec {
             L_KEEPALIVE_LATENESS,
             L_CHECK_TURNAROUND,
         ],
-        errors: Vec::new(),
+        errors: ERROR_KINDS.to_vec(),
     }
 }
+
+/// The error kinds of a Sensu session, with what to check.
+const ERROR_KINDS: &[ErrorKindSpec] = &[
+    ErrorKindSpec {
+        kind: "upgrade_401",
+        hint: "--user / --password (AGENT_SIM_SENSU_PASSWORD): the backend refused the agent's \
+               credentials (a fresh backend's agent user is agent / P@ssw0rd!)",
+        heals: false,
+    },
+    ErrorKindSpec {
+        kind: "upgrade_403",
+        hint: "--user: the user may not connect agents in this namespace (RBAC)",
+        heals: false,
+    },
+    ErrorKindSpec {
+        kind: "upgrade_404",
+        hint: "--namespace: the backend does not know it (one created seconds ago is refused until \
+               the backend's cache catches up); or --target is not the agent port (8081)",
+        heals: false,
+    },
+    ErrorKindSpec {
+        kind: "upgrade_5xx",
+        hint: "the backend failed to set the session up (overloaded, etcd trouble); lower --ramp",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "upgrade_4xx",
+        hint: "the backend refused the upgrade: is --target the agent WebSocket port (8081)?",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "upgrade_protocol",
+        hint: "the port did not answer like a Sensu agent endpoint: is --target the agent port \
+               (8081), and ws:// vs wss:// right?",
+        heals: false,
+    },
+    ErrorKindSpec {
+        kind: "tls",
+        hint: "TLS handshake failed: wss:// needs TLS on the backend's agent port; check --ca-file \
+               or --insecure-skip-tls-verify, or use ws:// for a plain port",
+        heals: false,
+    },
+    ErrorKindSpec {
+        kind: "handshake_timeout",
+        hint: "the backend took longer than the handshake timeout to accept the session \
+               (overloaded: lower --ramp)",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "pong_timeout",
+        hint: "no pong within 45 s of a ping: the backend or the network stalls",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "ws_closed",
+        hint: "the backend closed the session (restart, or it dropped the agent)",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "entity_config_timeout",
+        hint: "the backend sent no entity_config within the wait; a real agent logs this and \
+               carries on",
+        heals: true,
+    },
+];
 
 /// Metric ids resolved once per factory.
 #[derive(Debug, Clone, Copy)]

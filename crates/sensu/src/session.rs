@@ -16,7 +16,8 @@
 //! 4. On cancellation: close 1001 "bye", wait ≤ 1 s for the close handshake.
 //!
 //! Every failure ends the session with a stable snake_case kind
-//! ([`SessionEnd::Lost`] / [`SessionEnd::Fatal`]); nothing here panics on
+//! ([`SessionEnd::Lost`], retried by the engine; [`SessionEnd::Fatal`] only
+//! for a session that cannot be attempted); nothing here panics on
 //! network data.
 
 use std::io;
@@ -134,9 +135,9 @@ impl Target {
                     .map(|it| it.collect::<Vec<_>>())
             })
             .await
-            .map_err(|_| SessionEnd::Lost("resolve"))?;
+            .map_err(|_| SessionEnd::lost("resolve"))?;
         if addrs.is_empty() {
-            return Err(SessionEnd::Lost("resolve"));
+            return Err(SessionEnd::lost("resolve"));
         }
         Ok(addrs[(index as usize) % addrs.len()])
     }
@@ -246,25 +247,45 @@ impl CheckState {
 
 type Ws = WebSocketStream<MaybeTlsStream>;
 
-/// Error kind of a failed upgrade.
+/// The session end of a failed upgrade: every answer is retried with
+/// backoff (as a real agent does); the status line and body the backend
+/// sent are kept as the server's words.
 fn upgrade_error_kind(e: &tungstenite::Error) -> SessionEnd {
     match e {
-        tungstenite::Error::Http(resp) => match resp.status().as_u16() {
-            // Rejected credentials or unknown namespace: retrying cannot help
-            // and costs the backend a bcrypt per attempt.
-            401 => SessionEnd::Fatal("upgrade_401"),
-            404 => SessionEnd::Fatal("upgrade_404"),
-            _ => SessionEnd::Lost("upgrade_status"),
-        },
+        tungstenite::Error::Http(resp) => {
+            let status = resp.status();
+            let kind = match status.as_u16() {
+                401 => "upgrade_401",
+                403 => "upgrade_403",
+                404 => "upgrade_404",
+                500..=599 => "upgrade_5xx",
+                _ => "upgrade_4xx",
+            };
+            let body = resp
+                .body()
+                .as_deref()
+                .map(|b| String::from_utf8_lossy(b).trim().to_string())
+                .unwrap_or_default();
+            let mut words = format!(
+                "HTTP {} {}",
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("")
+            );
+            if !body.is_empty() {
+                words.push_str(": ");
+                words.push_str(&body);
+            }
+            SessionEnd::lost_with(kind, words)
+        }
         tungstenite::Error::Io(e) if e.kind() == io::ErrorKind::TimedOut => {
-            SessionEnd::Lost("handshake_timeout")
+            SessionEnd::lost("handshake_timeout")
         }
-        tungstenite::Error::Io(_) => SessionEnd::Lost("upgrade_io"),
+        tungstenite::Error::Io(e) => SessionEnd::lost_with("upgrade_io", e.to_string()),
         tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed => {
-            SessionEnd::Lost("upgrade_closed")
+            SessionEnd::lost("upgrade_closed")
         }
-        tungstenite::Error::Protocol(_) => SessionEnd::Lost("upgrade_protocol"),
-        _ => SessionEnd::Lost("upgrade_error"),
+        tungstenite::Error::Protocol(p) => SessionEnd::lost_with("upgrade_protocol", p.to_string()),
+        e => SessionEnd::lost_with("upgrade_error", e.to_string()),
     }
 }
 
@@ -317,7 +338,7 @@ async fn connect(shared: &Shared, name: &str, cx: &SessionCx) -> Result<Ws, Sess
         let addr = target.addr(cx.index).await?;
         let tcp = dial(addr, cx.bind_addr)
             .await
-            .map_err(|e| SessionEnd::Lost(dial_error_kind(&e)))?;
+            .map_err(|e| SessionEnd::lost_with(dial_error_kind(&e), e.to_string()))?;
         let stream = match (&shared.tls, target.tls) {
             (Some(tls), true) => {
                 let tls = tokio_rustls::TlsConnector::from(tls.clone())
@@ -325,17 +346,17 @@ async fn connect(shared: &Shared, name: &str, cx: &SessionCx) -> Result<Ws, Sess
                     .await
                     .map_err(|e| match e.kind() {
                         io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof => {
-                            SessionEnd::Lost("tls_reset")
+                            SessionEnd::lost_with("tls_reset", e.to_string())
                         }
-                        _ => SessionEnd::Lost("tls"),
+                        _ => SessionEnd::lost_with("tls", e.to_string()),
                     })?;
                 MaybeTlsStream::Tls(Box::new(tls))
             }
-            (None, true) => return Err(SessionEnd::Fatal("tls_not_configured")),
+            (None, true) => return Err(SessionEnd::fatal("tls_not_configured")),
             (_, false) => MaybeTlsStream::Plain(tcp),
         };
         let req = upgrade_request(cfg, &target.url, name)
-            .map_err(|_| SessionEnd::Fatal("bad_upgrade_request"))?;
+            .map_err(|_| SessionEnd::fatal("bad_upgrade_request"))?;
         let (ws, resp) =
             tokio_tungstenite::client_async_with_config(req, stream, Some(ws_config()))
                 .await
@@ -347,13 +368,23 @@ async fn connect(shared: &Shared, name: &str, cx: &SessionCx) -> Result<Ws, Sess
             .get(http::header::CONTENT_TYPE)
             .is_some_and(|ct| ct.as_bytes() != cfg.encoding.content_type().as_bytes())
         {
-            return Err(SessionEnd::Fatal("upgrade_content_type"));
+            return Err(SessionEnd::lost_with(
+                "upgrade_content_type",
+                format!(
+                    "Content-Type {:?}, asked for {}",
+                    resp.headers()
+                        .get(http::header::CONTENT_TYPE)
+                        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                        .unwrap_or_default(),
+                    cfg.encoding.content_type()
+                ),
+            ));
         }
         Ok(ws)
     };
     tokio::select! {
         r = tokio::time::timeout(cfg.handshake_timeout, handshake) => {
-            r.unwrap_or(Err(SessionEnd::Lost("handshake_timeout")))
+            r.unwrap_or(Err(SessionEnd::lost("handshake_timeout")))
         }
         _ = cx.cancel.cancelled() => Err(SessionEnd::Shutdown),
     }
@@ -417,14 +448,14 @@ impl Steady<'_> {
         self.ws
             .flush()
             .await
-            .map_err(|e| SessionEnd::Lost(ws_error_kind(&e)))?;
+            .map_err(|e| SessionEnd::lost(ws_error_kind(&e)))?;
         let wire = masked_binary_frame(&payload, fastrand::u32(..).to_be_bytes());
         drop(payload);
         self.ws
             .get_mut()
             .write_all(&wire)
             .await
-            .map_err(|e| SessionEnd::Lost(ws_error_kind(&tungstenite::Error::Io(e))))?;
+            .map_err(|e| SessionEnd::lost(ws_error_kind(&tungstenite::Error::Io(e))))?;
         self.shared.metrics.add(self.shared.ids.bytes_sent, n);
         Ok(())
     }
@@ -532,8 +563,8 @@ impl Steady<'_> {
             match woke {
                 // Boxed: rare paths must not grow the steady-state future.
                 Wake::Cancel => return Box::pin(self.close()).await,
-                Wake::Msg(None) => return SessionEnd::Lost("ws_closed"),
-                Wake::Msg(Some(Err(e))) => return SessionEnd::Lost(ws_error_kind(&e)),
+                Wake::Msg(None) => return SessionEnd::lost("ws_closed"),
+                Wake::Msg(Some(Err(e))) => return SessionEnd::lost(ws_error_kind(&e)),
                 Wake::Msg(Some(Ok(msg))) => {
                     let received = Instant::now();
                     let data = match msg {
@@ -542,7 +573,7 @@ impl Steady<'_> {
                         Message::Ping(_) => {
                             // tungstenite queued the pong: flush it now.
                             if let Err(e) = self.ws.flush().await {
-                                return SessionEnd::Lost(ws_error_kind(&e));
+                                return SessionEnd::lost(ws_error_kind(&e));
                             }
                             continue;
                         }
@@ -554,7 +585,7 @@ impl Steady<'_> {
                             // Our close reply is queued; push it out, briefly.
                             let _ =
                                 Box::pin(tokio::time::timeout(CLOSE_WAIT, self.ws.flush())).await;
-                            return SessionEnd::Lost("ws_closed");
+                            return SessionEnd::lost("ws_closed");
                         }
                         Message::Frame(_) => continue,
                     };
@@ -578,10 +609,14 @@ impl Steady<'_> {
                             };
                             m.incr(ids.entity_configs_received);
                             self.builder.apply_entity_config(ec);
-                            if !ready {
-                                ready = true;
+                            // The backend has answered: the agent is connected
+                            // (also when the entity config came after the wait).
+                            if !self.cx.is_established() {
                                 m.record(ids.session_ready, key, t0.elapsed());
                                 self.cx.established();
+                            }
+                            if !ready {
+                                ready = true;
                                 next_keepalive = Some(received);
                                 next_event = event_mean.map(|mean| received + exp_interval(mean));
                             }
@@ -605,19 +640,24 @@ impl Steady<'_> {
                 Wake::Timer => {
                     let now = Instant::now();
                     if ping_since.is_some_and(|since| now >= since + cfg.pong_timeout) {
-                        return SessionEnd::Lost("pong_timeout");
+                        return SessionEnd::lost("pong_timeout");
                     }
                     if !ready && now >= ec_deadline {
-                        // As the real agent: proceed without an entity config.
-                        m.error("entity_config_timeout");
+                        // As the real agent: log it and proceed without an
+                        // entity config. Not "connected" yet: that needs an
+                        // answer from the backend.
+                        m.warn(
+                            "entity_config_timeout",
+                            Some("no entity_config from the backend within the wait; keepalives start anyway"),
+                        );
                         ready = true;
-                        self.cx.established();
+                        self.cx.release_dial_slot();
                         next_keepalive = Some(now);
                         next_event = event_mean.map(|mean| now + exp_interval(mean));
                     }
                     if now >= next_ping {
                         if let Err(e) = self.ws.send(Message::Ping(Default::default())).await {
-                            return SessionEnd::Lost(ws_error_kind(&e));
+                            return SessionEnd::lost(ws_error_kind(&e));
                         }
                         ping_since.get_or_insert(now);
                         next_ping += cfg.ping_interval;

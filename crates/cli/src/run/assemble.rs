@@ -50,6 +50,19 @@ fn entries(kinds: Vec<KindReport>) -> BTreeMap<String, KindEntry> {
         .collect()
 }
 
+/// Adds maps of counts by cause over the fleets.
+fn add_up<'a>(
+    maps: impl Iterator<Item = &'a BTreeMap<&'static str, u64>>,
+) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for m in maps {
+        for (k, v) in m {
+            *out.entry(k.to_string()).or_insert(0) += v;
+        }
+    }
+    out
+}
+
 /// Builds the run summary from the last collection of the metrics. The
 /// outcome is left for [`super::outcome`] to decide.
 pub(super) fn summary(f: Finished<'_>) -> Summary {
@@ -87,13 +100,16 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
             peak_connected: snap.peak_connected.max(0) as u64,
             ever_connected: ever,
             never_connected: requested.saturating_sub(ever),
-            lost_not_back: ever.saturating_sub(connected),
+            lost_not_back: f.reports.iter().map(|r| r.lost_not_back).sum(),
         },
-        outcome: Outcome::default(),
+        outcome: Outcome {
+            missing: add_up(f.reports.iter().map(|r| &r.missing)),
+            ..Outcome::default()
+        },
         counters: values,
         errors: entries(f.metrics.error_report()),
         warnings: entries(f.metrics.warning_report()),
-        sessions_lost: BTreeMap::new(),
+        sessions_lost: add_up(f.reports.iter().map(|r| &r.sessions_lost)),
         latency_us,
         rates_per_s,
         process: agent_sim_metrics::process::stats(),

@@ -168,7 +168,7 @@ async fn run_fleets(
     statuses: &[Arc<FleetStatus>],
     end: &CancellationToken,
 ) -> (Vec<FleetReport>, Vec<ProbeSummary>) {
-    let mut fleet_tasks: Vec<JoinHandle<FleetReport>> = Vec::new();
+    let mut fleet_tasks: tokio::task::JoinSet<FleetReport> = tokio::task::JoinSet::new();
     let mut probe_tasks: Vec<JoinHandle<Vec<ProbeSummary>>> = Vec::new();
     for ((plan, b), status) in cfg.fleets.iter().zip(built).zip(statuses) {
         let mut fc = plan.fleet.clone();
@@ -176,7 +176,9 @@ async fn run_fleets(
         fc.grace = cfg.grace;
         let (m, s, t) = (metrics.clone(), status.clone(), end.clone());
         match b {
-            Built::Sensu(f) => fleet_tasks.push(tokio::spawn(agent_sim_fleet::run(fc, f, m, s, t))),
+            Built::Sensu(f) => {
+                fleet_tasks.spawn(agent_sim_fleet::run(fc, f, m, s, t));
+            }
             Built::Consul(f) => {
                 if let Some(runner) = f.probe_runner() {
                     let t = end.clone();
@@ -186,15 +188,24 @@ async fn run_fleets(
                     // its agents saw, by change id, for `report merge`.
                     probe_tasks.push(tokio::spawn(observer.run(end.clone())));
                 }
-                fleet_tasks.push(tokio::spawn(agent_sim_fleet::run(fc, f, m, s, t)));
+                fleet_tasks.spawn(agent_sim_fleet::run(fc, f, m, s, t));
             }
         }
     }
+    // A fleet that stopped early ends the run when it was fail-fast, or
+    // when every fleet has stopped (nothing else is left to measure).
     let mut reports = Vec::new();
-    for t in fleet_tasks {
-        if let Ok(r) = t.await {
-            reports.push(r);
+    let total = cfg.fleets.len();
+    let mut stopped = 0;
+    while let Some(r) = fleet_tasks.join_next().await {
+        let Ok(r) = r else { continue };
+        if let Some(s) = &r.stopped {
+            stopped += 1;
+            if s.fail_fast || stopped == total {
+                end.cancel();
+            }
         }
+        reports.push(r);
     }
     let mut probes = Vec::new();
     for t in probe_tasks {
@@ -218,6 +229,13 @@ pub async fn execute(
 
     let threads = tokio::runtime::Handle::current().metrics().num_workers();
     let metrics = Metrics::new(&metrics_spec(&cfg), (threads * 4).max(4));
+    // Secrets never reach a sample of the server's words.
+    for plan in &cfg.fleets {
+        match &plan.protocol {
+            Protocol::Sensu(s) => metrics.add_secret(&s.password),
+            Protocol::Consul(c) => metrics.add_secret(c.token.as_deref().unwrap_or_default()),
+        }
+    }
     let built = build_factories(&cfg, &metrics)?;
     let end = run_end(cfg.duration, shutdown);
     let metrics_task = match cfg.metrics_addr {
@@ -261,7 +279,12 @@ pub async fn execute(
         started,
     });
     let verdicts = evaluate(&cfg.asserts, &summary);
-    summary.outcome = outcome::decide(&summary, None, &verdicts);
+    let stopped = reports
+        .iter()
+        .filter_map(|r| r.stopped.as_ref())
+        .min_by_key(|s| !s.fail_fast)
+        .cloned();
+    summary.outcome = outcome::decide(&summary, stopped.as_ref(), None, &verdicts);
     let write_error = cfg.summary.as_ref().and_then(|path| {
         summary
             .write(path)
@@ -269,7 +292,7 @@ pub async fn execute(
             .map(|e| format!("--summary {}: {e}", path.display()))
     });
     if write_error.is_some() {
-        summary.outcome = outcome::decide(&summary, write_error, &verdicts);
+        summary.outcome = outcome::decide(&summary, stopped.as_ref(), write_error, &verdicts);
     }
     let (exit_code, problem) = (summary.outcome.exit_code, summary.outcome.reason.clone());
     if output == Output::Terminal {

@@ -1,7 +1,7 @@
 //! The outcome of a finished run: the exit code with the reason for it, and
 //! the final table printed for people.
 
-use agent_sim_fleet::FleetReport;
+use agent_sim_fleet::{Failure, FleetReport, Stopped};
 use agent_sim_metrics::Summary;
 use agent_sim_metrics::assert::{Verdict, render_verdicts};
 use agent_sim_metrics::summary::Outcome;
@@ -15,6 +15,7 @@ use super::exit;
 /// decides the code.
 pub(super) fn decide(
     summary: &Summary,
+    stopped: Option<&Stopped>,
     write_error: Option<String>,
     verdicts: &[Verdict],
 ) -> Outcome {
@@ -31,7 +32,12 @@ pub(super) fn decide(
     if let Some(e) = write_error {
         fail(exit::FAILURE, e);
     }
-    if a.requested > 0 && a.ever_connected == 0 {
+    if let Some(s) = stopped.filter(|s| s.fail_fast) {
+        fail(
+            exit::FAILURE,
+            format!("--fail-fast: stopped at {}", words(summary, &s.failure)),
+        );
+    } else if a.requested > 0 && a.ever_connected == 0 {
         fail(
             exit::FAILURE,
             format!("no agent could hold a session{}", top_cause(summary)),
@@ -60,6 +66,18 @@ pub(super) fn decide(
         reason: (!reasons.is_empty()).then(|| reasons.join("; ")),
         missing: summary.outcome.missing.clone(),
     }
+}
+
+/// `<kind>: "<server's words>" (check <hint>)`.
+fn words(summary: &Summary, f: &Failure) -> String {
+    let mut s = f.kind.to_string();
+    if let Some(d) = &f.detail {
+        s.push_str(&format!(": \"{d}\""));
+    }
+    if let Some(hint) = summary.errors.get(f.kind).and_then(|e| e.hint.as_ref()) {
+        s.push_str(&format!(" (check {hint})"));
+    }
+    s
 }
 
 /// `: most often <kind> (<count>x): "<sample>"`, or nothing without errors.

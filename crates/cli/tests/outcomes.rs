@@ -1,0 +1,150 @@
+//! The outcome contract, end to end against the in-process Sensu backend on
+//! 127.0.0.1:0: agents refused for a while still end up connected (exit 0),
+//! refusals that cannot heal stop the run by themselves (exit 1) with the
+//! server's words and a hint, and an incomplete fleet is exit 2 with the
+//! count and the cause.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sim::{Kind, Ramp, RunBuilder};
+use agent_sim_server::sensu::{SensuTargetConfig, SensuTargetStats, serve};
+use tokio_util::sync::CancellationToken;
+
+/// A Sensu backend on 127.0.0.1:0 with `cfg`; returns its `host:port`.
+async fn backend(cfg: SensuTargetConfig) -> (String, CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(async move {
+        let _ = serve(listener, cfg, Arc::new(SensuTargetStats::default()), s).await;
+    });
+    (addr, stop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_refused_for_its_first_seconds_ends_up_with_every_agent_connected() {
+    let (addr, stop) = backend(SensuTargetConfig {
+        namespaces_ready_after: Duration::from_secs(3),
+        ..SensuTargetConfig::default()
+    })
+    .await;
+    let outcome = RunBuilder::new(Kind::Sensu)
+        .agents(50)
+        .ramp(Ramp::All)
+        .target(addr)
+        .duration(Duration::from_secs(7))
+        .args(|a| a.reconnect_max = Some("1s".parse().unwrap()))
+        .run()
+        .await
+        .expect("run");
+    stop.cancel();
+    let s = &outcome.summary;
+    assert_eq!(outcome.exit_code, 0, "{:?}", s.outcome);
+    assert_eq!(s.agents.connected, 50);
+    assert!(s.outcome.complete);
+    // Every agent was refused at first, with the backend's own words.
+    let e = &s.errors["upgrade_404"];
+    assert!(e.count >= 50, "{e:?}");
+    assert_eq!(
+        e.sample.as_deref(),
+        Some("HTTP 404 Not Found: namespace \"default\" not found")
+    );
+    assert!(e.hint.as_deref().unwrap().contains("--namespace"));
+    assert!(s.counters["reconnect_attempts"] >= 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_stops_by_itself_with_the_servers_words_and_never_the_password() {
+    let (addr, stop) = backend(SensuTargetConfig::default()).await;
+    let secret = "not-the-P@ssw0rd";
+    let t0 = std::time::Instant::now();
+    // No --duration: the run must end by itself.
+    let outcome = RunBuilder::new(Kind::Sensu)
+        .agents(20)
+        .ramp(Ramp::All)
+        .target(addr)
+        .args(|a| {
+            a.password = Some(secret.into());
+            a.reconnect_max = Some("500ms".parse().unwrap());
+            a.give_up_after = Some("2s".parse().unwrap());
+        })
+        .shutdown(CancellationToken::new())
+        .run()
+        .await
+        .expect("run");
+    stop.cancel();
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    let s = &outcome.summary;
+    assert_eq!(outcome.exit_code, 1, "{:?}", s.outcome);
+    assert_eq!(s.outcome.missing["upgrade_401"], 20);
+    let e = &s.errors["upgrade_401"];
+    assert_eq!(
+        e.sample.as_deref(),
+        Some("HTTP 401 Unauthorized: invalid credentials")
+    );
+    assert!(!e.heals);
+    assert!(e.hint.as_deref().unwrap().contains("--password"));
+    let reason = s.outcome.reason.as_deref().unwrap();
+    assert!(reason.contains("upgrade_401"), "{reason}");
+    let json = serde_json::to_string(s).unwrap();
+    assert!(
+        !json.contains(secret),
+        "the password leaked into the summary"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_fast_stops_at_the_first_refusal_that_cannot_heal() {
+    let (addr, stop) = backend(SensuTargetConfig::default()).await;
+    let t0 = std::time::Instant::now();
+    let outcome = RunBuilder::new(Kind::Sensu)
+        .agents(20)
+        .ramp(Ramp::All)
+        .target(addr)
+        .duration(Duration::from_secs(60))
+        .args(|a| {
+            a.user = Some("nobody".into());
+            a.fail_fast = Some(true);
+        })
+        .run()
+        .await
+        .expect("run");
+    stop.cancel();
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert_eq!(outcome.exit_code, 1);
+    let reason = outcome.summary.outcome.reason.as_deref().unwrap();
+    assert!(
+        reason.starts_with("--fail-fast: stopped at upgrade_401"),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_the_fleet_on_a_dead_port_is_an_incomplete_run_with_its_cause() {
+    let (addr, stop) = backend(SensuTargetConfig::default()).await;
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let outcome = RunBuilder::new(Kind::Sensu)
+        .agents(40)
+        .ramp(Ramp::All)
+        .target(addr)
+        .target(dead)
+        .duration(Duration::from_secs(3))
+        .run()
+        .await
+        .expect("run");
+    stop.cancel();
+    let s = &outcome.summary;
+    assert_eq!(outcome.exit_code, 2, "{:?}", s.outcome);
+    assert!(!s.outcome.complete);
+    assert_eq!(s.agents.connected, 20);
+    assert_eq!(s.agents.never_connected, 20);
+    assert_eq!(s.outcome.missing["connect_refused"], 20);
+    let reason = s.outcome.reason.as_deref().unwrap();
+    assert!(reason.contains("20 of 40"), "{reason}");
+    assert!(reason.contains("connect_refused"), "{reason}");
+}
