@@ -36,7 +36,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the embedded reference backend (Sensu and/or Consul) until Ctrl-C.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Show or merge result files.
     #[command(subcommand)]
     Report(ReportCommand),
@@ -103,6 +103,20 @@ pub struct ServeArgs {
     /// Worker threads (default: number of cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Sensu: answer 404 `namespace "X" not found` for this long after start,
+    /// like a real backend whose namespace cache lags a new namespace.
+    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    pub namespace_ready_after: Secs,
+    /// Consul: PEM certificate of the TLS listeners (RPC 0x03 + TLS, HTTPS);
+    /// with --tls-key-file.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Consul: PEM key of --tls-cert-file.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Consul: require client certificates signed by this CA (verify_incoming).
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca_file: Option<PathBuf>,
 }
 
 /// Flags of a fleet run (`agent-sim [FLAGS]`). The same struct reads the
@@ -218,6 +232,17 @@ pub struct RunArgs {
     /// Sensu/Consul: do not verify the server certificate (lab use only).
     #[arg(long, help_heading = "TLS", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub insecure_skip_tls_verify: Option<bool>,
+    /// Sensu/Consul: PEM client certificate (Consul servers with
+    /// verify_incoming require one); with --key-file.
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    pub cert_file: Option<PathBuf>,
+    /// Sensu/Consul: PEM private key of --cert-file.
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    pub key_file: Option<PathBuf>,
+    /// Consul: name to verify in the servers' certificates (e.g.
+    /// server.dc1.consul); default the target's host. Implies TLS.
+    #[arg(long, value_name = "NAME", help_heading = "TLS")]
+    pub tls_server_name: Option<String>,
 
     // --- Consul ---
     /// Consul: HTTP API address (default: the first target's host, port 8500).

@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agent_sim_consul::{ConsulConfig, ProbeKind};
+use agent_sim_consul::{ConsulConfig, ConsulTls, ProbeKind};
 use agent_sim_fleet::{Backoff, FleetConfig};
 use agent_sim_metrics::assert::Assertion;
 use agent_sim_sensu::SensuConfig;
@@ -145,12 +145,12 @@ macro_rules! with_run_args_fields {
                 shutdown_grace, name_prefix, threads, fail_fast, give_up_after, keepalive_interval,
                 keepalive_warning_timeout, keepalive_critical_timeout, namespace, user,
                 password, subscriptions, encoding, deregister, event_rate, event_output_size,
-                insecure_skip_tls_verify, http_target, token, upstreams, services_per_agent,
+                insecure_skip_tls_verify, tls_server_name, http_target, token, upstreams, services_per_agent,
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
                 flap_rate, probe, probe_every, probe_timeout, probe_service,
                 embedded_check_interval, hlog_interval, metrics_addr, shard, seed, quiet,
                 progress_every;
-            paths: config, ca_file, summary, hlog;
+            paths: config, ca_file, cert_file, key_file, summary, hlog;
             vecs: targets, source_addrs, asserts
         )
     };
@@ -524,6 +524,8 @@ fn sensu_config(a: &RunArgs) -> SensuConfig {
     set!(c.event_output_size, a.event_output_size);
     c.ca_file = a.ca_file.clone();
     set!(c.insecure_skip_tls_verify, a.insecure_skip_tls_verify);
+    c.cert_file = a.cert_file.clone();
+    c.key_file = a.key_file.clone();
     c
 }
 
@@ -561,6 +563,23 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     c.probe.timeout = a.probe_timeout.map(|d| d.0);
     c.probe.service = a.probe_service.clone();
     c.probe.controller = shard.is_none_or(|s| s.index == 0);
+    // TLS when any TLS setting is given, or the HTTP API is https://.
+    let insecure = a.insecure_skip_tls_verify.unwrap_or(false);
+    let wants_tls = a.ca_file.is_some()
+        || insecure
+        || a.cert_file.is_some()
+        || a.key_file.is_some()
+        || a.tls_server_name.is_some()
+        || c.http_target.starts_with("https://");
+    if wants_tls {
+        c.tls = Some(ConsulTls {
+            ca_file: a.ca_file.clone(),
+            insecure_skip_verify: insecure,
+            cert_file: a.cert_file.clone(),
+            key_file: a.key_file.clone(),
+            server_name: a.tls_server_name.clone(),
+        });
+    }
     c
 }
 

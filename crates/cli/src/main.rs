@@ -113,7 +113,7 @@ fn main() -> ExitCode {
             let limits = preflight::Limits::of_this_host();
             let _ = preflight::raise_nofile(limits.hard);
             run_with_signals(args.threads, None, |token| async move {
-                match serve::serve(args, plan, token).await {
+                match serve::serve(*args, plan, token).await {
                     Ok(()) => code(exit::OK),
                     Err(e) => {
                         eprintln!("agent-sim: {e:#}");

@@ -17,6 +17,8 @@ use crate::config::UsageError;
 pub struct ServePlan {
     args_check_interval: Duration,
     stats_every: Duration,
+    /// TLS of the Consul listeners.
+    consul_tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Validates `serve` flags (exit 64 on error).
@@ -37,9 +39,24 @@ pub fn plan(a: &ServeArgs) -> Result<ServePlan, UsageError> {
         return Err(UsageError("--check-interval must be at least 100ms".into()));
     }
     let stats_every = a.stats_every.0;
+    let consul_tls = match (&a.tls_cert_file, &a.tls_key_file) {
+        (None, None) if a.tls_client_ca_file.is_none() => None,
+        (Some(cert), Some(key)) => Some(
+            agent_sim_net::server_config(cert, key, a.tls_client_ca_file.as_deref())
+                .map_err(|e| UsageError(format!("serve --tls-cert-file/--tls-key-file: {e}")))?,
+        ),
+        _ => {
+            return Err(UsageError(
+                "serve: --tls-cert-file and --tls-key-file go together (and \
+                 --tls-client-ca-file needs them)"
+                    .into(),
+            ));
+        }
+    };
     Ok(ServePlan {
         args_check_interval: check,
         stats_every,
+        consul_tls,
     })
 }
 
@@ -60,6 +77,7 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
                 interval: p.args_check_interval,
                 subscriptions: a.check_subscriptions.0.clone(),
             }],
+            namespaces_ready_after: a.namespace_ready_after.0,
             ..SensuTargetConfig::default()
         };
         let stats = Arc::new(SensuTargetStats::default());
@@ -74,14 +92,22 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
         }));
     }
     if let (Some(rpc), Some(http)) = (a.consul_rpc, a.consul_http) {
-        let state = ConsulState::new(ConsulTargetConfig::default());
+        let state = ConsulState::new(ConsulTargetConfig {
+            tls: p.consul_tls.clone(),
+            ..ConsulTargetConfig::default()
+        });
         consul_state = Some(state.clone());
         let rl = agent_sim_server::listen::bind(rpc, a.reuse_port)
             .map_err(|e| anyhow::anyhow!("--consul-rpc {rpc}: {e}"))?;
         let hl = agent_sim_server::listen::bind(http, a.reuse_port)
             .map_err(|e| anyhow::anyhow!("--consul-http {http}: {e}"))?;
+        let tls = if p.consul_tls.is_some() {
+            " (TLS: rpc 0x03 + TLS, https)"
+        } else {
+            ""
+        };
         eprintln!(
-            "agent-sim serve: consul rpc on {}, http on {}",
+            "agent-sim serve: consul rpc on {}, http on {}{tls}",
             rl.local_addr()?,
             hl.local_addr()?
         );

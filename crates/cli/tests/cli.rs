@@ -17,6 +17,17 @@ fn bad_usage_exits_64_with_one_line() {
         vec!["--shard", "3/2"],
         vec!["--assert", "nonsense"],
         vec!["serve"],
+        vec![
+            "serve",
+            "--consul-rpc",
+            "127.0.0.1:0",
+            "--consul-http",
+            "127.0.0.1:0",
+            "--tls-cert-file",
+            "/nonexistent.pem",
+        ],
+        vec!["--kind", "consul", "--cert-file", "/nonexistent.pem"],
+        vec!["--deregister=maybe"],
     ] {
         let out = agent_sim().args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");

@@ -156,8 +156,15 @@ impl ConsulFactory {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let http_tls = match (&cfg.tls, v.https) {
+            (Some(t), true) => Some((
+                conn::tls_client_config(t)?,
+                conn::server_name(t, &v.http_host)?,
+            )),
+            _ => None,
+        };
         let http = Arc::new(
-            HttpApi::new(v.http_addr, cfg.token.as_deref(), &cfg.datacenter)
+            HttpApi::with_tls(v.http_addr, http_tls, cfg.token.as_deref(), &cfg.datacenter)
                 .map_err(ConsulError::Config)?,
         );
         let board = match (cfg.probe.kind, &v.probe_service) {

@@ -29,8 +29,10 @@ pub struct ConsulConfig {
     /// `host:port` of the servers' RPC ports (8300); agent `i` uses
     /// `rpc_targets[i % len]`. One TCP connection per agent.
     pub rpc_targets: Vec<String>,
-    /// `host:port` of the HTTP API (8500); empty: the first RPC target's
-    /// host on port 8500.
+    /// The HTTP API: `host:port` (plain, 8500) or `https://host:port`
+    /// (HTTPS, 8501; with the CA, verification and client certificate of
+    /// [`ConsulConfig::tls`]). Empty: the first RPC target's host on port
+    /// 8500, or `https://` on 8501 when `tls` is set.
     pub http_target: String,
     /// ACL token: `SubscribeRequest.Token` and the `X-Consul-Token` header.
     pub token: Option<String>,
@@ -95,8 +97,39 @@ pub struct ConsulTls {
     pub ca_file: Option<PathBuf>,
     /// Accept any server certificate (tests, labs).
     pub insecure_skip_verify: bool,
+    /// PEM client certificate, for servers with `verify_incoming`.
+    pub cert_file: Option<PathBuf>,
+    /// PEM key of `cert_file`.
+    pub key_file: Option<PathBuf>,
     /// Name to verify (e.g. `server.dc1.consul`); default the target host.
     pub server_name: Option<String>,
+}
+
+impl ConsulTls {
+    /// The client settings of `agent-sim-net`.
+    pub fn client(&self) -> agent_sim_net::ClientTls {
+        agent_sim_net::ClientTls {
+            ca_file: self.ca_file.clone(),
+            insecure_skip_verify: self.insecure_skip_verify,
+            cert_file: self.cert_file.clone(),
+            key_file: self.key_file.clone(),
+        }
+    }
+}
+
+/// The HTTP API target split into its parts: whether it is HTTPS, and
+/// `host:port`.
+pub(crate) fn http_parts(target: &str) -> (bool, &str) {
+    match target.strip_prefix("https://") {
+        Some(rest) => (true, rest.trim_end_matches('/')),
+        None => (
+            false,
+            target
+                .strip_prefix("http://")
+                .unwrap_or(target)
+                .trim_end_matches('/'),
+        ),
+    }
 }
 
 /// What the propagation probe changes.
@@ -297,6 +330,10 @@ pub(crate) struct Validated {
     pub rpc_addrs: Vec<SocketAddr>,
     pub rpc_hosts: Vec<String>,
     pub http_addr: SocketAddr,
+    /// Host part of the HTTP target (the TLS name to verify).
+    pub http_host: String,
+    /// Whether the HTTP API is HTTPS.
+    pub https: bool,
     pub upstreams: Vec<NamePattern>,
     /// Probe service name (when a probe kind is set).
     pub probe_service: Option<String>,
@@ -309,10 +346,15 @@ impl ConsulConfig {
         if !self.http_target.is_empty() {
             return self.http_target.clone();
         }
+        let (scheme, port) = if self.tls.is_some() {
+            ("https://", 8501)
+        } else {
+            ("", 8500)
+        };
         match self.rpc_targets.first() {
             Some(t) => match t.rsplit_once(':') {
-                Some((h, _)) => format!("{h}:8500"),
-                None => format!("{t}:8500"),
+                Some((h, _)) => format!("{scheme}{h}:{port}"),
+                None => format!("{scheme}{t}:{port}"),
             },
             None => String::new(),
         }
@@ -334,11 +376,15 @@ impl ConsulConfig {
             rpc_addrs.push(resolve("rpc_targets", t)?);
             rpc_hosts.push(host_of(t).to_owned());
         }
-        let http_addr = resolve("http_target", &self.http_target())?;
+        let target = self.http_target();
+        let (https, hostport) = http_parts(&target);
+        let http_addr = resolve("http_target", hostport)?;
         Ok(Validated {
             rpc_addrs,
             rpc_hosts,
             http_addr,
+            http_host: host_of(hostport).to_owned(),
+            https,
             upstreams,
             probe_service,
         })
@@ -356,7 +402,15 @@ impl ConsulConfig {
         for t in &self.rpc_targets {
             check_host_port("rpc_targets", t)?;
         }
-        check_host_port("http_target", &self.http_target())?;
+        let target = self.http_target();
+        let (https, hostport) = http_parts(&target);
+        check_host_port("http_target", hostport)?;
+        if https && self.tls.is_none() {
+            return bad(
+                "http_target",
+                "https:// needs TLS settings (a CA file or insecure verification)".into(),
+            );
+        }
         if self.upstreams.is_empty() {
             return bad("upstreams", "needs at least one service".into());
         }
@@ -427,11 +481,21 @@ impl ConsulConfig {
         if self.keepalive_timeout.is_zero() {
             return bad("keepalive_timeout", "must be positive".into());
         }
-        if let Some(tls) = &self.tls
-            && tls.ca_file.is_none()
-            && !tls.insecure_skip_verify
-        {
-            return bad("tls", "TLS needs a CA file or insecure_skip_verify".into());
+        if let Some(tls) = &self.tls {
+            if tls.ca_file.is_none() && !tls.insecure_skip_verify {
+                return bad(
+                    "tls",
+                    "TLS to Consul needs the CA that signed the servers' certificates \
+                     (or insecure verification)"
+                        .into(),
+                );
+            }
+            if tls.cert_file.is_some() != tls.key_file.is_some() {
+                return bad(
+                    "tls.cert_file",
+                    "a client certificate needs both a certificate file and a key file".into(),
+                );
+            }
         }
         let probe_service = match self.probe.kind {
             None => None,

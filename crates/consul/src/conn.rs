@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ::http::Uri;
-use agent_sim_fleet::net::MaybeTlsStream;
+use agent_sim_net::MaybeTlsStream;
 use hyper::body::Incoming;
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -135,12 +135,10 @@ impl Dialer {
     ) -> Result<Self, ConsulError> {
         let tls = match tls {
             None => None,
-            Some(t) => {
-                let name = t.server_name.clone().unwrap_or_else(|| host.to_owned());
-                let server_name = ServerName::try_from(name.clone())
-                    .map_err(|e| ConsulError::Tls(format!("server name {name:?}: {e}")))?;
-                Some((TlsConnector::from(tls_client_config(t)?), server_name))
-            }
+            Some(t) => Some((
+                TlsConnector::from(tls_client_config(t)?),
+                server_name(t, host)?,
+            )),
         };
         let origin = Uri::builder()
             .scheme("http")
@@ -159,9 +157,9 @@ impl Dialer {
 
     /// Dials, writes the prefix byte(s), does the HTTP/2 handshake.
     pub async fn connect(&self, bind: Option<IpAddr>) -> Result<RpcConn, ConnectError> {
-        let mut tcp = agent_sim_fleet::net::dial(self.addr, bind)
+        let mut tcp = agent_sim_net::dial(self.addr, bind)
             .await
-            .map_err(|e| ConnectError::new(agent_sim_fleet::net::dial_error_kind(&e), e))?;
+            .map_err(|e| ConnectError::new(agent_sim_net::dial_error_kind(&e), e))?;
         let io = match &self.tls {
             None => {
                 tcp.write_all(&[RPC_GRPC])
@@ -202,16 +200,22 @@ impl Dialer {
     }
 }
 
-/// rustls client config (ring provider, no ALPN, no client certificate), see
-/// [`agent_sim_fleet::tls`]. Consul servers use a private CA: without
-/// `insecure_skip_verify` a CA file is required (the system bundle is not
-/// tried).
+/// rustls client config (ring provider, no ALPN, the client certificate
+/// when given), see [`agent_sim_net::tls`]. Consul servers use a private CA:
+/// without `insecure_skip_verify` a CA file is required (the platform's trust
+/// store is not tried).
 pub fn tls_client_config(t: &ConsulTls) -> Result<Arc<rustls::ClientConfig>, ConsulError> {
     if t.ca_file.is_none() && !t.insecure_skip_verify {
         return Err(ConsulError::Tls("no CA file".into()));
     }
-    agent_sim_fleet::tls::client_config(t.ca_file.as_deref(), t.insecure_skip_verify, &[])
-        .map_err(|e| ConsulError::Tls(e.to_string()))
+    agent_sim_net::client_config(&t.client(), &[]).map_err(|e| ConsulError::Tls(e.to_string()))
+}
+
+/// The name to verify on a TLS connection to `host`.
+pub(crate) fn server_name(t: &ConsulTls, host: &str) -> Result<ServerName<'static>, ConsulError> {
+    let name = t.server_name.clone().unwrap_or_else(|| host.to_owned());
+    ServerName::try_from(name.clone())
+        .map_err(|e| ConsulError::Tls(format!("server name {name:?}: {e}")))
 }
 
 /// A stable error kind for a gRPC status (for error counters).
@@ -248,9 +252,9 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let tls = ConsulTls {
-            ca_file: None,
             insecure_skip_verify: true,
             server_name: Some("server.dc1.consul".into()),
+            ..ConsulTls::default()
         };
         let d = Dialer::new(
             addr,

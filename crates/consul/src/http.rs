@@ -13,9 +13,15 @@ use std::time::Duration;
 use ::http::{HeaderValue, Method, Request, StatusCode};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use agent_sim_net::MaybeTlsStream;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::ServerName;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -76,9 +82,87 @@ pub fn status_kind(status: u16) -> &'static str {
     }
 }
 
+/// Dials the HTTP API for hyper-util's pool: TCP to the one resolved
+/// address, then TLS when the target is `https://`.
+#[derive(Clone)]
+struct ApiConnector {
+    addr: SocketAddr,
+    tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
+}
+
+/// The pooled connection: plain or TLS.
+struct ApiStream(MaybeTlsStream);
+
+impl Connection for ApiStream {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl tokio::io::AsyncRead for ApiStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for ApiStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+type ConnectFuture =
+    Pin<Box<dyn Future<Output = Result<TokioIo<ApiStream>, std::io::Error>> + Send>>;
+
+impl tower_service::Service<::http::Uri> for ApiConnector {
+    type Response = TokioIo<ApiStream>;
+    type Error = std::io::Error;
+    type Future = ConnectFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _uri: ::http::Uri) -> ConnectFuture {
+        let this = self.clone();
+        Box::pin(async move {
+            let tcp =
+                tokio::time::timeout(Duration::from_secs(5), agent_sim_net::dial(this.addr, None))
+                    .await
+                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+            let io = match this.tls {
+                None => MaybeTlsStream::Plain(tcp),
+                Some((connector, name)) => {
+                    MaybeTlsStream::Tls(Box::new(connector.connect(name, tcp).await?))
+                }
+            };
+            Ok(TokioIo::new(ApiStream(io)))
+        })
+    }
+}
+
+/// TLS of the HTTP API: the client config and the name to verify.
+pub type ApiTls = (Arc<rustls::ClientConfig>, ServerName<'static>);
+
 /// Shared client for a server's HTTP API.
 pub struct HttpApi {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<ApiConnector, Full<Bytes>>,
     base: String,
     dc_query: String,
     token: Option<HeaderValue>,
@@ -92,11 +176,24 @@ impl std::fmt::Debug for HttpApi {
 }
 
 impl HttpApi {
-    /// A client for `addr` (resolved once), with token and datacenter.
+    /// A plain HTTP client for `addr` (resolved once), with token and
+    /// datacenter.
     pub fn new(addr: SocketAddr, token: Option<&str>, datacenter: &str) -> Result<Self, String> {
-        let mut conn = HttpConnector::new();
-        conn.set_nodelay(true);
-        conn.set_connect_timeout(Some(Duration::from_secs(5)));
+        Self::with_tls(addr, None, token, datacenter)
+    }
+
+    /// A client for `addr`, over TLS when `tls` is given (HTTPS).
+    pub fn with_tls(
+        addr: SocketAddr,
+        tls: Option<ApiTls>,
+        token: Option<&str>,
+        datacenter: &str,
+    ) -> Result<Self, String> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let conn = ApiConnector {
+            addr,
+            tls: tls.map(|(cfg, name)| (tokio_rustls::TlsConnector::from(cfg), name)),
+        };
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(MAX_HTTP_CONNS)
             .pool_idle_timeout(Duration::from_secs(30))
@@ -114,7 +211,7 @@ impl HttpApi {
         };
         Ok(HttpApi {
             client,
-            base: format!("http://{addr}"),
+            base: format!("{scheme}://{addr}"),
             dc_query,
             token,
             gate: Arc::new(Semaphore::new(MAX_HTTP_CONNS)),

@@ -8,11 +8,8 @@
 //! - [`run`]: paced ramp with jitter, a semaphore on concurrent dials,
 //!   jittered exponential [`Backoff`] between sessions, one cancellation tree
 //!   (each agent a child token), and a bounded graceful shutdown.
-//! - [`net::dial`]: TCP connect from an optional source address (the pool of
-//!   source addresses lets one box exceed ~28k connections per destination),
-//!   and [`net::MaybeTlsStream`], the plain-or-TLS client socket.
-//! - [`tls::client_config`]: the rustls client config (CA file, system
-//!   roots or no verification) shared by the protocol crates.
+//! - Source addresses are handed to each session ([`SessionCx::bind_addr`]);
+//!   sockets and TLS live in `agent-sim-net`.
 //! - [`units`]: human units for durations and rates (`20s`, `500/s`).
 //!
 //! Outcome bookkeeping: every agent's last failure is kept, so that the
@@ -28,8 +25,6 @@
 //! kinds reported through [`SessionEnd`].
 
 pub mod backoff;
-pub mod net;
-pub mod tls;
 pub mod units;
 
 use std::collections::BTreeMap;
@@ -73,8 +68,41 @@ pub fn metrics_spec() -> MetricsSpec {
             COUNTER_SESSIONS,
         ],
         latencies: vec![],
-        errors: net::dial_error_kinds().to_vec(),
+        errors: dial_error_kinds().to_vec(),
     }
+}
+
+/// What to check for each kind [`agent_sim_net::dial_error_kind`] gives
+/// (every protocol dials through it).
+pub fn dial_error_kinds() -> &'static [agent_sim_metrics::ErrorKindSpec] {
+    use agent_sim_metrics::ErrorKindSpec as K;
+    &[
+        K {
+            kind: "connect_refused",
+            hint: "nothing listens on that host:port: is the server up, and is --target the right port?",
+            heals: true,
+        },
+        K {
+            kind: "connect_timeout",
+            hint: "no answer to the TCP connect: a firewall, a wrong address, or a server that is not accepting",
+            heals: true,
+        },
+        K {
+            kind: "connect_addr_unavailable",
+            hint: "the load box ran out of ephemeral ports for this source address: add --source-addr addresses or use --shard",
+            heals: true,
+        },
+        K {
+            kind: "connect_too_many_files",
+            hint: "out of file descriptors: raise ulimit -n, or use --shard over several processes",
+            heals: true,
+        },
+        K {
+            kind: "connect_reset",
+            hint: "the server reset the connection while it was being made",
+            heals: true,
+        },
+    ]
 }
 
 /// Why a session failed: a stable kind for the counters, and the server's

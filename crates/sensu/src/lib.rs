@@ -64,6 +64,10 @@ pub struct SensuConfig {
     pub ca_file: Option<PathBuf>,
     /// Accept any server certificate on `wss://` targets.
     pub insecure_skip_tls_verify: bool,
+    /// PEM client certificate presented on `wss://` targets.
+    pub cert_file: Option<PathBuf>,
+    /// PEM key of `cert_file`.
+    pub key_file: Option<PathBuf>,
     /// WebSocket ping interval.
     pub ping_interval: Duration,
     /// Drop the session when no pong arrived this long after a ping.
@@ -96,6 +100,8 @@ impl Default for SensuConfig {
             event_output_size: 256,
             ca_file: None,
             insecure_skip_tls_verify: false,
+            cert_file: None,
+            key_file: None,
             ping_interval: Duration::from_secs(30),
             pong_timeout: Duration::from_secs(45),
             entity_config_timeout: Duration::from_secs(10),
@@ -289,11 +295,18 @@ pub struct SensuFactory {
 }
 
 /// The shared rustls client config for `wss://` targets (see
-/// [`agent_sim_fleet::tls`]: CA file, else the system bundle, or no
-/// verification with `insecure_skip_tls_verify`).
+/// [`agent_sim_net::tls`]: CA file, else the platform's trust store, or no
+/// verification with `insecure_skip_tls_verify`; a client certificate when
+/// given).
 fn tls_client_config(cfg: &SensuConfig) -> Result<Arc<rustls::ClientConfig>, SensuError> {
-    use agent_sim_fleet::tls::{TlsError, client_config};
-    client_config(cfg.ca_file.as_deref(), cfg.insecure_skip_tls_verify, &[]).map_err(|e| match e {
+    use agent_sim_net::{ClientTls, TlsError, client_config};
+    let t = ClientTls {
+        ca_file: cfg.ca_file.clone(),
+        insecure_skip_verify: cfg.insecure_skip_tls_verify,
+        cert_file: cfg.cert_file.clone(),
+        key_file: cfg.key_file.clone(),
+    };
+    client_config(&t, &[]).map_err(|e| match e {
         TlsError::NoSystemRoots => SensuError::Tls(
             "wss:// target without --ca-file and no system CA bundle found \
              (use --ca-file or --insecure-skip-tls-verify)"
@@ -394,6 +407,12 @@ impl SensuConfig {
             if d.is_zero() {
                 return bad(field, "must be greater than zero".into());
             }
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return bad(
+                "cert_file",
+                "a client certificate needs both a certificate file and a key file".into(),
+            );
         }
         if self.event_output_size > MAX_EVENT_OUTPUT {
             return bad(

@@ -25,9 +25,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sim_fleet::net::{MaybeTlsStream, dial, dial_error_kind};
 use agent_sim_fleet::{SessionCx, SessionEnd};
 use agent_sim_metrics::Metrics;
+use agent_sim_net::{MaybeTlsStream, dial, dial_error_kind};
 use base64::Engine as _;
 use futures_util::{SinkExt as _, StreamExt as _};
 use http::HeaderValue;

@@ -5,6 +5,10 @@
 //! - [`validate_json`]: checks a JSON value against a JSON Schema (draft
 //!   2020-12), e.g. a run summary against
 //!   `agent_sim_metrics::SUMMARY_SCHEMA`.
+//! - [`Pki`]: a CA, a server certificate for 127.0.0.1/localhost and a
+//!   client certificate, generated at test time (rcgen) as PEM files.
+
+use std::path::PathBuf;
 
 /// Validates `value` against the JSON Schema `schema` (draft 2020-12, no
 /// remote references); the error lists every violation as
@@ -31,6 +35,69 @@ pub fn validate_json(schema: &str, value: &serde_json::Value) -> Result<(), Vec<
 /// Whether `schema` is itself a valid draft 2020-12 schema.
 pub fn is_valid_schema(schema: &str) -> bool {
     serde_json::from_str::<serde_json::Value>(schema).is_ok_and(|s| jsonschema::meta::is_valid(&s))
+}
+
+/// A test PKI in a fresh temp directory (removed on drop): `ca.pem`,
+/// `server.pem` + `server-key.pem` (names 127.0.0.1, localhost and
+/// `server.dc1.consul`), `client.pem` + `client-key.pem`.
+#[derive(Debug)]
+pub struct Pki {
+    dir: PathBuf,
+}
+
+impl Pki {
+    /// Generates the files; `tag` keeps concurrent tests apart.
+    pub fn new(tag: &str) -> Pki {
+        let dir = std::env::temp_dir().join(format!(
+            "agent-sim-pki-{tag}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let ca_key = rcgen::KeyPair::generate().expect("key");
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).expect("CA");
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let leaf = |names: Vec<String>| {
+            let k = rcgen::KeyPair::generate().expect("key");
+            let c = rcgen::CertificateParams::new(names)
+                .expect("params")
+                .signed_by(&k, &issuer)
+                .expect("leaf");
+            (c.pem(), k.serialize_pem())
+        };
+        let (server, server_key) = leaf(vec![
+            "127.0.0.1".into(),
+            "localhost".into(),
+            "server.dc1.consul".into(),
+        ]);
+        let (client, client_key) = leaf(vec!["client.agent-sim".into()]);
+        for (name, pem) in [
+            ("ca.pem", ca_cert.pem()),
+            ("server.pem", server),
+            ("server-key.pem", server_key),
+            ("client.pem", client),
+            ("client-key.pem", client_key),
+        ] {
+            std::fs::write(dir.join(name), pem).expect("write PEM");
+        }
+        Pki { dir }
+    }
+
+    /// The path of one of the files.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 #[cfg(test)]

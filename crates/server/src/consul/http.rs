@@ -56,13 +56,37 @@ pub async fn serve_http(
 
 async fn http_connection(stream: TcpStream, state: ConsulState, shutdown: CancellationToken) {
     let _ = stream.set_nodelay(true);
+    match state.inner.cfg.tls.clone() {
+        None => serve_http1(stream, state, shutdown).await,
+        Some(tls) => {
+            let accepted = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = tokio::time::timeout(
+                    TLS_HANDSHAKE_TIMEOUT,
+                    tokio_rustls::TlsAcceptor::from(tls).accept(stream),
+                ) => r,
+            };
+            if let Ok(Ok(tls)) = accepted {
+                serve_http1(tls, state, shutdown).await;
+            }
+        }
+    }
+}
+
+/// How long an HTTPS client gets for its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn serve_http1<I>(io: I, state: ConsulState, shutdown: CancellationToken)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let svc = service_fn(move |req| {
         let state = state.clone();
         async move { Ok::<_, Infallible>(handle(&state, req).await) }
     });
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).keep_alive(true);
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
     super::drive_connection(conn, &shutdown, |c| c.graceful_shutdown()).await;
 }
 

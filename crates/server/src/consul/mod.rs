@@ -61,6 +61,12 @@ pub struct ConsulTargetConfig {
     /// The server's own node (registered at start, with a `serfHealth`
     /// check); sessions created without `Node` belong to it.
     pub node_name: String,
+    /// TLS as a Consul server with `tls.internal_rpc` / `tls.https`: on the
+    /// RPC port a first byte `0x03` starts a TLS handshake (then `0x08`
+    /// inside it; `0x08` first stays plaintext); the HTTP port speaks HTTPS
+    /// only. Client certificates are required when the config verifies them
+    /// (`verify_incoming`), see [`agent_sim_net::server_config`].
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 impl Default for ConsulTargetConfig {
@@ -70,6 +76,7 @@ impl Default for ConsulTargetConfig {
             session_ttl_min: Duration::from_secs(10),
             topic_buffer: 256,
             node_name: "agent-sim-server".into(),
+            tls: None,
         }
     }
 }
@@ -84,6 +91,9 @@ pub struct ConsulTargetSnapshot {
     /// RPC connections closed because the first byte was not `0x08` or did not
     /// arrive within 5 s.
     pub rpc_rejected_no_prefix: u64,
+    /// RPC connections whose TLS handshake failed (no or a bad client
+    /// certificate, a client that does not trust the server).
+    pub rpc_rejected_tls: u64,
     /// Subscribe streams open now (gauge).
     pub subscriptions_active: u64,
     pub subscribe_calls: u64,
@@ -114,6 +124,7 @@ struct Counters {
     rpc_connections: AtomicU64,
     rpc_connections_open: AtomicU64,
     rpc_rejected_no_prefix: AtomicU64,
+    rpc_rejected_tls: AtomicU64,
     subscriptions_active: AtomicU64,
     subscribe_calls: AtomicU64,
     snapshots_sent: AtomicU64,
@@ -230,6 +241,7 @@ impl ConsulState {
             rpc_connections: get(&c.rpc_connections),
             rpc_connections_open: get(&c.rpc_connections_open),
             rpc_rejected_no_prefix: get(&c.rpc_rejected_no_prefix),
+            rpc_rejected_tls: get(&c.rpc_rejected_tls),
             subscriptions_active: get(&c.subscriptions_active),
             subscribe_calls: get(&c.subscribe_calls),
             snapshots_sent: get(&c.snapshots_sent),

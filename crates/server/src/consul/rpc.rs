@@ -43,6 +43,8 @@ use super::{ConsulState, Gauge, events};
 
 /// `pool.RPCGRPC`: the byte that switches a Consul RPC connection to gRPC.
 pub(crate) const RPC_GRPC: u8 = 0x08;
+/// First byte of a TLS RPC connection (`pool.RPCTLS`).
+pub(crate) const RPC_TLS: u8 = 0x03;
 /// `limits.rpc_handshake_timeout` default.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const SUBSCRIBE_PATH: &str = "/subscribe.StateChangeSubscription/Subscribe";
@@ -85,18 +87,53 @@ async fn rpc_connection(
         r = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_u8()) => r,
     };
     let counters = &state.inner.counters;
-    if !matches!(first, Ok(Ok(RPC_GRPC))) {
-        counters.bump(&counters.rpc_rejected_no_prefix);
-        return; // dropping the socket closes it
-    }
     let _ = stream.set_nodelay(true);
+    match (first, state.inner.cfg.tls.clone()) {
+        (Ok(Ok(RPC_GRPC)), _) => serve_grpc(stream, state, builder, shutdown).await,
+        (Ok(Ok(RPC_TLS)), Some(tls)) => {
+            // TLS, then the 0x08 byte inside it.
+            let accepted = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = tokio::time::timeout(
+                    HANDSHAKE_TIMEOUT,
+                    tokio_rustls::TlsAcceptor::from(tls).accept(stream),
+                ) => r,
+            };
+            let Ok(Ok(mut tls)) = accepted else {
+                counters.bump(&counters.rpc_rejected_tls);
+                return;
+            };
+            let inner = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.read_u8()).await;
+            if !matches!(inner, Ok(Ok(RPC_GRPC))) {
+                counters.bump(&counters.rpc_rejected_no_prefix);
+                return;
+            }
+            serve_grpc(tls, state, builder, shutdown).await;
+        }
+        _ => {
+            counters.bump(&counters.rpc_rejected_no_prefix);
+            // dropping the socket closes it
+        }
+    }
+}
+
+/// gRPC over an accepted RPC connection (after its prefix bytes).
+async fn serve_grpc<I>(
+    io: I,
+    state: ConsulState,
+    builder: Arc<http2::Builder<TokioExecutor>>,
+    shutdown: CancellationToken,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let counters = &state.inner.counters;
     counters.bump(&counters.rpc_connections);
     let _open = Gauge::up(&state, |c| &c.rpc_connections_open);
     let svc = GrpcService {
         state: state.clone(),
         shutdown: shutdown.clone(),
     };
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
     super::drive_connection(conn, &shutdown, |c| c.graceful_shutdown()).await;
 }
 

@@ -64,38 +64,6 @@ pub fn dial_error_kind(e: &io::Error) -> &'static str {
     }
 }
 
-/// What to check for each kind [`dial_error_kind`] gives.
-pub fn dial_error_kinds() -> &'static [agent_sim_metrics::ErrorKindSpec] {
-    use agent_sim_metrics::ErrorKindSpec as K;
-    &[
-        K {
-            kind: "connect_refused",
-            hint: "nothing listens on that host:port: is the server up, and is --target the right port?",
-            heals: true,
-        },
-        K {
-            kind: "connect_timeout",
-            hint: "no answer to the TCP connect: a firewall, a wrong address, or a server that is not accepting",
-            heals: true,
-        },
-        K {
-            kind: "connect_addr_unavailable",
-            hint: "the load box ran out of ephemeral ports for this source address: add --source-addr addresses or use --shard",
-            heals: true,
-        },
-        K {
-            kind: "connect_too_many_files",
-            hint: "out of file descriptors: raise ulimit -n, or use --shard over several processes",
-            heals: true,
-        },
-        K {
-            kind: "connect_reset",
-            hint: "the server reset the connection while it was being made",
-            heals: true,
-        },
-    ]
-}
-
 /// A plaintext or TLS client socket.
 pub enum MaybeTlsStream {
     /// Plain TCP.

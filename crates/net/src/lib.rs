@@ -1,0 +1,18 @@
+//! Transport helpers shared by the protocol crates and the embedded server,
+//! apart from the fleet engine (which knows no sockets).
+//!
+//! - [`dial`]: TCP connect from an optional source address (a pool of source
+//!   addresses lets one box exceed ~28k connections per destination), the
+//!   plain-or-TLS client socket [`MaybeTlsStream`], and stable error kinds of
+//!   failed dials.
+//! - [`tls`]: rustls client configs (CA file, the platform's trust store or no
+//!   verification; optional client certificate) and server configs (for the
+//!   embedded backend: certificate, key, optional client verification).
+//!
+//! What it is not: no protocol and no metrics.
+
+pub mod dial;
+pub mod tls;
+
+pub use dial::{MaybeTlsStream, dial, dial_error_kind};
+pub use tls::{ClientTls, TlsError, client_config, server_config};
