@@ -82,7 +82,7 @@ async fn a_wrong_password_stops_by_itself_with_the_servers_words_and_never_the_p
     let e = &s.errors["upgrade_401"];
     assert_eq!(
         e.sample.as_deref(),
-        Some("HTTP 401 Unauthorized: invalid credentials")
+        Some("HTTP 401 Unauthorized: bad credentials")
     );
     assert!(!e.heals);
     assert!(e.hint.as_deref().unwrap().contains("--password"));

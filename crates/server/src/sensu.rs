@@ -72,11 +72,14 @@ pub struct CheckSpec {
 /// Configuration of [`serve`].
 #[derive(Debug, Clone)]
 pub struct SensuTargetConfig {
-    /// Accepted `Sensu-Namespace` values; a missing or unknown namespace gets HTTP 404.
+    /// Accepted `Sensu-Namespace` values; a missing or unknown namespace gets
+    /// HTTP 404 `namespace "X" not found` (after the credentials check, as
+    /// Sensu 6.12 does).
     pub namespaces: Vec<String>,
-    /// Agent user for `Authorization: Basic` (missing → 401 "missing credentials").
+    /// Agent user for `Authorization: Basic` (missing → 401 `missing
+    /// credentials`).
     pub user: String,
-    /// Agent password (wrong user or password → 401).
+    /// Agent password (wrong user or password → 401 `bad credentials`).
     pub password: String,
     /// Checks to schedule.
     pub checks: Vec<CheckSpec>,

@@ -283,7 +283,8 @@ async fn missing_or_wrong_credentials_are_401() {
         let mut resp = String::new();
         tcp.read_to_string(&mut resp).await.unwrap();
         assert!(resp.starts_with("HTTP/1.1 401"), "{resp}");
-        assert!(resp.ends_with("\r\n\r\nmissing credentials"), "{resp}");
+        // Sensu 6.12's words, newline included (Go's http.Error).
+        assert!(resp.ends_with("\r\n\r\nmissing credentials\n"), "{resp}");
 
         let mut hello = Hello::new("a-1", "linux");
         hello.credentials = Some(("agent", "wrong"));

@@ -116,6 +116,27 @@ fn check_upgrade(
 ) -> Result<Response, ErrorResponse> {
     let headers = req.headers();
     let stats = &shared.stats;
+    // The real backend's order: authentication (401), then authorization
+    // (403), then the namespace (404); bodies as Go's http.Error writes them.
+    let credentials_ok = match basic_auth(headers) {
+        None => {
+            inc(&stats.upgrades_rejected);
+            inc(&stats.rejected_credentials);
+            return Err(error_response(
+                StatusCode::UNAUTHORIZED,
+                "missing credentials\n",
+            ));
+        }
+        Some((user, password)) => user == shared.user && password == shared.password,
+    };
+    if !credentials_ok {
+        inc(&stats.upgrades_rejected);
+        inc(&stats.rejected_credentials);
+        return Err(error_response(
+            StatusCode::UNAUTHORIZED,
+            "bad credentials\n",
+        ));
+    }
     let asked = header_str(headers, "sensu-namespace").unwrap_or_default();
     let ns = shared
         .namespaces
@@ -127,28 +148,9 @@ fn check_upgrade(
         inc(&stats.rejected_namespace);
         return Err(error_response(
             StatusCode::NOT_FOUND,
-            &format!("namespace {asked:?} not found"),
+            &format!("namespace {asked:?} not found\n"),
         ));
     };
-    let credentials_ok = match basic_auth(headers) {
-        None => {
-            inc(&stats.upgrades_rejected);
-            inc(&stats.rejected_credentials);
-            return Err(error_response(
-                StatusCode::UNAUTHORIZED,
-                "missing credentials",
-            ));
-        }
-        Some((user, password)) => user == shared.user && password == shared.password,
-    };
-    if !credentials_ok {
-        inc(&stats.upgrades_rejected);
-        inc(&stats.rejected_credentials);
-        return Err(error_response(
-            StatusCode::UNAUTHORIZED,
-            "invalid credentials",
-        ));
-    }
     let enc = if headers
         .get_all(ACCEPT)
         .iter()
