@@ -148,3 +148,150 @@ async fn half_the_fleet_on_a_dead_port_is_an_incomplete_run_with_its_cause() {
     assert!(reason.contains("20 of 40"), "{reason}");
     assert!(reason.contains("connect_refused"), "{reason}");
 }
+
+/// A Consul backend on 127.0.0.1:0 with `cfg`: (rpc, http) addresses.
+async fn consul_backend(
+    cfg: agent_sim_server::consul::ConsulTargetConfig,
+) -> (String, String, CancellationToken) {
+    use agent_sim_server::consul::{ConsulState, serve_http, serve_rpc};
+    let state = ConsulState::new(cfg);
+    let rpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addrs = (
+        rpc.local_addr().unwrap().to_string(),
+        http.local_addr().unwrap().to_string(),
+    );
+    let stop = CancellationToken::new();
+    let (s1, t1, t2) = (state.clone(), stop.clone(), stop.clone());
+    tokio::spawn(async move { serve_rpc(rpc, s1, t1).await });
+    tokio::spawn(async move { serve_http(http, state, t2).await });
+    (addrs.0, addrs.1, stop)
+}
+
+fn consul_run(rpc: String, http: String, agents: u64) -> RunBuilder {
+    RunBuilder::new(Kind::Consul)
+        .agents(agents)
+        .ramp(Ramp::All)
+        .target(rpc)
+        .args(move |a| {
+            a.http_target = Some(http);
+            a.upstreams = Some("web".parse().unwrap());
+            a.probe = Some("off".parse().unwrap());
+            a.session_ttl = Some("off".parse().unwrap());
+            a.reconnect_max = Some("1s".parse().unwrap());
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_ip_connection_cap_leaves_the_fleet_incomplete_with_a_hint_naming_it() {
+    let (rpc, http, stop) = consul_backend(agent_sim_server::consul::ConsulTargetConfig {
+        rpc_max_conns_per_client: 100,
+        ..Default::default()
+    })
+    .await;
+    let outcome = consul_run(rpc, http, 300)
+        .duration(Duration::from_secs(4))
+        .run()
+        .await
+        .expect("run");
+    stop.cancel();
+    let s = &outcome.summary;
+    assert_eq!(outcome.exit_code, 2, "{:?}", s.outcome);
+    assert_eq!(s.agents.connected, 100, "{:?}", s.outcome);
+    assert_eq!(
+        s.outcome.missing["rpc_closed_at_once"], 200,
+        "{:?}",
+        s.outcome
+    );
+    let e = &s.errors["rpc_closed_at_once"];
+    assert!(
+        e.hint
+            .as_deref()
+            .unwrap()
+            .contains("limits.rpc_max_conns_per_client"),
+        "{e:?}"
+    );
+    assert!(
+        s.outcome
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("rpc_closed_at_once"),
+        "{:?}",
+        s.outcome
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_cap_with_fail_fast_stops_quickly_with_exit_1() {
+    let (rpc, http, stop) = consul_backend(agent_sim_server::consul::ConsulTargetConfig {
+        rpc_max_conns_per_client: 100,
+        ..Default::default()
+    })
+    .await;
+    let t0 = std::time::Instant::now();
+    let outcome = consul_run(rpc, http, 300)
+        .duration(Duration::from_secs(60))
+        .args(|a| a.fail_fast = Some(true))
+        .run()
+        .await
+        .expect("run");
+    stop.cancel();
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert_eq!(outcome.exit_code, 1, "{:?}", outcome.summary.outcome);
+    let reason = outcome.summary.outcome.reason.as_deref().unwrap();
+    assert!(
+        reason.contains("rpc_closed_at_once") && reason.contains("rpc_max_conns_per_client"),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acls_that_deny_the_registration_say_so_in_the_servers_words() {
+    let (rpc, http, stop) = consul_backend(agent_sim_server::consul::ConsulTargetConfig {
+        acl_tokens: Some(vec!["11111111-2222-3333-4444-555555555555".into()]),
+        ..Default::default()
+    })
+    .await;
+    // No token: subscriptions get empty snapshots, registrations are denied.
+    let outcome = consul_run(rpc.clone(), http.clone(), 10)
+        .duration(Duration::from_secs(3))
+        .run()
+        .await
+        .expect("run");
+    let s = &outcome.summary;
+    assert_eq!(outcome.exit_code, 1, "{:?}", s.outcome);
+    assert_eq!(s.agents.connected, 0);
+    assert_eq!(s.outcome.missing["acl_denied"], 10, "{:?}", s.outcome);
+    let e = &s.errors["acl_denied"];
+    assert!(
+        e.sample
+            .as_deref()
+            .unwrap()
+            .contains("Permission denied: anonymous token lacks permission 'node:write'"),
+        "{e:?}"
+    );
+    assert!(e.hint.as_deref().unwrap().contains("--token"));
+
+    // A token the server does not know: the Subscribe itself fails.
+    let secret = "99999999-0000-0000-0000-000000000000";
+    let outcome = consul_run(rpc, http, 10)
+        .duration(Duration::from_secs(3))
+        .args(|a| a.token = Some(secret.into()))
+        .run()
+        .await
+        .expect("run");
+    stop.cancel();
+    let s = &outcome.summary;
+    assert_eq!(outcome.exit_code, 1, "{:?}", s.outcome);
+    assert!(
+        s.errors["acl_not_found"]
+            .sample
+            .as_deref()
+            .unwrap()
+            .contains("ACL not found"),
+        "{:?}",
+        s.errors
+    );
+    assert!(!serde_json::to_string(s).unwrap().contains(secret));
+}

@@ -16,7 +16,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use ::http::uri::PathAndQuery;
-use agent_sim_fleet::{Agent, AgentFactory, Backoff, BoxFuture, SessionCx, SessionEnd};
+use agent_sim_fleet::{Agent, AgentFactory, Backoff, BoxFuture, Failure, SessionCx, SessionEnd};
 use agent_sim_metrics::{CounterId, LatencyId, Metrics};
 use agent_sim_proto::consul::subscribe::{Event, Topic, event::Payload};
 use bytes::Bytes;
@@ -28,7 +28,7 @@ use tonic::{Code, Status};
 use crate::codec::{SUBSCRIBE_PATH, SmallCodec, subscribe_request};
 use crate::config::{self, ConsulConfig, NamePattern, ProbeKind};
 use crate::conn::{self, Dialer, GrpcClient, RpcConn};
-use crate::http::{self, HttpApi, Registration};
+use crate::http::{self, HttpApi, Refusal, Registration};
 use crate::probe::{Expect, ProbeBoard, ProbeObserver, ProbeRunner};
 use crate::txn::{TxnBatcher, TxnOps};
 use crate::view::{Signal, View, ViewKind};
@@ -408,10 +408,10 @@ impl Drop for Slots {
 }
 
 enum HttpDone {
-    Registered(Result<(), &'static str>),
-    SessionCreated(Result<String, &'static str>),
-    Renewed(Result<(), &'static str>, Duration),
-    Flapped(Result<(), &'static str>),
+    Registered(Result<(), Refusal>),
+    SessionCreated(Result<String, Refusal>),
+    Renewed(Result<(), Refusal>, Duration),
+    Flapped(Result<(), Refusal>),
 }
 
 type HttpFuture = Pin<Box<dyn Future<Output = HttpDone> + Send>>;
@@ -508,7 +508,7 @@ impl ConsulAgent {
     ) -> Option<SessionEnd> {
         if status.code() != Code::Aborted {
             return Some(SessionEnd::lost_with(
-                conn::status_kind(status.code()),
+                grpc_kind(status),
                 format!("gRPC {:?}: {}", status.code(), status.message()),
             ));
         }
@@ -677,8 +677,8 @@ impl ConsulAgent {
                 let r = match sh.http.put("/v1/session/create", body).await {
                     Ok(b) => serde_json::from_slice::<http::SessionCreated>(&b)
                         .map(|s| s.id)
-                        .map_err(|_| "http_decode"),
-                    Err(e) => Err(e.kind),
+                        .map_err(|_| Refusal::kind("http_decode")),
+                    Err(e) => Err(e.into()),
                 };
                 HttpDone::SessionCreated(r)
             }));
@@ -694,7 +694,7 @@ impl ConsulAgent {
                     .put(&path, Bytes::new())
                     .await
                     .map(|_| ())
-                    .map_err(|e| e.kind);
+                    .map_err(Refusal::from);
                 HttpDone::Renewed(r, start.elapsed())
             }));
         }
@@ -722,18 +722,23 @@ impl ConsulAgent {
                     .put("/v1/catalog/register", body)
                     .await
                     .map(|_| ())
-                    .map_err(|e| e.kind);
+                    .map_err(Refusal::from);
                 HttpDone::Flapped(r)
             }));
         }
         None
     }
 
-    fn on_http(&mut self, hs: &mut HttpSched, done: HttpDone) {
+    fn on_http(&mut self, cx: &SessionCx, hs: &mut HttpSched, done: HttpDone) {
         let sh = self.shared.clone();
         let now = Instant::now();
-        let failed = |kind: &'static str, hs: &mut HttpSched| {
-            sh.metrics.error(kind);
+        // Counted, and kept as this agent's last cause (a registration the
+        // server refuses keeps the agent from being connected).
+        let failed = |r: Refusal, hs: &mut HttpSched| {
+            cx.report(&Failure {
+                kind: r.kind,
+                detail: r.words,
+            });
             hs.retry_at = now + hs.backoff.next_delay();
         };
         match done {
@@ -771,13 +776,13 @@ impl ConsulAgent {
                         self.renew_due = Some(if next <= now { now + half } else { next });
                         hs.backoff.reset();
                     }
-                    Err("http_404") => {
+                    Err(r) if r.kind == "http_404" => {
                         sh.metrics.incr(sh.ids.sessions_expired);
                         self.session_id = None;
                         self.renew_due = None;
                     }
-                    Err(k) => {
-                        sh.metrics.error(k);
+                    Err(r) => {
+                        sh.metrics.error_with(r.kind, r.words.as_deref());
                         self.renew_due = Some(now + jitter(Duration::from_secs(1)).min(half));
                     }
                 }
@@ -789,7 +794,7 @@ impl ConsulAgent {
                         sh.metrics.incr(sh.ids.flaps);
                         self.flaps = self.flaps.wrapping_add(1);
                     }
-                    Err(k) => sh.metrics.error(k),
+                    Err(r) => sh.metrics.error_with(r.kind, r.words.as_deref()),
                 }
                 let next = hs.flap_due.map_or(now, |t| t) + jitter(iv);
                 hs.flap_due = Some(if next <= now { now + jitter(iv) } else { next });
@@ -817,11 +822,33 @@ impl ConsulAgent {
         };
         sh.metrics
             .record(sh.ids.connect, self.index as usize, t.elapsed());
-        self.steady(cx, conn).await
+        let first_bytes = conn.first_bytes.clone();
+        let (end, answered) = self.steady(cx, conn).await;
+        match end {
+            // Ended before the server answered any call: say what was on
+            // the other end when the first bytes tell (HTTP port, a
+            // connection cap that closes at once, a gRPC port).
+            SessionEnd::Lost(f) if !answered => match conn::what_answered(&first_bytes) {
+                Some((kind, words)) => SessionEnd::lost_with(
+                    kind,
+                    match f.detail {
+                        Some(d) => format!("{words} ({}: {d})", f.kind),
+                        None => format!("{words} ({})", f.kind),
+                    },
+                ),
+                None => SessionEnd::Lost(f),
+            },
+            end => end,
+        }
     }
 
-    async fn steady(&mut self, cx: &SessionCx, conn: RpcConn) -> SessionEnd {
-        let RpcConn { grpc, mut driver } = conn;
+    /// The session on an established connection; also whether the server
+    /// answered any call (a stream event or a call's reply).
+    async fn steady(&mut self, cx: &SessionCx, conn: RpcConn) -> (SessionEnd, bool) {
+        let RpcConn {
+            grpc, mut driver, ..
+        } = conn;
+        let mut answered = false;
         let now = Instant::now();
         let slots: Vec<Slot> = (0..self.subs.len())
             .map(|_| Slot {
@@ -858,7 +885,7 @@ impl ConsulAgent {
         let mut sleep = pin!(tokio::time::sleep_until(far_future()));
         let mut cancel = pin!(cx.cancel.cancelled());
         let mut rotate = 0usize;
-        loop {
+        let end = loop {
             let now = Instant::now();
             if http_op.is_none() {
                 http_op = self.next_http(&mut hs, now);
@@ -921,8 +948,12 @@ impl ConsulAgent {
             match wake {
                 Wake::Cancelled => break SessionEnd::Shutdown,
                 Wake::ConnClosed(kind) => break SessionEnd::lost(kind),
-                Wake::Started(i, Ok(stream)) => slots[i].state = SlotState::Live(stream),
+                Wake::Started(i, Ok(stream)) => {
+                    answered = true;
+                    slots[i].state = SlotState::Live(stream);
+                }
                 Wake::Started(i, Err(status)) => {
+                    answered |= server_said(&status);
                     let slot = &mut slots[i];
                     slot.state = SlotState::Done;
                     if let Some(end) = self.on_status(i, slot, &status, &grpc) {
@@ -930,9 +961,11 @@ impl ConsulAgent {
                     }
                 }
                 Wake::Event(i, decoded, Ok(ev)) => {
+                    answered = true;
                     self.on_event(i, &mut slots[i], decoded, &ev);
                 }
                 Wake::Event(i, _, Err(status)) => {
+                    answered |= server_said(&status);
                     let slot = &mut slots[i];
                     slot.state = SlotState::Done;
                     if let Some(end) = self.on_status(i, slot, &status, &grpc) {
@@ -942,7 +975,7 @@ impl ConsulAgent {
                 Wake::StreamEnd => break SessionEnd::lost("stream_end"),
                 Wake::Http(done) => {
                     http_op = None;
-                    self.on_http(&mut hs, done);
+                    self.on_http(cx, &mut hs, done);
                 }
                 Wake::Timer => {
                     let now = Instant::now();
@@ -962,11 +995,20 @@ impl ConsulAgent {
                     }
                 }
             }
+            // Connected = the server has answered: every subscription has
+            // its snapshot (or resumed) and the registration is in place.
+            // The dial slot is freed with the snapshots, so a registration
+            // that keeps failing does not hold up other agents' handshakes.
             if !established && slots.iter().all(|s| s.ready) {
-                established = true;
-                cx.established();
+                if self.registered || !self.shared.cfg.register {
+                    established = true;
+                    cx.established();
+                } else {
+                    cx.release_dial_slot();
+                }
             }
-        }
+        };
+        (end, answered)
     }
 
     async fn finish_inner(&mut self) {
@@ -980,8 +1022,8 @@ impl ConsulAgent {
                         sh.metrics.incr(sh.ids.deregistrations);
                         true
                     }
-                    Err(k) => {
-                        sh.metrics.error(k);
+                    Err(r) => {
+                        sh.metrics.error_with(r.kind, r.words.as_deref());
                         false
                     }
                 }
@@ -993,7 +1035,7 @@ impl ConsulAgent {
             if let Some(id) = &self.session_id {
                 let path = format!("/v1/session/destroy/{id}");
                 if let Err(e) = sh.http.put(&path, Bytes::new()).await {
-                    sh.metrics.error(e.kind);
+                    sh.metrics.error_with(e.kind, e.words().as_deref());
                 }
             }
         };
@@ -1003,6 +1045,26 @@ impl ConsulAgent {
         }
         self.session_id = None;
     }
+}
+
+/// Whether a status came from the server (an answer) rather than from a
+/// broken transport.
+fn server_said(status: &Status) -> bool {
+    !matches!(status.code(), Code::Unavailable | Code::Cancelled)
+        && !status.message().contains("transport")
+}
+
+/// Error kind of a failed call or stream: the cause Consul names in its
+/// message (`ACL not found` comes as code Unknown), else by code;
+/// `Unimplemented: unknown service subscribe...` means the wrong port.
+fn grpc_kind(status: &Status) -> &'static str {
+    if let Some(k) = http::cause_kind(status.message()) {
+        return k;
+    }
+    if status.code() == Code::Unimplemented && status.message().contains("unknown service") {
+        return "wrong_port_grpc";
+    }
+    conn::status_kind(status.code())
 }
 
 fn driver_kind(r: Result<(), hyper::Error>) -> &'static str {

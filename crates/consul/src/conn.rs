@@ -80,6 +80,117 @@ pub struct RpcConn {
     pub grpc: GrpcClient,
     /// Connection driver (poll it alongside the calls).
     pub driver: ConnDriver,
+    /// The first bytes the server sent (up to [`SNIFF_LEN`]), to tell what
+    /// answered when a session fails before any answer.
+    pub first_bytes: FirstBytes,
+}
+
+/// How many of the server's first bytes are kept.
+pub const SNIFF_LEN: usize = 64;
+
+/// What the first read on a connection gave: the server's first bytes, or
+/// the error (a TLS alert, a reset) when it failed before any byte.
+#[derive(Debug)]
+pub enum FirstRead {
+    /// Up to [`SNIFF_LEN`] bytes.
+    Bytes(Box<[u8]>),
+    /// The read error, as text.
+    Error(String),
+}
+
+/// The first read on a connection, set once.
+pub type FirstBytes = Arc<std::sync::OnceLock<FirstRead>>;
+
+/// The socket under hyper, keeping the first bytes the server sends.
+struct Sniff {
+    io: RpcIo,
+    first: FirstBytes,
+}
+
+impl tokio::io::AsyncRead for Sniff {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if self.first.get().is_none() {
+            match &r {
+                Poll::Ready(Ok(())) => {
+                    let new = &buf.filled()[before..];
+                    if !new.is_empty() {
+                        let _ = self
+                            .first
+                            .set(FirstRead::Bytes(new[..new.len().min(SNIFF_LEN)].into()));
+                    }
+                }
+                Poll::Ready(Err(e)) => {
+                    let _ = self.first.set(FirstRead::Error(e.to_string()));
+                }
+                Poll::Pending => {}
+            }
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Sniff {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// What answered on a connection whose session failed before the server
+/// answered a call: the kind and the words that say so, if the first bytes
+/// tell (`None`: nothing to add to the failure).
+pub fn what_answered(first: &FirstBytes) -> Option<(&'static str, String)> {
+    let closed = || {
+        Some((
+            "rpc_closed_at_once",
+            "the server closed the connection right after accepting it, without sending a byte"
+                .to_string(),
+        ))
+    };
+    let b = match first.get() {
+        None => return closed(),
+        // A TLS alert: the server refused the TLS session (e.g. no client
+        // certificate where it verifies clients).
+        Some(FirstRead::Error(e)) if e.contains("alert") => {
+            return Some(("tls_refused", format!("TLS: {e}")));
+        }
+        Some(FirstRead::Error(_)) => return closed(),
+        Some(FirstRead::Bytes(b)) => b,
+    };
+    match b {
+        b if b.starts_with(b"HTTP/") => {
+            let line = String::from_utf8_lossy(b);
+            let line = line.lines().next().unwrap_or_default().to_string();
+            Some((
+                "wrong_port_http",
+                format!("the port answered HTTP/1: {line}"),
+            ))
+        }
+        // An HTTP/2 SETTINGS frame (type 4) and then a reset: a gRPC port
+        // that does not take the 0x08 byte.
+        b if b.len() >= 9 && b[3] == 0x04 => Some((
+            "rpc_reset_after_settings",
+            "the port sent HTTP/2 settings and then reset the connection".into(),
+        )),
+        _ => None,
+    }
 }
 
 /// Why a connection could not be made: a stable kind for error counters.
@@ -184,6 +295,11 @@ impl Dialer {
                 RpcIo::Tls(Box::new(tls))
             }
         };
+        let first_bytes = FirstBytes::default();
+        let io = Sniff {
+            io,
+            first: first_bytes.clone(),
+        };
         let (tx, conn) = http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
             .keep_alive_interval(self.keepalive_time)
@@ -191,11 +307,15 @@ impl Dialer {
             .keep_alive_while_idle(false)
             .handshake::<_, tonic::body::Body>(TokioIo::new(io))
             .await
-            .map_err(|e| ConnectError::new("h2_handshake", e))?;
+            .map_err(|e| match what_answered(&first_bytes) {
+                Some((kind, words)) => ConnectError::new(kind, format!("{words} (h2: {e})")),
+                None => ConnectError::new("h2_handshake", e),
+            })?;
         let grpc = tonic::client::Grpc::with_origin(H2Channel { tx }, self.origin.clone());
         Ok(RpcConn {
             grpc,
             driver: Box::pin(conn),
+            first_bytes,
         })
     }
 }

@@ -57,6 +57,68 @@ impl HttpError {
             body: Bytes::new(),
         }
     }
+
+    /// The server's words: `HTTP <status>: <body>` (bounded), when there
+    /// was a reply.
+    pub fn words(&self) -> Option<String> {
+        let status = self.status?;
+        let body = String::from_utf8_lossy(&self.body[..self.body.len().min(512)]);
+        let body = body.trim();
+        Some(if body.is_empty() {
+            format!("HTTP {status}")
+        } else {
+            format!("HTTP {status}: {body}")
+        })
+    }
+}
+
+/// A failed operation as the agents count it: the kind, and the server's
+/// words when it answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Error kind.
+    pub kind: &'static str,
+    /// What the server said.
+    pub words: Option<String>,
+}
+
+impl Refusal {
+    /// A refusal without words.
+    pub fn kind(kind: &'static str) -> Self {
+        Refusal { kind, words: None }
+    }
+}
+
+impl From<HttpError> for Refusal {
+    fn from(e: HttpError) -> Self {
+        Refusal {
+            kind: e.kind,
+            words: e.words(),
+        }
+    }
+}
+
+/// Error kind of an answer, from what the server said where that names the
+/// cause better than the status (as Consul 1.20 words it).
+pub fn answer_kind(status: u16, body: &[u8]) -> &'static str {
+    let text = String::from_utf8_lossy(&body[..body.len().min(4096)]);
+    cause_kind(&text).unwrap_or_else(|| status_kind(status))
+}
+
+/// The kind of a cause Consul names in its words, if any (HTTP bodies, txn
+/// errors and gRPC status messages use the same texts).
+pub fn cause_kind(text: &str) -> Option<&'static str> {
+    if text.contains("ACL not found") {
+        Some("acl_not_found")
+    } else if text.contains("Permission denied") {
+        Some("acl_denied")
+    } else if text.contains("Missing node registration") {
+        Some("missing_node_registration")
+    } else if text.contains("No cluster leader") {
+        Some("no_cluster_leader")
+    } else {
+        None
+    }
 }
 
 impl std::fmt::Display for HttpError {
@@ -267,7 +329,7 @@ impl HttpApi {
             Ok(body)
         } else {
             Err(HttpError {
-                kind: status_kind(status.as_u16()),
+                kind: answer_kind(status.as_u16(), &body),
                 status: Some(status.as_u16()),
                 body,
             })

@@ -126,6 +126,89 @@ pub fn metrics_spec() -> MetricsSpec {
             PROPAGATION,
             PROBE_OVERHEAD,
         ],
-        errors: Vec::new(),
+        errors: ERROR_KINDS.to_vec(),
     }
 }
+
+/// The error kinds of a Consul agent, with what to check.
+const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
+    use agent_sim_metrics::ErrorKindSpec as K;
+    &[
+        K {
+            kind: "acl_not_found",
+            hint: "--token (CONSUL_HTTP_TOKEN): the server does not know this ACL token",
+            heals: false,
+        },
+        K {
+            kind: "acl_denied",
+            hint: "--token: the token lacks what agents need (node:write, service:write and \
+                   session:write on their names, service:read on the upstreams)",
+            heals: false,
+        },
+        K {
+            kind: "missing_node_registration",
+            hint: "the server lost this node's registration (restarted without its state); a \
+                   real agent's anti-entropy registers it again",
+            heals: true,
+        },
+        K {
+            kind: "no_cluster_leader",
+            hint: "the server has no leader yet (6-10 s after a restart); calls are retried",
+            heals: true,
+        },
+        K {
+            kind: "wrong_port_http",
+            hint: "--target is the HTTP API (8500/8501): agents subscribe on the server RPC port \
+                   8300",
+            heals: false,
+        },
+        K {
+            kind: "wrong_port_grpc",
+            hint: "--target is the gRPC port (8502, for dataplanes): Subscribe is served on the \
+                   server RPC port 8300",
+            heals: false,
+        },
+        K {
+            kind: "rpc_reset_after_settings",
+            hint: "the port answered HTTP/2 and then reset: is --target the gRPC port 8502 instead \
+                   of the server RPC port 8300?",
+            heals: false,
+        },
+        K {
+            kind: "rpc_closed_at_once",
+            hint: "the server drops RPC connections beyond limits.rpc_max_conns_per_client \
+                   (default 100 per client IP): raise it (0 = no cap) or spread agents with \
+                   --source-addr; or --target is not a Consul RPC port",
+            heals: false,
+        },
+        K {
+            kind: "tls_handshake",
+            hint: "TLS to the RPC port failed: --ca-file (the CA of the servers' certificates), \
+                   --tls-server-name (usually server.<dc>.consul), --cert-file/--key-file when \
+                   the server verifies clients; or the port is not TLS",
+            heals: false,
+        },
+        K {
+            kind: "tls_refused",
+            hint: "the server refused the TLS session: with verify_incoming it wants a client \
+                   certificate signed by its CA (--cert-file, --key-file)",
+            heals: false,
+        },
+        K {
+            kind: "http_429",
+            hint: "the server caps HTTP connections per client IP \
+                   (limits.http_max_conns_per_client, default 200)",
+            heals: true,
+        },
+        K {
+            kind: "txn_rollback",
+            hint: "a catalog transaction was rolled back; the sample names the failing op",
+            heals: true,
+        },
+        K {
+            kind: "grpc_resource_exhausted",
+            hint: "the server rate-limits requests (limits.request_limits)",
+            heals: true,
+        },
+    ]
+};

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::config::TXN_MAX_OPS;
-use crate::http::{HttpApi, TxnResponse};
+use crate::http::{HttpApi, Refusal, TxnResponse};
 
 /// Largest txn body a server accepts (`txn_max_req_len`).
 pub const TXN_MAX_BYTES: usize = 512 * 1024;
@@ -96,7 +96,7 @@ pub fn txn_body(subs: &[&TxnOps]) -> Bytes {
     Bytes::from(out)
 }
 
-type Reply = oneshot::Sender<Result<(), &'static str>>;
+type Reply = oneshot::Sender<Result<(), Refusal>>;
 
 struct Submit {
     ops: TxnOps,
@@ -125,13 +125,13 @@ impl TxnBatcher {
     }
 
     /// Submits one agent's ops and waits for the txn's outcome.
-    pub async fn submit(&self, ops: TxnOps) -> Result<(), &'static str> {
+    pub async fn submit(&self, ops: TxnOps) -> Result<(), Refusal> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Submit { ops, reply })
             .await
-            .map_err(|_| "txn_closed")?;
-        rx.await.unwrap_or(Err("txn_closed"))
+            .map_err(|_| Refusal::kind("txn_closed"))?;
+        rx.await.unwrap_or(Err(Refusal::kind("txn_closed")))
     }
 }
 
@@ -209,24 +209,33 @@ async fn send(
             }
         }
         Err(e) if e.status == Some(409) && retry_rollback => {
-            // Find which submissions hold failing ops; retry the rest once.
-            let failed: Vec<usize> = serde_json::from_slice::<TxnResponse>(&e.body)
+            // Find which submissions hold failing ops (with the server's
+            // words for them); retry the rest once.
+            let failed = serde_json::from_slice::<TxnResponse>(&e.body)
                 .ok()
                 .and_then(|r| r.errors)
-                .unwrap_or_default()
-                .iter()
-                .map(|e| e.op_index)
-                .collect();
+                .unwrap_or_default();
             let mut retry = Vec::new();
             let mut start = 0usize;
             for s in batch {
                 let end = start + s.ops.len();
-                let bad = failed.iter().any(|&i| i >= start && i < end) || failed.is_empty();
+                let hit = failed
+                    .iter()
+                    .find(|f| f.op_index >= start && f.op_index < end);
                 start = end;
-                if bad {
-                    let _ = s.reply.send(Err("txn_rollback"));
-                } else {
-                    retry.push(s);
+                match hit {
+                    Some(f) => {
+                        let _ = s.reply.send(Err(Refusal {
+                            kind: crate::http::cause_kind(&f.what).unwrap_or("txn_rollback"),
+                            words: Some(format!("HTTP 409 (txn rolled back): {}", f.what)),
+                        }));
+                    }
+                    None if failed.is_empty() => {
+                        let mut r = Refusal::from(e.clone());
+                        r.kind = "txn_rollback";
+                        let _ = s.reply.send(Err(r));
+                    }
+                    None => retry.push(s),
                 }
             }
             if !retry.is_empty() {
@@ -234,13 +243,12 @@ async fn send(
             }
         }
         Err(e) => {
-            let kind = if e.status == Some(409) {
-                "txn_rollback"
-            } else {
-                e.kind
-            };
+            let mut refusal = Refusal::from(e.clone());
+            if e.status == Some(409) {
+                refusal.kind = "txn_rollback";
+            }
             for s in batch {
-                let _ = s.reply.send(Err(kind));
+                let _ = s.reply.send(Err(refusal.clone()));
             }
         }
     }

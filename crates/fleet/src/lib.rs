@@ -233,6 +233,17 @@ impl SessionCx {
         }
     }
 
+    /// Counts a failure inside a session that goes on (e.g. a catalog
+    /// registration refused while the stream is up): the error with the
+    /// server's words, and the agent's last cause (for the report of agents
+    /// missing at the end, fail-fast and the early stop).
+    pub fn report(&self, f: &Failure) {
+        self.metrics.error_with(f.kind, f.detail.as_deref());
+        if let Some((ledger, n)) = &self.ledger {
+            ledger.noted(*n, f);
+        }
+    }
+
     /// Releases the dial slot without counting the session as established
     /// (the handshake is over but the server has not answered yet).
     pub fn release_dial_slot(&self) {
@@ -465,12 +476,25 @@ impl Ledger {
     /// Records a failed or lost session of agent `n`; decides fail-fast
     /// and the early stop.
     fn failed(&self, n: usize, was_up: bool, f: &Failure) {
+        self.record(n, Some(was_up), f);
+    }
+
+    /// Records a failure inside a session that goes on.
+    fn noted(&self, n: usize, f: &Failure) {
+        self.record(n, None, f);
+    }
+
+    /// `ended`: `Some(was_up)` when the session ended with `f`.
+    fn record(&self, n: usize, ended: Option<bool>, f: &Failure) {
+        let was_up = ended == Some(true);
         let permanent = self.metrics.error_kind(f.kind).is_some_and(|k| !k.heals);
         let now = Instant::now();
         let all_given_up = {
             let mut b = self.lock();
             let m = &mut b.marks[n];
-            m.up = false;
+            if ended.is_some() {
+                m.up = false;
+            }
             m.last = Some(f.kind);
             let mut gives_up = false;
             if permanent {

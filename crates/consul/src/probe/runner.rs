@@ -77,7 +77,7 @@ impl ProbeRunner {
             let capacity = self.board.live() as usize;
             self.board.arm(id, expect, capacity);
             if let Err(e) = self.change(expect).await {
-                self.metrics.error(e.kind);
+                self.metrics.error_with(e.kind, e.words().as_deref());
                 self.board.disarm();
                 continue;
             }
@@ -127,7 +127,7 @@ impl ProbeRunner {
         };
         match r {
             Ok(()) => *state = Setup::Done(true),
-            Err(e) => self.metrics.error(e.kind),
+            Err(e) => self.metrics.error_with(e.kind, e.words().as_deref()),
         }
     }
 
@@ -160,7 +160,7 @@ impl ProbeRunner {
             }
         };
         if let Err(e) = r {
-            self.metrics.error(e.kind);
+            self.metrics.error_with(e.kind, e.words().as_deref());
         }
     }
 }

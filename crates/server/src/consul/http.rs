@@ -174,6 +174,87 @@ fn with_index(mut r: Response<Body>, index: u64) -> Response<Body> {
 
 // ---------------------------------------------------------------- routing
 
+/// The request's ACL token (`X-Consul-Token`, or `Authorization: Bearer`).
+fn token_of(req: &Request<Incoming>) -> String {
+    let h = req.headers();
+    h.get("x-consul-token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| {
+            h.get(hyper::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::to_owned)
+        })
+        .unwrap_or_default()
+}
+
+/// With ACLs on: a write without a token is denied and an unknown token is
+/// `ACL not found`, in Consul 1.20's words (403 text; a txn answers 409 with
+/// the denial as the failing op's error).
+fn acl_write(
+    state: &ConsulState,
+    token: &str,
+    head: &str,
+    tail: &str,
+    body: &[u8],
+) -> Result<(), Box<Response<Body>>> {
+    match state.acl_check(token) {
+        Ok(()) => Ok(()),
+        Err(Some(())) => Err(Box::new(text(StatusCode::FORBIDDEN, "ACL not found"))),
+        Err(None) => {
+            let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+            let node = |v: &serde_json::Value| v["Node"].as_str().unwrap_or_default().to_owned();
+            let (perm, name) = match (head, tail) {
+                ("txn", _) => {
+                    // Every op is denied, each with its own error.
+                    let errors: Vec<serde_json::Value> = v
+                        .as_array()
+                        .map(Vec::as_slice)
+                        .unwrap_or_default()
+                        .iter()
+                        .enumerate()
+                        .map(|(i, op)| {
+                            let op_node = op["Node"]["Node"]["Node"]
+                                .as_str()
+                                .or(op["Service"]["Node"].as_str())
+                                .or(op["Check"]["Check"]["Node"].as_str())
+                                .unwrap_or_default();
+                            serde_json::json!({
+                                "OpIndex": i,
+                                "What": format!(
+                                    "Permission denied: anonymous token lacks permission \
+                                     'node:write' on \"{op_node}\". The anonymous token is used \
+                                     implicitly when a request does not specify a token."
+                                ),
+                            })
+                        })
+                        .collect();
+                    let body = serde_json::json!({ "Results": null, "Errors": errors });
+                    return Err(Box::new(json_response(StatusCode::CONFLICT, &body)));
+                }
+                ("catalog", "register") => (
+                    "service:write",
+                    v["Service"]["Service"]
+                        .as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| node(&v)),
+                ),
+                ("session", _) => ("session:write", node(&v)),
+                _ => ("node:write", node(&v)),
+            };
+            Err(Box::new(text(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "Permission denied: anonymous token lacks permission '{perm}' on \"{name}\". \
+                     The anonymous token is used implicitly when a request does not specify a \
+                     token."
+                ),
+            )))
+        }
+    }
+}
+
 async fn handle(state: &ConsulState, req: Request<Incoming>) -> Response<Body> {
     let c = &state.inner.counters;
     c.bump(&c.http_requests);
@@ -203,10 +284,14 @@ async fn handle(state: &ConsulState, req: Request<Incoming>) -> Response<Body> {
             if !write {
                 return not_allowed();
             }
+            let token = token_of(&req);
             let body = match read_body(req.into_body()).await {
                 Ok(b) => b,
                 Err(r) => return r.into(),
             };
+            if let Err(refused) = acl_write(state, &token, head, tail, &body) {
+                return *refused;
+            }
             match (head, tail) {
                 ("catalog", "register") => catalog_register(state, &body),
                 ("catalog", "deregister") => catalog_deregister(state, &body),
@@ -218,6 +303,9 @@ async fn handle(state: &ConsulState, req: Request<Incoming>) -> Response<Body> {
         ("session", t) if t.starts_with("renew/") || t.starts_with("destroy/") => {
             if !write {
                 return not_allowed();
+            }
+            if let Err(refused) = acl_write(state, &token_of(&req), head, t, b"") {
+                return *refused;
             }
             let (op, id) = t.split_once('/').expect("checked prefix");
             if id.is_empty() {

@@ -67,6 +67,16 @@ pub struct ConsulTargetConfig {
     /// only. Client certificates are required when the config verifies them
     /// (`verify_incoming`), see [`agent_sim_net::server_config`].
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// Consul's `limits.rpc_max_conns_per_client`: RPC connections beyond
+    /// this many from one client IP are closed right after accept, without
+    /// a byte (0 = no cap; a real server's default is 100).
+    pub rpc_max_conns_per_client: usize,
+    /// ACLs with `default_policy = "deny"` when set: the tokens the server
+    /// knows (each allowed everything). Writes without a token are denied
+    /// and unknown tokens are `ACL not found`, in Consul 1.20's words; a
+    /// Subscribe without a token gets an empty snapshot, with an unknown
+    /// token `Unknown: ACL not found`.
+    pub acl_tokens: Option<Vec<String>>,
 }
 
 impl Default for ConsulTargetConfig {
@@ -77,6 +87,8 @@ impl Default for ConsulTargetConfig {
             topic_buffer: 256,
             node_name: "agent-sim-server".into(),
             tls: None,
+            rpc_max_conns_per_client: 0,
+            acl_tokens: None,
         }
     }
 }
@@ -94,6 +106,8 @@ pub struct ConsulTargetSnapshot {
     /// RPC connections whose TLS handshake failed (no or a bad client
     /// certificate, a client that does not trust the server).
     pub rpc_rejected_tls: u64,
+    /// RPC connections closed at once: over `rpc_max_conns_per_client`.
+    pub rpc_rejected_conn_cap: u64,
     /// Subscribe streams open now (gauge).
     pub subscriptions_active: u64,
     pub subscribe_calls: u64,
@@ -125,6 +139,7 @@ struct Counters {
     rpc_connections_open: AtomicU64,
     rpc_rejected_no_prefix: AtomicU64,
     rpc_rejected_tls: AtomicU64,
+    rpc_rejected_conn_cap: AtomicU64,
     subscriptions_active: AtomicU64,
     subscribe_calls: AtomicU64,
     snapshots_sent: AtomicU64,
@@ -177,6 +192,63 @@ struct Inner {
     /// Bumped by [`ConsulState::abort_subscriptions`].
     abort: watch::Sender<u64>,
     rpc_addr: Mutex<Option<SocketAddr>>,
+    /// RPC connections open per client IP (for the per-client cap).
+    rpc_per_ip: Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+}
+
+/// One RPC connection counted against its client IP's cap; uncounted on drop.
+pub(crate) struct IpSlot {
+    state: ConsulState,
+    ip: std::net::IpAddr,
+}
+
+impl ConsulState {
+    /// Takes a slot for a connection from `ip`, unless the IP is at the cap.
+    pub(crate) fn rpc_slot(&self, ip: std::net::IpAddr) -> Option<IpSlot> {
+        let cap = self.inner.cfg.rpc_max_conns_per_client;
+        let mut m = self
+            .inner
+            .rpc_per_ip
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if cap > 0 && *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot {
+            state: self.clone(),
+            ip,
+        })
+    }
+
+    /// Whether a request's token may act: `Ok` with ACLs off or a known
+    /// token; `Err(None)` no token; `Err(Some(()))` an unknown token.
+    pub(crate) fn acl_check(&self, token: &str) -> Result<(), Option<()>> {
+        match &self.inner.cfg.acl_tokens {
+            None => Ok(()),
+            Some(_) if token.is_empty() => Err(None),
+            Some(known) if known.iter().any(|t| t == token) => Ok(()),
+            Some(_) => Err(Some(())),
+        }
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut m = self
+            .state
+            .inner
+            .rpc_per_ip
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// The shared state of one embedded Consul server: catalog, sessions, config
@@ -229,6 +301,7 @@ impl ConsulState {
                 counters: Counters::default(),
                 abort: watch::channel(0).0,
                 rpc_addr: Mutex::new(None),
+                rpc_per_ip: Mutex::new(std::collections::HashMap::new()),
             }),
         }
     }
@@ -242,6 +315,7 @@ impl ConsulState {
             rpc_connections_open: get(&c.rpc_connections_open),
             rpc_rejected_no_prefix: get(&c.rpc_rejected_no_prefix),
             rpc_rejected_tls: get(&c.rpc_rejected_tls),
+            rpc_rejected_conn_cap: get(&c.rpc_rejected_conn_cap),
             subscriptions_active: get(&c.subscriptions_active),
             subscribe_calls: get(&c.subscribe_calls),
             snapshots_sent: get(&c.snapshots_sent),

@@ -82,11 +82,21 @@ async fn rpc_connection(
     builder: Arc<http2::Builder<TokioExecutor>>,
     shutdown: CancellationToken,
 ) {
+    let counters = &state.inner.counters;
+    // Over the per-client cap: closed at once, before reading a byte, as
+    // Consul does ("rejecting RPC conn ... rpc_max_conns_per_client exceeded").
+    let Some(_slot) = stream
+        .peer_addr()
+        .ok()
+        .and_then(|peer| state.rpc_slot(peer.ip()))
+    else {
+        counters.bump(&counters.rpc_rejected_conn_cap);
+        return;
+    };
     let first = tokio::select! {
         _ = shutdown.cancelled() => return,
         r = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_u8()) => r,
     };
-    let counters = &state.inner.counters;
     let _ = stream.set_nodelay(true);
     match (first, state.inner.cfg.tls.clone()) {
         (Ok(Ok(RPC_GRPC)), _) => serve_grpc(stream, state, builder, shutdown).await,
@@ -282,8 +292,20 @@ impl Subscription {
         let counters = &state.inner.counters;
         counters.bump(&counters.subscribe_calls);
         let key = topic_key(&req)?;
-        // The token is ignored: this target has no ACLs.
-        let (start, rx) = state.store().subscribe(&key, req.index);
+        let anonymous = match state.acl_check(&req.token) {
+            Ok(()) => false,
+            // As Consul 1.20: code Unknown, the bare text.
+            Err(Some(())) => return Err(Status::unknown("ACL not found")),
+            Err(None) => true,
+        };
+        let (mut start, rx) = state.store().subscribe(&key, req.index);
+        if anonymous {
+            // Under default-deny an anonymous subscriber sees nothing: an
+            // empty snapshot, not an error.
+            if let Start::Snapshot { payloads, .. } = &mut start {
+                *payloads = Default::default();
+            }
+        }
         let mut sub = Self {
             state: state.clone(),
             key,
