@@ -20,7 +20,7 @@ use crate::values::{AddrRange, Kind, List, Ramp, Secs, ShardSpec, Toggle};
     version,
     about,
     args_conflicts_with_subcommands = true,
-    after_help = "Exit codes: 0 ok, 1 runtime failure, 3 an --assert failed, 64 bad usage.\n\
+    after_help = "Exit codes: 0 complete, 1 nothing could run, 2 incomplete fleet, 3 an --assert failed, 64 bad usage.\n\
                   Without --target the embedded reference backend runs in-process (demo mode)."
 )]
 pub struct Cli {

@@ -1,6 +1,6 @@
 //! The `agent-sim` binary: parse, validate and preflight before any socket,
 //! build an explicit tokio runtime, run, and exit with a documented code
-//! (0 ok, 1 runtime failure, 3 SLO failed, 64 bad usage).
+//! (0 complete, 1 nothing could run, 2 incomplete fleet, 3 SLO failed, 64 bad usage).
 
 use std::process::ExitCode;
 
