@@ -1,6 +1,11 @@
 //! A simulated agent session against a tiny in-test WebSocket backend on
 //! 127.0.0.1: nothing before `entity_config`, keepalives on schedule, check
 //! requests answered, pings, close 1001 on cancel, upgrade rejections.
+//!
+//! Every test runs on paused tokio time: the clock moves only when both
+//! sides wait, so timers fire at their exact instants (the session timers
+//! at their real defaults: keepalive 20 s, entity_config wait 10 s, ping
+//! 30 s, pong timeout 45 s) and no test sleeps on the wall clock.
 
 // The server callback's error type is tungstenite's `ErrorResponse`.
 #![allow(clippy::result_large_err)]
@@ -77,10 +82,16 @@ fn start(
     (cancel, task)
 }
 
-/// Next binary frame from the agent (answering nothing else).
+/// Next binary frame from the agent (answering nothing else), within two
+/// minutes of (paused) time.
 async fn next_frame(ws: &mut WebSocketStream<TcpStream>) -> Vec<u8> {
     loop {
-        match timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap() {
+        match timeout(Duration::from_secs(120), ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
             Message::Binary(b) => return b.to_vec(),
             Message::Ping(_) | Message::Pong(_) => continue,
             other => panic!("unexpected {other:?}"),
@@ -104,7 +115,7 @@ fn entity_config(name: &str, enc: Encoding) -> Vec<u8> {
     )
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn protobuf_session_end_to_end() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -151,10 +162,8 @@ async fn protobuf_session_end_to_end() {
     let ka2 = codec::decode_event(f.body, Encoding::Protobuf).unwrap();
     assert_eq!(ka2.sequence, 2);
     assert_ne!(ka2.id, ka.id);
-    assert!(
-        gap >= Duration::from_millis(120) && gap < Duration::from_millis(1500),
-        "{gap:?}"
-    );
+    // Paused time: exactly one keepalive interval later.
+    assert_eq!(gap, Duration::from_secs(1));
 
     // The real check request of vector 003 is answered like vector 004.
     let req = common::read("sensu/protobuf/003-backend-check_request.bin");
@@ -235,7 +244,7 @@ async fn protobuf_session_end_to_end() {
     assert_eq!(count("check_turnaround"), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn json_session_applies_entity_config_and_sends_agent_events() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -302,7 +311,7 @@ async fn json_session_applies_entity_config_and_sends_agent_events() {
     assert_eq!(s.errors.get("decode_check_request"), Some(&1));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn missing_pong_drops_the_session() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -323,7 +332,7 @@ async fn missing_pong_drops_the_session() {
     assert_eq!(m.snapshot().errors.get("entity_config_timeout"), None);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn upgrade_rejections_and_refused_dials_have_kinds() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -356,7 +365,7 @@ async fn upgrade_rejections_and_refused_dials_have_kinds() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn cancel_during_entity_config_wait_closes_politely() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -384,4 +393,125 @@ async fn cancel_during_entity_config_wait_closes_politely() {
         SessionEnd::Shutdown
     );
     assert_eq!(m.snapshot().counter("keepalives_sent"), 0);
+}
+
+/// Keepalives at the real default interval go out at exactly the intended
+/// instants, one interval apart, with zero lateness.
+#[tokio::test(start_paused = true)]
+async fn keepalives_follow_the_schedule_exactly_on_paused_time() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let m = metrics();
+    let cfg = SensuConfig {
+        keepalive_interval: Duration::from_secs(20),
+        ..config(port, Encoding::Protobuf)
+    };
+    let (cancel, task) = start(cfg, &m, 3);
+    let mut ws = accept(&listener, Headers::default()).await;
+    ws.send(Message::Binary(
+        entity_config("not found", Encoding::Protobuf).into(),
+    ))
+    .await
+    .unwrap();
+    let t0 = Instant::now();
+    let mut at = Vec::new();
+    for _ in 0..5 {
+        let b = next_frame(&mut ws).await;
+        assert_eq!(codec::split_frame(&b).unwrap().kind, codec::KIND_KEEPALIVE);
+        at.push(t0.elapsed());
+    }
+    let want: Vec<Duration> = (0..5).map(|k| Duration::from_secs(20 * k)).collect();
+    assert_eq!(at, want);
+    m.collect();
+    let lateness = m
+        .cumulative()
+        .into_iter()
+        .find(|(n, _)| *n == "keepalive_lateness")
+        .unwrap()
+        .1;
+    assert_eq!(lateness.len(), 5);
+    assert!(lateness.max() < 1_000, "lateness {} µs", lateness.max());
+    cancel.cancel();
+    drop(ws);
+    let _ = timeout(STEP, task).await;
+}
+
+/// Without an entity_config the agent waits exactly 10 s, then sends its
+/// first keepalive anyway (a warning, and not "connected").
+#[tokio::test(start_paused = true)]
+async fn without_entity_config_the_first_keepalive_comes_after_the_10s_wait() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let m = metrics();
+    let cfg = SensuConfig {
+        keepalive_interval: Duration::from_secs(20),
+        ..config(port, Encoding::Protobuf)
+    };
+    let (cancel, task) = start(cfg, &m, 4);
+    let mut ws = accept(&listener, Headers::default()).await;
+    let t0 = Instant::now();
+    let b = next_frame(&mut ws).await;
+    assert_eq!(codec::split_frame(&b).unwrap().kind, codec::KIND_KEEPALIVE);
+    assert_eq!(t0.elapsed(), Duration::from_secs(10));
+    let s = m.snapshot();
+    assert_eq!(s.warnings.get("entity_config_timeout"), Some(&1));
+    assert_eq!(s.connected, 0, "no answer from the backend: not connected");
+    // The backend answers late: now the agent is connected.
+    ws.send(Message::Binary(
+        entity_config("sim-4", Encoding::Protobuf).into(),
+    ))
+    .await
+    .unwrap();
+    let b = next_frame(&mut ws).await;
+    assert_eq!(codec::split_frame(&b).unwrap().kind, codec::KIND_KEEPALIVE);
+    assert_eq!(t0.elapsed(), Duration::from_secs(30));
+    assert_eq!(m.snapshot().connected, 1);
+    cancel.cancel();
+    drop(ws);
+    let _ = timeout(STEP, task).await;
+}
+
+/// The agent pings every 30 s and drops the session 45 s after an
+/// unanswered ping; answered pings keep it up.
+#[tokio::test(start_paused = true)]
+async fn pings_every_30s_and_a_missing_pong_ends_the_session_at_45s() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+
+    // Answered: the backend reads (tungstenite answers pings) for 200 s.
+    let m = metrics();
+    let (cancel, task) = start(config(port, Encoding::Protobuf), &m, 5);
+    let mut ws = accept(&listener, Headers::default()).await;
+    ws.send(Message::Binary(
+        entity_config("sim-5", Encoding::Protobuf).into(),
+    ))
+    .await
+    .unwrap();
+    let t0 = Instant::now();
+    let mut pings = Vec::new();
+    while t0.elapsed() < Duration::from_secs(200) {
+        match timeout(Duration::from_secs(60), ws.next()).await {
+            Ok(Some(Ok(Message::Ping(_)))) => pings.push(t0.elapsed()),
+            Ok(Some(Ok(_))) => {}
+            other => panic!("session ended: {other:?}"),
+        }
+    }
+    let want: Vec<Duration> = (1..=6).map(|k| Duration::from_secs(30 * k)).collect();
+    assert_eq!(pings, want);
+    assert!(!task.is_finished());
+    cancel.cancel();
+    drop(ws);
+    let _ = timeout(STEP, task).await;
+
+    // Unanswered: the backend stops reading after the upgrade.
+    let m = metrics();
+    let (_cancel, task) = start(config(port, Encoding::Protobuf), &m, 6);
+    let _ws = accept(&listener, Headers::default()).await;
+    let t0 = Instant::now();
+    let end = timeout(Duration::from_secs(300), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(end, SessionEnd::lost("pong_timeout"));
+    assert_eq!(t0.elapsed(), Duration::from_secs(30 + 45));
 }
