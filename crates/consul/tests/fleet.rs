@@ -78,7 +78,8 @@ fn counter(m: &Metrics, name: &str) -> u64 {
     m.snapshot().counter(name)
 }
 
-/// Polls `cond` every 10 ms until it holds; panics after `limit`.
+/// Checks `cond` every 10 ms of paused (virtual) time until it holds; panics
+/// after `limit`. The tests run on paused time, so no wall clock is waited on.
 async fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + limit;
     while !cond() {
@@ -105,7 +106,7 @@ where
     end
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
     let t = start_target().await;
     let m_owned = metrics();
@@ -184,7 +185,7 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
 /// Shard 0 (controller, agents 0..50) and shard 1 (observer, agents
 /// 50..100) as two fleets with their own metrics, as two processes would
 /// be; their summaries merge into probes that reached 100/100.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_observer_shard_measures_the_probe_and_merges_by_raft_index() {
     use agent_sim_metrics::merge::merge_summaries;
     use agent_sim_metrics::summary::{SCHEMA_V2, Summary};
@@ -304,7 +305,7 @@ async fn an_observer_shard_measures_the_probe_and_merges_by_raft_index() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn intentions_probe_reaches_every_agent() {
     let t = start_target().await;
     let m_owned = metrics();
@@ -347,7 +348,7 @@ async fn intentions_probe_reaches_every_agent() {
     assert_eq!((p.delivered, p.expected), (20, 20), "{p:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_reconnecting_agent_resumes_from_its_index() {
     let t = start_target().await;
     let m_owned = metrics();
@@ -404,7 +405,7 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
     assert!(t.state.stats().resumes_served >= 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn aborted_streams_resubscribe_at_once_then_with_backoff() {
     let t = start_target().await;
     let m_owned = metrics();
@@ -447,7 +448,7 @@ async fn aborted_streams_resubscribe_at_once_then_with_backoff() {
     assert!(m.snapshot().errors.is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_session_expires_when_renewals_stop_and_is_recreated() {
     let t = start_target().await;
     let m_owned = metrics();
@@ -492,7 +493,7 @@ async fn a_session_expires_when_renewals_stop_and_is_recreated() {
     assert!(m.snapshot().errors.is_empty(), "{:?}", m.snapshot().errors);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn checks_flap_through_catalog_register() {
     let t = start_target().await;
     let m_owned = metrics();
@@ -512,7 +513,7 @@ async fn checks_flap_through_catalog_register() {
     assert!(m.snapshot().errors.is_empty(), "{:?}", m.snapshot().errors);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn agent_and_session_future_stay_small() {
     let m_owned = metrics();
     let m = &m_owned;

@@ -278,7 +278,7 @@ fn captured_client_hello_starts_with_the_rpc_grpc_byte_and_preface() {
     assert_eq!(hello[25 + 3], 0x04);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn our_connector_writes_0x08_then_the_h2_preface() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -219,8 +219,9 @@ async fn read_snapshot(s: &mut Streaming<Event>) -> (Vec<Event>, u64) {
     }
 }
 
-/// Polls a condition on the target's counters (no sleeps as synchronisation
-/// elsewhere; this is for server-side effects without a client-visible reply).
+/// Checks a condition on the target's counters every 10 ms of paused
+/// (virtual) time, for server-side effects without a client-visible reply;
+/// the tests run on paused time, so no wall clock is waited on.
 async fn eventually(
     t: &Target,
     what: &str,
@@ -237,7 +238,7 @@ async fn eventually(
 
 // ---------------------------------------------------------------- RPC port
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_connection_without_the_prefix_byte_is_closed() {
     let t = start_default().await;
     let mut s = TcpStream::connect(t.rpc).await.unwrap();
@@ -266,7 +267,7 @@ async fn a_silent_connection_is_closed_after_the_handshake_timeout() {
     assert_eq!(t.state.stats().rpc_rejected_no_prefix, 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn snapshot_then_live_deregister_without_address() {
     let t = start_default().await;
     register(&t, "sim-node-1", "10.0.0.1", "web-1").await;
@@ -333,7 +334,7 @@ async fn snapshot_then_live_deregister_without_address() {
     assert_eq!(stats.snapshots_sent, 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_txn_with_two_instances_of_one_service_is_one_event_batch() {
     let t = start_default().await;
     let mut c = dial(t.rpc).await;
@@ -398,7 +399,7 @@ async fn a_txn_with_two_instances_of_one_service_is_one_event_batch() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn resume_at_the_current_index_skips_the_snapshot() {
     let t = start_default().await;
     register(&t, "sim-node-1", "10.0.0.1", "web-1").await;
@@ -419,7 +420,7 @@ async fn resume_at_the_current_index_skips_the_snapshot() {
     assert_eq!(stats.snapshots_sent, 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn resume_at_a_stale_index_gets_a_new_snapshot() {
     let t = start_default().await;
     register(&t, "sim-node-1", "10.0.0.1", "web-1").await;
@@ -442,7 +443,7 @@ async fn resume_at_a_stale_index_gets_a_new_snapshot() {
     assert_eq!(t.state.stats().snapshots_sent, 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn abort_subscriptions_ends_streams_with_aborted() {
     let t = start_default().await;
     register(&t, "sim-node-1", "10.0.0.1", "web-1").await;
@@ -463,7 +464,7 @@ async fn abort_subscriptions_ends_streams_with_aborted() {
     assert_eq!(read_snapshot(&mut again).await.0.len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn intentions_writes_arrive_as_config_entry_events() {
     let t = start_default().await;
     let mut c = dial(t.rpc).await;
@@ -505,7 +506,7 @@ async fn intentions_writes_arrive_as_config_entry_events() {
 
 // ---------------------------------------------------------------- HTTP
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn catalog_register_answers_like_the_vector() {
     let t = start_default().await;
     let dir = concat!(
@@ -537,7 +538,7 @@ async fn catalog_register_answers_like_the_vector() {
     assert_eq!(t.state.stats().registrations, 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn serf_health_checks_are_accepted_but_not_stored() {
     let t = start_default().await;
     let body = r#"{"Node":"sim-node-1","Address":"10.0.0.1","Checks":[{"CheckID":"serfHealth","Name":"Serf","Status":"passing"}]}"#;
@@ -553,7 +554,7 @@ async fn serf_health_checks_are_accepted_but_not_stored() {
     assert_eq!(r.body, "Missing check 'serfHealth' registration");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn session_ttl_below_the_minimum_is_refused_like_consul() {
     let t = start_default().await;
     let dir = concat!(
@@ -584,7 +585,7 @@ async fn session_ttl_below_the_minimum_is_refused_like_consul() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn sessions_renew_and_expire_after_twice_the_ttl() {
     let t = start(ConsulTargetConfig {
         session_ttl_min: Duration::from_millis(50),
@@ -645,7 +646,7 @@ async fn sessions_renew_and_expire_after_twice_the_ttl() {
     assert_eq!((stats.sessions_created, stats.sessions_renewed), (2, 1));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn shutdown_ends_both_servers_with_open_streams() {
     let mut t = start_default().await;
     let mut c = dial(t.rpc).await;

@@ -251,7 +251,7 @@ async fn wait_for(
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn unknown_or_missing_namespace_is_404() {
     bounded(async {
         let t = start().await;
@@ -267,7 +267,7 @@ async fn unknown_or_missing_namespace_is_404() {
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn missing_or_wrong_credentials_are_401() {
     bounded(async {
         let t = start().await;
@@ -297,7 +297,7 @@ async fn missing_or_wrong_credentials_are_401() {
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn protobuf_session_entity_config_keepalive_and_check_request() {
     bounded(async {
         let t = start().await;
@@ -368,7 +368,7 @@ async fn protobuf_session_entity_config_keepalive_and_check_request() {
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn check_requests_follow_subscriptions_and_entity_names() {
     bounded(async {
         let t = start_with(SensuTargetConfig {
@@ -417,7 +417,7 @@ async fn check_requests_follow_subscriptions_and_entity_names() {
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn invalid_frames_are_counted_and_the_connection_stays_open() {
     bounded(async {
         let t = start().await;
@@ -474,7 +474,7 @@ async fn invalid_frames_are_counted_and_the_connection_stays_open() {
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn json_mode_works() {
     bounded(async {
         let t = start().await;
@@ -519,7 +519,7 @@ async fn json_mode_works() {
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn shutdown_closes_sessions_with_1001_and_returns() {
     bounded(async {
         let t = start().await;
