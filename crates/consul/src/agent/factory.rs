@@ -1,0 +1,176 @@
+//! The factory of Consul agents: validates the config once and builds what
+//! every agent shares.
+
+use super::*;
+
+/// Creates [`ConsulAgent`]s; see [`ConsulFactory::new`].
+pub struct ConsulFactory {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for ConsulFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsulFactory")
+            .field("rpc_targets", &self.shared.cfg.rpc_targets)
+            .field("upstreams", &self.shared.cfg.upstreams)
+            .finish()
+    }
+}
+
+impl ConsulFactory {
+    /// Validates `cfg` and builds what the agents share: dialers (TLS
+    /// config), the HTTP client, the registration batcher (started on first
+    /// use) and the probe board. `metrics` must declare [`crate::metrics_spec`].
+    pub fn new(cfg: ConsulConfig, metrics: Metrics) -> Result<Self, ConsulError> {
+        let v = cfg.prepare()?;
+        let ids = Ids::resolve(&metrics)?;
+        let dialers = v
+            .rpc_addrs
+            .iter()
+            .zip(&v.rpc_hosts)
+            .map(|(a, h)| {
+                Dialer::new(
+                    *a,
+                    h,
+                    cfg.tls.as_ref(),
+                    cfg.keepalive_time,
+                    cfg.keepalive_timeout,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let http_tls = match (&cfg.tls, v.https) {
+            (Some(t), true) => Some((
+                conn::tls_client_config(t)?,
+                conn::server_name(t, &v.http_host)?,
+            )),
+            _ => None,
+        };
+        let http = Arc::new(
+            HttpApi::with_tls(v.http_addr, http_tls, cfg.token.as_deref(), &cfg.datacenter)
+                .map_err(ConsulError::Config)?,
+        );
+        let board = match (cfg.probe.kind, &v.probe_service) {
+            (Some(kind), Some(svc)) if cfg.probe.controller => {
+                Some(Arc::new(ProbeBoard::new(kind, svc, &cfg.name_prefix)))
+            }
+            (Some(kind), Some(svc)) => Some(Arc::new(ProbeBoard::new_observer(
+                kind,
+                svc,
+                &cfg.name_prefix,
+                cfg.probe.timeout(),
+            ))),
+            _ => None,
+        };
+        let upstreams = v
+            .upstreams
+            .into_iter()
+            .map(|p| {
+                let fixed = p.is_fixed().then(|| Arc::<str>::from(p.expand(0)));
+                (p, fixed)
+            })
+            .collect();
+        let ttl = cfg.session_ttl.map(|d| (d, config::go_duration(d)));
+        let flap_interval = cfg.flap_rate.map(|r| r.interval());
+        Ok(ConsulFactory {
+            shared: Arc::new(Shared {
+                token: cfg.token.clone().unwrap_or_default(),
+                cfg,
+                dialers,
+                upstreams,
+                http,
+                batcher: OnceLock::new(),
+                board,
+                metrics,
+                ids,
+                ttl,
+                flap_interval,
+            }),
+        })
+    }
+
+    /// The probe controller, when a probe kind is set and this process is
+    /// the controller.
+    pub fn probe_runner(&self) -> Option<ProbeRunner> {
+        let s = &self.shared;
+        if !s.cfg.probe.controller {
+            return None;
+        }
+        let board = s.board.clone()?;
+        Some(ProbeRunner {
+            board,
+            http: s.http.clone(),
+            metrics: s.metrics.clone(),
+            every: s.cfg.probe.every,
+            timeout: s.cfg.probe.timeout(),
+            instance_id: http::probe_instance_id(&s.cfg.name_prefix),
+            keep: s.cfg.keep_registrations,
+        })
+    }
+
+    /// The probe observer, when a probe kind is set and this process is not
+    /// the controller (another shard makes the changes; this one measures
+    /// its own agents and reports each change by raft index).
+    pub fn probe_observer(&self) -> Option<ProbeObserver> {
+        let s = &self.shared;
+        if s.cfg.probe.controller {
+            return None;
+        }
+        let board = s.board.clone()?;
+        Some(ProbeObserver {
+            board,
+            metrics: s.metrics.clone(),
+        })
+    }
+
+    /// The probe board (for tests and status displays).
+    pub fn probe_board(&self) -> Option<Arc<ProbeBoard>> {
+        self.shared.board.clone()
+    }
+}
+
+impl AgentFactory for ConsulFactory {
+    type Agent = ConsulAgent;
+
+    fn create(&self, index: u64) -> ConsulAgent {
+        let s = &self.shared;
+        let probe_svc = s.board.as_ref().map(|b| b.service());
+        let mut subs: Vec<Sub> = Vec::with_capacity(s.upstreams.len() + 1);
+        let mut probe_taken = false;
+        for (pattern, fixed) in &s.upstreams {
+            let name = match fixed {
+                Some(n) => n.clone(),
+                None => Arc::from(pattern.expand(index)),
+            };
+            let probe = !probe_taken
+                && fixed.is_some()
+                && s.board.as_ref().map(|b| b.kind()) == Some(ProbeKind::Catalog)
+                && probe_svc == Some(&*name);
+            probe_taken |= probe;
+            subs.push(Sub::new(
+                name,
+                Topic::ServiceHealth,
+                ViewKind::Health,
+                probe,
+            ));
+        }
+        if let Some(b) = &s.board
+            && b.kind() == ProbeKind::Intentions
+        {
+            subs.push(Sub::new(
+                Arc::from(b.service()),
+                Topic::ServiceIntentions,
+                ViewKind::Intentions,
+                true,
+            ));
+        }
+        ConsulAgent {
+            index,
+            shared: s.clone(),
+            subs: subs.into_boxed_slice(),
+            registered: false,
+            session_id: None,
+            renew_due: None,
+            flaps: 0,
+        }
+    }
+}

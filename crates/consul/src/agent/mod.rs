@@ -1,0 +1,205 @@
+//! One simulated Consul client agent ([`ConsulAgent`]) and the factory that
+//! builds them ([`ConsulFactory`]).
+//!
+//! A session is: dial the agent's server (boxed connect step, freed once the
+//! connection is up), one Subscribe stream per upstream on that single
+//! HTTP/2 connection, then one loop that polls together the connection
+//! driver, every stream, at most one HTTP call (registration, TTL session
+//! create / renew, check flap) and one timer. State that must survive a
+//! reconnect — views with their indexes, registration, session ID — lives
+//! in the agent; streams, timers and in-flight calls live in the session.//!
+//! Parts: `factory` ([`ConsulFactory`]: validation, dialers, HTTP client,
+//! probe board), `subscriptions` (Subscribe streams, views, status handling),
+//! `upkeep` (registration, TTL session, check flaps, the exit cleanup) and
+//! `session` (one session's loop over the connection).
+
+mod factory;
+mod session;
+mod subscriptions;
+mod upkeep;
+
+pub use factory::ConsulFactory;
+use subscriptions::{Slot, SlotState, Slots, server_said};
+use upkeep::{HttpDone, HttpFuture, HttpSched};
+
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::{Arc, OnceLock};
+use std::task::Poll;
+use std::time::Duration;
+
+use ::http::uri::PathAndQuery;
+use agent_sim_fleet::{Agent, AgentFactory, Backoff, BoxFuture, Failure, SessionCx, SessionEnd};
+use agent_sim_metrics::{CounterId, LatencyId, Metrics};
+use agent_sim_proto::consul::subscribe::{Event, Topic, event::Payload};
+use bytes::Bytes;
+use futures_util::Stream;
+use tokio::time::Instant;
+use tonic::codec::Streaming;
+use tonic::{Code, Status};
+
+use crate::codec::{SUBSCRIBE_PATH, SmallCodec, subscribe_request};
+use crate::config::{self, ConsulConfig, NamePattern, ProbeKind};
+use crate::conn::{self, Dialer, GrpcClient, RpcConn};
+use crate::http::{self, HttpApi, Refusal, Registration};
+use crate::probe::{Expect, ProbeBoard, ProbeObserver, ProbeRunner};
+use crate::txn::{TxnBatcher, TxnOps};
+use crate::view::{Signal, View, ViewKind};
+use crate::{ConsulError, names};
+
+/// Dial + prefix + TLS + HTTP/2 handshake must finish within this.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A resumed stream that stays silent this long was resumed (a stale index
+/// gets `NewSnapshotToFollow` at once).
+pub const RESUME_QUIET: Duration = Duration::from_millis(500);
+/// Backoff of a subscription after repeated `ABORTED`.
+pub const ABORT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(200), Duration::from_secs(60));
+/// Backoff of failed HTTP calls of one agent.
+pub const HTTP_BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
+
+/// Metric ids resolved once.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ids {
+    subscriptions: CounterId,
+    snapshots: CounterId,
+    resumes: CounterId,
+    aborts: CounterId,
+    events_received: CounterId,
+    sessions_created: CounterId,
+    sessions_renewed: CounterId,
+    sessions_expired: CounterId,
+    registrations: CounterId,
+    deregistrations: CounterId,
+    flaps: CounterId,
+    connect: LatencyId,
+    subscribe_snapshot: LatencyId,
+    session_renew: LatencyId,
+    probe_overhead: LatencyId,
+}
+
+impl Ids {
+    fn resolve(m: &Metrics) -> Result<Self, ConsulError> {
+        let spec = crate::metrics_spec();
+        let snap = m.snapshot();
+        for c in &spec.counters {
+            if !snap.counters.iter().any(|(n, _)| n == c) {
+                return Err(ConsulError::Metrics(format!("counter {c:?} not declared")));
+            }
+        }
+        for l in &spec.latencies {
+            if !m.latency_names().contains(l) {
+                return Err(ConsulError::Metrics(format!("latency {l:?} not declared")));
+            }
+        }
+        Ok(Ids {
+            subscriptions: m.counter(names::SUBSCRIPTIONS),
+            snapshots: m.counter(names::SNAPSHOTS),
+            resumes: m.counter(names::RESUMES),
+            aborts: m.counter(names::ABORTS),
+            events_received: m.counter(names::EVENTS_RECEIVED),
+            sessions_created: m.counter(names::SESSIONS_CREATED),
+            sessions_renewed: m.counter(names::SESSIONS_RENEWED),
+            sessions_expired: m.counter(names::SESSIONS_EXPIRED),
+            registrations: m.counter(names::REGISTRATIONS),
+            deregistrations: m.counter(names::DEREGISTRATIONS),
+            flaps: m.counter(names::FLAPS),
+            connect: m.latency(names::CONNECT),
+            subscribe_snapshot: m.latency(names::SUBSCRIBE_SNAPSHOT),
+            session_renew: m.latency(names::SESSION_RENEW),
+            probe_overhead: m.latency(names::PROBE_OVERHEAD),
+        })
+    }
+}
+
+/// What every agent of a fleet shares.
+pub(crate) struct Shared {
+    cfg: ConsulConfig,
+    dialers: Vec<Dialer>,
+    upstreams: Vec<(NamePattern, Option<Arc<str>>)>,
+    http: Arc<HttpApi>,
+    batcher: OnceLock<TxnBatcher>,
+    board: Option<Arc<ProbeBoard>>,
+    metrics: Metrics,
+    ids: Ids,
+    token: String,
+    ttl: Option<(Duration, String)>,
+    flap_interval: Option<Duration>,
+}
+
+impl Shared {
+    fn batcher(&self) -> &TxnBatcher {
+        self.batcher
+            .get_or_init(|| TxnBatcher::spawn(self.http.clone(), self.metrics.clone()))
+    }
+}
+
+/// Persistent state of one subscription.
+struct Sub {
+    name: Arc<str>,
+    topic: Topic,
+    view: View,
+    /// The subscription the probe is timed on.
+    probe: bool,
+    /// Completed a snapshot at least once (later snapshots are re-syncs).
+    ever_synced: bool,
+    /// Last probe id (controller) or raft index (observer) this agent
+    /// recorded an arrival for.
+    probe_seen: u64,
+    /// Observer: state of the probe target after the last snapshot or probe
+    /// change (`Expect as u8`, 0 unknown), to spot changes a re-sync brings.
+    probe_state: u8,
+}
+
+impl Sub {
+    fn new(name: Arc<str>, topic: Topic, kind: ViewKind, probe: bool) -> Self {
+        Sub {
+            name,
+            topic,
+            view: View::new(kind),
+            probe,
+            ever_synced: false,
+            probe_seen: 0,
+            probe_state: 0,
+        }
+    }
+}
+
+/// One simulated Consul client agent.
+pub struct ConsulAgent {
+    index: u64,
+    shared: Arc<Shared>,
+    subs: Box<[Sub]>,
+    registered: bool,
+    session_id: Option<Box<str>>,
+    renew_due: Option<Instant>,
+    flaps: u32,
+}
+
+impl std::fmt::Debug for ConsulAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsulAgent")
+            .field("index", &self.index)
+            .field("registered", &self.registered)
+            .field("session", &self.session_id)
+            .finish()
+    }
+}
+
+impl ConsulAgent {
+    /// Instances in the view of upstream `name` (tests, debugging).
+    pub fn view_len(&self, name: &str) -> Option<usize> {
+        self.subs
+            .iter()
+            .find(|s| &*s.name == name && s.topic == Topic::ServiceHealth)
+            .map(|s| s.view.len())
+    }
+
+    fn node(&self) -> String {
+        http::node_name(&self.shared.cfg.name_prefix, self.index)
+    }
+}
+
+fn jitter(d: Duration) -> Duration {
+    d.mul_f64(0.5 + fastrand::f64())
+}

@@ -1,0 +1,247 @@
+//! One session of an agent: dial, then one loop that polls the connection
+//! driver, every stream, at most one HTTP call and one timer together.
+
+use super::*;
+
+pub(super) enum Wake {
+    Cancelled,
+    ConnClosed(&'static str),
+    Started(usize, Result<Streaming<Event>, Status>),
+    Event(usize, Instant, Result<Event, Status>),
+    StreamEnd,
+    Http(HttpDone),
+    Timer,
+}
+
+pub(super) fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
+}
+
+impl ConsulAgent {
+    pub(super) async fn session(&mut self, cx: &SessionCx) -> SessionEnd {
+        let sh = self.shared.clone();
+        let dialer = &sh.dialers[(self.index as usize) % sh.dialers.len()];
+        let t = Instant::now();
+        // Boxed: the connect state machine is freed once the connection is up.
+        let connect = Box::pin(tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            dialer.connect(cx.bind_addr),
+        ));
+        let conn = tokio::select! {
+            r = connect => r,
+            _ = cx.cancel.cancelled() => return SessionEnd::Shutdown,
+        };
+        let conn = match conn {
+            Err(_) => return SessionEnd::lost("connect_timeout"),
+            Ok(Err(e)) => return SessionEnd::lost_with(e.kind, e.detail),
+            Ok(Ok(c)) => c,
+        };
+        sh.metrics
+            .record(sh.ids.connect, self.index as usize, t.elapsed());
+        let first_bytes = conn.first_bytes.clone();
+        let (end, answered) = self.steady(cx, conn).await;
+        match end {
+            // Ended before the server answered any call: say what was on
+            // the other end when the first bytes tell (HTTP port, a
+            // connection cap that closes at once, a gRPC port).
+            SessionEnd::Lost(f) if !answered => match conn::what_answered(&first_bytes) {
+                Some((kind, words)) => SessionEnd::lost_with(
+                    kind,
+                    match f.detail {
+                        Some(d) => format!("{words} ({}: {d})", f.kind),
+                        None => format!("{words} ({})", f.kind),
+                    },
+                ),
+                None => SessionEnd::Lost(f),
+            },
+            end => end,
+        }
+    }
+
+    /// The session on an established connection; also whether the server
+    /// answered any call (a stream event or a call's reply).
+    pub(super) async fn steady(&mut self, cx: &SessionCx, conn: RpcConn) -> (SessionEnd, bool) {
+        let RpcConn {
+            grpc, mut driver, ..
+        } = conn;
+        let mut answered = false;
+        let now = Instant::now();
+        let slots: Vec<Slot> = (0..self.subs.len())
+            .map(|_| Slot {
+                state: SlotState::Done,
+                ready: false,
+                counted: false,
+                started: now,
+                resume_pending: false,
+                resync: false,
+                backoff: None,
+            })
+            .collect();
+        // Uncounts live probe subscriptions however the session ends.
+        let mut slots = Slots {
+            v: slots,
+            board: self.shared.board.clone(),
+        };
+        let slots = &mut slots.v;
+        for (i, slot) in slots.iter_mut().enumerate() {
+            self.start_slot(i, slot, &grpc);
+        }
+        let mut hs = HttpSched {
+            retry_at: now,
+            backoff: Backoff::new(HTTP_BACKOFF.0, HTTP_BACKOFF.1),
+            flap_due: None,
+        };
+        if self.registered
+            && let Some(iv) = self.shared.flap_interval
+        {
+            hs.flap_due = Some(now + iv.mul_f64(fastrand::f64()));
+        }
+        let mut http_op: Option<HttpFuture> = None;
+        let mut established = false;
+        let mut sleep = pin!(tokio::time::sleep_until(far_future()));
+        let mut cancel = pin!(cx.cancel.cancelled());
+        let mut rotate = 0usize;
+        let end = loop {
+            let now = Instant::now();
+            if http_op.is_none() {
+                http_op = self.next_http(&mut hs, now);
+            }
+            let mut deadline = far_future();
+            for slot in slots.iter() {
+                if let SlotState::Idle { at } = slot.state {
+                    deadline = deadline.min(at);
+                }
+                if slot.resume_pending && !slot.ready {
+                    deadline = deadline.min(slot.started + RESUME_QUIET);
+                }
+            }
+            if http_op.is_none()
+                && let Some(t) = self.http_due(&hs)
+            {
+                deadline = deadline.min(t);
+            }
+            if sleep.deadline() != deadline {
+                sleep.as_mut().reset(deadline);
+            }
+            rotate = rotate.wrapping_add(1);
+            let wake = std::future::poll_fn(|tcx| {
+                if cancel.as_mut().poll(tcx).is_ready() {
+                    return Poll::Ready(Wake::Cancelled);
+                }
+                if let Poll::Ready(r) = driver.as_mut().poll(tcx) {
+                    return Poll::Ready(Wake::ConnClosed(driver_kind(r)));
+                }
+                let n = slots.len();
+                for j in 0..n {
+                    let i = (j + rotate) % n;
+                    match &mut slots[i].state {
+                        SlotState::Starting(f) => {
+                            if let Poll::Ready(r) = f.as_mut().poll(tcx) {
+                                return Poll::Ready(Wake::Started(i, r));
+                            }
+                        }
+                        SlotState::Live(s) => match Pin::new(s).poll_next(tcx) {
+                            Poll::Ready(Some(r)) => {
+                                return Poll::Ready(Wake::Event(i, Instant::now(), r));
+                            }
+                            Poll::Ready(None) => return Poll::Ready(Wake::StreamEnd),
+                            Poll::Pending => {}
+                        },
+                        SlotState::Idle { .. } | SlotState::Done => {}
+                    }
+                }
+                if let Some(op) = http_op.as_mut()
+                    && let Poll::Ready(done) = op.as_mut().poll(tcx)
+                {
+                    return Poll::Ready(Wake::Http(done));
+                }
+                if sleep.as_mut().poll(tcx).is_ready() {
+                    return Poll::Ready(Wake::Timer);
+                }
+                Poll::Pending
+            })
+            .await;
+            match wake {
+                Wake::Cancelled => break SessionEnd::Shutdown,
+                Wake::ConnClosed(kind) => break SessionEnd::lost(kind),
+                Wake::Started(i, Ok(stream)) => {
+                    answered = true;
+                    slots[i].state = SlotState::Live(stream);
+                }
+                Wake::Started(i, Err(status)) => {
+                    answered |= server_said(&status);
+                    let slot = &mut slots[i];
+                    slot.state = SlotState::Done;
+                    if let Some(end) = self.on_status(i, slot, &status, &grpc) {
+                        break end;
+                    }
+                }
+                Wake::Event(i, decoded, Ok(ev)) => {
+                    answered = true;
+                    self.on_event(i, &mut slots[i], decoded, &ev);
+                }
+                Wake::Event(i, _, Err(status)) => {
+                    answered |= server_said(&status);
+                    let slot = &mut slots[i];
+                    slot.state = SlotState::Done;
+                    if let Some(end) = self.on_status(i, slot, &status, &grpc) {
+                        break end;
+                    }
+                }
+                Wake::StreamEnd => break SessionEnd::lost("stream_end"),
+                Wake::Http(done) => {
+                    http_op = None;
+                    self.on_http(cx, &mut hs, done);
+                }
+                Wake::Timer => {
+                    let now = Instant::now();
+                    for (i, slot) in slots.iter_mut().enumerate() {
+                        if let SlotState::Idle { at } = slot.state
+                            && at <= now
+                        {
+                            self.start_slot(i, slot, &grpc);
+                        }
+                        if slot.resume_pending && !slot.ready && slot.started + RESUME_QUIET <= now
+                        {
+                            // Silence after a resume request: the server kept our index.
+                            slot.resume_pending = false;
+                            self.shared.metrics.incr(self.shared.ids.resumes);
+                            self.mark_ready(i, slot);
+                        }
+                    }
+                }
+            }
+            // Connected = the server has answered: every subscription has
+            // its snapshot (or resumed) and the registration is in place.
+            // The dial slot is freed with the snapshots, so a registration
+            // that keeps failing does not hold up other agents' handshakes.
+            if !established && slots.iter().all(|s| s.ready) {
+                if self.registered || !self.shared.cfg.register {
+                    established = true;
+                    cx.established();
+                } else {
+                    cx.release_dial_slot();
+                }
+            }
+        };
+        (end, answered)
+    }
+}
+
+pub(super) fn driver_kind(r: Result<(), hyper::Error>) -> &'static str {
+    match r {
+        Ok(()) => "conn_closed",
+        Err(e) if e.is_timeout() => "keepalive_timeout",
+        Err(_) => "conn_error",
+    }
+}
+
+impl Agent for ConsulAgent {
+    fn run_session<'a>(&'a mut self, cx: &'a SessionCx) -> BoxFuture<'a, SessionEnd> {
+        Box::pin(self.session(cx))
+    }
+
+    fn finish<'a>(&'a mut self, _cx: &'a SessionCx) -> BoxFuture<'a, ()> {
+        Box::pin(self.finish_inner())
+    }
+}

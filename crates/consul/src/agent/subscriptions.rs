@@ -1,0 +1,259 @@
+//! Subscribe streams of a session: starting calls, applying events to the
+//! views, resubscribing after `ABORTED`, and kinds for failed calls.
+
+use super::*;
+
+pub(super) type StartFuture =
+    Pin<Box<dyn Future<Output = Result<Streaming<Event>, Status>> + Send>>;
+
+// `Live` is the steady state and the slots sit in one heap Vec: boxing the
+// stream would add an allocation and save nothing.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum SlotState {
+    Idle { at: Instant },
+    Starting(StartFuture),
+    Live(Streaming<Event>),
+    Done,
+}
+
+/// Session-local state of one subscription.
+pub(super) struct Slot {
+    pub(super) state: SlotState,
+    /// Counted toward `established` (snapshot done, or resumed).
+    pub(super) ready: bool,
+    /// `sub_up` was called on the probe board for this slot.
+    pub(super) counted: bool,
+    /// When the pending snapshot was asked for (Subscribe call or reset).
+    pub(super) started: Instant,
+    /// Subscribed with an index; not yet known whether it resumed.
+    pub(super) resume_pending: bool,
+    /// The snapshot in progress re-syncs a view that existed before.
+    pub(super) resync: bool,
+    /// Set after the first ABORTED: later ones back off.
+    pub(super) backoff: Option<Backoff>,
+}
+
+/// The session's slots; dropping them takes live probe subscriptions off
+/// the board (also when the session future is dropped mid-way).
+pub(super) struct Slots {
+    pub(super) v: Vec<Slot>,
+    pub(super) board: Option<Arc<ProbeBoard>>,
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        if let Some(b) = &self.board {
+            for s in &self.v {
+                if s.counted {
+                    b.sub_down();
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn start_call(
+    grpc: &GrpcClient,
+    req: agent_sim_proto::consul::subscribe::SubscribeRequest,
+) -> StartFuture {
+    let mut grpc = grpc.clone();
+    Box::pin(async move {
+        grpc.ready()
+            .await
+            .map_err(|e| Status::unavailable(format!("connection not ready: {e}")))?;
+        let resp = grpc
+            .server_streaming(
+                tonic::Request::new(req),
+                PathAndQuery::from_static(SUBSCRIBE_PATH),
+                SmallCodec,
+            )
+            .await?;
+        Ok(resp.into_inner())
+    })
+}
+
+impl ConsulAgent {
+    pub(super) fn start_slot(&mut self, i: usize, slot: &mut Slot, grpc: &GrpcClient) {
+        let sh = &self.shared;
+        let sub = &mut self.subs[i];
+        let index = sub.view.resume_index();
+        if index == 0 {
+            // A partial snapshot from a lost session cannot be resumed.
+            sub.view.reset();
+            slot.resync = sub.ever_synced;
+        }
+        slot.resume_pending = index > 0;
+        slot.started = Instant::now();
+        let req = subscribe_request(sub.topic, &sub.name, index, &sh.token, &sh.cfg.datacenter);
+        slot.state = SlotState::Starting(start_call(grpc, req));
+        sh.metrics.incr(sh.ids.subscriptions);
+    }
+
+    pub(super) fn mark_ready(&self, i: usize, slot: &mut Slot) {
+        slot.ready = true;
+        if self.subs[i].probe
+            && !slot.counted
+            && let Some(b) = &self.shared.board
+        {
+            b.sub_up();
+            slot.counted = true;
+        }
+    }
+
+    pub(super) fn uncount(&self, slot: &mut Slot) {
+        if slot.counted {
+            if let Some(b) = &self.shared.board {
+                b.sub_down();
+            }
+            slot.counted = false;
+        }
+    }
+
+    /// Handles a failed call or stream; `Some(end)` ends the session.
+    pub(super) fn on_status(
+        &mut self,
+        i: usize,
+        slot: &mut Slot,
+        status: &Status,
+        grpc: &GrpcClient,
+    ) -> Option<SessionEnd> {
+        if status.code() != Code::Aborted {
+            return Some(SessionEnd::lost_with(
+                grpc_kind(status),
+                format!("gRPC {:?}: {}", status.code(), status.message()),
+            ));
+        }
+        let sh = self.shared.clone();
+        sh.metrics.incr(sh.ids.aborts);
+        self.uncount(slot);
+        let sub = &mut self.subs[i];
+        sub.view.reset();
+        slot.resync = sub.ever_synced;
+        slot.resume_pending = false;
+        match &mut slot.backoff {
+            None => {
+                slot.backoff = Some(Backoff::new(ABORT_BACKOFF.0, ABORT_BACKOFF.1));
+                self.start_slot(i, slot, grpc);
+            }
+            Some(b) => {
+                slot.state = SlotState::Idle {
+                    at: Instant::now() + b.next_delay(),
+                };
+            }
+        }
+        None
+    }
+
+    pub(super) fn on_event(&mut self, i: usize, slot: &mut Slot, decoded: Instant, ev: &Event) {
+        let sh = self.shared.clone();
+        let ids = &sh.ids;
+        sh.metrics.incr(ids.events_received);
+        let is_nstf = matches!(ev.payload, Some(Payload::NewSnapshotToFollow(true)));
+        if slot.resume_pending {
+            slot.resume_pending = false;
+            if !is_nstf {
+                sh.metrics.incr(ids.resumes);
+                self.mark_ready(i, slot);
+            }
+        }
+        let sub = &mut self.subs[i];
+        let board = if sub.probe { sh.board.as_deref() } else { None };
+        let observing = board.is_some_and(|b| b.is_observer());
+        // Controller: the armed probe id, and whether it came live.
+        let mut hit = None;
+        let mut hit_live = false;
+        // Observer: outcome of a live probe change.
+        let mut seen = None;
+        let signal = sub.view.apply(ev, &mut |c| {
+            if let Some(b) = board {
+                if observing {
+                    seen = b.observes(&c).or(seen);
+                } else if let Some(id) = b.matches(&c) {
+                    hit = Some(id);
+                    hit_live = true;
+                }
+            }
+        });
+        // The event's raft index (one per event, batch included).
+        let index = sub.view.index();
+        match signal {
+            Signal::EndOfSnapshot => {
+                sh.metrics.incr(ids.snapshots);
+                sh.metrics.record(
+                    ids.subscribe_snapshot,
+                    self.index as usize,
+                    slot.started.elapsed(),
+                );
+                if let Some(b) = board {
+                    if observing {
+                        let now = b.state(&sub.view).map_or(0, |e| e as u8);
+                        if slot.resync
+                            && sub.probe_state != 0
+                            && now != sub.probe_state
+                            && let Some(kind) = Expect::from_u8(now)
+                            && b.observe_resync(sub.probe_seen, index, kind, decoded)
+                        {
+                            sh.metrics.record(
+                                ids.probe_overhead,
+                                self.index as usize,
+                                decoded.elapsed(),
+                            );
+                        }
+                        sub.probe_state = now;
+                        // The view is current up to here: a later re-sync
+                        // credits only changes after this index.
+                        sub.probe_seen = index;
+                    } else if slot.resync {
+                        hit = hit.or(b.matches_state(&sub.view));
+                    }
+                }
+                slot.resync = false;
+                slot.backoff = None;
+                sub.ever_synced = true;
+                self.mark_ready(i, slot);
+            }
+            Signal::NewSnapshotToFollow => {
+                slot.resync = sub.ever_synced;
+                slot.started = decoded;
+            }
+            Signal::Item | Signal::Ignored => {}
+        }
+        let sub = &mut self.subs[i];
+        if let (Some(kind), Some(b)) = (seen, board) {
+            sub.probe_state = kind as u8;
+            if sub.probe_seen != index && b.observe(index, kind, decoded) {
+                sub.probe_seen = index;
+                sh.metrics
+                    .record(ids.probe_overhead, self.index as usize, decoded.elapsed());
+            }
+        }
+        if let (Some(id), Some(b)) = (hit, board)
+            && sub.probe_seen != id
+            && b.arrive(id, decoded, if hit_live { index } else { 0 })
+        {
+            sub.probe_seen = id;
+            sh.metrics
+                .record(ids.probe_overhead, self.index as usize, decoded.elapsed());
+        }
+    }
+}
+
+/// Whether a status came from the server (an answer) rather than from a
+/// broken transport.
+pub(super) fn server_said(status: &Status) -> bool {
+    !matches!(status.code(), Code::Unavailable | Code::Cancelled)
+        && !status.message().contains("transport")
+}
+
+/// Error kind of a failed call or stream: the cause Consul names in its
+/// message (`ACL not found` comes as code Unknown), else by code;
+/// `Unimplemented: unknown service subscribe...` means the wrong port.
+pub(super) fn grpc_kind(status: &Status) -> &'static str {
+    if let Some(k) = http::cause_kind(status.message()) {
+        return k;
+    }
+    if status.code() == Code::Unimplemented && status.message().contains("unknown service") {
+        return "wrong_port_grpc";
+    }
+    conn::status_kind(status.code())
+}

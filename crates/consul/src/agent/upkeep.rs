@@ -1,0 +1,233 @@
+//! Catalog upkeep of an agent: registration (batched), the TTL session and
+//! its renewals, check flaps, and the cleanup when the run ends.
+
+use super::*;
+
+pub(super) enum HttpDone {
+    Registered(Result<(), Refusal>),
+    SessionCreated(Result<String, Refusal>),
+    Renewed(Result<(), Refusal>, Duration),
+    Flapped(Result<(), Refusal>),
+}
+
+pub(super) type HttpFuture = Pin<Box<dyn Future<Output = HttpDone> + Send>>;
+
+/// Session-local HTTP scheduling.
+pub(super) struct HttpSched {
+    pub(super) retry_at: Instant,
+    pub(super) backoff: Backoff,
+    pub(super) flap_due: Option<Instant>,
+}
+
+impl ConsulAgent {
+    /// When the next HTTP action is due (none when nothing is scheduled).
+    pub(super) fn http_due(&self, hs: &HttpSched) -> Option<Instant> {
+        let cfg = &self.shared.cfg;
+        if cfg.register && !self.registered {
+            return Some(hs.retry_at);
+        }
+        if self.shared.ttl.is_some() && self.session_id.is_none() {
+            return Some(hs.retry_at);
+        }
+        let renew = if self.session_id.is_some() {
+            self.renew_due
+        } else {
+            None
+        };
+        match (renew, hs.flap_due) {
+            (Some(a), Some(b)) => Some(a.min(b).max(hs.retry_at)),
+            (a, b) => a.or(b).map(|t| t.max(hs.retry_at)),
+        }
+    }
+
+    pub(super) fn next_http(&mut self, hs: &mut HttpSched, now: Instant) -> Option<HttpFuture> {
+        let due = self.http_due(hs)?;
+        if due > now {
+            return None;
+        }
+        let sh = self.shared.clone();
+        let node = self.node();
+        if sh.cfg.register && !self.registered {
+            let upstreams: Vec<String> = self.subs.iter().map(|s| s.name.to_string()).collect();
+            let address = http::node_address(self.index);
+            let ops = http::registration_ops(&Registration {
+                node: &node,
+                address: &address,
+                index: self.index,
+                service: &sh.cfg.service_name,
+                instances: sh.cfg.services_per_agent,
+                sidecars: sh.cfg.sidecars,
+                upstreams: &upstreams,
+            });
+            return Some(Box::pin(async move {
+                HttpDone::Registered(sh.batcher().submit(TxnOps::new(ops)).await)
+            }));
+        }
+        if let Some((_, ttl)) = &sh.ttl
+            && self.session_id.is_none()
+        {
+            let body = Bytes::from(http::session_create_body(&node, ttl));
+            return Some(Box::pin(async move {
+                let r = match sh.http.put("/v1/session/create", body).await {
+                    Ok(b) => serde_json::from_slice::<http::SessionCreated>(&b)
+                        .map(|s| s.id)
+                        .map_err(|_| Refusal::kind("http_decode")),
+                    Err(e) => Err(e.into()),
+                };
+                HttpDone::SessionCreated(r)
+            }));
+        }
+        if let (Some(id), Some(t)) = (&self.session_id, self.renew_due)
+            && t <= now
+        {
+            let path = format!("/v1/session/renew/{id}");
+            return Some(Box::pin(async move {
+                let start = Instant::now();
+                let r = sh
+                    .http
+                    .put(&path, Bytes::new())
+                    .await
+                    .map(|_| ())
+                    .map_err(Refusal::from);
+                HttpDone::Renewed(r, start.elapsed())
+            }));
+        }
+        if let Some(t) = hs.flap_due
+            && t <= now
+        {
+            let n = sh.cfg.services_per_agent.max(1);
+            let k = self.flaps % n;
+            let status = if (self.flaps / n).is_multiple_of(2) {
+                "warning"
+            } else {
+                "passing"
+            };
+            let id = http::instance_id(&sh.cfg.service_name, self.index, k);
+            let body = Bytes::from(http::check_status_body(
+                &node,
+                &http::node_address(self.index),
+                &id,
+                &sh.cfg.service_name,
+                status,
+            ));
+            return Some(Box::pin(async move {
+                let r = sh
+                    .http
+                    .put("/v1/catalog/register", body)
+                    .await
+                    .map(|_| ())
+                    .map_err(Refusal::from);
+                HttpDone::Flapped(r)
+            }));
+        }
+        None
+    }
+
+    pub(super) fn on_http(&mut self, cx: &SessionCx, hs: &mut HttpSched, done: HttpDone) {
+        let sh = self.shared.clone();
+        let now = Instant::now();
+        // Counted, and kept as this agent's last cause (a registration the
+        // server refuses keeps the agent from being connected).
+        let failed = |r: Refusal, hs: &mut HttpSched| {
+            cx.report(&Failure {
+                kind: r.kind,
+                detail: r.words,
+            });
+            hs.retry_at = now + hs.backoff.next_delay();
+        };
+        match done {
+            HttpDone::Registered(Ok(())) => {
+                self.registered = true;
+                sh.metrics.incr(sh.ids.registrations);
+                hs.backoff.reset();
+                if let Some(iv) = sh.flap_interval {
+                    hs.flap_due = Some(now + iv.mul_f64(fastrand::f64()));
+                }
+            }
+            HttpDone::Registered(Err(k)) => failed(k, hs),
+            HttpDone::SessionCreated(Ok(id)) => {
+                sh.metrics.incr(sh.ids.sessions_created);
+                self.session_id = Some(id.into_boxed_str());
+                if let Some((ttl, _)) = sh.ttl {
+                    self.renew_due = Some(now + ttl / 2);
+                }
+                hs.backoff.reset();
+            }
+            HttpDone::SessionCreated(Err(k)) => failed(k, hs),
+            HttpDone::Renewed(r, took) => {
+                let half = sh
+                    .ttl
+                    .as_ref()
+                    .map(|(t, _)| *t / 2)
+                    .unwrap_or(Duration::from_secs(15));
+                match r {
+                    Ok(()) => {
+                        sh.metrics.incr(sh.ids.sessions_renewed);
+                        sh.metrics
+                            .record(sh.ids.session_renew, self.index as usize, took);
+                        // Timed from the intended time, not from the reply.
+                        let next = self.renew_due.map_or(now + half, |t| t + half);
+                        self.renew_due = Some(if next <= now { now + half } else { next });
+                        hs.backoff.reset();
+                    }
+                    Err(r) if r.kind == "http_404" => {
+                        sh.metrics.incr(sh.ids.sessions_expired);
+                        self.session_id = None;
+                        self.renew_due = None;
+                    }
+                    Err(r) => {
+                        sh.metrics.error_with(r.kind, r.words.as_deref());
+                        self.renew_due = Some(now + jitter(Duration::from_secs(1)).min(half));
+                    }
+                }
+            }
+            HttpDone::Flapped(r) => {
+                let iv = sh.flap_interval.unwrap_or(Duration::from_secs(60));
+                match r {
+                    Ok(()) => {
+                        sh.metrics.incr(sh.ids.flaps);
+                        self.flaps = self.flaps.wrapping_add(1);
+                    }
+                    Err(r) => sh.metrics.error_with(r.kind, r.words.as_deref()),
+                }
+                let next = hs.flap_due.map_or(now, |t| t) + jitter(iv);
+                hs.flap_due = Some(if next <= now { now + jitter(iv) } else { next });
+            }
+        }
+    }
+
+    pub(super) async fn finish_inner(&mut self) {
+        let sh = self.shared.clone();
+        let node = self.node();
+        let dereg = async {
+            if self.registered && !sh.cfg.keep_registrations {
+                let ops = TxnOps::new(vec![http::deregistration_op(&node)]);
+                match sh.batcher().submit(ops).await {
+                    Ok(()) => {
+                        sh.metrics.incr(sh.ids.deregistrations);
+                        true
+                    }
+                    Err(r) => {
+                        sh.metrics.error_with(r.kind, r.words.as_deref());
+                        false
+                    }
+                }
+            } else {
+                false
+            }
+        };
+        let destroy = async {
+            if let Some(id) = &self.session_id {
+                let path = format!("/v1/session/destroy/{id}");
+                if let Err(e) = sh.http.put(&path, Bytes::new()).await {
+                    sh.metrics.error_with(e.kind, e.words().as_deref());
+                }
+            }
+        };
+        let (deregistered, ()) = futures_util::future::join(dereg, destroy).await;
+        if deregistered {
+            self.registered = false;
+        }
+        self.session_id = None;
+    }
+}
