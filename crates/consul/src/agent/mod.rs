@@ -7,7 +7,8 @@
 //! driver, every stream, at most one HTTP call (registration, TTL session
 //! create / renew, check flap) and one timer. State that must survive a
 //! reconnect — views with their indexes, registration, session ID — lives
-//! in the agent; streams, timers and in-flight calls live in the session.//!
+//! in the agent; streams, timers and in-flight calls live in the session.
+//!
 //! Parts: `factory` ([`ConsulFactory`]: validation, dialers, HTTP client,
 //! probe board), `subscriptions` (Subscribe streams, views, status handling),
 //! `upkeep` (registration, TTL session, check flaps, the exit cleanup) and
