@@ -1,0 +1,109 @@
+//! Config entry endpoints (service-intentions): set, get, delete.
+
+use super::*;
+
+#[derive(Deserialize)]
+pub(super) struct SourceBody {
+    #[serde(rename = "Name", default, deserialize_with = "nullable")]
+    pub(super) name: String,
+    #[serde(rename = "Action", default, deserialize_with = "nullable")]
+    pub(super) action: String,
+    #[serde(rename = "Description", default, deserialize_with = "nullable")]
+    pub(super) description: String,
+}
+
+pub(super) fn config_put(state: &ConsulState, body: &[u8]) -> Response<Body> {
+    let v: Value = match serde_json::from_slice(body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "Request decoding failed: not an object",
+            );
+        }
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("Request decoding failed: {e}"),
+            );
+        }
+    };
+    let field = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let (kind, name) = (field("Kind").to_ascii_lowercase(), field("Name"));
+    if kind.is_empty() {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "Request decoding failed: Kind is required",
+        );
+    }
+    if name.is_empty() {
+        return server_error("Name is required");
+    }
+    let sources = if kind == "service-intentions" {
+        let raw = v.get("Sources").cloned().unwrap_or(Value::Null);
+        let raw: Vec<SourceBody> = match serde_json::from_value(raw) {
+            Ok(s) => s,
+            Err(_) if v.get("Sources").is_none_or(Value::is_null) => Vec::new(),
+            Err(e) => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("Request decoding failed: {e}"),
+                );
+            }
+        };
+        let mut sources = Vec::with_capacity(raw.len());
+        for (i, s) in raw.into_iter().enumerate() {
+            let allow = match s.action.to_ascii_lowercase().as_str() {
+                "allow" => true,
+                "deny" => false,
+                _ => {
+                    return server_error(format!(
+                        "Sources[{i}].Action must be set to 'allow' or 'deny'"
+                    ));
+                }
+            };
+            sources.push((s.name, allow, s.description));
+        }
+        Some(sources)
+    } else {
+        None
+    };
+    let mut store = state.store();
+    let idx = store.next_index();
+    store.put_config(&kind, &name, v, sources, idx);
+    drop(store);
+    let c = &state.inner.counters;
+    c.bump(&c.config_entries_written);
+    ok_true()
+}
+
+pub(super) fn config_delete(state: &ConsulState, kind: &str, name: &str) -> Response<Body> {
+    let mut store = state.store();
+    let idx = store.next_index();
+    store.delete_config(&kind.to_ascii_lowercase(), name, idx);
+    drop(store);
+    let c = &state.inner.counters;
+    c.bump(&c.config_entries_written);
+    ok_true()
+}
+
+pub(super) fn config_get(state: &ConsulState, kind: &str, name: &str) -> Response<Body> {
+    let store = state.store();
+    let kind = kind.to_ascii_lowercase();
+    match store.config.get(&(kind.clone(), name.to_owned())) {
+        Some(e) => {
+            let mut body = e.body.clone();
+            if let Value::Object(m) = &mut body {
+                m.insert("CreateIndex".into(), e.create_index.into());
+                m.insert("ModifyIndex".into(), e.modify_index.into());
+            }
+            with_index(json_response(StatusCode::OK, &body), e.modify_index)
+        }
+        None => text(
+            StatusCode::NOT_FOUND,
+            format!("Config entry not found for {kind:?} / {name:?}"),
+        ),
+    }
+}
+
+// ---------------------------------------------------------------- health

@@ -1,0 +1,491 @@
+//! The HTTP API subset (HTTP/1.1 keep-alive, hyper): catalog, txn, sessions,
+//! config entries, health and leader. Bodies and error texts follow Consul
+//! 1.20: `true` for writes, pretty-printed JSON (4-space indent, no trailing
+//! newline, as a `-dev` agent prints it), errors as `text/plain` with the
+//! status Consul uses (RPC errors are 500). One [`sweep_sessions`] task per
+//! server expires sessions.
+//!
+//! This module accepts, routes and answers ACL checks; the endpoint families
+//! live apart: `catalog` (register, deregister, health), `txn`,
+//! `session_api` (create, renew, destroy) and `config` (config entries).
+
+mod catalog;
+mod config;
+mod session_api;
+mod txn;
+
+use catalog::*;
+use config::*;
+use session_api::*;
+use txn::*;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::convert::Infallible;
+use std::io;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::sessions::{self, Renewal, Session};
+use super::state::{
+    CheckDef, CheckEntry, NodeDef, NodeEntry, SERF_HEALTH, ServiceDef, ServiceEntry, Store,
+    Touched, WriteError,
+};
+use super::{ConsulState, lock};
+
+/// Consul's `txn_max_req_len` default; used as the body limit everywhere.
+const MAX_BODY: usize = 512 * 1024;
+/// Most operations in one `/v1/txn`.
+const MAX_TXN_OPS: usize = 128;
+
+type Body = Full<Bytes>;
+
+/// Serves the HTTP API until `shutdown` is cancelled; also runs the session
+/// expiry sweeper for `state`.
+pub async fn serve_http(
+    listener: TcpListener,
+    state: ConsulState,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    let sweeper = tokio::spawn(sweep_sessions(state.clone(), shutdown.clone()));
+    let result = super::accept_loop(listener, shutdown.clone(), move |stream| {
+        http_connection(stream, state.clone(), shutdown.clone())
+    })
+    .await;
+    let _ = sweeper.await;
+    result
+}
+
+async fn http_connection(stream: TcpStream, state: ConsulState, shutdown: CancellationToken) {
+    let _ = stream.set_nodelay(true);
+    match state.inner.cfg.tls.clone() {
+        None => serve_http1(stream, state, shutdown).await,
+        Some(tls) => {
+            let accepted = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = tokio::time::timeout(
+                    TLS_HANDSHAKE_TIMEOUT,
+                    tokio_rustls::TlsAcceptor::from(tls).accept(stream),
+                ) => r,
+            };
+            if let Ok(Ok(tls)) = accepted {
+                serve_http1(tls, state, shutdown).await;
+            }
+        }
+    }
+}
+
+/// How long an HTTPS client gets for its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn serve_http1<I>(io: I, state: ConsulState, shutdown: CancellationToken)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req| {
+        let state = state.clone();
+        async move { Ok::<_, Infallible>(handle(&state, req).await) }
+    });
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).keep_alive(true);
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
+    super::drive_connection(conn, &shutdown, |c| c.graceful_shutdown()).await;
+}
+
+/// Expires sessions 2 × TTL after their last renewal. One task, ticking at a
+/// quarter of `session_ttl_min` (10 ms ..= 1 s); renewals also check the
+/// deadline, so an expired session is never renewed late.
+async fn sweep_sessions(state: ConsulState, shutdown: CancellationToken) {
+    let period = (state.inner.cfg.session_ttl_min / 4)
+        .clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let expired = state.sessions().sweep(Instant::now());
+        state.sessions_expired(expired);
+    }
+}
+
+impl ConsulState {
+    /// Counts `n` expired sessions; each expiry is a raft write.
+    fn sessions_expired(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let c = &self.inner.counters;
+        c.sessions_expired
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        let mut store = self.store();
+        for _ in 0..n {
+            store.next_index();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- responses
+
+fn pretty<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    v.serialize(&mut ser).expect("JSON values serialize");
+    out
+}
+
+fn json_response<T: Serialize + ?Sized>(status: StatusCode, v: &T) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(pretty(v))));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn ok_true() -> Response<Body> {
+    json_response(StatusCode::OK, &true)
+}
+
+fn text(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(msg.into())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn server_error(msg: impl Into<String>) -> Response<Body> {
+    text(StatusCode::INTERNAL_SERVER_ERROR, msg)
+}
+
+impl From<WriteError> for Response<Body> {
+    fn from(e: WriteError) -> Self {
+        server_error(e.0)
+    }
+}
+
+fn with_index(mut r: Response<Body>, index: u64) -> Response<Body> {
+    r.headers_mut()
+        .insert("X-Consul-Index", HeaderValue::from(index));
+    r
+}
+
+// ---------------------------------------------------------------- routing
+
+/// The request's ACL token (`X-Consul-Token`, or `Authorization: Bearer`).
+fn token_of(req: &Request<Incoming>) -> String {
+    let h = req.headers();
+    h.get("x-consul-token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| {
+            h.get(hyper::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::to_owned)
+        })
+        .unwrap_or_default()
+}
+
+/// With ACLs on: a write without a token is denied and an unknown token is
+/// `ACL not found`, in Consul 1.20's words (403 text; a txn answers 409 with
+/// the denial as the failing op's error).
+fn acl_write(
+    state: &ConsulState,
+    token: &str,
+    head: &str,
+    tail: &str,
+    body: &[u8],
+) -> Result<(), Box<Response<Body>>> {
+    match state.acl_check(token) {
+        Ok(()) => Ok(()),
+        Err(Some(())) => Err(Box::new(text(StatusCode::FORBIDDEN, "ACL not found"))),
+        Err(None) => {
+            let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+            let node = |v: &serde_json::Value| v["Node"].as_str().unwrap_or_default().to_owned();
+            let (perm, name) = match (head, tail) {
+                ("txn", _) => {
+                    // Every op is denied, each with its own error.
+                    let errors: Vec<serde_json::Value> = v
+                        .as_array()
+                        .map(Vec::as_slice)
+                        .unwrap_or_default()
+                        .iter()
+                        .enumerate()
+                        .map(|(i, op)| {
+                            let op_node = op["Node"]["Node"]["Node"]
+                                .as_str()
+                                .or(op["Service"]["Node"].as_str())
+                                .or(op["Check"]["Check"]["Node"].as_str())
+                                .unwrap_or_default();
+                            serde_json::json!({
+                                "OpIndex": i,
+                                "What": format!(
+                                    "Permission denied: anonymous token lacks permission \
+                                     'node:write' on \"{op_node}\". The anonymous token is used \
+                                     implicitly when a request does not specify a token."
+                                ),
+                            })
+                        })
+                        .collect();
+                    let body = serde_json::json!({ "Results": null, "Errors": errors });
+                    return Err(Box::new(json_response(StatusCode::CONFLICT, &body)));
+                }
+                ("catalog", "register") => (
+                    "service:write",
+                    v["Service"]["Service"]
+                        .as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| node(&v)),
+                ),
+                ("session", _) => ("session:write", node(&v)),
+                _ => ("node:write", node(&v)),
+            };
+            Err(Box::new(text(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "Permission denied: anonymous token lacks permission '{perm}' on \"{name}\". \
+                     The anonymous token is used implicitly when a request does not specify a \
+                     token."
+                ),
+            )))
+        }
+    }
+}
+
+async fn handle(state: &ConsulState, req: Request<Incoming>) -> Response<Body> {
+    let c = &state.inner.counters;
+    c.bump(&c.http_requests);
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let write = method == Method::PUT || method == Method::POST;
+    let Some(route) = path.strip_prefix("/v1/") else {
+        return text(StatusCode::NOT_FOUND, "404 page not found\n");
+    };
+    let not_allowed = || {
+        text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("method {method} not allowed"),
+        )
+    };
+    let (head, tail) = match route.find('/') {
+        Some(i) => (&route[..i], &route[i + 1..]),
+        None => (route, ""),
+    };
+    match (head, tail) {
+        ("catalog", "register")
+        | ("catalog", "deregister")
+        | ("txn", "")
+        | ("session", "create")
+        | ("config", "") => {
+            if !write {
+                return not_allowed();
+            }
+            let token = token_of(&req);
+            let body = match read_body(req.into_body()).await {
+                Ok(b) => b,
+                Err(r) => return r.into(),
+            };
+            if let Err(refused) = acl_write(state, &token, head, tail, &body) {
+                return *refused;
+            }
+            match (head, tail) {
+                ("catalog", "register") => catalog_register(state, &body),
+                ("catalog", "deregister") => catalog_deregister(state, &body),
+                ("txn", _) => txn(state, &body),
+                ("session", _) => session_create(state, &body),
+                _ => config_put(state, &body),
+            }
+        }
+        ("session", t) if t.starts_with("renew/") || t.starts_with("destroy/") => {
+            if !write {
+                return not_allowed();
+            }
+            if let Err(refused) = acl_write(state, &token_of(&req), head, t, b"") {
+                return *refused;
+            }
+            let (op, id) = t.split_once('/').expect("checked prefix");
+            if id.is_empty() {
+                return text(StatusCode::BAD_REQUEST, "Missing session");
+            }
+            if op == "renew" {
+                session_renew(state, id)
+            } else {
+                session_destroy(state, id)
+            }
+        }
+        ("session", t) if t.starts_with("info/") => {
+            if method != Method::GET {
+                return not_allowed();
+            }
+            let id = &t["info/".len()..];
+            let found: Vec<Session> = state.sessions().get(id).cloned().into_iter().collect();
+            json_response(StatusCode::OK, &found)
+        }
+        ("config", t) if t.contains('/') => {
+            let (kind, name) = t.split_once('/').expect("checked");
+            match method {
+                Method::DELETE => config_delete(state, kind, name),
+                Method::GET => config_get(state, kind, name),
+                _ => not_allowed(),
+            }
+        }
+        ("health", t) if t.starts_with("service/") => {
+            if method != Method::GET {
+                return not_allowed();
+            }
+            let passing = query
+                .split('&')
+                .any(|kv| kv == "passing" || kv.starts_with("passing="));
+            health_service(state, &t["service/".len()..], passing)
+        }
+        ("status", "leader") => {
+            if method != Method::GET {
+                return not_allowed();
+            }
+            json_response(StatusCode::OK, &state.leader_addr().to_string())
+        }
+        _ => text(StatusCode::NOT_FOUND, "404 page not found\n"),
+    }
+}
+
+/// A refused request: status and `text/plain` body.
+struct Reject(StatusCode, String);
+
+impl From<Reject> for Response<Body> {
+    fn from(r: Reject) -> Self {
+        text(r.0, r.1)
+    }
+}
+
+async fn read_body(body: Incoming) -> Result<Bytes, Reject> {
+    match Limited::new(body, MAX_BODY).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Reject(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("Request body too large, max size: {MAX_BODY} bytes"),
+        )),
+        Err(e) => Err(Reject(
+            StatusCode::BAD_REQUEST,
+            format!("Failed to read body: {e}"),
+        )),
+    }
+}
+
+fn decode<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, Reject> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        Reject(
+            StatusCode::BAD_REQUEST,
+            format!("Request decode failed: {e}"),
+        )
+    })
+}
+
+// ---------------------------------------------------------------- request bodies
+
+/// `null` → `T::default()` (Go marshals nil maps and slices as `null`).
+fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pretty_json_matches_the_dev_agent_layout() {
+        let body = pretty(&json!({"ID": "003f28ee-cd88-2631-0c91-50469e4ac804"}));
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            "{\n    \"ID\": \"003f28ee-cd88-2631-0c91-50469e4ac804\"\n}"
+        );
+        assert_eq!(pretty(&true), b"true");
+    }
+
+    #[test]
+    fn lock_delay_units() {
+        assert_eq!(lock_delay(None), Ok(Duration::from_secs(15)));
+        assert_eq!(lock_delay(Some(&json!(5))), Ok(Duration::from_secs(5)));
+        assert_eq!(lock_delay(Some(&json!("15s"))), Ok(Duration::from_secs(15)));
+        assert_eq!(
+            lock_delay(Some(&json!(15_000_000_000u64))),
+            Ok(Duration::from_secs(15))
+        );
+    }
+
+    #[test]
+    fn register_body_accepts_go_nulls() {
+        let b: RegisterBody = serde_json::from_str(
+            r#"{"Node":"n","Address":"a","NodeMeta":null,"Service":{"Service":"web","Tags":null,"Proxy":null},"Checks":null}"#,
+        )
+        .unwrap();
+        assert_eq!(b.node, "n");
+        let s = service_def(b.service.unwrap()).unwrap();
+        assert_eq!(s.id, "web");
+        assert!(s.proxy.is_none());
+    }
+
+    #[test]
+    fn txn_validation_is_all_or_nothing() {
+        let mut store = Store::new("dc1".into(), 4);
+        let ops = vec![
+            Op::NodeSet("n1".into(), NodeDef::default()),
+            Op::ServiceSet(
+                "n1".into(),
+                ServiceDef {
+                    id: "a".into(),
+                    service: "a".into(),
+                    ..Default::default()
+                },
+            ),
+            Op::ServiceSet(
+                "n2".into(),
+                ServiceDef {
+                    id: "b".into(),
+                    service: "b".into(),
+                    ..Default::default()
+                },
+            ),
+        ];
+        let errors = validate(&store, &ops);
+        assert_eq!(errors, vec![(2, "Missing node registration".to_owned())]);
+        let mut t = Touched::default();
+        store.ensure_node("n2", NodeDef::default(), 1, &mut t);
+        assert!(validate(&store, &ops).is_empty());
+        let ops = vec![
+            Op::NodeDelete("n2".into()),
+            Op::CheckSet(
+                "n2".into(),
+                CheckDef {
+                    check_id: "c".into(),
+                    ..Default::default()
+                },
+            ),
+        ];
+        assert_eq!(validate(&store, &ops).len(), 1);
+    }
+}

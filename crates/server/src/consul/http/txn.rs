@@ -1,0 +1,333 @@
+//! `/v1/txn`: catalog operations applied whole or not at all.
+
+use super::*;
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct TxnOpBody {
+    #[serde(rename = "KV")]
+    pub(super) kv: Option<Value>,
+    #[serde(rename = "Node")]
+    pub(super) node: Option<TxnNodeOp>,
+    #[serde(rename = "Service")]
+    pub(super) service: Option<TxnServiceOp>,
+    #[serde(rename = "Check")]
+    pub(super) check: Option<TxnCheckOp>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct TxnNodeOp {
+    #[serde(rename = "Verb", deserialize_with = "nullable")]
+    pub(super) verb: String,
+    #[serde(rename = "Node")]
+    pub(super) node: NodeBody,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct TxnServiceOp {
+    #[serde(rename = "Verb", deserialize_with = "nullable")]
+    pub(super) verb: String,
+    #[serde(rename = "Node", deserialize_with = "nullable")]
+    pub(super) node: String,
+    #[serde(rename = "Service")]
+    pub(super) service: ServiceBody,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct TxnCheckOp {
+    #[serde(rename = "Verb", deserialize_with = "nullable")]
+    pub(super) verb: String,
+    #[serde(rename = "Check")]
+    pub(super) check: CheckBody,
+}
+
+// ---------------------------------------------------------------- txn
+
+pub(super) enum Op {
+    NodeSet(String, NodeDef),
+    NodeGet(String),
+    NodeDelete(String),
+    ServiceSet(String, ServiceDef),
+    ServiceGet(String, String),
+    ServiceDelete(String, String),
+    CheckSet(String, CheckDef),
+    CheckGet(String, String),
+    CheckDelete(String, String),
+}
+
+impl Op {
+    fn is_write(&self) -> bool {
+        !matches!(self, Op::NodeGet(_) | Op::ServiceGet(..) | Op::CheckGet(..))
+    }
+}
+
+pub(super) fn parse_op(body: TxnOpBody) -> Result<Op, String> {
+    if body.kv.is_some() {
+        return Err("KV operations are not supported by this target".into());
+    }
+    if let Some(n) = body.node {
+        let name = n.node.node.clone();
+        if name.is_empty() {
+            return Err("Must provide node".into());
+        }
+        return match n.verb.as_str() {
+            "set" | "cas" => Ok(Op::NodeSet(
+                name,
+                node_def(
+                    n.node.id,
+                    n.node.address,
+                    n.node.meta,
+                    n.node.tagged_addresses,
+                ),
+            )),
+            "get" => Ok(Op::NodeGet(name)),
+            "delete" | "delete-cas" => Ok(Op::NodeDelete(name)),
+            v => Err(format!("unknown node verb {v:?}")),
+        };
+    }
+    if let Some(s) = body.service {
+        let node = s.node;
+        return match s.verb.as_str() {
+            "set" | "cas" => service_def(s.service)
+                .map(|d| Op::ServiceSet(node, d))
+                .map_err(|e| e.0),
+            "get" => Ok(Op::ServiceGet(node, s.service.id)),
+            "delete" | "delete-cas" => Ok(Op::ServiceDelete(node, s.service.id)),
+            v => Err(format!("unknown service verb {v:?}")),
+        };
+    }
+    if let Some(c) = body.check {
+        let node = c.check.node.clone();
+        return match c.verb.as_str() {
+            "set" | "cas" => check_def(c.check)
+                .map(|d| Op::CheckSet(node, d))
+                .map_err(|e| e.0),
+            "get" => Ok(Op::CheckGet(node, c.check.check_id)),
+            "delete" | "delete-cas" => Ok(Op::CheckDelete(node, c.check.check_id)),
+            v => Err(format!("unknown check verb {v:?}")),
+        };
+    }
+    Err("operation has no KV, Node, Service or Check".into())
+}
+
+/// Replays the ops' effect on existence, so that a txn either applies whole
+/// or not at all.
+pub(super) fn validate(store: &Store, ops: &[Op]) -> Vec<(usize, String)> {
+    let mut nodes: HashMap<&str, bool> = HashMap::new();
+    let mut services: HashMap<(&str, &str), bool> = HashMap::new();
+    let mut deleted: HashSet<&str> = HashSet::new();
+    let mut errors = Vec::new();
+    let node_exists = |nodes: &HashMap<&str, bool>, n: &str| {
+        nodes
+            .get(n)
+            .copied()
+            .unwrap_or_else(|| store.nodes.contains_key(n))
+    };
+    let service_exists = |nodes: &HashMap<&str, bool>,
+                          services: &HashMap<(&str, &str), bool>,
+                          deleted: &HashSet<&str>,
+                          n: &str,
+                          id: &str| {
+        node_exists(nodes, n)
+            && services.get(&(n, id)).copied().unwrap_or_else(|| {
+                !deleted.contains(n)
+                    && store
+                        .nodes
+                        .get(n)
+                        .is_some_and(|x| x.services.contains_key(id))
+            })
+    };
+    for (i, op) in ops.iter().enumerate() {
+        let problem = match op {
+            Op::NodeSet(n, _) => {
+                nodes.insert(n, true);
+                None
+            }
+            Op::NodeDelete(n) => {
+                nodes.insert(n, false);
+                deleted.insert(n);
+                services.retain(|(sn, _), _| sn != n);
+                None
+            }
+            Op::NodeGet(n) => {
+                (!node_exists(&nodes, n)).then(|| format!("node {n:?} doesn't exist"))
+            }
+            Op::ServiceSet(n, d) => {
+                if node_exists(&nodes, n) {
+                    services.insert((n, &d.id), true);
+                    None
+                } else {
+                    Some(WriteError::missing_node().0)
+                }
+            }
+            Op::ServiceDelete(n, id) => {
+                services.insert((n, id), false);
+                None
+            }
+            Op::ServiceGet(n, id) => (!service_exists(&nodes, &services, &deleted, n, id))
+                .then(|| format!("service {id:?} on node {n:?} doesn't exist")),
+            Op::CheckSet(n, d) => {
+                if !node_exists(&nodes, n) {
+                    Some(WriteError::missing_node().0)
+                } else if !d.service_id.is_empty()
+                    && !service_exists(&nodes, &services, &deleted, n, &d.service_id)
+                {
+                    Some("Missing service registration".into())
+                } else {
+                    None
+                }
+            }
+            Op::CheckDelete(..) | Op::CheckGet(..) => None,
+        };
+        if let Some(what) = problem {
+            errors.push((i, what));
+        }
+    }
+    errors
+}
+
+pub(super) fn txn(state: &ConsulState, body: &[u8]) -> Response<Body> {
+    let raw: Vec<TxnOpBody> = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("Failed to parse body: {e}"),
+            );
+        }
+    };
+    if raw.len() > MAX_TXN_OPS {
+        return text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "Transaction contains too many operations ({} > {MAX_TXN_OPS})",
+                raw.len()
+            ),
+        );
+    }
+    let mut ops = Vec::with_capacity(raw.len());
+    let mut errors = Vec::new();
+    for (i, r) in raw.into_iter().enumerate() {
+        match parse_op(r) {
+            Ok(op) => ops.push(op),
+            Err(what) => errors.push((i, what)),
+        }
+    }
+    let mut store = state.store();
+    if errors.is_empty() {
+        errors = validate(&store, &ops);
+    }
+    if !errors.is_empty() {
+        drop(store);
+        let errors: Vec<Value> = errors
+            .into_iter()
+            .map(|(i, what)| json!({"OpIndex": i, "What": what}))
+            .collect();
+        return json_response(
+            StatusCode::CONFLICT,
+            &json!({"Results": Value::Null, "Errors": errors}),
+        );
+    }
+    let writes = ops.iter().any(Op::is_write);
+    let idx = if writes {
+        store.next_index()
+    } else {
+        store.raft_index
+    };
+    let mut t = Touched::default();
+    let mut results = Vec::new();
+    let (mut registered, mut deregistered) = (0u64, 0u64);
+    let mut removed_nodes = Vec::new();
+    for op in ops {
+        let result = match op {
+            Op::NodeSet(n, def) => {
+                store.ensure_node(&n, def, idx, &mut t);
+                let e = &store.nodes[&n];
+                Some(json!({"Node": node_json(&store, &n, e)}))
+            }
+            Op::NodeGet(n) => store
+                .nodes
+                .get(&n)
+                .map(|e| json!({"Node": node_json(&store, &n, e)})),
+            Op::NodeDelete(n) => {
+                if store.delete_node(&n, &mut t) {
+                    removed_nodes.push(n);
+                }
+                deregistered += 1;
+                None
+            }
+            Op::ServiceSet(n, def) => {
+                let id = def.id.clone();
+                // Validated above: the node exists.
+                let _ = store.ensure_service(&n, def, idx, &mut t);
+                registered += 1;
+                store
+                    .service(&(n, id))
+                    .map(|s| json!({"Service": service_json(s)}))
+            }
+            Op::ServiceGet(n, id) => store
+                .service(&(n, id))
+                .map(|s| json!({"Service": service_json(s)})),
+            Op::ServiceDelete(n, id) => {
+                store.delete_service(&n, &id, &mut t);
+                deregistered += 1;
+                None
+            }
+            Op::CheckSet(n, def) => {
+                if def.check_id == SERF_HEALTH {
+                    None
+                } else {
+                    let id = def.check_id.clone();
+                    let _ = store.ensure_check(&n, def, idx, &mut t);
+                    store
+                        .nodes
+                        .get(&n)
+                        .and_then(|e| e.checks.get(&id))
+                        .map(|c| json!({"Check": check_json(&n, c)}))
+                }
+            }
+            Op::CheckGet(n, id) => store
+                .nodes
+                .get(&n)
+                .and_then(|e| e.checks.get(&id))
+                .map(|c| json!({"Check": check_json(&n, c)})),
+            Op::CheckDelete(n, id) => {
+                store.delete_check(&n, &id, &mut t);
+                None
+            }
+        };
+        results.extend(result);
+    }
+    if writes {
+        store.commit(idx, t);
+    }
+    if !removed_nodes.is_empty() {
+        let mut sessions = state.sessions();
+        for n in &removed_nodes {
+            sessions.remove_node(n);
+        }
+    }
+    drop(store);
+    let c = &state.inner.counters;
+    c.bump(&c.txns);
+    let ord = std::sync::atomic::Ordering::Relaxed;
+    c.registrations.fetch_add(registered, ord);
+    c.deregistrations.fetch_add(deregistered, ord);
+    let results = if results.is_empty() {
+        Value::Null
+    } else {
+        Value::Array(results)
+    };
+    with_index(
+        json_response(
+            StatusCode::OK,
+            &json!({"Results": results, "Errors": Value::Null}),
+        ),
+        idx,
+    )
+}
+
+// ---------------------------------------------------------------- sessions
