@@ -126,4 +126,7 @@ async fn memory_per_agent() {
     let _ = run.await;
     let _ = child.kill();
     let _ = child.wait();
+    // The budget of a Consul agent (two subscriptions, a TTL session).
+    let per_agent = up.saturating_sub(base) as f64 / n as f64;
+    assert!(per_agent <= 40.0, "{per_agent:.1} KiB per agent");
 }

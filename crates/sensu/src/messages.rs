@@ -588,29 +588,4 @@ mod tests {
         assert!(text.contains("\"id\":\"09090909-0909-0909-0909-090909090909\""));
         assert!(text.contains("\"entity_class\":\"agent\""));
     }
-
-    /// Per-keepalive cost (build + encode + frame); run with
-    /// `cargo test --release -p agent-sim-sensu --lib keepalive_cost -- --ignored --nocapture`.
-    #[test]
-    #[ignore = "timing, run in release"]
-    fn keepalive_cost() {
-        for enc in [Encoding::Protobuf, Encoding::Json] {
-            let b = builder(enc);
-            let mut out = Vec::new();
-            let n = 200_000u32;
-            let t = std::time::Instant::now();
-            for i in 0..n {
-                b.write_keepalive_frame(
-                    &mut out,
-                    1_795_300_844 + i64::from(i),
-                    [7; 16],
-                    i64::from(i),
-                )
-                .unwrap();
-                std::hint::black_box(&out);
-            }
-            let per = t.elapsed() / n;
-            println!("{enc}: {per:?} per keepalive ({} bytes)", out.len());
-        }
-    }
 }
