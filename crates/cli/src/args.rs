@@ -107,6 +107,14 @@ pub struct ServeArgs {
     /// like a real backend whose namespace cache lags a new namespace.
     #[arg(long, value_name = "DURATION", default_value = "0s")]
     pub namespace_ready_after: Secs,
+    /// Consul: close RPC connections beyond this many per client IP right
+    /// after accept, as Consul's limits.rpc_max_conns_per_client does (0 = no cap).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub rpc_max_conns_per_client: usize,
+    /// Consul: turn ACLs on (default deny) with this token known (repeatable):
+    /// writes without a token are denied, unknown tokens are "ACL not found".
+    #[arg(long = "acl-token", value_name = "TOKEN")]
+    pub acl_tokens: Vec<String>,
     /// Consul: PEM certificate of the TLS listeners (RPC 0x03 + TLS, HTTPS);
     /// with --tls-key-file.
     #[arg(long, value_name = "FILE")]

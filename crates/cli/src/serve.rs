@@ -94,6 +94,8 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
     if let (Some(rpc), Some(http)) = (a.consul_rpc, a.consul_http) {
         let state = ConsulState::new(ConsulTargetConfig {
             tls: p.consul_tls.clone(),
+            rpc_max_conns_per_client: a.rpc_max_conns_per_client,
+            acl_tokens: (!a.acl_tokens.is_empty()).then(|| a.acl_tokens.clone()),
             ..ConsulTargetConfig::default()
         });
         consul_state = Some(state.clone());

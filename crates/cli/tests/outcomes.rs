@@ -295,3 +295,22 @@ async fn acls_that_deny_the_registration_say_so_in_the_servers_words() {
     );
     assert!(!serde_json::to_string(s).unwrap().contains(secret));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pointing_consul_agents_at_the_http_port_says_so() {
+    let (_rpc, http, stop) = consul_backend(Default::default()).await;
+    let outcome = consul_run(http.clone(), http, 5)
+        .duration(Duration::from_secs(2))
+        .run()
+        .await
+        .expect("run");
+    stop.cancel();
+    let s = &outcome.summary;
+    assert_eq!(outcome.exit_code, 1, "{:?}", s.outcome);
+    let e = &s.errors["wrong_port_http"];
+    assert!(
+        e.sample.as_deref().unwrap().contains("HTTP/1.1 400"),
+        "{e:?}"
+    );
+    assert!(e.hint.as_deref().unwrap().contains("8300"), "{e:?}");
+}
