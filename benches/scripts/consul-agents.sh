@@ -40,8 +40,8 @@ agents, r0 = int(sys.argv[2]), int(sys.argv[3])
 peak = s["process"]["peak_rss_bytes"]
 budget = 20 * 2**20 + 40 * 1024 * agents
 c = s["counters"]
-print(f"agents requested {s['agents']['requested']} connected {s['agents']['connected']} failed {s['agents']['failed']}")
-print(f"subscriptions {c.get('subscriptions')} snapshots {c.get('snapshots')} sessions_created {c.get('sessions_created')} renewed {c.get('sessions_renewed')} registrations {c.get('registrations')} errors {c['errors']}")
+print(f"agents requested {s['agents']['requested']} connected {s['agents']['connected']} never connected {s['agents']['never_connected']} exit {s['outcome']['exit_code']}")
+print(f"subscriptions {c.get('subscriptions')} snapshots {c.get('snapshots')} sessions_created {c.get('sessions_created')} renewed {c.get('sessions_renewed')} registrations {c.get('registrations')} errors { {k: v['count'] for k, v in s['errors'].items()} }")
 print(f"peak RSS {peak/2**20:.1f} MiB = {(peak - 20*2**20)/agents/1024:.2f} KiB/agent above 20 MiB (budget {budget/2**20:.1f} MiB: {'OK' if peak <= budget else 'OVER'}); RSS after ramp {r0/1024:.1f} MiB")
 for p in s.get("probes", []):
     l = p["latency_us"]

@@ -44,8 +44,8 @@ agents, t0, t1, hz, steady = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]
 r0, r1 = int(sys.argv[7]), int(sys.argv[8])
 peak = s["process"]["peak_rss_bytes"]
 budget = 20 * 1024 * 1024 + 8 * 1024 * agents
-print(f"agents requested {s['agents']['requested']} connected {s['agents']['connected']} peak {s['agents']['peak_connected']} failed {s['agents']['failed']}")
-print(f"errors {s['counters']['errors']} reconnects {s['counters'].get('reconnects', 0)}")
+print(f"agents requested {s['agents']['requested']} connected {s['agents']['connected']} peak {s['agents']['peak_connected']} never connected {s['agents']['never_connected']} exit {s['outcome']['exit_code']}")
+print(f"errors { {k: v['count'] for k, v in s['errors'].items()} } reconnect attempts {s['counters'].get('reconnect_attempts', 0)}")
 print(f"peak RSS {peak/2**20:.1f} MiB = {(peak - 20*2**20)/agents/1024:.2f} KiB/agent above 20 MiB (budget {budget/2**20:.1f} MiB: {'OK' if peak <= budget else 'OVER'})")
 print(f"steady RSS {r0/1024:.1f} -> {r1/1024:.1f} MiB")
 cpu = (t1 - t0) / hz / steady * 100

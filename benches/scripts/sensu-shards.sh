@@ -40,7 +40,7 @@ python3 - "$OUT" <<'PY'
 import json, sys
 d = sys.argv[1]
 a, b, m = (json.load(open(f"{d}/{n}.json")) for n in ("shard-0", "shard-1", "merged"))
-for k in ("requested", "connected", "failed"):
+for k in ("requested", "connected", "never_connected"):
     assert m["agents"][k] == a["agents"][k] + b["agents"][k], k
 for k, v in m["counters"].items():
     if k != "errors":
