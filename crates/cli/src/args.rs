@@ -286,6 +286,11 @@ pub struct RunArgs {
     /// Consul: TTL of each agent's keepalive session (renewed every TTL/2), or `off`.
     #[arg(long, value_name = "DURATION", help_heading = "Consul")]
     pub session_ttl: Option<Toggle<Secs>>,
+    /// Consul: anti-entropy interval (Consul's ae_interval, scaled up with
+    /// the cluster size and jittered), or `off`: each agent checks the
+    /// catalog's view of its node and registers again what was lost.
+    #[arg(long, value_name = "DURATION", help_heading = "Consul")]
+    pub anti_entropy: Option<Toggle<Secs>>,
     /// Consul: per-agent check status flaps (e.g. 0.01/s).
     #[arg(long, value_name = "RATE", help_heading = "Consul")]
     pub flap_rate: Option<Rate>,
@@ -299,7 +304,9 @@ pub struct RunArgs {
     /// (default: 10s, or --probe-every when shorter).
     #[arg(long, value_name = "DURATION", help_heading = "Consul")]
     pub probe_timeout: Option<Secs>,
-    /// Consul: the shared upstream the probe changes (default: first upstream).
+    /// Consul: the service the probe changes (default: the run's own
+    /// `<name-prefix>-probe`, which every agent also watches; an existing
+    /// intentions entry it did not create is never touched).
     #[arg(long, value_name = "NAME", help_heading = "Consul")]
     pub probe_service: Option<String>,
 

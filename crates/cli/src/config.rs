@@ -147,7 +147,7 @@ macro_rules! with_run_args_fields {
                 password, subscriptions, encoding, deregister, event_rate, event_output_size,
                 insecure_skip_tls_verify, tls_server_name, http_target, token, upstreams, services_per_agent,
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
-                flap_rate, probe, probe_every, probe_timeout, probe_service,
+                anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service,
                 embedded_check_interval, hlog_interval, metrics_addr, shard, seed, quiet,
                 progress_every;
             paths: config, ca_file, cert_file, key_file, summary, hlog;
@@ -217,6 +217,11 @@ pub fn defaults() -> RunArgs {
         session_ttl: Some(
             consul
                 .session_ttl
+                .map_or(Toggle::Off, |t| Toggle::On(Secs(t))),
+        ),
+        anti_entropy: Some(
+            consul
+                .anti_entropy
                 .map_or(Toggle::Off, |t| Toggle::On(Secs(t))),
         ),
         // The library's default is no probe; the command line probes the
@@ -478,7 +483,8 @@ fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageEr
             Protocol::Sensu(c)
         }
         Kind::Consul => {
-            let c = consul_config(a, shard);
+            let mut c = consul_config(a, shard);
+            c.cluster_size = total;
             c.validate().map_err(consul_refused)?;
             Protocol::Consul(c)
         }
@@ -553,6 +559,9 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     if let Some(t) = a.session_ttl {
         c.session_ttl = t.into_option().map(|d| d.0);
     }
+    if let Some(t) = a.anti_entropy {
+        c.anti_entropy = t.into_option().map(|d| d.0);
+    }
     c.flap_rate = a.flap_rate;
     if let Some(p) = a.probe {
         c.probe.kind = p.into_option();
@@ -618,7 +627,7 @@ mod tests {
             (
                 args(|a| {
                     a.kind = Some(Kind::Consul);
-                    a.session_ttl = Some("5s".parse().unwrap())
+                    a.session_ttl = Some("500ms".parse().unwrap())
                 }),
                 "--session-ttl",
             ),
@@ -755,9 +764,9 @@ mod tests {
             (
                 args(|a| {
                     a.kind = Some(Kind::Consul);
-                    a.upstreams = Some("svc-{i}".parse().unwrap());
+                    a.anti_entropy = Some("500ms".parse().unwrap());
                 }),
-                "--probe-service",
+                "--anti-entropy",
             ),
             (
                 args(|a| {

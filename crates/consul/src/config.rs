@@ -14,10 +14,9 @@ use agent_sim_fleet::Rate;
 
 use crate::ConsulError;
 
-/// Shortest TTL a Consul server accepts for a session (`session_ttl_min`).
-pub const SESSION_TTL_MIN: Duration = Duration::from_secs(10);
-/// Longest TTL a Consul server accepts for a session.
-pub const SESSION_TTL_MAX: Duration = Duration::from_secs(24 * 3600);
+/// Consul's `ae_interval`: a client agent's full anti-entropy sync period
+/// (scaled up with the cluster size, see [`ae_scale`]).
+pub const AE_INTERVAL: Duration = Duration::from_secs(60);
 /// The server's keepalive `MinTime`: pinging more often earns a GOAWAY.
 pub const KEEPALIVE_MIN: Duration = Duration::from_secs(15);
 /// Most operations in one `/v1/txn` request.
@@ -53,7 +52,17 @@ pub struct ConsulConfig {
     /// Leave registrations in the catalog at shutdown.
     pub keep_registrations: bool,
     /// TTL session per agent, renewed every TTL/2 (`None` = no session).
+    /// Its bounds are the server's (`session_ttl_min`, 10 s by default): a
+    /// TTL out of them is refused by the server, in its words.
     pub session_ttl: Option<Duration>,
+    /// Anti-entropy: every agent compares the catalog's view of its node
+    /// and services with its own every interval (scaled with the cluster
+    /// size and jittered, as Consul does) and registers again what is
+    /// missing or different (`None` = off).
+    pub anti_entropy: Option<Duration>,
+    /// Agents in the whole simulated cluster (all shards), for the
+    /// anti-entropy scaling; 0 = this fleet's own size is not known (1).
+    pub cluster_size: u64,
     /// Per-agent check flapping through catalog register (`None` = off).
     pub flap_rate: Option<Rate>,
     /// The propagation probe.
@@ -81,6 +90,8 @@ impl Default for ConsulConfig {
             sidecars: false,
             keep_registrations: false,
             session_ttl: Some(Duration::from_secs(30)),
+            anti_entropy: Some(AE_INTERVAL),
+            cluster_size: 0,
             flap_rate: None,
             probe: ProbeConfig::default(),
             tls: None,
@@ -169,7 +180,12 @@ pub struct ProbeConfig {
     pub kind: Option<ProbeKind>,
     /// Time between probes.
     pub every: Duration,
-    /// Shared upstream to change; default the first upstream without a pattern.
+    /// The service the probe changes: default `<name_prefix>-probe`, a
+    /// service of the run's own (instances of its own probe node, or its own
+    /// `service-intentions` entry). Naming another service changes that
+    /// service's catalog instead (the catalog probe adds and removes its own
+    /// instance of it); the intentions probe never touches an entry it did
+    /// not create. Every agent subscribes to the probe service.
     pub service: Option<String>,
     /// Deliveries later than this after T0 count as missing; `None`: 10 s,
     /// or the probe interval when that is shorter (one probe at a time).
@@ -277,6 +293,15 @@ impl NamePattern {
     }
 }
 
+/// Consul's anti-entropy scale factor: 1 up to 128 nodes, then one more
+/// per doubling (`agent/ae`).
+pub fn ae_scale(nodes: u64) -> u32 {
+    if nodes <= 128 {
+        return 1;
+    }
+    ((nodes as f64).log2() - 128f64.log2()).ceil() as u32 + 1
+}
+
 /// Operations one agent's registration takes in a txn.
 pub(crate) fn ops_per_agent(cfg: &ConsulConfig) -> usize {
     // Node, then per instance: service + its check (+ sidecar).
@@ -358,6 +383,11 @@ impl ConsulConfig {
             },
             None => String::new(),
         }
+    }
+
+    /// The probe service a run owns: `<name_prefix>-probe`.
+    pub fn own_probe_service(&self) -> String {
+        format!("{}-probe", self.name_prefix)
     }
 
     /// Checks every setting against what a Consul 1.20 server accepts,
@@ -450,12 +480,17 @@ impl ConsulConfig {
             }
         }
         if let Some(ttl) = self.session_ttl
-            && !(SESSION_TTL_MIN..=SESSION_TTL_MAX).contains(&ttl)
+            && ttl < Duration::from_secs(1)
         {
             return bad(
                 "session_ttl",
-                format!("{ttl:?}: the server accepts 10s..24h (session_ttl_min)"),
+                format!("{ttl:?}: must be at least 1s (servers accept 10s..24h by default)"),
             );
+        }
+        if let Some(ae) = self.anti_entropy
+            && ae < Duration::from_secs(1)
+        {
+            return bad("anti_entropy", format!("{ae:?}: must be at least 1s"));
         }
         if let Some(r) = self.flap_rate {
             let ps = r.as_per_second();
@@ -499,16 +534,12 @@ impl ConsulConfig {
         }
         let probe_service = match self.probe.kind {
             None => None,
-            Some(kind) => Some(self.probe_service(kind, &upstreams)?),
+            Some(_) => Some(self.probe_service()?),
         };
         Ok((upstreams, probe_service))
     }
 
-    fn probe_service(
-        &self,
-        kind: ProbeKind,
-        upstreams: &[NamePattern],
-    ) -> Result<String, ConsulError> {
+    fn probe_service(&self) -> Result<String, ConsulError> {
         let bad = |field: &'static str, reason: String| Err(ConsulError::Invalid { field, reason });
         let p = &self.probe;
         if p.every < Duration::from_secs(1) {
@@ -534,30 +565,10 @@ impl ConsulConfig {
                     "must be one shared service, not a per-agent pattern".into(),
                 );
             }
+            Some(s) if s.is_empty() => return bad("probe.service", "empty service name".into()),
             Some(s) => s.clone(),
-            None => match upstreams.iter().find(|u| u.is_fixed()) {
-                Some(u) => u.expand(0),
-                None => {
-                    return bad(
-                        "probe.service",
-                        "every upstream has a per-agent pattern: add a shared upstream \
-                         without {i} or name a shared probe service"
-                            .into(),
-                    );
-                }
-            },
+            None => self.own_probe_service(),
         };
-        if kind == ProbeKind::Catalog
-            && !upstreams.iter().any(|u| u.is_fixed() && u.expand(0) == svc)
-        {
-            return bad(
-                "probe.service",
-                format!(
-                    "{svc:?} is not a shared upstream (upstreams: {})",
-                    self.upstreams.join(",")
-                ),
-            );
-        }
         Ok(svc)
     }
 }
@@ -592,8 +603,14 @@ mod tests {
         assert_eq!(v.rpc_hosts[0], "127.0.0.1");
         assert_eq!(v.probe_service, None);
 
+        // The server bounds the TTL (session_ttl_min is its setting).
         let mut c = cfg.clone();
         c.session_ttl = Some(Duration::from_secs(5));
+        assert!(c.validate().is_ok());
+        c.session_ttl = Some(Duration::from_millis(500));
+        assert!(c.validate().is_err());
+        let mut c = cfg.clone();
+        c.anti_entropy = Some(Duration::from_millis(10));
         assert!(c.validate().is_err());
         let mut c = cfg.clone();
         c.keepalive_time = Duration::from_secs(10);
@@ -609,11 +626,32 @@ mod tests {
         let mut c = cfg.clone();
         c.upstreams = vec!["svc-{i%10}".into(), "api".into()];
         c.probe.kind = Some(ProbeKind::Catalog);
-        assert_eq!(c.prepare().unwrap().probe_service.as_deref(), Some("api"));
-        c.probe.service = Some("nope".into());
+        // The run's own probe service unless one is named.
+        assert_eq!(
+            c.prepare().unwrap().probe_service.as_deref(),
+            Some("agent-sim-probe")
+        );
+        c.probe.service = Some("web".into());
+        assert_eq!(c.prepare().unwrap().probe_service.as_deref(), Some("web"));
+        c.probe.service = Some("svc-{i}".into());
         assert!(c.validate().is_err());
         c.probe.kind = Some(ProbeKind::Intentions);
-        assert_eq!(c.prepare().unwrap().probe_service.as_deref(), Some("nope"));
+        c.probe.service = None;
+        assert_eq!(
+            c.prepare().unwrap().probe_service.as_deref(),
+            Some("agent-sim-probe")
+        );
+    }
+
+    #[test]
+    fn anti_entropy_scales_like_consul() {
+        assert_eq!(ae_scale(0), 1);
+        assert_eq!(ae_scale(128), 1);
+        assert_eq!(ae_scale(129), 2);
+        assert_eq!(ae_scale(256), 2);
+        assert_eq!(ae_scale(257), 3);
+        assert_eq!(ae_scale(10_000), 8);
+        assert_eq!(ae_scale(100_000), 11);
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub struct HttpError {
 }
 
 impl HttpError {
-    fn io(kind: &'static str) -> Self {
+    pub(crate) fn io(kind: &'static str) -> Self {
         HttpError {
             kind,
             status: None,
@@ -116,6 +116,8 @@ pub fn cause_kind(text: &str) -> Option<&'static str> {
         Some("missing_node_registration")
     } else if text.contains("No cluster leader") {
         Some("no_cluster_leader")
+    } else if text.contains("Invalid Session TTL") {
+        Some("session_ttl_invalid")
     } else {
         None
     }
@@ -436,6 +438,15 @@ pub fn probe_instance_id(prefix: &str) -> String {
     format!("{PROBE_NODE}-{prefix}")
 }
 
+/// The node the catalog probe registers its instance on.
+pub fn probe_node(prefix: &str) -> String {
+    format!("{prefix}-probe")
+}
+
+/// Node meta key naming the run's `name_prefix` on every node (and config
+/// entry) a run creates: what `agent-sim cleanup` selects on.
+pub const META_PREFIX: &str = "agent-sim-prefix";
+
 /// What one agent registers.
 #[derive(Debug, Clone)]
 pub struct Registration<'a> {
@@ -453,6 +464,84 @@ pub struct Registration<'a> {
     pub sidecars: bool,
     /// Upstreams of the sidecars.
     pub upstreams: &'a [String],
+    /// The run's name prefix (node meta [`META_PREFIX`]).
+    pub prefix: &'a str,
+}
+
+/// One service instance as registered: ID, service name, port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    /// Service ID.
+    pub id: String,
+    /// Service name.
+    pub service: String,
+    /// Port.
+    pub port: u32,
+}
+
+/// The instances (and sidecars) [`registration_ops`] registers.
+pub fn expected_services(r: &Registration<'_>) -> Vec<Expected> {
+    let mut out = Vec::new();
+    for k in 0..r.instances {
+        let id = instance_id(r.service, r.index, k);
+        if r.sidecars {
+            out.push(Expected {
+                id: format!("{id}-sidecar-proxy"),
+                service: format!("{}-sidecar-proxy", r.service),
+                port: 21000 + k,
+            });
+        }
+        out.push(Expected {
+            id,
+            service: r.service.to_owned(),
+            port: 8080 + k,
+        });
+    }
+    out
+}
+
+#[derive(Deserialize)]
+struct NodeServicesBody {
+    #[serde(rename = "Node")]
+    node: NodeInfo,
+    #[serde(rename = "Services", default)]
+    services: Option<std::collections::HashMap<String, ServiceInfo>>,
+}
+
+#[derive(Deserialize)]
+struct NodeInfo {
+    #[serde(rename = "Address", default)]
+    address: String,
+}
+
+#[derive(Deserialize)]
+struct ServiceInfo {
+    #[serde(rename = "Service", default)]
+    service: String,
+    #[serde(rename = "Port", default)]
+    port: i64,
+}
+
+/// Whether `GET /v1/catalog/node/:node` (`body`) shows the node at
+/// `address` with every expected instance (name and port); `null` (an
+/// unknown node) is not in sync. Services the catalog has beyond these are
+/// left alone.
+pub fn node_in_sync(
+    body: &[u8],
+    address: &str,
+    expected: &[Expected],
+) -> Result<bool, &'static str> {
+    let v: Option<NodeServicesBody> = serde_json::from_slice(body).map_err(|_| "http_decode")?;
+    let Some(v) = v else { return Ok(false) };
+    if v.node.address != address {
+        return Ok(false);
+    }
+    let services = v.services.unwrap_or_default();
+    Ok(expected.iter().all(|e| {
+        services
+            .get(&e.id)
+            .is_some_and(|s| s.service == e.service && s.port == i64::from(e.port))
+    }))
 }
 
 /// Txn ops (JSON, one per element) that register an agent's node, its
@@ -462,7 +551,8 @@ pub fn registration_ops(r: &Registration<'_>) -> Vec<String> {
     let mut ops = Vec::with_capacity(1 + r.instances as usize * 3);
     ops.push(
         json!({"Node": {"Verb": "set", "Node": {
-            "Node": r.node, "Address": r.address, "Meta": {"agent-sim": "1"}}}})
+            "Node": r.node, "Address": r.address,
+            "Meta": {"agent-sim": "1", META_PREFIX: r.prefix}}}})
         .to_string(),
     );
     for k in 0..r.instances {
@@ -528,22 +618,33 @@ pub fn session_create_body(node: &str, ttl: &str) -> String {
     .to_string()
 }
 
-/// `PUT /v1/catalog/register` body of the probe instance.
-pub fn probe_register_body(service: &str, instance_id: &str) -> String {
-    json!({"Node": PROBE_NODE, "Address": "127.0.0.1", "NodeMeta": {"agent-sim": "probe"},
+/// `PUT /v1/catalog/register` body of the probe instance, on the run's
+/// own probe node.
+pub fn probe_register_body(prefix: &str, service: &str, instance_id: &str) -> String {
+    json!({"Node": probe_node(prefix), "Address": "127.0.0.1",
+           "NodeMeta": {"agent-sim": "probe", META_PREFIX: prefix},
            "Service": {"ID": instance_id, "Service": service, "Port": 1,
                        "Address": "127.0.0.1", "Tags": ["agent-sim-probe"]}})
     .to_string()
 }
 
 /// `PUT /v1/catalog/deregister` body of the probe instance.
-pub fn probe_deregister_body(instance_id: &str) -> String {
-    json!({"Node": PROBE_NODE, "ServiceID": instance_id}).to_string()
+pub fn probe_deregister_body(prefix: &str, instance_id: &str) -> String {
+    json!({"Node": probe_node(prefix), "ServiceID": instance_id}).to_string()
 }
 
-/// `PUT /v1/config` body of the probe's service-intentions entry.
-pub fn intentions_body(service: &str, allow: bool) -> String {
-    json!({"Kind": "service-intentions", "Name": service, "Sources": [
+/// `PUT /v1/catalog/deregister` body that removes a whole node (its
+/// services, checks and sessions go with it).
+pub fn node_deregister_body(node: &str) -> String {
+    json!({ "Node": node }).to_string()
+}
+
+/// `PUT /v1/config` body of the probe's service-intentions entry, marked
+/// as the run's own (`Meta`).
+pub fn intentions_body(prefix: &str, service: &str, allow: bool) -> String {
+    json!({"Kind": "service-intentions", "Name": service,
+           "Meta": {"agent-sim": "probe", META_PREFIX: prefix},
+           "Sources": [
         {"Name": PROBE_SOURCE, "Action": if allow { "allow" } else { "deny" }}]})
     .to_string()
 }
@@ -563,6 +664,7 @@ mod tests {
             instances: 2,
             sidecars: true,
             upstreams: &ups,
+            prefix: "agent-sim",
         };
         let ops = registration_ops(&r);
         assert_eq!(ops.len(), 7);
@@ -577,6 +679,58 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_str(&ops[2]).unwrap();
         assert_eq!(v["Check"]["Check"]["CheckID"], "service:app-7-0");
+
+        // What anti-entropy expects is what the ops register.
+        let mut registered: Vec<Expected> = ops
+            .iter()
+            .filter_map(|o| {
+                let v: serde_json::Value = serde_json::from_str(o).unwrap();
+                let s = v.get("Service")?.get("Service")?.clone();
+                Some(Expected {
+                    id: s["ID"].as_str()?.to_owned(),
+                    service: s["Service"].as_str()?.to_owned(),
+                    port: s["Port"].as_u64()? as u32,
+                })
+            })
+            .collect();
+        let mut expected = expected_services(&r);
+        registered.sort_by(|a, b| a.id.cmp(&b.id));
+        expected.sort_by(|a, b| a.id.cmp(&b.id));
+        assert_eq!(registered, expected);
+    }
+
+    #[test]
+    fn node_sync_compares_address_and_instances() {
+        let e = vec![Expected {
+            id: "app-1-0".into(),
+            service: "app".into(),
+            port: 8080,
+        }];
+        let body = |addr: &str, port: u32| {
+            json!({"Node": {"Node": "n", "Address": addr},
+                   "Services": {"app-1-0": {"ID": "app-1-0", "Service": "app", "Port": port},
+                                "other": {"ID": "other", "Service": "x", "Port": 1}}})
+            .to_string()
+        };
+        assert_eq!(node_in_sync(b"null", "10.0.0.1", &e), Ok(false));
+        assert_eq!(
+            node_in_sync(body("10.0.0.1", 8080).as_bytes(), "10.0.0.1", &e),
+            Ok(true)
+        );
+        assert_eq!(
+            node_in_sync(body("10.0.0.2", 8080).as_bytes(), "10.0.0.1", &e),
+            Ok(false)
+        );
+        assert_eq!(
+            node_in_sync(body("10.0.0.1", 9).as_bytes(), "10.0.0.1", &e),
+            Ok(false)
+        );
+        let no_services = json!({"Node": {"Address": "10.0.0.1"}, "Services": null}).to_string();
+        assert_eq!(
+            node_in_sync(no_services.as_bytes(), "10.0.0.1", &e),
+            Ok(false)
+        );
+        assert!(node_in_sync(b"{", "10.0.0.1", &e).is_err());
     }
 
     #[test]

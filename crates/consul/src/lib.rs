@@ -65,7 +65,8 @@ pub mod names {
     pub const SUBSCRIPTIONS: &str = "subscriptions";
     /// Snapshots completed (`EndOfSnapshot`).
     pub const SNAPSHOTS: &str = "snapshots";
-    /// Subscriptions resumed from an index without a new snapshot.
+    /// Subscriptions resumed from an index: the first event after the
+    /// resubscribe came without `NewSnapshotToFollow`.
     pub const RESUMES: &str = "resumes";
     /// Streams ended by the server with `ABORTED`.
     pub const ABORTS: &str = "aborts";
@@ -81,6 +82,12 @@ pub mod names {
     pub const REGISTRATIONS: &str = "registrations";
     /// Agents deregistered at shutdown.
     pub const DEREGISTRATIONS: &str = "deregistrations";
+    /// Anti-entropy syncs answered (the catalog's view of the node read and
+    /// compared).
+    pub const ANTI_ENTROPY_SYNCS: &str = "anti_entropy_syncs";
+    /// Registrations made again because a sync found the node or an
+    /// instance missing or different.
+    pub const REREGISTRATIONS: &str = "reregistrations";
     /// `/v1/txn` requests sent.
     pub const TXN_REQUESTS: &str = "txn_requests";
     /// Check status flips sent.
@@ -115,6 +122,8 @@ pub fn metrics_spec() -> MetricsSpec {
             SESSIONS_EXPIRED,
             REGISTRATIONS,
             DEREGISTRATIONS,
+            ANTI_ENTROPY_SYNCS,
+            REREGISTRATIONS,
             TXN_REQUESTS,
             FLAPS,
             PROBES_INTERRUPTED,
@@ -155,6 +164,19 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             kind: "no_cluster_leader",
             hint: "the server has no leader yet (6-10 s after a restart); calls are retried",
             heals: true,
+        },
+        K {
+            kind: "session_ttl_invalid",
+            hint: "--session-ttl is outside what the server accepts (session_ttl_min, 10s by \
+                   default, up to 24h); the server's words give its bounds",
+            heals: false,
+        },
+        K {
+            kind: "probe_entry_exists",
+            hint: "the intentions probe's service already has a service-intentions entry this \
+                   run did not create: it is left as it is and no intentions probe runs; name \
+                   another --probe-service",
+            heals: false,
         },
         K {
             kind: "wrong_port_http",

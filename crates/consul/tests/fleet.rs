@@ -3,108 +3,18 @@
 //! by a second, non-controller fleet and merged), resume after a reconnect,
 //! the ABORTED path, and TTL session expiry.
 
-use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sim_consul::http::HttpApi;
-use agent_sim_consul::{ConsulConfig, ConsulFactory, ProbeConfig, ProbeKind, metrics_spec};
+use agent_sim_consul::{ConsulConfig, ConsulFactory, ProbeConfig, ProbeKind};
 use agent_sim_fleet::{Agent, AgentFactory, FleetConfig, FleetStatus, Rate, SessionCx, SessionEnd};
 use agent_sim_metrics::Metrics;
-use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
 use bytes::Bytes;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-struct Target {
-    state: ConsulState,
-    rpc: SocketAddr,
-    http: SocketAddr,
-    stop: CancellationToken,
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-async fn start_target() -> Target {
-    let state = ConsulState::new(ConsulTargetConfig::default());
-    let rpc_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let stop = CancellationToken::new();
-    let t = Target {
-        state: state.clone(),
-        rpc: rpc_l.local_addr().unwrap(),
-        http: http_l.local_addr().unwrap(),
-        stop: stop.clone(),
-    };
-    tokio::spawn(serve_rpc(rpc_l, state.clone(), stop.clone()));
-    tokio::spawn(serve_http(http_l, state, stop));
-    // Upstream instances the agents will see.
-    let api = HttpApi::new(t.http, None, "").unwrap();
-    for (node, id, svc, n) in [
-        ("sim-node-1", "web-1", "web", 1),
-        ("sim-node-2", "web-2", "web", 2),
-        ("sim-node-3", "api-1", "api", 3),
-    ] {
-        let body = serde_json::json!({
-            "Node": node, "Address": format!("10.9.0.{n}"),
-            "Service": {"ID": id, "Service": svc, "Port": 8080},
-            "Check": {"CheckID": format!("{id}-ttl"), "Name": "ttl", "ServiceID": id,
-                      "Status": "passing"}});
-        api.put("/v1/catalog/register", Bytes::from(body.to_string()))
-            .await
-            .unwrap();
-    }
-    t
-}
-
-fn config(t: &Target) -> ConsulConfig {
-    ConsulConfig {
-        rpc_targets: vec![t.rpc.to_string()],
-        http_target: t.http.to_string(),
-        ..ConsulConfig::default()
-    }
-}
-
-fn metrics() -> Metrics {
-    Metrics::new(&metrics_spec().merge(&agent_sim_fleet::metrics_spec()), 4)
-}
-
-fn counter(m: &Metrics, name: &str) -> u64 {
-    m.snapshot().counter(name)
-}
-
-/// Checks `cond` every 10 ms of paused (virtual) time until it holds; panics
-/// after `limit`. The tests run on paused time, so no wall clock is waited on.
-async fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Runs one session of `agent` while `script` runs; `script` gets the
-/// session's token and must cancel it (or the session must end) to finish.
-async fn with_session<A, F, Fut>(agent: &mut A, m: &Metrics, script: F) -> SessionEnd
-where
-    A: Agent,
-    F: FnOnce(CancellationToken) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let token = CancellationToken::new();
-    let cx = SessionCx::standalone(0, m.clone(), token.clone());
-    let session = agent.run_session(&cx);
-    let (end, ()) = tokio::join!(session, script(token));
-    end
-}
+mod common;
+use common::*;
 
 #[tokio::test(start_paused = true)]
 async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
@@ -144,8 +54,9 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
     assert_eq!(report.ever_connected, 200, "{s:?}");
     assert_eq!(report.connected_at_end, 200);
     assert_eq!(report.unfinished, 0);
-    assert_eq!(s.counter("subscriptions"), 400);
-    assert_eq!(s.counter("snapshots"), 400);
+    // web, api and the run's own probe service.
+    assert_eq!(s.counter("subscriptions"), 600);
+    assert_eq!(s.counter("snapshots"), 600);
     assert_eq!(s.counter("aborts"), 0);
     assert_eq!(s.counter("registrations"), 200);
     assert_eq!(s.counter("deregistrations"), 200);
@@ -176,7 +87,7 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
         .iter()
         .find(|(n, _)| *n == "subscribe_snapshot")
         .unwrap();
-    assert_eq!(snap.1.len(), 400);
+    assert_eq!(snap.1.len(), 600);
 
     let ts = t.state.stats();
     assert!(ts.registrations >= 200, "{ts:?}");
@@ -348,6 +259,11 @@ async fn intentions_probe_reaches_every_agent() {
     assert_eq!((p.delivered, p.expected), (20, 20), "{p:?}");
 }
 
+/// A resubscribe with the view's index: the server answers a changed topic
+/// with `NewSnapshotToFollow` and a snapshot, and keeps an unchanged one
+/// silent until its next event, which is when the agent counts the resume
+/// (never from silence). The silent stream is live once the server has
+/// answered the agent's sync (here: a leader check, nothing registered).
 #[tokio::test(start_paused = true)]
 async fn a_reconnecting_agent_resumes_from_its_index() {
     let t = start_target().await;
@@ -372,7 +288,7 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
     assert_eq!(end, SessionEnd::Shutdown);
     assert_eq!(agent.view_len("web"), Some(2));
     assert_eq!(agent.view_len("api"), Some(1));
-    assert_eq!(counter(m, "resumes"), 0);
+    assert_eq!(counter(m, "sessions_established"), 1);
 
     // While disconnected, web-2 goes away.
     let api = HttpApi::new(t.http, None, "").unwrap();
@@ -383,15 +299,31 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
     .await
     .unwrap();
 
+    let api2 = &api;
     let end = with_session(&mut agent, m, |token| async move {
-        // `api` did not change: the server keeps the index, no snapshot.
-        wait_for("a resume", Duration::from_secs(5), || {
-            counter(m, "resumes") >= 1
+        // `web` changed: a new snapshot follows.
+        wait_for("web re-snapshot", Duration::from_secs(5), || {
+            counter(m, "snapshots") == 3
         })
         .await;
-        // `web` either resumes with the buffered deregister or re-snapshots.
-        wait_for("web settled", Duration::from_secs(5), || {
-            counter(m, "resumes") + counter(m, "snapshots") >= 4
+        // `api` did not: silence, which is not a resume yet, but the
+        // session is up once the server has answered the agent's check.
+        wait_for("established again", Duration::from_secs(10), || {
+            counter(m, "sessions_established") == 2
+        })
+        .await;
+        assert_eq!(counter(m, "resumes"), 0, "silence is not a resume");
+        // The next api event proves the resume.
+        api2.put(
+            "/v1/catalog/register",
+            Bytes::from(
+                r#"{"Node":"sim-node-4","Address":"10.9.0.4","Service":{"ID":"api-2","Service":"api","Port":8080}}"#,
+            ),
+        )
+        .await
+        .unwrap();
+        wait_for("a resume", Duration::from_secs(5), || {
+            counter(m, "resumes") == 1
         })
         .await;
         token.cancel();
@@ -399,10 +331,17 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
     .await;
     assert_eq!(end, SessionEnd::Shutdown);
     assert_eq!(counter(m, "subscriptions"), 4);
-    assert!(counter(m, "snapshots") <= 3, "api must not re-snapshot");
+    assert_eq!(counter(m, "snapshots"), 3, "api must not re-snapshot");
+    assert_eq!(counter(m, "anti_entropy_syncs"), 1, "one leader check");
     assert_eq!(agent.view_len("web"), Some(1), "web-2 deregistered");
-    assert_eq!(agent.view_len("api"), Some(1));
-    assert!(t.state.stats().resumes_served >= 1);
+    assert_eq!(
+        agent.view_len("api"),
+        Some(2),
+        "api-2 arrived on the resumed stream"
+    );
+    let ts = t.state.stats();
+    assert_eq!(ts.resumes_served, 1);
+    assert_eq!(ts.snapshots_sent, 3);
 }
 
 #[tokio::test(start_paused = true)]

@@ -494,8 +494,19 @@ async fn intentions_writes_arrive_as_config_entry_events() {
     let mut fresh = subscribe(&mut c, Topic::ServiceIntentions, "api", 0).await;
     assert_eq!(read_snapshot(&mut fresh).await.0.len(), 1);
 
+    // Check-and-set writes: cas=0 creates only, cas=N needs ModifyIndex N.
+    let r = http(t.http, "PUT", "/v1/config?cas=0", body).await;
+    assert_eq!(r.body, "false", "exists already");
+    let r = http(
+        t.http,
+        "DELETE",
+        "/v1/config/service-intentions/api?cas=1",
+        "",
+    )
+    .await;
+    assert_eq!(r.body, "false", "changed since index 1");
     let r = http(t.http, "DELETE", "/v1/config/service-intentions/api", "").await;
-    assert_eq!(r.body, "true");
+    assert_eq!(r.body, "{}");
     let e = next(&mut s).await;
     let Some(Payload::ConfigEntry(update)) = &e.payload else {
         panic!("expected a config entry")

@@ -103,6 +103,7 @@ impl ConsulFactory {
             every: s.cfg.probe.every,
             timeout: s.cfg.probe.timeout(),
             instance_id: http::probe_instance_id(&s.cfg.name_prefix),
+            prefix: s.cfg.name_prefix.clone(),
             keep: s.cfg.keep_registrations,
         })
     }
@@ -153,6 +154,18 @@ impl AgentFactory for ConsulFactory {
                 probe,
             ));
         }
+        // Every agent watches the catalog probe's service.
+        if !probe_taken
+            && let Some(b) = &s.board
+            && b.kind() == ProbeKind::Catalog
+        {
+            subs.push(Sub::new(
+                Arc::from(b.service()),
+                Topic::ServiceHealth,
+                ViewKind::Health,
+                true,
+            ));
+        }
         if let Some(b) = &s.board
             && b.kind() == ProbeKind::Intentions
         {
@@ -168,6 +181,8 @@ impl AgentFactory for ConsulFactory {
             shared: s.clone(),
             subs: subs.into_boxed_slice(),
             registered: false,
+            maybe_registered: false,
+            repairing: false,
             session_id: None,
             renew_due: None,
             flaps: 0,

@@ -29,6 +29,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
+use ::http::Method;
 use ::http::uri::PathAndQuery;
 use agent_sim_fleet::{Agent, AgentFactory, Backoff, BoxFuture, Failure, SessionCx, SessionEnd};
 use agent_sim_metrics::{CounterId, LatencyId, Metrics};
@@ -50,9 +51,6 @@ use crate::{ConsulError, names};
 
 /// Dial + prefix + TLS + HTTP/2 handshake must finish within this.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// A resumed stream that stays silent this long was resumed (a stale index
-/// gets `NewSnapshotToFollow` at once).
-pub const RESUME_QUIET: Duration = Duration::from_millis(500);
 /// Backoff of a subscription after repeated `ABORTED`.
 pub const ABORT_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(200), Duration::from_secs(60));
@@ -71,6 +69,8 @@ pub(crate) struct Ids {
     sessions_renewed: CounterId,
     sessions_expired: CounterId,
     registrations: CounterId,
+    reregistrations: CounterId,
+    anti_entropy_syncs: CounterId,
     deregistrations: CounterId,
     flaps: CounterId,
     connect: LatencyId,
@@ -103,6 +103,8 @@ impl Ids {
             sessions_renewed: m.counter(names::SESSIONS_RENEWED),
             sessions_expired: m.counter(names::SESSIONS_EXPIRED),
             registrations: m.counter(names::REGISTRATIONS),
+            reregistrations: m.counter(names::REREGISTRATIONS),
+            anti_entropy_syncs: m.counter(names::ANTI_ENTROPY_SYNCS),
             deregistrations: m.counter(names::DEREGISTRATIONS),
             flaps: m.counter(names::FLAPS),
             connect: m.latency(names::CONNECT),
@@ -171,7 +173,13 @@ pub struct ConsulAgent {
     index: u64,
     shared: Arc<Shared>,
     subs: Box<[Sub]>,
+    /// The catalog holds our registration (as far as we know).
     registered: bool,
+    /// A registration was sent: it may be in the catalog even if its answer
+    /// never came (the exit cleanup removes the node then too).
+    maybe_registered: bool,
+    /// Anti-entropy found the registration lost: the next one is a repair.
+    repairing: bool,
     session_id: Option<Box<str>>,
     renew_due: Option<Instant>,
     flaps: u32,

@@ -86,10 +86,16 @@ impl ConsulAgent {
         for (i, slot) in slots.iter_mut().enumerate() {
             self.start_slot(i, slot, &grpc);
         }
+        // A session after an earlier one: the server may have lost what we
+        // registered, and silent resubscribed streams are confirmed only by
+        // a server answer (the first anti-entropy sync).
+        let reconnect = self.registered || self.subs.iter().any(|s| s.ever_synced);
         let mut hs = HttpSched {
             retry_at: now,
             backoff: Backoff::new(HTTP_BACKOFF.0, HTTP_BACKOFF.1),
             flap_due: None,
+            ae_due: self.first_sync(now, reconnect),
+            ae_answered: false,
         };
         if self.registered
             && let Some(iv) = self.shared.flap_interval
@@ -110,9 +116,6 @@ impl ConsulAgent {
             for slot in slots.iter() {
                 if let SlotState::Idle { at } = slot.state {
                     deadline = deadline.min(at);
-                }
-                if slot.resume_pending && !slot.ready {
-                    deadline = deadline.min(slot.started + RESUME_QUIET);
                 }
             }
             if http_op.is_none()
@@ -192,6 +195,15 @@ impl ConsulAgent {
                 Wake::Http(done) => {
                     http_op = None;
                     self.on_http(cx, &mut hs, done);
+                    if hs.ae_answered {
+                        // The server answered: a stream still silent after
+                        // its resubscribe was resumed, and is live.
+                        for (i, slot) in slots.iter_mut().enumerate() {
+                            if slot.resume_pending && !slot.ready {
+                                self.mark_ready(i, slot);
+                            }
+                        }
+                    }
                 }
                 Wake::Timer => {
                     let now = Instant::now();
@@ -201,22 +213,18 @@ impl ConsulAgent {
                         {
                             self.start_slot(i, slot, &grpc);
                         }
-                        if slot.resume_pending && !slot.ready && slot.started + RESUME_QUIET <= now
-                        {
-                            // Silence after a resume request: the server kept our index.
-                            slot.resume_pending = false;
-                            self.shared.metrics.incr(self.shared.ids.resumes);
-                            self.mark_ready(i, slot);
-                        }
                     }
                 }
             }
             // Connected = the server has answered: every subscription has
-            // its snapshot (or resumed) and the registration is in place.
-            // The dial slot is freed with the snapshots, so a registration
-            // that keeps failing does not hold up other agents' handshakes.
+            // its snapshot (or resumed) and the registration is in place
+            // (after a reconnect: confirmed by a sync). The dial slot is
+            // freed with the snapshots, so a registration that keeps failing
+            // does not hold up other agents' handshakes.
             if !established && slots.iter().all(|s| s.ready) {
-                if self.registered || !self.shared.cfg.register {
+                let registration_ok = !self.shared.cfg.register
+                    || (self.registered && (!reconnect || hs.ae_answered));
+                if registration_ok {
                     established = true;
                     cx.established();
                 } else {

@@ -25,7 +25,10 @@ pub(super) struct Slot {
     pub(super) counted: bool,
     /// When the pending snapshot was asked for (Subscribe call or reset).
     pub(super) started: Instant,
-    /// Subscribed with an index; not yet known whether it resumed.
+    /// Subscribed with an index; not yet known whether it resumed. The
+    /// server says so with its first message: `NewSnapshotToFollow` (a new
+    /// snapshot follows) or any other event (resumed). A resumed stream is
+    /// silent until the topic changes.
     pub(super) resume_pending: bool,
     /// The snapshot in progress re-syncs a view that existed before.
     pub(super) resync: bool,

@@ -5,6 +5,9 @@ use super::*;
 
 pub(super) enum HttpDone {
     Registered(Result<(), Refusal>),
+    /// Anti-entropy: whether the catalog holds the node as registered (or,
+    /// without registration, whether the server names a leader).
+    Synced(Result<bool, Refusal>),
     SessionCreated(Result<String, Refusal>),
     Renewed(Result<(), Refusal>, Duration),
     Flapped(Result<(), Refusal>),
@@ -17,6 +20,23 @@ pub(super) struct HttpSched {
     pub(super) retry_at: Instant,
     pub(super) backoff: Backoff,
     pub(super) flap_due: Option<Instant>,
+    /// Next anti-entropy sync.
+    pub(super) ae_due: Option<Instant>,
+    /// A sync was answered in this session: the server is there and has a
+    /// leader (resubscribed streams that stay silent are then resumed).
+    pub(super) ae_answered: bool,
+}
+
+/// Consul's `serverUpInterval`: a full sync after (re)connecting to a server
+/// waits a random part of this (scaled with the cluster size).
+pub(super) const AE_SERVER_UP: Duration = Duration::from_secs(3);
+/// Consul's `retryFailInterval`: a failed sync is retried after this plus a
+/// random part of it (scaled).
+pub(super) const AE_RETRY: Duration = Duration::from_secs(15);
+
+/// A random part of `d` scaled with the cluster size (Consul's stagger).
+pub(super) fn stagger(d: Duration, cluster: u64) -> Duration {
+    (d * config::ae_scale(cluster)).mul_f64(fastrand::f64())
 }
 
 impl ConsulAgent {
@@ -34,10 +54,53 @@ impl ConsulAgent {
         } else {
             None
         };
-        match (renew, hs.flap_due) {
-            (Some(a), Some(b)) => Some(a.min(b).max(hs.retry_at)),
-            (a, b) => a.or(b).map(|t| t.max(hs.retry_at)),
+        [renew, hs.flap_due, hs.ae_due]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| t.max(hs.retry_at))
+    }
+
+    /// The first sync of a session: after a reconnect, within Consul's
+    /// staggered `serverUpInterval` (the server may have lost our state, and
+    /// silent resubscribed streams wait for a server answer); else one
+    /// interval after registering.
+    pub(super) fn first_sync(&self, now: Instant, reconnect: bool) -> Option<Instant> {
+        let sh = &self.shared;
+        let cluster = sh.cfg.cluster_size;
+        if reconnect {
+            Some(now + stagger(AE_SERVER_UP, cluster))
+        } else if sh.cfg.register {
+            self.next_sync(now)
+        } else {
+            None
         }
+    }
+
+    /// When the periodic sync after one at `now` is due (registered agents
+    /// with anti-entropy on only).
+    fn next_sync(&self, now: Instant) -> Option<Instant> {
+        let sh = &self.shared;
+        let iv = sh.cfg.anti_entropy.filter(|_| sh.cfg.register)?;
+        Some(now + iv + stagger(iv, sh.cfg.cluster_size))
+    }
+
+    /// The registration of this agent as the catalog should hold it.
+    fn with_registration<T>(&self, f: impl FnOnce(&Registration<'_>) -> T) -> T {
+        let sh = &self.shared;
+        let upstreams: Vec<String> = self.subs.iter().map(|s| s.name.to_string()).collect();
+        let node = self.node();
+        let address = http::node_address(self.index);
+        f(&Registration {
+            node: &node,
+            address: &address,
+            index: self.index,
+            service: &sh.cfg.service_name,
+            instances: sh.cfg.services_per_agent,
+            sidecars: sh.cfg.sidecars,
+            upstreams: &upstreams,
+            prefix: &sh.cfg.name_prefix,
+        })
     }
 
     pub(super) fn next_http(&mut self, hs: &mut HttpSched, now: Instant) -> Option<HttpFuture> {
@@ -48,19 +111,39 @@ impl ConsulAgent {
         let sh = self.shared.clone();
         let node = self.node();
         if sh.cfg.register && !self.registered {
-            let upstreams: Vec<String> = self.subs.iter().map(|s| s.name.to_string()).collect();
-            let address = http::node_address(self.index);
-            let ops = http::registration_ops(&Registration {
-                node: &node,
-                address: &address,
-                index: self.index,
-                service: &sh.cfg.service_name,
-                instances: sh.cfg.services_per_agent,
-                sidecars: sh.cfg.sidecars,
-                upstreams: &upstreams,
-            });
+            let ops = self.with_registration(http::registration_ops);
+            self.maybe_registered = true;
             return Some(Box::pin(async move {
                 HttpDone::Registered(sh.batcher().submit(TxnOps::new(ops)).await)
+            }));
+        }
+        if hs.ae_due.is_some_and(|t| t <= now) {
+            hs.ae_due = None;
+            if !sh.cfg.register {
+                // Nothing to compare: ask whether the server has a leader.
+                return Some(Box::pin(async move {
+                    let r = match sh
+                        .http
+                        .call(Method::GET, "/v1/status/leader", Bytes::new())
+                        .await
+                    {
+                        Ok(b) => serde_json::from_slice::<String>(&b)
+                            .map(|l| !l.is_empty())
+                            .map_err(|_| Refusal::kind("http_decode")),
+                        Err(e) => Err(e.into()),
+                    };
+                    HttpDone::Synced(r)
+                }));
+            }
+            let expected = self.with_registration(http::expected_services);
+            let address = http::node_address(self.index);
+            let path = format!("/v1/catalog/node/{node}");
+            return Some(Box::pin(async move {
+                let r = match sh.http.call(Method::GET, &path, Bytes::new()).await {
+                    Ok(b) => http::node_in_sync(&b, &address, &expected).map_err(Refusal::kind),
+                    Err(e) => Err(e.into()),
+                };
+                HttpDone::Synced(r)
             }));
         }
         if let Some((_, ttl)) = &sh.ttl
@@ -138,13 +221,48 @@ impl ConsulAgent {
         match done {
             HttpDone::Registered(Ok(())) => {
                 self.registered = true;
-                sh.metrics.incr(sh.ids.registrations);
+                if std::mem::take(&mut self.repairing) {
+                    sh.metrics.incr(sh.ids.reregistrations);
+                } else {
+                    sh.metrics.incr(sh.ids.registrations);
+                }
                 hs.backoff.reset();
+                if hs.ae_due.is_none() {
+                    hs.ae_due = self.next_sync(now);
+                }
                 if let Some(iv) = sh.flap_interval {
                     hs.flap_due = Some(now + iv.mul_f64(fastrand::f64()));
                 }
             }
             HttpDone::Registered(Err(k)) => failed(k, hs),
+            HttpDone::Synced(Ok(in_sync)) => {
+                sh.metrics.incr(sh.ids.anti_entropy_syncs);
+                if sh.cfg.register {
+                    hs.ae_answered = true;
+                    if !in_sync {
+                        // Lost or changed on the server: register again now.
+                        self.registered = false;
+                        self.repairing = true;
+                        hs.retry_at = now;
+                    }
+                    hs.ae_due = self.next_sync(now);
+                } else if in_sync {
+                    hs.ae_answered = true;
+                } else {
+                    // No leader yet: ask again shortly.
+                    hs.ae_due = Some(now + jitter(Duration::from_secs(1)));
+                }
+            }
+            HttpDone::Synced(Err(r)) => {
+                sh.metrics.error_with(r.kind, r.words.as_deref());
+                hs.ae_due = Some(now + AE_RETRY + stagger(AE_RETRY, sh.cfg.cluster_size));
+            }
+            HttpDone::SessionCreated(Err(r)) if r.kind == "missing_node_registration" => {
+                // The server lost the node: sync at once (a real agent's
+                // anti-entropy registers it again), then create.
+                failed(r, hs);
+                hs.ae_due = Some(now);
+            }
             HttpDone::SessionCreated(Ok(id)) => {
                 sh.metrics.incr(sh.ids.sessions_created);
                 self.session_id = Some(id.into_boxed_str());
@@ -171,9 +289,14 @@ impl ConsulAgent {
                         hs.backoff.reset();
                     }
                     Err(r) if r.kind == "http_404" => {
+                        // Expired, or the server lost its state: check the
+                        // registration at once before a new session.
                         sh.metrics.incr(sh.ids.sessions_expired);
                         self.session_id = None;
                         self.renew_due = None;
+                        if sh.cfg.register {
+                            hs.ae_due = Some(now);
+                        }
                     }
                     Err(r) => {
                         sh.metrics.error_with(r.kind, r.words.as_deref());
@@ -200,7 +323,7 @@ impl ConsulAgent {
         let sh = self.shared.clone();
         let node = self.node();
         let dereg = async {
-            if self.registered && !sh.cfg.keep_registrations {
+            if self.maybe_registered && !sh.cfg.keep_registrations {
                 let ops = TxnOps::new(vec![http::deregistration_op(&node)]);
                 match sh.batcher().submit(ops).await {
                     Ok(()) => {
@@ -227,6 +350,7 @@ impl ConsulAgent {
         let (deregistered, ()) = futures_util::future::join(dereg, destroy).await;
         if deregistered {
             self.registered = false;
+            self.maybe_registered = false;
         }
         self.session_id = None;
     }

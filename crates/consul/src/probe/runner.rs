@@ -24,6 +24,9 @@ pub struct ProbeRunner {
     pub(crate) every: Duration,
     pub(crate) timeout: Duration,
     pub(crate) instance_id: String,
+    /// The run's name prefix: the probe node is `<prefix>-probe`, and what
+    /// the probe creates carries it as meta.
+    pub(crate) prefix: String,
     pub(crate) keep: bool,
 }
 
@@ -42,6 +45,24 @@ enum Setup {
     /// Catalog: whether the instance is registered now; intentions: whether
     /// the source is `allow` now.
     Done(bool),
+    /// The intentions entry exists and is not ours: no probe runs.
+    Refused,
+}
+
+/// The probe's own `service-intentions` entry as the server holds it.
+#[derive(serde::Deserialize)]
+struct EntryHead {
+    #[serde(rename = "ModifyIndex", default)]
+    modify_index: u64,
+    #[serde(rename = "Meta", default)]
+    meta: Option<std::collections::HashMap<String, String>>,
+}
+
+/// Why a probe change was not made.
+enum ChangeError {
+    Http(http::HttpError),
+    /// The entry is not ours (or changed under us): words for the report.
+    NotOurs(String),
 }
 
 impl ProbeRunner {
@@ -66,6 +87,14 @@ impl ProbeRunner {
                 self.setup(&mut state).await;
             }
             let Setup::Done(on) = state else { continue };
+            // Intentions: the entry must still be ours, at a known index.
+            let cas = match self.own_entry().await {
+                Ok(c) => c,
+                Err(e) => {
+                    self.report(e, &mut state);
+                    continue;
+                }
+            };
             let (expect, kind) = match (self.board.kind, on) {
                 (ProbeKind::Catalog, true) => (Expect::Deregister, "deregister"),
                 (ProbeKind::Catalog, false) => (Expect::Register, "register"),
@@ -76,9 +105,9 @@ impl ProbeRunner {
             next_id += 1;
             let capacity = self.board.live() as usize;
             self.board.arm(id, expect, capacity);
-            if let Err(e) = self.change(expect).await {
-                self.metrics.error_with(e.kind, e.words().as_deref());
+            if let Err(e) = self.change(expect, cas).await {
                 self.board.disarm();
+                self.report(e, &mut state);
                 continue;
             }
             let t0 = Instant::now();
@@ -120,46 +149,136 @@ impl ProbeRunner {
         out
     }
 
+    /// Catalog: registers the probe instance. Intentions: creates the
+    /// probe's entry only if none exists (`cas=0`); an entry that exists
+    /// already belongs to someone else and stops the probe.
     async fn setup(&self, state: &mut Setup) {
         let r = match self.board.kind {
-            ProbeKind::Catalog => self.change(Expect::Register).await,
-            ProbeKind::Intentions => self.change(Expect::Allow).await,
+            ProbeKind::Catalog => self.change(Expect::Register, None).await,
+            ProbeKind::Intentions => self.change(Expect::Allow, Some(0)).await,
         };
         match r {
             Ok(()) => *state = Setup::Done(true),
-            Err(e) => self.metrics.error_with(e.kind, e.words().as_deref()),
+            Err(e) => self.report(e, state),
         }
     }
 
-    async fn change(&self, expect: Expect) -> Result<(), http::HttpError> {
-        let svc = &self.board.service;
-        let (path, body) = match expect {
-            Expect::Register => (
-                "/v1/catalog/register",
-                http::probe_register_body(svc, &self.instance_id),
-            ),
-            Expect::Deregister => (
-                "/v1/catalog/deregister",
-                http::probe_deregister_body(&self.instance_id),
-            ),
-            Expect::Allow => ("/v1/config", http::intentions_body(svc, true)),
-            Expect::Deny => ("/v1/config", http::intentions_body(svc, false)),
-        };
-        self.http.put(path, Bytes::from(body)).await.map(|_| ())
+    fn report(&self, e: ChangeError, state: &mut Setup) {
+        match e {
+            ChangeError::Http(e) => self.metrics.error_with(e.kind, e.words().as_deref()),
+            ChangeError::NotOurs(words) => {
+                self.metrics.error_with("probe_entry_exists", Some(&words));
+                *state = Setup::Refused;
+            }
+        }
     }
 
+    fn entry_path(&self) -> String {
+        format!("/v1/config/service-intentions/{}", self.board.service)
+    }
+
+    /// Intentions: the ModifyIndex of the probe's entry, checked to be this
+    /// run's own (its meta names our prefix). Catalog: nothing to check.
+    async fn own_entry(&self) -> Result<Option<u64>, ChangeError> {
+        if self.board.kind != ProbeKind::Intentions {
+            return Ok(None);
+        }
+        let body = self
+            .http
+            .call(Method::GET, &self.entry_path(), Bytes::new())
+            .await
+            .map_err(ChangeError::Http)?;
+        let head: EntryHead = serde_json::from_slice(&body)
+            .map_err(|_| ChangeError::Http(http::HttpError::io("http_decode")))?;
+        let ours = head
+            .meta
+            .as_ref()
+            .and_then(|m| m.get(http::META_PREFIX))
+            .is_some_and(|p| *p == self.prefix);
+        if !ours {
+            return Err(self.not_ours());
+        }
+        Ok(Some(head.modify_index))
+    }
+
+    fn not_ours(&self) -> ChangeError {
+        ChangeError::NotOurs(format!(
+            "service-intentions {:?} exists and was not created by this run; left as it is",
+            self.board.service
+        ))
+    }
+
+    /// One change; intentions writes are check-and-set at `cas`.
+    async fn change(&self, expect: Expect, cas: Option<u64>) -> Result<(), ChangeError> {
+        let svc = &self.board.service;
+        let p = &self.prefix;
+        let intentions = |allow| match cas {
+            Some(i) => (
+                format!("/v1/config?cas={i}"),
+                http::intentions_body(p, svc, allow),
+            ),
+            None => (
+                "/v1/config".to_owned(),
+                http::intentions_body(p, svc, allow),
+            ),
+        };
+        let (path, body) = match expect {
+            Expect::Register => (
+                "/v1/catalog/register".to_owned(),
+                http::probe_register_body(p, svc, &self.instance_id),
+            ),
+            Expect::Deregister => (
+                "/v1/catalog/deregister".to_owned(),
+                http::probe_deregister_body(p, &self.instance_id),
+            ),
+            Expect::Allow => intentions(true),
+            Expect::Deny => intentions(false),
+        };
+        let answer = self
+            .http
+            .put(&path, Bytes::from(body))
+            .await
+            .map_err(ChangeError::Http)?;
+        // A check-and-set that lost answers `false`.
+        if cas.is_some() && http::parse_bool(&answer) != Ok(true) {
+            return Err(self.not_ours());
+        }
+        Ok(())
+    }
+
+    /// Removes what the probe created: the whole probe node (catalog), or
+    /// the probe's own entry if it is still ours and unchanged since we
+    /// read it (intentions, `DELETE ?cas=`).
     async fn cleanup(&self) {
         let r = match self.board.kind {
-            ProbeKind::Catalog => self.change(Expect::Deregister).await,
-            ProbeKind::Intentions => {
-                let path = format!("/v1/config/service-intentions/{}", self.board.service);
-                self.http
-                    .call(Method::DELETE, &path, Bytes::new())
+            ProbeKind::Catalog => self
+                .http
+                .put(
+                    "/v1/catalog/deregister",
+                    Bytes::from(http::node_deregister_body(&http::probe_node(&self.prefix))),
+                )
+                .await
+                .map(|_| ())
+                .map_err(ChangeError::Http),
+            ProbeKind::Intentions => match self.own_entry().await {
+                Ok(Some(idx)) => self
+                    .http
+                    .call(
+                        Method::DELETE,
+                        &format!("{}?cas={idx}", self.entry_path()),
+                        Bytes::new(),
+                    )
                     .await
                     .map(|_| ())
-            }
+                    .map_err(ChangeError::Http),
+                Ok(None) => Ok(()),
+                // Gone already, or never ours: nothing of ours to remove.
+                Err(ChangeError::Http(e)) if e.status == Some(404) => Ok(()),
+                Err(ChangeError::NotOurs(_)) => Ok(()),
+                Err(e) => Err(e),
+            },
         };
-        if let Err(e) = r {
+        if let Err(ChangeError::Http(e)) = r {
             self.metrics.error_with(e.kind, e.words().as_deref());
         }
     }

@@ -15,14 +15,14 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::future::{Future, Ready, ready};
+use std::future::{Future, ready};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes};
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
 use hyper::{Request, Response};
@@ -229,11 +229,25 @@ struct SubscribeHandler {
 impl ServerStreamingService<SubscribeRequest> for SubscribeHandler {
     type Response = Bytes;
     type ResponseStream = EventStream;
-    type Future = Ready<Result<tonic::Response<EventStream>, Status>>;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<tonic::Response<EventStream>, Status>> + Send>>;
 
+    /// Answers (response headers) only with the first message, as grpc-go
+    /// does: a resumed stream stays silent until the topic's next event,
+    /// and an error before any message is the call's only answer.
     fn call(&mut self, request: tonic::Request<SubscribeRequest>) -> Self::Future {
         let opened = Subscription::open(&self.state, request.into_inner(), &self.shutdown);
-        ready(opened.map(|s| tonic::Response::new(Box::pin(s.into_stream()) as EventStream)))
+        Box::pin(async move {
+            let mut sub = opened?;
+            let first = match sub.next().await {
+                Some(Ok(b)) => b,
+                Some(Err(status)) => return Err(status),
+                None => return Err(Status::unavailable("server shutting down")),
+            };
+            let rest = sub.into_stream();
+            let stream = futures_util::stream::once(ready(Ok(first))).chain(rest);
+            Ok(tonic::Response::new(Box::pin(stream) as EventStream))
+        })
     }
 }
 
@@ -383,7 +397,9 @@ impl Subscription {
                 }
                 Wake::Abort => {
                     self.done = true;
-                    return Some(Err(Status::aborted("subscription reset by the server")));
+                    return Some(Err(Status::aborted(
+                        "subscription closed by server, client must reset state and resubscribe",
+                    )));
                 }
                 Wake::Event(Ok(b)) => {
                     counters.bump(&counters.events_sent);

@@ -91,6 +91,10 @@ impl Sessions {
         }
     }
 
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Session> {
+        self.map.values()
+    }
+
     pub(crate) fn get(&self, id: &str) -> Option<&Session> {
         self.map.get(id)
     }

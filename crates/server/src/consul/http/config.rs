@@ -12,7 +12,25 @@ pub(super) struct SourceBody {
     pub(super) description: String,
 }
 
-pub(super) fn config_put(state: &ConsulState, body: &[u8]) -> Response<Body> {
+/// The `cas` query value: `Some(index)` for a check-and-set write.
+fn cas_of(query: &str) -> Result<Option<u64>, Box<Response<Body>>> {
+    match query.split('&').find_map(|kv| kv.strip_prefix("cas=")) {
+        None => Ok(None),
+        Some(v) => v.parse().map(Some).map_err(|e: std::num::ParseIntError| {
+            Box::new(server_error(format!(
+                "strconv.ParseUint: parsing {v:?}: {e}"
+            )))
+        }),
+    }
+}
+
+/// `PUT /v1/config[?cas=N]`: `true`, or `false` when a check-and-set
+/// finds the entry changed (`cas=0`: it exists already).
+pub(super) fn config_put(state: &ConsulState, body: &[u8], query: &str) -> Response<Body> {
+    let cas = match cas_of(query) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
     let v: Value = match serde_json::from_slice(body) {
         Ok(v @ Value::Object(_)) => v,
         Ok(_) => {
@@ -69,6 +87,15 @@ pub(super) fn config_put(state: &ConsulState, body: &[u8]) -> Response<Body> {
         None
     };
     let mut store = state.store();
+    if let Some(cas) = cas {
+        let current = store
+            .config
+            .get(&(kind.clone(), name.clone()))
+            .map(|e| e.modify_index);
+        if current.unwrap_or(0) != cas {
+            return json_response(StatusCode::OK, &false);
+        }
+    }
     let idx = store.next_index();
     store.put_config(&kind, &name, v, sources, idx);
     drop(store);
@@ -77,14 +104,38 @@ pub(super) fn config_put(state: &ConsulState, body: &[u8]) -> Response<Body> {
     ok_true()
 }
 
-pub(super) fn config_delete(state: &ConsulState, kind: &str, name: &str) -> Response<Body> {
+/// `DELETE /v1/config/:kind/:name[?cas=N]`: `{}`; with `cas`, whether it
+/// was deleted (`false` when the entry changed since index `N`).
+pub(super) fn config_delete(
+    state: &ConsulState,
+    kind: &str,
+    name: &str,
+    query: &str,
+) -> Response<Body> {
+    let cas = match cas_of(query) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    let kind = kind.to_ascii_lowercase();
     let mut store = state.store();
+    if let Some(cas) = cas {
+        let current = store
+            .config
+            .get(&(kind.clone(), name.to_owned()))
+            .map(|e| e.modify_index);
+        if current != Some(cas) {
+            return json_response(StatusCode::OK, &false);
+        }
+    }
     let idx = store.next_index();
-    store.delete_config(&kind.to_ascii_lowercase(), name, idx);
+    store.delete_config(&kind, name, idx);
     drop(store);
     let c = &state.inner.counters;
     c.bump(&c.config_entries_written);
-    ok_true()
+    match cas {
+        Some(_) => json_response(StatusCode::OK, &true),
+        None => json_response(StatusCode::OK, &json!({})),
+    }
 }
 
 pub(super) fn config_get(state: &ConsulState, kind: &str, name: &str) -> Response<Body> {

@@ -11,11 +11,13 @@
 
 mod catalog;
 mod config;
+mod read;
 mod session_api;
 mod txn;
 
 use catalog::*;
 use config::*;
+use read::*;
 use session_api::*;
 use txn::*;
 
@@ -311,7 +313,7 @@ async fn handle(state: &ConsulState, req: Request<Incoming>) -> Response<Body> {
                 ("catalog", "deregister") => catalog_deregister(state, &body),
                 ("txn", _) => txn(state, &body),
                 ("session", _) => session_create(state, &body),
-                _ => config_put(state, &body),
+                _ => config_put(state, &body, &query),
             }
         }
         ("session", t) if t.starts_with("renew/") || t.starts_with("destroy/") => {
@@ -331,6 +333,22 @@ async fn handle(state: &ConsulState, req: Request<Incoming>) -> Response<Body> {
                 session_destroy(state, id)
             }
         }
+        ("catalog", "nodes") | ("session", "list") if method == Method::GET => {
+            if head == "catalog" {
+                catalog_nodes(state, &query)
+            } else {
+                session_list(state, None)
+            }
+        }
+        ("catalog", t) if method == Method::GET && t.starts_with("node/") => {
+            catalog_node(state, &t["node/".len()..])
+        }
+        ("catalog", t) if method == Method::GET && t.starts_with("service/") => {
+            catalog_service(state, &t["service/".len()..])
+        }
+        ("session", t) if method == Method::GET && t.starts_with("node/") => {
+            session_list(state, Some(&t["node/".len()..]))
+        }
         ("session", t) if t.starts_with("info/") => {
             if method != Method::GET {
                 return not_allowed();
@@ -342,7 +360,7 @@ async fn handle(state: &ConsulState, req: Request<Incoming>) -> Response<Body> {
         ("config", t) if t.contains('/') => {
             let (kind, name) = t.split_once('/').expect("checked");
             match method {
-                Method::DELETE => config_delete(state, kind, name),
+                Method::DELETE => config_delete(state, kind, name, &query),
                 Method::GET => config_get(state, kind, name),
                 _ => not_allowed(),
             }

@@ -1,0 +1,278 @@
+//! Behaving like real agents towards a shared cluster, against the embedded
+//! Consul server on paused time: anti-entropy repairs a server that lost
+//! its state, probes leave the catalog and config entries exactly as they
+//! were, and the intentions probe never touches an entry it did not create.
+
+mod common;
+use common::*;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sim_consul::{ConsulConfig, ConsulFactory, ProbeConfig, ProbeKind};
+use agent_sim_fleet::{FleetConfig, FleetReport, FleetStatus, Rate};
+use agent_sim_metrics::Metrics;
+use agent_sim_server::consul::ConsulTargetConfig;
+use bytes::Bytes;
+use http::Method;
+use tokio_util::sync::CancellationToken;
+
+fn fleet(agents: u64, duration: Duration) -> FleetConfig {
+    FleetConfig {
+        agents,
+        ramp: Some(Rate::per_second(1000.0)),
+        duration: Some(duration),
+        grace: Duration::from_secs(5),
+        ..FleetConfig::default()
+    }
+}
+
+/// Runs a fleet (and its probe, if any) to the end.
+async fn run(cfg: ConsulConfig, f: FleetConfig, m: &Metrics) -> FleetReport {
+    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let stop = CancellationToken::new();
+    let probes = factory
+        .probe_runner()
+        .map(|r| tokio::spawn(r.run(stop.clone())));
+    let report = agent_sim_fleet::run(
+        f,
+        Arc::new(factory),
+        m.clone(),
+        Arc::new(FleetStatus::default()),
+        CancellationToken::new(),
+    )
+    .await;
+    stop.cancel();
+    if let Some(p) = probes {
+        p.await.unwrap();
+    }
+    report
+}
+
+/// Everything a run could have touched, as the server prints it: the node
+/// list, every node with its services, every session, and the given
+/// `service-intentions` entries (or their 404).
+async fn dump(t: &Target, intentions: &[&str]) -> Vec<String> {
+    let api = t.api();
+    let get = |path: String| {
+        let api = &api;
+        async move {
+            match api.call(Method::GET, &path, Bytes::new()).await {
+                Ok(b) => format!("{path}: {}", String::from_utf8_lossy(&b)),
+                Err(e) => format!("{path}: {e}"),
+            }
+        }
+    };
+    let mut out = vec![get("/v1/catalog/nodes".into()).await];
+    let nodes: Vec<serde_json::Value> = serde_json::from_slice(
+        &api.call(Method::GET, "/v1/catalog/nodes", Bytes::new())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    for n in nodes {
+        let name = n["Node"].as_str().unwrap().to_owned();
+        out.push(get(format!("/v1/catalog/node/{name}")).await);
+    }
+    out.push(get("/v1/session/list".into()).await);
+    for name in intentions {
+        out.push(get(format!("/v1/config/service-intentions/{name}")).await);
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_that_lost_its_state_is_repaired_by_anti_entropy() {
+    let t = start_target().await;
+    let m = metrics();
+    let cfg = ConsulConfig {
+        session_ttl: Some(Duration::from_secs(10)),
+        anti_entropy: Some(Duration::from_secs(60)),
+        cluster_size: 20,
+        ..config(&t)
+    };
+    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let status = Arc::new(FleetStatus::default());
+    let fleet_run = tokio::spawn(agent_sim_fleet::run(
+        fleet(20, Duration::from_secs(120)),
+        Arc::new(factory),
+        m.clone(),
+        status,
+        CancellationToken::new(),
+    ));
+    wait_for(
+        "20 registered with sessions",
+        Duration::from_secs(10),
+        || {
+            let s = t.state.stats();
+            counter(&m, "registrations") == 20 && s.sessions_active == 20
+        },
+    )
+    .await;
+    let before = counter(&m, "sessions_established");
+    assert_eq!(before, 20);
+
+    // The server restarts without its catalog and sessions.
+    let t = t.restart_empty().await;
+    let restarted = tokio::time::Instant::now();
+    assert!(
+        t.api()
+            .call(Method::GET, "/v1/catalog/node/agent-sim-0", Bytes::new())
+            .await
+            .unwrap()
+            == "null"
+    );
+
+    // Within one interval every node, instance and session is back.
+    wait_for("all repaired", Duration::from_secs(60), || {
+        let s = t.state.stats();
+        counter(&m, "reregistrations") == 20 && s.sessions_active == 20
+    })
+    .await;
+    let took = restarted.elapsed();
+    let nodes: Vec<serde_json::Value> = serde_json::from_slice(
+        &t.api()
+            .call(
+                Method::GET,
+                "/v1/catalog/nodes?node-meta=agent-sim-prefix:agent-sim",
+                Bytes::new(),
+            )
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(nodes.len(), 20, "{nodes:?}");
+    let app: Vec<serde_json::Value> = serde_json::from_slice(
+        &t.api()
+            .call(Method::GET, "/v1/catalog/service/app", Bytes::new())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(app.len(), 20);
+    // Every agent is connected again, its resubscribes answered with a new
+    // snapshot (the server's indexes started over), none taken as resumed.
+    wait_for("all reconnected", Duration::from_secs(5), || {
+        counter(&m, "sessions_established") == 40
+    })
+    .await;
+    assert_eq!(counter(&m, "resumes"), 0);
+    assert_eq!(
+        counter(&m, "registrations"),
+        20,
+        "repairs are counted apart"
+    );
+    assert!(counter(&m, "anti_entropy_syncs") >= 20);
+    assert!(took <= Duration::from_secs(60), "repaired after {took:?}");
+
+    let report = fleet_run.await.unwrap();
+    assert_eq!(report.connected_at_end, 20);
+    // The run's exit removed what it registered again.
+    let left: Vec<serde_json::Value> = serde_json::from_slice(
+        &t.api()
+            .call(
+                Method::GET,
+                "/v1/catalog/nodes?node-meta=agent-sim-prefix:agent-sim",
+                Bytes::new(),
+            )
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(t.state.stats().sessions_active, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn probes_leave_the_catalog_and_config_entries_as_found() {
+    let t = start_target().await;
+    // Someone else's intentions on a real service.
+    let theirs = r#"{"Kind":"service-intentions","Name":"web","Sources":[
+        {"Name":"frontend","Action":"allow"},{"Name":"*","Action":"deny"}]}"#;
+    t.api()
+        .put("/v1/config", Bytes::from(theirs))
+        .await
+        .unwrap();
+    let watched = ["web", "agent-sim-probe"];
+    let before = dump(&t, &watched).await;
+
+    for kind in [ProbeKind::Catalog, ProbeKind::Intentions] {
+        let m = metrics();
+        let cfg = ConsulConfig {
+            probe: ProbeConfig {
+                kind: Some(kind),
+                every: Duration::from_secs(2),
+                timeout: Some(Duration::from_secs(1)),
+                ..ProbeConfig::default()
+            },
+            ..config(&t)
+        };
+        let report = run(cfg, fleet(30, Duration::from_secs(9)), &m).await;
+        assert_eq!(report.ever_connected, 30);
+        assert!(
+            m.snapshot().errors.is_empty(),
+            "{kind:?}: {:?}",
+            m.snapshot().errors
+        );
+        assert_eq!(counter(&m, "deregistrations"), 30);
+        assert_eq!(dump(&t, &watched).await, before, "{kind:?} left a trace");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_intentions_probe_never_touches_an_entry_it_did_not_create() {
+    let t = start_target().await;
+    let theirs = r#"{"Kind":"service-intentions","Name":"web","Sources":[
+        {"Name":"frontend","Action":"allow"},{"Name":"*","Action":"deny"}]}"#;
+    t.api()
+        .put("/v1/config", Bytes::from(theirs))
+        .await
+        .unwrap();
+    let before = dump(&t, &["web"]).await;
+    let m = metrics();
+    let cfg = ConsulConfig {
+        probe: ProbeConfig {
+            kind: Some(ProbeKind::Intentions),
+            service: Some("web".into()),
+            every: Duration::from_secs(2),
+            timeout: Some(Duration::from_secs(1)),
+            ..ProbeConfig::default()
+        },
+        ..config(&t)
+    };
+    run(cfg, fleet(5, Duration::from_secs(7)), &m).await;
+    let errors = m.error_report();
+    let refused = errors
+        .iter()
+        .find(|e| e.kind == "probe_entry_exists")
+        .unwrap_or_else(|| panic!("{errors:?}"));
+    assert!(
+        refused
+            .stat
+            .sample
+            .as_deref()
+            .unwrap_or("")
+            .contains("not created by this run"),
+        "{refused:?}"
+    );
+    assert_eq!(dump(&t, &["web"]).await, before);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_run_removes_the_nodes_it_registered() {
+    // Only 3 RPC connections per client IP: most agents never connect.
+    let t = start_with(ConsulTargetConfig {
+        rpc_max_conns_per_client: 3,
+        ..ConsulTargetConfig::default()
+    })
+    .await;
+    let before = dump(&t, &[]).await;
+    let m = metrics();
+    let f = FleetConfig {
+        fail_fast: true,
+        ..fleet(10, Duration::from_secs(30))
+    };
+    let report = run(config(&t), f, &m).await;
+    assert!(report.ever_connected < 10);
+    assert_eq!(dump(&t, &[]).await, before);
+}

@@ -1,0 +1,142 @@
+//! Helpers of the Consul integration tests: the embedded target on
+//! 127.0.0.1 (restartable on the same ports), configs, metrics, paused-time
+//! waits and one-session runs.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use agent_sim_consul::http::HttpApi;
+use agent_sim_consul::{ConsulConfig, metrics_spec};
+use agent_sim_fleet::{Agent, SessionCx, SessionEnd};
+use agent_sim_metrics::Metrics;
+use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
+use bytes::Bytes;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub struct Target {
+    pub state: ConsulState,
+    pub rpc: SocketAddr,
+    pub http: SocketAddr,
+    pub stop: CancellationToken,
+    tasks: Vec<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Target {
+    /// Serves `state` on `rpc` / `http` (port 0: any).
+    pub async fn serve(state: ConsulState, rpc: SocketAddr, http: SocketAddr) -> Target {
+        let rpc_l = TcpListener::bind(rpc).await.unwrap();
+        let http_l = TcpListener::bind(http).await.unwrap();
+        let stop = CancellationToken::new();
+        let rpc = rpc_l.local_addr().unwrap();
+        let http = http_l.local_addr().unwrap();
+        let tasks = vec![
+            tokio::spawn(serve_rpc(rpc_l, state.clone(), stop.clone())),
+            tokio::spawn(serve_http(http_l, state.clone(), stop.clone())),
+        ];
+        Target {
+            state,
+            rpc,
+            http,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Stops the server (its connections close) and starts a new one with
+    /// an empty catalog on the same ports: a restart that lost its state.
+    pub async fn restart_empty(mut self) -> Target {
+        self.stop.cancel();
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+        let state = ConsulState::new(ConsulTargetConfig::default());
+        Target::serve(state, self.rpc, self.http).await
+    }
+
+    /// An HTTP client of this server.
+    pub fn api(&self) -> HttpApi {
+        HttpApi::new(self.http, None, "").unwrap()
+    }
+}
+
+pub async fn start_target() -> Target {
+    start_with(ConsulTargetConfig::default()).await
+}
+
+/// A target with `cfg`, holding upstream instances web-1, web-2 and api-1.
+pub async fn start_with(cfg: ConsulTargetConfig) -> Target {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let t = Target::serve(ConsulState::new(cfg), any, any).await;
+    // Upstream instances the agents will see.
+    let api = HttpApi::new(t.http, None, "").unwrap();
+    for (node, id, svc, n) in [
+        ("sim-node-1", "web-1", "web", 1),
+        ("sim-node-2", "web-2", "web", 2),
+        ("sim-node-3", "api-1", "api", 3),
+    ] {
+        let body = serde_json::json!({
+            "Node": node, "Address": format!("10.9.0.{n}"),
+            "Service": {"ID": id, "Service": svc, "Port": 8080},
+            "Check": {"CheckID": format!("{id}-ttl"), "Name": "ttl", "ServiceID": id,
+                      "Status": "passing"}});
+        api.put("/v1/catalog/register", Bytes::from(body.to_string()))
+            .await
+            .unwrap();
+    }
+    t
+}
+
+pub fn config(t: &Target) -> ConsulConfig {
+    ConsulConfig {
+        rpc_targets: vec![t.rpc.to_string()],
+        http_target: t.http.to_string(),
+        ..ConsulConfig::default()
+    }
+}
+
+pub fn metrics() -> Metrics {
+    Metrics::new(&metrics_spec().merge(&agent_sim_fleet::metrics_spec()), 4)
+}
+
+pub fn counter(m: &Metrics, name: &str) -> u64 {
+    m.snapshot().counter(name)
+}
+
+/// Checks `cond` every 10 ms of paused (virtual) time until it holds; panics
+/// after `limit`. The tests run on paused time, so no wall clock is waited on.
+pub async fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs one session of `agent` while `script` runs; `script` gets the
+/// session's token and must cancel it (or the session must end) to finish.
+pub async fn with_session<A, F, Fut>(agent: &mut A, m: &Metrics, script: F) -> SessionEnd
+where
+    A: Agent,
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let token = CancellationToken::new();
+    let cx = SessionCx::standalone(0, m.clone(), token.clone());
+    let session = agent.run_session(&cx);
+    let (end, ()) = tokio::join!(session, script(token));
+    end
+}

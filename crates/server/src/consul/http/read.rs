@@ -1,0 +1,131 @@
+//! Read endpoints that tests, `agent-sim cleanup` and agents' anti-entropy
+//! use: `/v1/catalog/nodes`, `/v1/catalog/node/:node`,
+//! `/v1/catalog/service/:name`, `/v1/session/list`, `/v1/session/node/:node`,
+//! shaped as Consul 1.20 prints them (an unknown node is `200 null`).
+
+use super::*;
+
+/// `node-meta=key:value` filters of a query string (all must match).
+fn node_meta_filters(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter_map(|kv| kv.strip_prefix("node-meta="))
+        .map(|v| {
+            let v = percent_decode(v);
+            match v.split_once(':') {
+                Some((k, val)) => (k.to_owned(), val.to_owned()),
+                None => (v, String::new()),
+            }
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn meta_matches(meta: &BTreeMap<String, String>, filters: &[(String, String)]) -> bool {
+    filters
+        .iter()
+        .all(|(k, v)| meta.get(k).is_some_and(|m| m == v))
+}
+
+pub(super) fn catalog_nodes(state: &ConsulState, query: &str) -> Response<Body> {
+    let filters = node_meta_filters(query);
+    let store = state.store();
+    let mut names: Vec<&String> = store
+        .nodes
+        .iter()
+        .filter(|(_, n)| meta_matches(&n.def.meta, &filters))
+        .map(|(k, _)| k)
+        .collect();
+    names.sort();
+    let out: Vec<Value> = names
+        .into_iter()
+        .map(|name| node_json(&store, name, &store.nodes[name]))
+        .collect();
+    let index = store.raft_index;
+    drop(store);
+    with_index(json_response(StatusCode::OK, &out), index)
+}
+
+pub(super) fn catalog_node(state: &ConsulState, name: &str) -> Response<Body> {
+    if name.is_empty() {
+        return text(StatusCode::BAD_REQUEST, "Missing node name");
+    }
+    let store = state.store();
+    let out = match store.nodes.get(name) {
+        None => Value::Null,
+        Some(n) => json!({
+            "Node": node_json(&store, name, n),
+            "Services": n.services.iter()
+                .map(|(id, s)| (id.clone(), service_json(s)))
+                .collect::<serde_json::Map<String, Value>>(),
+        }),
+    };
+    let index = store.raft_index;
+    drop(store);
+    with_index(json_response(StatusCode::OK, &out), index)
+}
+
+pub(super) fn catalog_service(state: &ConsulState, name: &str) -> Response<Body> {
+    let store = state.store();
+    let mut out = Vec::new();
+    for key in store.instances(name) {
+        let Some(n) = store.nodes.get(&key.0) else {
+            continue;
+        };
+        let Some(s) = n.services.get(&key.1) else {
+            continue;
+        };
+        out.push(json!({
+            "ID": n.def.id,
+            "Node": key.0,
+            "Address": n.def.address,
+            "Datacenter": store.datacenter,
+            "NodeMeta": n.def.meta,
+            "ServiceKind": s.def.kind,
+            "ServiceID": s.def.id,
+            "ServiceName": s.def.service,
+            "ServiceTags": s.def.tags,
+            "ServiceAddress": s.def.address,
+            "ServiceMeta": s.def.meta,
+            "ServicePort": s.def.port,
+            "ServiceProxy": s.def.proxy.clone().unwrap_or_else(|| json!({})),
+            "CreateIndex": s.create_index,
+            "ModifyIndex": s.modify_index,
+        }));
+    }
+    let index = store.raft_index;
+    drop(store);
+    with_index(json_response(StatusCode::OK, &out), index)
+}
+
+/// `/v1/session/list` (no node) or `/v1/session/node/:node`.
+pub(super) fn session_list(state: &ConsulState, node: Option<&str>) -> Response<Body> {
+    let index = state.raft_index();
+    let sessions = state.sessions();
+    let mut out: Vec<&Session> = sessions
+        .iter()
+        .filter(|s| node.is_none_or(|n| s.node == n))
+        .collect();
+    out.sort_by_key(|s| s.create_index);
+    let r = json_response(StatusCode::OK, &out);
+    drop(sessions);
+    with_index(r, index)
+}
