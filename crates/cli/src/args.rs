@@ -40,6 +40,23 @@ pub enum Command {
     /// Show or merge result files.
     #[command(subcommand)]
     Report(ReportCommand),
+    /// Remove what a killed Consul run left: its nodes (services, checks,
+    /// sessions) and probe objects, selected by --name-prefix and the node
+    /// meta agent-sim-prefix every run sets. Takes the run's flags
+    /// (--kind consul, --target, --http-target, --token, TLS, --config).
+    Cleanup(Box<CleanupArgs>),
+}
+
+/// `agent-sim cleanup ...`
+#[derive(Debug, Args)]
+pub struct CleanupArgs {
+    /// List what would be removed, remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The run's flags (only the Consul target, token, TLS and name prefix
+    /// are used).
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// `agent-sim report ...`

@@ -5,7 +5,7 @@
 //! env < flags, validation, shards), [`preflight`] (fds and ports before any
 //! socket), [`run`] (orchestration, progress, hlog, Prometheus, summary,
 //! assertions), [`serve`] (`agent-sim serve`), [`report_cmd`] (`report
-//! show|merge`).
+//! show|merge`), [`cleanup_cmd`] (`agent-sim cleanup`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), agent_sim::run::RunError> {
@@ -21,6 +21,7 @@
 //! ```
 
 pub mod args;
+pub mod cleanup_cmd;
 pub mod config;
 pub mod preflight;
 pub mod progress;

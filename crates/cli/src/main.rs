@@ -102,6 +102,18 @@ fn main() -> ExitCode {
             summary,
             asserts,
         })) => code(report_cmd::merge(&files, summary.as_deref(), &asserts)),
+        Some(Command::Cleanup(args)) => {
+            let cfg = match agent_sim::cleanup_cmd::plan(&args) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("agent-sim: {e}");
+                    return code(exit::USAGE);
+                }
+            };
+            run_with_signals(Some(1), None, |_token| async move {
+                code(agent_sim::cleanup_cmd::run(cfg, args.dry_run).await)
+            })
+        }
         Some(Command::Serve(args)) => {
             let plan = match serve::plan(&args) {
                 Ok(p) => p,

@@ -15,10 +15,12 @@
 //! - [`probe`]: the propagation probe ([`ProbeRunner`] in the controller
 //!   process, [`ProbeObserver`] in the others, [`probe::ProbeBoard`]).
 //! - [`ConsulFactory`] / [`ConsulAgent`]: the `agent_sim_fleet` agent.
+//! - [`cleanup`]: removes what a killed run left (`agent-sim cleanup`).
 //!
 //! What it is not: a Consul server (see `agent-sim-server`), nor a CLI; it
 //! prints nothing.
 
+pub mod cleanup;
 pub mod codec;
 pub mod config;
 pub mod conn;
@@ -29,7 +31,7 @@ pub mod view;
 
 mod agent;
 
-pub use agent::{ConsulAgent, ConsulFactory};
+pub use agent::{ConsulAgent, ConsulFactory, http_api};
 pub use config::{ConsulConfig, ConsulTls, ProbeConfig, ProbeKind};
 pub use probe::{ProbeObserver, ProbeRunner};
 

@@ -38,17 +38,7 @@ impl ConsulFactory {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let http_tls = match (&cfg.tls, v.https) {
-            (Some(t), true) => Some((
-                conn::tls_client_config(t)?,
-                conn::server_name(t, &v.http_host)?,
-            )),
-            _ => None,
-        };
-        let http = Arc::new(
-            HttpApi::with_tls(v.http_addr, http_tls, cfg.token.as_deref(), &cfg.datacenter)
-                .map_err(ConsulError::Config)?,
-        );
+        let http = Arc::new(http_client(&cfg, &v)?);
         let board = match (cfg.probe.kind, &v.probe_service) {
             (Some(kind), Some(svc)) if cfg.probe.controller => {
                 Some(Arc::new(ProbeBoard::new(kind, svc, &cfg.name_prefix)))
@@ -127,6 +117,25 @@ impl ConsulFactory {
     pub fn probe_board(&self) -> Option<Arc<ProbeBoard>> {
         self.shared.board.clone()
     }
+}
+
+/// The HTTP API client of `cfg` (plain or HTTPS, token, datacenter).
+fn http_client(cfg: &ConsulConfig, v: &config::Validated) -> Result<HttpApi, ConsulError> {
+    let http_tls = match (&cfg.tls, v.https) {
+        (Some(t), true) => Some((
+            conn::tls_client_config(t)?,
+            conn::server_name(t, &v.http_host)?,
+        )),
+        _ => None,
+    };
+    HttpApi::with_tls(v.http_addr, http_tls, cfg.token.as_deref(), &cfg.datacenter)
+        .map_err(ConsulError::Config)
+}
+
+/// Validates `cfg` and builds its HTTP API client alone (for
+/// [`crate::cleanup`]).
+pub fn http_api(cfg: &ConsulConfig) -> Result<HttpApi, ConsulError> {
+    http_client(cfg, &cfg.prepare()?)
 }
 
 impl AgentFactory for ConsulFactory {

@@ -19,7 +19,7 @@ mod session;
 mod subscriptions;
 mod upkeep;
 
-pub use factory::ConsulFactory;
+pub use factory::{ConsulFactory, http_api};
 use subscriptions::{Slot, SlotState, Slots, server_said};
 use upkeep::{HttpDone, HttpFuture, HttpSched};
 

@@ -1,0 +1,85 @@
+//! `agent-sim cleanup`: what a killed Consul run left, removed by name
+//! prefix and the run's node meta (see [`agent_sim_consul::cleanup`]).
+
+use agent_sim_consul::cleanup::{CleanupReport, cleanup};
+
+use crate::args::CleanupArgs;
+use crate::config::{self, Protocol, UsageError};
+use crate::run::exit;
+
+/// Resolves the flags into the Consul settings cleanup needs.
+pub fn plan(args: &CleanupArgs) -> Result<agent_sim_consul::ConsulConfig, UsageError> {
+    if args.run.targets.is_empty() && args.run.config.is_none() {
+        return Err(UsageError(
+            "cleanup needs --target (a Consul server's RPC address; the HTTP API is \
+             derived from it unless --http-target is given)"
+                .into(),
+        ));
+    }
+    let cfg = config::resolve(args.run.clone(), &|k| std::env::var(k).ok())?;
+    let mut consul = cfg.fleets.into_iter().filter_map(|f| match f.protocol {
+        Protocol::Consul(c) => Some(c),
+        Protocol::Sensu(_) => None,
+    });
+    match (consul.next(), consul.next()) {
+        (Some(c), None) => Ok(c),
+        (None, _) => Err(UsageError(
+            "--kind: cleanup removes what Consul runs left (--kind consul)".into(),
+        )),
+        (Some(_), Some(_)) => Err(UsageError(
+            "--config: cleanup takes one Consul fleet at a time".into(),
+        )),
+    }
+}
+
+/// Runs the cleanup and prints what it did; returns the exit code.
+pub async fn run(cfg: agent_sim_consul::ConsulConfig, dry_run: bool) -> i32 {
+    let api = match agent_sim_consul::http_api(&cfg) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("agent-sim: {e}");
+            return exit::USAGE;
+        }
+    };
+    match cleanup(&api, &cfg.name_prefix, dry_run).await {
+        Ok(r) => {
+            print!("{}", render(&r, &cfg.name_prefix, dry_run));
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("agent-sim: cleanup of {:?}: {e}", cfg.name_prefix);
+            exit::FAILURE
+        }
+    }
+}
+
+/// The report for people.
+pub fn render(r: &CleanupReport, prefix: &str, dry_run: bool) -> String {
+    let verb = if dry_run { "would remove" } else { "removed" };
+    let mut out = format!(
+        "cleanup of {prefix:?}: {verb} {} node(s) with {} session(s), {} config entr{}\n",
+        r.nodes.len(),
+        r.sessions,
+        r.config_entries.len(),
+        if r.config_entries.len() == 1 {
+            "y"
+        } else {
+            "ies"
+        }
+    );
+    for e in &r.config_entries {
+        out.push_str(&format!("  config entry {e}\n"));
+    }
+    for n in r.nodes.iter().take(20) {
+        out.push_str(&format!("  node {n}\n"));
+    }
+    if r.nodes.len() > 20 {
+        out.push_str(&format!("  … and {} more nodes\n", r.nodes.len() - 20));
+    }
+    for l in &r.left_alone {
+        out.push_str(&format!(
+            "  left alone (not marked as this prefix's): {l}\n"
+        ));
+    }
+    out
+}

@@ -1,0 +1,176 @@
+//! `agent-sim cleanup`: a Consul run killed with SIGKILL leaves its nodes,
+//! sessions and probe objects; cleanup by name prefix removes exactly
+//! those and leaves everything else (a node with the prefix in its name
+//! but not marked as the run's, another service's intentions).
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use agent_sim_consul::http::HttpApi;
+use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
+use bytes::Bytes;
+use http::Method;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+async fn get(api: &HttpApi, path: &str) -> serde_json::Value {
+    serde_json::from_slice(&api.call(Method::GET, path, Bytes::new()).await.unwrap()).unwrap()
+}
+
+/// Polls `cond` every 50 ms; panics after 20 s (the child runs in real time).
+async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    for _ in 0..400 {
+        if cond().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
+    let state = ConsulState::new(ConsulTargetConfig::default());
+    let rpc_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (rpc, http): (SocketAddr, SocketAddr) =
+        (rpc_l.local_addr().unwrap(), http_l.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let _guard = stop.clone().drop_guard();
+    tokio::spawn(serve_rpc(rpc_l, state.clone(), stop.clone()));
+    tokio::spawn(serve_http(http_l, state.clone(), stop.clone()));
+    let api = HttpApi::new(http, None, "").unwrap();
+    // Not the run's: a look-alike node without the run's meta, and the
+    // intentions of a real service.
+    for body in [
+        r#"{"Node":"agent-sim-lookalike","Address":"10.8.0.1"}"#,
+        r#"{"Node":"web-node","Address":"10.8.0.2","Service":{"ID":"web-1","Service":"web","Port":80}}"#,
+    ] {
+        api.put("/v1/catalog/register", Bytes::from(body))
+            .await
+            .unwrap();
+    }
+    let theirs = r#"{"Kind":"service-intentions","Name":"web","Sources":[{"Name":"frontend","Action":"allow"}]}"#;
+    api.put("/v1/config", Bytes::from(theirs)).await.unwrap();
+    let before_nodes = get(&api, "/v1/catalog/nodes").await;
+    let before_web = get(&api, "/v1/config/service-intentions/web").await;
+
+    let bin = env!("CARGO_BIN_EXE_agent-sim");
+    let target = [
+        "--target",
+        &rpc.to_string(),
+        "--http-target",
+        &http.to_string(),
+    ];
+    let mut child = Command::new(bin)
+        .args([
+            "--kind",
+            "consul",
+            "--agents",
+            "20",
+            "--ramp",
+            "all",
+            "--duration",
+            "60s",
+        ])
+        .args([
+            "--upstreams",
+            "web",
+            "--probe",
+            "catalog",
+            "--probe-every",
+            "1s",
+            "--quiet",
+        ])
+        .args(target)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    until("20 sessions and the probe node", async || {
+        state.stats().sessions_active == 20
+            && get(&api, "/v1/catalog/node/agent-sim-probe").await != serde_json::Value::Null
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The intentions probe's own entry, as a killed intentions run leaves it.
+    let probe_entry = r#"{"Kind":"service-intentions","Name":"agent-sim-probe",
+        "Meta":{"agent-sim":"probe","agent-sim-prefix":"agent-sim"},
+        "Sources":[{"Name":"agent-sim-probe","Action":"deny"}]}"#;
+    api.put("/v1/config", Bytes::from(probe_entry))
+        .await
+        .unwrap();
+    assert_eq!(
+        get(&api, "/v1/catalog/nodes")
+            .await
+            .as_array()
+            .unwrap()
+            .len(),
+        3 + 21
+    );
+
+    let dry = Command::new(bin)
+        .args(["cleanup", "--kind", "consul", "--dry-run"])
+        .args(target)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        dry.status.success(),
+        "{out} {}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    assert!(
+        out.contains("would remove 21 node(s) with 20 session(s), 1 config entry"),
+        "{out}"
+    );
+    assert!(
+        out.contains("left alone (not marked as this prefix's): node agent-sim-lookalike"),
+        "{out}"
+    );
+    assert_eq!(
+        state.stats().sessions_active,
+        20,
+        "a dry run removes nothing"
+    );
+
+    let done = Command::new(bin)
+        .args(["cleanup", "--kind", "consul"])
+        .args(target)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        done.status.success(),
+        "{out} {}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(
+        out.contains("removed 21 node(s) with 20 session(s), 1 config entry"),
+        "{out}"
+    );
+
+    assert_eq!(get(&api, "/v1/catalog/nodes").await, before_nodes);
+    assert_eq!(get(&api, "/v1/session/list").await, serde_json::json!([]));
+    assert_eq!(
+        get(&api, "/v1/config/service-intentions/web").await,
+        before_web
+    );
+    let gone = api
+        .call(
+            Method::GET,
+            "/v1/config/service-intentions/agent-sim-probe",
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(gone.unwrap_err().status, Some(404));
+
+    // Without a target there is nothing to clean: a usage error.
+    let bad = Command::new(bin)
+        .args(["cleanup", "--kind", "consul"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(64));
+}

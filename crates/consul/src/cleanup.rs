@@ -1,0 +1,123 @@
+//! `agent-sim cleanup`: removes what a run with name prefix `P` left in a
+//! Consul cluster when it could not clean up itself (killed, host lost).
+//!
+//! Only objects the run marked as its own are touched: nodes named `P-…`
+//! that carry node meta `agent-sim-prefix = P` (the agents' nodes and the
+//! probe node `P-probe`, with their services, checks and sessions), and the
+//! probe's `service-intentions` entry `P-probe` if its meta names `P`.
+//! A node that matches the name but not the meta is reported and left.
+
+use ::http::Method;
+use bytes::Bytes;
+use serde::Deserialize;
+
+use crate::http::{self, HttpApi, HttpError, META_PREFIX};
+
+/// Node deletes per `/v1/txn` request.
+const DELETES_PER_TXN: usize = 64;
+
+/// What a cleanup found and removed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CleanupReport {
+    /// Nodes removed (or, on a dry run, that would be).
+    pub nodes: Vec<String>,
+    /// Sessions on those nodes (they go with their node).
+    pub sessions: usize,
+    /// Config entries removed (`kind/name`).
+    pub config_entries: Vec<String>,
+    /// Objects with the run's names that are not marked as its own: left.
+    pub left_alone: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct NodeRow {
+    #[serde(rename = "Node")]
+    node: String,
+    #[serde(rename = "Meta", default)]
+    meta: Option<std::collections::HashMap<String, String>>,
+}
+
+#[derive(Deserialize)]
+struct SessionRow {
+    #[serde(rename = "Node", default)]
+    node: String,
+}
+
+#[derive(Deserialize)]
+struct EntryRow {
+    #[serde(rename = "ModifyIndex", default)]
+    modify_index: u64,
+    #[serde(rename = "Meta", default)]
+    meta: Option<std::collections::HashMap<String, String>>,
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(b: &[u8]) -> Result<T, HttpError> {
+    serde_json::from_slice(b).map_err(|_| HttpError::io("http_decode"))
+}
+
+fn owned_by(meta: &Option<std::collections::HashMap<String, String>>, prefix: &str) -> bool {
+    meta.as_ref()
+        .and_then(|m| m.get(META_PREFIX))
+        .is_some_and(|p| p == prefix)
+}
+
+/// Finds (and unless `dry_run`, removes) what runs with `prefix` left.
+pub async fn cleanup(
+    api: &HttpApi,
+    prefix: &str,
+    dry_run: bool,
+) -> Result<CleanupReport, HttpError> {
+    let mut report = CleanupReport::default();
+    let name_start = format!("{prefix}-");
+    let nodes: Vec<NodeRow> = decode(
+        &api.call(Method::GET, "/v1/catalog/nodes", Bytes::new())
+            .await?,
+    )?;
+    for n in nodes {
+        if !n.node.starts_with(&name_start) {
+            continue;
+        }
+        if owned_by(&n.meta, prefix) {
+            report.nodes.push(n.node);
+        } else {
+            report.left_alone.push(format!("node {}", n.node));
+        }
+    }
+    let sessions: Vec<SessionRow> = decode(
+        &api.call(Method::GET, "/v1/session/list", Bytes::new())
+            .await?,
+    )?;
+    let ours: std::collections::HashSet<&str> = report.nodes.iter().map(String::as_str).collect();
+    report.sessions = sessions
+        .iter()
+        .filter(|s| ours.contains(s.node.as_str()))
+        .count();
+
+    let entry = format!("service-intentions/{prefix}-probe");
+    let entry_path = format!("/v1/config/{entry}");
+    let probe_entry = match api.call(Method::GET, &entry_path, Bytes::new()).await {
+        Ok(b) => Some(decode::<EntryRow>(&b)?),
+        Err(e) if e.status == Some(404) => None,
+        Err(e) => return Err(e),
+    };
+    match probe_entry {
+        Some(e) if owned_by(&e.meta, prefix) => {
+            if !dry_run {
+                let path = format!("{entry_path}?cas={}", e.modify_index);
+                api.call(Method::DELETE, &path, Bytes::new()).await?;
+            }
+            report.config_entries.push(entry);
+        }
+        Some(_) => report.left_alone.push(format!("config entry {entry}")),
+        None => {}
+    }
+
+    if !dry_run {
+        for chunk in report.nodes.chunks(DELETES_PER_TXN) {
+            let ops: Vec<String> = chunk.iter().map(|n| http::deregistration_op(n)).collect();
+            let body = format!("[{}]", ops.join(","));
+            api.put("/v1/txn", Bytes::from(body)).await?;
+        }
+    }
+    Ok(report)
+}
