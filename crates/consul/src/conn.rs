@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ::http::Uri;
-use agent_sim_net::MaybeTlsStream;
+use agent_sim_net::{MaybeTlsStream, RxStamp, StampedTcp};
 use hyper::body::Incoming;
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -33,7 +33,7 @@ pub const RPC_GRPC: u8 = 0x08;
 pub const RPC_TLS: u8 = 0x03;
 
 /// A plaintext or TLS socket to a server's RPC port.
-pub type RpcIo = MaybeTlsStream;
+pub type RpcIo = MaybeTlsStream<StampedTcp>;
 
 /// hyper's HTTP/2 `SendRequest` as a tower service for `tonic::client::Grpc`.
 #[derive(Clone)]
@@ -83,6 +83,9 @@ pub struct RpcConn {
     /// The first bytes the server sent (up to [`SNIFF_LEN`]), to tell what
     /// answered when a session fails before any answer.
     pub first_bytes: FirstBytes,
+    /// Kernel receive time of the latest bytes read on this connection
+    /// (`None`: the kernel does not stamp; arrivals use user-space time).
+    pub stamp: Option<RxStamp>,
 }
 
 /// How many of the server's first bytes are kept.
@@ -268,9 +271,12 @@ impl Dialer {
 
     /// Dials, writes the prefix byte(s), does the HTTP/2 handshake.
     pub async fn connect(&self, bind: Option<IpAddr>) -> Result<RpcConn, ConnectError> {
-        let mut tcp = agent_sim_net::dial(self.addr, bind)
+        let tcp = agent_sim_net::dial(self.addr, bind)
             .await
             .map_err(|e| ConnectError::new(agent_sim_net::dial_error_kind(&e), e))?;
+        // Reads record the kernel's receive time (arrivals are timed there).
+        let mut tcp = StampedTcp::new(tcp);
+        let stamp = tcp.enabled().then(|| tcp.stamp());
         let io = match &self.tls {
             None => {
                 tcp.write_all(&[RPC_GRPC])
@@ -316,6 +322,7 @@ impl Dialer {
             grpc,
             driver: Box::pin(conn),
             first_bytes,
+            stamp,
         })
     }
 }

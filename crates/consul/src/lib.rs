@@ -103,10 +103,17 @@ pub mod names {
     pub const SUBSCRIBE_SNAPSHOT: &str = "subscribe_snapshot";
     /// TTL session renew round trip.
     pub const SESSION_RENEW: &str = "session_renew";
-    /// Probe deliveries: arrival − T0.
+    /// Probe deliveries: kernel arrival at the agent's socket − T0 (the
+    /// instant the change's write was sent).
     pub const PROPAGATION: &str = "propagation";
-    /// Probe bookkeeping cost: event decoded → arrival recorded.
+    /// The simulator's own delay per probe delivery: the agent processed
+    /// the event − the kernel received its bytes (runtime queueing, decode).
     pub const PROBE_OVERHEAD: &str = "probe_overhead";
+    /// The probe change's write round trip (request sent → answer).
+    pub const PROBE_WRITE: &str = "probe_write";
+    /// Probe deliveries timed in user space: the socket had no kernel
+    /// receive timestamps.
+    pub const ARRIVALS_USER_TIME: &str = "arrivals_user_time";
 }
 
 /// Counters and latencies this crate records; merge into the run's spec.
@@ -129,6 +136,7 @@ pub fn metrics_spec() -> MetricsSpec {
             TXN_REQUESTS,
             FLAPS,
             PROBES_INTERRUPTED,
+            ARRIVALS_USER_TIME,
         ],
         latencies: vec![
             CONNECT,
@@ -136,8 +144,39 @@ pub fn metrics_spec() -> MetricsSpec {
             SESSION_RENEW,
             PROPAGATION,
             PROBE_OVERHEAD,
+            PROBE_WRITE,
         ],
         errors: ERROR_KINDS.to_vec(),
+    }
+}
+
+/// `probe_overhead` p99 above this makes the run warn that the load box
+/// was saturated.
+pub const PROBE_OVERHEAD_WARN: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Warns (`probe_overhead_high`) when the simulator's own delay on probe
+/// deliveries had a p99 above [`PROBE_OVERHEAD_WARN`]; call once at the end
+/// with the run's cumulative histograms.
+pub fn check_overhead(metrics: &agent_sim_metrics::Metrics) {
+    let cum = metrics.cumulative();
+    let Some((_, h)) = cum.iter().find(|(n, _)| *n == names::PROBE_OVERHEAD) else {
+        return;
+    };
+    if h.is_empty() {
+        return;
+    }
+    let p99 = h.value_at_quantile(0.99);
+    let limit = PROBE_OVERHEAD_WARN.as_micros() as u64;
+    if p99 > limit {
+        metrics.warn(
+            "probe_overhead_high",
+            Some(&format!(
+                "probe_overhead p99 {:.1} ms over {} deliveries (warned above {} ms)",
+                p99 as f64 / 1000.0,
+                h.len(),
+                limit / 1000
+            )),
+        );
     }
 }
 
@@ -179,6 +218,13 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    run did not create: it is left as it is and no intentions probe runs; name \
                    another --probe-service",
             heals: false,
+        },
+        K {
+            kind: "probe_overhead_high",
+            hint: "the simulator took long to process probe events after the kernel received \
+                   them (probe_overhead p99): the load box is saturated and propagation \
+                   figures are suspect; use fewer agents per process or more cores",
+            heals: true,
         },
         K {
             kind: "wrong_port_http",

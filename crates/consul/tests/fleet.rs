@@ -467,3 +467,55 @@ async fn agent_and_session_future_stay_small() {
     assert!(agent_size <= 128, "agent struct {agent_size} bytes");
     assert!(fut_size <= 2048, "session future {fut_size} bytes");
 }
+
+/// Probe arrivals are the kernel's receive times of the agents' sockets
+/// (loopback stamps every read): no delivery falls back to user time, each
+/// has its overhead (processed − kernel arrival) recorded, and the write's
+/// round trip is reported apart from T0. Real time: the kernel clock is.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_arrivals_are_timed_at_the_socket() {
+    let t = start_target().await;
+    let m = metrics();
+    let cfg = ConsulConfig {
+        probe: ProbeConfig {
+            kind: Some(ProbeKind::Catalog),
+            every: Duration::from_millis(1000),
+            timeout: Some(Duration::from_millis(800)),
+            ..ProbeConfig::default()
+        },
+        ..config(&t)
+    };
+    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let stop = CancellationToken::new();
+    let probes = tokio::spawn(factory.probe_runner().unwrap().run(stop.clone()));
+    agent_sim_fleet::run(
+        FleetConfig {
+            agents: 50,
+            ramp: Some(Rate::per_second(5000.0)),
+            duration: Some(Duration::from_millis(2600)),
+            ..FleetConfig::default()
+        },
+        Arc::new(factory),
+        m.clone(),
+        Arc::new(FleetStatus::default()),
+        CancellationToken::new(),
+    )
+    .await;
+    stop.cancel();
+    let probes = probes.await.unwrap();
+    assert!(!probes.is_empty());
+    let delivered: u64 = probes.iter().map(|p| p.delivered).sum();
+    assert!(delivered >= 50, "{probes:?}");
+    assert_eq!(
+        counter(&m, "arrivals_user_time"),
+        0,
+        "every arrival kernel-stamped"
+    );
+    m.collect();
+    let cum = m.cumulative();
+    let count = |name: &str| cum.iter().find(|(n, _)| *n == name).unwrap().1.len();
+    assert_eq!(count("probe_overhead"), delivered);
+    assert_eq!(count("probe_write"), probes.len() as u64);
+    assert!(count("propagation") >= delivered);
+}

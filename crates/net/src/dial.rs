@@ -64,16 +64,17 @@ pub fn dial_error_kind(e: &io::Error) -> &'static str {
     }
 }
 
-/// A plaintext or TLS client socket.
-pub enum MaybeTlsStream {
+/// A plaintext or TLS client socket over `S` (TCP, or a TCP socket with
+/// kernel receive timestamps, [`crate::StampedTcp`]).
+pub enum MaybeTlsStream<S = TcpStream> {
     /// Plain TCP.
-    Plain(TcpStream),
+    Plain(S),
     /// TLS over TCP (boxed: the rustls state is large and plain sessions
     /// should not pay for it).
-    Tls(Box<TlsStream<TcpStream>>),
+    Tls(Box<TlsStream<S>>),
 }
 
-impl std::fmt::Debug for MaybeTlsStream {
+impl<S> std::fmt::Debug for MaybeTlsStream<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             MaybeTlsStream::Plain(_) => "MaybeTlsStream::Plain",
@@ -82,7 +83,7 @@ impl std::fmt::Debug for MaybeTlsStream {
     }
 }
 
-impl AsyncRead for MaybeTlsStream {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTlsStream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -95,7 +96,7 @@ impl AsyncRead for MaybeTlsStream {
     }
 }
 
-impl AsyncWrite for MaybeTlsStream {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -5,6 +5,7 @@
 //!   addresses lets one box exceed ~28k connections per destination), the
 //!   plain-or-TLS client socket [`MaybeTlsStream`], and stable error kinds of
 //!   failed dials.
+//! - [`stamp`]: kernel receive timestamps of a TCP socket (`SO_TIMESTAMPNS`).
 //! - [`tls`]: rustls client configs (CA file, the platform's trust store or no
 //!   verification; optional client certificate) and server configs (for the
 //!   embedded backend: certificate, key, optional client verification).
@@ -12,7 +13,9 @@
 //! What it is not: no protocol and no metrics.
 
 pub mod dial;
+pub mod stamp;
 pub mod tls;
 
 pub use dial::{MaybeTlsStream, dial, dial_error_kind};
+pub use stamp::{RxStamp, StampedTcp};
 pub use tls::{ClientTls, TlsError, client_config, server_config};

@@ -67,6 +67,13 @@ fn add_up<'a>(
 /// outcome is left for [`super::outcome`] to decide.
 pub(super) fn summary(f: Finished<'_>) -> Summary {
     f.metrics.collect();
+    if f.cfg
+        .fleets
+        .iter()
+        .any(|p| matches!(p.protocol, crate::config::Protocol::Consul(_)))
+    {
+        agent_sim_consul::check_overhead(f.metrics);
+    }
     let snap = f.metrics.snapshot();
     let duration_s = f.started.elapsed().as_secs_f64();
     let requested: u64 = f.cfg.fleets.iter().map(|p| p.fleet.agents).sum();

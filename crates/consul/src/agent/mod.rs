@@ -20,6 +20,7 @@ mod subscriptions;
 mod upkeep;
 
 pub use factory::{ConsulFactory, http_api};
+use session::Arrival;
 use subscriptions::{Slot, SlotState, Slots, server_said};
 use upkeep::{HttpDone, HttpFuture, HttpSched};
 
@@ -77,6 +78,7 @@ pub(crate) struct Ids {
     subscribe_snapshot: LatencyId,
     session_renew: LatencyId,
     probe_overhead: LatencyId,
+    arrivals_user_time: CounterId,
 }
 
 impl Ids {
@@ -111,6 +113,7 @@ impl Ids {
             subscribe_snapshot: m.latency(names::SUBSCRIBE_SNAPSHOT),
             session_renew: m.latency(names::SESSION_RENEW),
             probe_overhead: m.latency(names::PROBE_OVERHEAD),
+            arrivals_user_time: m.counter(names::ARRIVALS_USER_TIME),
         })
     }
 }

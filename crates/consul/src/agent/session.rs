@@ -13,6 +13,21 @@ pub(super) enum Wake {
     Timer,
 }
 
+/// When an event arrived: decoded by the agent, and received by the
+/// kernel (the bytes that completed it; `None` without kernel stamps).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Arrival {
+    pub(super) decoded: Instant,
+    pub(super) kernel: Option<Instant>,
+}
+
+impl Arrival {
+    /// The arrival time probes are measured at: the kernel's when known.
+    pub(super) fn at(&self) -> Instant {
+        self.kernel.unwrap_or(self.decoded)
+    }
+}
+
 pub(super) fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(3600)
 }
@@ -62,7 +77,10 @@ impl ConsulAgent {
     /// answered any call (a stream event or a call's reply).
     pub(super) async fn steady(&mut self, cx: &SessionCx, conn: RpcConn) -> (SessionEnd, bool) {
         let RpcConn {
-            grpc, mut driver, ..
+            grpc,
+            mut driver,
+            stamp,
+            ..
         } = conn;
         let mut answered = false;
         let now = Instant::now();
@@ -181,7 +199,8 @@ impl ConsulAgent {
                 }
                 Wake::Event(i, decoded, Ok(ev)) => {
                     answered = true;
-                    self.on_event(i, &mut slots[i], decoded, &ev);
+                    let kernel = stamp.as_ref().and_then(|s| s.instant(decoded));
+                    self.on_event(i, &mut slots[i], Arrival { decoded, kernel }, &ev);
                 }
                 Wake::Event(i, _, Err(status)) => {
                     answered |= server_said(&status);

@@ -147,9 +147,21 @@ impl ConsulAgent {
         None
     }
 
-    pub(super) fn on_event(&mut self, i: usize, slot: &mut Slot, decoded: Instant, ev: &Event) {
+    pub(super) fn on_event(&mut self, i: usize, slot: &mut Slot, arrival: Arrival, ev: &Event) {
         let sh = self.shared.clone();
         let ids = &sh.ids;
+        let decoded = arrival.decoded;
+        let arrived = arrival.at();
+        // A probe delivery: the simulator's own delay (processed − kernel
+        // arrival), and whether it had to be timed in user space.
+        let agent_index = self.index as usize;
+        let delivered = || {
+            sh.metrics
+                .record(ids.probe_overhead, agent_index, arrived.elapsed());
+            if arrival.kernel.is_none() {
+                sh.metrics.incr(ids.arrivals_user_time);
+            }
+        };
         sh.metrics.incr(ids.events_received);
         let is_nstf = matches!(ev.payload, Some(Payload::NewSnapshotToFollow(true)));
         if slot.resume_pending {
@@ -194,13 +206,9 @@ impl ConsulAgent {
                             && sub.probe_state != 0
                             && now != sub.probe_state
                             && let Some(kind) = Expect::from_u8(now)
-                            && b.observe_resync(sub.probe_seen, index, kind, decoded)
+                            && b.observe_resync(sub.probe_seen, index, kind, arrived)
                         {
-                            sh.metrics.record(
-                                ids.probe_overhead,
-                                self.index as usize,
-                                decoded.elapsed(),
-                            );
+                            delivered();
                         }
                         sub.probe_state = now;
                         // The view is current up to here: a later re-sync
@@ -224,19 +232,17 @@ impl ConsulAgent {
         let sub = &mut self.subs[i];
         if let (Some(kind), Some(b)) = (seen, board) {
             sub.probe_state = kind as u8;
-            if sub.probe_seen != index && b.observe(index, kind, decoded) {
+            if sub.probe_seen != index && b.observe(index, kind, arrived) {
                 sub.probe_seen = index;
-                sh.metrics
-                    .record(ids.probe_overhead, self.index as usize, decoded.elapsed());
+                delivered();
             }
         }
         if let (Some(id), Some(b)) = (hit, board)
             && sub.probe_seen != id
-            && b.arrive(id, decoded, if hit_live { index } else { 0 })
+            && b.arrive(id, arrived, if hit_live { index } else { 0 })
         {
             sub.probe_seen = id;
-            sh.metrics
-                .record(ids.probe_overhead, self.index as usize, decoded.elapsed());
+            delivered();
         }
     }
 }

@@ -5,10 +5,15 @@
 //!   probe `k` with what to expect *before* making the change; an agent whose
 //!   view receives the matching change pushes its arrival instant, once.
 //! - [`ProbeRunner`]: makes a change every `every` (catalog: alternately
-//!   deregister / re-register the controller's own instance of a shared
-//!   upstream; intentions: flip a `service-intentions` source between allow
-//!   and deny), takes T0 when the HTTP call returns, and after `timeout`
-//!   turns the arrivals into a [`ProbeSummary`] with exact percentiles.
+//!   deregister / re-register the run's own instance of the probe service,
+//!   by default the run's own `<prefix>-probe` that every agent watches, on
+//!   the run's probe node; intentions: flip a source of the run's own
+//!   `service-intentions` entry between allow and deny, check-and-set, never
+//!   an entry it did not create), takes T0 the instant the write is sent
+//!   (its round trip is `probe_write`), and after `timeout` turns the
+//!   arrivals into a [`ProbeSummary`] with exact percentiles. Arrivals are
+//!   the kernel receive times of the agents' sockets where the kernel stamps
+//!   them (`probe_overhead` is the simulator's own delay after that).
 //!   Missing deliveries stay visible as `delivered < expected`.
 //! - [`ProbeObserver`] (every other process of a sharded run, where
 //!   `controller == false`): its board is in observe mode — agents report

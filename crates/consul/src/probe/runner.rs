@@ -75,7 +75,8 @@ impl ProbeRunner {
         let start = Instant::now();
         let mut state = Setup::Pending;
         self.setup(&mut state).await;
-        let propagation = self.metrics.latency("propagation");
+        let propagation = self.metrics.latency(crate::names::PROPAGATION);
+        let write = self.metrics.latency(crate::names::PROBE_WRITE);
         let mut next_id = 1u64;
         for k in 1u32.. {
             let due = start + self.every * k;
@@ -105,13 +106,15 @@ impl ProbeRunner {
             next_id += 1;
             let capacity = self.board.live() as usize;
             self.board.arm(id, expect, capacity);
+            // T0: the instant the write is sent; its round trip apart.
+            let t0 = Instant::now();
+            let t0_wall = SystemTime::now();
             if let Err(e) = self.change(expect, cas).await {
                 self.board.disarm();
                 self.report(e, &mut state);
                 continue;
             }
-            let t0 = Instant::now();
-            let t0_wall = SystemTime::now();
+            self.metrics.record(write, 0, t0.elapsed());
             let expected = self.board.live();
             state = Setup::Done(!on);
             let interrupted = tokio::select! {

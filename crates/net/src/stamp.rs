@@ -1,0 +1,258 @@
+//! Kernel receive timestamps: a TCP client socket ([`StampedTcp`]) whose
+//! reads go through `recvmsg` with `SO_TIMESTAMPNS` (Linux), so the time
+//! the kernel received the bytes of the latest read is known ([`RxStamp`]).
+//!
+//! A protocol reader that decodes a message reads the stamp then: it is the
+//! kernel time of the last bytes read before the decode, so never later
+//! than the decode itself, and the gap between the two is the simulator's
+//! own delay (runtime queueing, decode). Where the kernel gives no stamp
+//! (not Linux, or the option refused) [`RxStamp::get`] stays `None` and the
+//! caller falls back to user-space time.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// The kernel receive time of the latest bytes read from a [`StampedTcp`]
+/// (shared with whoever decodes them; cheap to clone).
+#[derive(Clone, Debug, Default)]
+pub struct RxStamp(Arc<AtomicU64>);
+
+impl RxStamp {
+    /// Wall-clock time of the latest stamped read, if the kernel stamps.
+    pub fn get(&self) -> Option<SystemTime> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(UNIX_EPOCH + Duration::from_nanos(ns)),
+        }
+    }
+
+    fn set(&self, ns: u64) {
+        self.0.store(ns, Ordering::Relaxed);
+    }
+
+    /// The latest stamp as a tokio instant: `now` minus how long ago the
+    /// kernel received the bytes (never after `now`). `None` without one.
+    pub fn instant(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let at = self.get()?;
+        let ago = SystemTime::now().duration_since(at).unwrap_or_default();
+        Some(now.checked_sub(ago).unwrap_or(now))
+    }
+}
+
+/// A TCP stream whose reads record kernel receive timestamps in an
+/// [`RxStamp`]; writes go straight to the socket.
+#[derive(Debug)]
+pub struct StampedTcp {
+    inner: TcpStream,
+    stamp: RxStamp,
+    /// The kernel accepted `SO_TIMESTAMPNS`.
+    enabled: bool,
+}
+
+impl StampedTcp {
+    /// Turns on receive timestamps for `tcp` (when the kernel allows).
+    pub fn new(tcp: TcpStream) -> Self {
+        let enabled = enable(&tcp);
+        StampedTcp {
+            inner: tcp,
+            stamp: RxStamp::default(),
+            enabled,
+        }
+    }
+
+    /// The stamp handle of this socket.
+    pub fn stamp(&self) -> RxStamp {
+        self.stamp.clone()
+    }
+
+    /// Whether reads are stamped by the kernel.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn enable(tcp: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket descriptor, an int option of the right size.
+    unsafe {
+        libc::setsockopt(
+            tcp.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn enable(_tcp: &TcpStream) -> bool {
+    false
+}
+
+/// One `recvmsg` into `buf`; stores the `SCM_TIMESTAMPNS` stamp if any.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn recv_stamped(tcp: &TcpStream, buf: &mut ReadBuf<'_>, stamp: &RxStamp) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let unfilled = buf.initialize_unfilled();
+    let mut iov = libc::iovec {
+        iov_base: unfilled.as_mut_ptr().cast(),
+        iov_len: unfilled.len(),
+    };
+    // Room for one timespec control message, 8-byte aligned.
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: the descriptor is a connected socket; iov points at
+    // `unfilled` (initialized, `iov_len` bytes) and the control buffer at
+    // `control`, both alive for the call.
+    let n = unsafe { libc::recvmsg(tcp.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: walking the control messages the kernel wrote into `control`
+    // with the libc macros, within `msg_controllen`.
+    // A read without a stamp (bytes queued before stamping was on) clears
+    // it: a stale stamp would date these bytes too early.
+    let mut found = 0;
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                let ns = (ts.tv_sec as u64)
+                    .saturating_mul(1_000_000_000)
+                    .saturating_add(ts.tv_nsec as u64);
+                found = ns;
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if n > 0 {
+        stamp.set(found);
+    }
+    Ok(n as usize)
+}
+
+impl AsyncRead for StampedTcp {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        #[cfg(target_os = "linux")]
+        if this.enabled {
+            loop {
+                std::task::ready!(this.inner.poll_read_ready(cx))?;
+                let r = this.inner.try_io(tokio::io::Interest::READABLE, || {
+                    recv_stamped(&this.inner, buf, &this.stamp)
+                });
+                match r {
+                    Ok(n) => {
+                        buf.advance(n);
+                        return Poll::Ready(Ok(()));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+            }
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for StampedTcp {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// On loopback reads are stamped (once the kernel has switched
+    /// timestamping on, which it does lazily for the first socket of a
+    /// host: reads before that carry none and clear the stamp), and a stamp
+    /// is never later than the moment its read returned.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn loopback_reads_carry_kernel_stamps_before_user_time() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            // Send once the client has stamping on (it speaks first).
+            let mut hello = [0u8; 1];
+            s.read_exact(&mut hello).await.unwrap();
+            for i in 0..50u8 {
+                s.write_all(&[i; 100]).await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        });
+        let mut c = StampedTcp::new(TcpStream::connect(addr).await.unwrap());
+        assert!(c.enabled());
+        c.write_all(&[8]).await.unwrap();
+        let stamp = c.stamp();
+        assert!(stamp.get().is_none());
+        let (mut got, mut stamped, mut last_stamped) = (0, 0, false);
+        let mut buf = [0u8; 4096];
+        while got < 5000 {
+            let n = c.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            let user = SystemTime::now();
+            last_stamped = match stamp.get() {
+                Some(kernel) => {
+                    assert!(kernel <= user, "kernel {kernel:?} after user {user:?}");
+                    stamped += 1;
+                    true
+                }
+                None => false,
+            };
+            got += n;
+        }
+        assert!(stamped > 0 && last_stamped, "{stamped} stamped reads");
+        server.await.unwrap();
+    }
+}
