@@ -105,7 +105,10 @@ fn enable(_tcp: &TcpStream) -> bool {
 #[allow(unsafe_code)]
 fn recv_stamped(tcp: &TcpStream, buf: &mut ReadBuf<'_>, stamp: &RxStamp) -> io::Result<usize> {
     use std::os::fd::AsRawFd;
-    let unfilled = buf.initialize_unfilled();
+    // Not zeroed first (as tokio's own reads): the kernel writes the bytes,
+    // and zeroing would touch every page of a large, mostly idle buffer.
+    // SAFETY: only the first `n` bytes the kernel wrote are marked filled.
+    let unfilled = unsafe { buf.unfilled_mut() };
     let mut iov = libc::iovec {
         iov_base: unfilled.as_mut_ptr().cast(),
         iov_len: unfilled.len(),
@@ -119,7 +122,7 @@ fn recv_stamped(tcp: &TcpStream, buf: &mut ReadBuf<'_>, stamp: &RxStamp) -> io::
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = std::mem::size_of_val(&control) as _;
     // SAFETY: the descriptor is a connected socket; iov points at
-    // `unfilled` (initialized, `iov_len` bytes) and the control buffer at
+    // `unfilled` (`iov_len` writable bytes) and the control buffer at
     // `control`, both alive for the call.
     let n = unsafe { libc::recvmsg(tcp.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
     if n < 0 {
@@ -165,6 +168,11 @@ impl AsyncRead for StampedTcp {
                 });
                 match r {
                     Ok(n) => {
+                        // SAFETY: recvmsg wrote these `n` bytes.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            buf.assume_init(n);
+                        }
                         buf.advance(n);
                         return Poll::Ready(Ok(()));
                     }
