@@ -116,6 +116,8 @@ pub fn cause_kind(text: &str) -> Option<&'static str> {
         Some("missing_node_registration")
     } else if text.contains("No cluster leader") {
         Some("no_cluster_leader")
+    } else if text.contains("server is shutting down") {
+        Some("server_shutting_down")
     } else if text.contains("Invalid Session TTL") {
         Some("session_ttl_invalid")
     } else {

@@ -207,6 +207,12 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             heals: true,
         },
         K {
+            kind: "server_shutting_down",
+            hint: "the server closed streams as it shut down (a restart or a leaving server); \
+                   agents reconnect, resubscribe and sync their registration",
+            heals: true,
+        },
+        K {
             kind: "session_ttl_invalid",
             hint: "--session-ttl is outside what the server accepts (session_ttl_min, 10s by \
                    default, up to 24h); the server's words give its bounds",

@@ -47,6 +47,8 @@ pub(crate) const RPC_GRPC: u8 = 0x08;
 pub(crate) const RPC_TLS: u8 = 0x03;
 /// `limits.rpc_handshake_timeout` default.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// What Consul 1.20 ends open streams with when it shuts down (code Unknown).
+const SHUTTING_DOWN: &str = "subscription closed by server, server is shutting down";
 const SUBSCRIBE_PATH: &str = "/subscribe.StateChangeSubscription/Subscribe";
 /// Small codec buffers: messages here are a few hundred bytes, and there may
 /// be 20,000 streams.
@@ -242,7 +244,7 @@ impl ServerStreamingService<SubscribeRequest> for SubscribeHandler {
             let first = match sub.next().await {
                 Some(Ok(b)) => b,
                 Some(Err(status)) => return Err(status),
-                None => return Err(Status::unavailable("server shutting down")),
+                None => return Err(Status::unknown(SHUTTING_DOWN)),
             };
             let rest = sub.into_stream();
             let stream = futures_util::stream::once(ready(Ok(first))).chain(rest);
@@ -393,7 +395,7 @@ impl Subscription {
             match wake {
                 Wake::Shutdown => {
                     self.done = true;
-                    return Some(Err(Status::unavailable("server shutting down")));
+                    return Some(Err(Status::unknown(SHUTTING_DOWN)));
                 }
                 Wake::Abort => {
                     self.done = true;
@@ -473,8 +475,10 @@ mod tests {
         assert_eq!(e.payload, Some(Payload::EndOfSnapshot(true)));
         assert_eq!(state.stats().snapshots_sent, 2);
         shutdown.cancel();
+        // As Consul 1.20 ends streams when it shuts down.
         let end = sub.next().await.unwrap().unwrap_err();
-        assert_eq!(end.code(), tonic::Code::Unavailable);
+        assert_eq!(end.code(), tonic::Code::Unknown);
+        assert_eq!(end.message(), SHUTTING_DOWN);
         assert!(sub.next().await.is_none());
     }
 
