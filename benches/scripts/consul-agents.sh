@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Consul benchmark of BENCHMARKS.md: N agents (default 10,000), each with
-# one RPC connection, 2 Subscribe streams (web, api), a node + service
+# one RPC connection, 3 Subscribe streams (web, api and the run's own probe
+# service agent-sim-probe; SIM_ARGS="--probe-service web" for 2), a node + service
 # registration and a TTL session, against `agent-sim serve` in another
 # process, with a catalog propagation probe every 10 s.
 #
