@@ -111,17 +111,23 @@ async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
         3 + 21
     );
 
-    let dry = Command::new(bin)
-        .args(["cleanup", "--kind", "consul", "--dry-run"])
-        .args(target)
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&dry.stdout);
-    assert!(
-        dry.status.success(),
-        "{out} {}",
-        String::from_utf8_lossy(&dry.stderr)
-    );
+    // `agent-sim cleanup` with `extra` flags: must succeed; its stdout.
+    let cleanup = |extra: &[&str]| {
+        let o = Command::new(bin)
+            .args(["cleanup", "--kind", "consul"])
+            .args(extra)
+            .args(target)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{out} {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    };
+    let out = cleanup(&["--dry-run"]);
     assert!(
         out.contains("would remove 21 node(s) with 20 session(s), 1 config entry"),
         "{out}"
@@ -135,18 +141,7 @@ async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
         20,
         "a dry run removes nothing"
     );
-
-    let done = Command::new(bin)
-        .args(["cleanup", "--kind", "consul"])
-        .args(target)
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&done.stdout);
-    assert!(
-        done.status.success(),
-        "{out} {}",
-        String::from_utf8_lossy(&done.stderr)
-    );
+    let out = cleanup(&[]);
     assert!(
         out.contains("removed 21 node(s) with 20 session(s), 1 config entry"),
         "{out}"

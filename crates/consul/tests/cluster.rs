@@ -29,24 +29,7 @@ fn fleet(agents: u64, duration: Duration) -> FleetConfig {
 
 /// Runs a fleet (and its probe, if any) to the end.
 async fn run(cfg: ConsulConfig, f: FleetConfig, m: &Metrics) -> FleetReport {
-    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
-    let stop = CancellationToken::new();
-    let probes = factory
-        .probe_runner()
-        .map(|r| tokio::spawn(r.run(stop.clone())));
-    let report = agent_sim_fleet::run(
-        f,
-        Arc::new(factory),
-        m.clone(),
-        Arc::new(FleetStatus::default()),
-        CancellationToken::new(),
-    )
-    .await;
-    stop.cancel();
-    if let Some(p) = probes {
-        p.await.unwrap();
-    }
-    report
+    run_fleet(cfg, f, m).await.0
 }
 
 /// Everything a run could have touched, as the server prints it: the node
@@ -79,6 +62,19 @@ async fn dump(t: &Target, intentions: &[&str]) -> Vec<String> {
         out.push(get(format!("/v1/config/service-intentions/{name}")).await);
     }
     out
+}
+
+/// A target where someone else keeps intentions on a real service (`web`:
+/// frontend allow, * deny).
+async fn with_their_intentions() -> Target {
+    let t = start_target().await;
+    let theirs = r#"{"Kind":"service-intentions","Name":"web","Sources":[
+        {"Name":"frontend","Action":"allow"},{"Name":"*","Action":"deny"}]}"#;
+    t.api()
+        .put("/v1/config", Bytes::from(theirs))
+        .await
+        .unwrap();
+    t
 }
 
 #[tokio::test(start_paused = true)]
@@ -130,17 +126,7 @@ async fn a_server_that_lost_its_state_is_repaired_by_anti_entropy() {
     })
     .await;
     let took = restarted.elapsed();
-    let nodes: Vec<serde_json::Value> = serde_json::from_slice(
-        &t.api()
-            .call(
-                Method::GET,
-                "/v1/catalog/nodes?node-meta=agent-sim-prefix:agent-sim",
-                Bytes::new(),
-            )
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let nodes = run_nodes(&t).await;
     assert_eq!(nodes.len(), 20, "{nodes:?}");
     let app: Vec<serde_json::Value> = serde_json::from_slice(
         &t.api()
@@ -168,31 +154,14 @@ async fn a_server_that_lost_its_state_is_repaired_by_anti_entropy() {
     let report = fleet_run.await.unwrap();
     assert_eq!(report.connected_at_end, 20);
     // The run's exit removed what it registered again.
-    let left: Vec<serde_json::Value> = serde_json::from_slice(
-        &t.api()
-            .call(
-                Method::GET,
-                "/v1/catalog/nodes?node-meta=agent-sim-prefix:agent-sim",
-                Bytes::new(),
-            )
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let left = run_nodes(&t).await;
     assert!(left.is_empty(), "{left:?}");
     assert_eq!(t.state.stats().sessions_active, 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn probes_leave_the_catalog_and_config_entries_as_found() {
-    let t = start_target().await;
-    // Someone else's intentions on a real service.
-    let theirs = r#"{"Kind":"service-intentions","Name":"web","Sources":[
-        {"Name":"frontend","Action":"allow"},{"Name":"*","Action":"deny"}]}"#;
-    t.api()
-        .put("/v1/config", Bytes::from(theirs))
-        .await
-        .unwrap();
+    let t = with_their_intentions().await;
     let watched = ["web", "agent-sim-probe"];
     let before = dump(&t, &watched).await;
 
@@ -221,13 +190,7 @@ async fn probes_leave_the_catalog_and_config_entries_as_found() {
 
 #[tokio::test(start_paused = true)]
 async fn the_intentions_probe_never_touches_an_entry_it_did_not_create() {
-    let t = start_target().await;
-    let theirs = r#"{"Kind":"service-intentions","Name":"web","Sources":[
-        {"Name":"frontend","Action":"allow"},{"Name":"*","Action":"deny"}]}"#;
-    t.api()
-        .put("/v1/config", Bytes::from(theirs))
-        .await
-        .unwrap();
+    let t = with_their_intentions().await;
     let before = dump(&t, &["web"]).await;
     let m = metrics();
     let cfg = ConsulConfig {

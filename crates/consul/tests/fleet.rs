@@ -30,11 +30,8 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
         },
         ..config(&t)
     };
-    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
-    let runner = factory.probe_runner().expect("controller");
-    let stop_probes = CancellationToken::new();
-    let probes = tokio::spawn(runner.run(stop_probes.clone()));
-    let report = agent_sim_fleet::run(
+    let (report, probes) = run_fleet(
+        cfg,
         FleetConfig {
             agents: 200,
             ramp: Some(Rate::per_second(2000.0)),
@@ -42,14 +39,9 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
             grace: Duration::from_secs(5),
             ..FleetConfig::default()
         },
-        Arc::new(factory),
-        m.clone(),
-        Arc::new(FleetStatus::default()),
-        CancellationToken::new(),
+        m,
     )
     .await;
-    stop_probes.cancel();
-    let probes = probes.await.unwrap();
     let s = m.snapshot();
     assert_eq!(report.ever_connected, 200, "{s:?}");
     assert_eq!(report.connected_at_end, 200);
@@ -232,25 +224,17 @@ async fn intentions_probe_reaches_every_agent() {
         },
         ..config(&t)
     };
-    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
-    let runner = factory.probe_runner().unwrap();
-    let stop_probes = CancellationToken::new();
-    let probes = tokio::spawn(runner.run(stop_probes.clone()));
-    let report = agent_sim_fleet::run(
+    let (report, probes) = run_fleet(
+        cfg,
         FleetConfig {
             agents: 20,
             ramp: None,
             duration: Some(Duration::from_millis(2800)),
             ..FleetConfig::default()
         },
-        Arc::new(factory),
-        m.clone(),
-        Arc::new(FleetStatus::default()),
-        CancellationToken::new(),
+        m,
     )
     .await;
-    stop_probes.cancel();
-    let probes = probes.await.unwrap();
     assert_eq!(report.ever_connected, 20);
     // web, api and the intentions subscription per agent.
     assert_eq!(counter(m, "snapshots"), 60);
@@ -486,24 +470,17 @@ async fn probe_arrivals_are_timed_at_the_socket() {
         },
         ..config(&t)
     };
-    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
-    let stop = CancellationToken::new();
-    let probes = tokio::spawn(factory.probe_runner().unwrap().run(stop.clone()));
-    agent_sim_fleet::run(
+    let (_, probes) = run_fleet(
+        cfg,
         FleetConfig {
             agents: 50,
             ramp: Some(Rate::per_second(5000.0)),
             duration: Some(Duration::from_millis(2600)),
             ..FleetConfig::default()
         },
-        Arc::new(factory),
-        m.clone(),
-        Arc::new(FleetStatus::default()),
-        CancellationToken::new(),
+        &m,
     )
     .await;
-    stop.cancel();
-    let probes = probes.await.unwrap();
     assert!(!probes.is_empty());
     let delivered: u64 = probes.iter().map(|p| p.delivered).sum();
     assert!(delivered >= 50, "{probes:?}");

@@ -9,9 +9,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use agent_sim_consul::http::HttpApi;
-use agent_sim_consul::{ConsulConfig, metrics_spec};
-use agent_sim_fleet::{Agent, SessionCx, SessionEnd};
-use agent_sim_metrics::Metrics;
+use agent_sim_consul::{ConsulConfig, ConsulFactory, metrics_spec};
+use agent_sim_fleet::{Agent, FleetConfig, FleetReport, FleetStatus, SessionCx, SessionEnd};
+use agent_sim_metrics::{Metrics, ProbeSummary};
 use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
 use bytes::Bytes;
 use tokio::net::TcpListener;
@@ -139,4 +139,43 @@ where
     let session = agent.run_session(&cx);
     let (end, ()) = tokio::join!(session, script(token));
     end
+}
+
+/// Runs a fleet of `cfg` (and its probe runner, if any) to the end of `f`;
+/// returns the fleet report and the probes measured.
+pub async fn run_fleet(
+    cfg: ConsulConfig,
+    f: FleetConfig,
+    m: &Metrics,
+) -> (FleetReport, Vec<ProbeSummary>) {
+    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let stop = CancellationToken::new();
+    let probes = factory
+        .probe_runner()
+        .map(|r| tokio::spawn(r.run(stop.clone())));
+    let report = agent_sim_fleet::run(
+        f,
+        std::sync::Arc::new(factory),
+        m.clone(),
+        std::sync::Arc::new(FleetStatus::default()),
+        CancellationToken::new(),
+    )
+    .await;
+    stop.cancel();
+    let probes = match probes {
+        Some(p) => p.await.unwrap(),
+        None => Vec::new(),
+    };
+    (report, probes)
+}
+
+/// The nodes a run with prefix `agent-sim` registered (by its node meta).
+pub async fn run_nodes(t: &Target) -> Vec<serde_json::Value> {
+    let path = "/v1/catalog/nodes?node-meta=agent-sim-prefix:agent-sim";
+    let body = t
+        .api()
+        .call(http::Method::GET, path, Bytes::new())
+        .await
+        .unwrap();
+    serde_json::from_slice(&body).unwrap()
 }

@@ -297,6 +297,23 @@ pub(super) fn catalog_deregister(state: &ConsulState, body: &[u8]) -> Response<B
     ok_true()
 }
 
+/// The instances of service `name` with their node entries.
+pub(super) fn instance_entries<'a>(
+    store: &'a Store,
+    name: &str,
+) -> impl Iterator<
+    Item = (
+        &'a super::super::state::InstanceKey,
+        &'a NodeEntry,
+        &'a ServiceEntry,
+    ),
+> {
+    store.instances(name).filter_map(|key| {
+        let n = store.nodes.get(&key.0)?;
+        Some((key, n, n.services.get(&key.1)?))
+    })
+}
+
 pub(super) fn health_service(
     state: &ConsulState,
     name: &str,
@@ -304,13 +321,7 @@ pub(super) fn health_service(
 ) -> Response<Body> {
     let store = state.store();
     let mut out = Vec::new();
-    for key in store.instances(name) {
-        let Some(n) = store.nodes.get(&key.0) else {
-            continue;
-        };
-        let Some(s) = n.services.get(&key.1) else {
-            continue;
-        };
+    for (key, n, s) in instance_entries(&store, name) {
         let checks: Vec<&CheckEntry> = n
             .checks
             .values()

@@ -86,13 +86,7 @@ pub(super) fn catalog_node(state: &ConsulState, name: &str) -> Response<Body> {
 pub(super) fn catalog_service(state: &ConsulState, name: &str) -> Response<Body> {
     let store = state.store();
     let mut out = Vec::new();
-    for key in store.instances(name) {
-        let Some(n) = store.nodes.get(&key.0) else {
-            continue;
-        };
-        let Some(s) = n.services.get(&key.1) else {
-            continue;
-        };
+    for (key, n, s) in instance_entries(&store, name) {
         out.push(json!({
             "ID": n.def.id,
             "Node": key.0,
