@@ -77,14 +77,37 @@ async fn two_hundred_agents_connect_keepalive_and_answer_checks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupted_run_still_writes_the_summary() {
     let summary_path = temp_path("sensu-interrupted.json");
+    // Our own backend, to see when every agent is in: the run is
+    // interrupted once each of the 20 has sent a keepalive (not after a
+    // guessed time).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let stats = std::sync::Arc::new(agent_sim_server::sensu::SensuTargetStats::default());
+    let stop = CancellationToken::new();
+    let _stop = stop.clone().drop_guard();
+    tokio::spawn(agent_sim_server::sensu::serve(
+        listener,
+        agent_sim_server::sensu::SensuTargetConfig::default(),
+        stats.clone(),
+        stop,
+    ));
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let in_by = tokio::time::Instant::now() + Duration::from_secs(20);
+        while stats
+            .keepalives_received
+            .load(std::sync::atomic::Ordering::Relaxed)
+            < 20
+            && tokio::time::Instant::now() < in_by
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         t.cancel();
     });
     let outcome = RunBuilder::new(Kind::Sensu)
         .agents(20)
+        .target(addr)
         .ramp(Ramp::All)
         .shutdown(token)
         .args(|a| a.summary = Some(summary_path.clone()))
