@@ -70,6 +70,10 @@ pub mod names {
     /// Subscriptions resumed from an index: the first event after the
     /// resubscribe came without `NewSnapshotToFollow`.
     pub const RESUMES: &str = "resumes";
+    /// Resubscribes still silent when the server answered the agent's sync:
+    /// taken as live (resumed with no change since), not yet proved by an
+    /// event (the first event then counts in `resumes`).
+    pub const RESUMES_SILENT: &str = "resumes_silent";
     /// Streams ended by the server with `ABORTED`.
     pub const ABORTS: &str = "aborts";
     /// Stream events received.
@@ -124,6 +128,7 @@ pub fn metrics_spec() -> MetricsSpec {
             SUBSCRIPTIONS,
             SNAPSHOTS,
             RESUMES,
+            RESUMES_SILENT,
             ABORTS,
             EVENTS_RECEIVED,
             SESSIONS_CREATED,

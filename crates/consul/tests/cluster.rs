@@ -143,6 +143,7 @@ async fn a_server_that_lost_its_state_is_repaired_by_anti_entropy() {
     })
     .await;
     assert_eq!(counter(&m, "resumes"), 0);
+    assert_eq!(counter(&m, "resumes_silent"), 0);
     assert_eq!(
         counter(&m, "registrations"),
         20,

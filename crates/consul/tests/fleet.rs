@@ -297,6 +297,7 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
         })
         .await;
         assert_eq!(counter(m, "resumes"), 0, "silence is not a resume");
+        assert_eq!(counter(m, "resumes_silent"), 1, "api: live on the server's answer");
         // The next api event proves the resume.
         api2.put(
             "/v1/catalog/register",

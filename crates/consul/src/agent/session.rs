@@ -219,6 +219,7 @@ impl ConsulAgent {
                         // its resubscribe was resumed, and is live.
                         for (i, slot) in slots.iter_mut().enumerate() {
                             if slot.resume_pending && !slot.ready {
+                                self.shared.metrics.incr(self.shared.ids.resumes_silent);
                                 self.mark_ready(i, slot);
                             }
                         }
