@@ -47,6 +47,8 @@ pub struct HttpError {
     pub status: Option<u16>,
     /// Response body, if any.
     pub body: Bytes,
+    /// Without a reply: what the transport said (one line).
+    pub detail: Option<String>,
 }
 
 impl HttpError {
@@ -55,13 +57,23 @@ impl HttpError {
             kind,
             status: None,
             body: Bytes::new(),
+            detail: None,
+        }
+    }
+
+    fn transport(kind: &'static str, detail: String) -> Self {
+        HttpError {
+            detail: Some(detail),
+            ..Self::io(kind)
         }
     }
 
     /// The server's words: `HTTP <status>: <body>` (bounded), when there
-    /// was a reply.
+    /// was a reply; else what the transport said, if anything.
     pub fn words(&self) -> Option<String> {
-        let status = self.status?;
+        let Some(status) = self.status else {
+            return self.detail.clone();
+        };
         let body = String::from_utf8_lossy(&self.body[..self.body.len().min(512)]);
         let body = body.trim();
         Some(if body.is_empty() {
@@ -133,6 +145,21 @@ impl std::fmt::Display for HttpError {
         }
         Ok(())
     }
+}
+
+/// An error and its sources in one line (`a: b: c`), each said once.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !out.contains(&t) {
+            out.push_str(": ");
+            out.push_str(&t);
+        }
+        src = s.source();
+    }
+    out
 }
 
 /// Error kind of a non-success status.
@@ -317,18 +344,23 @@ impl HttpApi {
                 .client
                 .request(req)
                 .await
-                .map_err(|_| HttpError::io("http_io"))?;
+                .map_err(|e| HttpError::transport("http_io", error_chain(&e)))?;
             let status = resp.status();
             let body = http_body_util::Limited::new(resp.into_body(), MAX_BODY)
                 .collect()
                 .await
-                .map_err(|_| HttpError::io("http_io"))?
+                .map_err(|e| HttpError::transport("http_io", error_chain(&*e)))?
                 .to_bytes();
             Ok::<_, HttpError>((status, body))
         };
         let (status, body) = tokio::time::timeout(HTTP_TIMEOUT, fut)
             .await
-            .map_err(|_| HttpError::io("http_timeout"))??;
+            .map_err(|_| {
+                HttpError::transport(
+                    "http_timeout",
+                    format!("no answer within {}s", HTTP_TIMEOUT.as_secs()),
+                )
+            })??;
         if status == StatusCode::OK {
             Ok(body)
         } else {
@@ -336,6 +368,7 @@ impl HttpApi {
                 kind: answer_kind(status.as_u16(), &body),
                 status: Some(status.as_u16()),
                 body,
+                detail: None,
             })
         }
     }

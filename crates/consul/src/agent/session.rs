@@ -5,7 +5,7 @@ use super::*;
 
 pub(super) enum Wake {
     Cancelled,
-    ConnClosed(&'static str),
+    ConnClosed(&'static str, Option<String>),
     Started(usize, Result<Streaming<Event>, Status>),
     Event(usize, Instant, Result<Event, Status>),
     StreamEnd,
@@ -150,7 +150,8 @@ impl ConsulAgent {
                     return Poll::Ready(Wake::Cancelled);
                 }
                 if let Poll::Ready(r) = driver.as_mut().poll(tcx) {
-                    return Poll::Ready(Wake::ConnClosed(driver_kind(r)));
+                    let (kind, words) = driver_kind(r);
+                    return Poll::Ready(Wake::ConnClosed(kind, words));
                 }
                 let n = slots.len();
                 for j in 0..n {
@@ -184,7 +185,8 @@ impl ConsulAgent {
             .await;
             match wake {
                 Wake::Cancelled => break SessionEnd::Shutdown,
-                Wake::ConnClosed(kind) => break SessionEnd::lost(kind),
+                Wake::ConnClosed(kind, None) => break SessionEnd::lost(kind),
+                Wake::ConnClosed(kind, Some(words)) => break SessionEnd::lost_with(kind, words),
                 Wake::Started(i, Ok(stream)) => {
                     answered = true;
                     slots[i].state = SlotState::Live(stream);
@@ -256,11 +258,13 @@ impl ConsulAgent {
     }
 }
 
-pub(super) fn driver_kind(r: Result<(), hyper::Error>) -> &'static str {
+/// Kind of a finished connection driver, and the transport's words when it
+/// failed (what hyper/h2 say: a reset, a GOAWAY and its reason, an I/O error).
+pub(super) fn driver_kind(r: Result<(), hyper::Error>) -> (&'static str, Option<String>) {
     match r {
-        Ok(()) => "conn_closed",
-        Err(e) if e.is_timeout() => "keepalive_timeout",
-        Err(_) => "conn_error",
+        Ok(()) => ("conn_closed", None),
+        Err(e) if e.is_timeout() => ("keepalive_timeout", Some(http::error_chain(&e))),
+        Err(e) => ("conn_error", Some(http::error_chain(&e))),
     }
 }
 
