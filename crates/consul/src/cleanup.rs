@@ -11,7 +11,7 @@ use ::http::Method;
 use bytes::Bytes;
 use serde::Deserialize;
 
-use crate::http::{self, HttpApi, HttpError, META_PREFIX};
+use crate::http::{self, HttpApi, HttpError};
 
 /// Node deletes per `/v1/txn` request.
 const DELETES_PER_TXN: usize = 64;
@@ -34,7 +34,7 @@ struct NodeRow {
     #[serde(rename = "Node")]
     node: String,
     #[serde(rename = "Meta", default)]
-    meta: Option<std::collections::HashMap<String, String>>,
+    meta: http::Meta,
 }
 
 #[derive(Deserialize)]
@@ -43,22 +43,8 @@ struct SessionRow {
     node: String,
 }
 
-#[derive(Deserialize)]
-struct EntryRow {
-    #[serde(rename = "ModifyIndex", default)]
-    modify_index: u64,
-    #[serde(rename = "Meta", default)]
-    meta: Option<std::collections::HashMap<String, String>>,
-}
-
 fn decode<T: for<'de> Deserialize<'de>>(b: &[u8]) -> Result<T, HttpError> {
     serde_json::from_slice(b).map_err(|_| HttpError::io("http_decode"))
-}
-
-fn owned_by(meta: &Option<std::collections::HashMap<String, String>>, prefix: &str) -> bool {
-    meta.as_ref()
-        .and_then(|m| m.get(META_PREFIX))
-        .is_some_and(|p| p == prefix)
 }
 
 /// Finds (and unless `dry_run`, removes) what runs with `prefix` left.
@@ -77,7 +63,7 @@ pub async fn cleanup(
         if !n.node.starts_with(&name_start) {
             continue;
         }
-        if owned_by(&n.meta, prefix) {
+        if http::marked_by(&n.meta, prefix) {
             report.nodes.push(n.node);
         } else {
             report.left_alone.push(format!("node {}", n.node));
@@ -96,12 +82,12 @@ pub async fn cleanup(
     let entry = format!("service-intentions/{prefix}-probe");
     let entry_path = format!("/v1/config/{entry}");
     let probe_entry = match api.call(Method::GET, &entry_path, Bytes::new()).await {
-        Ok(b) => Some(decode::<EntryRow>(&b)?),
+        Ok(b) => Some(decode::<http::EntryHead>(&b)?),
         Err(e) if e.status == Some(404) => None,
         Err(e) => return Err(e),
     };
     match probe_entry {
-        Some(e) if owned_by(&e.meta, prefix) => {
+        Some(e) if http::marked_by(&e.meta, prefix) => {
             if !dry_run {
                 let path = format!("{entry_path}?cas={}", e.modify_index);
                 api.call(Method::DELETE, &path, Bytes::new()).await?;

@@ -482,6 +482,28 @@ pub fn probe_node(prefix: &str) -> String {
 /// entry) a run creates: what `agent-sim cleanup` selects on.
 pub const META_PREFIX: &str = "agent-sim-prefix";
 
+/// Node or config-entry meta, as the API prints it (absent or `null`: none).
+pub type Meta = Option<std::collections::HashMap<String, String>>;
+
+/// Whether `meta` marks an object as created by runs with name `prefix`.
+pub fn marked_by(meta: &Meta, prefix: &str) -> bool {
+    meta.as_ref()
+        .and_then(|m| m.get(META_PREFIX))
+        .is_some_and(|p| p == prefix)
+}
+
+/// What a run needs of a config entry (`GET /v1/config/:kind/:name`): the
+/// index to check-and-set against, and its meta (whose is it).
+#[derive(Debug, Deserialize)]
+pub struct EntryHead {
+    /// `ModifyIndex`.
+    #[serde(rename = "ModifyIndex", default)]
+    pub modify_index: u64,
+    /// `Meta`.
+    #[serde(rename = "Meta", default)]
+    pub meta: Meta,
+}
+
 /// What one agent registers.
 #[derive(Debug, Clone)]
 pub struct Registration<'a> {

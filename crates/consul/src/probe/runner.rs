@@ -49,15 +49,6 @@ enum Setup {
     Refused,
 }
 
-/// The probe's own `service-intentions` entry as the server holds it.
-#[derive(serde::Deserialize)]
-struct EntryHead {
-    #[serde(rename = "ModifyIndex", default)]
-    modify_index: u64,
-    #[serde(rename = "Meta", default)]
-    meta: Option<std::collections::HashMap<String, String>>,
-}
-
 /// Why a probe change was not made.
 enum ChangeError {
     Http(http::HttpError),
@@ -191,14 +182,9 @@ impl ProbeRunner {
             .call(Method::GET, &self.entry_path(), Bytes::new())
             .await
             .map_err(ChangeError::Http)?;
-        let head: EntryHead = serde_json::from_slice(&body)
+        let head: http::EntryHead = serde_json::from_slice(&body)
             .map_err(|_| ChangeError::Http(http::HttpError::io("http_decode")))?;
-        let ours = head
-            .meta
-            .as_ref()
-            .and_then(|m| m.get(http::META_PREFIX))
-            .is_some_and(|p| *p == self.prefix);
-        if !ours {
+        if !http::marked_by(&head.meta, &self.prefix) {
             return Err(self.not_ours());
         }
         Ok(Some(head.modify_index))
