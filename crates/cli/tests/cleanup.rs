@@ -3,16 +3,15 @@
 //! those and leaves everything else (a node with the prefix in its name
 //! but not marked as the run's, another service's intentions).
 
-use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use agent_sim_consul::http::HttpApi;
-use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
+use agent_sim_server::consul::ConsulTargetConfig;
 use bytes::Bytes;
 use http::Method;
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+
+mod common;
 
 async fn get(api: &HttpApi, path: &str) -> serde_json::Value {
     serde_json::from_slice(&api.call(Method::GET, path, Bytes::new()).await.unwrap()).unwrap()
@@ -31,15 +30,9 @@ async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
-    let state = ConsulState::new(ConsulTargetConfig::default());
-    let rpc_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (rpc, http): (SocketAddr, SocketAddr) =
-        (rpc_l.local_addr().unwrap(), http_l.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    let _guard = stop.clone().drop_guard();
-    tokio::spawn(serve_rpc(rpc_l, state.clone(), stop.clone()));
-    tokio::spawn(serve_http(http_l, state.clone(), stop.clone()));
+    let b = common::consul_backend(ConsulTargetConfig::default()).await;
+    let _guard = b.stop.clone().drop_guard();
+    let (state, rpc, http) = (b.state.clone(), b.rpc, b.http);
     let api = HttpApi::new(http, None, "").unwrap();
     // Not the run's: a look-alike node without the run's meta, and the
     // intentions of a real service.

@@ -3,7 +3,7 @@
 //! RPC (0x03 + TLS + 0x08) and HTTPS with client certificates required, on a
 //! test CA generated now.
 
-use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
+use agent_sim_server::consul::{ConsulState, ConsulTargetConfig};
 use agent_sim_testkit::Pki;
 use tokio_util::sync::CancellationToken;
 
@@ -24,22 +24,16 @@ async fn tls_backend(pki: &Pki) -> TlsBackend {
         Some(&pki.path("ca.pem")),
     )
     .unwrap();
-    let state = ConsulState::new(ConsulTargetConfig {
+    let b = common::consul_backend(ConsulTargetConfig {
         tls: Some(tls),
         ..ConsulTargetConfig::default()
-    });
-    let rpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (rpc_addr, http_addr) = (rpc.local_addr().unwrap(), http.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    let (s1, s2, t1, t2) = (state.clone(), state.clone(), stop.clone(), stop.clone());
-    tokio::spawn(async move { serve_rpc(rpc, s1, t1).await });
-    tokio::spawn(async move { serve_http(http, s2, t2).await });
+    })
+    .await;
     TlsBackend {
-        rpc: rpc_addr.to_string(),
-        http: format!("https://{http_addr}"),
-        state,
-        stop,
+        rpc: b.rpc.to_string(),
+        http: format!("https://{}", b.http),
+        state: b.state,
+        stop: b.stop,
     }
 }
 

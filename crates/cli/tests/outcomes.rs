@@ -11,6 +11,8 @@ use agent_sim::{Kind, Ramp, RunBuilder};
 use agent_sim_server::sensu::{SensuTargetConfig, SensuTargetStats, serve};
 use tokio_util::sync::CancellationToken;
 
+mod common;
+
 /// A Sensu backend on 127.0.0.1:0 with `cfg`; returns its `host:port`.
 async fn backend(cfg: SensuTargetConfig) -> (String, CancellationToken) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -153,19 +155,8 @@ async fn half_the_fleet_on_a_dead_port_is_an_incomplete_run_with_its_cause() {
 async fn consul_backend(
     cfg: agent_sim_server::consul::ConsulTargetConfig,
 ) -> (String, String, CancellationToken) {
-    use agent_sim_server::consul::{ConsulState, serve_http, serve_rpc};
-    let state = ConsulState::new(cfg);
-    let rpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addrs = (
-        rpc.local_addr().unwrap().to_string(),
-        http.local_addr().unwrap().to_string(),
-    );
-    let stop = CancellationToken::new();
-    let (s1, t1, t2) = (state.clone(), stop.clone(), stop.clone());
-    tokio::spawn(async move { serve_rpc(rpc, s1, t1).await });
-    tokio::spawn(async move { serve_http(http, state, t2).await });
-    (addrs.0, addrs.1, stop)
+    let b = common::consul_backend(cfg).await;
+    (b.rpc.to_string(), b.http.to_string(), b.stop)
 }
 
 fn consul_run(rpc: String, http: String, agents: u64) -> RunBuilder {

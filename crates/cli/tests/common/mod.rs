@@ -1,6 +1,39 @@
 //! Helpers shared by the integration tests.
 
 /// A per-process path in the temp directory (tests run in parallel processes).
+#[allow(dead_code)]
 pub fn temp_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("agent-sim-test-{}-{name}", std::process::id()))
+}
+
+/// An embedded Consul backend serving on 127.0.0.1:0.
+#[allow(dead_code)]
+pub struct ConsulBackend {
+    /// Its catalog and counters.
+    pub state: agent_sim_server::consul::ConsulState,
+    /// The RPC port's address.
+    pub rpc: std::net::SocketAddr,
+    /// The HTTP API's address.
+    pub http: std::net::SocketAddr,
+    /// Cancel to stop it.
+    pub stop: tokio_util::sync::CancellationToken,
+}
+
+/// Starts an embedded Consul backend with `cfg` (RPC and HTTP on
+/// 127.0.0.1:0).
+#[allow(dead_code)]
+pub async fn consul_backend(cfg: agent_sim_server::consul::ConsulTargetConfig) -> ConsulBackend {
+    use agent_sim_server::consul::{ConsulState, serve_http, serve_rpc};
+    let state = ConsulState::new(cfg);
+    let rpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let b = ConsulBackend {
+        state: state.clone(),
+        rpc: rpc.local_addr().unwrap(),
+        http: http.local_addr().unwrap(),
+        stop: tokio_util::sync::CancellationToken::new(),
+    };
+    tokio::spawn(serve_rpc(rpc, state.clone(), b.stop.clone()));
+    tokio::spawn(serve_http(http, state, b.stop.clone()));
+    b
 }
