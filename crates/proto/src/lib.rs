@@ -6,6 +6,10 @@
 //! - [`sensu::v3`]: `sensu.core.v3.EntityConfig` (the backend's first frame).
 //! - [`consul::subscribe`]: Consul's `subscribe.StateChangeSubscription` service
 //!   (client and server stubs) and its `Event` stream payloads.
+//! - [`consul::dataplane`]: `hashicorp.consul.dataplane.DataplaneService`
+//!   (`GetEnvoyBootstrapParams`, what consul-dataplane asks before Envoy starts).
+//! - [`consul::serverdiscovery`]: `hashicorp.consul.serverdiscovery`'s
+//!   `WatchServers` stream.
 //!
 //! The Rust code under `src/gen/` is checked in so that a fresh machine needs no
 //! `protoc`; `tests/bootstrap.rs` regenerates it with protox and fails on drift.
@@ -30,5 +34,13 @@ pub mod consul {
     /// `subscribe.StateChangeSubscription/Subscribe` and its messages.
     pub mod subscribe {
         include!("gen/subscribe.rs");
+    }
+    /// `hashicorp.consul.dataplane.DataplaneService` and its messages.
+    pub mod dataplane {
+        include!("gen/hashicorp.consul.dataplane.rs");
+    }
+    /// `hashicorp.consul.serverdiscovery.ServerDiscoveryService/WatchServers`.
+    pub mod serverdiscovery {
+        include!("gen/hashicorp.consul.serverdiscovery.rs");
     }
 }

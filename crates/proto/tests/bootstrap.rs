@@ -10,6 +10,8 @@ const PROTOS: &[&str] = &[
     "sensu/core_v2.proto",
     "sensu/core_v3.proto",
     "consul/subscribe.proto",
+    "consul/dataplane.proto",
+    "consul/serverdiscovery.proto",
 ];
 
 #[test]
