@@ -130,7 +130,7 @@ impl ConsulTls {
 
 /// The HTTP API target split into its parts: whether it is HTTPS, and
 /// `host:port`.
-pub(crate) fn http_parts(target: &str) -> (bool, &str) {
+pub fn http_parts(target: &str) -> (bool, &str) {
     match target.strip_prefix("https://") {
         Some(rest) => (true, rest.trim_end_matches('/')),
         None => (
@@ -309,7 +309,7 @@ pub(crate) fn ops_per_agent(cfg: &ConsulConfig) -> usize {
 }
 
 /// Formats a duration the way Go's `time.ParseDuration` reads it.
-pub(crate) fn go_duration(d: Duration) -> String {
+pub fn go_duration(d: Duration) -> String {
     if d.subsec_nanos() == 0 {
         format!("{}s", d.as_secs())
     } else {
@@ -317,7 +317,9 @@ pub(crate) fn go_duration(d: Duration) -> String {
     }
 }
 
-pub(crate) fn resolve(what: &'static str, hostport: &str) -> Result<SocketAddr, ConsulError> {
+/// Resolves `host:port` to its first address; a failure names `what` (the
+/// config field).
+pub fn resolve(what: &'static str, hostport: &str) -> Result<SocketAddr, ConsulError> {
     let bad = |reason: String| ConsulError::Invalid {
         field: what,
         reason,
@@ -330,7 +332,7 @@ pub(crate) fn resolve(what: &'static str, hostport: &str) -> Result<SocketAddr, 
 }
 
 /// The host part of `host:port` (brackets of an IPv6 literal removed).
-fn host_of(hostport: &str) -> &str {
+pub fn host_of(hostport: &str) -> &str {
     let host = hostport
         .rsplit_once(':')
         .map(|(h, _)| h)
@@ -338,7 +340,8 @@ fn host_of(hostport: &str) -> &str {
     host.trim_matches(['[', ']'])
 }
 
-fn check_host_port(field: &'static str, t: &str) -> Result<(), ConsulError> {
+/// Checks that `t` is `host:port` (the error names `field`).
+pub fn check_host_port(field: &'static str, t: &str) -> Result<(), ConsulError> {
     match t.rsplit_once(':') {
         Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => Ok(()),
         _ => Err(ConsulError::Invalid {

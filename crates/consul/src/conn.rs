@@ -1,7 +1,9 @@
 //! The RPC-port connection of one agent: TCP (optionally from a chosen
 //! source address), the `0x08` byte that switches a Consul server's RPC
 //! port to gRPC (after `0x03` + TLS for the TLS variant), then an HTTP/2
-//! client connection from hyper's low-level `client::conn::http2`.
+//! client connection from hyper's low-level `client::conn::http2`. The same
+//! dialer reaches a server's public gRPC port (8502, TLS 8503) without the
+//! prefix bytes ([`Port::Grpc`]): what consul-dataplane connects to.
 //!
 //! [`H2Channel`] wraps hyper's `SendRequest` as a tower service so that
 //! `tonic::client::Grpc` can run calls on it: no `tonic::transport::Channel`,
@@ -214,9 +216,20 @@ impl ConnectError {
     }
 }
 
+/// Which server port a [`Dialer`] reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Port {
+    /// The server RPC port (8300): `0x08`, or `0x03` + TLS + `0x08`, then gRPC.
+    Rpc,
+    /// The public gRPC port (8502 plaintext h2c, 8503 TLS with ALPN `h2`).
+    Grpc,
+}
+
 /// Everything needed to dial one server (shared by the agents using it).
 #[derive(Clone)]
 pub struct Dialer {
+    /// The port's handshake.
+    pub port: Port,
     /// Server RPC address.
     pub addr: SocketAddr,
     /// TLS client config and the name to verify.
@@ -239,8 +252,28 @@ impl std::fmt::Debug for Dialer {
 }
 
 impl Dialer {
-    /// A dialer for `addr`; `host` is the target's host part (TLS name default).
+    /// A dialer for the RPC port at `addr`; `host` is the target's host part
+    /// (TLS name default).
     pub fn new(
+        addr: SocketAddr,
+        host: &str,
+        tls: Option<&ConsulTls>,
+        keepalive_time: Duration,
+        keepalive_timeout: Duration,
+    ) -> Result<Self, ConsulError> {
+        Self::for_port(
+            Port::Rpc,
+            addr,
+            host,
+            tls,
+            keepalive_time,
+            keepalive_timeout,
+        )
+    }
+
+    /// A dialer for `port` at `addr` (see [`Dialer::new`]).
+    pub fn for_port(
+        port: Port,
         addr: SocketAddr,
         host: &str,
         tls: Option<&ConsulTls>,
@@ -249,10 +282,14 @@ impl Dialer {
     ) -> Result<Self, ConsulError> {
         let tls = match tls {
             None => None,
-            Some(t) => Some((
-                TlsConnector::from(tls_client_config(t)?),
-                server_name(t, host)?,
-            )),
+            Some(t) => {
+                let config = match port {
+                    Port::Rpc => tls_client_config(t)?,
+                    // grpc-go servers ask for ALPN h2 on their TLS port.
+                    Port::Grpc => grpc_tls_client_config(t)?,
+                };
+                Some((TlsConnector::from(config), server_name(t, host)?))
+            }
         };
         let origin = Uri::builder()
             .scheme("http")
@@ -261,6 +298,7 @@ impl Dialer {
             .build()
             .map_err(|e| ConsulError::Config(format!("origin for {addr}: {e}")))?;
         Ok(Dialer {
+            port,
             addr,
             tls,
             origin,
@@ -277,14 +315,21 @@ impl Dialer {
         // Reads record the kernel's receive time (arrivals are timed there).
         let mut tcp = StampedTcp::new(tcp);
         let stamp = tcp.enabled().then(|| tcp.stamp());
-        let io = match &self.tls {
-            None => {
+        let io = match (&self.tls, self.port) {
+            (None, Port::Grpc) => RpcIo::Plain(tcp),
+            (Some((connector, name)), Port::Grpc) => RpcIo::Tls(Box::new(
+                connector
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(|e| ConnectError::new("tls_handshake", e))?,
+            )),
+            (None, Port::Rpc) => {
                 tcp.write_all(&[RPC_GRPC])
                     .await
                     .map_err(|e| ConnectError::new("connect_prefix", e))?;
                 RpcIo::Plain(tcp)
             }
-            Some((connector, name)) => {
+            (Some((connector, name)), Port::Rpc) => {
                 tcp.write_all(&[RPC_TLS])
                     .await
                     .map_err(|e| ConnectError::new("connect_prefix", e))?;
@@ -338,8 +383,16 @@ pub fn tls_client_config(t: &ConsulTls) -> Result<Arc<rustls::ClientConfig>, Con
     agent_sim_net::client_config(&t.client(), &[]).map_err(|e| ConsulError::Tls(e.to_string()))
 }
 
+/// [`tls_client_config`] offering ALPN `h2` (the public gRPC TLS port).
+pub fn grpc_tls_client_config(t: &ConsulTls) -> Result<Arc<rustls::ClientConfig>, ConsulError> {
+    if t.ca_file.is_none() && !t.insecure_skip_verify {
+        return Err(ConsulError::Tls("no CA file".into()));
+    }
+    agent_sim_net::client_config(&t.client(), &[b"h2"]).map_err(|e| ConsulError::Tls(e.to_string()))
+}
+
 /// The name to verify on a TLS connection to `host`.
-pub(crate) fn server_name(t: &ConsulTls, host: &str) -> Result<ServerName<'static>, ConsulError> {
+pub fn server_name(t: &ConsulTls, host: &str) -> Result<ServerName<'static>, ConsulError> {
     let name = t.server_name.clone().unwrap_or_else(|| host.to_owned());
     ServerName::try_from(name.clone())
         .map_err(|e| ConsulError::Tls(format!("server name {name:?}: {e}")))

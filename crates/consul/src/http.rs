@@ -675,13 +675,19 @@ pub fn session_create_body(node: &str, ttl: &str) -> String {
     .to_string()
 }
 
+/// Address and port of the probe instance: the endpoint dataplane sidecars
+/// see appear and disappear in the probe service's EDS cluster.
+pub const PROBE_ENDPOINT: (&str, u32) = ("127.0.0.1", 1);
+
 /// `PUT /v1/catalog/register` body of the probe instance, on the run's
-/// own probe node.
+/// own probe node. It is Connect-native, so it is also an endpoint of the
+/// probe service's Envoy cluster (what dataplane sidecars watch).
 pub fn probe_register_body(prefix: &str, service: &str, instance_id: &str) -> String {
-    json!({"Node": probe_node(prefix), "Address": "127.0.0.1",
+    json!({"Node": probe_node(prefix), "Address": PROBE_ENDPOINT.0,
            "NodeMeta": {"agent-sim": "probe", META_PREFIX: prefix},
-           "Service": {"ID": instance_id, "Service": service, "Port": 1,
-                       "Address": "127.0.0.1", "Tags": ["agent-sim-probe"]}})
+           "Service": {"ID": instance_id, "Service": service, "Port": PROBE_ENDPOINT.1,
+                       "Address": PROBE_ENDPOINT.0, "Tags": ["agent-sim-probe"],
+                       "Connect": {"Native": true}}})
     .to_string()
 }
 

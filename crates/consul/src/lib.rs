@@ -31,7 +31,7 @@ pub mod view;
 
 mod agent;
 
-pub use agent::{ConsulAgent, ConsulFactory, http_api};
+pub use agent::{ConsulAgent, ConsulFactory, api_client, http_api};
 pub use config::{ConsulConfig, ConsulTls, ProbeConfig, ProbeKind};
 pub use probe::{ProbeObserver, ProbeRunner};
 

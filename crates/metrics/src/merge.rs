@@ -101,6 +101,9 @@ pub fn time_to_99pct(h: &Histogram<u64>, expected: u64) -> Option<u64> {
 /// joins observer entries.
 pub const PROPAGATION: &str = "propagation";
 
+/// The entries of one probe over the parts, with their histograms.
+type ProbeGroup = Vec<(ProbeSummary, Histogram<u64>)>;
+
 /// What joins probe entries of several parts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum ProbeKey {
@@ -190,6 +193,7 @@ fn combine_probe(parts: Vec<(ProbeSummary, Histogram<u64>)>) -> Result<ProbeSumm
         kind: template.kind.clone(),
         t0: template.t0.clone(),
         change_id: template.change_id,
+        fleet: template.fleet.clone(),
         ..Default::default()
     };
     let mut h = new_latency_histogram();
@@ -264,7 +268,9 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         ..Default::default()
     };
     let mut latencies: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
-    let mut probes: BTreeMap<ProbeKey, Vec<(ProbeSummary, Histogram<u64>)>> = BTreeMap::new();
+    // Keyed by the fleet too: a change timed at dataplane sidecars is its
+    // own entry beside the Consul agents' entry of the same change.
+    let mut probes: BTreeMap<(Option<String>, ProbeKey), ProbeGroup> = BTreeMap::new();
 
     for (n, p) in parts.iter().enumerate() {
         let part = format!("part {} ({})", n + 1, p.shard.as_deref().unwrap_or(&p.kind));
@@ -321,7 +327,7 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
             let key = probe
                 .change_id
                 .map_or(ProbeKey::Id(probe.id), ProbeKey::Change);
-            let group = probes.entry(key).or_default();
+            let group = probes.entry((probe.fleet.clone(), key)).or_default();
             if let Some((other, _)) = group.first()
                 && other.kind != probe.kind
             {
@@ -680,6 +686,7 @@ mod tests {
             t0_unix_us: controller.then_some(zero_unix_us),
             first_arrival_unix_us: (!controller).then_some(zero_unix_us),
             note: None,
+            fleet: None,
         }
     }
 

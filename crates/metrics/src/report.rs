@@ -118,16 +118,23 @@ pub fn render(s: &Summary) -> String {
     if !s.probes.is_empty() {
         let _ = writeln!(
             out,
-            "probes     {:<10} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "probes     {:<13} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
             "kind", "delivered", "p50", "p90", "p95", "p99", "p99.9", "max", "99% at"
         );
         for p in &s.probes {
             let l = &p.latency_us;
+            // Entries timed at another fleet's agents (dataplane sidecars)
+            // say so beside the kind.
+            let kind = match p.fleet.as_deref() {
+                Some("consul-dataplane") => format!("{} xds", p.kind),
+                Some(f) => format!("{} {f}", p.kind),
+                None => p.kind.clone(),
+            };
             let _ = writeln!(
                 out,
-                "  #{:<3} {:<12} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                "  #{:<3} {:<15} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
                 p.id,
-                p.kind,
+                kind,
                 format!("{}/{}", p.delivered, p.expected),
                 fmt_us(l.p50),
                 fmt_us(l.p90),

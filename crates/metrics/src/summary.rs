@@ -228,6 +228,11 @@ pub struct ProbeSummary {
     /// What a merge had to approximate or could not join, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The fleet kind whose agents this entry measured when it is not the
+    /// probe's own (`consul-dataplane`: the same change timed at the
+    /// sidecars' EDS updates). Absent: the Consul agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<String>,
 }
 
 /// [`ProbeSummary::role`] of the process that made the change.

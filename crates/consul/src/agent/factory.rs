@@ -88,6 +88,7 @@ impl ConsulFactory {
         let board = s.board.clone()?;
         Some(ProbeRunner {
             board,
+            others: Vec::new(),
             http: s.http.clone(),
             metrics: s.metrics.clone(),
             every: s.cfg.probe.every,
@@ -95,6 +96,8 @@ impl ConsulFactory {
             instance_id: http::probe_instance_id(&s.cfg.name_prefix),
             prefix: s.cfg.name_prefix.clone(),
             keep: s.cfg.keep_registrations,
+            latency: crate::names::PROPAGATION,
+            fleet: None,
         })
     }
 
@@ -121,15 +124,31 @@ impl ConsulFactory {
 
 /// The HTTP API client of `cfg` (plain or HTTPS, token, datacenter).
 fn http_client(cfg: &ConsulConfig, v: &config::Validated) -> Result<HttpApi, ConsulError> {
-    let http_tls = match (&cfg.tls, v.https) {
-        (Some(t), true) => Some((
-            conn::tls_client_config(t)?,
-            conn::server_name(t, &v.http_host)?,
-        )),
+    api_client(
+        v.http_addr,
+        &v.http_host,
+        v.https,
+        cfg.tls.as_ref(),
+        cfg.token.as_deref(),
+        &cfg.datacenter,
+    )
+}
+
+/// An HTTP API client for the resolved `addr` (`host`: the name to verify
+/// over HTTPS), with the TLS settings, token and datacenter of a fleet.
+pub fn api_client(
+    addr: std::net::SocketAddr,
+    host: &str,
+    https: bool,
+    tls: Option<&config::ConsulTls>,
+    token: Option<&str>,
+    datacenter: &str,
+) -> Result<HttpApi, ConsulError> {
+    let http_tls = match (tls, https) {
+        (Some(t), true) => Some((conn::tls_client_config(t)?, conn::server_name(t, host)?)),
         _ => None,
     };
-    HttpApi::with_tls(v.http_addr, http_tls, cfg.token.as_deref(), &cfg.datacenter)
-        .map_err(ConsulError::Config)
+    HttpApi::with_tls(addr, http_tls, token, datacenter).map_err(ConsulError::Config)
 }
 
 /// Validates `cfg` and builds its HTTP API client alone (for

@@ -19,7 +19,7 @@ mod session;
 mod subscriptions;
 mod upkeep;
 
-pub use factory::{ConsulFactory, http_api};
+pub use factory::{ConsulFactory, api_client, http_api};
 use session::Arrival;
 use subscriptions::{Slot, SlotState, Slots, server_said};
 use upkeep::{HttpDone, HttpFuture, HttpSched};

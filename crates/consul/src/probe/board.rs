@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::codec::instance_key;
 use crate::config::ProbeKind;
-use crate::http::{self, PROBE_NODE, PROBE_SOURCE};
+use crate::http::{self, PROBE_SOURCE};
 use crate::view::{Change, View, source_key};
 
 use super::Expect;
@@ -67,7 +67,9 @@ impl ProbeBoard {
     /// names the controller's probe instance.
     pub fn new(kind: ProbeKind, service: &str, prefix: &str) -> Self {
         let target = match kind {
-            ProbeKind::Catalog => instance_key(PROBE_NODE, &http::probe_instance_id(prefix)),
+            ProbeKind::Catalog => {
+                instance_key(&http::probe_node(prefix), &http::probe_instance_id(prefix))
+            }
             ProbeKind::Intentions => source_key(PROBE_SOURCE),
         };
         ProbeBoard {

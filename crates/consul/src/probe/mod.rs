@@ -37,7 +37,7 @@ mod stats;
 
 pub use board::ProbeBoard;
 pub use observer::ProbeObserver;
-pub use runner::ProbeRunner;
+pub use runner::{ProbeRunner, RunnerSetup};
 pub use stats::{common_index, micros_after, percentile, summarize};
 
 /// What the armed probe expects an agent to see.

@@ -16,9 +16,20 @@ use crate::http::{self, HttpApi};
 use super::stats::{common_index, micros_after, summarize};
 use super::{Expect, ProbeBoard};
 
+/// A board the runner arms for each change: the fleet whose agents report
+/// to it, and the latency its deliveries are recorded in.
+pub(crate) struct Watched {
+    board: Arc<ProbeBoard>,
+    latency: &'static str,
+    /// `ProbeSummary::fleet` of its probes (`None`: the Consul agents).
+    fleet: Option<String>,
+}
+
 /// Makes the probe changes and measures them (see the module docs).
 pub struct ProbeRunner {
     pub(crate) board: Arc<ProbeBoard>,
+    /// Boards of other fleets watching the same change (dataplane sidecars).
+    pub(crate) others: Vec<Watched>,
     pub(crate) http: Arc<HttpApi>,
     pub(crate) metrics: Metrics,
     pub(crate) every: Duration,
@@ -28,6 +39,10 @@ pub struct ProbeRunner {
     /// the probe creates carries it as meta.
     pub(crate) prefix: String,
     pub(crate) keep: bool,
+    /// The latency the board's deliveries are recorded in.
+    pub(crate) latency: &'static str,
+    /// `ProbeSummary::fleet` of the board's probes.
+    pub(crate) fleet: Option<String>,
 }
 
 impl std::fmt::Debug for ProbeRunner {
@@ -56,17 +71,84 @@ enum ChangeError {
     NotOurs(String),
 }
 
+/// What a [`ProbeRunner`] needs besides its board (see [`ProbeRunner::new`]).
+#[derive(Debug, Clone)]
+pub struct RunnerSetup {
+    /// Time between probes.
+    pub every: Duration,
+    /// Deliveries later than this after T0 are missing.
+    pub timeout: Duration,
+    /// The run's name prefix (probe node `<prefix>-probe`, meta).
+    pub prefix: String,
+    /// Leave the probe's objects in place at the end.
+    pub keep: bool,
+}
+
 impl ProbeRunner {
+    /// A runner for `board` (a controller's board) that writes through
+    /// `http`; its deliveries are recorded in `latency` and its probes carry
+    /// `fleet` (see [`ProbeRunner::watch_also`]). The Consul fleet's own
+    /// runner comes from [`crate::ConsulFactory::probe_runner`].
+    pub fn new(
+        board: Arc<ProbeBoard>,
+        http: Arc<HttpApi>,
+        metrics: Metrics,
+        setup: RunnerSetup,
+        latency: &'static str,
+        fleet: Option<String>,
+    ) -> Self {
+        ProbeRunner {
+            board: board.clone(),
+            others: Vec::new(),
+            http,
+            metrics,
+            every: setup.every,
+            timeout: setup.timeout,
+            instance_id: http::probe_instance_id(&setup.prefix),
+            prefix: setup.prefix,
+            keep: setup.keep,
+            latency,
+            fleet,
+        }
+    }
+
+    /// Also arms `board` (another fleet's agents watching the same probe
+    /// service, e.g. dataplane sidecars) for every change: each change then
+    /// gives one [`ProbeSummary`] per board, the other's carrying `fleet`,
+    /// its deliveries recorded in `latency`.
+    pub fn watch_also(&mut self, board: Arc<ProbeBoard>, latency: &'static str, fleet: &str) {
+        self.others.push(Watched {
+            board,
+            latency,
+            fleet: Some(fleet.to_owned()),
+        });
+    }
+
+    /// The probed service.
+    pub fn service(&self) -> &str {
+        self.board.service()
+    }
+
+    /// The probe kind.
+    pub fn kind(&self) -> ProbeKind {
+        self.board.kind()
+    }
+
     /// Runs a probe every `every` until `cancel`; returns every finished
     /// probe. One still inside its timeout at cancel is reported with what
     /// arrived if every expected subscriber had it, and otherwise counted in
     /// `probes_interrupted` and left out.
-    pub async fn run(self, cancel: CancellationToken) -> Vec<ProbeSummary> {
+    pub async fn run(mut self, cancel: CancellationToken) -> Vec<ProbeSummary> {
         let mut out = Vec::new();
         let start = Instant::now();
         let mut state = Setup::Pending;
         self.setup(&mut state).await;
-        let propagation = self.metrics.latency(crate::names::PROPAGATION);
+        let mut watched = vec![Watched {
+            board: self.board.clone(),
+            latency: self.latency,
+            fleet: self.fleet.take(),
+        }];
+        watched.append(&mut self.others);
         let write = self.metrics.latency(crate::names::PROBE_WRITE);
         let mut next_id = 1u64;
         for k in 1u32.. {
@@ -95,25 +177,35 @@ impl ProbeRunner {
             };
             let id = next_id;
             next_id += 1;
-            let capacity = self.board.live() as usize;
-            self.board.arm(id, expect, capacity);
+            for w in &watched {
+                let capacity = w.board.live() as usize;
+                w.board.arm(id, expect, capacity);
+            }
             // T0: the instant the write is sent; its round trip apart.
             let t0 = Instant::now();
             let t0_wall = SystemTime::now();
             if let Err(e) = self.change(expect, cas).await {
-                self.board.disarm();
+                for w in &watched {
+                    w.board.disarm();
+                }
                 self.report(e, &mut state);
                 continue;
             }
             self.metrics.record(write, 0, t0.elapsed());
-            let expected = self.board.live();
+            let expected: Vec<u64> = watched.iter().map(|w| w.board.live()).collect();
             state = Setup::Done(!on);
             let interrupted = tokio::select! {
                 _ = tokio::time::sleep_until(t0 + self.timeout) => false,
                 _ = cancel.cancelled() => true,
             };
-            let arrivals = self.board.disarm();
-            if interrupted && ((arrivals.len() as u64) < expected || expected == 0) {
+            let arrivals: Vec<Vec<(Instant, u64)>> =
+                watched.iter().map(|w| w.board.disarm()).collect();
+            if interrupted
+                && arrivals
+                    .iter()
+                    .zip(&expected)
+                    .any(|(a, &e)| (a.len() as u64) < e || e == 0)
+            {
                 // The run ended inside this probe's window while agents were
                 // closing: its figures would be wrong, so it is counted, not
                 // reported.
@@ -121,18 +213,22 @@ impl ProbeRunner {
                     .incr(self.metrics.counter(crate::names::PROBES_INTERRUPTED));
                 break;
             }
-            let lat: Vec<u64> = arrivals.iter().map(|&(a, _)| micros_after(t0, a)).collect();
             let timeout_us = u64::try_from(self.timeout.as_micros()).unwrap_or(u64::MAX);
-            for (i, &l) in lat.iter().enumerate() {
-                if l <= timeout_us {
-                    self.metrics.record_us(propagation, i, l);
+            for ((w, arrivals), expected) in watched.iter().zip(arrivals).zip(expected) {
+                let propagation = self.metrics.latency(w.latency);
+                let lat: Vec<u64> = arrivals.iter().map(|&(a, _)| micros_after(t0, a)).collect();
+                for (i, &l) in lat.iter().enumerate() {
+                    if l <= timeout_us {
+                        self.metrics.record_us(propagation, i, l);
+                    }
                 }
+                let mut summary = summarize(id, kind, t0_wall, expected, lat, timeout_us);
+                summary.change_id = common_index(&arrivals);
+                summary.role = Some(ROLE_CONTROLLER.into());
+                summary.t0_unix_us = Some(unix_us(t0_wall));
+                summary.fleet = w.fleet.clone();
+                out.push(summary);
             }
-            let mut summary = summarize(id, kind, t0_wall, expected, lat, timeout_us);
-            summary.change_id = common_index(&arrivals);
-            summary.role = Some(ROLE_CONTROLLER.into());
-            summary.t0_unix_us = Some(unix_us(t0_wall));
-            out.push(summary);
             if cancel.is_cancelled() {
                 break;
             }

@@ -1,0 +1,199 @@
+//! Simulated Consul dataplane sidecars for agent-sim: each sidecar does what
+//! a consul-dataplane with its Envoy does against a Consul server since
+//! Consul 1.14 — ONE HTTP/2 connection to the server's public gRPC port
+//! (8502, TLS 8503) carrying `DataplaneService/GetEnvoyBootstrapParams`,
+//! Envoy's `DeltaAggregatedResources` stream (CDS wildcard, EDS for the
+//! clusters it names; every response ACKed or NACKed, resource versions kept
+//! across reconnects) and optionally `ServerDiscoveryService/WatchServers` —
+//! and times how long a catalog change takes to reach every proxy.
+//!
+//! Main parts:
+//! - [`config`]: [`DataplaneConfig`] and its validation.
+//! - [`xds`]: the Delta xDS client state of one proxy (pure: requests,
+//!   ACK/NACK, versions, the EDS view of the probe endpoint).
+//! - [`codec`]: gRPC paths, small-buffer codecs, the request outbox stream,
+//!   the bootstrap request.
+//! - [`DataplaneFactory`] / [`DataplaneAgent`]: the `agent_sim_fleet` agent.
+//!
+//! Shared with the Consul client agents (`agent-sim-consul`): the connector
+//! ([`agent_sim_consul::conn::Dialer`] on [`agent_sim_consul::conn::Port::Grpc`]),
+//! the HTTP API client and the `/v1/txn` batcher (registration of each
+//! sidecar's node, service and connect-proxy, node meta `agent-sim-prefix`
+//! so `agent-sim cleanup` finds them), and the propagation probe (the same
+//! [`agent_sim_consul::ProbeRunner`] and board; a mixed run times one change
+//! at both fleets).
+//!
+//! What it is not: an Envoy (no listeners, no traffic), nor a server (see
+//! `agent-sim-server`), nor a CLI; it prints nothing.
+
+pub mod codec;
+pub mod config;
+pub mod xds;
+
+mod agent;
+
+pub use agent::{DataplaneAgent, DataplaneFactory};
+pub use config::{Adopt, DataplaneConfig};
+
+use agent_sim_metrics::MetricsSpec;
+
+/// The fleet kind of dataplane sidecars (`--kind`, `ProbeSummary::fleet`).
+pub const KIND: &str = "consul-dataplane";
+
+/// Errors of this crate (configuration time only: sidecar failures are
+/// counted outcomes, not errors).
+#[derive(Debug, thiserror::Error)]
+pub enum DataplaneError {
+    /// A setting of [`DataplaneConfig`] is invalid: the field (as named in
+    /// the struct, `adopt.node` for nested ones) and why, in one line.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// The [`DataplaneConfig`] field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The configuration cannot be used (setup).
+    #[error("consul-dataplane: {0}")]
+    Config(String),
+    /// The metrics recorder lacks names of [`metrics_spec`].
+    #[error("consul-dataplane metrics: {0}")]
+    Metrics(String),
+}
+
+impl From<agent_sim_consul::ConsulError> for DataplaneError {
+    fn from(e: agent_sim_consul::ConsulError) -> Self {
+        match e {
+            agent_sim_consul::ConsulError::Invalid { field, reason } => {
+                DataplaneError::Invalid { field, reason }
+            }
+            e => DataplaneError::Config(e.to_string()),
+        }
+    }
+}
+
+/// Metric names this crate records (shared ones keep the Consul crate's
+/// names: `connect`, `registrations`, `probe_overhead`, ...).
+pub mod names {
+    pub use agent_sim_consul::names::{
+        ARRIVALS_USER_TIME, CONNECT, DEREGISTRATIONS, PROBE_OVERHEAD, PROBE_WRITE,
+        PROBES_INTERRUPTED, REGISTRATIONS, TXN_REQUESTS,
+    };
+    /// `GetEnvoyBootstrapParams` calls answered.
+    pub const BOOTSTRAPS: &str = "xds_bootstraps";
+    /// `DeltaAggregatedResources` streams opened.
+    pub const XDS_STREAMS: &str = "xds_streams";
+    /// Delta xDS responses received (every type).
+    pub const XDS_RESPONSES: &str = "xds_responses";
+    /// Responses ACKed.
+    pub const XDS_ACKS: &str = "xds_acks";
+    /// Responses NACKed (a resource that does not parse).
+    pub const XDS_NACKS: &str = "xds_nacks";
+    /// EDS responses (endpoint updates) received.
+    pub const EDS_UPDATES: &str = "eds_updates";
+    /// `WatchServers` messages (server lists) received.
+    pub const SERVER_LISTS: &str = "server_lists";
+    /// `GetEnvoyBootstrapParams` round trip.
+    pub const BOOTSTRAP: &str = "xds_bootstrap";
+    /// Stream opened → clusters and every cluster's endpoints received.
+    pub const XDS_INITIAL: &str = "xds_initial";
+    /// Probe deliveries at the proxies: kernel arrival of the EDS update
+    /// that reflects the change − T0.
+    pub const PROPAGATION_XDS: &str = "propagation_xds";
+}
+
+/// Counters and latencies this crate records; merge into the run's spec.
+pub fn metrics_spec() -> MetricsSpec {
+    use names::*;
+    MetricsSpec {
+        counters: vec![
+            BOOTSTRAPS,
+            XDS_STREAMS,
+            XDS_RESPONSES,
+            XDS_ACKS,
+            XDS_NACKS,
+            EDS_UPDATES,
+            SERVER_LISTS,
+            REGISTRATIONS,
+            DEREGISTRATIONS,
+            TXN_REQUESTS,
+            PROBES_INTERRUPTED,
+            ARRIVALS_USER_TIME,
+        ],
+        latencies: vec![
+            CONNECT,
+            BOOTSTRAP,
+            XDS_INITIAL,
+            PROPAGATION_XDS,
+            PROBE_OVERHEAD,
+            PROBE_WRITE,
+        ],
+        errors: ERROR_KINDS.to_vec(),
+    }
+}
+
+/// The error kinds of a dataplane sidecar, with what to check.
+const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
+    use agent_sim_metrics::ErrorKindSpec as K;
+    &[
+        K {
+            kind: "xds_stream_cap",
+            hint: "the server caps xDS streams at ceil(proxies / healthy servers × 1.1) and said \
+                   RESOURCE_EXHAUSTED: sidecars try the next --target after a backoff; give \
+                   several servers, or fewer sidecars per server",
+            heals: true,
+        },
+        K {
+            kind: "proxy_not_found",
+            hint: "the server does not know the proxy (GetEnvoyBootstrapParams: Service not \
+                   found / node not found): with --adopt, check the pattern and --adopt-node; \
+                   otherwise the registration was lost (the sidecar registers again)",
+            heals: true,
+        },
+        K {
+            kind: "envoy_version_unsupported",
+            hint: "the server refused the Envoy version the sidecars announce: set \
+                   --envoy-version to one this Consul supports (1.20: 1.26.8 .. 1.29.x)",
+            heals: false,
+        },
+        K {
+            kind: "xds_invalid_request",
+            hint: "the server refused the xDS stream (INVALID_ARGUMENT); its words say why",
+            heals: false,
+        },
+        K {
+            kind: "wrong_port_rpc",
+            hint: "--target is the server RPC port 8300: dataplanes connect to the gRPC port \
+                   (8502, TLS 8503)",
+            heals: false,
+        },
+        K {
+            kind: "acl_not_found",
+            hint: "--token (CONSUL_HTTP_TOKEN): the server does not know this ACL token",
+            heals: false,
+        },
+        K {
+            kind: "acl_denied",
+            hint: "--token: the token lacks service:write on the proxies' services (or \
+                   node:write to register them)",
+            heals: false,
+        },
+        K {
+            kind: "grpc_unavailable",
+            hint: "the server closed the stream or is not reachable on its gRPC port; sidecars \
+                   reconnect with backoff and resume with their resource versions",
+            heals: true,
+        },
+        K {
+            kind: "txn_rollback",
+            hint: "a catalog transaction was rolled back; the sample names the failing op",
+            heals: true,
+        },
+        K {
+            kind: "tls_handshake",
+            hint: "TLS to the gRPC port failed: --ca-file, --tls-server-name, --cert-file / \
+                   --key-file; or the port is the plaintext 8502",
+            heals: false,
+        },
+    ]
+};
