@@ -15,15 +15,26 @@
 //! - [`ConsulState`]: the shared catalog (cheap to clone), its counters
 //!   ([`ConsulState::stats`]) and test hooks ([`ConsulState::abort_subscriptions`]).
 //!
-//! Not here: ACLs (tokens are ignored), KV, blocking queries, agent endpoints,
-//! xDS, clustering, persistence. Internals: `state` (catalog + fan-out),
-//! `events` (event encoding), `rpc`, `http`, `sessions`.
+//! - [`serve_grpc`]: the public gRPC port (8502; TLS 8503 with a TLS config)
+//!   that consul-dataplane uses: `DataplaneService/GetEnvoyBootstrapParams`
+//!   (from the catalog it holds), `ServerDiscoveryService/WatchServers`, and
+//!   Envoy's Delta ADS (CDS + EDS built from the catalog, Consul's cluster
+//!   names, sha256 resource versions, one response in flight until ACKed,
+//!   a coalescing delay after catalog changes like Consul's 200 ms, an
+//!   optional per-server stream cap answered with `RESOURCE_EXHAUSTED`).
+//!
+//! Not here: KV, blocking queries, agent endpoints, listeners/routes (LDS,
+//! RDS), clustering, persistence. Internals: `state` (catalog + fan-out),
+//! `events` (event encoding), `rpc`, `http`, `sessions`, `grpc` (the public
+//! gRPC port) and `xds` (Envoy resources from the catalog).
 
 mod events;
+mod grpc;
 mod http;
 mod rpc;
 mod sessions;
 mod state;
+mod xds;
 
 use std::io;
 use std::net::SocketAddr;
@@ -37,6 +48,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use grpc::serve_grpc;
 pub use http::serve_http;
 pub use rpc::serve_rpc;
 
@@ -77,7 +89,17 @@ pub struct ConsulTargetConfig {
     /// Subscribe without a token gets an empty snapshot, with an unknown
     /// token `Unknown: ACL not found`.
     pub acl_tokens: Option<Vec<String>>,
+    /// How long the xDS server waits after a catalog change before it
+    /// rebuilds a proxy's resources (Consul's proxycfg coalescing, 200 ms).
+    pub xds_coalesce: Duration,
+    /// Most Delta ADS streams open at once; more are refused with
+    /// `RESOURCE_EXHAUSTED` in Consul's words (0 = no cap; a real server
+    /// caps at ceil(proxies / healthy servers × 1.1)).
+    pub xds_max_streams: usize,
 }
+
+/// Consul's proxycfg coalescing delay.
+pub const XDS_COALESCE: Duration = Duration::from_millis(200);
 
 impl Default for ConsulTargetConfig {
     fn default() -> Self {
@@ -89,6 +111,8 @@ impl Default for ConsulTargetConfig {
             tls: None,
             rpc_max_conns_per_client: 0,
             acl_tokens: None,
+            xds_coalesce: XDS_COALESCE,
+            xds_max_streams: 0,
         }
     }
 }
@@ -131,6 +155,20 @@ pub struct ConsulTargetSnapshot {
     pub sessions_expired: u64,
     pub config_entries_written: u64,
     pub raft_index: u64,
+    /// `GetEnvoyBootstrapParams` calls answered.
+    pub xds_bootstraps: u64,
+    /// Delta ADS streams accepted (total).
+    pub xds_streams: u64,
+    /// Delta ADS streams open now (gauge).
+    pub xds_streams_active: u64,
+    /// Delta ADS streams refused at the stream cap.
+    pub xds_streams_refused: u64,
+    /// Delta xDS responses sent.
+    pub xds_responses: u64,
+    /// ACKs received.
+    pub xds_acks: u64,
+    /// NACKs received.
+    pub xds_nacks: u64,
 }
 
 #[derive(Default)]
@@ -153,6 +191,13 @@ struct Counters {
     sessions_renewed: AtomicU64,
     sessions_expired: AtomicU64,
     config_entries_written: AtomicU64,
+    xds_bootstraps: AtomicU64,
+    xds_streams: AtomicU64,
+    xds_streams_active: AtomicU64,
+    xds_streams_refused: AtomicU64,
+    xds_responses: AtomicU64,
+    xds_acks: AtomicU64,
+    xds_nacks: AtomicU64,
 }
 
 impl Counters {
@@ -194,6 +239,11 @@ struct Inner {
     rpc_addr: Mutex<Option<SocketAddr>>,
     /// RPC connections open per client IP (for the per-client cap).
     rpc_per_ip: Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+    /// The Connect CA's trust domain (a UUID, as a dev server's), part of
+    /// every cluster name.
+    trust_domain: String,
+    /// The public gRPC listener (what `WatchServers` names).
+    grpc_addr: Mutex<Option<SocketAddr>>,
 }
 
 /// One RPC connection counted against its client IP's cap; uncounted on drop.
@@ -302,6 +352,8 @@ impl ConsulState {
                 abort: watch::channel(0).0,
                 rpc_addr: Mutex::new(None),
                 rpc_per_ip: Mutex::new(std::collections::HashMap::new()),
+                trust_domain: uuid::Uuid::new_v4().to_string(),
+                grpc_addr: Mutex::new(None),
             }),
         }
     }
@@ -331,6 +383,13 @@ impl ConsulState {
             sessions_expired: get(&c.sessions_expired),
             config_entries_written: get(&c.config_entries_written),
             raft_index: self.raft_index(),
+            xds_bootstraps: get(&c.xds_bootstraps),
+            xds_streams: get(&c.xds_streams),
+            xds_streams_active: get(&c.xds_streams_active),
+            xds_streams_refused: get(&c.xds_streams_refused),
+            xds_responses: get(&c.xds_responses),
+            xds_acks: get(&c.xds_acks),
+            xds_nacks: get(&c.xds_nacks),
         }
     }
 
@@ -338,6 +397,12 @@ impl ConsulState {
     /// real server does on an ACL change or snapshot restore).
     pub fn abort_subscriptions(&self) {
         self.inner.abort.send_modify(|g| *g += 1);
+    }
+
+    /// The Connect trust domain (cluster names end in
+    /// `.internal.<trust domain>.consul`).
+    pub fn trust_domain(&self) -> &str {
+        &self.inner.trust_domain
     }
 
     /// The index of the last write.

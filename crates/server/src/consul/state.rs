@@ -60,6 +60,9 @@ pub(crate) struct ServiceDef {
     pub port: i32,
     pub meta: BTreeMap<String, String>,
     pub proxy: Option<serde_json::Value>,
+    /// `Connect.Native`: the instance speaks Connect itself (an endpoint of
+    /// its own service's mesh cluster, like a proxy of it).
+    pub connect_native: bool,
 }
 
 impl ServiceDef {
@@ -75,10 +78,17 @@ impl ServiceDef {
             .filter(|s| !s.is_empty())
     }
 
+    /// The service whose mesh endpoints this instance is: a proxy's
+    /// destination, or a Connect-native instance's own service.
+    pub(crate) fn connect_service(&self) -> Option<&str> {
+        self.connect_destination()
+            .or_else(|| self.connect_native.then_some(self.service.as_str()))
+    }
+
     /// The topic keys whose subscribers see this instance.
     fn topic_keys(&self) -> Vec<TopicKey> {
         let mut keys = vec![TopicKey::new(Topic::ServiceHealth, &self.service)];
-        if let Some(dest) = self.connect_destination() {
+        if let Some(dest) = self.connect_service() {
             keys.push(TopicKey::new(Topic::ServiceHealthConnect, dest));
         }
         keys
@@ -209,6 +219,24 @@ impl Store {
         self.nodes.get(&key.0)?.services.get(&key.1)
     }
 
+    /// The mesh endpoints of service `name` (its proxies and Connect-native
+    /// instances), in (node, id) order.
+    pub(crate) fn connect_instances(&self, name: &str) -> impl Iterator<Item = &InstanceKey> {
+        self.by_connect.get(name).into_iter().flatten()
+    }
+
+    /// A receiver of every event published on `key` from now on, without a
+    /// snapshot (the xDS server wakes on them).
+    pub(crate) fn watch(&mut self, key: &TopicKey) -> broadcast::Receiver<Bytes> {
+        let cap = self.topic_buffer;
+        self.topics
+            .entry(key.clone())
+            .or_default()
+            .tx
+            .get_or_insert_with(|| broadcast::channel(cap).0)
+            .subscribe()
+    }
+
     /// Instances registered under service `name`, in (node, id) order.
     pub(crate) fn instances(&self, name: &str) -> impl Iterator<Item = &InstanceKey> {
         self.by_name.get(name).into_iter().flatten()
@@ -240,7 +268,7 @@ impl Store {
             .entry(def.service.clone())
             .or_default()
             .insert(key.clone());
-        if let Some(dest) = def.connect_destination() {
+        if let Some(dest) = def.connect_service() {
             self.by_connect
                 .entry(dest.to_owned())
                 .or_default()
@@ -258,7 +286,7 @@ impl Store {
             }
         }
         remove(&mut self.by_name, &def.service, key);
-        if let Some(dest) = def.connect_destination() {
+        if let Some(dest) = def.connect_service() {
             remove(&mut self.by_connect, dest, key);
         }
     }

@@ -45,6 +45,8 @@ pub(super) struct ServiceBody {
     pub(super) meta: BTreeMap<String, String>,
     #[serde(rename = "Proxy")]
     pub(super) proxy: Option<Value>,
+    #[serde(rename = "Connect")]
+    pub(super) connect: Option<Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -125,6 +127,12 @@ pub(super) fn service_def(b: ServiceBody) -> Result<ServiceDef, WriteError> {
         port: b.port,
         meta: b.meta,
         proxy: b.proxy.filter(|p| !p.is_null()),
+        connect_native: b
+            .connect
+            .as_ref()
+            .and_then(|c| c.get("Native"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
     })
 }
 

@@ -1,0 +1,208 @@
+//! Helpers of the dataplane integration tests: the embedded Consul target
+//! (HTTP API and public gRPC port) on 127.0.0.1:0, configs, metrics, and a
+//! raw Delta ADS stream for protocol tests.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use agent_sim_consul::conn::{Dialer, Port, RpcConn};
+use agent_sim_consul::http::HttpApi;
+use agent_sim_dataplane::codec::{ADS_PATH, AdsCodec, Outbox};
+use agent_sim_dataplane::xds;
+use agent_sim_dataplane::{DataplaneConfig, metrics_spec};
+use agent_sim_metrics::Metrics;
+use agent_sim_server::consul::{
+    ConsulState, ConsulTargetConfig, serve_grpc, serve_http, serve_rpc,
+};
+use bytes::Bytes;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse,
+};
+use futures_util::StreamExt;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub struct Target {
+    pub state: ConsulState,
+    pub rpc: SocketAddr,
+    pub http: SocketAddr,
+    pub grpc: SocketAddr,
+    pub stop: CancellationToken,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Target {
+    pub fn api(&self) -> HttpApi {
+        HttpApi::new(self.http, None, "").unwrap()
+    }
+
+    /// The node names in the catalog.
+    pub async fn nodes(&self) -> Vec<String> {
+        let b = self
+            .api()
+            .call(http::Method::GET, "/v1/catalog/nodes", Bytes::new())
+            .await
+            .unwrap();
+        let v: Vec<serde_json::Value> = serde_json::from_slice(&b).unwrap();
+        let mut n: Vec<String> = v
+            .iter()
+            .map(|n| n["Node"].as_str().unwrap().to_owned())
+            .collect();
+        n.sort();
+        n
+    }
+
+    pub async fn put(&self, path: &str, body: serde_json::Value) {
+        self.api()
+            .put(path, Bytes::from(body.to_string()))
+            .await
+            .unwrap();
+    }
+}
+
+pub async fn start_with(cfg: ConsulTargetConfig) -> Target {
+    let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
+    let (r, h, g) = (bind().await, bind().await, bind().await);
+    let state = ConsulState::new(cfg);
+    let stop = CancellationToken::new();
+    let t = Target {
+        rpc: r.local_addr().unwrap(),
+        http: h.local_addr().unwrap(),
+        grpc: g.local_addr().unwrap(),
+        state: state.clone(),
+        stop: stop.clone(),
+    };
+    tokio::spawn(serve_rpc(r, state.clone(), stop.clone()));
+    tokio::spawn(serve_http(h, state.clone(), stop.clone()));
+    tokio::spawn(serve_grpc(g, state, stop));
+    t
+}
+
+pub async fn start() -> Target {
+    start_with(ConsulTargetConfig::default()).await
+}
+
+pub fn config(t: &Target) -> DataplaneConfig {
+    DataplaneConfig {
+        targets: vec![t.grpc.to_string()],
+        http_target: t.http.to_string(),
+        ..DataplaneConfig::default()
+    }
+}
+
+pub fn metrics() -> Metrics {
+    Metrics::new(
+        &metrics_spec()
+            .merge(&agent_sim_consul::metrics_spec())
+            .merge(&agent_sim_fleet::metrics_spec()),
+        4,
+    )
+}
+
+/// Registers node `node` (10.0.0.`n`) with service `svc` instance `id` and
+/// its connect proxy `<id>-sidecar-proxy` on port 21000 with `upstreams`.
+pub async fn register_proxy(
+    t: &Target,
+    node: &str,
+    n: u8,
+    svc: &str,
+    id: &str,
+    upstreams: &[&str],
+) {
+    let ups: Vec<_> = upstreams
+        .iter()
+        .map(|u| serde_json::json!({"DestinationName": u, "LocalBindPort": 9191}))
+        .collect();
+    let addr = format!("10.0.0.{n}");
+    t.put(
+        "/v1/catalog/register",
+        serde_json::json!({"Node": node, "Address": addr,
+            "Service": {"ID": id, "Service": svc, "Port": 8080}}),
+    )
+    .await;
+    t.put(
+        "/v1/catalog/register",
+        serde_json::json!({"Node": node, "Address": addr,
+            "Service": {"ID": format!("{id}-sidecar-proxy"), "Service": format!("{svc}-sidecar-proxy"),
+                "Kind": "connect-proxy", "Port": 21000,
+                "Proxy": {"DestinationServiceName": svc, "DestinationServiceID": id,
+                          "LocalServicePort": 8080, "Upstreams": ups}}}),
+    )
+    .await;
+}
+
+/// A raw Delta ADS stream: send requests, read responses.
+pub struct RawAds {
+    pub outbox: Outbox,
+    pub inbound: tonic::codec::Streaming<DeltaDiscoveryResponse>,
+    _driver: tokio::task::JoinHandle<()>,
+}
+
+impl RawAds {
+    /// Opens a stream to `addr` whose first request is `first`.
+    pub async fn open(
+        addr: SocketAddr,
+        first: DeltaDiscoveryRequest,
+    ) -> Result<RawAds, tonic::Status> {
+        let d = Dialer::for_port(
+            Port::Grpc,
+            addr,
+            "127.0.0.1",
+            None,
+            Duration::from_secs(30),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let RpcConn {
+            mut grpc, driver, ..
+        } = d
+            .connect(None)
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.detail))?;
+        let driver = tokio::spawn(async move {
+            let _ = driver.await;
+        });
+        let (outbox, body) = Outbox::new();
+        outbox.push(xds::encode(&first));
+        grpc.ready().await.unwrap();
+        let r = grpc
+            .streaming(
+                tonic::Request::new(body),
+                http::uri::PathAndQuery::from_static(ADS_PATH),
+                AdsCodec,
+            )
+            .await?;
+        Ok(RawAds {
+            outbox,
+            inbound: r.into_inner(),
+            _driver: driver,
+        })
+    }
+
+    pub fn send(&self, r: &DeltaDiscoveryRequest) {
+        self.outbox.push(xds::encode(r));
+    }
+
+    /// The next response (panics after `within` or on a stream error).
+    pub async fn next(&mut self, within: Duration) -> DeltaDiscoveryResponse {
+        tokio::time::timeout(within, self.inbound.next())
+            .await
+            .expect("a response in time")
+            .expect("stream open")
+            .expect("a response, not an error")
+    }
+
+    /// Whether a response arrives within `within`.
+    pub async fn quiet_for(&mut self, within: Duration) -> bool {
+        tokio::time::timeout(within, self.inbound.next())
+            .await
+            .is_err()
+    }
+}
