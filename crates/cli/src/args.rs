@@ -94,6 +94,18 @@ pub struct ServeArgs {
     /// Consul HTTP API address (catalog, txn, sessions), e.g. 127.0.0.1:8500.
     #[arg(long = "consul-http", value_name = "ADDR")]
     pub consul_http: Option<SocketAddr>,
+    /// Consul public gRPC port (dataplanes: bootstrap params, WatchServers,
+    /// Delta xDS), e.g. 127.0.0.1:8502; with --consul-rpc and --consul-http.
+    #[arg(long = "consul-grpc", value_name = "ADDR")]
+    pub consul_grpc: Option<SocketAddr>,
+    /// Consul: how long the xDS server waits after a catalog change before
+    /// it rebuilds a proxy's resources (Consul coalesces for 200ms).
+    #[arg(long, value_name = "DURATION", default_value = "200ms")]
+    pub xds_coalesce: Secs,
+    /// Consul: most xDS streams at once; more are refused RESOURCE_EXHAUSTED
+    /// (0 = no cap).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub xds_max_streams: usize,
     /// Set SO_REUSEPORT so several serve processes share the ports.
     #[arg(long)]
     pub reuse_port: bool,
@@ -157,7 +169,7 @@ pub struct RunArgs {
     /// TOML file with the same keys as the flags (kebab-case); flags win.
     #[arg(long, value_name = "FILE", env = "AGENT_SIM_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Agent protocol: sensu or consul.
+    /// Agent protocol: sensu, consul or consul-dataplane.
     #[arg(long, value_name = "KIND", env = "AGENT_SIM_KIND")]
     pub kind: Option<Kind>,
     /// Number of agents (across all shards).
@@ -326,6 +338,23 @@ pub struct RunArgs {
     /// intentions entry it did not create is never touched).
     #[arg(long, value_name = "NAME", help_heading = "Consul")]
     pub probe_service: Option<String>,
+
+    // --- Consul dataplane ---
+    /// Dataplane: take over existing proxies instead of registering, by
+    /// proxy service ID pattern (e.g. 'web-sidecar-proxy-{i}'); with
+    /// --adopt-node. Adopting registers and removes nothing.
+    #[arg(long, value_name = "PATTERN", help_heading = "Consul dataplane")]
+    pub adopt: Option<String>,
+    /// Dataplane: the catalog node of each adopted proxy (e.g. 'node-{i}').
+    #[arg(long, value_name = "PATTERN", help_heading = "Consul dataplane")]
+    pub adopt_node: Option<String>,
+    /// Dataplane: hold a WatchServers stream per sidecar, as consul-dataplane does.
+    #[arg(long, help_heading = "Consul dataplane", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub watch_servers: Option<bool>,
+    /// Dataplane: Envoy version the sidecars announce (node.user_agent_build_version),
+    /// or `off` to send none.
+    #[arg(long, value_name = "VERSION", help_heading = "Consul dataplane")]
+    pub envoy_version: Option<Toggle<String>>,
 
     /// Check schedule of the embedded Sensu target (demo mode only).
     #[arg(long, value_name = "DURATION", hide = true)]

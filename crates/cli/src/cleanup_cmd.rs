@@ -19,12 +19,23 @@ pub fn plan(args: &CleanupArgs) -> Result<agent_sim_consul::ConsulConfig, UsageE
     let cfg = config::resolve(args.run.clone(), &|k| std::env::var(k).ok())?;
     let mut consul = cfg.fleets.into_iter().filter_map(|f| match f.protocol {
         Protocol::Consul(c) => Some(c),
+        // Sidecars' nodes carry the same prefix and meta: one cleanup.
+        Protocol::Dataplane(d) => Some(agent_sim_consul::ConsulConfig {
+            rpc_targets: d.targets.clone(),
+            http_target: d.http_target(),
+            token: d.token.clone(),
+            name_prefix: d.name_prefix.clone(),
+            datacenter: d.datacenter.clone(),
+            tls: d.tls.clone(),
+            ..agent_sim_consul::ConsulConfig::default()
+        }),
         Protocol::Sensu(_) => None,
     });
     match (consul.next(), consul.next()) {
         (Some(c), None) => Ok(c),
         (None, _) => Err(UsageError(
-            "--kind: cleanup removes what Consul runs left (--kind consul)".into(),
+            "--kind: cleanup removes what Consul runs left (--kind consul or consul-dataplane)"
+                .into(),
         )),
         (Some(_), Some(_)) => Err(UsageError(
             "--config: cleanup takes one Consul fleet at a time".into(),

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use agent_sim_consul::{ConsulConfig, ConsulTls, ProbeKind};
+use agent_sim_dataplane::{Adopt, DataplaneConfig};
 use agent_sim_fleet::{Backoff, FleetConfig};
 use agent_sim_metrics::assert::Assertion;
 use agent_sim_sensu::SensuConfig;
@@ -60,14 +61,17 @@ pub enum Protocol {
     Sensu(SensuConfig),
     /// Consul client agents.
     Consul(ConsulConfig),
+    /// Consul dataplane sidecars.
+    Dataplane(DataplaneConfig),
 }
 
 impl Protocol {
-    /// `sensu` or `consul`.
+    /// `sensu`, `consul` or `consul-dataplane`.
     pub fn kind(&self) -> &'static str {
         match self {
             Protocol::Sensu(_) => "sensu",
             Protocol::Consul(_) => "consul",
+            Protocol::Dataplane(_) => agent_sim_dataplane::KIND,
         }
     }
 }
@@ -119,7 +123,7 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
-    /// `sensu`, `consul` or `mixed`.
+    /// `sensu`, `consul`, `consul-dataplane` or `mixed`.
     pub fn kind(&self) -> &'static str {
         let first = self.fleets[0].protocol.kind();
         if self.fleets.iter().all(|f| f.protocol.kind() == first) {
@@ -149,7 +153,7 @@ macro_rules! with_run_args_fields {
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
                 anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service,
                 embedded_check_interval, hlog_interval, metrics_addr, shard, seed, quiet,
-                progress_every;
+                progress_every, adopt, adopt_node, watch_servers, envoy_version;
             paths: config, ca_file, cert_file, key_file, summary, hlog;
             vecs: targets, source_addrs, asserts
         )
@@ -228,6 +232,12 @@ pub fn defaults() -> RunArgs {
         // catalog unless told otherwise.
         probe: Some(Toggle::On(ProbeKind::Catalog)),
         probe_every: Some(Secs(consul.probe.every)),
+        watch_servers: Some(DataplaneConfig::default().watch_servers),
+        envoy_version: Some(
+            DataplaneConfig::default()
+                .envoy_version
+                .map_or(Toggle::Off, Toggle::On),
+        ),
         embedded_check_interval: Some(Secs(DEFAULT_EMBEDDED_CHECK_INTERVAL)),
         hlog_interval: Some(Secs(DEFAULT_REPORT_INTERVAL)),
         quiet: Some(false),
@@ -360,6 +370,13 @@ fn consul_refused(e: agent_sim_consul::ConsulError) -> UsageError {
     }
 }
 
+fn dataplane_refused(e: agent_sim_dataplane::DataplaneError) -> UsageError {
+    match e {
+        agent_sim_dataplane::DataplaneError::Invalid { field, reason } => refused(field, &reason),
+        e => UsageError(e.to_string()),
+    }
+}
+
 /// Resolves the CLI layer (flags+env) and the optional config file into a [`RunConfig`].
 pub fn resolve(
     cli: RunArgs,
@@ -488,7 +505,23 @@ fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageEr
             c.validate().map_err(consul_refused)?;
             Protocol::Consul(c)
         }
+        Kind::ConsulDataplane => {
+            let c = dataplane_config(a, shard);
+            c.validate().map_err(dataplane_refused)?;
+            Protocol::Dataplane(c)
+        }
     };
+    if !matches!(a.kind.unwrap_or_default(), Kind::ConsulDataplane)
+        && let Some(flag) = [
+            (a.adopt.is_some(), "--adopt"),
+            (a.adopt_node.is_some(), "--adopt-node"),
+            (a.watch_servers == Some(true), "--watch-servers"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag))
+    {
+        return usage(format!("{flag}: only --kind consul-dataplane reads it"));
+    }
     Ok(FleetPlan {
         protocol,
         fleet,
@@ -533,6 +566,39 @@ fn sensu_config(a: &RunArgs) -> SensuConfig {
     c.cert_file = a.cert_file.clone();
     c.key_file = a.key_file.clone();
     c
+}
+
+/// Maps the flags onto [`DataplaneConfig`] (its `validate` holds the rules):
+/// the Consul flags it shares (targets are the gRPC ports), and its own.
+fn dataplane_config(a: &RunArgs, shard: Option<Shard>) -> DataplaneConfig {
+    let c = consul_config(a, shard);
+    let mut d = DataplaneConfig {
+        http_target: c.http_target,
+        token: c.token,
+        name_prefix: c.name_prefix,
+        service_name: c.service_name,
+        keep_registrations: c.keep_registrations,
+        probe: c.probe,
+        tls: c.tls,
+        ..DataplaneConfig::default()
+    };
+    if !a.targets.is_empty() {
+        d.targets = a.targets.iter().map(|t| t.trim().to_string()).collect();
+    }
+    if let Some(l) = &a.upstreams {
+        d.upstreams = l.0.clone();
+    }
+    if a.adopt.is_some() || a.adopt_node.is_some() {
+        d.adopt = Some(Adopt {
+            proxy_id: a.adopt.clone().unwrap_or_default(),
+            node: a.adopt_node.clone().unwrap_or_default(),
+        });
+    }
+    set!(d.watch_servers, a.watch_servers);
+    if let Some(v) = &a.envoy_version {
+        d.envoy_version = v.clone().into_option();
+    }
+    d
 }
 
 /// Maps the flags onto [`ConsulConfig`] (its `validate` holds the rules).

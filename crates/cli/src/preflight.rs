@@ -56,6 +56,7 @@ pub fn check(cfg: &RunConfig, limits: Limits) -> Result<Preflight, UsageError> {
         let (per_agent, targets, extra) = match &plan.protocol {
             Protocol::Sensu(s) => (1, s.targets.len().max(1) as u64, 0),
             Protocol::Consul(c) => (1, c.rpc_targets.len().max(1) as u64, CONSUL_HTTP_POOL),
+            Protocol::Dataplane(c) => (1, c.targets.len().max(1) as u64, CONSUL_HTTP_POOL),
         };
         let client = agents * per_agent + extra;
         // The in-process target holds the other end of every connection.

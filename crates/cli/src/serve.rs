@@ -29,6 +29,16 @@ pub fn plan(a: &ServeArgs) -> Result<ServePlan, UsageError> {
                 .into(),
         ));
     }
+    if a.consul_grpc.is_some() && a.consul_http.is_none() {
+        return Err(UsageError(
+            "serve: --consul-grpc needs --consul-rpc and --consul-http (sidecars register \
+             through the HTTP API)"
+                .into(),
+        ));
+    }
+    if a.xds_coalesce.0 > Duration::from_secs(60) {
+        return Err(UsageError("--xds-coalesce must be at most 60s".into()));
+    }
     if a.consul_rpc.is_some() != a.consul_http.is_some() {
         return Err(UsageError(
             "serve: --consul-rpc and --consul-http go together (agents use both)".into(),
@@ -96,6 +106,8 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
             tls: p.consul_tls.clone(),
             rpc_max_conns_per_client: a.rpc_max_conns_per_client,
             acl_tokens: (!a.acl_tokens.is_empty()).then(|| a.acl_tokens.clone()),
+            xds_coalesce: a.xds_coalesce.0,
+            xds_max_streams: a.xds_max_streams,
             ..ConsulTargetConfig::default()
         });
         consul_state = Some(state.clone());
@@ -114,9 +126,23 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
             hl.local_addr()?
         );
         let (t1, t2, s2) = (shutdown.clone(), shutdown.clone(), state.clone());
+        let s1 = state.clone();
         tasks.push(tokio::spawn(async move {
-            agent_sim_server::consul::serve_rpc(rl, state, t1).await
+            agent_sim_server::consul::serve_rpc(rl, s1, t1).await
         }));
+        if let Some(grpc) = a.consul_grpc {
+            let gl = agent_sim_server::listen::bind(grpc, a.reuse_port)
+                .map_err(|e| anyhow::anyhow!("--consul-grpc {grpc}: {e}"))?;
+            eprintln!(
+                "agent-sim serve: consul grpc (dataplane, delta xDS; coalescing {:?}) on {}",
+                a.xds_coalesce.0,
+                gl.local_addr()?
+            );
+            let (t3, s3) = (shutdown.clone(), state.clone());
+            tasks.push(tokio::spawn(async move {
+                agent_sim_server::consul::serve_grpc(gl, s3, t3).await
+            }));
+        }
         tasks.push(tokio::spawn(async move {
             agent_sim_server::consul::serve_http(hl, s2, t2).await
         }));

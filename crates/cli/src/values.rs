@@ -221,6 +221,8 @@ pub enum Kind {
     Sensu,
     /// Consul client agents (gRPC Subscribe, catalog, sessions).
     Consul,
+    /// Consul dataplane sidecars (Envoy Delta xDS on the gRPC port).
+    ConsulDataplane,
 }
 
 impl FromStr for Kind {
@@ -229,7 +231,8 @@ impl FromStr for Kind {
         match s.trim() {
             "sensu" => Ok(Kind::Sensu),
             "consul" => Ok(Kind::Consul),
-            o => Err(format!("{o:?}: expected sensu or consul")),
+            "consul-dataplane" => Ok(Kind::ConsulDataplane),
+            o => Err(format!("{o:?}: expected sensu, consul or consul-dataplane")),
         }
     }
 }
@@ -239,6 +242,7 @@ impl fmt::Display for Kind {
         f.write_str(match self {
             Kind::Sensu => "sensu",
             Kind::Consul => "consul",
+            Kind::ConsulDataplane => "consul-dataplane",
         })
     }
 }

@@ -24,6 +24,7 @@ fn targets_of(plan: &FleetPlan) -> Vec<String> {
     match &plan.protocol {
         Protocol::Sensu(s) => s.targets.clone(),
         Protocol::Consul(c) => c.rpc_targets.clone(),
+        Protocol::Dataplane(c) => c.targets.clone(),
     }
 }
 
@@ -67,11 +68,12 @@ fn add_up<'a>(
 /// outcome is left for [`super::outcome`] to decide.
 pub(super) fn summary(f: Finished<'_>) -> Summary {
     f.metrics.collect();
-    if f.cfg
-        .fleets
-        .iter()
-        .any(|p| matches!(p.protocol, crate::config::Protocol::Consul(_)))
-    {
+    if f.cfg.fleets.iter().any(|p| {
+        matches!(
+            p.protocol,
+            crate::config::Protocol::Consul(_) | crate::config::Protocol::Dataplane(_)
+        )
+    }) {
         agent_sim_consul::check_overhead(f.metrics);
     }
     let snap = f.metrics.snapshot();

@@ -20,6 +20,9 @@ pub(super) struct Embedded {
     tasks: Vec<JoinHandle<()>>,
     sensu_stats: Option<Arc<SensuTargetStats>>,
     consul_state: Option<ConsulState>,
+    /// The embedded Consul's HTTP API and public gRPC port, once started.
+    consul_http: Option<SocketAddr>,
+    consul_grpc: Option<SocketAddr>,
 }
 
 pub(super) async fn start(cfg: &mut RunConfig) -> Result<Embedded, RunError> {
@@ -29,6 +32,8 @@ pub(super) async fn start(cfg: &mut RunConfig) -> Result<Embedded, RunError> {
         tasks: Vec::new(),
         sensu_stats: None,
         consul_state: None,
+        consul_http: None,
+        consul_grpc: None,
     };
     let local: SocketAddr = ([127, 0, 0, 1], 0).into();
     let cfg_check_interval = cfg.embedded_check_interval;
@@ -87,6 +92,39 @@ pub(super) async fn start(cfg: &mut RunConfig) -> Result<Embedded, RunError> {
                 }));
                 c.rpc_targets = vec![rpc_addr.to_string()];
                 c.http_target = http_addr.to_string();
+                emb.consul_http.get_or_insert(http_addr);
+            }
+            Protocol::Dataplane(d) => {
+                let state = emb
+                    .consul_state
+                    .get_or_insert_with(|| ConsulState::new(ConsulTargetConfig::default()))
+                    .clone();
+                if emb.consul_http.is_none() {
+                    let http = bind("consul http")?;
+                    emb.consul_http =
+                        Some(http.local_addr().map_err(|e| RunError::Io(e.to_string()))?);
+                    let (t, s) = (token.clone(), state.clone());
+                    emb.tasks.push(tokio::spawn(async move {
+                        if let Err(e) = agent_sim_server::consul::serve_http(http, s, t).await {
+                            eprintln!("agent-sim: embedded consul http target: {e}");
+                        }
+                    }));
+                }
+                if emb.consul_grpc.is_none() {
+                    let grpc = bind("consul grpc")?;
+                    emb.consul_grpc =
+                        Some(grpc.local_addr().map_err(|e| RunError::Io(e.to_string()))?);
+                    let t = token.clone();
+                    emb.tasks.push(tokio::spawn(async move {
+                        if let Err(e) = agent_sim_server::consul::serve_grpc(grpc, state, t).await {
+                            eprintln!("agent-sim: embedded consul grpc target: {e}");
+                        }
+                    }));
+                }
+                if let (Some(h), Some(g)) = (emb.consul_http, emb.consul_grpc) {
+                    d.targets = vec![g.to_string()];
+                    d.http_target = h.to_string();
+                }
             }
         }
     }

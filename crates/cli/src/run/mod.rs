@@ -16,7 +16,8 @@ mod reporter;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use agent_sim_consul::ConsulFactory;
+use agent_sim_consul::{ConsulFactory, ProbeRunner};
+use agent_sim_dataplane::DataplaneFactory;
 use agent_sim_fleet::{FleetReport, FleetStatus};
 use agent_sim_metrics::assert::{Verdict, evaluate};
 use agent_sim_metrics::hlog::HlogWriter;
@@ -99,6 +100,13 @@ fn metrics_spec(cfg: &RunConfig) -> MetricsSpec {
     {
         spec = spec.merge(&agent_sim_consul::metrics_spec());
     }
+    if cfg
+        .fleets
+        .iter()
+        .any(|f| matches!(f.protocol, Protocol::Dataplane(_)))
+    {
+        spec = spec.merge(&agent_sim_dataplane::metrics_spec());
+    }
     spec
 }
 
@@ -106,6 +114,7 @@ fn metrics_spec(cfg: &RunConfig) -> MetricsSpec {
 enum Built {
     Sensu(Arc<SensuFactory>),
     Consul(Arc<ConsulFactory>),
+    Dataplane(Arc<DataplaneFactory>),
 }
 
 fn build_factories(cfg: &RunConfig, metrics: &Metrics) -> Result<Vec<Built>, RunError> {
@@ -119,6 +128,9 @@ fn build_factories(cfg: &RunConfig, metrics: &Metrics) -> Result<Vec<Built>, Run
                 )),
                 Protocol::Consul(c) => Built::Consul(Arc::new(
                     ConsulFactory::new(c.clone(), metrics.clone()).map_err(|e| setup(&e))?,
+                )),
+                Protocol::Dataplane(c) => Built::Dataplane(Arc::new(
+                    DataplaneFactory::new(c.clone(), metrics.clone()).map_err(|e| setup(&e))?,
                 )),
             })
         })
@@ -159,6 +171,29 @@ async fn serve_metrics(
     }))
 }
 
+/// The probe runners of a run: one per probed service. A dataplane fleet
+/// probing the same service as another fleet hands its board to that
+/// fleet's runner, so one change is timed at Subscribe agents and sidecars
+/// alike (a probe summary per fleet).
+fn probe_runners(built: &[Built]) -> Vec<ProbeRunner> {
+    let mut runners: Vec<ProbeRunner> = built
+        .iter()
+        .filter_map(|b| match b {
+            Built::Consul(f) => f.probe_runner(),
+            _ => None,
+        })
+        .collect();
+    for b in built {
+        if let Built::Dataplane(f) = b
+            && !runners.iter_mut().any(|r| f.attach_to(r))
+            && let Some(r) = f.probe_runner()
+        {
+            runners.push(r);
+        }
+    }
+    runners
+}
+
 /// Runs every fleet (and the probe runners or observers of Consul fleets)
 /// until `end`, and returns the fleets' reports and the probes.
 async fn run_fleets(
@@ -170,6 +205,10 @@ async fn run_fleets(
 ) -> (Vec<FleetReport>, Vec<ProbeSummary>) {
     let mut fleet_tasks: tokio::task::JoinSet<FleetReport> = tokio::task::JoinSet::new();
     let mut probe_tasks: Vec<JoinHandle<Vec<ProbeSummary>>> = Vec::new();
+    for runner in probe_runners(&built) {
+        let t = end.clone();
+        probe_tasks.push(tokio::spawn(async move { runner.run(t).await }));
+    }
     for ((plan, b), status) in cfg.fleets.iter().zip(built).zip(statuses) {
         let mut fc = plan.fleet.clone();
         fc.duration = None;
@@ -179,11 +218,11 @@ async fn run_fleets(
             Built::Sensu(f) => {
                 fleet_tasks.spawn(agent_sim_fleet::run(fc, f, m, s, t));
             }
+            Built::Dataplane(f) => {
+                fleet_tasks.spawn(agent_sim_fleet::run(fc, f, m, s, t));
+            }
             Built::Consul(f) => {
-                if let Some(runner) = f.probe_runner() {
-                    let t = end.clone();
-                    probe_tasks.push(tokio::spawn(async move { runner.run(t).await }));
-                } else if let Some(observer) = f.probe_observer() {
+                if let Some(observer) = f.probe_observer() {
                     // Another shard makes the changes; this one reports what
                     // its agents saw, by change id, for `report merge`.
                     probe_tasks.push(tokio::spawn(observer.run(end.clone())));
@@ -234,6 +273,7 @@ pub async fn execute(
         match &plan.protocol {
             Protocol::Sensu(s) => metrics.add_secret(&s.password),
             Protocol::Consul(c) => metrics.add_secret(c.token.as_deref().unwrap_or_default()),
+            Protocol::Dataplane(c) => metrics.add_secret(c.token.as_deref().unwrap_or_default()),
         }
     }
     let built = build_factories(&cfg, &metrics)?;
