@@ -48,7 +48,7 @@ async fn sidecars_time_the_probe_at_their_eds_updates_and_leave_the_catalog() {
     let target = outcome.embedded_consul.expect("embedded target");
     assert_eq!(target.xds_streams, 50);
     assert_eq!(target.xds_nacks, 0);
-    // The summary file carries the probes. `fleet`.
+    // The summary file carries the probes' `fleet`.
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&summary_path).unwrap()).unwrap();
     assert_eq!(json["probes"][0]["fleet"], "consul-dataplane");

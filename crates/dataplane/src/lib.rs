@@ -152,8 +152,9 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
         },
         K {
             kind: "envoy_version_unsupported",
-            hint: "the server refused the Envoy version the sidecars announce: set \
-                   --envoy-version to one this Consul supports (1.20: 1.26.8 .. 1.29.x)",
+            hint: "the server refused the Envoy version the sidecars announce (Consul 1.20: \
+                   'Envoy 1.20.0 is too old and is not supported by Consul'; it refuses versions \
+                   older than it supports, newer ones pass): set --envoy-version",
             heals: false,
         },
         K {

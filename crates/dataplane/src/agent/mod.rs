@@ -300,9 +300,28 @@ impl DataplaneAgent {
     }
 
     /// The txn ops of this sidecar's registration: node (with the run's
-    /// meta), the service instance with a passing check, its connect-proxy
-    /// with the upstreams (the probe service among them).
+    /// meta) and the service instance with a passing check.
     fn registration_ops(&self) -> Vec<String> {
+        let sh = &self.shared;
+        let address = node_address(self.index);
+        http::registration_ops(&Registration {
+            node: &self.node,
+            address: &address,
+            index: self.index,
+            service: &sh.cfg.service_name,
+            instances: 1,
+            sidecars: false,
+            upstreams: &[],
+            prefix: &sh.cfg.name_prefix,
+        })
+    }
+
+    /// `PUT /v1/catalog/register` body of this sidecar's connect-proxy with
+    /// its upstreams (the probe service among them). Not a txn op: Consul
+    /// 1.20's `/v1/txn` keeps a proxy's destination but drops its
+    /// `Upstreams` (seen on a real server), and without upstreams a proxy
+    /// gets no clusters to watch.
+    fn proxy_body(&self) -> String {
         let sh = &self.shared;
         let mut upstreams: Vec<String> =
             sh.upstreams.iter().map(|p| p.expand(self.index)).collect();
@@ -311,17 +330,21 @@ impl DataplaneAgent {
         {
             upstreams.push(p.clone());
         }
-        let address = node_address(self.index);
-        http::registration_ops(&Registration {
-            node: &self.node,
-            address: &address,
-            index: self.index,
-            service: &sh.cfg.service_name,
-            instances: 1,
-            sidecars: true,
-            upstreams: &upstreams,
-            prefix: &sh.cfg.name_prefix,
-        })
+        let ups: Vec<_> = upstreams
+            .iter()
+            .enumerate()
+            .map(|(j, u)| serde_json::json!({"DestinationName": u, "LocalBindPort": 9191 + j}))
+            .collect();
+        let service = &sh.cfg.service_name;
+        let id = http::instance_id(service, self.index, 0);
+        serde_json::json!({"Node": &*self.node, "Address": node_address(self.index),
+            "SkipNodeUpdate": true,
+            "Service": {"ID": &*self.proxy_id, "Service": format!("{service}-sidecar-proxy"),
+                "Kind": "connect-proxy", "Port": 21000, "Address": node_address(self.index),
+                "Proxy": {"DestinationServiceName": service, "DestinationServiceID": id,
+                          "LocalServiceAddress": "127.0.0.1", "LocalServicePort": 8080,
+                          "Upstreams": ups}}})
+        .to_string()
     }
 
     async fn finish_inner(&mut self) {

@@ -105,7 +105,10 @@ pub(crate) fn status_kind(s: &Status) -> &'static str {
     match s.code() {
         Code::ResourceExhausted => "xds_stream_cap",
         Code::NotFound => "proxy_not_found",
-        Code::InvalidArgument if msg.contains("version") => "envoy_version_unsupported",
+        // Consul 1.20: "Envoy 1.20.0 is too old and is not supported by Consul".
+        Code::InvalidArgument if msg.contains("not supported by Consul") => {
+            "envoy_version_unsupported"
+        }
         Code::InvalidArgument => "xds_invalid_request",
         _ => chttp::cause_kind(msg).unwrap_or_else(|| conn::status_kind(s.code())),
     }
@@ -132,8 +135,17 @@ impl DataplaneAgent {
         if !self.adopting() && !self.registered {
             self.maybe_registered = true;
             let ops = TxnOps::new(self.registration_ops());
+            let body = bytes::Bytes::from(self.proxy_body());
+            let register = async {
+                sh.batcher().submit(ops).await?;
+                sh.http
+                    .put("/v1/catalog/register", body)
+                    .await
+                    .map(|_| ())
+                    .map_err(chttp::Refusal::from)
+            };
             let r = tokio::select! {
-                r = sh.batcher().submit(ops) => r,
+                r = register => r,
                 _ = cx.cancel.cancelled() => return SessionEnd::Shutdown,
             };
             match r {
@@ -457,4 +469,34 @@ impl DataplaneAgent {
 /// Whether a status came from the server rather than a broken transport.
 fn answered_status(s: &Status) -> bool {
     !matches!(s.code(), Code::Unavailable | Code::Cancelled) && !s.message().contains("transport")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_get_kinds_from_consuls_words() {
+        let k = |c, m: &str| status_kind(&Status::new(c, m));
+        assert_eq!(
+            k(
+                Code::InvalidArgument,
+                "Envoy 1.20.0 is too old and is not supported by Consul"
+            ),
+            "envoy_version_unsupported"
+        );
+        assert_eq!(
+            k(Code::InvalidArgument, "type URL is required for ADS"),
+            "xds_invalid_request"
+        );
+        assert_eq!(k(Code::NotFound, "Service not found"), "proxy_not_found");
+        assert_eq!(
+            k(
+                Code::ResourceExhausted,
+                "this server has too many xDS streams open, please try another"
+            ),
+            "xds_stream_cap"
+        );
+        assert_eq!(k(Code::Unauthenticated, "ACL not found"), "acl_not_found");
+    }
 }

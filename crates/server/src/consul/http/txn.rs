@@ -92,7 +92,15 @@ pub(super) fn parse_op(body: TxnOpBody) -> Result<Op, String> {
         let node = s.node;
         return match s.verb.as_str() {
             "set" | "cas" => service_def(s.service)
-                .map(|d| Op::ServiceSet(node, d))
+                .map(|mut d| {
+                    // Consul 1.20's txn keeps a proxy's destination but not
+                    // its upstreams or config (seen on a real server).
+                    if let Some(serde_json::Value::Object(p)) = &mut d.proxy {
+                        p.remove("Upstreams");
+                        p.remove("Config");
+                    }
+                    Op::ServiceSet(node, d)
+                })
                 .map_err(|e| e.0),
             "get" => Ok(Op::ServiceGet(node, s.service.id)),
             "delete" | "delete-cas" => Ok(Op::ServiceDelete(node, s.service.id)),
