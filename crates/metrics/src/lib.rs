@@ -18,6 +18,8 @@
 //! - [`assert`](mod@assert): SLO assertions (`--assert 'connect.p99 < 1s'`) and verdicts.
 //! - [`prometheus`]: `/metrics` in the Prometheus text format, and its server.
 //! - [`schema`]: the JSON Schema of the summary and a validator for it.
+//! - [`timeline`]: the run over time (sessions, CPU, RSS, increments, latency
+//!   per interval), bounded however long the run.
 //!
 //! This crate knows no protocol: Sensu and Consul declare their own names.
 
@@ -29,6 +31,7 @@ pub mod prometheus;
 pub mod report;
 pub mod schema;
 pub mod summary;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
