@@ -12,6 +12,7 @@
 //!   interval histograms and a cumulative one.
 //! - [`summary`]: the serializable run summary and per-histogram percentiles.
 //! - [`report`]: the final table printed for people.
+//! - [`html`]: the report page: one self-contained HTML file with SVG charts.
 //! - [`process`]: peak RSS and CPU time of this process.
 //! - [`hlog`]: HdrHistogram interval logs (`--hlog PATH`), written and read.
 //! - [`merge`]: exact merge of summaries and hlogs from several processes.
@@ -25,6 +26,7 @@
 
 pub mod assert;
 pub mod hlog;
+pub mod html;
 pub mod merge;
 pub mod process;
 pub mod prometheus;
