@@ -8,7 +8,7 @@
 use hdrhistogram::Histogram;
 
 use super::svg::{Axis, Bar, Chart, Mark, Scale, Series, Unit};
-use crate::summary::TimelineSample;
+use crate::summary::{LatencySummary, TimelineSample};
 use crate::timeline::LatencyWindow;
 
 /// Most bars of an arrival histogram.
@@ -22,26 +22,25 @@ fn recorded(h: &Histogram<u64>) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// p50, p90, p99 and max of `h` as marks (none when empty).
-pub fn percentile_marks(h: &Histogram<u64>) -> Vec<Mark> {
-    if h.is_empty() {
+/// p50, p90, p99 and max as marks, the figures of the summary's tables
+/// (none when it has no samples).
+pub fn percentile_marks(l: &LatencySummary) -> Vec<Mark> {
+    if l.count == 0 {
         return Vec::new();
     }
     let us = |v: u64| super::svg::label(Unit::Micros, v as f64);
-    [("p50", 0.50), ("p90", 0.90), ("p99", 0.99)]
-        .iter()
-        .map(|(n, q)| {
-            let v = h.value_at_quantile(*q);
-            Mark {
-                x: v as f64,
-                label: format!("{n} {}", us(v)),
-            }
-        })
-        .chain(std::iter::once(Mark {
-            x: h.max() as f64,
-            label: format!("max {}", us(h.max())),
-        }))
-        .collect()
+    [
+        ("p50", l.p50),
+        ("p90", l.p90),
+        ("p99", l.p99),
+        ("max", l.max),
+    ]
+    .iter()
+    .map(|(n, v)| Mark {
+        x: *v as f64,
+        label: format!("{n} {}", us(*v)),
+    })
+    .collect()
 }
 
 /// The bars of a histogram of arrival times on a log axis: up to
@@ -84,7 +83,12 @@ pub fn log_bins(h: &Histogram<u64>) -> Vec<Bar> {
 }
 
 /// The histogram of a probe's arrival times over the fleet.
-pub fn arrival_histogram(title: &str, h: &Histogram<u64>, x_title: &str) -> Option<Chart> {
+pub fn arrival_histogram(
+    title: &str,
+    h: &Histogram<u64>,
+    figures: &LatencySummary,
+    x_title: &str,
+) -> Option<Chart> {
     let bars = log_bins(h);
     let top = bars.iter().map(|b| b.count).max()?;
     let lo = bars.first()?.lo;
@@ -103,7 +107,7 @@ pub fn arrival_histogram(title: &str, h: &Histogram<u64>, x_title: &str) -> Opti
         },
         series: Vec::new(),
         bars,
-        marks: percentile_marks(h),
+        marks: percentile_marks(figures),
         reference: None,
     })
 }
@@ -111,7 +115,13 @@ pub fn arrival_histogram(title: &str, h: &Histogram<u64>, x_title: &str) -> Opti
 /// The CDF of arrival times as a share of `expected` (its last point is at
 /// the largest arrival and `count / expected`, so what never arrived shows
 /// as the gap to 100 %).
-pub fn arrival_cdf(title: &str, h: &Histogram<u64>, expected: u64, x_title: &str) -> Option<Chart> {
+pub fn arrival_cdf(
+    title: &str,
+    h: &Histogram<u64>,
+    figures: &LatencySummary,
+    expected: u64,
+    x_title: &str,
+) -> Option<Chart> {
     let rec = recorded(h);
     let first = rec.first()?;
     let last = rec.last()?;
@@ -145,7 +155,7 @@ pub fn arrival_cdf(title: &str, h: &Histogram<u64>, expected: u64, x_title: &str
             steps: true,
         }],
         bars: Vec::new(),
-        marks: percentile_marks(h),
+        marks: percentile_marks(figures),
         reference: Some((1.0, format!("{expected} expected"))),
     })
 }
@@ -212,9 +222,14 @@ pub fn over_time(
         }
         u => (series, top, u),
     };
+    // Merged shards that started apart reach past the longest duration.
+    let end = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .fold(duration_s, f64::max);
     Some(Chart {
         title: title.to_string(),
-        x: run_time_axis(duration_s),
+        x: run_time_axis(end),
         y: Axis {
             scale: Scale::linear_from_zero(top),
             unit: y_unit,
@@ -310,7 +325,14 @@ mod tests {
     #[test]
     fn the_cdf_ends_at_the_largest_arrival_and_the_delivered_share() {
         let h = hist((1..=99u64).map(|i| i * 1_000));
-        let c = arrival_cdf("p", &h, 100, "after T0").unwrap();
+        let c = arrival_cdf(
+            "p",
+            &h,
+            &LatencySummary::from_histogram(&h),
+            100,
+            "after T0",
+        )
+        .unwrap();
         let pts = &c.series[0].points;
         assert_eq!(pts[0].1, 0.0);
         let last = pts.last().unwrap();

@@ -347,6 +347,7 @@ pub(super) fn probes(o: &mut String, s: &Summary) {
             arrival_histogram(
                 &format!("Probe #{}: arrivals by time", p.id),
                 &h,
+                &p.latency_us,
                 &format!("arrival time {zero}, log scale"),
             ),
             &format!(
@@ -359,6 +360,7 @@ pub(super) fn probes(o: &mut String, s: &Summary) {
             arrival_cdf(
                 &format!("Probe #{}: share of the fleet that has the change", p.id),
                 &h,
+                &p.latency_us,
                 p.expected,
                 &format!("time {zero}, log scale"),
             ),
@@ -492,7 +494,8 @@ pub(super) fn sessions(o: &mut String, s: &Summary) {
         figure(
             o,
             chart,
-            "Sessions held at each sample; the dashed line is the fleet requested; marks are disruptions.",
+            "Sessions held at each sample; the dashed line is the fleet requested; marks are \
+             disruptions. The last sample comes after shutdown has closed the sessions.",
         );
     }
     kv(
@@ -688,6 +691,7 @@ pub(super) fn disruptions(o: &mut String, s: &Summary) {
             arrival_cdf(
                 &format!("Disruption #{} ({}): agents back", d.id, d.cause),
                 &h,
+                &d.reconnect_us,
                 d.sessions_lost,
                 "loss to steady state again, log scale",
             ),
