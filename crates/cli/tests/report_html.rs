@@ -268,7 +268,7 @@ fn check_headline(doc: &Html, s: &Summary) {
         "{cards}"
     );
     assert!(
-        cards.contains(&format!("connected at the end{}", s.agents.connected)),
+        cards.contains(&format!("connected at end{}", s.agents.connected)),
         "{cards}"
     );
     let banner = text(doc, "#verdict");

@@ -73,10 +73,12 @@ p.sub,p.note{color:var(--muted);margin:4px 0}
 .banner.pass{border-color:var(--pass);background:var(--bg-pass)}
 .banner.fail{border-color:var(--fail);background:var(--bg-fail)}
 .banner b{font-size:1.15em;letter-spacing:.04em}
-.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(160px,1fr));gap:10px;margin:12px 0}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(128px,1fr));gap:10px;margin:12px 0}
 .card{border:1px solid var(--rule);border-radius:6px;padding:8px 10px}
 .card .k{color:var(--muted);font-size:.85em}
 .card .v{font-size:1.35em;font-weight:600;overflow-wrap:anywhere}
+.card.wide{grid-column:span 2}
+.card.wide .v{font-size:1.1em}
 .wide{overflow-x:auto}
 table{border-collapse:collapse;margin:8px 0 12px;font-size:.93em;width:100%}
 th,td{border-bottom:1px solid var(--rule);padding:4px 8px;text-align:left;vertical-align:top}

@@ -160,7 +160,7 @@ pub(super) fn headline(o: &mut String, page: &Page<'_>) {
     };
     let cards = [
         ("agents requested", a.requested.to_string()),
-        ("connected at the end", a.connected.to_string()),
+        ("connected at end", a.connected.to_string()),
         (
             "complete",
             if s.outcome.complete { "yes" } else { "no" }.to_string(),
@@ -178,9 +178,11 @@ pub(super) fn headline(o: &mut String, page: &Page<'_>) {
     ];
     o.push_str("<div class=\"cards\">");
     for (k, v) in cards {
+        // Addresses get a card twice as wide, so they do not break.
+        let wide = if k.starts_with("target") { " wide" } else { "" };
         let _ = write!(
             o,
-            "<div class=\"card\"><div class=\"k\">{}</div><div class=\"v\">{}</div></div>",
+            "<div class=\"card{wide}\"><div class=\"k\">{}</div><div class=\"v\">{}</div></div>",
             esc(k),
             esc(&v)
         );
@@ -607,6 +609,7 @@ pub(super) fn latency(o: &mut String, s: &Summary, windows: &[LatencyWindow]) {
         );
     }
     for (name, ws) in by_name {
+        let _ = writeln!(o, "<h3>{}</h3>", esc(name));
         figure(
             o,
             charts::latency_over_time(name, s.duration_s, &ws),
