@@ -383,6 +383,7 @@ async fn a_merged_report_shows_the_sum_of_the_shards() {
                 a.summary = Some(summary);
                 a.hlog = Some(hlog);
             })
+            .assert("agents.connected == requested".parse().unwrap())
             .run()
     };
     let (a, b) = tokio::join!(shard(0), shard(1));
@@ -411,6 +412,9 @@ async fn a_merged_report_shows_the_sum_of_the_shards() {
     );
     check_headline(&doc, &merged);
     assert!(text(&doc, "h1 + p.sub").contains("merged from 4 files"));
+    // The shards' own assertion, judged again on the sum.
+    assert!(text(&doc, "#verdict").contains("1 of 1 assertion(s) held"));
+    assert!(text(&doc, "#headline table").contains("== 40 (requested)"));
     check_sessions(&doc, &merged);
     // Both shards held their 20 sessions at once: the merged line reaches 40.
     let svg = chart(&doc, "Sessions held");

@@ -334,6 +334,16 @@ mod tests {
             3 * 2 + 1 + 1 + 1 + 1 + 1 + 1 + 2
         );
         assert!(html.contains("dial tcp 127.0.0.1:8300: connection refused"));
+        assert!(html.contains("aria-label=\"Disruption #1 (storm): agents back\""));
+        assert!(
+            html.contains("<td class=\"n\">1990 / 2000</td>"),
+            "back / lost"
+        );
+        assert!(html.contains("4.20s / 9.00s / 15.00s / never"));
+        assert!(
+            html.contains("data-label=\"#1 storm\""),
+            "marked on the sessions chart"
+        );
         assert!(html.contains("&lt;redacted&gt;"));
         assert!(
             !html.contains("<script") && !html.contains("http://") && !html.contains("https://")
