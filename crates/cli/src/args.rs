@@ -66,6 +66,24 @@ pub enum ReportCommand {
     Show {
         /// A summary JSON written by --summary, or an hlog written by --hlog.
         file: PathBuf,
+        /// List every counter with its total and average rate.
+        #[arg(long, short = 'v')]
+        verbose: bool,
+    },
+    /// Write the report page: one self-contained HTML file with the run's
+    /// charts, from a summary (and its hlogs); several summaries are merged.
+    Html {
+        /// Summary JSON files and/or hlog files; a directory stands for the
+        /// summaries (*.json) in it.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Where to write the page.
+        #[arg(long, short = 'o', value_name = "PATH")]
+        out: PathBuf,
+        /// SLO assertions to judge on the page (default: the run's own,
+        /// from the summary's config).
+        #[arg(long = "assert", value_name = "EXPR")]
+        asserts: Vec<Assertion>,
     },
     /// Merge summaries and/or hlogs of several processes into one exact report.
     Merge {
@@ -400,6 +418,15 @@ pub struct RunArgs {
     /// Interval of plain progress lines when stderr is not a terminal.
     #[arg(long, value_name = "DURATION", help_heading = "Results")]
     pub progress_every: Option<Secs>,
+
+    // --- report page and table ---
+    /// Write the report page here: one self-contained HTML file with the
+    /// run's charts (see README "Report page").
+    #[arg(long, value_name = "PATH", help_heading = "Results")]
+    pub report_html: Option<PathBuf>,
+    /// The final table lists every counter with its total and average rate.
+    #[arg(long, short = 'v', help_heading = "Results", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub verbose: Option<bool>,
 }
 
 /// The `agent-sim` command: [`Cli`] with the defaults of

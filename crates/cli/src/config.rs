@@ -120,6 +120,13 @@ pub struct RunConfig {
     pub threads: Option<usize>,
     /// Check schedule of the embedded Sensu target (demo and tests).
     pub embedded_check_interval: Duration,
+    /// Report page path.
+    pub report_html: Option<PathBuf>,
+    /// Every counter in the final table.
+    pub verbose: bool,
+    /// The effective settings for the summary's `config` (see
+    /// [`effective_settings`]).
+    pub effective: serde_json::Map<String, serde_json::Value>,
 }
 
 impl RunConfig {
@@ -153,8 +160,8 @@ macro_rules! with_run_args_fields {
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
                 anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service,
                 embedded_check_interval, hlog_interval, metrics_addr, shard, seed, quiet,
-                progress_every, adopt, adopt_node, watch_servers, envoy_version;
-            paths: config, ca_file, cert_file, key_file, summary, hlog;
+                progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose;
+            paths: config, ca_file, cert_file, key_file, summary, hlog, report_html;
             vecs: targets, source_addrs, asserts
         )
     };
@@ -428,6 +435,7 @@ pub fn resolve(
         })?;
         fleets.push(plan);
     }
+    let effective = effective_settings(&top, &layers, &fleets);
     Ok(RunConfig {
         fleets,
         duration,
@@ -443,6 +451,9 @@ pub fn resolve(
         progress_every: secs(top.progress_every),
         threads: top.threads,
         embedded_check_interval: secs(top.embedded_check_interval),
+        report_html: top.report_html.clone(),
+        verbose: top.verbose.unwrap_or(false),
+        effective,
     })
 }
 
@@ -656,6 +667,161 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
         });
     }
     c
+}
+
+// --- the effective settings, for the summary's `config` ---
+
+/// Settings whose value never leaves the process.
+const SECRET_SETTINGS: &[&str] = &["password", "token"];
+
+/// The config file key of a [`RunArgs`] field.
+fn config_key(field: &str) -> String {
+    match field {
+        "targets" => "target".into(),
+        "source_addrs" => "source-addr".into(),
+        "asserts" => "assert".into(),
+        f => f.replace('_', "-"),
+    }
+}
+
+/// A setting as JSON: booleans and whole numbers as such, everything else
+/// as the text its flag takes (`20s`, `500/s`).
+fn config_value(text: String) -> serde_json::Value {
+    match text.as_str() {
+        "true" => true.into(),
+        "false" => false.into(),
+        t => match t.parse::<u64>() {
+            Ok(n) if n.to_string() == t => n.into(),
+            _ => text.into(),
+        },
+    }
+}
+
+/// Every setting of a layer that has a value, by field name; secrets as
+/// `<redacted>`.
+fn settings_of(a: &RunArgs) -> Vec<(&'static str, serde_json::Value)> {
+    let mut out: Vec<(&'static str, serde_json::Value)> = Vec::new();
+    macro_rules! dump {
+        (vals: $($f:ident),* ; paths: $($p:ident),* ; vecs: $($v:ident),*) => {
+            $(if let Some(v) = &a.$f { out.push((stringify!($f), config_value(v.to_string()))); })*
+            $(if let Some(p) = &a.$p { out.push((stringify!($p), p.display().to_string().into())); })*
+            $(if !a.$v.is_empty() {
+                let items = a.$v.iter().map(|x| config_value(x.to_string())).collect();
+                out.push((stringify!($v), serde_json::Value::Array(items)));
+            })*
+        };
+    }
+    with_run_args_fields!(dump);
+    for (field, v) in out.iter_mut() {
+        if SECRET_SETTINGS.contains(field) && v.as_str() != Some("") {
+            *v = "<redacted>".into();
+        }
+    }
+    out
+}
+
+/// The Consul flags a dataplane fleet reads (see `dataplane_config`).
+const DATAPLANE_READS_CONSUL: &[&str] = &[
+    "http_target",
+    "token",
+    "upstreams",
+    "service_name",
+    "keep_registrations",
+    "probe",
+    "probe_every",
+    "probe_timeout",
+    "probe_service",
+];
+
+/// The `--help` heading of a fleet kind's own flags.
+fn own_heading(kind: &str) -> &'static str {
+    match kind {
+        "sensu" => "Sensu",
+        agent_sim_dataplane::KIND => "Consul dataplane",
+        _ => "Consul",
+    }
+}
+
+/// The effective settings of a run as the summary's `config`: the keys of
+/// the config file (kebab-case) with the value each had after defaults <
+/// `--config` < environment < flags, secrets as `<redacted>`. Settings of
+/// the other protocol are left out (a Consul run shows no Sensu keepalive
+/// interval), and the embedded backend's check schedule only for demo runs.
+/// A run of several fleets lists its own settings at the top and each
+/// fleet's in `fleet`: its kind, agents and targets, its protocol's
+/// settings, and whatever it sets apart from the top.
+pub fn effective_settings(
+    top: &RunArgs,
+    layers: &[RunArgs],
+    fleets: &[FleetPlan],
+) -> serde_json::Map<String, serde_json::Value> {
+    let cmd = crate::args::command();
+    let heading = |field: &str| {
+        cmd.get_arguments()
+            .find(|a| a.get_id() == field)
+            .and_then(|a| a.get_help_heading().map(str::to_string))
+    };
+    let embedded = fleets.iter().any(|f| f.embedded);
+    // Whether a field belongs in a fleet of `kind` (None: no fleet's own).
+    let belongs = |field: &str, kind: Option<&str>| {
+        if field == "embedded_check_interval" {
+            return embedded;
+        }
+        match heading(field).as_deref() {
+            Some("Sensu") => kind == Some("sensu"),
+            Some("Consul") => {
+                kind == Some("consul")
+                    || (kind == Some(agent_sim_dataplane::KIND)
+                        && DATAPLANE_READS_CONSUL.contains(&field))
+            }
+            Some("Consul dataplane") => kind == Some(agent_sim_dataplane::KIND),
+            _ => true,
+        }
+    };
+    let keyed = |items: Vec<(&'static str, serde_json::Value)>| {
+        items
+            .into_iter()
+            .map(|(f, v)| (config_key(f), v))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    let top_settings = settings_of(top);
+    if let ([_], [plan]) = (layers, fleets) {
+        let kind = plan.protocol.kind();
+        return keyed(
+            top_settings
+                .into_iter()
+                .filter(|(f, _)| belongs(f, Some(kind)))
+                .collect(),
+        );
+    }
+    const PER_FLEET: &[&str] = &["kind", "agents", "targets"];
+    let mut out = keyed(
+        top_settings
+            .iter()
+            .filter(|(f, _)| !PER_FLEET.contains(f) && belongs(f, None))
+            .cloned()
+            .collect(),
+    );
+    let sections = layers
+        .iter()
+        .zip(fleets)
+        .map(|(layer, plan)| {
+            let kind = plan.protocol.kind();
+            serde_json::Value::Object(keyed(
+                settings_of(layer)
+                    .into_iter()
+                    .filter(|(f, v)| {
+                        PER_FLEET.contains(f)
+                            || (belongs(f, Some(kind))
+                                && (heading(f).as_deref() == Some(own_heading(kind))
+                                    || top_settings.iter().all(|(g, w)| g != f || w != v)))
+                    })
+                    .collect(),
+            ))
+        })
+        .collect();
+    out.insert("fleet".into(), serde_json::Value::Array(sections));
+    out
 }
 
 #[cfg(test)]
@@ -890,6 +1056,91 @@ mod tests {
         .unwrap();
         assert!(!sensu(&c).deregister && !c.quiet);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_effective_settings_name_every_layer_and_redact_secrets() {
+        let c = resolve(
+            args(|a| {
+                a.kind = Some(Kind::Consul);
+                a.agents = Some(7);
+                a.token = Some("s3cr3t-token".into());
+                a.password = Some("P@ss".into());
+                a.targets = vec!["127.0.0.1:8300".into()];
+                a.asserts = vec!["errors.total == 0".parse().unwrap()];
+            }),
+            &no_env,
+        )
+        .unwrap();
+        let e = &c.effective;
+        assert_eq!(e["agents"], 7);
+        assert_eq!(e["kind"], "consul");
+        assert_eq!(e["token"], "<redacted>");
+        assert_eq!(e["target"], serde_json::json!(["127.0.0.1:8300"]));
+        assert_eq!(e["assert"], serde_json::json!(["errors.total == 0"]));
+        assert_eq!(e["session-ttl"], "30s");
+        assert_eq!(e["quiet"], false);
+        assert!(
+            !e.contains_key("keepalive-interval"),
+            "a Sensu setting: {e:?}"
+        );
+        assert!(!e.contains_key("password"), "a Sensu setting");
+        assert!(!e.contains_key("embedded-check-interval"), "not a demo run");
+        let text = serde_json::to_string(e).unwrap();
+        assert!(!text.contains("s3cr3t") && !text.contains("P@ss"), "{text}");
+    }
+
+    #[test]
+    fn a_dataplane_run_lists_the_consul_settings_it_reads_and_its_own() {
+        let c = resolve(
+            args(|a| {
+                a.kind = Some(Kind::ConsulDataplane);
+                a.token = Some("s3cr3t-token".into());
+                a.targets = vec!["127.0.0.1:8502".into()];
+            }),
+            &no_env,
+        )
+        .unwrap();
+        let e = &c.effective;
+        assert_eq!(e["kind"], "consul-dataplane");
+        assert_eq!(e["token"], "<redacted>");
+        assert!(e.contains_key("watch-servers"), "its own flag: {e:?}");
+        assert!(
+            e.contains_key("probe-every"),
+            "a Consul flag it reads: {e:?}"
+        );
+        assert!(
+            !e.contains_key("session-ttl") && !e.contains_key("keepalive-interval"),
+            "flags it does not read: {e:?}"
+        );
+    }
+
+    #[test]
+    fn several_fleets_list_their_own_settings() {
+        let dir = std::env::temp_dir().join(format!("agent-sim-eff-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("mixed.toml");
+        std::fs::write(
+            &p,
+            "duration = \"30s\"\n[[fleet]]\nkind = \"sensu\"\nagents = 20\nkeepalive-interval = \"5s\"\n[[fleet]]\nkind = \"consul\"\nagents = 5\nramp = \"all\"\n",
+        )
+        .unwrap();
+        let c = resolve(args(|a| a.config = Some(p.clone())), &no_env).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let e = &c.effective;
+        assert_eq!(e["duration"], "30s");
+        assert_eq!(e["embedded-check-interval"], "10s", "a demo run");
+        assert!(!e.contains_key("kind") && !e.contains_key("keepalive-interval"));
+        let f = e["fleet"].as_array().unwrap();
+        assert_eq!(
+            (f[0]["kind"].clone(), f[0]["agents"].clone()),
+            ("sensu".into(), 20.into())
+        );
+        assert_eq!(f[0]["keepalive-interval"], "5s");
+        assert_eq!(f[0]["password"], "<redacted>");
+        assert!(f[0].get("upstreams").is_none() && f[0].get("ramp").is_none());
+        assert_eq!(f[1]["ramp"], "all");
+        assert!(f[1].get("upstreams").is_some() && f[1].get("duration").is_none());
     }
 
     #[test]

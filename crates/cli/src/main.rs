@@ -96,7 +96,14 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Some(Command::Report(ReportCommand::Show { file })) => code(report_cmd::show(&file)),
+        Some(Command::Report(ReportCommand::Show { file, verbose })) => {
+            code(report_cmd::show(&file, verbose))
+        }
+        Some(Command::Report(ReportCommand::Html {
+            files,
+            out,
+            asserts,
+        })) => code(report_cmd::html(&files, &out, &asserts)),
         Some(Command::Report(ReportCommand::Merge {
             files,
             summary,

@@ -1,12 +1,13 @@
-//! `agent-sim report show|merge`: render one result file, or merge the
+//! `agent-sim report show|merge|html`: render one result file, merge the
 //! summaries and hlogs of several processes exactly (percentiles from merged
-//! histograms, never averaged).
+//! histograms, never averaged), or write the report page of one run or of
+//! several merged.
 
 use std::path::{Path, PathBuf};
 
 use agent_sim_metrics::Summary;
-use agent_sim_metrics::assert::{Assertion, evaluate, render_verdicts};
-use agent_sim_metrics::hlog::read_hlog;
+use agent_sim_metrics::assert::{Assertion, evaluate};
+use agent_sim_metrics::hlog::{HlogContents, read_hlog};
 use agent_sim_metrics::merge::{apply_hlogs, merge_summaries};
 use agent_sim_metrics::summary::SCHEMA_V2;
 
@@ -44,12 +45,22 @@ fn expand(args: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
-/// Loads summaries and hlogs (directories: their summaries) and merges them
-/// into one summary.
-pub fn load_and_merge(args: &[PathBuf]) -> Result<Summary, String> {
+/// Summaries and hlogs read and merged.
+struct Loaded {
+    /// The merged summary (hlog histograms applied).
+    summary: Summary,
+    /// The interval logs as read.
+    hlogs: Vec<HlogContents>,
+    /// The files read, in order.
+    files: Vec<PathBuf>,
+}
+
+/// Loads summaries and hlogs (directories: their summaries) and merges them.
+fn load(args: &[PathBuf]) -> Result<Loaded, String> {
+    let files = expand(args)?;
     let mut summaries = Vec::new();
     let mut hlogs = Vec::new();
-    for f in &expand(args)? {
+    for f in &files {
         if is_json(f)? {
             summaries.push(Summary::read(f).map_err(|e| e.to_string())?);
         } else {
@@ -79,14 +90,120 @@ pub fn load_and_merge(args: &[PathBuf]) -> Result<Summary, String> {
         }
         apply_hlogs(&mut merged, &by_tag);
     }
-    Ok(merged)
+    Ok(Loaded {
+        summary: merged,
+        hlogs,
+        files,
+    })
 }
 
-/// `report show FILE`.
-pub fn show(file: &Path) -> i32 {
+/// Loads summaries and hlogs (directories: their summaries) and merges them
+/// into one summary.
+pub fn load_and_merge(args: &[PathBuf]) -> Result<Summary, String> {
+    load(args).map(|l| l.summary)
+}
+
+/// The run's own assertions, from its recorded config (`assert`); ones
+/// that no longer parse are skipped with a message.
+fn recorded_asserts(s: &Summary) -> Vec<Assertion> {
+    let Some(serde_json::Value::Array(items)) = s.config.as_ref().and_then(|c| c.get("assert"))
+    else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|v| v.as_str())
+        .filter_map(|text| match text.parse::<Assertion>() {
+            Ok(a) => Some(a),
+            Err(e) => {
+                eprintln!("agent-sim: the run's --assert {text:?} does not parse here: {e}");
+                None
+            }
+        })
+        .collect()
+}
+
+/// Writes `text` to `path` through a temporary file and a rename, so a
+/// reader never sees half a file.
+pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// `report html FILE|DIR... -o PATH [--assert EXPR]`: the report page of
+/// one run, or of several merged (their sum); latency over time from the
+/// hlogs given. Verdicts: the assertions given, else the run's own.
+pub fn html(files: &[PathBuf], out: &Path, asserts: &[Assertion]) -> i32 {
+    let loaded = match load(files) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("agent-sim: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let s = &loaded.summary;
+    let asserts = if asserts.is_empty() {
+        recorded_asserts(s)
+    } else {
+        asserts.to_vec()
+    };
+    let verdicts = evaluate(&asserts, s);
+    let zero = humantime::parse_rfc3339(&s.started_at)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_secs_f64());
+    let windows = agent_sim_metrics::timeline::windows_from_hlogs(&loaded.hlogs, zero);
+    let sources: Vec<String> = loaded
+        .files
+        .iter()
+        .map(|f| {
+            f.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| f.display().to_string())
+        })
+        .collect();
+    let page = agent_sim_metrics::html::render(&agent_sim_metrics::html::Page {
+        summary: s,
+        verdicts: &verdicts,
+        windows: &windows,
+        sources: &sources,
+    });
+    match write_atomically(out, &page) {
+        Ok(()) => {
+            println!(
+                "agent-sim: wrote {} ({} KiB)",
+                out.display(),
+                page.len().div_ceil(1024)
+            );
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("agent-sim: -o {}: {e}", out.display());
+            exit::FAILURE
+        }
+    }
+}
+
+/// `report show FILE [--verbose]`: the table, with the run's own
+/// assertions judged again.
+pub fn show(file: &Path, verbose: bool) -> i32 {
     match load_and_merge(&[file.to_path_buf()]) {
         Ok(s) => {
-            print!("{}", agent_sim_metrics::report::render(&s));
+            let verdicts = evaluate(&recorded_asserts(&s), &s);
+            print!(
+                "{}",
+                agent_sim_metrics::report::render_with(
+                    &s,
+                    &agent_sim_metrics::report::TableOptions {
+                        verdicts: &verdicts,
+                        notes: &[],
+                        verbose,
+                    }
+                )
+            );
             exit::OK
         }
         Err(e) => {
@@ -105,16 +222,22 @@ pub fn merge(files: &[PathBuf], summary: Option<&Path>, asserts: &[Assertion]) -
             return exit::FAILURE;
         }
     };
-    print!("{}", agent_sim_metrics::report::render(&merged));
+    let verdicts = evaluate(asserts, &merged);
+    print!(
+        "{}",
+        agent_sim_metrics::report::render_with(
+            &merged,
+            &agent_sim_metrics::report::TableOptions {
+                verdicts: &verdicts,
+                ..Default::default()
+            }
+        )
+    );
     if let Some(p) = summary
         && let Err(e) = merged.write(p)
     {
         eprintln!("agent-sim: --summary {}: {e}", p.display());
         return exit::FAILURE;
-    }
-    let verdicts = evaluate(asserts, &merged);
-    if !verdicts.is_empty() {
-        print!("{}", render_verdicts(&verdicts));
     }
     if verdicts.iter().any(|v| !v.passed) {
         exit::SLO_FAILED

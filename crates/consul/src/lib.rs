@@ -120,6 +120,18 @@ pub mod names {
     pub const ARRIVALS_USER_TIME: &str = "arrivals_user_time";
 }
 
+/// Counters whose per-second rate means something: the steady traffic of
+/// running agents (stream events, session renewals, catalog writes, flaps,
+/// anti-entropy syncs), not one-off counts such as subscriptions or
+/// registrations. The run reports `rates_per_s` for these only.
+pub const RATED_COUNTERS: &[&str] = &[
+    names::EVENTS_RECEIVED,
+    names::SESSIONS_RENEWED,
+    names::TXN_REQUESTS,
+    names::FLAPS,
+    names::ANTI_ENTROPY_SYNCS,
+];
+
 /// Counters and latencies this crate records; merge into the run's spec.
 pub fn metrics_spec() -> MetricsSpec {
     use names::*;

@@ -102,6 +102,10 @@ pub mod names {
     pub const PROPAGATION_XDS: &str = "propagation_xds";
 }
 
+/// Counters whose rate per second means something in the run's table
+/// (the rest are totals).
+pub const RATED_COUNTERS: &[&str] = &[names::XDS_RESPONSES, names::XDS_ACKS, names::EDS_UPDATES];
+
 /// Counters and latencies this crate records; merge into the run's spec.
 pub fn metrics_spec() -> MetricsSpec {
     use names::*;

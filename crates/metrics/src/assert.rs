@@ -531,20 +531,22 @@ pub fn evaluate(asserts: &[Assertion], s: &Summary) -> Vec<Verdict> {
         .collect()
 }
 
+impl Verdict {
+    /// The measured value in the assertion's unit (`1.20s`, `45.0 MiB`,
+    /// `2000`), or `-` when the metric was absent.
+    pub fn actual_text(&self) -> String {
+        match (self.actual, self.assertion.parse::<Assertion>()) {
+            (Some(a), Ok(parsed)) => fmt_value(parsed.metric.unit(), a),
+            (Some(a), Err(_)) => format!("{a}"),
+            (None, _) => "-".to_string(),
+        }
+    }
+}
+
 /// Renders verdicts as a plain-text table, one row per assertion and a
 /// closing line `SLO: k of n assertions passed`.
 pub fn render_verdicts(v: &[Verdict]) -> String {
-    let shown: Vec<(String, &Verdict)> = v
-        .iter()
-        .map(|x| {
-            let actual = match (x.actual, x.assertion.parse::<Assertion>()) {
-                (Some(a), Ok(parsed)) => fmt_value(parsed.metric.unit(), a),
-                (Some(a), Err(_)) => format!("{a}"),
-                (None, _) => "-".to_string(),
-            };
-            (actual, x)
-        })
-        .collect();
+    let shown: Vec<(String, &Verdict)> = v.iter().map(|x| (x.actual_text(), x)).collect();
     let w_assert = v
         .iter()
         .map(|x| x.assertion.chars().count())

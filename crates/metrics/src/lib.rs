@@ -12,23 +12,28 @@
 //!   interval histograms and a cumulative one.
 //! - [`summary`]: the serializable run summary and per-histogram percentiles.
 //! - [`report`]: the final table printed for people.
+//! - [`html`]: the report page: one self-contained HTML file with SVG charts.
 //! - [`process`]: peak RSS and CPU time of this process.
 //! - [`hlog`]: HdrHistogram interval logs (`--hlog PATH`), written and read.
 //! - [`merge`]: exact merge of summaries and hlogs from several processes.
 //! - [`assert`](mod@assert): SLO assertions (`--assert 'connect.p99 < 1s'`) and verdicts.
 //! - [`prometheus`]: `/metrics` in the Prometheus text format, and its server.
 //! - [`schema`]: the JSON Schema of the summary and a validator for it.
+//! - [`timeline`]: the run over time (sessions, CPU, RSS, increments, latency
+//!   per interval), bounded however long the run.
 //!
 //! This crate knows no protocol: Sensu and Consul declare their own names.
 
 pub mod assert;
 pub mod hlog;
+pub mod html;
 pub mod merge;
 pub mod process;
 pub mod prometheus;
 pub mod report;
 pub mod schema;
 pub mod summary;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -41,6 +41,12 @@
 //!   cross-process latencies compare two wall clocks and are only as good as
 //!   their sync (see `docs/multi-box.md`). Within the controller's process no
 //!   shift happens and latencies stay on one monotonic clock.
+//! - `timeline`: the parts' samples on one grid from the earliest start,
+//!   levels and increments summed ([`crate::timeline::merge_timelines`]);
+//!   `config`: one object, keys on which the parts differ listing each
+//!   part's value ([`merge_configs`]); `disruptions`: the k-th of a cause
+//!   and fleet joined across parts, counts and histograms added
+//!   ([`merge_disruptions`]).
 //! - `shard`: `None`.
 //!
 //! It does not read files: see [`crate::summary::Summary::read`] and
@@ -50,7 +56,9 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
-use crate::summary::{KindEntry, LatencySummary, Outcome, ProbeSummary, SCHEMA_V2, Summary};
+use crate::summary::{
+    BackAfter, Disruption, KindEntry, LatencySummary, Outcome, ProbeSummary, SCHEMA_V2, Summary,
+};
 use crate::{MetricsError, new_latency_histogram};
 
 fn add_into(acc: &mut Histogram<u64>, h: &Histogram<u64>) -> Result<(), MetricsError> {
@@ -365,8 +373,169 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         out.latency_us
             .insert(PROPAGATION.into(), LatencySummary::from_histogram(&h));
     }
+    merge_over_time(parts, &mut out)?;
     out.shard = None;
     out.outcome = merged_outcome(parts, &out);
+    Ok(out)
+}
+
+// --- timeline, config and disruptions ---
+
+/// Seconds from the unix epoch of an RFC 3339 `started_at`.
+fn unix_s(started_at: &str) -> Option<f64> {
+    humantime::parse_rfc3339(started_at)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_secs_f64())
+}
+
+/// The timelines (on the earliest start), configs and disruptions of the
+/// parts, into `out` (see [`crate::timeline::merge_timelines`],
+/// [`merge_configs`], [`merge_disruptions`]).
+fn merge_over_time(parts: &[Summary], out: &mut Summary) -> Result<(), MetricsError> {
+    let starts: Vec<Option<f64>> = parts.iter().map(|p| unix_s(&p.started_at)).collect();
+    let earliest = starts
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    let offset = |n: usize| match starts[n] {
+        Some(s) if earliest.is_finite() => s - earliest,
+        _ => 0.0,
+    };
+    let timelines: Vec<(f64, &[crate::summary::TimelineSample])> = parts
+        .iter()
+        .enumerate()
+        .map(|(n, p)| (offset(n), p.timeline.as_slice()))
+        .collect();
+    out.timeline = crate::timeline::merge_timelines(&timelines);
+    out.config = merge_configs(parts.iter().map(|p| p.config.as_ref()));
+    let shifted: Vec<Vec<Disruption>> = parts
+        .iter()
+        .enumerate()
+        .map(|(n, p)| {
+            p.disruptions
+                .iter()
+                .map(|d| Disruption {
+                    began_s: d.began_s + offset(n),
+                    ..d.clone()
+                })
+                .collect()
+        })
+        .collect();
+    out.disruptions = merge_disruptions(&shifted)?;
+    Ok(())
+}
+
+/// The parts' configs as one: a key on which every part that has it agrees
+/// keeps its value; a key on which they differ (the shard, a per-box
+/// `--source-addr`) becomes the list of each part's value (`null` where a
+/// part lacks it). `None` when no part has a config.
+pub fn merge_configs<'a>(
+    configs: impl Iterator<Item = Option<&'a serde_json::Map<String, serde_json::Value>>>,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    use serde_json::Value;
+    let configs: Vec<Option<&serde_json::Map<String, Value>>> = configs.collect();
+    let present: Vec<&serde_json::Map<String, Value>> = configs.iter().flatten().copied().collect();
+    match present.as_slice() {
+        [] => return None,
+        [one] if configs.len() == 1 => return Some((*one).clone()),
+        _ => {}
+    }
+    let mut out = serde_json::Map::new();
+    for c in &present {
+        for key in c.keys() {
+            if out.contains_key(key) {
+                continue;
+            }
+            let values: Vec<Option<&Value>> =
+                configs.iter().map(|c| c.and_then(|c| c.get(key))).collect();
+            let first = values.iter().flatten().next().copied();
+            let agree = values.iter().flatten().all(|v| Some(*v) == first);
+            let v = match first {
+                Some(v) if agree => v.clone(),
+                _ => Value::Array(
+                    values
+                        .iter()
+                        .map(|v| v.cloned().unwrap_or(Value::Null))
+                        .collect(),
+                ),
+            };
+            out.insert(key.clone(), v);
+        }
+    }
+    Some(out)
+}
+
+/// The parts' disruptions as one list (each part's `began_s` already on the
+/// common start). Shards run the same scenario, so the k-th disruption of a
+/// cause and fleet in one part is joined with the k-th of that cause and
+/// fleet in the others: counts (lost, back, attempts, snapshots, resumes,
+/// missing at end) and `reconnect_us` histograms added, `began_s` the
+/// earliest, each `back_after_s` the largest of the parts' (an upper bound:
+/// by then every part had that share back), `None` if any part never got
+/// there. Ordered by `began_s`, numbered from 1.
+pub fn merge_disruptions(parts: &[Vec<Disruption>]) -> Result<Vec<Disruption>, MetricsError> {
+    if parts.len() == 1 {
+        return Ok(parts[0].clone());
+    }
+    // (cause, fleet, k) -> the entries joined there.
+    let mut groups: BTreeMap<(String, String, usize), Vec<&Disruption>> = BTreeMap::new();
+    for part in parts {
+        let mut seen: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        let mut ordered: Vec<&Disruption> = part.iter().collect();
+        ordered.sort_by(|a, b| a.began_s.total_cmp(&b.began_s));
+        for d in ordered {
+            let k = seen.entry((&d.cause, &d.fleet)).or_insert(0);
+            groups
+                .entry((d.cause.clone(), d.fleet.clone(), *k))
+                .or_default()
+                .push(d);
+            *k += 1;
+        }
+    }
+    let most = |xs: &[&Disruption], f: fn(&BackAfter) -> Option<f64>| {
+        xs.iter()
+            .map(|d| f(&d.back_after_s))
+            .try_fold(0.0f64, |acc, v| v.map(|v| acc.max(v)))
+    };
+    let mut out = Vec::new();
+    for ((cause, fleet, _), xs) in groups {
+        let mut h = new_latency_histogram();
+        let mut d = Disruption {
+            cause,
+            fleet,
+            began_s: xs.iter().map(|d| d.began_s).fold(f64::INFINITY, f64::min),
+            back_after_s: BackAfter {
+                p50: most(&xs, |b| b.p50),
+                p90: most(&xs, |b| b.p90),
+                p99: most(&xs, |b| b.p99),
+                p100: most(&xs, |b| b.p100),
+            },
+            ..Default::default()
+        };
+        for x in &xs {
+            d.sessions_lost += x.sessions_lost;
+            d.back += x.back;
+            d.attempts += x.attempts;
+            d.snapshots += x.snapshots;
+            d.resumes += x.resumes;
+            d.resumes_silent += x.resumes_silent;
+            for (k, v) in &x.missing_at_end {
+                *d.missing_at_end.entry(k.clone()).or_insert(0) += v;
+            }
+            add_into(
+                &mut h,
+                &histogram_of(&x.reconnect_us, &format!("disruption #{}", x.id))?,
+            )?;
+        }
+        d.reconnect_us = LatencySummary::from_histogram(&h);
+        out.push(d);
+    }
+    out.sort_by(|a, b| a.began_s.total_cmp(&b.began_s));
+    for (n, d) in out.iter_mut().enumerate() {
+        d.id = n as u64 + 1;
+    }
     Ok(out)
 }
 
@@ -835,5 +1004,112 @@ mod tests {
         h.record(500).unwrap();
         assert_eq!(time_to_99pct(&h, 100), Some(500));
         assert_eq!(time_to_99pct(&h, 0), None);
+    }
+
+    fn disruption(
+        cause: &str,
+        began_s: f64,
+        lost: u64,
+        back: u64,
+        p100: Option<f64>,
+    ) -> Disruption {
+        let mut h = new_latency_histogram();
+        for i in 0..back {
+            h.record(1_000 + i).unwrap();
+        }
+        Disruption {
+            id: 9,
+            cause: cause.into(),
+            fleet: "sensu".into(),
+            began_s,
+            sessions_lost: lost,
+            back,
+            back_after_s: BackAfter {
+                p50: Some(began_s / 100.0),
+                p90: Some(1.0),
+                p99: Some(2.0),
+                p100,
+            },
+            reconnect_us: LatencySummary::from_histogram(&h),
+            attempts: lost * 2,
+            missing_at_end: if lost > back {
+                [("connect_refused".to_string(), lost - back)].into()
+            } else {
+                BTreeMap::new()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn timelines_configs_and_disruptions_of_shards_are_summed() {
+        use crate::summary::TimelineSample;
+        let sample = |t_s: f64, connected: u64| TimelineSample {
+            t_s,
+            connected,
+            rss_bytes: 1,
+            cpu_s: 0.5,
+            counters: [("keepalives_sent".to_string(), 10)].into(),
+            errors: BTreeMap::new(),
+        };
+        let cfg = |shard: &str| {
+            serde_json::json!({"agents": 10, "shard": shard})
+                .as_object()
+                .unwrap()
+                .clone()
+        };
+        let mut a = shard_summary(0, &[10], &[10]);
+        a.timeline = vec![sample(10.0, 5), sample(20.0, 5)];
+        a.config = Some(cfg("0/2"));
+        a.disruptions = vec![
+            disruption("storm", 60.0, 10, 10, Some(3.0)),
+            disruption("storm", 120.0, 4, 4, Some(1.0)),
+        ];
+        // Shard 1 started 1 s later (started_at ...:41 vs ...:40).
+        let mut b = shard_summary(1, &[20], &[20]);
+        b.timeline = vec![sample(10.0, 3), sample(20.0, 3)];
+        b.config = Some(cfg("1/2"));
+        b.disruptions = vec![
+            disruption("storm", 60.0, 6, 5, None),
+            disruption("churn", 30.0, 1, 1, Some(0.5)),
+        ];
+        b.disruptions[0].back_after_s.p50 = Some(0.75);
+        let m = merge_summaries(&[a, b]).unwrap();
+        assert_eq!(m.timeline.len(), 2);
+        assert_eq!((m.timeline[0].t_s, m.timeline[0].connected), (11.0, 8));
+        assert_eq!(m.timeline[1].counters["keepalives_sent"], 20);
+        assert_eq!(m.timeline[1].rss_bytes, 2);
+        let c = m.config.as_ref().unwrap();
+        assert_eq!(c["agents"], 10);
+        assert_eq!(c["shard"], serde_json::json!(["0/2", "1/2"]));
+        // churn (31 s), storm #1 joined (60 s), storm #2 alone (120 s).
+        let d = &m.disruptions;
+        assert_eq!(d.len(), 3);
+        assert_eq!(
+            (d[0].id, d[0].cause.as_str(), d[0].began_s),
+            (1, "churn", 31.0)
+        );
+        assert_eq!((d[1].id, d[1].sessions_lost, d[1].back), (2, 16, 15));
+        assert_eq!(d[1].began_s, 60.0);
+        assert_eq!(d[1].attempts, 32);
+        assert_eq!(d[1].reconnect_us.count, 15);
+        assert_eq!(d[1].missing_at_end["connect_refused"], 1);
+        // The larger p50 of the parts; never all back in part b.
+        assert_eq!(d[1].back_after_s.p50, Some(0.75));
+        assert_eq!(d[1].back_after_s.p100, None);
+        assert_eq!((d[2].id, d[2].sessions_lost), (3, 4));
+        validate(&m);
+        // Merging one part changes nothing of these.
+        let one = merge_summaries(std::slice::from_ref(&m)).unwrap();
+        assert_eq!(
+            (one.timeline.clone(), one.config.clone()),
+            (m.timeline.clone(), m.config.clone())
+        );
+        assert_eq!(one.disruptions, m.disruptions);
+    }
+
+    fn validate(s: &Summary) {
+        agent_sim_testkit::validate_json(crate::SUMMARY_SCHEMA, &serde_json::to_value(s).unwrap())
+            .unwrap();
     }
 }

@@ -1,7 +1,12 @@
-//! The final table printed for people, rendered from a [`Summary`].
+//! The final table printed for people, rendered from a [`Summary`], in the
+//! order and with the judgment of the report page ([`crate::html`]): the
+//! headline first, then the figures that matter; a rate only where a rate
+//! means something (the counters the run put in `rates_per_s`, not
+//! `sessions_established 66.4/s`); every counter with `--verbose`.
 
 use std::fmt::Write as _;
 
+use crate::assert::Verdict;
 use crate::summary::Summary;
 
 /// Formats microseconds with a readable unit (`850µs`, `12.3ms`, `4.20s`).
@@ -46,9 +51,43 @@ fn kinds(out: &mut String, map: &std::collections::BTreeMap<String, crate::summa
     }
 }
 
-/// Renders the summary as a plain-text table.
+/// What the table shows besides the summary itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TableOptions<'a> {
+    /// Verdicts of the run's assertions, shown in the headline.
+    pub verdicts: &'a [Verdict],
+    /// More headline lines, already formatted (the run's ramp line).
+    pub notes: &'a [String],
+    /// Every counter with its total and average rate (`--verbose`).
+    pub verbose: bool,
+}
+
+/// Renders the summary as a plain-text table (no verdicts, not verbose).
 pub fn render(s: &Summary) -> String {
+    render_with(s, &TableOptions::default())
+}
+
+/// Renders the summary as a plain-text table, in the report page's order:
+/// the headline (what ran, the exit code and why, agents, verdicts), the
+/// probes, latency, rates where a rate means something, errors and
+/// warnings, sessions lost, the process; `--verbose` adds every counter.
+pub fn render_with(s: &Summary, opts: &TableOptions<'_>) -> String {
     let mut out = String::new();
+    headline(&mut out, s, opts);
+    probes(&mut out, s);
+    // Reconvergence (the scenarios' disruptions) goes here, after the probes.
+    latency(&mut out, s);
+    rates(&mut out, s);
+    errors(&mut out, s);
+    process(&mut out, s);
+    if opts.verbose {
+        counters(&mut out, s);
+    }
+    out
+}
+
+/// What ran, its result, the agents, the verdicts.
+fn headline(out: &mut String, s: &Summary, opts: &TableOptions<'_>) {
     let _ = writeln!(
         out,
         "agent-sim {} run: {} agent(s) over {:.1}s against {}{}",
@@ -65,89 +104,179 @@ pub fn render(s: &Summary) -> String {
             .map(|sh| format!(" (shard {sh})"))
             .unwrap_or_default()
     );
+    let o = &s.outcome;
     let _ = writeln!(
         out,
-        "agents     connected {}/{}  peak {}  never connected {}  lost and not back {}",
-        s.agents.connected,
-        s.agents.requested,
-        s.agents.peak_connected,
-        s.agents.never_connected,
-        s.agents.lost_not_back
+        "outcome    {} exit {}: {}",
+        if o.exit_code == 0 { "PASS" } else { "FAIL" },
+        o.exit_code,
+        o.reason.as_deref().unwrap_or(match o.exit_code {
+            0 => "the fleet was complete and every assertion held",
+            1 => "nothing could run",
+            2 => "the fleet was incomplete",
+            _ => "an assertion failed",
+        })
     );
-    if !s.counters.is_empty() {
-        let _ = writeln!(out, "counters");
-        for (k, v) in &s.counters {
-            let _ = writeln!(out, "  {k:<28} {v:>12}");
-        }
+    let a = &s.agents;
+    let _ = writeln!(
+        out,
+        "agents     connected {}/{}{}  peak {}  never connected {}  lost and not back {}",
+        a.connected,
+        a.requested,
+        if o.complete { " (complete)" } else { "" },
+        a.peak_connected,
+        a.never_connected,
+        a.lost_not_back
+    );
+    if !o.missing.is_empty() {
+        let _ = writeln!(
+            out,
+            "           missing at the end: {}",
+            by_count(&o.missing)
+        );
     }
+    for n in opts.notes {
+        let _ = writeln!(out, "{n}");
+    }
+    if !opts.verdicts.is_empty() {
+        out.push_str(&crate::assert::render_verdicts(opts.verdicts));
+    }
+}
+
+/// `name count, ...`, most first.
+fn by_count(m: &std::collections::BTreeMap<String, u64>) -> String {
+    let mut v: Vec<_> = m.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn probes(out: &mut String, s: &Summary) {
+    if s.probes.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "probes     {:<13} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "kind", "delivered", "p50", "p90", "p95", "p99", "p99.9", "max", "99% at"
+    );
+    for p in &s.probes {
+        let l = &p.latency_us;
+        // Entries timed at another fleet's agents (dataplane sidecars) say
+        // so beside the kind.
+        let kind = match p.fleet.as_deref() {
+            Some("consul-dataplane") => format!("{} xds", p.kind),
+            Some(f) => format!("{} {f}", p.kind),
+            None => p.kind.clone(),
+        };
+        let _ = writeln!(
+            out,
+            "  #{:<3} {:<15} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            p.id,
+            kind,
+            format!("{}/{}", p.delivered, p.expected),
+            fmt_us(l.p50),
+            fmt_us(l.p90),
+            fmt_us(l.p95),
+            fmt_us(l.p99),
+            fmt_us(l.p999),
+            fmt_us(l.max),
+            p.time_to_99pct_us
+                .map(fmt_us)
+                .unwrap_or_else(|| "never".into())
+        );
+    }
+}
+
+fn latency(out: &mut String, s: &Summary) {
+    let rows: Vec<_> = s.latency_us.iter().filter(|(_, l)| l.count > 0).collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "latency    {:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "", "count", "min", "p50", "p90", "p99", "p99.9", "max"
+    );
+    for (name, l) in rows {
+        let _ = writeln!(
+            out,
+            "  {:<30} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            name,
+            l.count,
+            fmt_us(l.min),
+            fmt_us(l.p50),
+            fmt_us(l.p90),
+            fmt_us(l.p99),
+            fmt_us(l.p999),
+            fmt_us(l.max)
+        );
+    }
+}
+
+/// Rates of the counters the run rated (`rates_per_s`) with their totals,
+/// then the other non-zero counters as totals only.
+fn rates(out: &mut String, s: &Summary) {
     if !s.rates_per_s.is_empty() {
-        let _ = writeln!(out, "rates");
+        let _ = writeln!(
+            out,
+            "rates      {:<22} {:>12} {:>12}",
+            "", "total", "average"
+        );
         for (k, v) in &s.rates_per_s {
-            let _ = writeln!(out, "  {:<28} {:>12.1}/s", k, v);
+            let total = s
+                .counters
+                .get(k)
+                .map(u64::to_string)
+                .unwrap_or_else(|| "-".into());
+            let _ = writeln!(out, "  {k:<30} {total:>12} {:>10.1}/s", v);
         }
     }
+    let totals: Vec<String> = s
+        .counters
+        .iter()
+        .filter(|(k, v)| **v > 0 && !s.rates_per_s.contains_key(*k))
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    wrapped(out, "totals", &totals);
+    if !s.sessions_lost.is_empty() {
+        let _ = writeln!(out, "sessions   lost: {}", by_count(&s.sessions_lost));
+    }
+}
+
+/// `label` then items, wrapped at about 100 columns under each other.
+fn wrapped(out: &mut String, label: &str, items: &[String]) {
+    if items.is_empty() {
+        return;
+    }
+    let mut line = format!("{label:<10}");
+    let mut first = true;
+    for it in items {
+        if !first && line.chars().count() + 2 + it.chars().count() > 100 {
+            let _ = writeln!(out, "{line}");
+            line = " ".repeat(10);
+            first = true;
+        }
+        line.push_str(if first { " " } else { "  " });
+        line.push_str(it);
+        first = false;
+    }
+    let _ = writeln!(out, "{line}");
+}
+
+fn errors(out: &mut String, s: &Summary) {
     let _ = writeln!(out, "errors     {} total", s.errors_total());
-    kinds(&mut out, &s.errors);
+    kinds(out, &s.errors);
     if !s.warnings.is_empty() {
         let total: u64 = s.warnings.values().map(|w| w.count).sum();
         let _ = writeln!(out, "warnings   {total} total");
-        kinds(&mut out, &s.warnings);
+        kinds(out, &s.warnings);
     }
-    let rows: Vec<_> = s.latency_us.iter().filter(|(_, l)| l.count > 0).collect();
-    if !rows.is_empty() {
-        let _ = writeln!(
-            out,
-            "latency    {:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "", "count", "min", "p50", "p90", "p99", "p99.9", "max"
-        );
-        for (name, l) in rows {
-            let _ = writeln!(
-                out,
-                "  {:<30} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                name,
-                l.count,
-                fmt_us(l.min),
-                fmt_us(l.p50),
-                fmt_us(l.p90),
-                fmt_us(l.p99),
-                fmt_us(l.p999),
-                fmt_us(l.max)
-            );
-        }
-    }
-    if !s.probes.is_empty() {
-        let _ = writeln!(
-            out,
-            "probes     {:<13} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "kind", "delivered", "p50", "p90", "p95", "p99", "p99.9", "max", "99% at"
-        );
-        for p in &s.probes {
-            let l = &p.latency_us;
-            // Entries timed at another fleet's agents (dataplane sidecars)
-            // say so beside the kind.
-            let kind = match p.fleet.as_deref() {
-                Some("consul-dataplane") => format!("{} xds", p.kind),
-                Some(f) => format!("{} {f}", p.kind),
-                None => p.kind.clone(),
-            };
-            let _ = writeln!(
-                out,
-                "  #{:<3} {:<15} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                p.id,
-                kind,
-                format!("{}/{}", p.delivered, p.expected),
-                fmt_us(l.p50),
-                fmt_us(l.p90),
-                fmt_us(l.p95),
-                fmt_us(l.p99),
-                fmt_us(l.p999),
-                fmt_us(l.max),
-                p.time_to_99pct_us
-                    .map(fmt_us)
-                    .unwrap_or_else(|| "never".into())
-            );
-        }
-    }
+}
+
+fn process(out: &mut String, s: &Summary) {
     let _ = writeln!(
         out,
         "process    peak RSS {}  cpu user {:.2}s sys {:.2}s",
@@ -155,7 +284,25 @@ pub fn render(s: &Summary) -> String {
         s.process.cpu_user_s,
         s.process.cpu_sys_s
     );
-    out
+}
+
+/// Every counter with its total and its average over the run (`--verbose`).
+fn counters(out: &mut String, s: &Summary) {
+    if s.counters.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "counters   {:<22} {:>12} {:>12}",
+        "", "total", "average"
+    );
+    for (k, v) in &s.counters {
+        let _ = writeln!(
+            out,
+            "  {k:<30} {v:>12} {:>10.1}/s",
+            *v as f64 / s.duration_s.max(1e-9)
+        );
+    }
 }
 
 #[cfg(test)]
@@ -199,5 +346,59 @@ mod tests {
         assert!(t.contains("server said: dial: connection refused"), "{t}");
         assert!(t.contains("check: is the server listening?"), "{t}");
         assert!(t.contains("1.5ms"), "{t}");
+    }
+
+    #[test]
+    fn headline_first_rates_only_where_rated_every_counter_when_verbose() {
+        let mut s = Summary {
+            kind: "sensu".into(),
+            duration_s: 10.0,
+            ..Default::default()
+        };
+        s.agents.requested = 10;
+        s.agents.connected = 10;
+        s.outcome.complete = true;
+        s.counters.insert("keepalives_sent".into(), 500);
+        s.counters.insert("sessions_established".into(), 10);
+        s.counters.insert("check_requests_dropped".into(), 0);
+        s.rates_per_s.insert("keepalives_sent".into(), 50.0);
+        s.sessions_lost.insert("pong_timeout".into(), 2);
+        let verdicts =
+            crate::assert::evaluate(&["agents.connected == requested".parse().unwrap()], &s);
+        let notes = ["ramp       10 agent(s) started in 0.10s".to_string()];
+        let t = render_with(
+            &s,
+            &TableOptions {
+                verdicts: &verdicts,
+                notes: &notes,
+                verbose: false,
+            },
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[1].starts_with("outcome    PASS exit 0"), "{t}");
+        assert!(lines[2].contains("connected 10/10 (complete)"), "{t}");
+        assert_eq!(lines[3], notes[0]);
+        assert!(t.contains("SLO: 1 of 1 assertions passed"), "{t}");
+        assert!(t.contains("50.0/s"), "{t}");
+        assert!(
+            !t.contains("sessions_established   "),
+            "no rate for it: {t}"
+        );
+        assert!(t.contains("totals     sessions_established 10\n"), "{t}");
+        assert!(t.contains("sessions   lost: pong_timeout 2"), "{t}");
+        assert!(!t.contains("check_requests_dropped"), "{t}");
+        let v = render_with(
+            &s,
+            &TableOptions {
+                verbose: true,
+                ..Default::default()
+            },
+        );
+        assert!(v.contains("check_requests_dropped"), "{v}");
+        assert!(
+            v.contains("1.0/s"),
+            "sessions_established averaged when asked: {v}"
+        );
+        assert!(v.find("outcome").unwrap() < v.find("counters").unwrap());
     }
 }

@@ -131,6 +131,7 @@ mod tests {
                 },
             ],
             shard: Some("0/2".into()),
+            ..Default::default()
         }
     }
 
@@ -149,6 +150,55 @@ mod tests {
         let mut v = serde_json::to_value(s).unwrap();
         v.as_object_mut().unwrap().remove("rates_per_s");
         validate_summary_json(&v).unwrap();
+    }
+
+    #[test]
+    fn disruptions_timeline_and_config_validate() {
+        let mut h = new_latency_histogram();
+        h.record(900_000).unwrap();
+        let s = Summary {
+            disruptions: vec![crate::summary::Disruption {
+                id: 1,
+                cause: "storm".into(),
+                fleet: "sensu".into(),
+                began_s: 60.02,
+                sessions_lost: 2,
+                back: 1,
+                back_after_s: crate::summary::BackAfter {
+                    p50: Some(0.9),
+                    ..Default::default()
+                },
+                reconnect_us: LatencySummary::from_histogram(&h),
+                attempts: 3,
+                missing_at_end: [("connect_refused".to_string(), 1)].into(),
+                ..Default::default()
+            }],
+            timeline: vec![crate::summary::TimelineSample {
+                t_s: 10.0,
+                connected: 9,
+                rss_bytes: 1 << 20,
+                cpu_s: 0.5,
+                counters: [("keepalives_sent".to_string(), 4)].into(),
+                errors: [("connect_refused".to_string(), 1)].into(),
+            }],
+            config: Some(
+                serde_json::json!({"agents": 10, "password": "<redacted>"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
+            ..populated()
+        };
+        let v = serde_json::to_value(&s).unwrap();
+        validate_summary_json(&v).unwrap();
+        assert!(v["disruptions"][0]["back_after_s"]["p99"].is_null());
+        assert_eq!(crate::Summary::from_json(&v.to_string()).unwrap(), s);
+        let mut bad = v.clone();
+        bad["timeline"][0]["connected"] = serde_json::json!(-1);
+        assert!(validate_summary_json(&bad).is_err());
+        let mut bad = v;
+        bad["disruptions"][0]["back_after_s"]["p50"] = serde_json::json!("soon");
+        assert!(validate_summary_json(&bad).is_err());
     }
 
     #[test]

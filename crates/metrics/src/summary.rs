@@ -14,6 +14,11 @@
 //! the cause heals by itself); `warnings` (what a real agent logs and
 //! carries on with) and `sessions_lost` (by cause) are new; a probe's
 //! `raft_index` is now `change_id`.
+//!
+//! Optional keys that v2 files may lack: `disruptions` (each disruption and
+//! how the fleet came back), `timeline` (samples over the run: sessions,
+//! RSS, CPU, counter and error increments) and `config` (the effective
+//! settings, secrets redacted).
 
 use std::collections::BTreeMap;
 
@@ -290,6 +295,98 @@ pub struct Summary {
     /// Shard `I/N` of a multi-process run, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
+
+    // --- disruptions (written by the scenarios, read by the report) ---
+    /// Every disruption of the run (storm, churn, pause, max session
+    /// length, a backend restart detected), in order of `began_s`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disruptions: Vec<Disruption>,
+
+    // --- timeline and config (written by the run's reporter) ---
+    /// Samples every `--progress-every` and at the end (at most
+    /// [`crate::timeline::MAX_SAMPLES`]; longer runs are downsampled).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<TimelineSample>,
+    /// The run's effective settings, in the config file's keys (kebab-case,
+    /// `fleet` for `[[fleet]]` sections), secrets as `<redacted>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// One disruption: sessions lost at once (or a backend restart seen) and
+/// how the fleet came back from it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Disruption {
+    /// Sequence number in the run.
+    pub id: u64,
+    /// `storm`, `churn`, `pause`, `max_session_length` or `backend`
+    /// (detected: a restart or failover).
+    pub cause: String,
+    /// Kind of the fleet it hit (`sensu`, `consul`, ...).
+    pub fleet: String,
+    /// Seconds from the run start.
+    pub began_s: f64,
+    /// Sessions lost by it.
+    pub sessions_lost: u64,
+    /// Of those, agents in steady state again by the end.
+    pub back: u64,
+    /// Seconds after `began_s` by which 50/90/99/100 % of the lost were
+    /// back (`None`: never reached).
+    #[serde(default)]
+    pub back_after_s: BackAfter,
+    /// Per agent: loss to steady state again (µs), with its histogram.
+    #[serde(default)]
+    pub reconnect_us: LatencySummary,
+    /// Reconnect attempts those agents made until they were back.
+    #[serde(default)]
+    pub attempts: u64,
+    /// Consul: subscriptions that came back with a new snapshot.
+    #[serde(default)]
+    pub snapshots: u64,
+    /// Consul: subscriptions resumed from their index.
+    #[serde(default)]
+    pub resumes: u64,
+    /// Consul: resumes the server answered with silence.
+    #[serde(default)]
+    pub resumes_silent: u64,
+    /// Of those lost, agents not back at the end, by cause.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub missing_at_end: BTreeMap<String, u64>,
+}
+
+/// Seconds after a disruption by which a share of the lost sessions were
+/// back; `None` where that share never came back.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackAfter {
+    /// Half of them.
+    pub p50: Option<f64>,
+    /// 90 %.
+    pub p90: Option<f64>,
+    /// 99 %.
+    pub p99: Option<f64>,
+    /// All of them.
+    pub p100: Option<f64>,
+}
+
+/// One timeline sample of a run (see [`crate::timeline`]): levels at `t_s`
+/// and what happened since the previous sample.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimelineSample {
+    /// Seconds from the run start.
+    pub t_s: f64,
+    /// Sessions held at `t_s`.
+    pub connected: u64,
+    /// Resident set size of the process at `t_s` (summed over processes in
+    /// a merged summary).
+    pub rss_bytes: u64,
+    /// CPU seconds (user + system) the process had used by `t_s`.
+    pub cpu_s: f64,
+    /// Counter increments since the previous sample (zeroes left out).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counters: BTreeMap<String, u64>,
+    /// Errors by kind since the previous sample (zeroes left out).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, u64>,
 }
 
 impl Summary {

@@ -152,6 +152,21 @@ pub(crate) const C_ENTITY_CONFIGS_RECEIVED: &str = "entity_configs_received";
 pub(crate) const C_FRAMES_RECEIVED: &str = "frames_received";
 pub(crate) const C_BYTES_SENT: &str = "bytes_sent";
 pub(crate) const C_BYTES_RECEIVED: &str = "bytes_received";
+
+/// Counters whose per-second rate means something: steady activity of the
+/// sessions (keepalives, events, checks, traffic), not one-off counts such
+/// as sessions established. The run reports `rates_per_s` for these only.
+pub const RATED_COUNTERS: &[&str] = &[
+    C_KEEPALIVES_SENT,
+    C_EVENTS_SENT,
+    C_CHECK_REQUESTS_RECEIVED,
+    C_CHECK_REPLIES_SENT,
+    C_AGENT_EVENTS_SENT,
+    C_FRAMES_RECEIVED,
+    C_BYTES_SENT,
+    C_BYTES_RECEIVED,
+];
+
 pub(crate) const L_CONNECT: &str = "connect";
 pub(crate) const L_SESSION_READY: &str = "session_ready";
 pub(crate) const L_KEEPALIVE_LATENESS: &str = "keepalive_lateness";

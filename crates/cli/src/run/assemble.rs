@@ -1,11 +1,14 @@
-//! Summary assembly: the fleets' reports, the metrics and the probes of a
-//! finished run become one [`Summary`] (schema v1).
+//! Summary assembly: the fleets' reports, the metrics, the probes and the
+//! reporter's timeline of a finished run become one [`Summary`] (schema v2),
+//! with the run's effective settings as its `config`.
 
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime};
 
 use agent_sim_fleet::FleetReport;
-use agent_sim_metrics::summary::{AgentCounts, KindEntry, Outcome, SCHEMA_V2, rfc3339};
+use agent_sim_metrics::summary::{
+    AgentCounts, KindEntry, Outcome, SCHEMA_V2, TimelineSample, rfc3339,
+};
 use agent_sim_metrics::{KindReport, LatencySummary, Metrics, ProbeSummary, Summary};
 
 use crate::config::{FleetPlan, Protocol, RunConfig};
@@ -18,6 +21,7 @@ pub(super) struct Finished<'a> {
     pub probes: Vec<ProbeSummary>,
     pub started_wall: SystemTime,
     pub started: Instant,
+    pub timeline: Vec<TimelineSample>,
 }
 
 fn targets_of(plan: &FleetPlan) -> Vec<String> {
@@ -90,9 +94,10 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         .iter()
         .map(|(n, v)| (n.to_string(), *v))
         .collect();
+    let rated = rated_counters(f.cfg);
     let rates_per_s = values
         .iter()
-        .filter(|(_, v)| **v > 0)
+        .filter(|(n, v)| **v > 0 && rated.contains(&n.as_str()))
         .map(|(n, v)| (n.clone(), *v as f64 / duration_s.max(1e-9)))
         .collect();
     let ever = ever_connected(f.reports);
@@ -124,5 +129,26 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         process: agent_sim_metrics::process::stats(),
         probes: f.probes,
         shard: f.cfg.shard.map(|s| s.to_string()),
+        timeline: f.timeline,
+        config: Some(f.cfg.effective.clone()),
+        ..Summary::default()
     }
+}
+
+/// Counters whose rate means something, as the fleets' protocols say.
+fn rated_counters(cfg: &RunConfig) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for plan in &cfg.fleets {
+        let names = match plan.protocol {
+            Protocol::Sensu(_) => agent_sim_sensu::RATED_COUNTERS,
+            Protocol::Consul(_) => agent_sim_consul::RATED_COUNTERS,
+            Protocol::Dataplane(_) => agent_sim_dataplane::RATED_COUNTERS,
+        };
+        for n in names {
+            if !out.contains(n) {
+                out.push(n);
+            }
+        }
+    }
+    out
 }

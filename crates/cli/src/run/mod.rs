@@ -4,9 +4,10 @@
 //! way out (deadline, Ctrl-C or SIGTERM) ALWAYS builds the summary, writes it
 //! and evaluates the assertions.
 //!
-//! Parts: `embedded` (the in-process backends), `reporter` (progress and
-//! hlog task), `assemble` (the summary), `outcome` (exit code and the final
-//! table); [`execute`] only sequences them.
+//! Parts: `embedded` (the in-process backends), `reporter` (progress,
+//! hlog, timeline and latency windows task), `assemble` (the summary),
+//! `outcome` (exit code and the final table); [`execute`] only sequences
+//! them, and writes the report page (`--report-html`) last.
 
 mod assemble;
 mod embedded;
@@ -255,6 +256,25 @@ async fn run_fleets(
     (reports, probes)
 }
 
+/// Writes `--report-html` (atomically); the error in one line, if any.
+fn report_page(
+    cfg: &RunConfig,
+    summary: &Summary,
+    verdicts: &[Verdict],
+    windows: &[agent_sim_metrics::timeline::LatencyWindow],
+) -> Option<String> {
+    let path = cfg.report_html.as_ref()?;
+    let page = agent_sim_metrics::html::render(&agent_sim_metrics::html::Page {
+        summary,
+        verdicts,
+        windows,
+        sources: &[],
+    });
+    crate::report_cmd::write_atomically(path, &page)
+        .err()
+        .map(|e| format!("--report-html {}: {e}", path.display()))
+}
+
 /// Runs `cfg` until its duration elapses or `shutdown` is cancelled, then
 /// ALWAYS builds the summary, writes it and evaluates the assertions.
 pub async fn execute(
@@ -301,11 +321,13 @@ pub async fn execute(
         hlog,
         started,
         show: output == Output::Terminal && !cfg.quiet,
+        windows: cfg.report_html.is_some(),
+        end: end.clone(),
     });
 
     let (reports, probes) = run_fleets(&cfg, built, &metrics, &statuses, &end).await;
 
-    reporter.finish().await;
+    let recorded = reporter.finish().await;
     let (embedded_sensu, embedded_consul) = embedded.stop().await;
     if let Some(t) = metrics_task {
         t.abort();
@@ -317,6 +339,7 @@ pub async fn execute(
         probes,
         started_wall,
         started,
+        timeline: recorded.timeline,
     });
     let verdicts = evaluate(&cfg.asserts, &summary);
     let stopped = reports
@@ -332,11 +355,24 @@ pub async fn execute(
             .map(|e| format!("--summary {}: {e}", path.display()))
     });
     if write_error.is_some() {
-        summary.outcome = outcome::decide(&summary, stopped.as_ref(), write_error, &verdicts);
+        summary.outcome =
+            outcome::decide(&summary, stopped.as_ref(), write_error.clone(), &verdicts);
+    }
+    if let Some(e) = report_page(&cfg, &summary, &verdicts, &recorded.windows) {
+        let errors = [write_error, Some(e)]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>();
+        summary.outcome = outcome::decide(
+            &summary,
+            stopped.as_ref(),
+            Some(errors.join("; ")),
+            &verdicts,
+        );
     }
     let (exit_code, problem) = (summary.outcome.exit_code, summary.outcome.reason.clone());
     if output == Output::Terminal {
-        outcome::print_report(&summary, &reports, &verdicts);
+        outcome::print_report(&summary, &reports, &verdicts, cfg.verbose);
     }
     Ok(RunOutcome {
         summary,

@@ -1,9 +1,10 @@
 //! The outcome of a finished run: the exit code with the reason for it, and
-//! the final table printed for people.
+//! the final table printed for people (headline first, as the report page).
 
 use agent_sim_fleet::{Failure, FleetReport, Stopped};
 use agent_sim_metrics::Summary;
-use agent_sim_metrics::assert::{Verdict, render_verdicts};
+use agent_sim_metrics::assert::Verdict;
+use agent_sim_metrics::report::TableOptions;
 use agent_sim_metrics::summary::Outcome;
 
 use super::exit;
@@ -99,30 +100,48 @@ fn top_cause(summary: &Summary) -> String {
         .unwrap_or_default()
 }
 
-/// Prints the final table, the ramp line and the verdicts on stdout.
-pub(super) fn print_report(summary: &Summary, reports: &[FleetReport], verdicts: &[Verdict]) {
-    print!("{}", agent_sim_metrics::report::render(summary));
-    let requested = summary.agents.requested;
-    if let Some(r) = reports.iter().filter_map(|r| r.ramp_elapsed).max() {
-        let all = if reports.iter().all(|r| r.all_connected_after.is_some()) {
-            reports.iter().filter_map(|r| r.all_connected_after).max()
-        } else {
-            None
-        };
-        match all {
-            Some(a) => println!(
-                "ramp       {requested} agent(s) started in {:.2}s, all connected after {:.2}s ({:.0} sessions/s)",
-                r.as_secs_f64(),
-                a.as_secs_f64(),
-                requested as f64 / a.as_secs_f64().max(1e-3)
-            ),
-            None => println!(
-                "ramp       {requested} agent(s) started in {:.2}s, not all connected",
-                r.as_secs_f64()
-            ),
-        }
-    }
-    if !verdicts.is_empty() {
-        print!("{}", render_verdicts(verdicts));
-    }
+/// The ramp line: how long starting and connecting every agent took.
+fn ramp_line(requested: u64, reports: &[FleetReport]) -> Option<String> {
+    let r = reports.iter().filter_map(|r| r.ramp_elapsed).max()?;
+    let all = if reports.iter().all(|r| r.all_connected_after.is_some()) {
+        reports.iter().filter_map(|r| r.all_connected_after).max()
+    } else {
+        None
+    };
+    Some(match all {
+        Some(a) => format!(
+            "ramp       {requested} agent(s) started in {:.2}s, all connected after {:.2}s ({:.0} sessions/s)",
+            r.as_secs_f64(),
+            a.as_secs_f64(),
+            requested as f64 / a.as_secs_f64().max(1e-3)
+        ),
+        None => format!(
+            "ramp       {requested} agent(s) started in {:.2}s, not all connected",
+            r.as_secs_f64()
+        ),
+    })
+}
+
+/// Prints the final table on stdout: the headline (result, agents, ramp,
+/// verdicts) first, then the figures (`verbose`: every counter).
+pub(super) fn print_report(
+    summary: &Summary,
+    reports: &[FleetReport],
+    verdicts: &[Verdict],
+    verbose: bool,
+) {
+    let notes: Vec<String> = ramp_line(summary.agents.requested, reports)
+        .into_iter()
+        .collect();
+    print!(
+        "{}",
+        agent_sim_metrics::report::render_with(
+            summary,
+            &TableOptions {
+                verdicts,
+                notes: &notes,
+                verbose,
+            }
+        )
+    );
 }

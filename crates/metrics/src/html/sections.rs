@@ -1,0 +1,916 @@
+//! The sections of the report page, in page order; each writes one
+//! `<section>` with its tables and charts, or says why it has nothing.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::charts::{self, arrival_cdf, arrival_histogram, over_time, rate_points};
+use super::svg::{Axis, Chart, Mark, Scale, Series, Unit, label};
+use super::{Page, esc};
+use crate::report::{fmt_mib, fmt_us};
+use crate::summary::{KindEntry, LatencySummary, ProbeSummary, Summary};
+use crate::timeline::LatencyWindow;
+
+/// Probes (and disruptions) drawn one by one up to this many; beyond it,
+/// the slowest few are drawn and every one is in the table.
+const MAX_DRAWN: usize = 12;
+/// How many of the slowest are drawn when there are more than [`MAX_DRAWN`].
+const SLOWEST_DRAWN: usize = 6;
+/// Error kinds with their own line in the errors chart; the rest are summed.
+const ERROR_LINES: usize = 5;
+
+fn figure(o: &mut String, chart: Option<Chart>, caption: &str) {
+    if let Some(c) = chart {
+        let _ = writeln!(
+            o,
+            "<figure>{}<figcaption>{}</figcaption></figure>",
+            c.render(),
+            esc(caption)
+        );
+    }
+}
+
+fn note(o: &mut String, text: &str) {
+    let _ = writeln!(o, "<p class=\"note\">{}</p>", esc(text));
+}
+
+fn open(o: &mut String, id: &str, title: &str) {
+    let _ = writeln!(o, "<section id=\"{id}\">\n<h2>{}</h2>", esc(title));
+}
+
+fn close(o: &mut String) {
+    o.push_str("</section>\n");
+}
+
+/// A table: header cells (a leading `>` marks a right-aligned, numeric
+/// column) and rows of already escaped cells.
+fn table(o: &mut String, head: &[&str], rows: &[Vec<String>]) {
+    let numeric: Vec<bool> = head.iter().map(|h| h.starts_with('>')).collect();
+    o.push_str("<div class=\"wide\"><table><thead><tr>");
+    for h in head {
+        let (class, text) = match h.strip_prefix('>') {
+            Some(t) => (" class=\"n\"", t),
+            None => ("", *h),
+        };
+        let _ = write!(o, "<th{class}>{}</th>", esc(text));
+    }
+    o.push_str("</tr></thead><tbody>");
+    for r in rows {
+        o.push_str("<tr>");
+        for (i, c) in r.iter().enumerate() {
+            let class = if numeric.get(i).copied().unwrap_or(false) {
+                " class=\"n\""
+            } else {
+                ""
+            };
+            let _ = write!(o, "<td{class}>{c}</td>");
+        }
+        o.push_str("</tr>");
+    }
+    o.push_str("</tbody></table></div>\n");
+}
+
+fn kv(o: &mut String, items: &[(&str, String)]) {
+    o.push_str("<dl class=\"kv\">");
+    for (k, v) in items {
+        let _ = write!(o, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(v));
+    }
+    o.push_str("</dl>\n");
+}
+
+fn run_time(s: f64) -> String {
+    if s < 60.0 {
+        format!("{s:.1}s")
+    } else {
+        label(Unit::RunTime, s)
+    }
+}
+
+fn by_cause(m: &BTreeMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "none".into();
+    }
+    let mut v: Vec<_> = m.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What the exit code means (README's contract).
+fn exit_meaning(code: i32) -> &'static str {
+    match code {
+        0 => "the fleet was complete and every assertion held",
+        1 => "nothing could run",
+        2 => "the run finished with an incomplete fleet",
+        3 => "an assertion failed",
+        _ => "unknown exit code",
+    }
+}
+
+/// Agents, run length, targets, verdicts, exit code.
+pub(super) fn headline(o: &mut String, page: &Page<'_>) {
+    let s = page.summary;
+    let a = &s.agents;
+    let _ = writeln!(
+        o,
+        "<section id=\"headline\">\n<h1>agent-sim {} run</h1>",
+        esc(&s.kind)
+    );
+    let mut sub = vec![format!(
+        "started {}",
+        if s.started_at.is_empty() {
+            "(unknown)"
+        } else {
+            &s.started_at
+        }
+    )];
+    if let Some(sh) = &s.shard {
+        sub.push(format!("shard {sh}"));
+    }
+    if page.sources.len() > 1 {
+        sub.push(format!("merged from {} files", page.sources.len()));
+    }
+    let _ = writeln!(o, "<p class=\"sub\">{}</p>", esc(&sub.join(" · ")));
+    let passed = page.verdicts.iter().filter(|v| v.passed).count();
+    let ok = s.outcome.exit_code == 0;
+    let why = s
+        .outcome
+        .reason
+        .clone()
+        .unwrap_or_else(|| exit_meaning(s.outcome.exit_code).to_string());
+    let _ = writeln!(
+        o,
+        "<div class=\"banner {}\" id=\"verdict\"><b>{}</b> exit {}: {}{}</div>",
+        if ok { "pass" } else { "fail" },
+        if ok { "✔ PASS" } else { "✘ FAIL" },
+        s.outcome.exit_code,
+        esc(&why),
+        if page.verdicts.is_empty() {
+            String::new()
+        } else {
+            format!(" · {passed} of {} assertion(s) held", page.verdicts.len())
+        }
+    );
+    let targets = if s.targets.is_empty() {
+        "(none)".to_string()
+    } else {
+        s.targets.join(", ")
+    };
+    let cards = [
+        ("agents requested", a.requested.to_string()),
+        ("connected at end", a.connected.to_string()),
+        (
+            "complete",
+            if s.outcome.complete { "yes" } else { "no" }.to_string(),
+        ),
+        ("run length", run_time(s.duration_s)),
+        ("exit code", s.outcome.exit_code.to_string()),
+        (
+            if s.targets.len() > 1 {
+                "targets"
+            } else {
+                "target"
+            },
+            targets,
+        ),
+    ];
+    o.push_str("<div class=\"cards\">");
+    for (k, v) in cards {
+        // Addresses get a card twice as wide, so they do not break.
+        let wide = if k.starts_with("target") { " wide" } else { "" };
+        let _ = write!(
+            o,
+            "<div class=\"card{wide}\"><div class=\"k\">{}</div><div class=\"v\">{}</div></div>",
+            esc(k),
+            esc(&v)
+        );
+    }
+    o.push_str("</div>\n");
+    kv(
+        o,
+        &[
+            ("peak connected", a.peak_connected.to_string()),
+            ("ever connected", a.ever_connected.to_string()),
+            ("never connected", a.never_connected.to_string()),
+            ("lost and not back", a.lost_not_back.to_string()),
+            ("missing at the end", by_cause(&s.outcome.missing)),
+        ],
+    );
+    if page.verdicts.is_empty() {
+        note(o, "No --assert was given.");
+    } else {
+        let _ = writeln!(o, "<h3>Assertions</h3>");
+        let rows: Vec<Vec<String>> = page
+            .verdicts
+            .iter()
+            .map(|v| {
+                vec![
+                    if v.passed {
+                        "<span class=\"ok\">✔ pass</span>".to_string()
+                    } else {
+                        "<span class=\"bad\">✘ FAIL</span>".to_string()
+                    },
+                    esc(&v.assertion),
+                    esc(&v.actual_text()),
+                    esc(&v.expected),
+                    esc(v.note.as_deref().unwrap_or("")),
+                ]
+            })
+            .collect();
+        table(
+            o,
+            &["verdict", "assertion", ">actual", "expected", "note"],
+            &rows,
+        );
+    }
+    close(o);
+}
+
+/// Seconds from the run start of an RFC 3339 time, if both parse.
+fn offset_s(started_at: &str, t: &str) -> Option<f64> {
+    let a = humantime::parse_rfc3339(started_at).ok()?;
+    let b = humantime::parse_rfc3339(t).ok()?;
+    Some(match b.duration_since(a) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    })
+}
+
+fn probe_heading(p: &ProbeSummary) -> String {
+    let share = if p.expected > 0 {
+        format!(" ({:.1} %)", 100.0 * p.delivered as f64 / p.expected as f64)
+    } else {
+        String::new()
+    };
+    format!(
+        "Probe #{} ({}): delivered {} of {}{}, 99 % {}",
+        p.id,
+        p.kind,
+        p.delivered,
+        p.expected,
+        share,
+        p.time_to_99pct_us
+            .map(|t| format!("by {}", fmt_us(t)))
+            .unwrap_or_else(|| "never reached".into())
+    )
+}
+
+/// Per probe: a histogram and a CDF of arrival times over the fleet.
+pub(super) fn probes(o: &mut String, s: &Summary) {
+    open(o, "probes", "Propagation probes");
+    if s.probes.is_empty() {
+        note(
+            o,
+            "No propagation probe in this run (Consul fleets probe every --probe-every).",
+        );
+        close(o);
+        return;
+    }
+    let rows: Vec<Vec<String>> = s
+        .probes
+        .iter()
+        .map(|p| {
+            let l = &p.latency_us;
+            vec![
+                p.id.to_string(),
+                esc(&p.kind),
+                esc(&p.t0),
+                format!("{}/{}", p.delivered, p.expected),
+                fmt_us(l.p50),
+                fmt_us(l.p90),
+                fmt_us(l.p99),
+                fmt_us(l.max),
+                p.time_to_99pct_us
+                    .map(fmt_us)
+                    .unwrap_or_else(|| "never".into()),
+                esc(p.note.as_deref().unwrap_or("")),
+            ]
+        })
+        .collect();
+    table(
+        o,
+        &[
+            "#",
+            "kind",
+            "T0",
+            ">delivered",
+            ">p50",
+            ">p90",
+            ">p99",
+            ">max",
+            ">99 % at",
+            "note",
+        ],
+        &rows,
+    );
+    if s.probes.len() > 1 {
+        figure(
+            o,
+            probe_overview(s),
+            "Each probe's percentiles over the fleet, at the time of its change.",
+        );
+    }
+    let mut drawn: Vec<&ProbeSummary> = s.probes.iter().collect();
+    if drawn.len() > MAX_DRAWN {
+        drawn.sort_by_key(|p| std::cmp::Reverse(p.latency_us.max));
+        drawn.truncate(SLOWEST_DRAWN);
+        drawn.sort_by_key(|p| p.id);
+        note(
+            o,
+            &format!(
+                "{} probes: the {SLOWEST_DRAWN} with the latest arrival are drawn below; every probe is in the table.",
+                s.probes.len()
+            ),
+        );
+    }
+    for p in drawn {
+        let _ = writeln!(
+            o,
+            "<h3 class=\"probe\" data-probe=\"{}\">{}</h3>",
+            p.id,
+            esc(&probe_heading(p))
+        );
+        let Ok(h) = p.latency_us.histogram() else {
+            note(
+                o,
+                "No arrival was recorded (or the summary carries no histogram for it).",
+            );
+            continue;
+        };
+        let zero = if p.is_observer() {
+            "after this process's first arrival"
+        } else {
+            "after T0 (the change was written)"
+        };
+        figure(
+            o,
+            arrival_histogram(
+                &format!("Probe #{}: arrivals by time", p.id),
+                &h,
+                &p.latency_us,
+                &format!("arrival time {zero}, log scale"),
+            ),
+            &format!(
+                "Agents by arrival time (log-spaced bins); {} arrivals, p50/p90/p99/max marked.",
+                p.delivered
+            ),
+        );
+        figure(
+            o,
+            arrival_cdf(
+                &format!("Probe #{}: share of the fleet that has the change", p.id),
+                &h,
+                &p.latency_us,
+                p.expected,
+                &format!("time {zero}, log scale"),
+            ),
+            &format!(
+                "Cumulative share of the {} expected agents; it ends at {} of {} delivered.",
+                p.expected, p.delivered, p.expected
+            ),
+        );
+        if let Some(n) = &p.note {
+            note(o, n);
+        }
+    }
+    close(o);
+}
+
+/// p50/p90/p99/max of every probe at its T0 (run time, or probe number
+/// when T0 does not parse).
+fn probe_overview(s: &Summary) -> Option<Chart> {
+    let xs: Vec<Option<f64>> = s
+        .probes
+        .iter()
+        .map(|p| offset_s(&s.started_at, &p.t0))
+        .collect();
+    let by_time = xs.iter().all(Option::is_some);
+    let x_of = |i: usize| {
+        if by_time {
+            xs[i].unwrap_or(0.0)
+        } else {
+            s.probes[i].id as f64
+        }
+    };
+    let line = |name: &str, f: fn(&LatencySummary) -> u64| Series {
+        name: name.into(),
+        points: s
+            .probes
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.latency_us.count > 0)
+            .map(|(i, p)| (x_of(i), f(&p.latency_us) as f64))
+            .collect(),
+        steps: false,
+    };
+    let series = vec![
+        line("p50", |l| l.p50),
+        line("p90", |l| l.p90),
+        line("p99", |l| l.p99),
+        line("max", |l| l.max),
+    ];
+    let lo = s
+        .probes
+        .iter()
+        .filter(|p| p.latency_us.count > 0)
+        .map(|p| p.latency_us.p50)
+        .min()? as f64;
+    let hi = s.probes.iter().map(|p| p.latency_us.max).max()? as f64;
+    let x = if by_time {
+        charts::run_time_axis(s.duration_s.max(x_of(s.probes.len() - 1)))
+    } else {
+        Axis {
+            scale: Scale::Linear {
+                min: 0.0,
+                max: s.probes.iter().map(|p| p.id).max().unwrap_or(1) as f64 + 1.0,
+            },
+            unit: Unit::Count,
+            title: "probe".into(),
+        }
+    };
+    Some(Chart {
+        title: "Propagation of every probe".into(),
+        x,
+        y: Axis {
+            scale: Scale::log_covering(lo, hi),
+            unit: Unit::Micros,
+            title: "arrival time".into(),
+        },
+        series,
+        bars: Vec::new(),
+        marks: Vec::new(),
+        reference: None,
+    })
+}
+
+fn disruption_marks(s: &Summary) -> Vec<Mark> {
+    s.disruptions
+        .iter()
+        .map(|d| Mark {
+            x: d.began_s,
+            label: format!("#{} {}", d.id, d.cause),
+        })
+        .collect()
+}
+
+fn no_timeline(o: &mut String) {
+    note(
+        o,
+        "This summary has no timeline (written by an older agent-sim, or the run ended before its first sample).",
+    );
+}
+
+/// Sessions held over the run, with the requested fleet and disruptions.
+pub(super) fn sessions(o: &mut String, s: &Summary) {
+    open(o, "sessions", "Sessions over time");
+    if s.timeline.is_empty() {
+        no_timeline(o);
+    } else {
+        let series = vec![Series {
+            name: "connected".into(),
+            points: s
+                .timeline
+                .iter()
+                .map(|t| (t.t_s, t.connected as f64))
+                .collect(),
+            steps: false,
+        }];
+        let mut chart = over_time(
+            "Sessions held",
+            s.duration_s,
+            Unit::Count,
+            "sessions",
+            series,
+        );
+        if let Some(c) = chart.as_mut() {
+            let top = (s.agents.requested.max(s.agents.peak_connected) as f64).max(1.0);
+            c.y.scale = Scale::linear_from_zero(top);
+            c.reference = Some((
+                s.agents.requested as f64,
+                format!("{} requested", s.agents.requested),
+            ));
+            c.marks = disruption_marks(s);
+        }
+        figure(
+            o,
+            chart,
+            "Sessions held at each sample; the dashed line is the fleet requested; marks are \
+             disruptions. The last sample comes after shutdown has closed the sessions.",
+        );
+    }
+    kv(
+        o,
+        &[
+            ("peak connected", s.agents.peak_connected.to_string()),
+            ("sessions lost, by cause", by_cause(&s.sessions_lost)),
+        ],
+    );
+    close(o);
+}
+
+/// Counters whose rate means something (those the run put in
+/// `rates_per_s`), per second over time.
+pub(super) fn rates(o: &mut String, s: &Summary) {
+    open(o, "rates", "Rates over time");
+    let names: Vec<&String> = s.rates_per_s.keys().collect();
+    if names.is_empty() {
+        note(o, "No rate was recorded.");
+        close(o);
+        return;
+    }
+    if s.timeline.is_empty() {
+        no_timeline(o);
+    } else {
+        let (bytes, events): (Vec<&String>, Vec<&String>) =
+            names.iter().copied().partition(|n| n.starts_with("bytes"));
+        for (group, unit, y_title) in [
+            (events, Unit::Count, "per second"),
+            (bytes, Unit::Bytes, "bytes per second"),
+        ] {
+            for (n, chunk) in group.chunks(super::svg::STYLES.len()).enumerate() {
+                let series = chunk
+                    .iter()
+                    .map(|name| Series {
+                        name: (*name).clone(),
+                        points: rate_points(&s.timeline, |t| {
+                            t.counters.get(*name).copied().unwrap_or(0) as f64
+                        }),
+                        steps: false,
+                    })
+                    .collect();
+                figure(
+                    o,
+                    over_time(
+                        &format!("Rates{}", if n > 0 { " (continued)" } else { "" }),
+                        s.duration_s,
+                        unit,
+                        y_title,
+                        series,
+                    ),
+                    "Per second between samples.",
+                );
+            }
+        }
+    }
+    let rows: Vec<Vec<String>> = names
+        .iter()
+        .map(|n| {
+            vec![
+                esc(n),
+                s.counters.get(*n).copied().unwrap_or(0).to_string(),
+                format!("{:.1}/s", s.rates_per_s[*n]),
+            ]
+        })
+        .collect();
+    table(o, &["counter", ">total", ">average over the run"], &rows);
+    close(o);
+}
+
+/// Whole-run percentiles, and per interval where windows exist.
+pub(super) fn latency(o: &mut String, s: &Summary, windows: &[LatencyWindow]) {
+    open(o, "latency", "Latency");
+    let rows: Vec<Vec<String>> = s
+        .latency_us
+        .iter()
+        .filter(|(_, l)| l.count > 0)
+        .map(|(n, l)| {
+            vec![
+                esc(n),
+                l.count.to_string(),
+                fmt_us(l.p50),
+                fmt_us(l.p90),
+                fmt_us(l.p99),
+                fmt_us(l.p999),
+                fmt_us(l.max),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        note(o, "No latency was recorded.");
+    } else {
+        table(
+            o,
+            &[
+                "latency", ">count", ">p50", ">p90", ">p99", ">p99.9", ">max",
+            ],
+            &rows,
+        );
+    }
+    let mut by_name: BTreeMap<&str, Vec<&LatencyWindow>> = BTreeMap::new();
+    for w in windows {
+        by_name.entry(&w.name).or_default().push(w);
+    }
+    if by_name.is_empty() && !rows.is_empty() {
+        note(
+            o,
+            "Percentiles over time come from interval logs: run with --hlog PATH and pass the file to `agent-sim report html` (a run's own --report-html has them).",
+        );
+    }
+    for (name, ws) in by_name {
+        let _ = writeln!(o, "<h3>{}</h3>", esc(name));
+        figure(
+            o,
+            charts::latency_over_time(name, s.duration_s, &ws),
+            &format!("{name}: p50, p90, p99 and max of each interval (log scale)."),
+        );
+    }
+    close(o);
+}
+
+fn secs(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2}s"))
+        .unwrap_or_else(|| "never".into())
+}
+
+/// Each disruption: what was lost, how fast it came back.
+pub(super) fn disruptions(o: &mut String, s: &Summary) {
+    open(o, "disruptions", "Disruptions and reconvergence");
+    if s.disruptions.is_empty() {
+        note(o, "No disruption in this run.");
+        close(o);
+        return;
+    }
+    // Consul's subscription figures only where a fleet had any.
+    let consul = s
+        .disruptions
+        .iter()
+        .any(|d| d.snapshots + d.resumes + d.resumes_silent > 0);
+    let rows: Vec<Vec<String>> = s
+        .disruptions
+        .iter()
+        .map(|d| {
+            let b = &d.back_after_s;
+            let mut row = vec![
+                d.id.to_string(),
+                esc(&format!("{} ({})", d.cause, d.fleet)),
+                run_time(d.began_s),
+                format!("{} / {}", d.back, d.sessions_lost),
+                format!(
+                    "{} / {} / {} / {}",
+                    secs(b.p50),
+                    secs(b.p90),
+                    secs(b.p99),
+                    secs(b.p100)
+                ),
+                format!(
+                    "{} / {}",
+                    fmt_us(d.reconnect_us.p50),
+                    fmt_us(d.reconnect_us.p99)
+                ),
+                d.attempts.to_string(),
+            ];
+            if consul {
+                row.push(format!(
+                    "{} / {} / {}",
+                    d.snapshots, d.resumes, d.resumes_silent
+                ));
+            }
+            row.push(esc(&by_cause(&d.missing_at_end)));
+            row
+        })
+        .collect();
+    let mut head = vec![
+        "#",
+        "cause (fleet)",
+        ">began",
+        ">back / lost",
+        ">50 / 90 / 99 / 100 % back after",
+        ">reconnect p50 / p99",
+        ">attempts",
+    ];
+    if consul {
+        head.push(">snapshots / resumes / silent");
+    }
+    head.push("missing at end");
+    table(o, &head, &rows);
+    for d in s.disruptions.iter().take(MAX_DRAWN) {
+        let Ok(h) = d.reconnect_us.histogram() else {
+            continue;
+        };
+        figure(
+            o,
+            arrival_cdf(
+                &format!("Disruption #{} ({}): agents back", d.id, d.cause),
+                &h,
+                &d.reconnect_us,
+                d.sessions_lost,
+                "loss to steady state again, log scale",
+            ),
+            &format!(
+                "Disruption #{} ({} at {}): share of the {} lost sessions back, by time from each loss.",
+                d.id,
+                d.cause,
+                run_time(d.began_s),
+                d.sessions_lost
+            ),
+        );
+    }
+    if s.disruptions.len() > MAX_DRAWN {
+        note(
+            o,
+            &format!("The first {MAX_DRAWN} disruptions are drawn; every one is in the table."),
+        );
+    }
+    close(o);
+}
+
+fn kinds_table(o: &mut String, m: &BTreeMap<String, KindEntry>) {
+    let mut v: Vec<(&String, &KindEntry)> = m.iter().collect();
+    v.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
+    let rows: Vec<Vec<String>> = v
+        .iter()
+        .map(|(k, e)| {
+            vec![
+                esc(k),
+                e.count.to_string(),
+                format!("{:.1}s", e.first_seen_s),
+                if e.heals { "yes" } else { "no" }.to_string(),
+                format!(
+                    "<span class=\"words\">{}</span>",
+                    esc(e.sample.as_deref().unwrap_or(""))
+                ),
+                esc(e.hint.as_deref().unwrap_or("")),
+            ]
+        })
+        .collect();
+    table(
+        o,
+        &[
+            "kind",
+            ">count",
+            ">first seen",
+            "heals",
+            "server said",
+            "check",
+        ],
+        &rows,
+    );
+}
+
+/// Errors by kind over time, with the server's words and what to check.
+pub(super) fn errors(o: &mut String, s: &Summary) {
+    open(o, "errors", "Errors");
+    let total = s.errors_total();
+    if total == 0 {
+        note(o, "No error.");
+    } else {
+        let mut kinds: Vec<(&String, u64)> = s.errors.iter().map(|(k, e)| (k, e.count)).collect();
+        kinds.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let shown: Vec<&String> = kinds.iter().take(ERROR_LINES).map(|k| k.0).collect();
+        let mut series: Vec<Series> = shown
+            .iter()
+            .map(|k| Series {
+                name: (*k).clone(),
+                points: s
+                    .timeline
+                    .iter()
+                    .map(|t| (t.t_s, t.errors.get(*k).copied().unwrap_or(0) as f64))
+                    .collect(),
+                steps: false,
+            })
+            .collect();
+        if kinds.len() > ERROR_LINES {
+            series.push(Series {
+                name: "other kinds".into(),
+                points: s
+                    .timeline
+                    .iter()
+                    .map(|t| {
+                        let other: u64 = t
+                            .errors
+                            .iter()
+                            .filter(|(k, _)| !shown.contains(k))
+                            .map(|(_, v)| v)
+                            .sum();
+                        (t.t_s, other as f64)
+                    })
+                    .collect(),
+                steps: false,
+            });
+        }
+        if s.timeline.is_empty() {
+            no_timeline(o);
+        } else {
+            figure(
+                o,
+                over_time(
+                    "Errors by kind",
+                    s.duration_s,
+                    Unit::Count,
+                    "errors per sample interval",
+                    series,
+                ),
+                "Errors of each kind between samples.",
+            );
+        }
+        let _ = writeln!(o, "<p>{total} error(s) in all.</p>");
+        kinds_table(o, &s.errors);
+    }
+    if !s.warnings.is_empty() {
+        let _ = writeln!(o, "<h3>Warnings</h3>");
+        note(o, "What a real agent logs and carries on with.");
+        kinds_table(o, &s.warnings);
+    }
+    close(o);
+}
+
+/// The simulator's own CPU and memory.
+pub(super) fn process(o: &mut String, s: &Summary) {
+    open(o, "process", "The simulator process");
+    kv(
+        o,
+        &[
+            ("peak RSS", fmt_mib(s.process.peak_rss_bytes)),
+            (
+                "CPU",
+                format!(
+                    "{:.2}s user, {:.2}s system",
+                    s.process.cpu_user_s, s.process.cpu_sys_s
+                ),
+            ),
+        ],
+    );
+    if s.timeline.is_empty() {
+        no_timeline(o);
+    } else {
+        let mut prev = 0.0;
+        let cpu = Series {
+            name: "CPU".into(),
+            points: rate_points(&s.timeline, |t| {
+                let used = (t.cpu_s - prev).max(0.0);
+                prev = t.cpu_s;
+                used
+            }),
+            steps: false,
+        };
+        figure(
+            o,
+            over_time("CPU", s.duration_s, Unit::Cores, "cores busy", vec![cpu]),
+            "CPU time (user + system) per second of run time: 1 = one core busy.",
+        );
+        let rss = Series {
+            name: "RSS".into(),
+            points: s
+                .timeline
+                .iter()
+                .map(|t| (t.t_s, t.rss_bytes as f64))
+                .collect(),
+            steps: false,
+        };
+        figure(
+            o,
+            over_time(
+                "Resident memory",
+                s.duration_s,
+                Unit::Bytes,
+                "RSS",
+                vec![rss],
+            ),
+            "Resident set size at each sample.",
+        );
+    }
+    close(o);
+}
+
+fn json_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(a) => a.iter().map(json_text).collect::<Vec<_>>().join(", "),
+        serde_json::Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// The settings the run used.
+pub(super) fn config(o: &mut String, s: &Summary) {
+    open(o, "config", "Configuration");
+    let Some(c) = &s.config else {
+        note(o, "This summary does not record its configuration.");
+        close(o);
+        return;
+    };
+    note(
+        o,
+        "The run's effective settings (defaults, --config file, environment and flags), in the config file's keys; secrets are redacted.",
+    );
+    let rows: Vec<Vec<String>> = c
+        .iter()
+        .filter(|(k, _)| k.as_str() != "fleet")
+        .map(|(k, v)| vec![esc(k), esc(&json_text(v))])
+        .collect();
+    table(o, &["setting", "value"], &rows);
+    if let Some(serde_json::Value::Array(fleets)) = c.get("fleet") {
+        for (i, f) in fleets.iter().enumerate() {
+            let Some(f) = f.as_object() else { continue };
+            let _ = writeln!(o, "<h3>[[fleet]] #{}</h3>", i + 1);
+            let rows: Vec<Vec<String>> = f
+                .iter()
+                .map(|(k, v)| vec![esc(k), esc(&json_text(v))])
+                .collect();
+            table(o, &["setting", "value"], &rows);
+        }
+    }
+    close(o);
+}
