@@ -18,10 +18,13 @@
 //! - [`assert`](mod@assert): SLO assertions (`--assert 'connect.p99 < 1s'`) and verdicts.
 //! - [`prometheus`]: `/metrics` in the Prometheus text format, and its server.
 //! - [`schema`]: the JSON Schema of the summary and a validator for it.
+//! - [`disruption`]: disruptions (storms, churn, backend restarts) and the
+//!   fleet's reconvergence after each, live and in the summary.
 //!
 //! This crate knows no protocol: Sensu and Consul declare their own names.
 
 pub mod assert;
+pub mod disruption;
 pub mod hlog;
 pub mod merge;
 pub mod process;
@@ -177,6 +180,7 @@ struct Inner {
     created: std::time::Instant,
     connected: AtomicI64,
     peak_connected: AtomicI64,
+    disruptions: disruption::DisruptionLog,
 }
 
 /// Shared recorder for one run. Clone it freely; all clones record into the
@@ -209,6 +213,8 @@ pub struct Snapshot {
     pub connected: i64,
     /// Most sessions established at once.
     pub peak_connected: i64,
+    /// The latest disruption whose lost sessions are not all back yet.
+    pub disruption: Option<disruption::LiveDisruption>,
 }
 
 impl Snapshot {
@@ -263,6 +269,7 @@ impl Metrics {
                 created: std::time::Instant::now(),
                 connected: AtomicI64::new(0),
                 peak_connected: AtomicI64::new(0),
+                disruptions: disruption::DisruptionLog::default(),
             }),
         }
     }
@@ -479,7 +486,19 @@ impl Metrics {
                 .collect(),
             connected: self.inner.connected.load(Ordering::Relaxed),
             peak_connected: self.inner.peak_connected.load(Ordering::Relaxed),
+            disruption: self
+                .inner
+                .disruptions
+                .live()
+                .into_iter()
+                .rev()
+                .find(|d| d.back < d.lost),
         }
+    }
+
+    /// The run's disruptions and the reconvergence after each.
+    pub fn disruptions(&self) -> &disruption::DisruptionLog {
+        &self.inner.disruptions
     }
 
     /// Drains every shard: returns what was recorded since the previous call

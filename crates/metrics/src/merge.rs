@@ -41,6 +41,10 @@
 //!   cross-process latencies compare two wall clocks and are only as good as
 //!   their sync (see `docs/multi-box.md`). Within the controller's process no
 //!   shift happens and latencies stay on one monotonic clock.
+//! - `disruptions`: see [`crate::disruption::merge`] (the same scheduled
+//!   disruption of every shard exactly; detected ones of a fleet whose
+//!   starts are within 2 s joined, their back times shifted onto the
+//!   earliest start).
 //! - `shard`: `None`.
 //!
 //! It does not read files: see [`crate::summary::Summary::read`] and
@@ -77,7 +81,7 @@ pub(crate) fn histogram_of(l: &LatencySummary, what: &str) -> Result<Histogram<u
 
 /// The smallest recorded value by which `rank` samples had been seen, if
 /// the histogram holds that many.
-fn value_at_rank(h: &Histogram<u64>, rank: u64) -> Option<u64> {
+pub(crate) fn value_at_rank(h: &Histogram<u64>, rank: u64) -> Option<u64> {
     if rank == 0 || h.len() < rank {
         return None;
     }
@@ -289,6 +293,7 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         out.agents.ever_connected += p.agents.ever_connected;
         out.agents.never_connected += p.agents.never_connected;
         out.agents.lost_not_back += p.agents.lost_not_back;
+        out.agents.left += p.agents.left;
         for (k, v) in &p.outcome.missing {
             *out.outcome.missing.entry(k.clone()).or_insert(0) += v;
         }
@@ -359,6 +364,9 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         out.latency_us
             .insert(PROPAGATION.into(), LatencySummary::from_histogram(&h));
     }
+    let disruptions: Vec<&[crate::disruption::DisruptionSummary]> =
+        parts.iter().map(|p| p.disruptions.as_slice()).collect();
+    out.disruptions = crate::disruption::merge(&disruptions)?;
     out.shard = None;
     out.outcome = merged_outcome(parts, &out);
     Ok(out)
@@ -403,7 +411,7 @@ fn merged_outcome(parts: &[Summary], merged: &Summary) -> Outcome {
         let missing = merged
             .agents
             .requested
-            .saturating_sub(merged.agents.connected);
+            .saturating_sub(merged.agents.connected + merged.agents.left);
         (
             2,
             Some(format!(

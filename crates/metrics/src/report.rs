@@ -67,12 +67,17 @@ pub fn render(s: &Summary) -> String {
     );
     let _ = writeln!(
         out,
-        "agents     connected {}/{}  peak {}  never connected {}  lost and not back {}",
+        "agents     connected {}/{}  peak {}  never connected {}  lost and not back {}{}",
         s.agents.connected,
         s.agents.requested,
         s.agents.peak_connected,
         s.agents.never_connected,
-        s.agents.lost_not_back
+        s.agents.lost_not_back,
+        if s.agents.left > 0 {
+            format!("  left (ramp-down) {}", s.agents.left)
+        } else {
+            String::new()
+        }
     );
     if !s.counters.is_empty() {
         let _ = writeln!(out, "counters");
@@ -141,6 +146,7 @@ pub fn render(s: &Summary) -> String {
             );
         }
     }
+    crate::disruption::render(&mut out, &s.disruptions);
     let _ = writeln!(
         out,
         "process    peak RSS {}  cpu user {:.2}s sys {:.2}s",

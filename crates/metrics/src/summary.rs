@@ -48,6 +48,14 @@ pub struct AgentCounts {
     /// Agents that held a session, lost it and were not back at the end.
     #[serde(default)]
     pub lost_not_back: u64,
+    /// Agents that left the run on purpose (`--ramp-down`): neither
+    /// connected nor missing at the end.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub left: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The outcome of a run: what its exit code says, and why.
@@ -285,6 +293,10 @@ pub struct Summary {
     /// Shard `I/N` of a multi-process run, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
+    /// Disruptions (storms, churn, pauses, backend restarts) and how the
+    /// fleet reconverged after each, in order of their start.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disruptions: Vec<crate::disruption::DisruptionSummary>,
 }
 
 impl Summary {

@@ -108,6 +108,7 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
             ever_connected: ever,
             never_connected: requested.saturating_sub(ever),
             lost_not_back: f.reports.iter().map(|r| r.lost_not_back).sum(),
+            left: f.reports.iter().map(|r| r.left).sum(),
         },
         outcome: Outcome {
             missing: add_up(f.reports.iter().map(|r| &r.missing)),
@@ -122,5 +123,6 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         process: agent_sim_metrics::process::stats(),
         probes: f.probes,
         shard: f.cfg.shard.map(|s| s.to_string()),
+        disruptions: f.metrics.disruptions().summaries(),
     }
 }
