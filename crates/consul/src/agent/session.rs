@@ -258,6 +258,16 @@ impl ConsulAgent {
                 } else {
                     cx.release_dial_slot();
                 }
+            } else if !established
+                && slots
+                    .iter()
+                    .all(|s| s.ready || (s.resume_pending && matches!(s.state, SlotState::Live(_))))
+            {
+                // Every resubscribe was accepted and the rest is waiting for
+                // the staggered sync (a timer, not a handshake): the dial
+                // slot goes to the next agent, or a storm's comeback would
+                // queue behind up to 12 s of stagger per slot.
+                cx.release_dial_slot();
             }
         };
         (end, answered)
