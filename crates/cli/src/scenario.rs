@@ -279,6 +279,45 @@ mod tests {
     }
 
     #[test]
+    fn the_example_config_is_a_valid_timeline() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/scenarios.toml");
+        let c = resolve(
+            RunArgs {
+                config: Some(path),
+                ..RunArgs::default()
+            },
+            &no_env,
+        )
+        .unwrap();
+        let f = &c.fleets[0].fleet;
+        assert_eq!(
+            f.scenario.phases,
+            vec![
+                Phase::Churn {
+                    share: 0.05,
+                    period: s(30),
+                    from: s(10),
+                    until: Some(s(60))
+                },
+                Phase::Storm {
+                    at: s(60),
+                    share: 1.0
+                },
+                Phase::Pause {
+                    at: s(90),
+                    length: s(20),
+                    share: 0.1
+                },
+                Phase::RampDown {
+                    at: s(190),
+                    rate: Rate::per_second(100.0)
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn flags_alone_and_the_default_policy() {
         let c = resolve(
             RunArgs {

@@ -387,8 +387,10 @@ impl Ledger {
         m.expires_ms = 0;
         if e.cause == EndCause::Leave {
             m.leave = true;
-            m.left = true;
-            b.left += 1;
+            if !m.left {
+                m.left = true;
+                b.left += 1;
+            }
             if was_up {
                 *b.sessions_lost.entry(e.cause.session_cause()).or_insert(0) += 1;
             }
@@ -606,6 +608,12 @@ impl Ledger {
         });
         if let Some(t) = &m.turn {
             t.cancel();
+        }
+        // Without a session to close it has left already (its task notices
+        // at its next turn); with one, when the session has closed.
+        if !m.up {
+            m.left = true;
+            b.left += 1;
         }
     }
 

@@ -11,7 +11,7 @@
 //! | path | meaning | value |
 //! |------|---------|-------|
 //! | `<name>.<stat>`, `latency.<name>.<stat>` | statistic of latency `<name>` (`connect`, `session_ready`, `propagation`, ...); `<stat>` is `p50` `p75` `p90` `p95` `p99` `p999` (or `p99.9`) `min` `max` `mean` `count` | duration: `800us` (`µs`), `250ms`, `1s`, `2m`, `1h`, `1500ns`; a bare number is microseconds. `count` takes a plain number |
-//! | `agents.requested` `agents.connected` `agents.peak_connected` `agents.ever_connected` `agents.never_connected` (`agents.failed`) `agents.lost_not_back` | agent counts | number, or the word `requested` (= `agents.requested`) |
+//! | `agents.requested` `agents.connected` `agents.peak_connected` `agents.ever_connected` `agents.never_connected` (`agents.failed`) `agents.lost_not_back` `agents.left` | agent counts | number, or the word `requested` (= `agents.requested`) |
 //! | `errors.total` (or `errors`) | sum of all error kinds | number |
 //! | `errors.<kind>` | errors of one kind (0 when the kind never occurred) | number |
 //! | `counters.<name>` or a bare `<name>` | a protocol counter, e.g. `keepalives_sent` | number or `requested` |
@@ -106,13 +106,14 @@ const STATS: &[&str] = &[
 ];
 
 /// Fields of `agents.<field>`.
-const AGENT_FIELDS: [&str; 6] = [
+const AGENT_FIELDS: [&str; 7] = [
     "requested",
     "connected",
     "peak_connected",
     "ever_connected",
     "never_connected",
     "lost_not_back",
+    "left",
 ];
 
 #[derive(Debug, Clone, PartialEq)]
@@ -478,6 +479,7 @@ fn actual(m: &Metric, s: &Summary) -> Result<f64, String> {
                 "peak_connected" => s.agents.peak_connected,
                 "ever_connected" => s.agents.ever_connected,
                 "lost_not_back" => s.agents.lost_not_back,
+                "left" => s.agents.left,
                 _ => s.agents.never_connected,
             }) as f64
         }
