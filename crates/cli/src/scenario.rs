@@ -10,15 +10,22 @@
 //! (only fleets of that kind; default every fleet); a section without `at`
 //! starts when the one before it ends. The rules of what a timeline may be
 //! are the fleet crate's ([`Scenario::plan`]); this module only names the
-//! flag or section in its one-line errors.
+//! flag or section in its one-line errors, and says how long an agent
+//! takes to come back (its first reconnect delay, a handshake, and for
+//! Consul the staggered sync after a reconnect), which continuous phases
+//! leave before the end of the run.
 
 use std::time::Duration;
 
 use agent_sim_fleet::scenario::{ChurnSpec, PauseSpec, PhaseSpec, RampDownSpec, StormSpec, What};
-use agent_sim_fleet::{Backoff, Scenario};
+use agent_sim_fleet::{Backoff, ReconnectPolicy, Scenario};
 
 use crate::args::RunArgs;
-use crate::config::{FleetPlan, UsageError};
+use crate::config::{FleetPlan, Protocol, UsageError};
+
+/// Allowance for a reconnect's handshake when continuous phases settle
+/// before the end of a run.
+const COMEBACK_HANDSHAKE: Duration = Duration::from_secs(1);
 use crate::values::{Kind, Secs};
 
 /// One `[[scenario]]` section of the config file.
@@ -150,12 +157,23 @@ pub fn apply(
     if let Some(r) = a.ramp_down {
         specs.push(spec(What::RampDown(r), "--ramp-down"));
     }
-    let f = &mut plan.fleet;
-    f.scenario =
-        Scenario::plan(&specs, duration, f.agents).map_err(|e| UsageError(e.to_string()))?;
-    f.label = kind;
     let policy = a.reconnect.unwrap_or_default();
+    let protocol = match &plan.protocol {
+        Protocol::Consul(c) => c.reconnect_sync_window(),
+        Protocol::Sensu(_) => Duration::ZERO,
+    };
+    let f = &mut plan.fleet;
     f.backoff = Backoff::with_policy(policy, f.backoff.min(), f.backoff.max());
+    // How long an agent whose session the scenario ended takes to be back:
+    // its first delay, a handshake, and Consul's staggered sync.
+    let delay = match policy {
+        ReconnectPolicy::None => Duration::ZERO,
+        _ => f.backoff.min(),
+    };
+    let comeback = delay + protocol + COMEBACK_HANDSHAKE;
+    f.scenario = Scenario::plan(&specs, duration, f.agents, comeback)
+        .map_err(|e| UsageError(e.to_string()))?;
+    f.label = kind;
     Ok(())
 }
 

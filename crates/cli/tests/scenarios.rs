@@ -208,7 +208,7 @@ async fn churn_holds_the_connected_count_within_its_band() {
     );
     let s = &outcome.summary;
     assert_eq!(outcome.exit_code, 0, "{:?}", outcome.problem);
-    // 30/s from 0 s until 0.8 s before the end (10 % of the run).
+    // 30/s from 0 s until 1.2 s before the end (the 200 ms delay + 1 s).
     let churned = s.sessions_lost["scenario_churn"];
     assert!((180..=216).contains(&churned), "{churned}");
     let d = only(s, "churn");

@@ -16,7 +16,10 @@
 //! Timing rules (also in the README):
 //! - Continuous phases (churn, max session length) without `until`/`for`
 //!   stop [`settle`] before the end of a run with a `--duration`, so the
-//!   end-of-run count measures the fleet, not the churn in flight.
+//!   end-of-run count measures the fleet, not the churn in flight: 10 % of
+//!   the run (at most 10 s), or longer when an agent takes longer to come
+//!   back (the caller's `comeback`: its reconnect delay and the protocol's
+//!   own, e.g. Consul's staggered sync after a reconnect).
 //! - A session of max length `L` ends after `L` ± [`SESSION_LENGTH_JITTER`]
 //!   (uniform), counted from the moment it reached steady state.
 //! - `--ramp-down R` without `at=` starts so that the last agent leaves as
@@ -36,9 +39,10 @@ use crate::units::{Rate, parse_duration};
 pub const SESSION_LENGTH_JITTER: f64 = 0.10;
 
 /// How long before the end of a run continuous phases stop when they were
-/// given no end: 10 % of the run, at most 10 s.
-pub fn settle(run: Duration) -> Duration {
-    (run / 10).min(Duration::from_secs(10))
+/// given no end: 10 % of the run (at most 10 s), or `comeback` (how long an
+/// agent whose session was ended takes to be back) when that is longer.
+pub fn settle(run: Duration, comeback: Duration) -> Duration {
+    (run / 10).min(Duration::from_secs(10)).max(comeback)
 }
 
 /// A share of sessions or agents, written `N%` (0 < N ≤ 100).
@@ -405,11 +409,13 @@ impl Scenario {
     }
 
     /// Lays `specs` on the clock of a run of `run` (if known) with `agents`
-    /// agents (see the module doc), checking each phase.
+    /// agents whose ended sessions take up to `comeback` to be back (see
+    /// [`settle`]), checking each phase.
     pub fn plan(
         specs: &[PhaseSpec],
         run: Option<Duration>,
         agents: u64,
+        comeback: Duration,
     ) -> Result<Scenario, ScenarioError> {
         let mut phases = Vec::new();
         // Where a chained phase starts; None after a phase without an end.
@@ -456,7 +462,7 @@ impl Scenario {
                 let end = match (spec.until, spec.length) {
                     (Some(u), _) => Some(u),
                     (None, Some(l)) => Some(from + l),
-                    (None, None) => run.map(|r| r.saturating_sub(settle(r)).max(from)),
+                    (None, None) => run.map(|r| r.saturating_sub(settle(r, comeback)).max(from)),
                 };
                 if let Some(e) = end
                     && e <= from
@@ -672,7 +678,7 @@ mod tests {
             flag(What::RampDown("10/s".parse().unwrap())),
             flag(What::MaxSessionLength(s(40))),
         ];
-        let plan = Scenario::plan(&specs, Some(s(60)), 100).unwrap();
+        let plan = Scenario::plan(&specs, Some(s(60)), 100, Duration::ZERO).unwrap();
         assert_eq!(
             plan.phases,
             vec![
@@ -705,8 +711,13 @@ mod tests {
         assert_eq!(plan.session_length_at(s(10)), Some((s(40), Some(s(54)))));
         assert_eq!(plan.session_length_at(s(55)), None);
         // Without a duration, continuous phases run until the end.
-        let plan = Scenario::plan(&specs[..1], None, 100).unwrap();
+        let plan = Scenario::plan(&specs[..1], None, 100, Duration::ZERO).unwrap();
         assert!(matches!(plan.phases[0], Phase::Churn { until: None, .. }));
+        // Agents that take longer to come back stop the churn earlier.
+        let plan = Scenario::plan(&specs[..1], Some(s(60)), 100, s(15)).unwrap();
+        assert!(matches!(plan.phases[0], Phase::Churn { until: Some(u), .. } if u == s(45)));
+        assert_eq!(settle(s(600), s(2)), s(10));
+        assert_eq!(settle(s(30), Duration::ZERO), s(3));
     }
 
     #[test]
@@ -727,7 +738,7 @@ mod tests {
             section(What::Pause("for=3s".parse().unwrap()), None, None, None),
             section(What::RampDown("10/s".parse().unwrap()), None, None, None),
         ];
-        let plan = Scenario::plan(&specs, Some(s(120)), 100).unwrap();
+        let plan = Scenario::plan(&specs, Some(s(120)), 100, Duration::ZERO).unwrap();
         assert_eq!(
             plan.phases,
             vec![
@@ -812,7 +823,7 @@ mod tests {
             ),
         ];
         for (specs, run, needle) in cases {
-            let e = Scenario::plan(&specs, run.map(s), 100).unwrap_err();
+            let e = Scenario::plan(&specs, run.map(s), 100, Duration::ZERO).unwrap_err();
             assert!(e.to_string().contains(needle), "{e}");
             assert!(
                 e.to_string().starts_with(&specs[0].origin)

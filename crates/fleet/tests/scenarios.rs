@@ -155,7 +155,7 @@ fn fleet(
             Duration::from_millis(min_ms),
             Duration::from_secs(10),
         ),
-        scenario: Scenario::plan(&specs, Some(duration), agents).unwrap(),
+        scenario: Scenario::plan(&specs, Some(duration), agents, Duration::ZERO).unwrap(),
         label: "fake",
         ..Default::default()
     }
