@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use agent_sim_consul::ProbeKind;
 use agent_sim_fleet::Rate;
+use agent_sim_fleet::ReconnectPolicy;
+use agent_sim_fleet::scenario::{ChurnSpec, PauseSpec, RampDownSpec, StormSpec};
 use agent_sim_metrics::assert::Assertion;
 use agent_sim_sensu::Encoding;
 use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
@@ -373,6 +375,50 @@ pub struct RunArgs {
     /// or `off` to send none.
     #[arg(long, value_name = "VERSION", help_heading = "Consul dataplane")]
     pub envoy_version: Option<Toggle<String>>,
+
+    // --- Scenarios (README "Scenarios"; also [[scenario]] sections) ---
+    /// Close and reopen this share of the fleet's sessions per period,
+    /// spread evenly (like deploys), e.g. 5%/30s.
+    #[arg(long, value_name = "SHARE/PERIOD", help_heading = "Scenarios")]
+    pub churn: Option<ChurnSpec>,
+    /// End each session after this long ± 10 % (then reconnect per --reconnect).
+    #[arg(long, value_name = "DURATION", help_heading = "Scenarios")]
+    pub max_session_length: Option<Secs>,
+    /// Drop a share of the connected sessions at once (repeatable):
+    /// at=60s[,drop=100%].
+    #[serde(
+        rename = "storm",
+        alias = "storms",
+        deserialize_with = "crate::scenario::one_or_many"
+    )]
+    #[arg(
+        long = "storm",
+        value_name = "at=T[,drop=P%]",
+        help_heading = "Scenarios"
+    )]
+    pub storms: Vec<StormSpec>,
+    /// Freeze agents: no reads, no writes, timers late, like a stopped
+    /// process (repeatable): at=60s,for=30s[,share=100%].
+    #[serde(
+        rename = "pause",
+        alias = "pauses",
+        deserialize_with = "crate::scenario::one_or_many"
+    )]
+    #[arg(
+        long = "pause",
+        value_name = "at=T,for=D[,share=P%]",
+        help_heading = "Scenarios"
+    )]
+    pub pauses: Vec<PauseSpec>,
+    /// Agents leave politely at this rate, the last one as the run ends
+    /// (needs --duration), e.g. 200/s; or at=T,rate=R.
+    #[arg(long, value_name = "RATE", help_heading = "Scenarios")]
+    pub ramp_down: Option<RampDownSpec>,
+    /// Delay between sessions: exponential (equal jitter, doubling from
+    /// --reconnect-min to --reconnect-max), full-jitter, fixed (always
+    /// --reconnect-min) or none (at once: the synchronized burst).
+    #[arg(long, value_name = "POLICY", help_heading = "Scenarios")]
+    pub reconnect: Option<ReconnectPolicy>,
 
     /// Check schedule of the embedded Sensu target (demo mode only).
     #[arg(long, value_name = "DURATION", hide = true)]

@@ -160,9 +160,11 @@ macro_rules! with_run_args_fields {
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
                 anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service,
                 embedded_check_interval, hlog_interval, metrics_addr, shard, seed, quiet,
-                progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose;
+                progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,
+                churn, max_session_length, ramp_down, reconnect;
             paths: config, ca_file, cert_file, key_file, summary, hlog, report_html;
-            vecs: targets, source_addrs, asserts
+            vecs: targets, source_addrs, asserts,
+                storms, pauses
         )
     };
 }
@@ -249,6 +251,7 @@ pub fn defaults() -> RunArgs {
         hlog_interval: Some(Secs(DEFAULT_REPORT_INTERVAL)),
         quiet: Some(false),
         progress_every: Some(Secs(DEFAULT_REPORT_INTERVAL)),
+        reconnect: Some(fleet.backoff.policy()),
         ..RunArgs::default()
     }
 }
@@ -273,8 +276,12 @@ pub fn shown_defaults() -> Vec<(&'static str, String)> {
     out
 }
 
-/// Reads the `--config` file: the top-level layer and its `[[fleet]]` sections.
-fn read_file(path: &std::path::Path) -> Result<(RunArgs, Vec<RunArgs>), UsageError> {
+/// What a `--config` file holds: the top-level layer, its `[[fleet]]`
+/// sections and its `[[scenario]]` sections.
+type FileLayers = (RunArgs, Vec<RunArgs>, Vec<crate::scenario::ScenarioSection>);
+
+/// Reads the `--config` file: the top-level layer and its sections.
+fn read_file(path: &std::path::Path) -> Result<FileLayers, UsageError> {
     let text = std::fs::read_to_string(path)
         .or_else(|e| usage(format!("--config {}: {e}", path.display())))?;
     let mut table: toml::Table =
@@ -311,10 +318,14 @@ fn read_file(path: &std::path::Path) -> Result<(RunArgs, Vec<RunArgs>), UsageErr
             ));
         }
     };
+    let scenarios = match table.remove("scenario") {
+        None => Vec::new(),
+        Some(v) => crate::scenario::sections(v, &path.display().to_string())?,
+    };
     let top = toml::Value::Table(table)
         .try_into::<RunArgs>()
         .or_else(|e| usage(format!("--config {}: {}", path.display(), one_line(e))))?;
-    Ok((top, fleets))
+    Ok((top, fleets, scenarios))
 }
 
 /// Resolves `--shard`: `I/N` as given, or the index from
@@ -389,9 +400,9 @@ pub fn resolve(
     cli: RunArgs,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<RunConfig, UsageError> {
-    let (file_top, file_fleets) = match &cli.config {
+    let (file_top, file_fleets, scenarios) = match &cli.config {
         Some(p) => read_file(p)?,
-        None => (RunArgs::default(), Vec::new()),
+        None => (RunArgs::default(), Vec::new(), Vec::new()),
     };
     if !file_fleets.is_empty()
         && (cli.kind.is_some() || cli.agents.is_some() || !cli.targets.is_empty())
@@ -426,13 +437,18 @@ pub fn resolve(
     }
     let mut fleets = Vec::new();
     for (n, layer) in layers.iter().enumerate() {
-        let plan = resolve_fleet(layer, shard).map_err(|e| {
-            if layers.len() > 1 {
-                UsageError(format!("[[fleet]] #{}: {}", n + 1, e.0))
-            } else {
-                e
-            }
-        })?;
+        let plan = resolve_fleet(layer, shard)
+            .and_then(|mut plan| {
+                crate::scenario::apply(&mut plan, layer, &scenarios, duration)?;
+                Ok(plan)
+            })
+            .map_err(|e| {
+                if layers.len() > 1 {
+                    UsageError(format!("[[fleet]] #{}: {}", n + 1, e.0))
+                } else {
+                    e
+                }
+            })?;
         fleets.push(plan);
     }
     let effective = effective_settings(&top, &layers, &fleets);

@@ -5,7 +5,8 @@
 //! env < flags, validation, shards), [`preflight`] (fds and ports before any
 //! socket), [`run`] (orchestration, progress, hlog, Prometheus, summary,
 //! assertions), [`serve`] (`agent-sim serve`), [`report_cmd`] (`report
-//! show|merge`), [`cleanup_cmd`] (`agent-sim cleanup`).
+//! show|merge`), [`cleanup_cmd`] (`agent-sim cleanup`), [`scenario`]
+//! (scenario flags and `[[scenario]]` sections onto each fleet).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), agent_sim::run::RunError> {
@@ -27,6 +28,7 @@ pub mod preflight;
 pub mod progress;
 pub mod report_cmd;
 pub mod run;
+pub mod scenario;
 pub mod serve;
 pub mod values;
 

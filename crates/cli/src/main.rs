@@ -86,13 +86,30 @@ async fn wait_signal() {
     }
 }
 
+/// Clap's error as one line: its first paragraph, naming the flag and the
+/// reason (`invalid value 'x' for '--storm <...>': at=x: ...`).
+fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let first: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let line = first.join(" ");
+    line.strip_prefix("error: ").unwrap_or(&line).to_string()
+}
+
 fn main() -> ExitCode {
     let cli = match agent_sim::args::parse() {
         Ok(c) => c,
+        Err(e) if e.use_stderr() => {
+            eprintln!("agent-sim: {}", one_line(&e));
+            return code(exit::USAGE);
+        }
         Err(e) => {
-            let usage = e.use_stderr();
+            // --help, --version.
             let _ = e.print();
-            return code(if usage { exit::USAGE } else { exit::OK });
+            return code(exit::OK);
         }
     };
     match cli.command {

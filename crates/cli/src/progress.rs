@@ -63,7 +63,7 @@ impl Progress {
             .map(|(k, v)| format!(" (most: {k} {v})"))
             .unwrap_or_default();
         format!(
-            "[{:>7.1}s] {} connected {}/{} started {}{}  retries {}  errors {}{}",
+            "[{:>7.1}s] {} connected {}/{} started {}{}  retries {}  errors {}{}{}",
             now.as_secs_f64(),
             self.kind,
             snap.connected,
@@ -72,7 +72,8 @@ impl Progress {
             rates,
             snap.counter(agent_sim_fleet::COUNTER_RECONNECT_ATTEMPTS),
             errors,
-            top_error
+            top_error,
+            disruption(snap)
         )
     }
 
@@ -108,6 +109,24 @@ impl Progress {
     }
 }
 
+/// `  storm (sensu) at 20.0s: lost 2000, back 1234` while a disruption's
+/// lost sessions are not all back.
+fn disruption(snap: &Snapshot) -> String {
+    snap.disruption
+        .as_ref()
+        .map(|d| {
+            format!(
+                "  {} ({}) at {:.1}s: lost {}, back {}",
+                d.cause,
+                d.fleet,
+                d.began.as_secs_f64(),
+                d.lost,
+                d.back
+            )
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +145,18 @@ mod tests {
         assert!(l.contains("keepalives 5.0/s"), "{l}");
         assert!(l.contains("errors 3 (most: connect_refused 3)"), "{l}");
         assert!(l.contains("retries 2"), "{l}");
+        assert!(!l.contains("lost"), "{l}");
+        snap.disruption = Some(agent_sim_metrics::disruption::LiveDisruption {
+            cause: "storm",
+            fleet: "sensu",
+            began: Duration::from_secs(20),
+            lost: 2000,
+            back: 1234,
+        });
+        let l = p.line(Duration::from_secs(21), &snap, 100);
+        assert!(
+            l.ends_with("storm (sensu) at 20.0s: lost 2000, back 1234"),
+            "{l}"
+        );
     }
 }

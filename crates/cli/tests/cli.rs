@@ -70,3 +70,22 @@ fn help_lists_exit_codes() {
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("64 bad usage"));
 }
+
+#[test]
+fn scenario_usage_errors_are_one_line_naming_the_flag() {
+    for (args, flag) in [
+        (vec!["--churn", "150%/30s"], "--churn"),
+        (vec!["--storm", "at=x"], "--storm"),
+        (vec!["--pause", "at=10s"], "--pause"),
+        (vec!["--ramp-down", "200/s"], "--ramp-down"),
+        (vec!["--reconnect", "linear"], "--reconnect"),
+        (vec!["--max-session-length", "soon"], "--max-session-length"),
+        (vec!["--storm", "at=90s", "--duration", "30s"], "--storm"),
+    ] {
+        let out = agent_sim().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+}

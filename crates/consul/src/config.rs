@@ -293,6 +293,19 @@ impl NamePattern {
     }
 }
 
+/// Consul's `serverUpInterval`: after a reconnect an agent syncs with the
+/// catalog within this, scaled by [`ae_scale`] and staggered.
+pub const AE_SERVER_UP: Duration = Duration::from_secs(3);
+
+impl ConsulConfig {
+    /// How long after a reconnect an agent may wait for the staggered sync
+    /// that makes it connected again (`AE_SERVER_UP × ae_scale`): what a
+    /// scenario leaves before the end of a run for churned agents to be back.
+    pub fn reconnect_sync_window(&self) -> Duration {
+        AE_SERVER_UP * ae_scale(self.cluster_size)
+    }
+}
+
 /// Consul's anti-entropy scale factor: 1 up to 128 nodes, then one more
 /// per doubling (`agent/ae`).
 pub fn ae_scale(nodes: u64) -> u32 {

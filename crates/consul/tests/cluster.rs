@@ -154,6 +154,21 @@ async fn a_server_that_lost_its_state_is_repaired_by_anti_entropy() {
 
     let report = fleet_run.await.unwrap();
     assert_eq!(report.connected_at_end, 20);
+    // The restart is reported as a detected disruption: every session lost
+    // at once and back, each agent's streams resynced by a new snapshot.
+    let d = m.disruptions().summaries();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(
+        (d[0].cause.as_str(), d[0].sessions_lost, d[0].back),
+        ("backend", 20, 20)
+    );
+    assert!(d[0].missing_at_end.is_empty());
+    assert!(d[0].snapshots >= 20 && d[0].resumes == 0, "{:?}", d[0]);
+    assert!(
+        d[0].back_after_s
+            .p100
+            .is_some_and(|s| s <= took.as_secs_f64() + 0.1)
+    );
     // The run's exit removed what it registered again.
     let left = run_nodes(&t).await;
     assert!(left.is_empty(), "{left:?}");

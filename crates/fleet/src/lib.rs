@@ -11,6 +11,21 @@
 //! - Source addresses are handed to each session ([`SessionCx::bind_addr`]);
 //!   sockets and TLS live in `agent-sim-net`.
 //! - [`units`]: human units for durations and rates (`20s`, `500/s`).
+//! - [`scenario`]: the scenario timeline (churn, max session length,
+//!   storms, pauses, ramp-down) as given and as resolved; the `driver`
+//!   runs it, `freeze` stands paused sessions still, and the `ledger`
+//!   keeps, per agent, what the reports and the scenario need.
+//! - [`backoff`]: the reconnect policies (`exponential` with equal jitter by
+//!   default, `full-jitter`, `fixed`, `none`).
+//!
+//! Reconvergence: every established session lost is attributed to at most
+//! one disruption (the scenario's, or a backend restart the engine detects
+//! from many sessions lost at once, see `ledger`), and the time until the
+//! agent is in steady state again is recorded in the run's
+//! [`agent_sim_metrics::disruption::DisruptionLog`]. Scenario-made ends
+//! are counted under their own causes (`scenario_storm`, `scenario_churn`,
+//! `max_session_length`, `ramp_down`), never as errors, and never decide
+//! the outcome by themselves.
 //!
 //! Outcome bookkeeping: every agent's last failure is kept, so that the
 //! report says why each agent missing at the end is missing; a session that
@@ -25,6 +40,10 @@
 //! kinds reported through [`SessionEnd`].
 
 pub mod backoff;
+mod driver;
+mod freeze;
+mod ledger;
+pub mod scenario;
 pub mod units;
 
 use std::collections::BTreeMap;
@@ -42,8 +61,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use backoff::Backoff;
+pub use agent_sim_metrics::disruption::Resync;
+pub use backoff::{Backoff, ReconnectPolicy};
+pub use ledger::{DETECT_WINDOW, PAUSE_SETTLE, detect_threshold};
+pub use scenario::Scenario;
 pub use units::{Rate, parse_duration};
+
+use freeze::{Freezer, Frozen};
+use ledger::{Ledger, LedgerSetup, Next};
 
 /// A boxed, sendable future (what [`Agent`] methods return).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -172,8 +197,11 @@ pub struct SessionCx {
     pub attempt: u32,
     /// Source address to bind, if a pool was configured.
     pub bind_addr: Option<IpAddr>,
-    /// Cancelled when the run ends: close the session (politely) and return
-    /// [`SessionEnd::Shutdown`].
+    /// Cancelled when the run ends, or when the scenario ends this session
+    /// (a storm, churn, the max session length, a ramp-down): close the
+    /// session politely (Sensu: WebSocket close 1001; Consul: drop the
+    /// streams and the connection, keep the registrations) and return
+    /// [`SessionEnd::Shutdown`]; the engine knows which it was.
     pub cancel: CancellationToken,
     metrics: Metrics,
     permit: Mutex<Option<OwnedSemaphorePermit>>,
@@ -250,6 +278,15 @@ impl SessionCx {
         self.permit.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
+    /// How the agent's state came back after a reconnect (Consul: a new
+    /// snapshot, a resumed stream, a stream resumed silently); counted for
+    /// the disruption the agent was lost in, if any.
+    pub fn resynced(&self, how: Resync) {
+        if let Some((ledger, n)) = &self.ledger {
+            ledger.resynced(*n, how);
+        }
+    }
+
     /// Whether [`SessionCx::established`] was called in this session.
     pub fn is_established(&self) -> bool {
         self.established.load(Ordering::Acquire)
@@ -318,6 +355,11 @@ pub struct FleetConfig {
     /// the first of them at least this long ago (a real backend refuses a
     /// namespace it has just created for a few seconds).
     pub give_up_after: Duration,
+    /// What the run does to its sessions besides holding them (resolved by
+    /// [`Scenario::plan`]; times from the fleet's first dial).
+    pub scenario: Scenario,
+    /// Name of the fleet in the disruption reports (its protocol, e.g. `sensu`).
+    pub label: &'static str,
 }
 
 impl Default for FleetConfig {
@@ -333,6 +375,8 @@ impl Default for FleetConfig {
             source_addrs: Vec::new(),
             fail_fast: false,
             give_up_after: Duration::from_secs(10),
+            scenario: Scenario::default(),
+            label: "fleet",
         }
     }
 }
@@ -415,6 +459,8 @@ pub struct FleetReport {
     pub missing: BTreeMap<&'static str, u64>,
     /// Established sessions that ended, by cause.
     pub sessions_lost: BTreeMap<&'static str, u64>,
+    /// Agents that left on purpose (ramp-down): not connected, not missing.
+    pub left: u64,
     /// Why the fleet stopped before the run's end, if it did.
     pub stopped: Option<Stopped>,
 }
@@ -427,118 +473,6 @@ pub struct Stopped {
     pub fail_fast: bool,
     /// The failure that decided it.
     pub failure: Failure,
-}
-
-/// What the engine knows of each agent (index = local agent number).
-#[derive(Debug, Default)]
-struct Book {
-    marks: Vec<Mark>,
-    /// Agents with two non-healing failures spanning `give_up_after`.
-    given_up: u64,
-    sessions_lost: BTreeMap<&'static str, u64>,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Mark {
-    up: bool,
-    ever: bool,
-    last: Option<&'static str>,
-    permanent: u8,
-    /// When the first failure that cannot heal happened.
-    first_permanent: Option<Instant>,
-    /// Counted in `Book::given_up`.
-    given_up: bool,
-}
-
-/// The book and what decides an early stop, shared by the agent tasks.
-struct Ledger {
-    book: Mutex<Book>,
-    agents: u64,
-    fail_fast: bool,
-    give_up_after: Duration,
-    stop: CancellationToken,
-    stopped: Mutex<Option<Stopped>>,
-    ever: Arc<AtomicU64>,
-    metrics: Metrics,
-}
-
-impl Ledger {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Book> {
-        self.book.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn up(&self, n: usize) {
-        let mut b = self.lock();
-        b.marks[n].up = true;
-        b.marks[n].ever = true;
-    }
-
-    /// Records a failed or lost session of agent `n`; decides fail-fast
-    /// and the early stop.
-    fn failed(&self, n: usize, was_up: bool, f: &Failure) {
-        self.record(n, Some(was_up), f);
-    }
-
-    /// Records a failure inside a session that goes on.
-    fn noted(&self, n: usize, f: &Failure) {
-        self.record(n, None, f);
-    }
-
-    /// `ended`: `Some(was_up)` when the session ended with `f`.
-    fn record(&self, n: usize, ended: Option<bool>, f: &Failure) {
-        let was_up = ended == Some(true);
-        let permanent = self.metrics.error_kind(f.kind).is_some_and(|k| !k.heals);
-        let now = Instant::now();
-        let all_given_up = {
-            let mut b = self.lock();
-            let m = &mut b.marks[n];
-            if ended.is_some() {
-                m.up = false;
-            }
-            m.last = Some(f.kind);
-            let mut gives_up = false;
-            if permanent {
-                m.permanent = m.permanent.saturating_add(1);
-                let first = *m.first_permanent.get_or_insert(now);
-                if m.permanent >= 2 && !m.given_up && now - first >= self.give_up_after {
-                    m.given_up = true;
-                    gives_up = true;
-                }
-            } else {
-                // A cause that can heal: start over.
-                m.permanent = 0;
-                m.first_permanent = None;
-                if m.given_up {
-                    m.given_up = false;
-                    b.given_up -= 1;
-                }
-            }
-            if was_up {
-                *b.sessions_lost.entry(f.kind).or_insert(0) += 1;
-            }
-            if gives_up {
-                b.given_up += 1;
-            }
-            b.given_up >= self.agents
-        };
-        let stop = if permanent && self.fail_fast {
-            Some(true)
-        } else if all_given_up && self.ever.load(Ordering::Relaxed) == 0 {
-            Some(false)
-        } else {
-            None
-        };
-        if let Some(fail_fast) = stop {
-            let mut s = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
-            if s.is_none() {
-                *s = Some(Stopped {
-                    fail_fast,
-                    failure: f.clone(),
-                });
-                self.stop.cancel();
-            }
-        }
-    }
 }
 
 /// Runs a fleet until `shutdown` is cancelled or `cfg.duration` elapses, then
@@ -557,19 +491,27 @@ pub async fn run<F: AgentFactory>(
     let dial_gate = Arc::new(Semaphore::new(cfg.max_dialing.max(1)));
     let start = Instant::now();
     let reconnect_attempts = metrics.counter(COUNTER_RECONNECT_ATTEMPTS);
-    let ledger = Arc::new(Ledger {
-        book: Mutex::new(Book {
-            marks: vec![Mark::default(); cfg.agents as usize],
-            ..Book::default()
-        }),
+    let plan = Arc::new(cfg.scenario.clone());
+    let freezer = Freezer::new(&plan, cfg.agents, start).map(Arc::new);
+    let ledger = Arc::new(Ledger::new(LedgerSetup {
         agents: cfg.agents,
         fail_fast: cfg.fail_fast,
         give_up_after: cfg.give_up_after,
-        stop: CancellationToken::new(),
-        stopped: Mutex::new(None),
         ever: status.ever_connected.clone(),
         metrics: metrics.clone(),
-    });
+        start,
+        label: cfg.label,
+        plan: plan.clone(),
+        freezer: freezer.clone(),
+    }));
+    let mut scenario = driver::start(
+        &plan,
+        ledger.clone(),
+        freezer.clone(),
+        cfg.agents,
+        start,
+        &run_token,
+    );
     let all_connected_at: Arc<Mutex<Option<Duration>>> = Arc::new(Mutex::new(None));
 
     // Watch for "every agent connected once".
@@ -630,7 +572,8 @@ pub async fn run<F: AgentFactory>(
                     AgentEnv {
                         index,
                         bind_addr,
-                        cancel: run_token.child_token(),
+                        run: run_token.clone(),
+                        freezer: freezer.clone(),
                         metrics: metrics.clone(),
                         dial_gate: dial_gate.clone(),
                         backoff: cfg.backoff.clone(),
@@ -666,19 +609,9 @@ pub async fn run<F: AgentFactory>(
         _ = ledger.stop.cancelled() => {}
     }
     let connected_at_end = status.connected.load(Ordering::Relaxed).max(0) as u64;
-    let (missing, lost_not_back, sessions_lost) = {
-        let b = ledger.lock();
-        let mut missing: BTreeMap<&'static str, u64> = BTreeMap::new();
-        let mut lost = 0;
-        for m in b.marks.iter().filter(|m| !m.up) {
-            *missing
-                .entry(m.last.unwrap_or(CAUSE_NO_ANSWER_YET))
-                .or_insert(0) += 1;
-            lost += u64::from(m.ever);
-        }
-        (missing, lost, b.sessions_lost.clone())
-    };
+    let tally = ledger.tally();
     run_token.cancel();
+    scenario.abort_all();
     let _ = spawner.await;
     tracker.close();
     let finished = tokio::time::timeout(cfg.grace, tracker.wait())
@@ -698,21 +631,20 @@ pub async fn run<F: AgentFactory>(
         all_connected_after,
         elapsed: start.elapsed(),
         unfinished,
-        lost_not_back,
-        missing,
-        sessions_lost,
-        stopped: ledger
-            .stopped
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone(),
+        lost_not_back: tally.lost_not_back,
+        missing: tally.missing,
+        sessions_lost: tally.sessions_lost,
+        left: tally.left,
+        stopped: ledger.stopped(),
     }
 }
 
 struct AgentEnv {
     index: u64,
     bind_addr: Option<IpAddr>,
-    cancel: CancellationToken,
+    /// The run's token (each turn gets a child of it).
+    run: CancellationToken,
+    freezer: Option<Arc<Freezer>>,
     metrics: Metrics,
     dial_gate: Arc<Semaphore>,
     backoff: Backoff,
@@ -724,17 +656,51 @@ struct AgentEnv {
     n: usize,
 }
 
+/// One agent: turns of (backoff, dial slot, session) until the run ends,
+/// the agent leaves (ramp-down) or a session cannot be attempted.
 async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
     let mut backoff = env.backoff;
     let mut attempt = 0u32;
     let mut was_established_before = false;
+    let mut delay: Option<Duration> = None;
     loop {
+        // The turn's token: cancelled by the run's end, or by the scenario
+        // (ending this session, or a ramp-down cutting the backoff short).
+        // A fresh one per turn, so that the request that ended the last
+        // session does not cut this backoff short.
+        let Some(turn) = env.ledger.begin_turn(env.n, &env.run, attempt > 0) else {
+            break;
+        };
+        match delay.take() {
+            Some(d) if d.is_zero() => {
+                // `--reconnect none`: at once, but let the other tasks run.
+                tokio::task::yield_now().await;
+            }
+            Some(d) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(d) => {}
+                    _ = turn.cancelled() => {}
+                }
+            }
+            None => {}
+        }
+        if turn.is_cancelled() {
+            if env.run.is_cancelled() {
+                break;
+            }
+            continue;
+        }
         let permit = tokio::select! {
             p = env.dial_gate.clone().acquire_owned() => match p {
                 Ok(p) => p,
                 Err(_) => break,
             },
-            _ = env.cancel.cancelled() => break,
+            _ = turn.cancelled() => {
+                if env.run.is_cancelled() {
+                    break;
+                }
+                continue;
+            }
         };
         if attempt > 0 {
             env.metrics.incr(env.reconnect_attempts);
@@ -743,7 +709,7 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
             index: env.index,
             attempt,
             bind_addr: env.bind_addr,
-            cancel: env.cancel.clone(),
+            cancel: turn.clone(),
             metrics: env.metrics.clone(),
             permit: Mutex::new(Some(permit)),
             established: AtomicBool::new(false),
@@ -752,7 +718,13 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
             was_established_before,
             ledger: Some((env.ledger.clone(), env.n)),
         };
-        let end = agent.run_session(&cx).await;
+        let end = Frozen::new(
+            agent.run_session(&cx),
+            env.freezer.as_deref(),
+            env.n as u64,
+            &env.run,
+        )
+        .await;
         drop(cx.permit.lock().unwrap_or_else(|p| p.into_inner()).take());
         let was_up = cx.is_established();
         if was_up {
@@ -762,32 +734,19 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
             backoff.reset();
         }
         attempt = attempt.saturating_add(1);
-        match end {
-            SessionEnd::Shutdown => break,
-            SessionEnd::Fatal(f) => {
-                env.metrics.error_with(f.kind, f.detail.as_deref());
-                env.ledger.failed(env.n, was_up, &f);
-                break;
-            }
-            SessionEnd::Lost(f) => {
-                if env.cancel.is_cancelled() {
-                    break;
-                }
-                env.metrics.error_with(f.kind, f.detail.as_deref());
-                env.ledger.failed(env.n, was_up, &f);
-                let delay = backoff.next_delay();
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = env.cancel.cancelled() => break,
-                }
-            }
+        match env
+            .ledger
+            .session_ended(env.n, was_up, &end, env.run.is_cancelled())
+        {
+            Next::Stop | Next::Leave => break,
+            Next::Retry => delay = Some(backoff.next_delay()),
         }
     }
     let cx = SessionCx {
         index: env.index,
         attempt,
         bind_addr: env.bind_addr,
-        cancel: env.cancel.clone(),
+        cancel: env.run.clone(),
         metrics: env.metrics.clone(),
         permit: Mutex::new(None),
         established: AtomicBool::new(true),

@@ -11,7 +11,7 @@
 //! | path | meaning | value |
 //! |------|---------|-------|
 //! | `<name>.<stat>`, `latency.<name>.<stat>` | statistic of latency `<name>` (`connect`, `session_ready`, `propagation`, ...); `<stat>` is `p50` `p75` `p90` `p95` `p99` `p999` (or `p99.9`) `min` `max` `mean` `count` | duration: `800us` (`µs`), `250ms`, `1s`, `2m`, `1h`, `1500ns`; a bare number is microseconds. `count` takes a plain number |
-//! | `agents.requested` `agents.connected` `agents.peak_connected` `agents.ever_connected` `agents.never_connected` (`agents.failed`) `agents.lost_not_back` | agent counts | number, or the word `requested` (= `agents.requested`) |
+//! | `agents.requested` `agents.connected` `agents.peak_connected` `agents.ever_connected` `agents.never_connected` (`agents.failed`) `agents.lost_not_back` `agents.left` | agent counts | number, or the word `requested` (= `agents.requested`) |
 //! | `errors.total` (or `errors`) | sum of all error kinds | number |
 //! | `errors.<kind>` | errors of one kind (0 when the kind never occurred) | number |
 //! | `counters.<name>` or a bare `<name>` | a protocol counter, e.g. `keepalives_sent` | number or `requested` |
@@ -20,6 +20,9 @@
 //! | `probes.time_to_99pct` | the largest time-to-99 % over all probes (fails if one never got there) | duration |
 //! | `process.peak_rss_bytes` (or `process.peak_rss`) | peak RSS | size: `20MiB`, `512KiB`, `1GiB`, `20MB` (10^6), bare = bytes |
 //! | `process.cpu_user_s`, `process.cpu_sys_s`, `duration_s` | seconds | seconds, or a duration (`90s`, `2m`) |
+//! | `reconvergence.<stat>` | per lost session, loss → steady state again, over every disruption (their `reconnect_us` added) | duration |
+//! | `disruptions.count` `disruptions.sessions_lost` `disruptions.back` `disruptions.missing` `disruptions.attempts` | summed over the disruptions | number |
+//! | `disruptions.back_after_p50` (`_p90`, `_p99`, `_p100`) | the longest time until that share of a disruption's lost sessions were back (fails if one never got there) | duration |
 //!
 //! Numbers may use `_` separators (`10_000`). `propagation.<stat>` falls back
 //! to the probes' merged histograms when the summary has no `propagation`
@@ -103,13 +106,14 @@ const STATS: &[&str] = &[
 ];
 
 /// Fields of `agents.<field>`.
-const AGENT_FIELDS: [&str; 6] = [
+const AGENT_FIELDS: [&str; 7] = [
     "requested",
     "connected",
     "peak_connected",
     "ever_connected",
     "never_connected",
     "lost_not_back",
+    "left",
 ];
 
 #[derive(Debug, Clone, PartialEq)]
@@ -123,6 +127,8 @@ enum Metric {
     Rate(String),
     ProbesDeliveredRatio,
     ProbesTimeTo99,
+    Disruptions(&'static str),
+    DisruptionsBackAfter(&'static str),
     PeakRss,
     CpuUser,
     CpuSys,
@@ -133,7 +139,10 @@ impl Metric {
     fn unit(&self) -> Unit {
         match self {
             Metric::Latency { stat, .. } if *stat == "count" => Unit::Count,
-            Metric::Latency { .. } | Metric::ProbesTimeTo99 => Unit::Micros,
+            Metric::Latency { .. } | Metric::ProbesTimeTo99 | Metric::DisruptionsBackAfter(_) => {
+                Unit::Micros
+            }
+            Metric::Disruptions(_) => Unit::Count,
             Metric::Agents(_)
             | Metric::ErrorsTotal
             | Metric::Error(_)
@@ -220,6 +229,7 @@ fn parse_path(path: &str) -> Result<Metric, String> {
                 "unknown probes field {f:?} (delivered_ratio, time_to_99pct)"
             ));
         }
+        ["disruptions", f] => disruptions_field(f)?,
         ["process", "peak_rss_bytes" | "peak_rss"] => Metric::PeakRss,
         ["process", "cpu_user_s"] => Metric::CpuUser,
         ["process", "cpu_sys_s"] => Metric::CpuSys,
@@ -235,6 +245,32 @@ fn parse_path(path: &str) -> Result<Metric, String> {
             stat: stat_of(stat).ok_or_else(|| bad_stat(stat))?,
         },
         _ => return Err(format!("unknown path {path:?}")),
+    })
+}
+
+/// Fields of `disruptions.<field>`.
+const DISRUPTION_FIELDS: [&str; 9] = [
+    "count",
+    "sessions_lost",
+    "back",
+    "missing",
+    "attempts",
+    "back_after_p50",
+    "back_after_p90",
+    "back_after_p99",
+    "back_after_p100",
+];
+
+fn disruptions_field(f: &str) -> Result<Metric, String> {
+    let Some(field) = DISRUPTION_FIELDS.into_iter().find(|x| *x == f) else {
+        return Err(format!(
+            "unknown disruptions field {f:?} ({})",
+            DISRUPTION_FIELDS.join(", ")
+        ));
+    };
+    Ok(match field.strip_prefix("back_after_") {
+        Some(_) => Metric::DisruptionsBackAfter(field),
+        None => Metric::Disruptions(field),
     })
 }
 
@@ -404,6 +440,18 @@ fn find_latency(s: &Summary, name: &str) -> Result<LatencySummary, String> {
         }
         return Ok(LatencySummary::from_histogram(&acc));
     }
+    if name == "reconvergence" {
+        if s.disruptions.is_empty() {
+            return Err("no disruptions in the summary".into());
+        }
+        let mut acc = new_latency_histogram();
+        for d in &s.disruptions {
+            let h = histogram_of(&d.reconnect_us, &format!("disruption #{}", d.id))
+                .map_err(|e| e.to_string())?;
+            acc.add(&h).map_err(|e| format!("{e:?}"))?;
+        }
+        return Ok(LatencySummary::from_histogram(&acc));
+    }
     let have: Vec<&str> = s.latency_us.keys().map(String::as_str).collect();
     Err(format!(
         "no latency {name:?} in the summary (has: {})",
@@ -431,6 +479,7 @@ fn actual(m: &Metric, s: &Summary) -> Result<f64, String> {
                 "peak_connected" => s.agents.peak_connected,
                 "ever_connected" => s.agents.ever_connected,
                 "lost_not_back" => s.agents.lost_not_back,
+                "left" => s.agents.left,
                 _ => s.agents.never_connected,
             }) as f64
         }
@@ -474,6 +523,41 @@ fn actual(m: &Metric, s: &Summary) -> Result<f64, String> {
                 }
             }
             worst as f64
+        }
+        Metric::Disruptions(f) => {
+            let d = &s.disruptions;
+            (match *f {
+                "count" => d.len() as u64,
+                "sessions_lost" => d.iter().map(|x| x.sessions_lost).sum(),
+                "back" => d.iter().map(|x| x.back).sum(),
+                "missing" => d.iter().map(|x| x.missing()).sum(),
+                _ => d.iter().map(|x| x.attempts).sum(),
+            }) as f64
+        }
+        Metric::DisruptionsBackAfter(f) => {
+            if s.disruptions.is_empty() {
+                return Err("no disruptions in the summary".into());
+            }
+            let mut worst = 0f64;
+            for d in &s.disruptions {
+                let b = &d.back_after_s;
+                let v = match *f {
+                    "back_after_p50" => b.p50,
+                    "back_after_p90" => b.p90,
+                    "back_after_p99" => b.p99,
+                    _ => b.p100,
+                };
+                match v {
+                    Some(x) => worst = worst.max(x * 1e6),
+                    None => {
+                        return Err(format!(
+                            "disruption #{} ({}) never got there",
+                            d.id, d.cause
+                        ));
+                    }
+                }
+            }
+            worst.round()
         }
         Metric::PeakRss => s.process.peak_rss_bytes as f64,
         Metric::CpuUser => s.process.cpu_user_s,
@@ -652,6 +736,45 @@ mod tests {
         let v = check(expr);
         assert!(v.note.is_none(), "{expr}: {:?}", v.note);
         v.passed
+    }
+
+    #[test]
+    fn disruption_paths_read_the_reconvergence() {
+        let log = crate::disruption::DisruptionLog::default();
+        let sec = std::time::Duration::from_secs(1);
+        let id = log.open("storm", "sensu", 10 * sec, None).unwrap();
+        for ms in [200u64, 400, 800] {
+            log.lost(id);
+            let d = std::time::Duration::from_millis(ms);
+            log.back(id, d, 10 * sec + d, 1);
+        }
+        let mut s = summary();
+        s.disruptions = log.summaries();
+        let run = |e: &str| evaluate(&[e.parse().unwrap()], &s).remove(0);
+        for e in [
+            "disruptions.count == 1",
+            "disruptions.sessions_lost == 3",
+            "disruptions.missing == 0",
+            "disruptions.attempts == 3",
+            "disruptions.back_after_p100 < 801ms",
+            "disruptions.back_after_p50 > 399ms",
+            "reconvergence.p99 < 1s",
+            "reconvergence.max > 799ms",
+            "reconvergence.count == 3",
+        ] {
+            let v = run(e);
+            assert!(v.passed, "{e}: {v:?}");
+        }
+        log.lost(id);
+        s.disruptions = log.summaries();
+        let v = evaluate(&["disruptions.back_after_p100 < 1s".parse().unwrap()], &s).remove(0);
+        assert!(
+            !v.passed && v.note.as_deref().unwrap().contains("never"),
+            "{v:?}"
+        );
+        let v = check("reconvergence.p99 < 1s");
+        assert!(!v.passed && v.note.is_some());
+        assert!("disruptions.nope == 1".parse::<Assertion>().is_err());
     }
 
     #[test]

@@ -21,10 +21,13 @@
 //! - [`schema`]: the JSON Schema of the summary and a validator for it.
 //! - [`timeline`]: the run over time (sessions, CPU, RSS, increments, latency
 //!   per interval), bounded however long the run.
+//! - [`disruption`]: disruptions (storms, churn, backend restarts) and the
+//!   fleet's reconvergence after each, live and in the summary.
 //!
 //! This crate knows no protocol: Sensu and Consul declare their own names.
 
 pub mod assert;
+pub mod disruption;
 pub mod hlog;
 pub mod html;
 pub mod merge;
@@ -182,6 +185,7 @@ struct Inner {
     created: std::time::Instant,
     connected: AtomicI64,
     peak_connected: AtomicI64,
+    disruptions: disruption::DisruptionLog,
 }
 
 /// Shared recorder for one run. Clone it freely; all clones record into the
@@ -214,6 +218,8 @@ pub struct Snapshot {
     pub connected: i64,
     /// Most sessions established at once.
     pub peak_connected: i64,
+    /// The latest disruption whose lost sessions are not all back yet.
+    pub disruption: Option<disruption::LiveDisruption>,
 }
 
 impl Snapshot {
@@ -268,6 +274,7 @@ impl Metrics {
                 created: std::time::Instant::now(),
                 connected: AtomicI64::new(0),
                 peak_connected: AtomicI64::new(0),
+                disruptions: disruption::DisruptionLog::default(),
             }),
         }
     }
@@ -484,7 +491,19 @@ impl Metrics {
                 .collect(),
             connected: self.inner.connected.load(Ordering::Relaxed),
             peak_connected: self.inner.peak_connected.load(Ordering::Relaxed),
+            disruption: self
+                .inner
+                .disruptions
+                .live()
+                .into_iter()
+                .rev()
+                .find(|d| d.back < d.lost),
         }
+    }
+
+    /// The run's disruptions and the reconvergence after each.
+    pub fn disruptions(&self) -> &disruption::DisruptionLog {
+        &self.inner.disruptions
     }
 
     /// Drains every shard: returns what was recorded since the previous call

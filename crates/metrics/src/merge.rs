@@ -44,9 +44,10 @@
 //! - `timeline`: the parts' samples on one grid from the earliest start,
 //!   levels and increments summed ([`crate::timeline::merge_timelines`]);
 //!   `config`: one object, keys on which the parts differ listing each
-//!   part's value ([`merge_configs`]); `disruptions`: the k-th of a cause
-//!   and fleet joined across parts, counts and histograms added
-//!   ([`merge_disruptions`]).
+//!   part's value ([`merge_configs`]); `disruptions`: see
+//!   [`crate::disruption::merge`] (the same scheduled disruption of every
+//!   shard joined exactly; detected ones of a fleet, put on the earliest
+//!   start's clock, joined when their starts are within 2 s).
 //! - `shard`: `None`.
 //!
 //! It does not read files: see [`crate::summary::Summary::read`] and
@@ -56,9 +57,8 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
-use crate::summary::{
-    BackAfter, Disruption, KindEntry, LatencySummary, Outcome, ProbeSummary, SCHEMA_V2, Summary,
-};
+use crate::disruption::DisruptionSummary;
+use crate::summary::{KindEntry, LatencySummary, Outcome, ProbeSummary, SCHEMA_V2, Summary};
 use crate::{MetricsError, new_latency_histogram};
 
 fn add_into(acc: &mut Histogram<u64>, h: &Histogram<u64>) -> Result<(), MetricsError> {
@@ -85,7 +85,7 @@ pub(crate) fn histogram_of(l: &LatencySummary, what: &str) -> Result<Histogram<u
 
 /// The smallest recorded value by which `rank` samples had been seen, if
 /// the histogram holds that many.
-fn value_at_rank(h: &Histogram<u64>, rank: u64) -> Option<u64> {
+pub(crate) fn value_at_rank(h: &Histogram<u64>, rank: u64) -> Option<u64> {
     if rank == 0 || h.len() < rank {
         return None;
     }
@@ -303,6 +303,7 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         out.agents.ever_connected += p.agents.ever_connected;
         out.agents.never_connected += p.agents.never_connected;
         out.agents.lost_not_back += p.agents.lost_not_back;
+        out.agents.left += p.agents.left;
         for (k, v) in &p.outcome.missing {
             *out.outcome.missing.entry(k.clone()).or_insert(0) += v;
         }
@@ -391,7 +392,7 @@ fn unix_s(started_at: &str) -> Option<f64> {
 
 /// The timelines (on the earliest start), configs and disruptions of the
 /// parts, into `out` (see [`crate::timeline::merge_timelines`],
-/// [`merge_configs`], [`merge_disruptions`]).
+/// [`merge_configs`], [`crate::disruption::merge`]).
 fn merge_over_time(parts: &[Summary], out: &mut Summary) -> Result<(), MetricsError> {
     let starts: Vec<Option<f64>> = parts.iter().map(|p| unix_s(&p.started_at)).collect();
     let earliest = starts
@@ -410,20 +411,29 @@ fn merge_over_time(parts: &[Summary], out: &mut Summary) -> Result<(), MetricsEr
         .collect();
     out.timeline = crate::timeline::merge_timelines(&timelines);
     out.config = merge_configs(parts.iter().map(|p| p.config.as_ref()));
-    let shifted: Vec<Vec<Disruption>> = parts
+    // A detected disruption (a backend restart) is one wall-clock event:
+    // put every part's on the earliest start's clock before joining them. A
+    // scheduled one is at the same offset from each part's own start.
+    let shifted: Vec<Vec<DisruptionSummary>> = parts
         .iter()
         .enumerate()
         .map(|(n, p)| {
             p.disruptions
                 .iter()
-                .map(|d| Disruption {
-                    began_s: d.began_s + offset(n),
+                .map(|d| DisruptionSummary {
+                    began_s: d.began_s
+                        + if d.cause == crate::disruption::CAUSE_BACKEND {
+                            offset(n)
+                        } else {
+                            0.0
+                        },
                     ..d.clone()
                 })
                 .collect()
         })
         .collect();
-    out.disruptions = merge_disruptions(&shifted)?;
+    let views: Vec<&[DisruptionSummary]> = shifted.iter().map(Vec::as_slice).collect();
+    out.disruptions = crate::disruption::merge(&views)?;
     Ok(())
 }
 
@@ -467,78 +477,6 @@ pub fn merge_configs<'a>(
     Some(out)
 }
 
-/// The parts' disruptions as one list (each part's `began_s` already on the
-/// common start). Shards run the same scenario, so the k-th disruption of a
-/// cause and fleet in one part is joined with the k-th of that cause and
-/// fleet in the others: counts (lost, back, attempts, snapshots, resumes,
-/// missing at end) and `reconnect_us` histograms added, `began_s` the
-/// earliest, each `back_after_s` the largest of the parts' (an upper bound:
-/// by then every part had that share back), `None` if any part never got
-/// there. Ordered by `began_s`, numbered from 1.
-pub fn merge_disruptions(parts: &[Vec<Disruption>]) -> Result<Vec<Disruption>, MetricsError> {
-    if parts.len() == 1 {
-        return Ok(parts[0].clone());
-    }
-    // (cause, fleet, k) -> the entries joined there.
-    let mut groups: BTreeMap<(String, String, usize), Vec<&Disruption>> = BTreeMap::new();
-    for part in parts {
-        let mut seen: BTreeMap<(&str, &str), usize> = BTreeMap::new();
-        let mut ordered: Vec<&Disruption> = part.iter().collect();
-        ordered.sort_by(|a, b| a.began_s.total_cmp(&b.began_s));
-        for d in ordered {
-            let k = seen.entry((&d.cause, &d.fleet)).or_insert(0);
-            groups
-                .entry((d.cause.clone(), d.fleet.clone(), *k))
-                .or_default()
-                .push(d);
-            *k += 1;
-        }
-    }
-    let most = |xs: &[&Disruption], f: fn(&BackAfter) -> Option<f64>| {
-        xs.iter()
-            .map(|d| f(&d.back_after_s))
-            .try_fold(0.0f64, |acc, v| v.map(|v| acc.max(v)))
-    };
-    let mut out = Vec::new();
-    for ((cause, fleet, _), xs) in groups {
-        let mut h = new_latency_histogram();
-        let mut d = Disruption {
-            cause,
-            fleet,
-            began_s: xs.iter().map(|d| d.began_s).fold(f64::INFINITY, f64::min),
-            back_after_s: BackAfter {
-                p50: most(&xs, |b| b.p50),
-                p90: most(&xs, |b| b.p90),
-                p99: most(&xs, |b| b.p99),
-                p100: most(&xs, |b| b.p100),
-            },
-            ..Default::default()
-        };
-        for x in &xs {
-            d.sessions_lost += x.sessions_lost;
-            d.back += x.back;
-            d.attempts += x.attempts;
-            d.snapshots += x.snapshots;
-            d.resumes += x.resumes;
-            d.resumes_silent += x.resumes_silent;
-            for (k, v) in &x.missing_at_end {
-                *d.missing_at_end.entry(k.clone()).or_insert(0) += v;
-            }
-            add_into(
-                &mut h,
-                &histogram_of(&x.reconnect_us, &format!("disruption #{}", x.id))?,
-            )?;
-        }
-        d.reconnect_us = LatencySummary::from_histogram(&h);
-        out.push(d);
-    }
-    out.sort_by(|a, b| a.began_s.total_cmp(&b.began_s));
-    for (n, d) in out.iter_mut().enumerate() {
-        d.id = n as u64 + 1;
-    }
-    Ok(out)
-}
-
 /// Adds error (or warning) entries: counts summed, the earliest first
 /// sighting with its sample, the first hint; heals only if every part says so.
 fn merge_kinds(acc: &mut BTreeMap<String, KindEntry>, part: &BTreeMap<String, KindEntry>) {
@@ -578,7 +516,7 @@ fn merged_outcome(parts: &[Summary], merged: &Summary) -> Outcome {
         let missing = merged
             .agents
             .requested
-            .saturating_sub(merged.agents.connected);
+            .saturating_sub(merged.agents.connected + merged.agents.left);
         (
             2,
             Some(format!(
@@ -1006,31 +944,21 @@ mod tests {
         assert_eq!(time_to_99pct(&h, 0), None);
     }
 
-    fn disruption(
-        cause: &str,
-        began_s: f64,
-        lost: u64,
-        back: u64,
-        p100: Option<f64>,
-    ) -> Disruption {
+    fn disruption(cause: &str, began_s: f64, lost: u64, back: u64) -> DisruptionSummary {
         let mut h = new_latency_histogram();
         for i in 0..back {
             h.record(1_000 + i).unwrap();
         }
-        Disruption {
+        DisruptionSummary {
             id: 9,
             cause: cause.into(),
             fleet: "sensu".into(),
             began_s,
             sessions_lost: lost,
             back,
-            back_after_s: BackAfter {
-                p50: Some(began_s / 100.0),
-                p90: Some(1.0),
-                p99: Some(2.0),
-                p100,
-            },
+            back_after_s: crate::disruption::back_after(&h, lost),
             reconnect_us: LatencySummary::from_histogram(&h),
+            back_at_us: LatencySummary::from_histogram(&h),
             attempts: lost * 2,
             missing_at_end: if lost > back {
                 [("connect_refused".to_string(), lost - back)].into()
@@ -1062,18 +990,19 @@ mod tests {
         a.timeline = vec![sample(10.0, 5), sample(20.0, 5)];
         a.config = Some(cfg("0/2"));
         a.disruptions = vec![
-            disruption("storm", 60.0, 10, 10, Some(3.0)),
-            disruption("storm", 120.0, 4, 4, Some(1.0)),
+            disruption("storm", 60.0, 10, 10),
+            disruption("storm", 120.0, 4, 4),
+            disruption("backend", 200.0, 3, 3),
         ];
         // Shard 1 started 1 s later (started_at ...:41 vs ...:40).
         let mut b = shard_summary(1, &[20], &[20]);
         b.timeline = vec![sample(10.0, 3), sample(20.0, 3)];
         b.config = Some(cfg("1/2"));
         b.disruptions = vec![
-            disruption("storm", 60.0, 6, 5, None),
-            disruption("churn", 30.0, 1, 1, Some(0.5)),
+            disruption("storm", 60.0, 6, 5),
+            disruption("churn", 30.0, 1, 1),
+            disruption("backend", 199.5, 2, 2),
         ];
-        b.disruptions[0].back_after_s.p50 = Some(0.75);
         let m = merge_summaries(&[a, b]).unwrap();
         assert_eq!(m.timeline.len(), 2);
         assert_eq!((m.timeline[0].t_s, m.timeline[0].connected), (11.0, 8));
@@ -1082,22 +1011,28 @@ mod tests {
         let c = m.config.as_ref().unwrap();
         assert_eq!(c["agents"], 10);
         assert_eq!(c["shard"], serde_json::json!(["0/2", "1/2"]));
-        // churn (31 s), storm #1 joined (60 s), storm #2 alone (120 s).
+        // Scheduled ones at their own offset: churn (30 s), storm #1 joined
+        // (60 s), storm #2 alone (120 s); the detected restart is one
+        // wall-clock event (shard 1's at 199.5 s is 200.5 s on shard 0's
+        // clock), joined.
         let d = &m.disruptions;
-        assert_eq!(d.len(), 3);
+        assert_eq!(d.len(), 4, "{d:?}");
         assert_eq!(
             (d[0].id, d[0].cause.as_str(), d[0].began_s),
-            (1, "churn", 31.0)
+            (1, "churn", 30.0)
         );
         assert_eq!((d[1].id, d[1].sessions_lost, d[1].back), (2, 16, 15));
         assert_eq!(d[1].began_s, 60.0);
         assert_eq!(d[1].attempts, 32);
         assert_eq!(d[1].reconnect_us.count, 15);
         assert_eq!(d[1].missing_at_end["connect_refused"], 1);
-        // The larger p50 of the parts; never all back in part b.
-        assert_eq!(d[1].back_after_s.p50, Some(0.75));
+        // Never all back in part b.
         assert_eq!(d[1].back_after_s.p100, None);
         assert_eq!((d[2].id, d[2].sessions_lost), (3, 4));
+        assert_eq!(
+            (d[3].cause.as_str(), d[3].began_s, d[3].sessions_lost),
+            ("backend", 200.0, 5)
+        );
         validate(&m);
         // Merging one part changes nothing of these.
         let one = merge_summaries(std::slice::from_ref(&m)).unwrap();

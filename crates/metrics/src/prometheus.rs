@@ -10,6 +10,13 @@
 //! - `agent_sim_latency_seconds{name="..."}` (histogram): every declared latency,
 //!   over a fixed ladder of [`BUCKETS_US`] (100 µs .. 60 s, 19 buckets + `+Inf`).
 //! - `agent_sim_latency_clamped_total` (counter): samples above 1 h, clamped.
+//! - `agent_sim_disruptions_total{cause,fleet}` (counter): disruptions begun
+//!   (storms, churn, pauses, detected backend restarts);
+//!   `agent_sim_disruption_sessions_lost_total{cause,fleet}` and
+//!   `agent_sim_disruption_sessions_back_total{cause,fleet}` (counters): their
+//!   lost sessions and those back in steady state;
+//!   `agent_sim_reconvergence_seconds` (histogram): per lost session, loss →
+//!   steady state again, over every disruption.
 //! - any `extra_gauges` the caller passes (e.g. `agent_sim_agents_requested`).
 //!
 //! Cost: rendering reads the *cumulative* histograms ([`Metrics::cumulative`])
@@ -170,45 +177,12 @@ pub fn render(metrics: &Metrics, extra_gauges: &[(&str, &str, f64)]) -> String {
         "histogram",
         "Latencies by name since the start of the run (HDR histograms, updated every collect).",
     );
-    let mut per_bucket = vec![0u64; BUCKETS_US.len()];
     for (name, h) in metrics.cumulative() {
-        let name = label_value(name);
-        per_bucket.iter_mut().for_each(|c| *c = 0);
-        for v in h.iter_recorded() {
-            let low = h.lowest_equivalent(v.value_iterated_to());
-            let idx = BUCKETS_US.partition_point(|(le, _)| *le < low);
-            if let Some(c) = per_bucket.get_mut(idx) {
-                *c += v.count_at_value();
-            }
-        }
-        let mut cumulative = 0u64;
-        for ((_, le), c) in BUCKETS_US.iter().zip(&per_bucket) {
-            cumulative += c;
-            let _ = writeln!(
-                out,
-                "agent_sim_latency_seconds_bucket{{name=\"{name}\",le=\"{le}\"}} {cumulative}"
-            );
-        }
-        let count = h.len();
-        let sum_s = if count == 0 {
-            0.0
-        } else {
-            h.mean() * count as f64 / 1e6
-        };
-        let _ = writeln!(
-            out,
-            "agent_sim_latency_seconds_bucket{{name=\"{name}\",le=\"+Inf\"}} {count}"
-        );
-        let _ = writeln!(
-            out,
-            "agent_sim_latency_seconds_sum{{name=\"{name}\"}} {}",
-            value(sum_s)
-        );
-        let _ = writeln!(
-            out,
-            "agent_sim_latency_seconds_count{{name=\"{name}\"}} {count}"
-        );
+        let labels = format!("name=\"{}\"", label_value(name));
+        histogram(&mut out, "agent_sim_latency_seconds", &labels, &h);
     }
+
+    disruptions(&mut out, metrics);
 
     for (name, help, v) in extra_gauges {
         let name = metric_name(name);
@@ -216,6 +190,96 @@ pub fn render(metrics: &Metrics, extra_gauges: &[(&str, &str, f64)]) -> String {
         let _ = writeln!(out, "{name} {}", value(*v));
     }
     out
+}
+
+/// The `_bucket`, `_sum` and `_count` lines of one histogram (µs samples)
+/// over [`BUCKETS_US`], with `labels` (`k="v",...`, may be empty).
+fn histogram(out: &mut String, family: &str, labels: &str, h: &hdrhistogram::Histogram<u64>) {
+    let mut per_bucket = vec![0u64; BUCKETS_US.len()];
+    for v in h.iter_recorded() {
+        let low = h.lowest_equivalent(v.value_iterated_to());
+        let idx = BUCKETS_US.partition_point(|(le, _)| *le < low);
+        if let Some(c) = per_bucket.get_mut(idx) {
+            *c += v.count_at_value();
+        }
+    }
+    let sep = if labels.is_empty() { "" } else { "," };
+    let mut cumulative = 0u64;
+    for ((_, le), c) in BUCKETS_US.iter().zip(&per_bucket) {
+        cumulative += c;
+        let _ = writeln!(
+            out,
+            "{family}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}"
+        );
+    }
+    let count = h.len();
+    let sum_s = if count == 0 {
+        0.0
+    } else {
+        h.mean() * count as f64 / 1e6
+    };
+    let _ = writeln!(out, "{family}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+    let braces = |l: &str| {
+        if l.is_empty() {
+            String::new()
+        } else {
+            format!("{{{l}}}")
+        }
+    };
+    let _ = writeln!(out, "{family}_sum{} {}", braces(labels), value(sum_s));
+    let _ = writeln!(out, "{family}_count{} {count}", braces(labels));
+}
+
+/// The disruption families (see the module doc).
+fn disruptions(out: &mut String, metrics: &Metrics) {
+    let log = metrics.disruptions();
+    let mut by: std::collections::BTreeMap<(&str, &str), (u64, u64, u64)> = Default::default();
+    for d in log.live() {
+        let e = by.entry((d.cause, d.fleet)).or_default();
+        e.0 += 1;
+        e.1 += d.lost;
+        e.2 += d.back;
+    }
+    for (name, help, pick) in [
+        (
+            "agent_sim_disruptions_total",
+            "Disruptions begun, by cause (storm, churn, pause, max_session_length; backend: a restart or failover detected).",
+            0,
+        ),
+        (
+            "agent_sim_disruption_sessions_lost_total",
+            "Sessions lost in disruptions, by cause.",
+            1,
+        ),
+        (
+            "agent_sim_disruption_sessions_back_total",
+            "Sessions lost in disruptions that were in steady state again, by cause.",
+            2,
+        ),
+    ] {
+        family(out, name, "counter", help);
+        for ((cause, fleet), v) in &by {
+            let n = [v.0, v.1, v.2][pick];
+            let _ = writeln!(
+                out,
+                "{name}{{cause=\"{}\",fleet=\"{}\"}} {n}",
+                label_value(cause),
+                label_value(fleet)
+            );
+        }
+    }
+    family(
+        out,
+        "agent_sim_reconvergence_seconds",
+        "histogram",
+        "Per session lost in a disruption: loss to steady state again.",
+    );
+    histogram(
+        out,
+        "agent_sim_reconvergence_seconds",
+        "",
+        &log.reconnect_histogram(),
+    );
 }
 
 fn respond(req: &Request<Incoming>, metrics: &Metrics) -> Response<Full<Bytes>> {
@@ -337,6 +401,43 @@ mod tests {
             .find(|x| x.metric == metric && label.is_none_or(|(k, v)| x.labels.get(k) == Some(v)))
             .unwrap_or_else(|| panic!("no {metric} {label:?}"))
             .value
+    }
+
+    #[test]
+    fn disruptions_are_counted_by_cause_with_a_reconvergence_histogram() {
+        let m = metrics();
+        let log = m.disruptions();
+        let sec = Duration::from_secs(1);
+        let id = log.open("storm", "sensu", 10 * sec, None).unwrap();
+        for ms in [300u64, 700, 1_500] {
+            log.lost(id);
+            log.back(id, Duration::from_millis(ms), 11 * sec, 1);
+        }
+        log.lost(id);
+        let text = render(&m, &[]);
+        let s = parse(&text);
+        let l = Some(("cause", "storm"));
+        assert_eq!(
+            sample(&s, "agent_sim_disruptions_total", l),
+            &Value::Counter(1.0)
+        );
+        assert_eq!(
+            sample(&s, "agent_sim_disruption_sessions_lost_total", l),
+            &Value::Counter(4.0)
+        );
+        assert_eq!(
+            sample(&s, "agent_sim_disruption_sessions_back_total", l),
+            &Value::Counter(3.0)
+        );
+        let Value::Histogram(b) = sample(&s, "agent_sim_reconvergence_seconds", None) else {
+            panic!("not a histogram");
+        };
+        let at = |le: f64| b.iter().find(|x| x.less_than == le).unwrap().count;
+        assert_eq!((at(0.5), at(1.0), at(2.5)), (1.0, 2.0, 3.0));
+        assert!(
+            text.contains("agent_sim_reconvergence_seconds_count 3"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub fn render_with(s: &Summary, opts: &TableOptions<'_>) -> String {
     let mut out = String::new();
     headline(&mut out, s, opts);
     probes(&mut out, s);
-    // Reconvergence (the scenarios' disruptions) goes here, after the probes.
+    crate::disruption::render(&mut out, &s.disruptions);
     latency(&mut out, s);
     rates(&mut out, s);
     errors(&mut out, s);
@@ -120,13 +120,18 @@ fn headline(out: &mut String, s: &Summary, opts: &TableOptions<'_>) {
     let a = &s.agents;
     let _ = writeln!(
         out,
-        "agents     connected {}/{}{}  peak {}  never connected {}  lost and not back {}",
+        "agents     connected {}/{}{}  peak {}  never connected {}  lost and not back {}{}",
         a.connected,
         a.requested,
         if o.complete { " (complete)" } else { "" },
         a.peak_connected,
         a.never_connected,
-        a.lost_not_back
+        a.lost_not_back,
+        if a.left > 0 {
+            format!("  left (ramp-down) {}", a.left)
+        } else {
+            String::new()
+        }
     );
     if !o.missing.is_empty() {
         let _ = writeln!(

@@ -47,6 +47,7 @@ mod tests {
                 ever_connected: 9,
                 never_connected: 1,
                 lost_not_back: 0,
+                left: 1,
             },
             outcome: crate::summary::Outcome {
                 exit_code: 2,
@@ -131,8 +132,31 @@ mod tests {
                 },
             ],
             shard: Some("0/2".into()),
+            disruptions: disruptions(),
             ..Default::default()
         }
+    }
+
+    /// A storm and a detected restart, one agent still missing.
+    fn disruptions() -> Vec<crate::disruption::DisruptionSummary> {
+        let log = crate::disruption::DisruptionLog::default();
+        let s = std::time::Duration::from_secs(1);
+        let storm = log.open("storm", "sensu", 20 * s, None).unwrap();
+        log.lost(storm);
+        log.lost(storm);
+        log.back(storm, s / 2, 20 * s + s / 2, 1);
+        log.missing(storm, "connect_refused", 3);
+        log.resync(storm, crate::disruption::Resync::Snapshot);
+        let restart = log
+            .open(
+                crate::disruption::CAUSE_BACKEND,
+                "consul",
+                40 * s,
+                Some("n".into()),
+            )
+            .unwrap();
+        log.lost(restart);
+        log.summaries()
     }
 
     fn validate_summary_json(v: &serde_json::Value) -> Result<(), Vec<String>> {
@@ -157,14 +181,14 @@ mod tests {
         let mut h = new_latency_histogram();
         h.record(900_000).unwrap();
         let s = Summary {
-            disruptions: vec![crate::summary::Disruption {
+            disruptions: vec![crate::disruption::DisruptionSummary {
                 id: 1,
                 cause: "storm".into(),
                 fleet: "sensu".into(),
                 began_s: 60.02,
                 sessions_lost: 2,
                 back: 1,
-                back_after_s: crate::summary::BackAfter {
+                back_after_s: crate::disruption::BackAfter {
                     p50: Some(0.9),
                     ..Default::default()
                 },
@@ -241,8 +265,15 @@ mod tests {
         let mut v = good.clone();
         v["probes"][2]["role"] = serde_json::json!("bystander");
         assert!(validate_summary_json(&v).is_err());
-        let mut v = good;
+        let mut v = good.clone();
         v["probes"][1]["change_id"] = serde_json::json!(-1);
+        assert!(validate_summary_json(&v).is_err());
+
+        let mut v = good.clone();
+        v["disruptions"][0]["cause"] = serde_json::json!("ramp_down");
+        assert!(validate_summary_json(&v).is_err());
+        let mut v = good;
+        v["disruptions"][1]["back_after_s"]["p50"] = serde_json::json!("soon");
         assert!(validate_summary_json(&v).is_err());
     }
 

@@ -53,6 +53,14 @@ pub struct AgentCounts {
     /// Agents that held a session, lost it and were not back at the end.
     #[serde(default)]
     pub lost_not_back: u64,
+    /// Agents that left the run on purpose (`--ramp-down`): neither
+    /// connected nor missing at the end.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub left: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The outcome of a run: what its exit code says, and why.
@@ -300,7 +308,7 @@ pub struct Summary {
     /// Every disruption of the run (storm, churn, pause, max session
     /// length, a backend restart detected), in order of `began_s`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub disruptions: Vec<Disruption>,
+    pub disruptions: Vec<crate::disruption::DisruptionSummary>,
 
     // --- timeline and config (written by the run's reporter) ---
     /// Samples every `--progress-every` and at the end (at most
@@ -311,61 +319,6 @@ pub struct Summary {
     /// `fleet` for `[[fleet]]` sections), secrets as `<redacted>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<serde_json::Map<String, serde_json::Value>>,
-}
-
-/// One disruption: sessions lost at once (or a backend restart seen) and
-/// how the fleet came back from it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Disruption {
-    /// Sequence number in the run.
-    pub id: u64,
-    /// `storm`, `churn`, `pause`, `max_session_length` or `backend`
-    /// (detected: a restart or failover).
-    pub cause: String,
-    /// Kind of the fleet it hit (`sensu`, `consul`, ...).
-    pub fleet: String,
-    /// Seconds from the run start.
-    pub began_s: f64,
-    /// Sessions lost by it.
-    pub sessions_lost: u64,
-    /// Of those, agents in steady state again by the end.
-    pub back: u64,
-    /// Seconds after `began_s` by which 50/90/99/100 % of the lost were
-    /// back (`None`: never reached).
-    #[serde(default)]
-    pub back_after_s: BackAfter,
-    /// Per agent: loss to steady state again (µs), with its histogram.
-    #[serde(default)]
-    pub reconnect_us: LatencySummary,
-    /// Reconnect attempts those agents made until they were back.
-    #[serde(default)]
-    pub attempts: u64,
-    /// Consul: subscriptions that came back with a new snapshot.
-    #[serde(default)]
-    pub snapshots: u64,
-    /// Consul: subscriptions resumed from their index.
-    #[serde(default)]
-    pub resumes: u64,
-    /// Consul: resumes the server answered with silence.
-    #[serde(default)]
-    pub resumes_silent: u64,
-    /// Of those lost, agents not back at the end, by cause.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub missing_at_end: BTreeMap<String, u64>,
-}
-
-/// Seconds after a disruption by which a share of the lost sessions were
-/// back; `None` where that share never came back.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct BackAfter {
-    /// Half of them.
-    pub p50: Option<f64>,
-    /// 90 %.
-    pub p90: Option<f64>,
-    /// 99 %.
-    pub p99: Option<f64>,
-    /// All of them.
-    pub p100: Option<f64>,
 }
 
 /// One timeline sample of a run (see [`crate::timeline`]): levels at `t_s`

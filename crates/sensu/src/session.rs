@@ -13,7 +13,9 @@
 //!    not newer than the last one of that check), send agent-side events on a
 //!    Poisson schedule, ping every `ping_interval` and drop the session when no
 //!    pong came within `pong_timeout`.
-//! 4. On cancellation: close 1001 "bye", wait ≤ 1 s for the close handshake.
+//! 4. On cancellation (the end of the run, or the scenario ending this
+//!    session: a storm, churn, the max session length, a ramp-down): close
+//!    1001 "bye", wait ≤ 1 s for the close handshake.
 //!
 //! Every failure ends the session with a stable snake_case kind
 //! ([`SessionEnd::Lost`], retried by the engine; [`SessionEnd::Fatal`] only

@@ -115,6 +115,7 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
             ever_connected: ever,
             never_connected: requested.saturating_sub(ever),
             lost_not_back: f.reports.iter().map(|r| r.lost_not_back).sum(),
+            left: f.reports.iter().map(|r| r.left).sum(),
         },
         outcome: Outcome {
             missing: add_up(f.reports.iter().map(|r| &r.missing)),
@@ -131,7 +132,7 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         shard: f.cfg.shard.map(|s| s.to_string()),
         timeline: f.timeline,
         config: Some(f.cfg.effective.clone()),
-        ..Summary::default()
+        disruptions: f.metrics.disruptions().summaries(),
     }
 }
 

@@ -21,7 +21,8 @@ pub(super) fn decide(
     verdicts: &[Verdict],
 ) -> Outcome {
     let a = &summary.agents;
-    let complete = a.requested > 0 && a.connected >= a.requested;
+    // Agents that left on purpose (ramp-down) are neither connected nor missing.
+    let complete = a.requested > 0 && a.connected + a.left >= a.requested;
     let mut code = exit::OK;
     let mut reasons = Vec::new();
     let mut fail = |c: i32, why: String| {

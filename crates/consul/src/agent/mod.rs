@@ -9,6 +9,12 @@
 //! reconnect — views with their indexes, registration, session ID — lives
 //! in the agent; streams, timers and in-flight calls live in the session.
 //!
+//! A session the scenario ends (a storm, churn, the max session length)
+//! is cancelled like the end of the run: streams and connection are
+//! dropped, the registration and the TTL session stay (a network blip, not
+//! a leave), and the next session resubscribes at its indexes; only the
+//! agent's `finish` (the end of the run, or a ramp-down) deregisters.
+//!
 //! Parts: `factory` ([`ConsulFactory`]: validation, dialers, HTTP client,
 //! probe board), `subscriptions` (Subscribe streams, views, status handling),
 //! `upkeep` (registration, TTL session, check flaps, the exit cleanup) and
@@ -32,7 +38,9 @@ use std::time::Duration;
 
 use ::http::Method;
 use ::http::uri::PathAndQuery;
-use agent_sim_fleet::{Agent, AgentFactory, Backoff, BoxFuture, Failure, SessionCx, SessionEnd};
+use agent_sim_fleet::{
+    Agent, AgentFactory, Backoff, BoxFuture, Failure, Resync, SessionCx, SessionEnd,
+};
 use agent_sim_metrics::{CounterId, LatencyId, Metrics};
 use agent_sim_proto::consul::subscribe::{Event, Topic, event::Payload};
 use bytes::Bytes;

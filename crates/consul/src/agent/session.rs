@@ -202,7 +202,12 @@ impl ConsulAgent {
                 Wake::Event(i, decoded, Ok(ev)) => {
                     answered = true;
                     let kernel = stamp.as_ref().and_then(|s| s.instant(decoded));
-                    self.on_event(i, &mut slots[i], Arrival { decoded, kernel }, &ev);
+                    if let Some(how) =
+                        self.on_event(i, &mut slots[i], Arrival { decoded, kernel }, &ev)
+                    {
+                        // Counted for the disruption this agent was lost in.
+                        cx.resynced(how);
+                    }
                 }
                 Wake::Event(i, _, Err(status)) => {
                     answered |= server_said(&status);
@@ -222,6 +227,7 @@ impl ConsulAgent {
                         for (i, slot) in slots.iter_mut().enumerate() {
                             if slot.resume_pending && !slot.ready {
                                 self.shared.metrics.incr(self.shared.ids.resumes_silent);
+                                cx.resynced(Resync::ResumeSilent);
                                 self.mark_ready(i, slot);
                             }
                         }
@@ -252,6 +258,16 @@ impl ConsulAgent {
                 } else {
                     cx.release_dial_slot();
                 }
+            } else if !established
+                && slots
+                    .iter()
+                    .all(|s| s.ready || (s.resume_pending && matches!(s.state, SlotState::Live(_))))
+            {
+                // Every resubscribe was accepted and the rest is waiting for
+                // the staggered sync (a timer, not a handshake): the dial
+                // slot goes to the next agent, or a storm's comeback would
+                // queue behind up to 12 s of stagger per slot.
+                cx.release_dial_slot();
             }
         };
         (end, answered)

@@ -147,7 +147,15 @@ impl ConsulAgent {
         None
     }
 
-    pub(super) fn on_event(&mut self, i: usize, slot: &mut Slot, arrival: Arrival, ev: &Event) {
+    /// Applies one event of subscription `i`; says how the stream resynced
+    /// if this event completed a snapshot or proved a resume.
+    pub(super) fn on_event(
+        &mut self,
+        i: usize,
+        slot: &mut Slot,
+        arrival: Arrival,
+        ev: &Event,
+    ) -> Option<Resync> {
         let sh = self.shared.clone();
         let ids = &sh.ids;
         let decoded = arrival.decoded;
@@ -164,10 +172,12 @@ impl ConsulAgent {
         };
         sh.metrics.incr(ids.events_received);
         let is_nstf = matches!(ev.payload, Some(Payload::NewSnapshotToFollow(true)));
+        let mut resynced = None;
         if slot.resume_pending {
             slot.resume_pending = false;
             if !is_nstf {
                 sh.metrics.incr(ids.resumes);
+                resynced = Some(Resync::Resume);
                 self.mark_ready(i, slot);
             }
         }
@@ -194,6 +204,7 @@ impl ConsulAgent {
         match signal {
             Signal::EndOfSnapshot => {
                 sh.metrics.incr(ids.snapshots);
+                resynced = Some(Resync::Snapshot);
                 sh.metrics.record(
                     ids.subscribe_snapshot,
                     self.index as usize,
@@ -244,6 +255,7 @@ impl ConsulAgent {
             sub.probe_seen = id;
             delivered();
         }
+        resynced
     }
 }
 

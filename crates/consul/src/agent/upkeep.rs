@@ -27,9 +27,7 @@ pub(super) struct HttpSched {
     pub(super) ae_answered: bool,
 }
 
-/// Consul's `serverUpInterval`: a full sync after (re)connecting to a server
-/// waits a random part of this (scaled with the cluster size).
-pub(super) const AE_SERVER_UP: Duration = Duration::from_secs(3);
+pub(super) use crate::config::AE_SERVER_UP;
 /// Consul's `retryFailInterval`: a failed sync is retried after this plus a
 /// random part of it (scaled).
 pub(super) const AE_RETRY: Duration = Duration::from_secs(15);

@@ -170,10 +170,9 @@ mod tests {
         );
     }
 
+    use crate::disruption::{BackAfter, DisruptionSummary};
     use crate::new_latency_histogram;
-    use crate::summary::{
-        BackAfter, Disruption, KindEntry, LatencySummary, ProbeSummary, TimelineSample,
-    };
+    use crate::summary::{KindEntry, LatencySummary, ProbeSummary, TimelineSample};
 
     /// A made-up 2,000-agent run with every section filled: three probes, a
     /// storm at 300 s, errors, latency windows and a config.
@@ -254,7 +253,7 @@ mod tests {
         }
         s.latency_us
             .insert("connect".into(), LatencySummary::from_histogram(&h));
-        s.disruptions.push(Disruption {
+        s.disruptions.push(DisruptionSummary {
             id: 1,
             cause: "storm".into(),
             fleet: "consul".into(),

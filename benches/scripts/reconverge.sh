@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The reconvergence benchmark of BENCHMARKS.md: a full drop of N Sensu
+# sessions (default 10,000) and of M Consul agents (default 5,000) at
+# STORM_AT (default 20 s) against `agent-sim serve` in another process,
+# once with the default reconnect policy (exponential, equal jitter) and
+# once with `--reconnect none` (the synchronized burst). Prints, per run,
+# when 50/90/99/100 % of the lost sessions were back, the spread of the
+# per-agent reconnect times, attempts and the missing at the end; writes
+# each summary to $OUT/<kind>-<policy>.json.
+#
+#   bash benches/scripts/reconverge.sh [SENSU_AGENTS] [CONSUL_AGENTS]
+#
+# Env: STORM_AT (s), RAMP, RECONNECT_MIN, SENSU_RECOVER / CONSUL_RECOVER
+# (seconds after the storm before the run ends: Consul's sync after a
+# reconnect is staggered over 3 s x its anti-entropy scale, 21 s at 5,000
+# agents), POLICIES (default "exponential none"), KINDS ("sensu consul").
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SENSU_AGENTS=${1:-10000}
+CONSUL_AGENTS=${2:-5000}
+STORM_AT=${STORM_AT:-20}
+RAMP=${RAMP:-1000/s}
+RECONNECT_MIN=${RECONNECT_MIN:-2s}
+SENSU_RECOVER=${SENSU_RECOVER:-20}
+CONSUL_RECOVER=${CONSUL_RECOVER:-40}
+POLICIES=${POLICIES:-exponential none}
+KINDS=${KINDS:-sensu consul}
+SENSU_PORT=${SENSU_PORT:-18081}
+RPC=${RPC:-18300}
+HTTP=${HTTP:-18500}
+OUT=${OUT:-target/bench-reconverge}
+mkdir -p "$OUT"
+cargo build --release -p agent-sim 2>/dev/null
+BIN=target/release/agent-sim
+
+"$BIN" serve --sensu 127.0.0.1:$SENSU_PORT --consul-rpc 127.0.0.1:$RPC \
+  --consul-http 127.0.0.1:$HTTP --check-interval 1h --stats-every 0 2>"$OUT/serve.log" &
+SERVE=$!
+trap 'kill $SERVE 2>/dev/null || true' EXIT
+sleep 1
+
+for kind in $KINDS; do
+  for policy in $POLICIES; do
+    if [ "$kind" = sensu ]; then
+      agents=$SENSU_AGENTS; recover=$SENSU_RECOVER
+      target=(--target 127.0.0.1:$SENSU_PORT --keepalive-interval 20s)
+    else
+      agents=$CONSUL_AGENTS; recover=$CONSUL_RECOVER
+      target=(--kind consul --target 127.0.0.1:$RPC --http-target 127.0.0.1:$HTTP
+              --upstreams web --session-ttl 30s --probe off)
+    fi
+    summary="$OUT/$kind-$policy.json"
+    echo "== $kind: $agents agents, storm at ${STORM_AT}s, --reconnect $policy"
+    "$BIN" --agents "$agents" "${target[@]}" --ramp "$RAMP" \
+      --storm "at=${STORM_AT}s,drop=100%" --reconnect "$policy" --reconnect-min "$RECONNECT_MIN" \
+      --duration "$((STORM_AT + recover))s" --summary "$summary" ${SIM_ARGS:-} \
+      --progress-every 5s >"$OUT/$kind-$policy.txt" 2>"$OUT/$kind-$policy.log" || true
+    python3 - "$summary" <<'PY'
+import base64, json, sys
+s = json.load(open(sys.argv[1]))
+a = s["agents"]
+print(f"  agents {a['requested']} connected at the end {a['connected']} exit {s['outcome']['exit_code']}"
+      f"  errors { {k: v['count'] for k, v in s['errors'].items()} }")
+def secs(v):
+    return "never" if v is None else f"{v:.2f}s"
+for d in s.get("disruptions", []):
+    b, l = d["back_after_s"], d["reconnect_us"]
+    print(f"  #{d['id']} {d['cause']} ({d['fleet']}) at {d['began_s']:.1f}s: lost {d['sessions_lost']}, back {d['back']}, "
+          f"attempts {d['attempts']}, missing {sum(d['missing_at_end'].values())} {d['missing_at_end'] or ''}")
+    print(f"     back after: 50% {secs(b['p50'])}  90% {secs(b['p90'])}  99% {secs(b['p99'])}  100% {secs(b['p100'])}")
+    print(f"     reconnect per agent: min {l['min']/1e3:.0f}ms p50 {l['p50']/1e3:.0f}ms p90 {l['p90']/1e3:.0f}ms "
+          f"p99 {l['p99']/1e3:.0f}ms max {l['max']/1e3:.0f}ms")
+    if d["snapshots"] + d["resumes"] + d["resumes_silent"]:
+        print(f"     resynced: snapshots {d['snapshots']} resumes {d['resumes']} silent {d['resumes_silent']}")
+print(f"  peak RSS {s['process']['peak_rss_bytes']/2**20:.1f} MiB, cpu {s['process']['cpu_user_s'] + s['process']['cpu_sys_s']:.1f}s")
+PY
+  done
+done
