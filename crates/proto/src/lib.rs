@@ -9,11 +9,15 @@
 //!
 //! The Rust code under `src/gen/` is checked in so that a fresh machine needs no
 //! `protoc`; `tests/bootstrap.rs` regenerates it with protox and fails on drift.
-//! This crate holds no logic of its own.
+//! Besides the bindings, one small piece of logic: [`scan`], a top-level
+//! field scan both protocol crates use to count unknown fields.
 
-#![allow(clippy::all, missing_docs)]
+#![allow(missing_docs)]
+
+pub mod scan;
 
 /// Sensu Go agent protocol messages.
+#[allow(clippy::all)]
 pub mod sensu {
     /// `sensu.core.v2`: events, entities, checks and check requests.
     pub mod v2 {
@@ -26,6 +30,7 @@ pub mod sensu {
 }
 
 /// Consul streaming (`subscribe` package).
+#[allow(clippy::all)]
 pub mod consul {
     /// `subscribe.StateChangeSubscription/Subscribe` and its messages.
     pub mod subscribe {

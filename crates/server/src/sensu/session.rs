@@ -25,6 +25,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 
+use super::inbound::Inbound;
 use super::stats::{ActiveGuard, inc};
 use super::{Publication, Shared, frame_index};
 
@@ -379,31 +380,22 @@ impl Session<'_> {
         stats
             .bytes_received
             .fetch_add(payload.len() as u64, Ordering::Relaxed);
-        let Ok(frame) = codec::split_frame(payload) else {
-            inc(&stats.frames_invalid);
-            return None;
-        };
-        let keepalive_frame = match frame.kind {
-            codec::KIND_KEEPALIVE => true,
-            codec::KIND_EVENT => false,
-            _ => {
+        let (is_keepalive, event) = match super::inbound::classify(payload, self.hello.enc) {
+            Inbound::Keepalive(e) => (true, e),
+            Inbound::Event(e) => (false, e),
+            Inbound::Invalid => {
                 inc(&stats.frames_invalid);
                 return None;
             }
-        };
-        let Ok(event) = codec::decode_event(frame.body, self.hello.enc) else {
-            inc(&stats.frames_invalid);
-            return None;
+            Inbound::Rejected(reason) => {
+                stats.reject(reason);
+                return None;
+            }
         };
         let check = event.check.as_ref();
         let check_name = check
             .and_then(|c| c.metadata.as_ref())
             .map_or("", |m| m.name.as_str());
-        let is_keepalive = keepalive_frame || check_name == "keepalive";
-        if let Err(reason) = codec::validate_event(&event, is_keepalive) {
-            stats.reject(reason);
-            return None;
-        }
         if is_keepalive {
             inc(&stats.keepalives_received);
             if !self.registered {
