@@ -37,7 +37,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use http::serve_http;
+pub use http::{ApiRequest, dispatch, serve_http};
 pub use rpc::serve_rpc;
 
 use sessions::Sessions;
