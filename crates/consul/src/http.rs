@@ -319,6 +319,8 @@ impl HttpApi {
             base: format!("{scheme}://{addr}"),
             dc_query,
             token,
+            // Bound: MAX_HTTP_CONNS calls (and connections) at once, each
+            // reading at most MAX_BODY (or its own limit).
             gate: Arc::new(Semaphore::new(MAX_HTTP_CONNS)),
         })
     }

@@ -296,6 +296,8 @@ fn topic_key(req: &SubscribeRequest) -> Result<TopicKey, Status> {
 struct Subscription {
     state: ConsulState,
     key: TopicKey,
+    // Bound: one snapshot (the topic's instances, bounded by the store) plus
+    // two markers; given back once sent.
     pending: VecDeque<Bytes>,
     rx: broadcast::Receiver<Bytes>,
     abort: watch::Receiver<u64>,

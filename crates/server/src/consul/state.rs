@@ -668,6 +668,8 @@ impl Store {
         let last = ts.last_index;
         let rx = ts
             .tx
+            // Bound: `topic_buffer` events per topic; a subscriber that
+            // falls further behind gets a new snapshot instead.
             .get_or_insert_with(|| broadcast::channel(cap).0)
             .subscribe();
         if resume {

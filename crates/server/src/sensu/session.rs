@@ -167,6 +167,8 @@ fn check_upgrade(
     let user = header_str(headers, "sensu-user")
         .unwrap_or_default()
         .to_owned();
+    // Bound: the upgrade request is at most 64 KiB (tungstenite's handshake
+    // limit), and the list is dropped after the first entity_config.
     let mut subscriptions: Vec<String> = header_str(headers, "sensu-subscriptions")
         .unwrap_or_default()
         .split(',')
@@ -230,6 +232,8 @@ fn error_response(status: StatusCode, body: &str) -> ErrorResponse {
 }
 
 /// The check channels a session listens to.
+// Bound: one watch receiver per configured check (a watch channel holds
+// only the latest publication), whatever the agent subscribes to.
 enum Feeds {
     None,
     /// The common case: one matching check, no allocation.
