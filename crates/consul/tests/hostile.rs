@@ -13,6 +13,7 @@ use std::time::Duration;
 use agent_sim_consul::codec::{
     EVENT_FIELDS, MAX_EVENT_MESSAGE, SmallCodec, subscribe_request, unknown_event_fields,
 };
+use agent_sim_consul::conn::{FirstBytes, FirstRead, SNIFF_LEN, what_answered};
 use agent_sim_consul::http::{
     self, EntryHead, Expected, HttpError, SessionCreated, SessionEntry, TxnResponse,
 };
@@ -152,6 +153,16 @@ proptest! {
     fn damaged_captured_events_never_panic_and_stay_bounded(msg in mutated(event_seeds())) {
         let ((), peak) = peak_during(|| decode_apply(&msg));
         prop_assert!(peak <= bound(msg.len()), "{peak} for {}", msg.len());
+    }
+
+    /// What answered on a connection that failed, from its first bytes.
+    #[test]
+    fn first_bytes_of_any_server_are_named_or_not(b in vec(any::<u8>(), 0..80)) {
+        let first = FirstBytes::default();
+        let _ = first.set(FirstRead::Bytes(b[..b.len().min(SNIFF_LEN)].into()));
+        if let Some((kind, words)) = what_answered(&first) {
+            prop_assert!(!kind.is_empty() && words.len() < 400);
+        }
     }
 
     #[test]

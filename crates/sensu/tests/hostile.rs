@@ -6,9 +6,11 @@
 //! decoded, and what the encoders write decodes back to what they were given.
 
 use std::io::Cursor;
+use std::sync::Arc;
 
 use agent_sim_proto::sensu::{v2, v3};
 use agent_sim_sensu::codec::{self, CodecError, Encoding};
+use agent_sim_sensu::messages::{MessageBuilder, Templates, agent_name};
 use agent_sim_sensu::session::ws_config;
 use agent_sim_testkit::alloc::{CountingAlloc, peak_during};
 use agent_sim_testkit::hostile::{mutated, vectors};
@@ -32,7 +34,9 @@ fn bound(len: usize) -> usize {
     len * ALLOC_PER_BYTE + ALLOC_SLACK
 }
 
-/// Everything an agent does with a payload it received, both encodings.
+/// Everything an agent does with a payload it received, both encodings:
+/// decode it, and build what it sends next from it (the check reply from a
+/// request, keepalives from an entity config).
 fn decode_all(payload: &[u8]) {
     let Ok(f) = codec::split_frame(payload) else {
         return;
@@ -40,8 +44,16 @@ fn decode_all(payload: &[u8]) {
     for enc in [Encoding::Protobuf, Encoding::Json] {
         let _ = codec::unknown_fields(codec::KIND_CHECK_REQUEST, f.body, enc);
         let _ = codec::unknown_fields(codec::KIND_ENTITY_CONFIG, f.body, enc);
-        let _ = codec::decode_check_request(f.body, enc);
-        let _ = codec::decode_entity_config(f.body, enc);
+        let mut b = builder(enc);
+        let mut out = Vec::new();
+        if let Ok(req) = codec::decode_check_request(f.body, enc) {
+            let check = b.check_result(&req, 1);
+            let _ = b.write_event_frame(&mut out, check, 1, [1; 16], 1);
+        }
+        if let Ok(ec) = codec::decode_entity_config(f.body, enc) {
+            b.apply_entity_config(ec);
+            let _ = b.write_keepalive_frame(&mut out, 1, [2; 16], 1);
+        }
         if let Ok(ev) = codec::decode_event(f.body, enc) {
             let _ = codec::validate_event(&ev, true);
         }
@@ -57,6 +69,15 @@ fn named_seeds() -> Vec<(String, Vec<u8>)> {
         .collect();
     v.retain(|(_, b)| !b.is_empty());
     v
+}
+
+/// One agent's message builder for `enc`.
+fn builder(enc: Encoding) -> MessageBuilder {
+    let cfg = agent_sim_sensu::SensuConfig {
+        encoding: enc,
+        ..Default::default()
+    };
+    MessageBuilder::new(Arc::new(Templates::new(&cfg)), agent_name("a", 1), 1)
 }
 
 fn seeds() -> Vec<Vec<u8>> {
