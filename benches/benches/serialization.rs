@@ -187,6 +187,11 @@ fn sensu_check_request(c: &mut Criterion, rows: &mut Vec<Row>) {
             let f = codec::split_frame(black_box(&payload)).expect("frame");
             codec::decode_check_request(f.body, enc).expect("decode")
         });
+        // What the session adds per backend message to count unknown fields.
+        g.bench("unknown_fields", enc_name(enc), payload.len(), || {
+            let f = codec::split_frame(black_box(&payload)).expect("frame");
+            codec::unknown_fields(f.kind, f.body, enc)
+        });
     }
     // The session's work per check request: decode, build the result,
     // write the `event` frame (the 6.x `issued` bookkeeping is not here).
@@ -226,6 +231,10 @@ fn consul_subscribe(c: &mut Criterion, rows: &mut Vec<Row>) {
     );
     g.bench("protobuf_decode", 1, single.len(), || {
         Event::decode(black_box(&single[..])).expect("decode")
+    });
+    // The decoder's top-level tag scan for unknown payloads, per event.
+    g.bench("unknown_fields", 1, single.len(), || {
+        agent_sim_consul::codec::unknown_event_fields(black_box(&single[..]))
     });
     let snaps: Vec<(usize, Vec<Vec<u8>>)> = SNAPSHOTS
         .iter()

@@ -47,6 +47,24 @@ pub enum Command {
     /// meta agent-sim-prefix every run sets. Takes the run's flags
     /// (--kind consul, --target, --http-target, --token, TLS, --config).
     Cleanup(Box<CleanupArgs>),
+    /// Check whether this host can hold a run, before running it: file
+    /// descriptors, ephemeral ports per source address and target,
+    /// somaxconn, conntrack and memory, with the exact fix for each problem.
+    /// Takes the run's flags (--agents, --kind, --target, --source-addr,
+    /// --shard, --config). Exit 0: fits; 2: does not fit; 64: bad usage.
+    Doctor(Box<DoctorArgs>),
+}
+
+/// `agent-sim doctor ...`
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Read the host's limits from this /proc tree (e.g. the host's /proc
+    /// mounted into a container).
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    pub proc_root: PathBuf,
+    /// The run's flags.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// `agent-sim cleanup ...`

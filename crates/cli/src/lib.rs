@@ -2,10 +2,11 @@
 //! from another Rust program or test and returns the run [`Summary`].
 //!
 //! Main parts: [`args`] (clap flags), [`config`] (layering defaults < file <
-//! env < flags, validation, shards), [`preflight`] (fds and ports before any
-//! socket), [`run`] (orchestration, progress, hlog, Prometheus, summary,
-//! assertions), [`serve`] (`agent-sim serve`), [`report_cmd`] (`report
-//! show|merge`), [`cleanup_cmd`] (`agent-sim cleanup`), [`scenario`]
+//! env < flags, validation, shards), [`preflight`] (fds, ports, somaxconn,
+//! conntrack and memory before any socket), [`run`] (orchestration,
+//! progress, hlog, Prometheus, summary, assertions), [`serve`] (`agent-sim
+//! serve`), [`report_cmd`] (`report show|merge|html`), [`cleanup_cmd`]
+//! (`agent-sim cleanup`), [`doctor_cmd`] (`agent-sim doctor`), [`scenario`]
 //! (scenario flags and `[[scenario]]` sections onto each fleet).
 //!
 //! ```no_run
@@ -24,6 +25,7 @@
 pub mod args;
 pub mod cleanup_cmd;
 pub mod config;
+pub mod doctor_cmd;
 pub mod preflight;
 pub mod progress;
 pub mod report_cmd;

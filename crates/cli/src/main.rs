@@ -138,6 +138,17 @@ fn main() -> ExitCode {
                 code(agent_sim::cleanup_cmd::run(cfg, args.dry_run).await)
             })
         }
+        Some(Command::Doctor(args)) => match agent_sim::doctor_cmd::plan(&args) {
+            Ok(cfg) => {
+                let (report, c) = agent_sim::doctor_cmd::run(&cfg, &args.proc_root);
+                print!("{report}");
+                code(c)
+            }
+            Err(e) => {
+                eprintln!("agent-sim: {e}");
+                code(exit::USAGE)
+            }
+        },
         Some(Command::Serve(args)) => {
             let plan = match serve::plan(&args) {
                 Ok(p) => p,

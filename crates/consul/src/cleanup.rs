@@ -56,8 +56,13 @@ pub async fn cleanup(
     let mut report = CleanupReport::default();
     let name_start = format!("{prefix}-");
     let nodes: Vec<NodeRow> = decode(
-        &api.call(Method::GET, "/v1/catalog/nodes", Bytes::new())
-            .await?,
+        &api.call_limited(
+            Method::GET,
+            "/v1/catalog/nodes",
+            Bytes::new(),
+            http::MAX_LIST_BODY,
+        )
+        .await?,
     )?;
     for n in nodes {
         if !n.node.starts_with(&name_start) {
@@ -70,8 +75,13 @@ pub async fn cleanup(
         }
     }
     let sessions: Vec<SessionRow> = decode(
-        &api.call(Method::GET, "/v1/session/list", Bytes::new())
-            .await?,
+        &api.call_limited(
+            Method::GET,
+            "/v1/session/list",
+            Bytes::new(),
+            http::MAX_LIST_BODY,
+        )
+        .await?,
     )?;
     let ours: std::collections::HashSet<&str> = report.nodes.iter().map(String::as_str).collect();
     report.sessions = sessions

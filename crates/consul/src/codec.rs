@@ -2,13 +2,21 @@
 //! building [`SubscribeRequest`]s, a prost codec with small buffers, and the
 //! compact keys and health values the views store.
 //!
+//! Hostile input: a Subscribe message over [`MAX_EVENT_MESSAGE`] is refused
+//! by tonic from its length prefix (before any buffer is reserved), and the
+//! decoder names top-level `Event` fields outside [`EVENT_FIELDS`] (payload
+//! oneofs this agent does not know) in the warning `unknown_fields`.
+//!
 //! No I/O here: everything is tested on the captured bytes in
 //! `testdata/vectors/consul/subscribe/`.
 
+use agent_sim_metrics::Metrics;
 use agent_sim_proto::consul::subscribe::{
     CheckServiceNode, Event, NamedSubject, SubscribeRequest, Topic, subscribe_request::Subject,
 };
-use tonic::codec::{BufferSettings, Codec};
+use bytes::Buf;
+use tonic::Status;
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic_prost::{ProstDecoder, ProstEncoder};
 
 /// gRPC path of the Subscribe method.
@@ -20,6 +28,21 @@ pub const ENCODE_BUFFER: usize = 256;
 pub const DECODE_BUFFER: usize = 512;
 /// Yield threshold of both buffers.
 pub const YIELD_THRESHOLD: usize = 32 * 1024;
+
+/// Largest Subscribe message (one `Event`) an agent accepts: grpc-go's
+/// default receive limit, which Consul's own client agents run with, so a
+/// server sends nothing larger to a real agent. Events are ≈0.3–2 KiB (one
+/// CheckServiceNode); an `EventBatch` of a 128-op txn stays far below.
+/// tonic checks it against the 5-byte length prefix before it reserves the
+/// buffer, so a huge length costs nothing; an over-limit message ends the
+/// session (`message_too_large`) and the agent reconnects.
+pub const MAX_EVENT_MESSAGE: usize = 4 * 1024 * 1024;
+
+/// Top-level field numbers of `subscribe.Event` agent-sim decodes: Index 1
+/// and the payloads EndOfSnapshot 2, NewSnapshotToFollow 3, EventBatch 4,
+/// ServiceHealth 10 and ConfigEntry 11. Anything else (another payload
+/// oneof a newer server streams) is skipped by prost and counted.
+pub const EVENT_FIELDS: &[u32] = &[1, 2, 3, 4, 10, 11];
 
 /// A `SubscribeRequest` for `topic` and a named subject.
 pub fn subscribe_request(
@@ -45,22 +68,67 @@ pub fn subscribe_request(
 }
 
 /// Prost codec with buffers sized for thousands of streams per process
-/// (tonic's default is 8 KiB per stream).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SmallCodec;
+/// (tonic's default is 8 KiB per stream), whose decoder reports unknown
+/// top-level `Event` fields to `metrics` (warning `unknown_fields`).
+#[derive(Debug, Clone, Default)]
+pub struct SmallCodec {
+    /// Where unknown fields are counted (`None`: not counted).
+    pub metrics: Option<Metrics>,
+}
 
 impl Codec for SmallCodec {
     type Encode = SubscribeRequest;
     type Decode = Event;
     type Encoder = ProstEncoder<SubscribeRequest>;
-    type Decoder = ProstDecoder<Event>;
+    type Decoder = EventDecoder;
 
     fn encoder(&mut self) -> Self::Encoder {
         ProstEncoder::new(BufferSettings::new(ENCODE_BUFFER, YIELD_THRESHOLD))
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        ProstDecoder::new(BufferSettings::new(DECODE_BUFFER, YIELD_THRESHOLD))
+        EventDecoder {
+            inner: ProstDecoder::new(BufferSettings::new(DECODE_BUFFER, YIELD_THRESHOLD)),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// Decodes `Event`s with prost after a scan of their top-level fields
+/// (`agent_sim_proto::scan`: a few nanoseconds for the two fields an event
+/// has, no allocation).
+#[derive(Debug)]
+pub struct EventDecoder {
+    inner: ProstDecoder<Event>,
+    metrics: Option<Metrics>,
+}
+
+/// The unknown top-level fields of an encoded `Event`, in words
+/// (`Event field 12 (wire type 2)`, and how many when several).
+pub fn unknown_event_fields(msg: &[u8]) -> Option<String> {
+    let (n, wire, count) = agent_sim_proto::scan::unknown_fields(msg, EVENT_FIELDS)?;
+    Some(if count > 1 {
+        format!("Event field {n} (wire type {wire}), {count} unknown fields")
+    } else {
+        format!("Event field {n} (wire type {wire})")
+    })
+}
+
+impl Decoder for EventDecoder {
+    type Item = Event;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Event>, Status> {
+        if let Some(m) = &self.metrics
+            && let Some(words) = unknown_event_fields(buf.chunk())
+        {
+            m.warn("unknown_fields", Some(&words));
+        }
+        self.inner.decode(buf)
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        self.inner.buffer_settings()
     }
 }
 

@@ -90,6 +90,12 @@ pub struct RpcConn {
     pub stamp: Option<RxStamp>,
 }
 
+/// Largest header block (response headers or trailers, which carry
+/// `grpc-message`) an agent accepts: hyper's client default, stated here.
+/// Consul's headers are a few hundred bytes; a longer block fails the
+/// stream instead of being buffered.
+pub const MAX_HEADER_LIST: u32 = 16 * 1024;
+
 /// How many of the server's first bytes are kept.
 pub const SNIFF_LEN: usize = 64;
 
@@ -356,13 +362,15 @@ impl Dialer {
             .keep_alive_interval(self.keepalive_time)
             .keep_alive_timeout(self.keepalive_timeout)
             .keep_alive_while_idle(false)
+            .max_header_list_size(MAX_HEADER_LIST)
             .handshake::<_, tonic::body::Body>(TokioIo::new(io))
             .await
             .map_err(|e| match what_answered(&first_bytes) {
                 Some((kind, words)) => ConnectError::new(kind, format!("{words} (h2: {e})")),
                 None => ConnectError::new("h2_handshake", e),
             })?;
-        let grpc = tonic::client::Grpc::with_origin(H2Channel { tx }, self.origin.clone());
+        let grpc = tonic::client::Grpc::with_origin(H2Channel { tx }, self.origin.clone())
+            .max_decoding_message_size(crate::codec::MAX_EVENT_MESSAGE);
         Ok(RpcConn {
             grpc,
             driver: Box::pin(conn),

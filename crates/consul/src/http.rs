@@ -30,8 +30,19 @@ use tokio::sync::Semaphore;
 pub const MAX_HTTP_CONNS: usize = 64;
 /// Per-request timeout.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest response body read (a txn reply echoes its ops).
+/// Largest response body an agent's call reads. Agents read small answers
+/// (`true`, a session ID, one node's services, a txn reply that echoes at
+/// most 128 ops ≈ 100 KiB); 4 MiB is far above them and bounds what a
+/// broken server can make one call buffer (64 calls at once: 256 MiB at
+/// worst). Over it: kind `http_body_too_large`.
 pub const MAX_BODY: usize = 4 << 20;
+/// Largest list body `agent-sim cleanup` reads (`/v1/catalog/nodes`,
+/// `/v1/session/list` of a whole cluster: ≈400 bytes per node as a `-dev`
+/// server prints it, so 64 MiB holds ≈150,000 nodes). One call at a time.
+pub const MAX_LIST_BODY: usize = 64 << 20;
+/// Read buffer limit of the HTTP/1 client: the response head must fit
+/// (Consul's are < 1 KiB), bodies stream through it in pieces.
+pub const HTTP1_MAX_BUF: usize = 64 * 1024;
 
 /// Node name of the probe controller's instance.
 pub const PROBE_NODE: &str = "agent-sim-probe";
@@ -288,6 +299,7 @@ impl HttpApi {
             tls: tls.map(|(cfg, name)| (tokio_rustls::TlsConnector::from(cfg), name)),
         };
         let client = Client::builder(TokioExecutor::new())
+            .http1_max_buf_size(HTTP1_MAX_BUF)
             .pool_max_idle_per_host(MAX_HTTP_CONNS)
             .pool_idle_timeout(Duration::from_secs(30))
             .build(conn);
@@ -307,6 +319,8 @@ impl HttpApi {
             base: format!("{scheme}://{addr}"),
             dc_query,
             token,
+            // Bound: MAX_HTTP_CONNS calls (and connections) at once, each
+            // reading at most MAX_BODY (or its own limit).
             gate: Arc::new(Semaphore::new(MAX_HTTP_CONNS)),
         })
     }
@@ -316,8 +330,20 @@ impl HttpApi {
         self.call(Method::PUT, path, body).await
     }
 
-    /// One request; at most [`MAX_HTTP_CONNS`] run at once.
+    /// One request; at most [`MAX_HTTP_CONNS`] run at once; the answer is
+    /// read up to [`MAX_BODY`].
     pub async fn call(&self, method: Method, path: &str, body: Bytes) -> Result<Bytes, HttpError> {
+        self.call_limited(method, path, body, MAX_BODY).await
+    }
+
+    /// [`HttpApi::call`] reading an answer of up to `limit` bytes.
+    pub async fn call_limited(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        limit: usize,
+    ) -> Result<Bytes, HttpError> {
         let _permit = self
             .gate
             .acquire()
@@ -346,10 +372,19 @@ impl HttpApi {
                 .await
                 .map_err(|e| HttpError::transport("http_io", error_chain(&e)))?;
             let status = resp.status();
-            let body = http_body_util::Limited::new(resp.into_body(), MAX_BODY)
+            let body = http_body_util::Limited::new(resp.into_body(), limit)
                 .collect()
                 .await
-                .map_err(|e| HttpError::transport("http_io", error_chain(&*e)))?
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        HttpError::transport(
+                            "http_body_too_large",
+                            format!("HTTP {status}: answer over the {limit}-byte limit"),
+                        )
+                    } else {
+                        HttpError::transport("http_io", error_chain(&*e))
+                    }
+                })?
                 .to_bytes();
             Ok::<_, HttpError>((status, body))
         };

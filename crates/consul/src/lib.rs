@@ -303,5 +303,42 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             hint: "the server rate-limits requests (limits.request_limits)",
             heals: true,
         },
+        K {
+            kind: "message_too_large",
+            hint: "the server announced a Subscribe message over 4 MiB (grpc-go's limit, which \
+                   real agents have too): the session was dropped and is retried; is --target \
+                   a Consul server RPC port?",
+            heals: true,
+        },
+        K {
+            kind: "decode_event",
+            hint: "a Subscribe message did not decode as subscribe.Event (garbage on the \
+                   stream): the session was dropped and is retried",
+            heals: true,
+        },
+        K {
+            kind: "http_body_too_large",
+            hint: "an HTTP API answer was larger than agent-sim reads (4 MiB per agent call, \
+                   64 MiB for cleanup's lists); the call failed and is retried",
+            heals: true,
+        },
+        K {
+            kind: "unknown_fields",
+            hint: "the server streamed Event fields (payload kinds) Consul 1.20 agents of \
+                   agent-sim do not decode (sample: the first); skipped. A newer server?",
+            heals: true,
+        },
+        K {
+            kind: "unknown_events",
+            hint: "a Subscribe event this stream's view does not apply (sample: what it was); \
+                   ignored, the stream goes on",
+            heals: true,
+        },
+        K {
+            kind: "view_full",
+            hint: "a subscribed service has more instances (or an intentions entry more \
+                   sources) than one agent's view keeps (65,536); the rest are not tracked",
+            heals: true,
+        },
     ]
 };

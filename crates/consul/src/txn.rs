@@ -119,6 +119,9 @@ impl TxnBatcher {
     /// Spawns the batcher task (call inside a tokio runtime). `txn_requests`
     /// counts each HTTP request.
     pub fn spawn(http: Arc<HttpApi>, metrics: Metrics) -> Self {
+        // Bound: 4096 submissions queued (each agent has at most one in
+        // flight, so this is rarely reached; senders wait when it is), and
+        // MAX_IN_FLIGHT txn requests of ≤ TXN_MAX_BYTES each.
         let (tx, rx) = mpsc::channel(4096);
         tokio::spawn(run(rx, http, metrics));
         TxnBatcher { tx }

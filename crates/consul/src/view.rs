@@ -7,6 +7,10 @@
 //! small [`Instance`] (16 bytes) per instance key instead of the whole
 //! `CheckServiceNode`: thousands of agents each hold a copy.
 //!
+//! Bound: a view keeps at most [`MAX_VIEW_ENTRIES`] instances (or
+//! intention sources); what a server sends beyond that is not tracked and
+//! is counted (`take_dropped`, warning `view_full`).
+//!
 //! Pure state, no I/O; tested on the captured event sequence.
 
 use std::collections::HashMap;
@@ -37,6 +41,14 @@ impl Hasher for KeyHasher {
 }
 
 type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
+
+/// Most instances (health) or sources (intentions) one view keeps. Large
+/// Consul services run thousands of instances; 65,536 is several times the
+/// largest, and caps one view at ≈2–4 MiB (16-byte entries in a hash map)
+/// whatever a server streams. Every agent holds its own views, so a fleet
+/// watching a service that large needs that much per agent: see
+/// README "Bounds".
+pub const MAX_VIEW_ENTRIES: usize = 65_536;
 
 /// What a health view keeps per instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +133,10 @@ pub fn source_key(name: &str) -> u64 {
 pub struct View {
     index: u64,
     phase: Phase,
+    // Bound: at most MAX_VIEW_ENTRIES entries.
     body: Body,
+    /// Entries not kept because the view was full, not yet taken.
+    dropped: u32,
 }
 
 impl View {
@@ -134,7 +149,21 @@ impl View {
                 ViewKind::Health => Body::Health(KeyMap::default()),
                 ViewKind::Intentions => Body::Intentions(Vec::new()),
             },
+            dropped: 0,
         }
+    }
+
+    /// Which topic the view follows.
+    pub fn kind(&self) -> ViewKind {
+        match self.body {
+            Body::Health(_) => ViewKind::Health,
+            Body::Intentions(_) => ViewKind::Intentions,
+        }
+    }
+
+    /// Entries not kept because the view was full, since the last call.
+    pub fn take_dropped(&mut self) -> u32 {
+        std::mem::take(&mut self.dropped)
     }
 
     /// Index to resume from: the last index once a snapshot completed, else 0.
@@ -261,6 +290,10 @@ impl View {
                     map.remove(&key);
                     on_change(Change::Deregister { key });
                 } else {
+                    if map.len() >= MAX_VIEW_ENTRIES && !map.contains_key(&key) {
+                        self.dropped = self.dropped.saturating_add(1);
+                        return true;
+                    }
                     map.insert(
                         key,
                         Instance {
@@ -280,11 +313,19 @@ impl View {
                     Vec::new()
                 } else {
                     match &entry.entry {
-                        Some(Entry::ServiceIntentions(e)) => e
-                            .sources
-                            .iter()
-                            .map(|s| (source_key(&s.name), s.action == 1))
-                            .collect(),
+                        Some(Entry::ServiceIntentions(e)) => {
+                            if e.sources.len() > MAX_VIEW_ENTRIES {
+                                self.dropped = self.dropped.saturating_add(
+                                    u32::try_from(e.sources.len() - MAX_VIEW_ENTRIES)
+                                        .unwrap_or(u32::MAX),
+                                );
+                            }
+                            e.sources
+                                .iter()
+                                .take(MAX_VIEW_ENTRIES)
+                                .map(|s| (source_key(&s.name), s.action == 1))
+                                .collect()
+                        }
                         None => Vec::new(),
                     }
                 };

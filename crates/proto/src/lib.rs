@@ -6,18 +6,22 @@
 //! - [`sensu::v3`]: `sensu.core.v3.EntityConfig` (the backend's first frame).
 //! - [`consul::subscribe`]: Consul's `subscribe.StateChangeSubscription` service
 //!   (client and server stubs) and its `Event` stream payloads.
-//! - [`consul::dataplane`]: `hashicorp.consul.dataplane.DataplaneService`
+//! - [`consul::dataplane`], Consul's `hashicorp.consul.dataplane.DataplaneService`
 //!   (`GetEnvoyBootstrapParams`, what consul-dataplane asks before Envoy starts).
-//! - [`consul::serverdiscovery`]: `hashicorp.consul.serverdiscovery`'s
-//!   `WatchServers` stream.
+//! - [`consul::serverdiscovery`], the `WatchServers` stream of
+//!   `hashicorp.consul.serverdiscovery`.
 //!
 //! The Rust code under `src/gen/` is checked in so that a fresh machine needs no
 //! `protoc`; `tests/bootstrap.rs` regenerates it with protox and fails on drift.
-//! This crate holds no logic of its own.
+//! Besides the bindings, one small piece of logic: [`scan`], a top-level
+//! field scan both protocol crates use to count unknown fields.
 
-#![allow(clippy::all, missing_docs)]
+#![allow(missing_docs)]
+
+pub mod scan;
 
 /// Sensu Go agent protocol messages.
+#[allow(clippy::all)]
 pub mod sensu {
     /// `sensu.core.v2`: events, entities, checks and check requests.
     pub mod v2 {
@@ -30,6 +34,7 @@ pub mod sensu {
 }
 
 /// Consul streaming (`subscribe` package).
+#[allow(clippy::all)]
 pub mod consul {
     /// `subscribe.StateChangeSubscription/Subscribe` and its messages.
     pub mod subscribe {

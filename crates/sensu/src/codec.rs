@@ -8,8 +8,15 @@
 //! (`v3::EntityConfig`) and [`KIND_CHECK_REQUEST`] (`v2::CheckRequest`)
 //! (backend → agent). [`validate_event`] applies the backend's acceptance rules.
 //!
+//! Hostile input: every decoder here refuses a message over [`MAX_MESSAGE`]
+//! before touching it, never panics (property tests in `tests/hostile.rs`,
+//! fuzz targets under `fuzz/`), and [`unknown_fields`] names top-level
+//! fields or keys this agent does not know, so a session can count them
+//! and carry on, as the real agent does.
+//!
 //! The JSON form lives in `json.rs`; the session (socket, timers) in `session.rs`.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -26,6 +33,56 @@ pub const KIND_EVENT: &str = "event";
 pub const KIND_ENTITY_CONFIG: &str = "entity_config";
 /// Frame kind of a backend check request (`v2::CheckRequest`).
 pub const KIND_CHECK_REQUEST: &str = "check_request";
+
+/// Largest agent protocol message (one WebSocket message) either side
+/// accepts. Backend → agent messages are an `entity_config` (≈100 bytes) or
+/// a `check_request` (≈300 bytes: one check config); agent → backend events
+/// carry at most [`crate::MAX_EVENT_OUTPUT`] (32 KiB) of output plus the
+/// entity (≈1 KiB). 64 KiB holds all of them with room for long commands,
+/// env lists and labels, and bounds what one hostile message can make a
+/// session buffer (tungstenite enforces it on the socket, see
+/// `session::ws_config`; the decoders here check it again).
+pub const MAX_MESSAGE: usize = 64 * 1024;
+
+/// Largest single WebSocket frame: a message may not be split to sneak past
+/// [`MAX_MESSAGE`], and no peer of ours fragments, so one frame may be a
+/// whole message and no more.
+pub const MAX_FRAME: usize = MAX_MESSAGE;
+
+/// Deepest JSON nesting a JSON body may have: serde_json's own recursion
+/// limit (we do not build it with `unbounded_depth`), far above the 4
+/// levels an agent message uses, and low enough that a body of `[[[[…` is
+/// an error rather than a stack overflow. `tests/hostile.rs` pins it.
+pub const JSON_MAX_DEPTH: usize = 128;
+
+/// Top-level field numbers Sensu Go 6.x defines for `v3.EntityConfig`
+/// (all of which agent-sim decodes).
+pub const ENTITY_CONFIG_FIELDS: &[u32] = &[1, 2, 3, 4, 5, 6, 7, 8];
+/// JSON keys of `v3.EntityConfig`.
+pub const ENTITY_CONFIG_KEYS: &[&str] = &[
+    "metadata",
+    "entity_class",
+    "user",
+    "subscriptions",
+    "deregister",
+    "deregistration",
+    "keepalive_handlers",
+    "redact",
+];
+/// Top-level field numbers Sensu Go 6.x defines for `v2.CheckRequest`:
+/// config 1, assets 2, hooks 3, issued 4, and `hook_assets` 5 and `secrets`
+/// 6, which agent-sim skips (it runs no hooks and resolves no secrets) but
+/// expects: they are not counted as unknown.
+pub const CHECK_REQUEST_FIELDS: &[u32] = &[1, 2, 3, 4, 5, 6];
+/// JSON keys of `v2.CheckRequest` (as [`CHECK_REQUEST_FIELDS`]).
+pub const CHECK_REQUEST_KEYS: &[&str] = &[
+    "config",
+    "assets",
+    "hooks",
+    "issued",
+    "hook_assets",
+    "secrets",
+];
 
 /// Errors of encoding or decoding a frame or message body.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +105,25 @@ pub enum CodecError {
     /// An unknown encoding name.
     #[error("unknown encoding {0:?} (use protobuf or json)")]
     UnknownEncoding(String),
+    /// A message over [`MAX_MESSAGE`].
+    #[error("message of {len} bytes exceeds the {max}-byte limit")]
+    TooLarge {
+        /// Its size.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// Refuses a body or payload over [`MAX_MESSAGE`].
+fn within_limit(bytes: &[u8]) -> Result<(), CodecError> {
+    if bytes.len() > MAX_MESSAGE {
+        return Err(CodecError::TooLarge {
+            len: bytes.len(),
+            max: MAX_MESSAGE,
+        });
+    }
+    Ok(())
 }
 
 /// Body encoding of a session.
@@ -116,6 +192,7 @@ pub struct Frame<'a> {
 
 /// Splits a WebSocket message payload at its first `\n`.
 pub fn split_frame(payload: &[u8]) -> Result<Frame<'_>, CodecError> {
+    within_limit(payload)?;
     let nl = payload
         .iter()
         .position(|b| *b == b'\n')
@@ -149,6 +226,7 @@ pub fn encode_event(ev: &v2::Event, enc: Encoding) -> Result<Vec<u8>, CodecError
 
 /// Decodes an event body (keepalive or event).
 pub fn decode_event(body: &[u8], enc: Encoding) -> Result<v2::Event, CodecError> {
+    within_limit(body)?;
     match enc {
         Encoding::Protobuf => Ok(v2::Event::decode(body)?),
         Encoding::Json => serde_json::from_slice::<json::JEvent>(body)?
@@ -167,6 +245,7 @@ pub fn encode_check_request(r: &v2::CheckRequest, enc: Encoding) -> Result<Vec<u
 
 /// Decodes a check request body.
 pub fn decode_check_request(body: &[u8], enc: Encoding) -> Result<v2::CheckRequest, CodecError> {
+    within_limit(body)?;
     match enc {
         Encoding::Protobuf => Ok(v2::CheckRequest::decode(body)?),
         Encoding::Json => Ok(serde_json::from_slice::<json::JCheckRequest>(body)?.into()),
@@ -183,10 +262,115 @@ pub fn encode_entity_config(c: &v3::EntityConfig, enc: Encoding) -> Result<Vec<u
 
 /// Decodes an entity config body.
 pub fn decode_entity_config(body: &[u8], enc: Encoding) -> Result<v3::EntityConfig, CodecError> {
+    within_limit(body)?;
     match enc {
         Encoding::Protobuf => Ok(v3::EntityConfig::decode(body)?),
         Encoding::Json => Ok(serde_json::from_slice::<json::JEntityConfig>(body)?.into()),
     }
+}
+
+/// Top-level fields (protobuf) or keys (JSON) of a message that this agent
+/// does not know: the first one, as `field 9 (wire type 2)` or
+/// `key "extra"`, and how many there were.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unknown {
+    /// The first unknown field or key, in words.
+    pub first: String,
+    /// How many top-level fields or keys were unknown.
+    pub count: usize,
+}
+
+/// Longest key quoted in [`Unknown::first`].
+const UNKNOWN_KEY_CHARS: usize = 64;
+
+/// The unknown top-level fields of a backend message of `kind` (only
+/// `entity_config` and `check_request` are checked: the messages an agent
+/// decodes), `None` when there are none or the kind is another.
+///
+/// Cost: protobuf reads each top-level key and skips its value (no
+/// allocation, tens of nanoseconds for a check request); JSON walks the
+/// top-level object a second time with serde's `IgnoredAny` (allocates
+/// only escaped keys). Backend messages are rare (one per check interval),
+/// and the keepalive path never calls this.
+pub fn unknown_fields(kind: &str, body: &[u8], enc: Encoding) -> Option<Unknown> {
+    let (fields, keys) = match kind {
+        KIND_ENTITY_CONFIG => (ENTITY_CONFIG_FIELDS, ENTITY_CONFIG_KEYS),
+        KIND_CHECK_REQUEST => (CHECK_REQUEST_FIELDS, CHECK_REQUEST_KEYS),
+        _ => return None,
+    };
+    match enc {
+        Encoding::Protobuf => {
+            let (n, wire, count) = agent_sim_proto::scan::unknown_fields(body, fields)?;
+            Some(Unknown {
+                first: format!("field {n} (wire type {wire})"),
+                count,
+            })
+        }
+        Encoding::Json => unknown_json_keys(body, keys),
+    }
+}
+
+/// A JSON object key, borrowed when it has no escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The unknown top-level keys of a JSON object (`None`: none, or not an
+/// object).
+pub fn unknown_json_keys(body: &[u8], known: &[&str]) -> Option<Unknown> {
+    struct Scan<'k> {
+        known: &'k [&'k str],
+    }
+    impl<'de> serde::de::Visitor<'de> for Scan<'_> {
+        type Value = Option<Unknown>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Option<Unknown>, A::Error> {
+            let mut out: Option<Unknown> = None;
+            while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                if self.known.contains(&k.as_ref()) {
+                    continue;
+                }
+                match &mut out {
+                    Some(u) => u.count += 1,
+                    None => {
+                        let shown: String = k.chars().take(UNKNOWN_KEY_CHARS).collect();
+                        out = Some(Unknown {
+                            first: format!("key {shown:?}"),
+                            count: 1,
+                        });
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde::Deserializer::deserialize_map(&mut de, Scan { known })
+        .ok()
+        .flatten()
 }
 
 /// Sensu resource-name rule `\A[\w.\-:]+\z` (ASCII word characters).

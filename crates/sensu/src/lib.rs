@@ -255,6 +255,30 @@ const ERROR_KINDS: &[ErrorKindSpec] = &[
         heals: true,
     },
     ErrorKindSpec {
+        kind: "message_too_large",
+        hint: "the backend sent a WebSocket message over 64 KiB (real backend messages are under \
+               1 KiB): the session was dropped and is retried; is --target a Sensu agent port?",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "unknown_messages",
+        hint: "the backend sent a message type a 6.x agent does not handle (sample: its type); \
+               ignored, as the real agent does. A newer backend?",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "unknown_fields",
+        hint: "a backend message carried top-level fields Sensu Go 6.x does not define (sample: \
+               the first); ignored. A newer backend?",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "checks_forgotten",
+        hint: "the backend scheduled more distinct checks on one agent than it remembers (64); \
+               the oldest check's last `issued` was forgotten",
+        heals: true,
+    },
+    ErrorKindSpec {
         kind: "entity_config_timeout",
         hint: "the backend sent no entity_config within the wait; a real agent logs this and \
                carries on",

@@ -134,6 +134,8 @@ pub struct MessageBuilder {
     name: Box<str>,
     index: u64,
     /// The backend's entity config, once it sent a real one (not "not found").
+    // Bound: the latest one only, decoded from one message ≤ codec::MAX_MESSAGE
+    // (the pre-encoded entity below is its re-encoding, of similar size).
     entity_config: Option<Box<v3::EntityConfig>>,
     /// Protobuf entity without `last_seen`: fields < 5, then fields > 5.
     pb_entity: Vec<u8>,

@@ -185,20 +185,36 @@ pub fn upgrade_request(
 /// every read: backend frames (entity_config, check_request) are ~100 bytes,
 /// so 1 KiB holds any of them (larger frames grow the buffer as needed) and
 /// each read zero-fills 1 KiB instead of 4.
+///
+/// Bound: a message or frame over [`codec::MAX_MESSAGE`] ends the session
+/// (kind `message_too_large`) before it is buffered; our own writes bypass
+/// the write buffer, which only ever holds control frames (≤ 16 KiB).
 pub fn ws_config() -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(1024)
         .write_buffer_size(0)
         .max_write_buffer_size(16 * 1024)
-        .max_message_size(Some(64 * 1024))
-        .max_frame_size(Some(64 * 1024))
+        .max_message_size(Some(codec::MAX_MESSAGE))
+        .max_frame_size(Some(codec::MAX_FRAME))
 }
+
+/// Most checks whose last `issued` one agent remembers. A real backend
+/// schedules a handful per subscription; a backend naming a new check in
+/// every request must not grow an agent without end, so beyond this the
+/// check heard from longest ago is forgotten (warning `checks_forgotten`).
+pub const MAX_CHECKS_PER_AGENT: usize = 64;
+
+/// Longest message type quoted in an `unknown_messages` sample.
+const KIND_SAMPLE_CHARS: usize = 64;
 
 /// Per-agent check bookkeeping: last `issued` per check (kept across
 /// sessions) and event sequence numbers (restarting at 1 every session).
 #[derive(Debug, Default)]
 pub(crate) struct CheckState {
+    // Bound: at most MAX_CHECKS_PER_AGENT slots (see `slot`).
     slots: Vec<CheckSlot>,
+    /// Slots dropped to stay within the bound, not yet reported.
+    forgotten: u32,
 }
 
 #[derive(Debug)]
@@ -213,6 +229,15 @@ impl CheckState {
         let i = match self.slots.iter().position(|s| &*s.name == name) {
             Some(i) => i,
             None => {
+                if self.slots.len() >= MAX_CHECKS_PER_AGENT {
+                    // Forget the check heard from longest ago.
+                    if let Some(oldest) =
+                        (0..self.slots.len()).min_by_key(|&i| self.slots[i].last_issued)
+                    {
+                        self.slots.swap_remove(oldest);
+                        self.forgotten += 1;
+                    }
+                }
                 self.slots.push(CheckSlot {
                     name: name.into(),
                     last_issued: i64::MIN,
@@ -238,6 +263,11 @@ impl CheckState {
         let s = self.slot(name);
         s.sequence += 1;
         s.sequence
+    }
+
+    /// Slots forgotten since the last call.
+    fn take_forgotten(&mut self) -> u32 {
+        std::mem::take(&mut self.forgotten)
     }
 
     pub(crate) fn new_session(&mut self) {
@@ -327,8 +357,21 @@ fn ws_error_kind(e: &tungstenite::Error) -> &'static str {
         },
         tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake) => "ws_reset",
         tungstenite::Error::Protocol(_) => "ws_protocol",
-        tungstenite::Error::Capacity(_) | tungstenite::Error::WriteBufferFull(_) => "ws_capacity",
+        tungstenite::Error::Capacity(_) => "message_too_large",
+        tungstenite::Error::WriteBufferFull(_) => "ws_capacity",
         _ => "ws_error",
+    }
+}
+
+/// The end of a session that failed on an established WebSocket; an
+/// over-limit message keeps tungstenite's words (its size and the limit).
+fn ws_end(e: &tungstenite::Error) -> SessionEnd {
+    match e {
+        tungstenite::Error::Capacity(c) => SessionEnd::lost_with(
+            "message_too_large",
+            format!("the backend sent {c} (a WebSocket message or frame over the limit)"),
+        ),
+        e => SessionEnd::lost(ws_error_kind(e)),
     }
 }
 
@@ -481,7 +524,14 @@ impl Steady<'_> {
             .map(|m| m.name.as_str())
             .unwrap_or("");
         // Nothing is sent before the session is ready.
-        if !ready || !self.checks.accept(name, req.issued) {
+        let accepted = ready && self.checks.accept(name, req.issued);
+        for _ in 0..self.checks.take_forgotten() {
+            m.warn(
+                "checks_forgotten",
+                Some("the backend named more checks than an agent remembers"),
+            );
+        }
+        if !accepted {
             m.incr(ids.check_requests_dropped);
             return None;
         }
@@ -566,7 +616,7 @@ impl Steady<'_> {
                 // Boxed: rare paths must not grow the steady-state future.
                 Wake::Cancel => return Box::pin(self.close()).await,
                 Wake::Msg(None) => return SessionEnd::lost("ws_closed"),
-                Wake::Msg(Some(Err(e))) => return SessionEnd::lost(ws_error_kind(&e)),
+                Wake::Msg(Some(Err(e))) => return ws_end(&e),
                 Wake::Msg(Some(Ok(msg))) => {
                     let received = Instant::now();
                     let data = match msg {
@@ -600,6 +650,17 @@ impl Steady<'_> {
                             continue;
                         }
                     };
+                    if matches!(frame.kind, KIND_ENTITY_CONFIG | KIND_CHECK_REQUEST)
+                        && let Some(u) = codec::unknown_fields(frame.kind, frame.body, cfg.encoding)
+                    {
+                        m.warn(
+                            "unknown_fields",
+                            Some(&format!(
+                                "{}: {} ({} unknown)",
+                                frame.kind, u.first, u.count
+                            )),
+                        );
+                    }
                     match frame.kind {
                         KIND_ENTITY_CONFIG => {
                             let ec = match codec::decode_entity_config(frame.body, cfg.encoding) {
@@ -636,7 +697,12 @@ impl Steady<'_> {
                             m.incr(ids.events_sent);
                             m.record(ids.check_turnaround, key, received.elapsed());
                         }
-                        _ => m.error("unknown_frame_kind"),
+                        // As the real agent: "no handler for message type",
+                        // logged, and the session goes on.
+                        other => {
+                            let shown: String = other.chars().take(KIND_SAMPLE_CHARS).collect();
+                            m.warn("unknown_messages", Some(&format!("type {shown:?}")));
+                        }
                     }
                 }
                 Wake::Timer => {

@@ -515,3 +515,70 @@ async fn pings_every_30s_and_a_missing_pong_ends_the_session_at_45s() {
     assert_eq!(end, SessionEnd::lost("pong_timeout"));
     assert_eq!(t0.elapsed(), Duration::from_secs(30 + 45));
 }
+
+/// A backend that sends what a 6.x agent does not know: an unknown message
+/// type and a check request with an unknown top-level field are counted
+/// (warnings, with the type and the field in the sample) and the session
+/// goes on; a message over the limit ends it with `message_too_large`,
+/// retried by the engine as any lost session.
+#[tokio::test(start_paused = true)]
+async fn hostile_backend_frames_are_counted_and_bounded() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let m = metrics();
+    let (_cancel, task) = start(config(port, Encoding::Protobuf), &m, 3);
+    let mut ws = accept(&listener, Headers::default()).await;
+    ws.send(Message::Binary(
+        entity_config("sim-3", Encoding::Protobuf).into(),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        codec::split_frame(&next_frame(&mut ws).await).unwrap().kind,
+        codec::KIND_KEEPALIVE
+    );
+    ws.send(Message::Binary(
+        codec::encode_frame("backend_gossip", b"\x01\x02").into(),
+    ))
+    .await
+    .unwrap();
+    // The captured request with field 99 (a string) appended.
+    let mut req = common::read("sensu/protobuf/003-backend-check_request.bin");
+    req.extend_from_slice(&[0x9a, 0x06, 0x02, b'h', b'i']);
+    ws.send(Message::Binary(req.into())).await.unwrap();
+    // Still answered: the unknown field is skipped.
+    let reply = loop {
+        let b = next_frame(&mut ws).await;
+        if codec::split_frame(&b).unwrap().kind == codec::KIND_EVENT {
+            break b;
+        }
+    };
+    let ev =
+        codec::decode_event(codec::split_frame(&reply).unwrap().body, Encoding::Protobuf).unwrap();
+    assert_eq!(ev.check.unwrap().metadata.unwrap().name, "vector-check");
+
+    let mut huge = codec::encode_frame(codec::KIND_CHECK_REQUEST, &[]);
+    huge.resize(codec::MAX_MESSAGE + 1, 0);
+    ws.send(Message::Binary(huge.into())).await.unwrap();
+    let end = timeout(STEP, task).await.unwrap().unwrap();
+    assert_eq!(end.failure().map(|f| f.kind), Some("message_too_large"));
+
+    let s = m.snapshot();
+    assert_eq!(s.warnings.get("unknown_messages"), Some(&1));
+    assert_eq!(s.warnings.get("unknown_fields"), Some(&1));
+    assert_eq!(s.counter("check_replies_sent"), 1);
+    let report = m.warning_report();
+    let sample = |k: &str| {
+        report
+            .iter()
+            .find(|r| r.kind == k)
+            .and_then(|r| r.stat.sample.clone())
+            .unwrap_or_default()
+    };
+    assert!(sample("unknown_messages").contains("backend_gossip"));
+    assert!(sample("unknown_fields").contains("check_request: field 99"));
+    assert!(
+        m.error_kind("message_too_large").is_some(),
+        "declared with a hint"
+    );
+}

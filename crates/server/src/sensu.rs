@@ -24,6 +24,7 @@
 //! `/health` route, no entity or keepalive bookkeeping beyond counters; a stored entity
 //! never overrides the header subscriptions.
 
+pub mod inbound;
 mod schedule;
 mod session;
 mod stats;
@@ -159,6 +160,22 @@ pub async fn serve(
     Ok(())
 }
 
+/// The endpoint's WebSocket settings: a 4 KiB read buffer, no write
+/// buffering (each frame is one shared `Bytes`), at most 64 KiB of frames
+/// queued for a slow agent, and the agent protocol's message limit.
+///
+/// Bound: an agent message or frame over [`codec::MAX_MESSAGE`] ends that
+/// session (counted in `session_errors`) before it is buffered; an upgrade
+/// request is bounded by tungstenite (64 KiB of headers, 124 headers).
+pub fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .read_buffer_size(4096)
+        .write_buffer_size(0)
+        .max_write_buffer_size(64 << 10)
+        .max_message_size(Some(codec::MAX_MESSAGE))
+        .max_frame_size(Some(codec::MAX_FRAME))
+}
+
 /// State shared by the accept loop, the schedulers and every session.
 struct Shared {
     namespaces: Vec<String>,
@@ -250,12 +267,7 @@ impl Shared {
                 )));
             }
         }
-        let ws_config = WebSocketConfig::default()
-            .read_buffer_size(4096)
-            .write_buffer_size(0)
-            .max_write_buffer_size(64 << 10)
-            .max_message_size(Some(64 << 10))
-            .max_frame_size(Some(64 << 10));
+        let ws_config = ws_config();
         Ok(Self {
             namespaces: cfg.namespaces,
             namespaces_ready_at: tokio::time::Instant::now() + cfg.namespaces_ready_after,

@@ -694,3 +694,19 @@ async fn shutdown_ends_both_servers_with_open_streams() {
     drop(idle);
     assert!(TcpStream::connect(t.rpc).await.is_err(), "listener closed");
 }
+
+/// A Subscribe request over the server's 64 KiB limit (a 100 KiB token) is
+/// refused with OUT_OF_RANGE before it is buffered; the connection serves
+/// the next call.
+#[tokio::test(start_paused = true)]
+async fn an_oversized_subscribe_request_is_refused() {
+    let t = start_default().await;
+    let mut c = dial(t.rpc).await;
+    let mut req = request(Topic::ServiceHealth, "web", 0);
+    req.token = "x".repeat(100 * 1024);
+    let status = within(c.subscribe(req)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    let mut s = subscribe(&mut c, Topic::ServiceHealth, "web", 0).await;
+    let (_, index) = read_snapshot(&mut s).await;
+    assert!(index > 0);
+}

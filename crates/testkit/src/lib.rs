@@ -7,6 +7,12 @@
 //!   `agent_sim_metrics::SUMMARY_SCHEMA`.
 //! - [`Pki`]: a CA, a server certificate for 127.0.0.1/localhost and a
 //!   client certificate, generated at test time (rcgen) as PEM files.
+//! - [`alloc`]: a counting global allocator to bound what a decoder
+//!   allocates; [`hostile`]: the captured vectors and proptest strategies
+//!   that damage them (bit flips, truncations, huge length fields).
+
+pub mod alloc;
+pub mod hostile;
 
 use std::path::PathBuf;
 

@@ -58,7 +58,11 @@ impl Drop for Slots {
 pub(super) fn start_call(
     grpc: &GrpcClient,
     req: agent_sim_proto::consul::subscribe::SubscribeRequest,
+    metrics: &Metrics,
 ) -> StartFuture {
+    let codec = SmallCodec {
+        metrics: Some(metrics.clone()),
+    };
     let mut grpc = grpc.clone();
     Box::pin(async move {
         grpc.ready()
@@ -68,7 +72,7 @@ pub(super) fn start_call(
             .server_streaming(
                 tonic::Request::new(req),
                 PathAndQuery::from_static(SUBSCRIBE_PATH),
-                SmallCodec,
+                codec,
             )
             .await?;
         Ok(resp.into_inner())
@@ -88,7 +92,7 @@ impl ConsulAgent {
         slot.resume_pending = index > 0;
         slot.started = Instant::now();
         let req = subscribe_request(sub.topic, &sub.name, index, &sh.token, &sh.cfg.datacenter);
-        slot.state = SlotState::Starting(start_call(grpc, req));
+        slot.state = SlotState::Starting(start_call(grpc, req, &sh.metrics));
         sh.metrics.incr(sh.ids.subscriptions);
     }
 
@@ -238,7 +242,18 @@ impl ConsulAgent {
                 slot.resync = sub.ever_synced;
                 slot.started = decoded;
             }
-            Signal::Item | Signal::Ignored => {}
+            Signal::Item => {}
+            Signal::Ignored => {
+                sh.metrics
+                    .warn("unknown_events", Some(&ignored_words(ev, sub.view.kind())));
+            }
+        }
+        let sub = &mut self.subs[i];
+        for _ in 0..sub.view.take_dropped() {
+            sh.metrics.warn(
+                "view_full",
+                Some("more instances than one view keeps; the rest are not tracked"),
+            );
         }
         let sub = &mut self.subs[i];
         if let (Some(kind), Some(b)) = (seen, board) {
@@ -259,6 +274,25 @@ impl ConsulAgent {
     }
 }
 
+/// What an event a view ignored was, for the `unknown_events` sample.
+fn ignored_words(ev: &Event, kind: ViewKind) -> String {
+    let what = match &ev.payload {
+        None => "an event without a payload this agent knows",
+        Some(Payload::ServiceHealth(u)) if u.check_service_node.is_none() => {
+            "a ServiceHealth event without a CheckServiceNode"
+        }
+        Some(Payload::ConfigEntry(u)) if u.config_entry.is_none() => {
+            "a ConfigEntry event without an entry"
+        }
+        Some(Payload::ServiceHealth(_)) => "a ServiceHealth event",
+        Some(Payload::ConfigEntry(_)) => "a ConfigEntry event",
+        Some(Payload::EventBatch(_)) => "an EventBatch of nothing this view applies",
+        Some(Payload::EndOfSnapshot(_)) => "EndOfSnapshot = false",
+        Some(Payload::NewSnapshotToFollow(_)) => "NewSnapshotToFollow = false",
+    };
+    format!("{what} on a {kind:?} stream (index {})", ev.index)
+}
+
 /// Whether a status came from the server (an answer) rather than from a
 /// broken transport.
 pub(super) fn server_said(status: &Status) -> bool {
@@ -272,6 +306,14 @@ pub(super) fn server_said(status: &Status) -> bool {
 pub(super) fn grpc_kind(status: &Status) -> &'static str {
     if let Some(k) = http::cause_kind(status.message()) {
         return k;
+    }
+    // tonic's own words for a length prefix over the limit, and for bytes
+    // that are not an Event.
+    if status.code() == Code::OutOfRange && status.message().contains("message length too large") {
+        return "message_too_large";
+    }
+    if status.code() == Code::Internal && status.message().contains("failed to decode Protobuf") {
+        return "decode_event";
     }
     if status.code() == Code::Unimplemented && status.message().contains("unknown service") {
         return "wrong_port_grpc";

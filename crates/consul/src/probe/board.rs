@@ -36,9 +36,19 @@ pub(super) struct Group {
     pub(super) anchor: (Instant, SystemTime),
 }
 
+/// Most changes an observer keeps open at once: one probe per
+/// `--probe-every` (≥ 1 s) inside a 10 s window needs ≤ 10; a server sending
+/// ever new raft indexes on the probe service is not measured beyond it.
+pub const MAX_OPEN_CHANGES: usize = 64;
+/// Most changes an observer summarizes over a run (a probe every second for
+/// 18 hours); later ones are not measured.
+pub const MAX_OBSERVED_CHANGES: usize = 65_536;
+
 /// What an observer board collects.
 #[derive(Debug, Default)]
 struct Observed {
+    // Bound: MAX_OPEN_CHANGES groups, each with at most one arrival per live
+    // probe subscription; MAX_OBSERVED_CHANGES summaries.
     open: BTreeMap<u64, Group>,
     done: Vec<ProbeSummary>,
     /// Groups still inside their window with missing deliveries when the
@@ -220,6 +230,9 @@ impl ProbeBoard {
         if !o.open.contains_key(&index) {
             if o.done.iter().any(|d| d.change_id == Some(index)) {
                 // Its window is over and summarized: a missing delivery.
+                return false;
+            }
+            if o.open.len() >= MAX_OPEN_CHANGES || o.done.len() >= MAX_OBSERVED_CHANGES {
                 return false;
             }
             // A new change: the windows of earlier ones are over by now,

@@ -49,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use grpc::serve_grpc;
-pub use http::serve_http;
+pub use http::{ApiRequest, dispatch, serve_http};
 pub use rpc::serve_rpc;
 
 use sessions::Sessions;

@@ -53,6 +53,15 @@ const SUBSCRIBE_PATH: &str = "/subscribe.StateChangeSubscription/Subscribe";
 /// Small codec buffers: messages here are a few hundred bytes, and there may
 /// be 20,000 streams.
 const CODEC_BUFFERS: (usize, usize) = (512, 32 * 1024);
+/// Largest `SubscribeRequest` accepted: a topic, a key, a token, a
+/// datacenter and an index are well under 1 KiB; anything over 64 KiB ends
+/// the call with `OUT_OF_RANGE` before it is buffered.
+pub(crate) const MAX_REQUEST_MESSAGE: usize = 64 * 1024;
+/// Largest HTTP/2 header block accepted from a client (hyper's default,
+/// stated): gRPC request headers are a few hundred bytes.
+const MAX_HEADER_LIST: u32 = 16 * 1024;
+/// Streams one connection may hold at once; agents open one per upstream.
+const MAX_STREAMS_PER_CONN: u32 = 1024;
 
 /// Serves the RPC port until `shutdown` is cancelled, then gives open
 /// connections a short grace (streams end with `UNAVAILABLE`) and returns.
@@ -70,7 +79,9 @@ pub async fn serve_rpc(
         // Never ping clients: a real server doesn't, and pings cost wakeups
         // over 10,000 idle connections.
         .keep_alive_interval(None)
-        .max_concurrent_streams(1024);
+        // Bound: streams per connection, and what one header block may hold.
+        .max_concurrent_streams(MAX_STREAMS_PER_CONN)
+        .max_header_list_size(MAX_HEADER_LIST);
     let builder = Arc::new(builder);
     super::accept_loop(listener, shutdown.clone(), move |stream| {
         rpc_connection(stream, state.clone(), builder.clone(), shutdown.clone())
@@ -174,7 +185,7 @@ impl hyper::service::Service<Request<Incoming>> for GrpcService {
             shutdown: self.shutdown.clone(),
         };
         Box::pin(async move {
-            let mut grpc = Grpc::new(SubscribeCodec);
+            let mut grpc = Grpc::new(SubscribeCodec).max_decoding_message_size(MAX_REQUEST_MESSAGE);
             Ok(grpc.server_streaming(handler, req).await)
         })
     }
@@ -285,6 +296,8 @@ fn topic_key(req: &SubscribeRequest) -> Result<TopicKey, Status> {
 struct Subscription {
     state: ConsulState,
     key: TopicKey,
+    // Bound: one snapshot (the topic's instances, bounded by the store) plus
+    // two markers; given back once sent.
     pending: VecDeque<Bytes>,
     rx: broadcast::Receiver<Bytes>,
     abort: watch::Receiver<u64>,
@@ -314,7 +327,12 @@ impl Subscription {
             Err(Some(())) => return Err(Status::unknown("ACL not found")),
             Err(None) => true,
         };
-        let (mut start, rx) = state.store().subscribe(&key, req.index);
+        let mut store = state.store();
+        if !store.room_for_topic(&key) {
+            return Err(Status::resource_exhausted(super::state::CATALOG_FULL));
+        }
+        let (mut start, rx) = store.subscribe(&key, req.index);
+        drop(store);
         if anonymous {
             // Under default-deny an anonymous subscriber sees nothing: an
             // empty snapshot, not an error.

@@ -63,8 +63,14 @@ pub(crate) enum Renewal {
     NotFound,
 }
 
+/// Most sessions held: one per agent is what agents create, and a session
+/// without a TTL never expires, so creates beyond this are refused (HTTP
+/// 500) rather than kept forever.
+pub(crate) const MAX_SESSIONS: usize = 1 << 20;
+
 #[derive(Default)]
 pub(crate) struct Sessions {
+    // Bound: MAX_SESSIONS (checked by the create handler).
     map: HashMap<String, Session>,
 }
 

@@ -174,6 +174,22 @@ struct PrevService {
     modify_index: u64,
 }
 
+/// Most nodes the embedded catalog holds: four times the largest fleet one
+/// `agent-sim serve` has been sized for (≈250,000 agents over shards),
+/// ≈1–2 KiB each with a service and a check: 1–2 GiB at the cap. A write
+/// that would add a node beyond it is refused (HTTP 500, [`CATALOG_FULL`]).
+pub(crate) const MAX_NODES: usize = 1 << 20;
+/// Most services (and, separately, checks) on one node: agents register a
+/// handful; a node is not a place to store an unbounded list.
+pub(crate) const MAX_PER_NODE: usize = 1024;
+/// Most config entries held (agents write one per probe service).
+pub(crate) const MAX_CONFIG_ENTRIES: usize = 65_536;
+/// Most topics (service names subscribed to or written) with their last
+/// index: a client subscribing to ever new keys is refused beyond it.
+pub(crate) const MAX_TOPICS: usize = 1 << 20;
+/// The words of a write refused by one of the bounds above.
+pub(crate) const CATALOG_FULL: &str = "agent-sim serve: catalog is full (bounded store)";
+
 /// Why a write was refused (the message is the HTTP 500 body).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WriteError(pub String);
@@ -187,6 +203,8 @@ impl WriteError {
 pub(crate) struct Store {
     pub raft_index: u64,
     pub datacenter: String,
+    // Bound: MAX_NODES nodes, MAX_PER_NODE services and checks each;
+    // MAX_CONFIG_ENTRIES config entries; MAX_TOPICS topics (new ones refused).
     pub nodes: HashMap<String, NodeEntry>,
     by_name: HashMap<String, BTreeSet<InstanceKey>>,
     by_connect: HashMap<String, BTreeSet<InstanceKey>>,
@@ -291,8 +309,30 @@ impl Store {
         }
     }
 
-    /// Creates or updates a node.
+    /// Whether a write may add node `name` (it exists, or there is room).
+    pub(crate) fn room_for_node(&self, name: &str) -> bool {
+        self.nodes.len() < MAX_NODES || self.nodes.contains_key(name)
+    }
+
+    /// Whether a subscription to `key` may be tracked (known, or room).
+    pub(crate) fn room_for_topic(&self, key: &TopicKey) -> bool {
+        self.topics.len() < MAX_TOPICS || self.topics.contains_key(key)
+    }
+
+    /// Whether a config entry may be written (exists, or there is room).
+    pub(crate) fn room_for_config(&self, kind: &str, name: &str) -> bool {
+        self.config.len() < MAX_CONFIG_ENTRIES
+            || self
+                .config
+                .contains_key(&(kind.to_owned(), name.to_owned()))
+    }
+
+    /// Creates or updates a node (a new node beyond [`MAX_NODES`] is not
+    /// stored: callers check [`Store::room_for_node`] to refuse it).
     pub(crate) fn ensure_node(&mut self, name: &str, def: NodeDef, idx: u64, t: &mut Touched) {
+        if !self.room_for_node(name) {
+            return;
+        }
         match self.nodes.get(name) {
             Some(n) if n.def == def => {}
             Some(_) => {
@@ -329,6 +369,9 @@ impl Store {
         let old_def = match n.services.get(&def.id) {
             Some(s) if s.def == def => return Ok(()),
             Some(s) => Some(s.def.clone()),
+            None if n.services.len() >= MAX_PER_NODE => {
+                return Err(WriteError(CATALOG_FULL.into()));
+            }
             None => None,
         };
         self.touch(t, &key);
@@ -384,6 +427,9 @@ impl Store {
         let old_service = match n.checks.get(&def.check_id) {
             Some(c) if c.def == def => return Ok(()),
             Some(c) => Some(c.def.service_id.clone()),
+            None if n.checks.len() >= MAX_PER_NODE => {
+                return Err(WriteError(CATALOG_FULL.into()));
+            }
             None => None,
         };
         for sid in old_service.iter().chain(std::iter::once(&def.service_id)) {
@@ -650,6 +696,8 @@ impl Store {
         let last = ts.last_index;
         let rx = ts
             .tx
+            // Bound: `topic_buffer` events per topic; a subscriber that
+            // falls further behind gets a new snapshot instead.
             .get_or_insert_with(|| broadcast::channel(cap).0)
             .subscribe();
         if resume {
@@ -788,5 +836,24 @@ mod tests {
             .ensure_service("nope", svc("a", "a"), 1, &mut t)
             .unwrap_err();
         assert_eq!(e, WriteError::missing_node());
+    }
+
+    #[test]
+    fn a_node_holds_at_most_its_bound_of_services_and_checks() {
+        let mut s = Store::new("dc1".into(), 8);
+        let mut t = Touched::default();
+        s.ensure_node("n1", node("10.0.0.1"), 1, &mut t);
+        for i in 0..MAX_PER_NODE {
+            s.ensure_service("n1", svc(&format!("s{i}"), "web"), 1, &mut t)
+                .unwrap();
+        }
+        let e = s
+            .ensure_service("n1", svc("one-more", "web"), 1, &mut t)
+            .unwrap_err();
+        assert_eq!(e.0, CATALOG_FULL);
+        // Updating one it holds is still fine.
+        s.ensure_service("n1", svc("s0", "api"), 2, &mut t).unwrap();
+        assert_eq!(s.nodes["n1"].services.len(), MAX_PER_NODE);
+        assert!(s.room_for_node("n1") && s.room_for_node("n2"));
     }
 }

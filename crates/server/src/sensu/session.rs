@@ -25,6 +25,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 
+use super::inbound::Inbound;
 use super::stats::{ActiveGuard, inc};
 use super::{Publication, Shared, frame_index};
 
@@ -166,6 +167,8 @@ fn check_upgrade(
     let user = header_str(headers, "sensu-user")
         .unwrap_or_default()
         .to_owned();
+    // Bound: the upgrade request is at most 64 KiB (tungstenite's handshake
+    // limit), and the list is dropped after the first entity_config.
     let mut subscriptions: Vec<String> = header_str(headers, "sensu-subscriptions")
         .unwrap_or_default()
         .split(',')
@@ -229,6 +232,8 @@ fn error_response(status: StatusCode, body: &str) -> ErrorResponse {
 }
 
 /// The check channels a session listens to.
+// Bound: one watch receiver per configured check (a watch channel holds
+// only the latest publication), whatever the agent subscribes to.
 enum Feeds {
     None,
     /// The common case: one matching check, no allocation.
@@ -379,31 +384,22 @@ impl Session<'_> {
         stats
             .bytes_received
             .fetch_add(payload.len() as u64, Ordering::Relaxed);
-        let Ok(frame) = codec::split_frame(payload) else {
-            inc(&stats.frames_invalid);
-            return None;
-        };
-        let keepalive_frame = match frame.kind {
-            codec::KIND_KEEPALIVE => true,
-            codec::KIND_EVENT => false,
-            _ => {
+        let (is_keepalive, event) = match super::inbound::classify(payload, self.hello.enc) {
+            Inbound::Keepalive(e) => (true, e),
+            Inbound::Event(e) => (false, e),
+            Inbound::Invalid => {
                 inc(&stats.frames_invalid);
                 return None;
             }
-        };
-        let Ok(event) = codec::decode_event(frame.body, self.hello.enc) else {
-            inc(&stats.frames_invalid);
-            return None;
+            Inbound::Rejected(reason) => {
+                stats.reject(reason);
+                return None;
+            }
         };
         let check = event.check.as_ref();
         let check_name = check
             .and_then(|c| c.metadata.as_ref())
             .map_or("", |m| m.name.as_str());
-        let is_keepalive = keepalive_frame || check_name == "keepalive";
-        if let Err(reason) = codec::validate_event(&event, is_keepalive) {
-            stats.reject(reason);
-            return None;
-        }
         if is_keepalive {
             inc(&stats.keepalives_received);
             if !self.registered {

@@ -247,6 +247,9 @@ pub(super) fn catalog_register(state: &ConsulState, body: &[u8]) -> Response<Bod
             return server_error("Missing service registration");
         }
     }
+    if write_node && !store.room_for_node(&b.node) {
+        return server_error(super::super::state::CATALOG_FULL);
+    }
     let idx = store.next_index();
     let mut t = Touched::default();
     if write_node {

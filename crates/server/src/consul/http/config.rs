@@ -96,6 +96,9 @@ pub(super) fn config_put(state: &ConsulState, body: &[u8], query: &str) -> Respo
             return json_response(StatusCode::OK, &false);
         }
     }
+    if !store.room_for_config(&kind, &name) {
+        return server_error(super::super::state::CATALOG_FULL);
+    }
     let idx = store.next_index();
     store.put_config(&kind, &name, v, sources, idx);
     drop(store);

@@ -272,11 +272,54 @@ fn acl_write(
 }
 
 async fn handle(state: &ConsulState, req: Request<Incoming>) -> Response<Body> {
-    let c = &state.inner.counters;
-    c.bump(&c.http_requests);
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
+    let token = token_of(&req);
+    // Bound: a request body is read up to MAX_BODY, then refused (413).
+    let body = if method == Method::PUT || method == Method::POST {
+        match read_body(req.into_body()).await {
+            Ok(b) => b,
+            Err(r) => return r.into(),
+        }
+    } else {
+        Bytes::new()
+    };
+    dispatch(
+        state,
+        &ApiRequest {
+            method: &method,
+            path: &path,
+            query: &query,
+            token: &token,
+            body: &body,
+        },
+    )
+}
+
+/// One HTTP API request, its body already read: what [`dispatch`] answers.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiRequest<'a> {
+    /// Method.
+    pub method: &'a Method,
+    /// Path (`/v1/...`).
+    pub path: &'a str,
+    /// Query string without `?`.
+    pub query: &'a str,
+    /// ACL token (`X-Consul-Token` or `Authorization: Bearer`).
+    pub token: &'a str,
+    /// Body (read up to 512 KiB).
+    pub body: &'a [u8],
+}
+
+/// Routes and answers one request against `state`: pure (no socket), so
+/// the property tests and the `consul_server_http` fuzz target drive the
+/// same code a connection does. Never panics on any input.
+pub fn dispatch(state: &ConsulState, req: &ApiRequest<'_>) -> Response<Body> {
+    let c = &state.inner.counters;
+    c.bump(&c.http_requests);
+    let method = req.method.clone();
+    let (path, query, token, body) = (req.path, req.query, req.token, req.body);
     let write = method == Method::PUT || method == Method::POST;
     let Some(route) = path.strip_prefix("/v1/") else {
         return text(StatusCode::NOT_FOUND, "404 page not found\n");
@@ -300,27 +343,22 @@ async fn handle(state: &ConsulState, req: Request<Incoming>) -> Response<Body> {
             if !write {
                 return not_allowed();
             }
-            let token = token_of(&req);
-            let body = match read_body(req.into_body()).await {
-                Ok(b) => b,
-                Err(r) => return r.into(),
-            };
-            if let Err(refused) = acl_write(state, &token, head, tail, &body) {
+            if let Err(refused) = acl_write(state, token, head, tail, body) {
                 return *refused;
             }
             match (head, tail) {
-                ("catalog", "register") => catalog_register(state, &body),
-                ("catalog", "deregister") => catalog_deregister(state, &body),
-                ("txn", _) => txn(state, &body),
-                ("session", _) => session_create(state, &body),
-                _ => config_put(state, &body, &query),
+                ("catalog", "register") => catalog_register(state, body),
+                ("catalog", "deregister") => catalog_deregister(state, body),
+                ("txn", _) => txn(state, body),
+                ("session", _) => session_create(state, body),
+                _ => config_put(state, body, query),
             }
         }
         ("session", t) if t.starts_with("renew/") || t.starts_with("destroy/") => {
             if !write {
                 return not_allowed();
             }
-            if let Err(refused) = acl_write(state, &token_of(&req), head, t, b"") {
+            if let Err(refused) = acl_write(state, token, head, t, b"") {
                 return *refused;
             }
             let (op, id) = t.split_once('/').expect("checked prefix");
@@ -335,7 +373,7 @@ async fn handle(state: &ConsulState, req: Request<Incoming>) -> Response<Body> {
         }
         ("catalog", "nodes") | ("session", "list") if method == Method::GET => {
             if head == "catalog" {
-                catalog_nodes(state, &query)
+                catalog_nodes(state, query)
             } else {
                 session_list(state, None)
             }
@@ -360,7 +398,7 @@ async fn handle(state: &ConsulState, req: Request<Incoming>) -> Response<Body> {
         ("config", t) if t.contains('/') => {
             let (kind, name) = t.split_once('/').expect("checked");
             match method {
-                Method::DELETE => config_delete(state, kind, name, &query),
+                Method::DELETE => config_delete(state, kind, name, query),
                 Method::GET => config_get(state, kind, name),
                 _ => not_allowed(),
             }

@@ -98,6 +98,9 @@ pub(super) fn session_create(state: &ConsulState, body: &[u8]) -> Response<Body>
     let Some(n) = store.nodes.get(&node) else {
         return WriteError::missing_node().into();
     };
+    if lock(&state.inner.sessions).len() >= sessions::MAX_SESSIONS {
+        return server_error(super::super::state::CATALOG_FULL);
+    }
     for id in node_checks.iter().chain(&service_check_ids) {
         match n.checks.get(id) {
             None => return server_error(format!("Missing check '{id}' registration")),

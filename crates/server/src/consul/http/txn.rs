@@ -150,6 +150,9 @@ pub(super) fn validate(store: &Store, ops: &[Op]) -> Vec<(usize, String)> {
     };
     for (i, op) in ops.iter().enumerate() {
         let problem = match op {
+            Op::NodeSet(n, _) if !store.room_for_node(n) => {
+                Some(super::super::state::CATALOG_FULL.to_owned())
+            }
             Op::NodeSet(n, _) => {
                 nodes.insert(n, true);
                 None

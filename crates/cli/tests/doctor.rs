@@ -1,0 +1,119 @@
+//! `agent-sim doctor` on fake limits: a `/proc` tree written by the test
+//! (no root needed, nothing of the real host read), exit codes and fixes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn agent_sim() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_agent-sim"))
+}
+
+/// A fake /proc: fd limits 1024/20000, ports 32768-60999, somaxconn 128,
+/// conntrack 1000 of 65536, 2 GiB available.
+fn fake_proc(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("agent-sim-doctor-{tag}-{}", std::process::id()));
+    for d in [
+        "self",
+        "sys/fs",
+        "sys/net/ipv4",
+        "sys/net/core",
+        "sys/net/netfilter",
+    ] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let w = |p: &str, s: &str| std::fs::write(dir.join(p), s).unwrap();
+    w(
+        "self/limits",
+        "Limit                     Soft Limit           Hard Limit           Units     \n\
+         Max open files            1024                 20000                files     \n",
+    );
+    w("sys/fs/nr_open", "1048576\n");
+    w("sys/net/ipv4/ip_local_port_range", "32768\t60999\n");
+    w("sys/net/core/somaxconn", "128\n");
+    w("sys/net/netfilter/nf_conntrack_max", "65536\n");
+    w("sys/net/netfilter/nf_conntrack_count", "1000\n");
+    w(
+        "meminfo",
+        "MemTotal: 4194304 kB\nMemAvailable: 2097152 kB\n",
+    );
+    dir
+}
+
+fn doctor(root: &Path, args: &[&str]) -> (i32, String) {
+    let out = agent_sim()
+        .arg("doctor")
+        .arg("--proc-root")
+        .arg(root)
+        .args(args)
+        .env_remove("AGENT_SIM_AGENTS")
+        .env_remove("AGENT_SIM_TARGET")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn a_run_that_fits_exits_0() {
+    let root = fake_proc("fits");
+    let (code, out) = doctor(&root, &["--agents", "2000", "--target", "10.1.2.3:8081"]);
+    let _ = std::fs::remove_dir_all(&root);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("This run fits this host"), "{out}");
+    assert!(
+        out.contains("raises the soft limit to the hard one"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_run_that_does_not_fit_exits_2_with_every_fix() {
+    let root = fake_proc("nofit");
+    let (code, out) = doctor(
+        &root,
+        &[
+            "--kind",
+            "consul",
+            "--agents",
+            "70000",
+            "--target",
+            "127.0.0.1:8300",
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&root);
+    assert_eq!(code, 2, "{out}");
+    for want in [
+        "[FAIL] file descriptors",
+        "ulimit -Hn 77824",
+        "--shard I/4",
+        "[FAIL] ephemeral ports",
+        "--source-addr 127.0.0.2-127.0.0.4",
+        "[FAIL] conntrack",
+        "sysctl -w net.netfilter.nf_conntrack_max=",
+        "[FAIL] memory",
+        "does not fit this host (exit 2)",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn the_in_process_target_needs_a_listen_backlog() {
+    let root = fake_proc("backlog");
+    let (code, out) = doctor(&root, &["--agents", "1000"]);
+    let _ = std::fs::remove_dir_all(&root);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("[warn] net.core.somaxconn"), "{out}");
+    assert!(out.contains("sysctl -w net.core.somaxconn=4096"), "{out}");
+}
+
+#[test]
+fn bad_usage_exits_64() {
+    let out = agent_sim()
+        .args(["doctor", "--agents", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}

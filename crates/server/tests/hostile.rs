@@ -1,0 +1,242 @@
+//! Hostile input never hurts the embedded backend: what an agent sends the
+//! Sensu endpoint (WebSocket frames with the endpoint's limits, then the
+//! frame decision `inbound::classify`) and what a client sends the Consul
+//! HTTP API (`dispatch`, every route, on a live catalog) is run on arbitrary
+//! bytes and on damaged copies of the captured requests: nothing panics,
+//! decoding stays within its heap bound, the catalog stays consistent, and a
+//! Subscribe request of any bytes decodes or fails cleanly.
+
+use std::io::Cursor;
+
+use agent_sim_proto::consul::subscribe::SubscribeRequest;
+use agent_sim_sensu::codec::{self, Encoding};
+use agent_sim_server::consul::{ApiRequest, ConsulState, ConsulTargetConfig, dispatch};
+use agent_sim_server::sensu::{inbound, ws_config};
+use agent_sim_testkit::alloc::{CountingAlloc, peak_during};
+use agent_sim_testkit::hostile::{mutated, vectors};
+use http::Method;
+use proptest::collection::vec;
+use proptest::prelude::*;
+use prost::Message as _;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocket};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// Heap per input byte a decoder may hold at once (see the Sensu crate's
+/// hostile tests: empty repeated sub-messages and Vec growth).
+const ALLOC_PER_BYTE: usize = 256;
+const ALLOC_SLACK: usize = 16 * 1024;
+
+fn bound(len: usize) -> usize {
+    len * ALLOC_PER_BYTE + ALLOC_SLACK
+}
+
+fn agent_frames() -> Vec<Vec<u8>> {
+    vectors("sensu/protobuf", ".bin")
+        .into_iter()
+        .chain(vectors("sensu/json", ".bin"))
+        .chain(vectors("sensu/rejected", ".bin"))
+        .filter(|(n, b)| (n.contains("-agent-") || n.contains("rejected")) && !b.is_empty())
+        .map(|(_, b)| b)
+        .collect()
+}
+
+fn classify_both(payload: &[u8]) {
+    for enc in [Encoding::Protobuf, Encoding::Json] {
+        let _ = inbound::classify(payload, enc);
+    }
+}
+
+/// One masked client frame, as an agent sends it.
+fn client_frame(payload: &[u8]) -> Vec<u8> {
+    agent_sim_sensu::session::masked_binary_frame(payload, [1, 2, 3, 4])
+}
+
+fn read_ws_as_server(bytes: Vec<u8>) {
+    let mut ws = WebSocket::from_raw_socket(Cursor::new(bytes), Role::Server, Some(ws_config()));
+    for _ in 0..64 {
+        match ws.read() {
+            Ok(m) => {
+                assert!(m.len() <= codec::MAX_MESSAGE);
+                classify_both(&m.into_data());
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// Bodies of the write routes, captured and typical.
+fn request_bodies() -> Vec<Vec<u8>> {
+    let mut v: Vec<Vec<u8>> = vectors("consul/http", ".request.txt")
+        .into_iter()
+        .filter_map(|(_, b)| {
+            let at = b
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n" || w.starts_with(b"\n\n"))?;
+            Some(
+                b[at..]
+                    .iter()
+                    .copied()
+                    .skip_while(|c| c.is_ascii_whitespace())
+                    .collect(),
+            )
+        })
+        .collect();
+    v.push(br#"[{"Node":{"Verb":"set","Node":{"Node":"n1","Address":"10.0.0.1","Meta":{"agent-sim-prefix":"x"}}}},{"Service":{"Verb":"set","Node":"n1","Service":{"ID":"app-1","Service":"app","Port":8080}}},{"Check":{"Verb":"set","Check":{"Node":"n1","CheckID":"service:app-1","Name":"h","Status":"passing","ServiceID":"app-1"}}}]"#.to_vec());
+    v.push(
+        br#"{"Kind":"service-intentions","Name":"web","Sources":[{"Name":"a","Action":"allow"}]}"#
+            .to_vec(),
+    );
+    v.push(br#"{"Node":"sim-node-1","ServiceID":"web-1"}"#.to_vec());
+    v
+}
+
+const WRITE_ROUTES: &[(&str, &str)] = &[
+    ("/v1/catalog/register", ""),
+    ("/v1/catalog/deregister", ""),
+    ("/v1/txn", ""),
+    ("/v1/session/create", ""),
+    ("/v1/config", ""),
+    ("/v1/config", "cas=0"),
+];
+
+const READ_ROUTES: &[&str] = &[
+    "/v1/catalog/nodes",
+    "/v1/catalog/node/sim-node-1",
+    "/v1/catalog/service/web",
+    "/v1/health/service/web",
+    "/v1/session/list",
+    "/v1/config/service-intentions/web",
+];
+
+fn call(state: &ConsulState, method: &Method, path: &str, query: &str, body: &[u8]) -> u16 {
+    dispatch(
+        state,
+        &ApiRequest {
+            method,
+            path,
+            query,
+            token: "",
+            body,
+        },
+    )
+    .status()
+    .as_u16()
+}
+
+/// Sends `body` to every write route, then reads everything back.
+fn api_round(state: &ConsulState, body: &[u8]) {
+    for (path, query) in WRITE_ROUTES {
+        let status = call(state, &Method::PUT, path, query, body);
+        assert!((200..600).contains(&status));
+    }
+    for path in READ_ROUTES {
+        let status = call(state, &Method::GET, path, "", b"");
+        assert!((200..500).contains(&status), "{path}: {status}");
+    }
+}
+
+fn seeded_state() -> ConsulState {
+    let state = ConsulState::new(ConsulTargetConfig::default());
+    for b in request_bodies() {
+        api_round(&state, &b);
+    }
+    state
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_agent_payloads_never_panic_and_stay_bounded(p in vec(any::<u8>(), 0..1024)) {
+        let ((), peak) = peak_during(|| classify_both(&p));
+        prop_assert!(peak <= bound(p.len()), "{peak} for {}", p.len());
+    }
+
+    #[test]
+    fn damaged_agent_frames_never_panic_and_stay_bounded(p in mutated(agent_frames())) {
+        let ((), peak) = peak_during(|| classify_both(&p));
+        prop_assert!(peak <= bound(p.len()), "{peak} for {}", p.len());
+    }
+
+    #[test]
+    fn websocket_reads_on_the_endpoint_stay_within_the_limits(
+        bytes in prop_oneof![
+            vec(any::<u8>(), 0..512),
+            mutated(agent_frames().iter().map(|f| client_frame(f)).collect()),
+        ],
+    ) {
+        let ((), peak) = peak_during(|| read_ws_as_server(bytes.clone()));
+        prop_assert!(peak <= 2 * codec::MAX_MESSAGE + bound(bytes.len()), "{peak}");
+    }
+
+    #[test]
+    fn subscribe_requests_of_any_bytes_decode_or_fail_cleanly(b in vec(any::<u8>(), 0..256)) {
+        let (_, peak) = peak_during(|| SubscribeRequest::decode(&b[..]));
+        prop_assert!(peak <= bound(b.len()));
+    }
+}
+
+proptest! {
+    // Each case runs every route on a live catalog: fewer cases.
+    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_http_api_answers_damaged_requests_without_panicking(
+        bodies in vec(prop_oneof![mutated(request_bodies()), vec(any::<u8>(), 0..256)], 1..4),
+    ) {
+        let state = seeded_state();
+        for b in &bodies {
+            api_round(&state, b);
+        }
+        // The catalog is still whole: every node it lists can be read.
+        let nodes = dispatch(&state, &ApiRequest {
+            method: &Method::GET, path: "/v1/catalog/nodes", query: "", token: "", body: b"",
+        });
+        prop_assert_eq!(nodes.status().as_u16(), 200);
+    }
+}
+
+#[test]
+fn over_limit_agent_messages_are_invalid_without_decoding() {
+    let mut p = codec::encode_frame(codec::KIND_KEEPALIVE, &[]);
+    p.resize(codec::MAX_MESSAGE + 1, 0);
+    let (r, peak) = peak_during(|| inbound::classify(&p, Encoding::Protobuf));
+    assert!(matches!(r, inbound::Inbound::Invalid));
+    assert_eq!(peak, 0);
+    // And the socket refuses such a frame before buffering it.
+    let mut ws = WebSocket::from_raw_socket(
+        Cursor::new(client_frame(&p)),
+        Role::Server,
+        Some(ws_config()),
+    );
+    assert!(ws.read().is_err());
+}
+
+#[test]
+fn captured_agent_frames_classify_as_the_backend_did() {
+    let mut keepalives = 0;
+    for (name, p) in vectors("sensu/protobuf", ".bin") {
+        if name.contains("-agent-keepalive") {
+            assert!(
+                matches!(
+                    inbound::classify(&p, Encoding::Protobuf),
+                    inbound::Inbound::Keepalive(_)
+                ),
+                "{name}"
+            );
+            keepalives += 1;
+        }
+    }
+    assert!(keepalives >= 4);
+    let bad = std::fs::read(
+        agent_sim_testkit::hostile::vectors_dir()
+            .join("sensu/rejected/keepalive-timestamp-0.protobuf.bin"),
+    )
+    .unwrap();
+    assert!(matches!(
+        inbound::classify(&bad, Encoding::Protobuf),
+        inbound::Inbound::Rejected("invalid_timestamp")
+    ));
+}
