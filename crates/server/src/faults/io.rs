@@ -130,16 +130,28 @@ impl Drop for Listed {
 #[derive(Debug)]
 pub struct FaultIo {
     inner: TcpStream,
-    ctl: Arc<ConnCtl>,
+    /// `None` on a server without faults: every call passes through.
+    ctl: Option<Arc<ConnCtl>>,
     listed: Option<Listed>,
 }
 
 impl FaultIo {
-    /// Wraps `inner` without listing it (no fault at a time reaches it).
+    /// Wraps `inner` with no kill switch (a server without faults: passes
+    /// through at no cost); its owner can still drop, reset or stall it.
     pub fn plain(inner: TcpStream) -> FaultIo {
         FaultIo {
             inner,
-            ctl: Arc::default(),
+            ctl: None,
+            listed: None,
+        }
+    }
+
+    /// Wraps `inner` with a kill switch, unlisted (no fault at a time
+    /// reaches it).
+    pub(crate) fn armed(inner: TcpStream) -> FaultIo {
+        FaultIo {
+            inner,
+            ctl: Some(Arc::default()),
             listed: None,
         }
     }
@@ -150,7 +162,7 @@ impl FaultIo {
         let id = registry.add(ctl.clone());
         FaultIo {
             inner,
-            ctl,
+            ctl: Some(ctl),
             listed: Some(Listed {
                 registry: registry.clone(),
                 id,
@@ -161,7 +173,8 @@ impl FaultIo {
     /// Lists the connection in `registry` (once) while it lives.
     pub(crate) fn enlist(&mut self, registry: &Arc<Registry>) {
         if self.listed.is_none() {
-            let id = registry.add(self.ctl.clone());
+            let ctl = self.ctl.get_or_insert_with(Arc::default).clone();
+            let id = registry.add(ctl);
             self.listed = Some(Listed {
                 registry: registry.clone(),
                 id,
@@ -170,7 +183,7 @@ impl FaultIo {
     }
 
     /// The kill switch (for a fault decided later, e.g. inside a request).
-    pub(crate) fn ctl(&self) -> Arc<ConnCtl> {
+    pub(crate) fn ctl(&self) -> Option<Arc<ConnCtl>> {
         self.ctl.clone()
     }
 
@@ -181,7 +194,9 @@ impl FaultIo {
 
     /// Applies a kill order now (from the task that owns the stream).
     pub(crate) fn kill(&self, kill: Kill) {
-        self.ctl.kill(kill);
+        if let Some(ctl) = &self.ctl {
+            ctl.kill(kill);
+        }
         self.apply(kill);
     }
 
@@ -242,8 +257,11 @@ impl FaultIo {
     }
 
     fn check(&mut self, cx: &mut Context<'_>) -> Kill {
-        self.ctl.waker.register(cx.waker());
-        let k = self.ctl.state();
+        let Some(ctl) = &self.ctl else {
+            return Kill::None;
+        };
+        ctl.waker.register(cx.waker());
+        let k = ctl.state();
         if k != Kill::None {
             self.apply(k);
         }
@@ -349,7 +367,7 @@ mod tests {
         let reg = Arc::new(Registry::default());
         let (mut server, mut client) = pair(&reg).await;
         assert_eq!(reg.len(), 1);
-        let ctl = server.ctl();
+        let ctl = server.ctl().unwrap();
         let reader = tokio::spawn(async move {
             let mut b = [0u8; 8];
             let r = server.read(&mut b).await;
@@ -374,7 +392,7 @@ mod tests {
     async fn a_stalled_connection_swallows_writes_and_ends_when_the_client_leaves() {
         let reg = Arc::new(Registry::default());
         let (mut server, client) = pair(&reg).await;
-        server.ctl().kill(Kill::Stall);
+        server.ctl().unwrap().kill(Kill::Stall);
         server.write_all(b"never seen").await.unwrap();
         drop(client);
         let mut b = [0u8; 8];

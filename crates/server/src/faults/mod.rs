@@ -64,6 +64,10 @@ struct Armed {
     spec: FaultSpec,
     rng: Mutex<fastrand::Rng>,
     injected: AtomicU64,
+    /// Nanoseconds from the start to the first and the last injection
+    /// (`u64::MAX`: none yet).
+    first_ns: AtomicU64,
+    last_ns: AtomicU64,
 }
 
 /// An order to the live Subscribe streams: spec `idx` fires (`seq` makes
@@ -103,7 +107,7 @@ pub(crate) struct Hit {
 }
 
 /// Counts of one spec.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FaultCount {
     /// The spec as written.
     pub spec: String,
@@ -111,10 +115,14 @@ pub struct FaultCount {
     pub target: &'static str,
     /// Times it was injected (restarts: times the backend restarted).
     pub injected: u64,
+    /// Seconds from serve start to the first injection.
+    pub first_s: Option<f64>,
+    /// Seconds from serve start to the last injection.
+    pub last_s: Option<f64>,
 }
 
 /// What the faults injected so far.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct FaultSnapshot {
     /// The seed of the dice.
     pub seed: u64,
@@ -154,6 +162,8 @@ impl Faults {
                     seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
                 )),
                 injected: AtomicU64::new(0),
+                first_ns: AtomicU64::new(u64::MAX),
+                last_ns: AtomicU64::new(u64::MAX),
             })
             .collect();
         Faults {
@@ -261,11 +271,25 @@ impl Faults {
         };
         let a = &inner.armed[idx];
         let max = a.spec.max.unwrap_or(u64::MAX);
-        a.injected
+        let counted = a
+            .injected
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < max).then_some(n + 1)
             })
-            .is_ok()
+            .is_ok();
+        if counted {
+            self.stamp(a);
+        }
+        counted
+    }
+
+    /// Records when `a` injected.
+    fn stamp(&self, a: &Armed) {
+        let ns = u64::try_from(self.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+        let _ = a
+            .first_ns
+            .compare_exchange(u64::MAX, ns, Ordering::AcqRel, Ordering::Acquire);
+        a.last_ns.store(ns, Ordering::Release);
     }
 
     /// Whether spec `idx` can still inject (its `max:` not reached).
@@ -306,12 +330,21 @@ impl Faults {
         self.confirm(hit.idx).then_some(hit)
     }
 
+    /// Wraps an accepted connection: with a kill switch when any fault is
+    /// armed, else passing through at no cost.
+    pub fn io(&self, stream: TcpStream) -> FaultIo {
+        match self.inner {
+            Some(_) => FaultIo::armed(stream),
+            None => FaultIo::plain(stream),
+        }
+    }
+
     /// Wraps an accepted connection of `target`; it is listed (reachable
     /// by a fault at a time) when a timed fault may hit it.
     pub fn wrap(&self, stream: TcpStream, target: Target) -> FaultIo {
         match self.registry(target) {
             Some(r) if self.has_timed_live(target) => FaultIo::listed(stream, &r),
-            _ => FaultIo::plain(stream),
+            _ => self.io(stream),
         }
     }
 
@@ -395,7 +428,9 @@ impl Faults {
     /// Counts one restart of spec `idx`.
     pub(crate) fn restarted(&self, idx: usize) {
         if let Some(i) = &self.inner {
-            i.armed[idx].injected.fetch_add(1, Ordering::Relaxed);
+            let a = &i.armed[idx];
+            a.injected.fetch_add(1, Ordering::Relaxed);
+            self.stamp(a);
         }
     }
 
@@ -421,10 +456,18 @@ impl Faults {
         let faults: Vec<FaultCount> = i
             .armed
             .iter()
-            .map(|a| FaultCount {
-                spec: a.spec.text.clone(),
-                target: a.spec.target.name(),
-                injected: a.injected.load(Ordering::Relaxed),
+            .map(|a| {
+                let secs = |ns: &AtomicU64| {
+                    let ns = ns.load(Ordering::Acquire);
+                    (ns != u64::MAX).then(|| Duration::from_nanos(ns).as_secs_f64())
+                };
+                FaultCount {
+                    spec: a.spec.text.clone(),
+                    target: a.spec.target.name(),
+                    injected: a.injected.load(Ordering::Relaxed),
+                    first_s: secs(&a.first_ns),
+                    last_s: secs(&a.last_ns),
+                }
             })
             .collect();
         FaultSnapshot {
@@ -522,6 +565,9 @@ mod tests {
         assert_eq!(snap.count("consul.http=503@100%,max:3,path:/v1/txn"), 3);
         assert_eq!(snap.count("consul.http=429@at:1s,for:500ms"), 1);
         assert_eq!(snap.injected, 4);
+        assert_eq!(snap.faults[0].first_s, Some(0.0));
+        assert_eq!(snap.faults[1].first_s, Some(1.2));
+        assert_eq!(snap.faults[1].last_s, Some(1.2));
     }
 
     #[tokio::test(start_paused = true)]

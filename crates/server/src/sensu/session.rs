@@ -58,7 +58,7 @@ struct Hello {
 
 /// Runs one connection to its end.
 pub(super) async fn run(stream: TcpStream, shared: Arc<Shared>, shutdown: CancellationToken) {
-    let io = FaultIo::plain(stream);
+    let io = shared.faults.io(stream);
     let mut injected = None;
     if let Some(hit) = shared.faults.pick(Target::SensuUpgrade, None) {
         match hit.action {
@@ -238,7 +238,10 @@ fn session_fault(shared: &Shared, ws: &mut Ws) {
         return;
     };
     let kill = faults::kill_of(&hit.action);
-    let ctl = std::sync::Arc::downgrade(&ws.get_ref().ctl());
+    let Some(ctl) = ws.get_ref().ctl() else {
+        return;
+    };
+    let ctl = std::sync::Arc::downgrade(&ctl);
     let faults = faults.clone();
     tokio::spawn(async move {
         tokio::time::sleep(hit.after).await;

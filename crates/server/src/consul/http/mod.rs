@@ -100,14 +100,14 @@ async fn serve_http1<I>(
     io: I,
     state: ConsulState,
     shutdown: CancellationToken,
-    ctl: std::sync::Arc<ConnCtl>,
+    ctl: Option<std::sync::Arc<ConnCtl>>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = service_fn(move |req| {
         let state = state.clone();
         let ctl = ctl.clone();
-        async move { Ok::<_, Infallible>(handle(&state, req, &ctl).await) }
+        async move { Ok::<_, Infallible>(handle(&state, req, ctl.as_deref()).await) }
     });
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).keep_alive(true);
@@ -283,7 +283,11 @@ fn acl_write(
 /// What a `consul.http` fault does to a request: `Some` answer instead of
 /// the real one (a status in Consul's words, or one nobody will read after
 /// a drop, reset or stall of the connection), after an optional delay.
-async fn http_fault(state: &ConsulState, path: &str, ctl: &ConnCtl) -> Option<Response<Body>> {
+async fn http_fault(
+    state: &ConsulState,
+    path: &str,
+    ctl: Option<&ConnCtl>,
+) -> Option<Response<Body>> {
     let hit = state.faults().pick(Target::ConsulHttp, Some(path))?;
     match hit.action {
         Action::Delay(d) => {
@@ -300,14 +304,20 @@ async fn http_fault(state: &ConsulState, path: &str, ctl: &ConnCtl) -> Option<Re
             Some(text(status, words))
         }
         a @ (Action::Drop | Action::Reset | Action::Stall) => {
-            ctl.kill(faults::kill_of(&a));
+            if let Some(ctl) = ctl {
+                ctl.kill(faults::kill_of(&a));
+            }
             Some(text(StatusCode::SERVICE_UNAVAILABLE, INJECTED_WORDS))
         }
         _ => None,
     }
 }
 
-async fn handle(state: &ConsulState, req: Request<Incoming>, ctl: &ConnCtl) -> Response<Body> {
+async fn handle(
+    state: &ConsulState,
+    req: Request<Incoming>,
+    ctl: Option<&ConnCtl>,
+) -> Response<Body> {
     let c = &state.inner.counters;
     c.bump(&c.http_requests);
     let method = req.method().clone();
