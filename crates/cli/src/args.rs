@@ -38,6 +38,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the embedded reference backend (Sensu and/or Consul) until Ctrl-C.
+    #[command(after_help = crate::serve::FAULTS_HELP)]
     Serve(Box<ServeArgs>),
     /// Show or merge result files.
     #[command(subcommand)]
@@ -192,6 +193,14 @@ pub struct ServeArgs {
     /// Consul: require client certificates signed by this CA (verify_incoming).
     #[arg(long, value_name = "FILE")]
     pub tls_client_ca_file: Option<PathBuf>,
+    /// Inject a fault (repeatable): TARGET=ACTION@WHEN[,ITEM...] or
+    /// restart@at:DUR[,every:DUR],down:DUR,state:keep|lose (grammar below).
+    #[arg(long = "faults", value_name = "SPEC", help_heading = "Faults")]
+    pub faults: Vec<String>,
+    /// Seed of the faults' dice: the same seed makes the same decisions in
+    /// the same order (default: random, printed at start).
+    #[arg(long, value_name = "N", help_heading = "Faults")]
+    pub faults_seed: Option<u64>,
 }
 
 /// Flags of a fleet run (`agent-sim [FLAGS]`). The same struct reads the

@@ -1,16 +1,46 @@
 //! `agent-sim serve`: the embedded reference backend as its own process, so
 //! a benchmark measures the simulator apart from its target (and several
-//! `serve --reuse-port` processes can share one port).
+//! `serve --reuse-port` processes can share one port), optionally injecting
+//! faults (`--faults`, see [`FAULTS_HELP`]) and restarting itself.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sim_server::consul::{ConsulState, ConsulTargetConfig};
-use agent_sim_server::sensu::{CheckSpec, SensuTargetConfig, SensuTargetStats};
+use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
+use agent_sim_server::consul::ConsulTargetConfig;
+use agent_sim_server::faults::{FaultSpec, Protocol};
+use agent_sim_server::sensu::{CheckSpec, SensuTargetConfig};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::ServeArgs;
 use crate::config::UsageError;
+
+/// The `--faults` grammar, shown by `agent-sim serve --help`.
+pub const FAULTS_HELP: &str = "\
+Faults (--faults SPEC, repeatable; counted in the printed stats):
+  SPEC  = TARGET=ACTION@ITEM[,ITEM...]  |  restart@ITEM[,ITEM...]
+  TARGET and ACTION:
+    sensu.upgrade     delay:DUR | stall | drop | reset | 400..599   (WebSocket upgrade)
+    sensu.session     drop | reset | stall                          (established sessions)
+    sensu.frame       garbage | truncated | oversized | delay:DUR   (messages the backend sends)
+    consul.rpc        delay:DUR | stall | drop | reset              (RPC connections)
+    consul.subscribe  aborted | unavailable | resource-exhausted | cut   (calls; live streams at a time)
+    consul.frame      garbage | truncated | oversized | delay:DUR   (gRPC messages on streams)
+    consul.http       delay:DUR | stall | drop | reset | 400..599   (HTTP API requests)
+  ITEM:
+    N%              each unit (connection, request, stream, frame) with this probability
+    at:DUR          once, DUR after serve started     every:DUR  periodically
+    for:DUR         with at/every: also units arriving within DUR (required for
+                    upgrades, frames, requests and cut, which have no live units)
+    after:DUR       sensu.session with a rate: hit DUR into the session
+    path:PREFIX     consul.http: only paths starting with PREFIX
+    max:N           at most N injections
+    down:DUR        restart: listeners closed this long (default 1s)
+    state:keep|lose restart: keep catalog, sessions, raft index, or start empty
+  Examples:
+    --faults 'sensu.upgrade=503@10%'   --faults 'consul.subscribe=aborted@at:30s'
+    --faults 'sensu.session=reset@every:60s,20%'   --faults 'consul.http=429@5%,path:/v1/txn'
+    --faults 'restart@at:20s,down:5s,state:lose'   --faults-seed 42";
 
 /// Validated `serve` settings.
 #[derive(Debug, Clone)]
@@ -19,6 +49,10 @@ pub struct ServePlan {
     stats_every: Duration,
     /// TLS of the Consul listeners.
     consul_tls: Option<Arc<rustls::ServerConfig>>,
+    /// Faults to inject.
+    faults: Vec<FaultSpec>,
+    /// Their dice.
+    faults_seed: u64,
 }
 
 /// Validates `serve` flags (exit 64 on error).
@@ -63,101 +97,126 @@ pub fn plan(a: &ServeArgs) -> Result<ServePlan, UsageError> {
             ));
         }
     };
+    let faults = fault_specs(a)?;
     Ok(ServePlan {
         args_check_interval: check,
         stats_every,
         consul_tls,
+        faults,
+        faults_seed: a.faults_seed.unwrap_or_else(|| fastrand::u64(..)),
     })
+}
+
+/// Parses every `--faults` spec and checks that its protocol is served.
+fn fault_specs(a: &ServeArgs) -> Result<Vec<FaultSpec>, UsageError> {
+    a.faults
+        .iter()
+        .map(|text| {
+            let spec: FaultSpec = text
+                .parse()
+                .map_err(|e| UsageError(format!("serve --faults {e}")))?;
+            let missing = match spec.target.protocol() {
+                Some(Protocol::Sensu) if a.sensu.is_none() => Some("--sensu"),
+                Some(Protocol::Consul) if a.consul_rpc.is_none() => {
+                    Some("--consul-rpc and --consul-http")
+                }
+                _ => None,
+            };
+            match missing {
+                Some(flags) => Err(UsageError(format!(
+                    "serve --faults {:?}: {} is not served (add {flags})",
+                    spec.text, spec.target
+                ))),
+                None => Ok(spec),
+            }
+        })
+        .collect()
+}
+
+/// The backend `serve` runs: what the flags ask for.
+fn backend_config(a: &ServeArgs, p: &ServePlan) -> BackendConfig {
+    BackendConfig {
+        sensu: a.sensu.map(|addr| {
+            let cfg = SensuTargetConfig {
+                user: a.user.clone(),
+                password: a.password.clone(),
+                checks: vec![CheckSpec {
+                    name: "agent-sim-check".into(),
+                    command: "!sensu_test_check!".into(),
+                    interval: p.args_check_interval,
+                    subscriptions: a.check_subscriptions.0.clone(),
+                }],
+                namespaces_ready_after: a.namespace_ready_after.0,
+                ..SensuTargetConfig::default()
+            };
+            (addr, cfg)
+        }),
+        consul: a
+            .consul_rpc
+            .zip(a.consul_http)
+            .map(|(rpc, http)| ConsulAddrs {
+                rpc,
+                http,
+                grpc: a.consul_grpc,
+                cfg: ConsulTargetConfig {
+                    tls: p.consul_tls.clone(),
+                    rpc_max_conns_per_client: a.rpc_max_conns_per_client,
+                    acl_tokens: (!a.acl_tokens.is_empty()).then(|| a.acl_tokens.clone()),
+                    xds_coalesce: a.xds_coalesce.0,
+                    xds_max_streams: a.xds_max_streams,
+                    ..ConsulTargetConfig::default()
+                },
+            }),
+        reuse_port: a.reuse_port,
+        faults: p.faults.clone(),
+        faults_seed: p.faults_seed,
+        log: Some(Arc::new(|line| eprintln!("agent-sim serve: {line}"))),
+    }
 }
 
 /// Runs the requested servers until `shutdown`.
 pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let mut tasks = Vec::new();
-    let mut sensu_stats = None;
-    let mut consul_state = None;
-    if let Some(addr) = a.sensu {
-        let listener = agent_sim_server::listen::bind(addr, a.reuse_port)
-            .map_err(|e| anyhow::anyhow!("--sensu {addr}: {e}"))?;
-        let cfg = SensuTargetConfig {
-            user: a.user.clone(),
-            password: a.password.clone(),
-            checks: vec![CheckSpec {
-                name: "agent-sim-check".into(),
-                command: "!sensu_test_check!".into(),
-                interval: p.args_check_interval,
-                subscriptions: a.check_subscriptions.0.clone(),
-            }],
-            namespaces_ready_after: a.namespace_ready_after.0,
-            ..SensuTargetConfig::default()
-        };
-        let stats = Arc::new(SensuTargetStats::default());
-        sensu_stats = Some(stats.clone());
-        eprintln!(
-            "agent-sim serve: sensu agent endpoint on ws://{}/",
-            listener.local_addr()?
-        );
-        let t = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
-            agent_sim_server::sensu::serve(listener, cfg, stats, t).await
-        }));
+    let backend = Backend::start(backend_config(&a, &p)).await?;
+    if let Some(addr) = backend.sensu_addr() {
+        eprintln!("agent-sim serve: sensu agent endpoint on ws://{addr}/");
     }
-    if let (Some(rpc), Some(http)) = (a.consul_rpc, a.consul_http) {
-        let state = ConsulState::new(ConsulTargetConfig {
-            tls: p.consul_tls.clone(),
-            rpc_max_conns_per_client: a.rpc_max_conns_per_client,
-            acl_tokens: (!a.acl_tokens.is_empty()).then(|| a.acl_tokens.clone()),
-            xds_coalesce: a.xds_coalesce.0,
-            xds_max_streams: a.xds_max_streams,
-            ..ConsulTargetConfig::default()
-        });
-        consul_state = Some(state.clone());
-        let rl = agent_sim_server::listen::bind(rpc, a.reuse_port)
-            .map_err(|e| anyhow::anyhow!("--consul-rpc {rpc}: {e}"))?;
-        let hl = agent_sim_server::listen::bind(http, a.reuse_port)
-            .map_err(|e| anyhow::anyhow!("--consul-http {http}: {e}"))?;
+    if let Some((rpc, http)) = backend.consul_addrs() {
         let tls = if p.consul_tls.is_some() {
             " (TLS: rpc 0x03 + TLS, https)"
         } else {
             ""
         };
-        eprintln!(
-            "agent-sim serve: consul rpc on {}, http on {}{tls}",
-            rl.local_addr()?,
-            hl.local_addr()?
-        );
-        let (t1, t2, s2) = (shutdown.clone(), shutdown.clone(), state.clone());
-        let s1 = state.clone();
-        tasks.push(tokio::spawn(async move {
-            agent_sim_server::consul::serve_rpc(rl, s1, t1).await
-        }));
-        if let Some(grpc) = a.consul_grpc {
-            let gl = agent_sim_server::listen::bind(grpc, a.reuse_port)
-                .map_err(|e| anyhow::anyhow!("--consul-grpc {grpc}: {e}"))?;
+        eprintln!("agent-sim serve: consul rpc on {rpc}, http on {http}{tls}");
+        if let Some(grpc) = backend.consul_grpc_addr() {
             eprintln!(
-                "agent-sim serve: consul grpc (dataplane, delta xDS; coalescing {:?}) on {}",
-                a.xds_coalesce.0,
-                gl.local_addr()?
+                "agent-sim serve: consul grpc (dataplane, delta xDS; coalescing {:?}) on {grpc}",
+                a.xds_coalesce.0
             );
-            let (t3, s3) = (shutdown.clone(), state.clone());
-            tasks.push(tokio::spawn(async move {
-                agent_sim_server::consul::serve_grpc(gl, s3, t3).await
-            }));
         }
-        tasks.push(tokio::spawn(async move {
-            agent_sim_server::consul::serve_http(hl, s2, t2).await
-        }));
+    }
+    for f in &p.faults {
+        eprintln!("agent-sim serve: fault {f}");
+    }
+    if !p.faults.is_empty() {
+        eprintln!("agent-sim serve: faults seed {}", p.faults_seed);
     }
     let print = || {
-        if let Some(s) = &sensu_stats {
+        if let Some(s) = backend.sensu_stats() {
             eprintln!(
                 "agent-sim serve: sensu {}",
-                serde_json::to_string(&s.snapshot()).unwrap_or_default()
+                serde_json::to_string(&s).unwrap_or_default()
             );
         }
-        if let Some(s) = &consul_state {
+        if let Some(s) = backend.consul_stats() {
             eprintln!(
                 "agent-sim serve: consul {}",
-                serde_json::to_string(&s.stats()).unwrap_or_default()
+                serde_json::to_string(&s).unwrap_or_default()
+            );
+        }
+        if !p.faults.is_empty() {
+            eprintln!(
+                "agent-sim serve: faults {}",
+                serde_json::to_string(&backend.fault_stats()).unwrap_or_default()
             );
         }
     };
@@ -173,11 +232,7 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
     } else {
         shutdown.cancelled().await;
     }
-    for t in tasks {
-        if let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_secs(5), t).await {
-            eprintln!("agent-sim serve: {e}")
-        }
-    }
+    backend.stop().await;
     print();
     Ok(())
 }

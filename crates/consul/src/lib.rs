@@ -300,20 +300,94 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
         },
         K {
             kind: "grpc_resource_exhausted",
-            hint: "the server rate-limits requests (limits.request_limits)",
+            hint: "the server rate-limits requests (limits.request_limits; \"try a different \
+                   server\"): the stream is subscribed again at once, then with backoff",
+            heals: true,
+        },
+        // What a failing or faulty server (or `agent-sim serve --faults`)
+        // makes agents see; every one is retried as a real agent does.
+        K {
+            kind: "grpc_unavailable",
+            hint: "the server refused the Subscribe call (a rate limit: \"try again later\", or \
+                   no leader): the stream is subscribed again at once, then with backoff",
+            heals: true,
+        },
+        K {
+            kind: "grpc_internal",
+            hint: "a Subscribe stream broke: an event that does not decode, or a message cut \
+                   short; the stream is subscribed again (a snapshot in progress is discarded)",
+            heals: true,
+        },
+        K {
+            kind: "grpc_out_of_range",
+            hint: "the server sent a message larger than a gRPC client accepts (4 MiB); the \
+                   stream is subscribed again",
+            heals: true,
+        },
+        K {
+            kind: "grpc_unknown",
+            hint: "a Subscribe call or stream failed with the server's own words (the sample); \
+                   the stream is subscribed again",
+            heals: true,
+        },
+        K {
+            kind: "stream_end",
+            hint: "the server ended a Subscribe stream without an error (never done by a healthy \
+                   server); a snapshot in progress is discarded and the stream subscribed again",
+            heals: true,
+        },
+        K {
+            kind: "subscription_aborted",
+            hint: "the server reset subscriptions (ABORTED: an ACL change, a snapshot restore): \
+                   views dropped and subscribed again at index 0, at once the first time",
+            heals: true,
+        },
+        K {
+            kind: "conn_closed",
+            hint: "the server closed the RPC connection: every stream is lost; the agent \
+                   reconnects with backoff and resubscribes at its indexes",
+            heals: true,
+        },
+        K {
+            kind: "conn_error",
+            hint: "the RPC connection failed (reset, or an HTTP/2 error: the sample says which); \
+                   the agent reconnects with backoff",
+            heals: true,
+        },
+        K {
+            kind: "keepalive_timeout",
+            hint: "the server stopped answering HTTP/2 pings on the RPC connection (stalled, \
+                   overloaded, or packets lost); the agent reconnects",
+            heals: true,
+        },
+        K {
+            kind: "http_5xx",
+            hint: "the HTTP API failed the call (the sample has the server's words); it is \
+                   retried with backoff",
+            heals: true,
+        },
+        K {
+            kind: "http_io",
+            hint: "an HTTP API call got no answer: the connection was closed or reset",
+            heals: true,
+        },
+        K {
+            kind: "http_timeout",
+            hint: "an HTTP API call got no answer within 10 s: the server stalls or is overloaded",
             heals: true,
         },
         K {
             kind: "message_too_large",
             hint: "the server announced a Subscribe message over 4 MiB (grpc-go's limit, which \
-                   real agents have too): the session was dropped and is retried; is --target \
-                   a Consul server RPC port?",
+                   real agents have too): that stream failed and is subscribed again on its \
+                   connection; is --target a Consul server RPC port?",
             heals: true,
         },
         K {
             kind: "decode_event",
             hint: "a Subscribe message did not decode as subscribe.Event (garbage on the \
-                   stream): the session was dropped and is retried",
+                   stream): that stream failed and is subscribed again on its connection (a \
+                   snapshot in progress is discarded)",
             heals: true,
         },
         K {

@@ -19,7 +19,7 @@ use agent_sim_consul::http::{
 };
 use agent_sim_consul::view::{MAX_VIEW_ENTRIES, View, ViewKind};
 use agent_sim_consul::{ConsulConfig, ConsulFactory, ProbeConfig};
-use agent_sim_fleet::AgentFactory as _;
+use agent_sim_fleet::{AgentFactory as _, SessionEnd};
 use agent_sim_proto::consul::subscribe::{
     CatalogOp, CheckServiceNode, Event, EventBatch, HealthCheck, Node, NodeService,
     ServiceHealthUpdate, Topic, event::Payload,
@@ -413,27 +413,41 @@ async fn a_server_streaming_unknown_payloads_and_an_oversized_message_is_survive
     let m = common::metrics();
     let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
     let mut agent = factory.create(0);
+    // The oversized message fails its stream only (a real agent's
+    // materializer subscribes again on the same connection): the session
+    // goes on until the test ends it.
     let end = tokio::time::timeout(
         Duration::from_secs(20),
-        common::with_session(&mut agent, &m, |_t| async {}),
+        common::with_session(&mut agent, &m, |t| {
+            let m = m.clone();
+            async move {
+                while !m.snapshot().errors.contains_key("message_too_large") {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                t.cancel();
+            }
+        }),
     )
     .await
-    .expect("the session ends by itself");
-    assert_eq!(
-        end.failure().map(|f| f.kind),
-        Some("message_too_large"),
-        "{end:?}"
-    );
+    .expect("the stream fails and the test ends the session");
+    assert_eq!(end, SessionEnd::Shutdown, "the session survived: {end:?}");
     let s = m.snapshot();
-    assert_eq!(
-        s.warnings.get("unknown_fields"),
-        Some(&2),
+    let at_least = |map: &std::collections::BTreeMap<String, u64>, k: &str, n: u64| {
+        map.get(k).is_some_and(|&c| c >= n)
+    };
+    assert!(
+        at_least(&s.errors, "message_too_large", 1),
+        "{:?}",
+        s.errors
+    );
+    // Each subscription of the stream met the same two unknown payloads.
+    assert!(
+        at_least(&s.warnings, "unknown_fields", 2),
         "{:?}",
         s.warnings
     );
-    assert_eq!(
-        s.warnings.get("unknown_events"),
-        Some(&1),
+    assert!(
+        at_least(&s.warnings, "unknown_events", 1),
         "{:?}",
         s.warnings
     );
@@ -447,5 +461,5 @@ async fn a_server_streaming_unknown_payloads_and_an_oversized_message_is_survive
     };
     assert!(sample("unknown_fields").contains("Event field 12"));
     assert!(sample("unknown_events").contains("Health"));
-    assert_eq!(s.counter("snapshots"), 1);
+    assert!(s.counter("snapshots") >= 1);
 }

@@ -251,7 +251,8 @@ const ERROR_KINDS: &[ErrorKindSpec] = &[
     },
     ErrorKindSpec {
         kind: "ws_closed",
-        hint: "the backend closed the session (restart, or it dropped the agent)",
+        hint: "the backend closed the session with a close frame (the sample has its code and \
+               reason): a restart, or it dropped the agent",
         heals: true,
     },
     ErrorKindSpec {
@@ -282,6 +283,64 @@ const ERROR_KINDS: &[ErrorKindSpec] = &[
         kind: "entity_config_timeout",
         hint: "the backend sent no entity_config within the wait; a real agent logs this and \
                carries on",
+        heals: true,
+    },
+    // What a failing or faulty backend (or `agent-sim serve --faults`) makes
+    // agents see; every one is retried with backoff.
+    ErrorKindSpec {
+        kind: "upgrade_429",
+        hint: "the backend (or a proxy in front of it) rate-limits upgrades: lower --ramp, raise \
+               --reconnect-min",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "upgrade_reset",
+        hint: "the connection was reset during the upgrade (RST): a backend or proxy refusing \
+               connections under load, or restarting",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "upgrade_closed",
+        hint: "the backend closed the connection before answering the upgrade: overloaded, \
+               restarting, or a proxy dropping it",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "upgrade_io",
+        hint: "the upgrade failed on the socket; the sample says how",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "ws_dropped",
+        hint: "the backend's TCP connection ended without a WebSocket close (FIN): a crash, a \
+               kill, an idle timeout in a proxy, or a frame cut short",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "ws_reset",
+        hint: "the session's connection was reset (RST) by the backend, a proxy or the network",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "ws_capacity",
+        hint: "the backend sent a message larger than an agent accepts (64 KiB): the session is \
+               dropped, as a real agent's would be",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "ws_protocol",
+        hint: "the backend broke the WebSocket protocol (a bad frame); the sample says which rule",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "ws_io",
+        hint: "the session failed on the socket; the sample says how",
+        heals: true,
+    },
+    ErrorKindSpec {
+        kind: "decode_frame",
+        hint: "the backend sent a message without a `type\\n` prefix: counted and skipped, the \
+               session goes on",
         heals: true,
     },
 ];

@@ -281,8 +281,10 @@ type Ws = WebSocketStream<MaybeTlsStream>;
 
 /// The session end of a failed upgrade: every answer is retried with
 /// backoff (as a real agent does); the status line and body the backend
-/// sent are kept as the server's words.
+/// sent are kept as the server's words, and what the transport said when
+/// it did not answer.
 fn upgrade_error_kind(e: &tungstenite::Error) -> SessionEnd {
+    use tungstenite::error::ProtocolError;
     match e {
         tungstenite::Error::Http(resp) => {
             let status = resp.status();
@@ -290,6 +292,7 @@ fn upgrade_error_kind(e: &tungstenite::Error) -> SessionEnd {
                 401 => "upgrade_401",
                 403 => "upgrade_403",
                 404 => "upgrade_404",
+                429 => "upgrade_429",
                 500..=599 => "upgrade_5xx",
                 _ => "upgrade_4xx",
             };
@@ -312,9 +315,18 @@ fn upgrade_error_kind(e: &tungstenite::Error) -> SessionEnd {
         tungstenite::Error::Io(e) if e.kind() == io::ErrorKind::TimedOut => {
             SessionEnd::lost("handshake_timeout")
         }
-        tungstenite::Error::Io(e) => SessionEnd::lost_with("upgrade_io", e.to_string()),
-        tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed => {
-            SessionEnd::lost("upgrade_closed")
+        tungstenite::Error::Io(io_err) => match io_err.kind() {
+            io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe => SessionEnd::lost_with("upgrade_reset", e.to_string()),
+            io::ErrorKind::UnexpectedEof => SessionEnd::lost_with("upgrade_closed", e.to_string()),
+            _ => SessionEnd::lost_with("upgrade_io", e.to_string()),
+        },
+        // The connection ended before a whole answer came.
+        tungstenite::Error::ConnectionClosed
+        | tungstenite::Error::AlreadyClosed
+        | tungstenite::Error::Protocol(ProtocolError::HandshakeIncomplete) => {
+            SessionEnd::lost_with("upgrade_closed", e.to_string())
         }
         tungstenite::Error::Protocol(p) => SessionEnd::lost_with("upgrade_protocol", p.to_string()),
         e => SessionEnd::lost_with("upgrade_error", e.to_string()),
@@ -351,11 +363,12 @@ fn ws_error_kind(e: &tungstenite::Error) -> &'static str {
             io::ErrorKind::ConnectionReset
             | io::ErrorKind::ConnectionAborted
             | io::ErrorKind::BrokenPipe => "ws_reset",
-            io::ErrorKind::UnexpectedEof => "ws_closed",
+            io::ErrorKind::UnexpectedEof => "ws_dropped",
             io::ErrorKind::TimedOut => "ws_timeout",
             _ => "ws_io",
         },
-        tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake) => "ws_reset",
+        // The TCP connection ended without a close frame (a FIN).
+        tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake) => "ws_dropped",
         tungstenite::Error::Protocol(_) => "ws_protocol",
         tungstenite::Error::Capacity(_) => "message_too_large",
         tungstenite::Error::WriteBufferFull(_) => "ws_capacity",
@@ -363,16 +376,34 @@ fn ws_error_kind(e: &tungstenite::Error) -> &'static str {
     }
 }
 
-/// The end of a session that failed on an established WebSocket; an
-/// over-limit message keeps tungstenite's words (its size and the limit).
-fn ws_end(e: &tungstenite::Error) -> SessionEnd {
+/// A session lost to a WebSocket failure: its kind, and what tungstenite
+/// or the socket said; an over-limit message says its size and the limit.
+fn ws_lost(e: &tungstenite::Error) -> SessionEnd {
     match e {
         tungstenite::Error::Capacity(c) => SessionEnd::lost_with(
             "message_too_large",
-            format!("the backend sent {c} (a WebSocket message or frame over the limit)"),
+            format!("{c} (a WebSocket message or frame from the backend over the limit)"),
         ),
-        e => SessionEnd::lost(ws_error_kind(e)),
+        e => SessionEnd::lost_with(ws_error_kind(e), e.to_string()),
     }
+}
+/// The words of a close frame: `close 1001 (Away): backend shutting down`.
+fn close_words(frame: Option<&CloseFrame>) -> String {
+    match frame {
+        Some(f) if f.reason.is_empty() => format!("close {} ({:?})", u16::from(f.code), f.code),
+        Some(f) => format!("close {} ({:?}): {}", u16::from(f.code), f.code, f.reason),
+        None => "close frame without a code".to_owned(),
+    }
+}
+
+/// A few bytes of a message that is no frame, for a sample.
+fn bytes_sample(data: &[u8]) -> String {
+    let head: String = data.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{} bytes without a type line: {head}{}",
+        data.len(),
+        if data.len() > 16 { "…" } else { "" }
+    )
 }
 
 /// TCP + TLS + upgrade, bounded by the handshake timeout and cancellation.
@@ -429,7 +460,13 @@ async fn connect(shared: &Shared, name: &str, cx: &SessionCx) -> Result<Ws, Sess
     };
     tokio::select! {
         r = tokio::time::timeout(cfg.handshake_timeout, handshake) => {
-            r.unwrap_or(Err(SessionEnd::lost("handshake_timeout")))
+            r.unwrap_or_else(|_| Err(SessionEnd::lost_with(
+                "handshake_timeout",
+                format!(
+                    "connect, TLS and upgrade not answered within {:?}",
+                    cfg.handshake_timeout
+                ),
+            )))
         }
         _ = cx.cancel.cancelled() => Err(SessionEnd::Shutdown),
     }
@@ -490,17 +527,14 @@ impl Steady<'_> {
         use tokio::io::AsyncWriteExt as _;
         let n = payload.len() as u64;
         // A pong tungstenite queued while reading goes out first.
-        self.ws
-            .flush()
-            .await
-            .map_err(|e| SessionEnd::lost(ws_error_kind(&e)))?;
+        self.ws.flush().await.map_err(|e| ws_lost(&e))?;
         let wire = masked_binary_frame(&payload, fastrand::u32(..).to_be_bytes());
         drop(payload);
         self.ws
             .get_mut()
             .write_all(&wire)
             .await
-            .map_err(|e| SessionEnd::lost(ws_error_kind(&tungstenite::Error::Io(e))))?;
+            .map_err(|e| ws_lost(&tungstenite::Error::Io(e)))?;
         self.shared.metrics.add(self.shared.ids.bytes_sent, n);
         Ok(())
     }
@@ -616,7 +650,7 @@ impl Steady<'_> {
                 // Boxed: rare paths must not grow the steady-state future.
                 Wake::Cancel => return Box::pin(self.close()).await,
                 Wake::Msg(None) => return SessionEnd::lost("ws_closed"),
-                Wake::Msg(Some(Err(e))) => return ws_end(&e),
+                Wake::Msg(Some(Err(e))) => return ws_lost(&e),
                 Wake::Msg(Some(Ok(msg))) => {
                     let received = Instant::now();
                     let data = match msg {
@@ -625,7 +659,7 @@ impl Steady<'_> {
                         Message::Ping(_) => {
                             // tungstenite queued the pong: flush it now.
                             if let Err(e) = self.ws.flush().await {
-                                return SessionEnd::lost(ws_error_kind(&e));
+                                return ws_lost(&e);
                             }
                             continue;
                         }
@@ -633,11 +667,12 @@ impl Steady<'_> {
                             ping_since = None;
                             continue;
                         }
-                        Message::Close(_) => {
+                        Message::Close(frame) => {
+                            let words = close_words(frame.as_ref());
                             // Our close reply is queued; push it out, briefly.
                             let _ =
                                 Box::pin(tokio::time::timeout(CLOSE_WAIT, self.ws.flush())).await;
-                            return SessionEnd::lost("ws_closed");
+                            return SessionEnd::lost_with("ws_closed", words);
                         }
                         Message::Frame(_) => continue,
                     };
@@ -646,7 +681,7 @@ impl Steady<'_> {
                     let frame = match codec::split_frame(&data) {
                         Ok(f) => f,
                         Err(_) => {
-                            m.error("decode_frame");
+                            m.error_with("decode_frame", Some(&bytes_sample(&data)));
                             continue;
                         }
                     };
@@ -725,7 +760,7 @@ impl Steady<'_> {
                     }
                     if now >= next_ping {
                         if let Err(e) = self.ws.send(Message::Ping(Default::default())).await {
-                            return SessionEnd::lost(ws_error_kind(&e));
+                            return ws_lost(&e);
                         }
                         ping_since.get_or_insert(now);
                         next_ping += cfg.ping_interval;

@@ -10,11 +10,18 @@
 //!   use (catalog, txn, sessions with TTL expiry, config entries).
 //! - [`listen`]: listeners with `SO_REUSEPORT`, so several `serve` processes
 //!   can share one port.
+//! - [`faults`]: what `agent-sim serve --faults` injects (delays, drops,
+//!   resets, stalls, refusals, gRPC statuses, cut snapshots, bad frames), at
+//!   rates or at times, counted.
+//! - [`backend`]: the servers as one unit with their faults, and restarts
+//!   with or without their state ([`backend::Backend`]).
 //!
 //! Every server is a library function taking a bound listener and a
 //! cancellation token. This is a test double sized for load, not a Sensu or
-//! Consul implementation: no storage, no clustering, no ACLs.
+//! Consul implementation: no storage, no clustering.
 
+pub mod backend;
+pub mod faults;
 pub mod listen;
 
 #[cfg(feature = "consul")]

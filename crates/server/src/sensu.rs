@@ -15,6 +15,9 @@
 //!   `tokio::sync::watch` channel; every session whose subscriptions match awaits that
 //!   channel and writes the shared [`bytes::Bytes`] (no per-session timers or copies).
 //! - [`SensuTargetStats`]: atomic counters, [`SensuTargetStats::snapshot`] copies them.
+//! - Faults ([`SensuTargetConfig::faults`]): an upgrade delayed, stalled, dropped, reset
+//!   or answered with an HTTP status; a session dropped, reset or stalled; a frame
+//!   delayed, replaced by garbage, truncated or oversized (counted by the faults).
 //!
 //! Sizing: `WebSocketConfig` with a 4 KiB read buffer, no write buffering and a 64 KiB
 //! message limit, and the handshake boxed so that its state machine does not stay in the
@@ -45,6 +48,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use stats::{SensuTargetSnapshot, SensuTargetStats};
+
+use crate::faults::Faults;
 
 /// The command of the default check: agents answer it with canned output, no execution.
 pub const TEST_CHECK_COMMAND: &str = "!sensu_test_check!";
@@ -91,6 +96,9 @@ pub struct SensuTargetConfig {
     /// namespace cache has not caught up with a namespace just created
     /// (seen for up to ~5 s after `sensu-backend init`).
     pub namespaces_ready_after: Duration,
+    /// Faults to inject (`sensu.upgrade`, `sensu.session`, `sensu.frame`);
+    /// none by default.
+    pub faults: Faults,
 }
 
 impl Default for SensuTargetConfig {
@@ -107,6 +115,7 @@ impl Default for SensuTargetConfig {
             }],
             backend_id: "agent-sim".to_owned(),
             namespaces_ready_after: Duration::ZERO,
+            faults: Faults::default(),
         }
     }
 }
@@ -129,6 +138,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> io::Result<()> {
     let shared = Arc::new(Shared::new(cfg, stats)?);
+    shared.faults.start();
     let tracker = TaskTracker::new();
     for idx in 0..shared.checks.len() {
         tracker.spawn(schedule::run(shared.clone(), idx, shutdown.clone()));
@@ -189,6 +199,7 @@ struct Shared {
     /// The `entity_config` placeholder frame, indexed by [`frame_index`].
     placeholders: Box<[Bytes]>,
     stats: Arc<SensuTargetStats>,
+    faults: Faults,
 }
 
 /// A check and the channel its publications go out on.
@@ -278,6 +289,7 @@ impl Shared {
             checks,
             placeholders: placeholders.into_boxed_slice(),
             stats,
+            faults: cfg.faults,
         })
     }
 

@@ -8,7 +8,7 @@ pub(super) enum Wake {
     ConnClosed(&'static str, Option<String>),
     Started(usize, Result<Streaming<Event>, Status>),
     Event(usize, Instant, Result<Event, Status>),
-    StreamEnd,
+    StreamEnd(usize),
     Http(HttpDone),
     Timer,
 }
@@ -58,17 +58,20 @@ impl ConsulAgent {
         match end {
             // Ended before the server answered any call: say what was on
             // the other end when the first bytes tell (HTTP port, a
-            // connection cap that closes at once, a gRPC port).
-            SessionEnd::Lost(f) if !answered => match conn::what_answered(&first_bytes) {
-                Some((kind, words)) => SessionEnd::lost_with(
-                    kind,
-                    match f.detail {
-                        Some(d) => format!("{words} ({}: {d})", f.kind),
-                        None => format!("{words} ({})", f.kind),
-                    },
-                ),
-                None => SessionEnd::Lost(f),
-            },
+            // connection cap that closes at once, a gRPC port). A keepalive
+            // timeout is a server that stalls, not one that closed.
+            SessionEnd::Lost(f) if !answered && f.kind != "keepalive_timeout" => {
+                match conn::what_answered(&first_bytes) {
+                    Some((kind, words)) => SessionEnd::lost_with(
+                        kind,
+                        match f.detail {
+                            Some(d) => format!("{words} ({}: {d})", f.kind),
+                            None => format!("{words} ({})", f.kind),
+                        },
+                    ),
+                    None => SessionEnd::Lost(f),
+                }
+            }
             end => end,
         }
     }
@@ -150,6 +153,11 @@ impl ConsulAgent {
                     return Poll::Ready(Wake::Cancelled);
                 }
                 if let Poll::Ready(r) = driver.as_mut().poll(tcx) {
+                    // A server going away says so on its streams before it
+                    // closes: that is the cause, in its words.
+                    if let Some((i, status)) = shutting_down(slots, tcx) {
+                        return Poll::Ready(Wake::Event(i, Instant::now(), Err(status)));
+                    }
                     let (kind, words) = driver_kind(r);
                     return Poll::Ready(Wake::ConnClosed(kind, words));
                 }
@@ -166,7 +174,7 @@ impl ConsulAgent {
                             Poll::Ready(Some(r)) => {
                                 return Poll::Ready(Wake::Event(i, Instant::now(), r));
                             }
-                            Poll::Ready(None) => return Poll::Ready(Wake::StreamEnd),
+                            Poll::Ready(None) => return Poll::Ready(Wake::StreamEnd(i)),
                             Poll::Pending => {}
                         },
                         SlotState::Idle { .. } | SlotState::Done => {}
@@ -195,7 +203,7 @@ impl ConsulAgent {
                     answered |= server_said(&status);
                     let slot = &mut slots[i];
                     slot.state = SlotState::Done;
-                    if let Some(end) = self.on_status(i, slot, &status, &grpc) {
+                    if let Some(end) = self.on_status(cx, i, slot, &status, &grpc) {
                         break end;
                     }
                 }
@@ -213,11 +221,23 @@ impl ConsulAgent {
                     answered |= server_said(&status);
                     let slot = &mut slots[i];
                     slot.state = SlotState::Done;
-                    if let Some(end) = self.on_status(i, slot, &status, &grpc) {
+                    if let Some(end) = self.on_status(cx, i, slot, &status, &grpc) {
                         break end;
                     }
                 }
-                Wake::StreamEnd => break SessionEnd::lost("stream_end"),
+                Wake::StreamEnd(i) => {
+                    // The server ended the stream (status OK): a stream
+                    // failure like any other, in our words (it said none).
+                    answered = true;
+                    let words = if self.subs[i].view.resume_index() == 0 {
+                        "the server ended the stream (status OK) before EndOfSnapshot"
+                    } else {
+                        "the server ended the stream (status OK)"
+                    };
+                    let slot = &mut slots[i];
+                    slot.state = SlotState::Done;
+                    self.retry_stream(cx, i, slot, ("stream_end", words.into()), false, &grpc);
+                }
                 Wake::Http(done) => {
                     http_op = None;
                     self.on_http(cx, &mut hs, done);
@@ -272,6 +292,29 @@ impl ConsulAgent {
         };
         (end, answered)
     }
+}
+
+/// On a connection that has closed: a stream whose last word was the
+/// server shutting down (events still buffered before it are dropped: the
+/// session ends here).
+fn shutting_down(slots: &mut [Slot], tcx: &mut std::task::Context<'_>) -> Option<(usize, Status)> {
+    for (i, slot) in slots.iter_mut().enumerate() {
+        let SlotState::Live(s) = &mut slot.state else {
+            continue;
+        };
+        loop {
+            match Pin::new(&mut *s).poll_next(tcx) {
+                Poll::Ready(Some(Ok(_))) => continue,
+                Poll::Ready(Some(Err(status)))
+                    if subscriptions::grpc_kind(&status) == "server_shutting_down" =>
+                {
+                    return Some((i, status));
+                }
+                _ => break,
+            }
+        }
+    }
+    None
 }
 
 /// Kind of a finished connection driver, and the transport's words when it

@@ -65,9 +65,11 @@ pub(super) fn start_call(
     };
     let mut grpc = grpc.clone();
     Box::pin(async move {
-        grpc.ready()
-            .await
-            .map_err(|e| Status::unavailable(format!("connection not ready: {e}")))?;
+        grpc.ready().await.map_err(|e| {
+            let mut s = Status::unavailable(format!("connection not ready: {e}"));
+            s.set_source(Arc::new(e));
+            s
+        })?;
         let resp = grpc
             .server_streaming(
                 tonic::Request::new(req),
@@ -117,24 +119,62 @@ impl ConsulAgent {
     }
 
     /// Handles a failed call or stream; `Some(end)` ends the session.
+    ///
+    /// As a real agent's materializer: a stream that fails while its
+    /// connection lives is subscribed again on that connection — at once the
+    /// first time, then after a backoff from 200 ms doubling with jitter to
+    /// 60 s, until an event resets it — and each failure is counted with the
+    /// server's words. `ABORTED` also drops the view (resubscribe at index
+    /// 0); other failures keep it (resubscribe at its index), except a
+    /// snapshot in progress, which is discarded. A failing transport, or the
+    /// server shutting down, ends the session (the connection goes too).
     pub(super) fn on_status(
         &mut self,
+        cx: &SessionCx,
         i: usize,
         slot: &mut Slot,
         status: &Status,
         grpc: &GrpcClient,
     ) -> Option<SessionEnd> {
-        if status.code() != Code::Aborted {
-            return Some(SessionEnd::lost_with(
-                grpc_kind(status),
-                format!("gRPC {:?}: {}", status.code(), status.message()),
-            ));
+        let words = format!("gRPC {:?}: {}", status.code(), status.message());
+        let aborted = status.code() == Code::Aborted;
+        let kind = grpc_kind(status);
+        if !aborted && (from_transport(status) || kind == "server_shutting_down") {
+            return Some(SessionEnd::lost_with(kind, words));
         }
+        self.retry_stream(cx, i, slot, (kind, words), aborted, grpc);
+        None
+    }
+
+    /// A stream failed on a live connection (`kind` and the words to count
+    /// it with): subscribe again, at once or after the slot's backoff.
+    pub(super) fn retry_stream(
+        &mut self,
+        cx: &SessionCx,
+        i: usize,
+        slot: &mut Slot,
+        (kind, words): (&'static str, String),
+        aborted: bool,
+        grpc: &GrpcClient,
+    ) {
         let sh = self.shared.clone();
-        sh.metrics.incr(sh.ids.aborts);
-        self.uncount(slot);
+        if aborted {
+            sh.metrics.incr(sh.ids.aborts);
+            sh.metrics.warn("subscription_aborted", Some(&words));
+        } else {
+            cx.report(&Failure {
+                kind,
+                detail: Some(words),
+            });
+        }
         let sub = &mut self.subs[i];
-        sub.view.reset();
+        if aborted || sub.view.resume_index() == 0 {
+            // No whole view any more: not live until a new snapshot.
+            sub.view.reset();
+            slot.ready = false;
+            self.uncount(slot);
+        }
+        let sub = &mut self.subs[i];
         slot.resync = sub.ever_synced;
         slot.resume_pending = false;
         match &mut slot.backoff {
@@ -148,7 +188,6 @@ impl ConsulAgent {
                 };
             }
         }
-        None
     }
 
     /// Applies one event of subscription `i`; says how the stream resynced
@@ -182,6 +221,7 @@ impl ConsulAgent {
             if !is_nstf {
                 sh.metrics.incr(ids.resumes);
                 resynced = Some(Resync::Resume);
+                slot.backoff = None;
                 self.mark_ready(i, slot);
             }
         }
@@ -291,6 +331,12 @@ fn ignored_words(ev: &Event, kind: ViewKind) -> String {
         Some(Payload::NewSnapshotToFollow(_)) => "NewSnapshotToFollow = false",
     };
     format!("{what} on a {kind:?} stream (index {})", ev.index)
+}
+
+/// Whether a status is the transport's (an HTTP/2 or connection error,
+/// or our own "connection not ready"), not an answer or a broken stream.
+pub(super) fn from_transport(status: &Status) -> bool {
+    std::error::Error::source(status).is_some()
 }
 
 /// Whether a status came from the server (an answer) rather than from a

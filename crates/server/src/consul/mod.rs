@@ -13,7 +13,13 @@
 //!   `/v1/health/service/:name`, `/v1/status/leader`. Bodies and error texts
 //!   follow Consul 1.20 (see `testdata/vectors/consul/http`).
 //! - [`ConsulState`]: the shared catalog (cheap to clone), its counters
-//!   ([`ConsulState::stats`]) and test hooks ([`ConsulState::abort_subscriptions`]).
+//!   ([`ConsulState::stats`]), test hooks ([`ConsulState::abort_subscriptions`])
+//!   and the state a restart starts with ([`ConsulState::restarted`]).
+//! - Faults ([`ConsulTargetConfig::faults`]): RPC connections delayed, stalled,
+//!   dropped or reset; Subscribe calls and streams ended with `ABORTED`,
+//!   `UNAVAILABLE` or `RESOURCE_EXHAUSTED`, snapshots cut halfway; garbage,
+//!   truncated or oversized gRPC messages; HTTP requests delayed, stalled,
+//!   dropped, reset or answered with a status.
 //!
 //! - [`serve_grpc`]: the public gRPC port (8502; TLS 8503 with a TLS config)
 //!   that consul-dataplane uses: `DataplaneService/GetEnvoyBootstrapParams`
@@ -52,6 +58,7 @@ pub use grpc::serve_grpc;
 pub use http::{ApiRequest, dispatch, serve_http};
 pub use rpc::serve_rpc;
 
+use crate::faults::{Faults, RestartState};
 use sessions::Sessions;
 use state::{CheckDef, NodeDef, Store, Touched};
 
@@ -96,6 +103,9 @@ pub struct ConsulTargetConfig {
     /// `RESOURCE_EXHAUSTED` in Consul's words (0 = no cap; a real server
     /// caps at ceil(proxies / healthy servers × 1.1)).
     pub xds_max_streams: usize,
+    /// Faults to inject (`consul.rpc`, `consul.subscribe`, `consul.frame`,
+    /// `consul.http`); none by default.
+    pub faults: Faults,
 }
 
 /// Consul's proxycfg coalescing delay.
@@ -113,6 +123,7 @@ impl Default for ConsulTargetConfig {
             acl_tokens: None,
             xds_coalesce: XDS_COALESCE,
             xds_max_streams: 0,
+            faults: Faults::default(),
         }
     }
 }
@@ -233,7 +244,8 @@ struct Inner {
     /// Catalog, config entries and topics. Lock order: `store`, then `sessions`.
     store: Mutex<Store>,
     sessions: Mutex<Sessions>,
-    counters: Counters,
+    /// Shared by the states of one server across restarts.
+    counters: Arc<Counters>,
     /// Bumped by [`ConsulState::abort_subscriptions`].
     abort: watch::Sender<u64>,
     rpc_addr: Mutex<Option<SocketAddr>>,
@@ -325,6 +337,10 @@ impl ConsulState {
     /// A fresh server whose catalog holds only its own node (`node_name`,
     /// 127.0.0.1, with a passing `serfHealth` check).
     pub fn new(cfg: ConsulTargetConfig) -> Self {
+        Self::with_counters(cfg, Arc::default())
+    }
+
+    fn with_counters(cfg: ConsulTargetConfig, counters: Arc<Counters>) -> Self {
         let mut store = Store::new(cfg.datacenter.clone(), cfg.topic_buffer);
         let idx = store.next_index();
         let mut t = Touched::default();
@@ -348,7 +364,7 @@ impl ConsulState {
                 cfg,
                 store: Mutex::new(store),
                 sessions: Mutex::new(Sessions::default()),
-                counters: Counters::default(),
+                counters,
                 abort: watch::channel(0).0,
                 rpc_addr: Mutex::new(None),
                 rpc_per_ip: Mutex::new(std::collections::HashMap::new()),
@@ -391,6 +407,28 @@ impl ConsulState {
             xds_acks: get(&c.xds_acks),
             xds_nacks: get(&c.xds_nacks),
         }
+    }
+
+    /// The state a restarted server starts with: this one
+    /// ([`RestartState::Keep`]: catalog, sessions, config entries and raft
+    /// index; every session's TTL timer starts over, as a new leader's do),
+    /// or an empty one with indexes starting over ([`RestartState::Lose`],
+    /// a `consul agent -dev` restart). Counters go on either way.
+    pub fn restarted(&self, state: RestartState) -> ConsulState {
+        match state {
+            RestartState::Keep => {
+                self.sessions().touch_all(tokio::time::Instant::now());
+                self.clone()
+            }
+            RestartState::Lose => {
+                Self::with_counters(self.inner.cfg.clone(), self.inner.counters.clone())
+            }
+        }
+    }
+
+    /// The faults this server injects.
+    pub(crate) fn faults(&self) -> &Faults {
+        &self.inner.cfg.faults
     }
 
     /// Ends every open Subscribe stream with gRPC status `ABORTED` (what a

@@ -19,6 +19,7 @@ use std::future::{Future, ready};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes};
@@ -40,6 +41,10 @@ use agent_sim_proto::consul::subscribe::{SubscribeRequest, Topic, subscribe_requ
 
 use super::state::{Start, TopicKey};
 use super::{ConsulState, Gauge, events};
+use crate::faults::{
+    ABORTED_WORDS, Action, Kill, OVERSIZED_GRPC, Order, RETRY_ELSEWHERE, RETRY_LATER, STALL_LIMIT,
+    Target,
+};
 
 /// `pool.RPCGRPC`: the byte that switches a Consul RPC connection to gRPC.
 pub(crate) const RPC_GRPC: u8 = 0x08;
@@ -73,6 +78,7 @@ pub async fn serve_rpc(
     if let Ok(addr) = listener.local_addr() {
         state.set_rpc_addr(addr);
     }
+    state.faults().start();
     let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
@@ -90,7 +96,7 @@ pub async fn serve_rpc(
 }
 
 async fn rpc_connection(
-    mut stream: TcpStream,
+    stream: TcpStream,
     state: ConsulState,
     builder: Arc<http2::Builder<TokioExecutor>>,
     shutdown: CancellationToken,
@@ -106,11 +112,27 @@ async fn rpc_connection(
         counters.bump(&counters.rpc_rejected_conn_cap);
         return;
     };
+    let _ = stream.set_nodelay(true);
+    let faults = state.faults();
+    let mut stream = faults.wrap(stream, Target::ConsulRpc);
+    if let Some(hit) = faults.pick(Target::ConsulRpc, None) {
+        match hit.action {
+            Action::Delay(d) => {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(d) => {}
+                }
+            }
+            Action::Stall => return stream.stall(STALL_LIMIT, &shutdown).await,
+            Action::Drop => return stream.refuse(Kill::Drop).await,
+            Action::Reset => return stream.refuse(Kill::Reset).await,
+            _ => {}
+        }
+    }
     let first = tokio::select! {
         _ = shutdown.cancelled() => return,
         r = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_u8()) => r,
     };
-    let _ = stream.set_nodelay(true);
     match (first, state.inner.cfg.tls.clone()) {
         (Ok(Ok(RPC_GRPC)), _) => serve_grpc(stream, state, builder, shutdown).await,
         (Ok(Ok(RPC_TLS)), Some(tls)) => {
@@ -180,13 +202,25 @@ impl hyper::service::Service<Request<Incoming>> for GrpcService {
                 Status::unimplemented(format!("unknown service or method {}", req.uri().path()));
             return Box::pin(ready(Ok(status.into_http())));
         }
+        // A truncated frame needs the response body: the stream raises the
+        // flag and ends, the body then sends half a frame and no trailers.
+        let truncate = self
+            .state
+            .faults()
+            .targets(Target::ConsulFrame)
+            .then(|| Arc::new(AtomicBool::new(false)));
         let handler = SubscribeHandler {
             state: self.state.clone(),
             shutdown: self.shutdown.clone(),
+            truncate: truncate.clone(),
         };
         Box::pin(async move {
             let mut grpc = Grpc::new(SubscribeCodec).max_decoding_message_size(MAX_REQUEST_MESSAGE);
-            Ok(grpc.server_streaming(handler, req).await)
+            let resp = grpc.server_streaming(handler, req).await;
+            Ok(match truncate {
+                Some(flag) => resp.map(|b| tonic::body::Body::new(Truncating::new(b, flag))),
+                None => resp,
+            })
         })
     }
 }
@@ -237,6 +271,18 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
 struct SubscribeHandler {
     state: ConsulState,
     shutdown: CancellationToken,
+    /// Set by the stream when a fault truncates its next frame.
+    truncate: Option<Arc<AtomicBool>>,
+}
+
+/// A Subscribe status of a fault, in Consul's words.
+fn fault_status(action: &Action) -> Option<Status> {
+    Some(match action {
+        Action::Aborted => Status::aborted(ABORTED_WORDS),
+        Action::Unavailable => Status::unavailable(RETRY_LATER),
+        Action::ResourceExhausted => Status::resource_exhausted(RETRY_ELSEWHERE),
+        _ => return None,
+    })
 }
 
 impl ServerStreamingService<SubscribeRequest> for SubscribeHandler {
@@ -249,12 +295,38 @@ impl ServerStreamingService<SubscribeRequest> for SubscribeHandler {
     /// does: a resumed stream stays silent until the topic's next event,
     /// and an error before any message is the call's only answer.
     fn call(&mut self, request: tonic::Request<SubscribeRequest>) -> Self::Future {
-        let opened = Subscription::open(&self.state, request.into_inner(), &self.shutdown);
+        // A fault answers the call (as a rate limiter does, before the
+        // handler), or cuts the snapshot this call starts.
+        let faults = self.state.faults();
+        let mut cut = None;
+        if let Some(hit) = faults.draw(Target::ConsulSubscribe, None) {
+            match fault_status(&hit.action) {
+                Some(status) if faults.confirm(hit.idx) => {
+                    return Box::pin(ready(Err(status)));
+                }
+                Some(_) => {}
+                None => cut = Some(hit.idx),
+            }
+        }
+        let opened =
+            Subscription::open(&self.state, request.into_inner(), &self.shutdown).map(|mut sub| {
+                sub.truncate = self.truncate.clone();
+                sub.orders = faults.orders();
+                if let Some(idx) = cut {
+                    sub.cut_snapshot(idx);
+                }
+                sub
+            });
         Box::pin(async move {
             let mut sub = opened?;
             let first = match sub.next().await {
                 Some(Ok(b)) => b,
                 Some(Err(status)) => return Err(status),
+                // Cut or truncated before any message: an empty stream.
+                None if sub.faulted => {
+                    let empty = futures_util::stream::empty();
+                    return Ok(tonic::Response::new(Box::pin(empty) as EventStream));
+                }
                 None => return Err(Status::unknown(SHUTTING_DOWN)),
             };
             let rest = sub.into_stream();
@@ -304,12 +376,34 @@ struct Subscription {
     shutdown: CancellationToken,
     done: bool,
     _active: Gauge,
+    /// Orders of timed `consul.subscribe` faults.
+    orders: Option<watch::Receiver<Order>>,
+    /// The response body's flag for a truncated frame.
+    truncate: Option<Arc<AtomicBool>>,
+    /// Messages left before the stream ends (a cut snapshot).
+    end_after: Option<usize>,
+    /// The stream was ended by a fault (cut or truncated).
+    faulted: bool,
 }
 
 enum Wake {
     Shutdown,
     Abort,
+    Order,
     Event(Result<Bytes, broadcast::error::RecvError>),
+}
+
+/// Waits for the next order, or forever without a channel.
+async fn next_order(orders: &mut Option<watch::Receiver<Order>>) {
+    match orders {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                *orders = None;
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
 }
 
 impl Subscription {
@@ -349,9 +443,28 @@ impl Subscription {
             shutdown: shutdown.clone(),
             done: false,
             _active: Gauge::up(state, |c| &c.subscriptions_active),
+            orders: None,
+            truncate: None,
+            end_after: None,
+            faulted: false,
         };
         sub.start(start, false);
         Ok(sub)
+    }
+
+    /// A `cut` fault: the stream ends (status OK) after half the items of
+    /// the snapshot it starts with, counted when armed; a resumed stream has
+    /// no snapshot to cut (not counted).
+    fn cut_snapshot(&mut self, idx: usize) {
+        if self.pending.is_empty() {
+            return;
+        }
+        // [NewSnapshotToFollow], items..., EndOfSnapshot
+        let nstf = usize::from(self.pending.front() == Some(&events::new_snapshot_to_follow()));
+        let items = self.pending.len() - 1 - nstf;
+        if self.state.faults().confirm(idx) {
+            self.end_after = Some(nstf + items / 2);
+        }
     }
 
     fn start(&mut self, start: Start, force_new_snapshot: bool) {
@@ -391,23 +504,27 @@ impl Subscription {
     }
 
     async fn next(&mut self) -> Option<Result<Bytes, Status>> {
-        let state = self.state.clone();
-        let counters = &state.inner.counters;
         loop {
             if self.done {
+                return None;
+            }
+            if self.end_after == Some(0) {
+                // A cut snapshot: end here, status OK.
+                self.done = true;
+                self.faulted = true;
                 return None;
             }
             if let Some(b) = self.pending.pop_front() {
                 if self.pending.is_empty() {
                     self.pending = VecDeque::new(); // give the snapshot's memory back
                 }
-                counters.bump(&counters.events_sent);
-                return Some(Ok(b));
+                return self.emit(b).await;
             }
             let wake = tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => Wake::Shutdown,
                 _ = self.abort.changed() => Wake::Abort,
+                () = next_order(&mut self.orders) => Wake::Order,
                 r = self.rx.recv() => Wake::Event(r),
             };
             match wake {
@@ -417,17 +534,136 @@ impl Subscription {
                 }
                 Wake::Abort => {
                     self.done = true;
-                    return Some(Err(Status::aborted(
-                        "subscription closed by server, client must reset state and resubscribe",
-                    )));
+                    return Some(Err(Status::aborted(ABORTED_WORDS)));
                 }
-                Wake::Event(Ok(b)) => {
-                    counters.bump(&counters.events_sent);
-                    return Some(Ok(b));
+                Wake::Order => {
+                    let order = self.orders.as_mut().map(|rx| *rx.borrow_and_update());
+                    let faults = self.state.faults().clone();
+                    if let Some(status) = order
+                        .and_then(|o| faults.obey(o))
+                        .and_then(|a| fault_status(&a))
+                    {
+                        self.done = true;
+                        return Some(Err(status));
+                    }
                 }
+                Wake::Event(Ok(b)) => return self.emit(b).await,
                 Wake::Event(Err(_lagged_or_closed)) => self.resnapshot(),
             }
         }
+    }
+
+    /// Writes `b`, after what a `consul.frame` fault does: a delay; or a
+    /// garbage or oversized message instead of it, or a truncated frame,
+    /// each ending the stream.
+    async fn emit(&mut self, b: Bytes) -> Option<Result<Bytes, Status>> {
+        let faults = self.state.faults().clone();
+        if let Some(hit) = faults.pick(Target::ConsulFrame, None) {
+            match hit.action {
+                Action::Delay(d) => {
+                    tokio::select! {
+                        _ = self.shutdown.cancelled() => {
+                            self.done = true;
+                            return Some(Err(Status::unknown(SHUTTING_DOWN)));
+                        }
+                        () = tokio::time::sleep(d) => {}
+                    }
+                }
+                // No client reads past a message it cannot take: the
+                // stream ends after it (status OK, never read).
+                Action::Garbage => {
+                    self.done = true;
+                    let junk = crate::faults::garbage(fastrand::u64(..), 32);
+                    return Some(Ok(Bytes::from(junk)));
+                }
+                Action::Oversized => {
+                    self.done = true;
+                    return Some(Ok(oversized()));
+                }
+                Action::Truncated => {
+                    if let Some(flag) = &self.truncate {
+                        flag.store(true, Ordering::Release);
+                        self.done = true;
+                        self.faulted = true;
+                        return None;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(n) = &mut self.end_after {
+            *n = n.saturating_sub(1);
+        }
+        let counters = &self.state.inner.counters;
+        counters.bump(&counters.events_sent);
+        Some(Ok(b))
+    }
+}
+
+/// One message larger than gRPC clients accept by default (shared bytes).
+fn oversized() -> Bytes {
+    static BYTES: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    BYTES
+        .get_or_init(|| Bytes::from(vec![0u8; OVERSIZED_GRPC]))
+        .clone()
+}
+
+/// The response body of a Subscribe call that a fault may truncate: once
+/// the stream raised the flag and ended, instead of the trailers it sends a
+/// gRPC frame header announcing 64 bytes and 10 of them, then ends (no
+/// trailers): the client is left with half a message at the end of the
+/// stream.
+struct Truncating {
+    inner: tonic::body::Body,
+    flag: Arc<AtomicBool>,
+    done: bool,
+}
+
+impl Truncating {
+    fn new(inner: tonic::body::Body, flag: Arc<AtomicBool>) -> Self {
+        Truncating {
+            inner,
+            flag,
+            done: false,
+        }
+    }
+
+    fn half_frame() -> Bytes {
+        let mut b = Vec::with_capacity(15);
+        b.push(0);
+        b.extend_from_slice(&64u32.to_be_bytes());
+        b.extend_from_slice(&[0x0a; 10]);
+        Bytes::from(b)
+    }
+}
+
+impl hyper::body::Body for Truncating {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Status>>> {
+        use std::task::Poll;
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        let ending = match &polled {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(Ok(f))) => f.is_trailers(),
+            _ => false,
+        };
+        if ending && self.flag.load(Ordering::Acquire) {
+            self.done = true;
+            return Poll::Ready(Some(Ok(hyper::body::Frame::data(Self::half_frame()))));
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
     }
 }
 

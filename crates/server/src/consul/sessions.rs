@@ -116,6 +116,13 @@ impl Sessions {
         before - self.map.len()
     }
 
+    /// Restarts every session's TTL timer at `now` (a new leader does).
+    pub(crate) fn touch_all(&mut self, now: Instant) {
+        for s in self.map.values_mut() {
+            s.touch(now);
+        }
+    }
+
     /// Drops expired sessions; returns how many.
     pub(crate) fn sweep(&mut self, now: Instant) -> usize {
         let before = self.map.len();

@@ -15,6 +15,7 @@ use futures_util::stream::{SelectAll, Stream};
 use futures_util::{SinkExt as _, StreamExt as _};
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, StatusCode};
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_tungstenite::WebSocketStream;
@@ -28,6 +29,9 @@ use tokio_util::sync::CancellationToken;
 use super::inbound::Inbound;
 use super::stats::{ActiveGuard, inc};
 use super::{Publication, Shared, frame_index};
+use crate::faults::{
+    self, Action, FaultIo, INJECTED_WORDS, Kill, OVERSIZED_WS, STALL_LIMIT, Target,
+};
 
 /// An upgrade that sends no complete request within this is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,7 +42,7 @@ const CLOSE_GRACE: Duration = Duration::from_millis(1500);
 const OCTET_STREAM: &str = "application/octet-stream";
 const JSON: &str = "application/json";
 
-type Ws = WebSocketStream<TcpStream>;
+type Ws = WebSocketStream<FaultIo>;
 
 /// What the upgrade request told us.
 struct Hello {
@@ -55,11 +59,29 @@ struct Hello {
 
 /// Runs one connection to its end.
 pub(super) async fn run(stream: TcpStream, shared: Arc<Shared>, shutdown: CancellationToken) {
+    let io = shared.faults.io(stream);
+    let mut injected = None;
+    if let Some(hit) = shared.faults.pick(Target::SensuUpgrade, None) {
+        match hit.action {
+            Action::Delay(d) => {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(d) => {}
+                }
+            }
+            Action::Stall => return io.stall(STALL_LIMIT, &shutdown).await,
+            Action::Drop => return io.refuse(Kill::Drop).await,
+            Action::Reset => return io.refuse(Kill::Reset).await,
+            Action::Status(code) => injected = Some(code),
+            _ => {}
+        }
+    }
     // Boxed: the handshake state machine must not stay inside the session future.
-    let Some((ws, hello)) = Box::pin(handshake(stream, &shared, &shutdown)).await else {
+    let Some((mut ws, hello)) = Box::pin(handshake(io, &shared, &shutdown, injected)).await else {
         return;
     };
     inc(&shared.stats.upgrades_accepted);
+    session_fault(&shared, &mut ws);
     let _active = ActiveGuard::new(&shared.stats.sessions_active);
     let feeds = Feeds::new(&shared, &hello.subscriptions);
     let mut session = Session {
@@ -75,12 +97,16 @@ pub(super) async fn run(stream: TcpStream, shared: Arc<Shared>, shutdown: Cancel
 // The callback's error type is tungstenite's `ErrorResponse`.
 #[allow(clippy::result_large_err)]
 async fn handshake(
-    stream: TcpStream,
+    stream: FaultIo,
     shared: &Shared,
     shutdown: &CancellationToken,
+    injected: Option<u16>,
 ) -> Option<(Ws, Hello)> {
     let mut hello = None;
-    let callback = |req: &Request, resp: Response| check_upgrade(shared, req, resp, &mut hello);
+    let callback = |req: &Request, resp: Response| match injected {
+        Some(code) => Err(injected_response(code)),
+        None => check_upgrade(shared, req, resp, &mut hello),
+    };
     let accept = tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
         tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(shared.ws_config)),
@@ -97,7 +123,7 @@ async fn handshake(
                 None
             }
         },
-        // Rejected by `check_upgrade`: already counted there.
+        // Rejected by `check_upgrade` (counted there) or by a fault.
         Ok(Err(WsError::Http(_))) => None,
         Ok(Err(_)) | Err(_) => {
             inc(&shared.stats.handshake_errors);
@@ -197,6 +223,38 @@ fn check_upgrade(
         subscriptions,
     });
     Ok(resp)
+}
+
+/// The answer to an upgrade refused by a fault: the status, and a body
+/// saying who refused it.
+fn injected_response(code: u16) -> ErrorResponse {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    error_response(status, &format!("{INJECTED_WORDS}\n"))
+}
+
+/// A `sensu.session` fault decided when the session starts: listed for
+/// faults at a time, and hit `after` into its life by a fault with a rate.
+fn session_fault(shared: &Shared, ws: &mut Ws) {
+    let faults = &shared.faults;
+    faults.enlist(ws.get_mut(), Target::SensuSession);
+    let Some(hit) = faults.draw(Target::SensuSession, None) else {
+        return;
+    };
+    let kill = faults::kill_of(&hit.action);
+    let Some(ctl) = ws.get_ref().ctl() else {
+        return;
+    };
+    let ctl = std::sync::Arc::downgrade(&ctl);
+    let faults = faults.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(hit.after).await;
+        // Counted only if the session is still there to be hit.
+        if let Some(ctl) = ctl.upgrade()
+            && faults.confirm(hit.idx)
+        {
+            ctl.kill(kill);
+        }
+    });
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -331,7 +389,7 @@ impl Session<'_> {
         let stats = &self.shared.stats;
         let placeholder =
             self.shared.placeholders[frame_index(self.hello.ns, self.hello.enc)].clone();
-        if let Err(end) = send(ws, placeholder, shutdown, stats).await {
+        if let Err(end) = send_frame(ws, placeholder, self.shared, shutdown).await {
             return end;
         }
         inc(&stats.entity_configs_sent);
@@ -361,7 +419,7 @@ impl Session<'_> {
                 },
                 p = self.feeds.next() => {
                     let frame = p.frames[frame_index(self.hello.ns, self.hello.enc)].clone();
-                    if let Err(end) = send(ws, frame, shutdown, stats).await {
+                    if let Err(end) = send_frame(ws, frame, self.shared, shutdown).await {
                         return end;
                     }
                     inc(&stats.check_requests_sent);
@@ -369,7 +427,7 @@ impl Session<'_> {
                 }
             };
             if let Some(frame) = out {
-                if let Err(end) = send(ws, frame, shutdown, stats).await {
+                if let Err(end) = send_frame(ws, frame, self.shared, shutdown).await {
                     return end;
                 }
                 inc(&stats.entity_configs_sent);
@@ -464,6 +522,69 @@ impl Session<'_> {
             }
         }
     }
+}
+
+/// Writes one frame of the backend, after what a `sensu.frame` fault does
+/// to it: a delay, a garbage message before it, an oversized message before
+/// it, or (truncated) half of it in a frame that announces all of it, then
+/// the connection dropped.
+async fn send_frame(
+    ws: &mut Ws,
+    frame: Bytes,
+    shared: &Shared,
+    shutdown: &CancellationToken,
+) -> Result<(), End> {
+    let stats = &shared.stats;
+    if let Some(hit) = shared.faults.pick(Target::SensuFrame, None) {
+        match hit.action {
+            Action::Delay(d) => {
+                tokio::select! {
+                    () = shutdown.cancelled() => return Err(End::Shutdown),
+                    () = tokio::time::sleep(d) => {}
+                }
+            }
+            Action::Garbage => {
+                let junk = faults::garbage(fastrand::u64(..), 32);
+                send(ws, Bytes::from(junk), shutdown, stats).await?;
+            }
+            Action::Oversized => {
+                let mut raw = server_frame_header(OVERSIZED_WS);
+                raw.resize(raw.len() + OVERSIZED_WS, 0);
+                write_raw(ws, &raw).await?;
+            }
+            Action::Truncated => {
+                let mut raw = server_frame_header(frame.len());
+                raw.extend_from_slice(&frame[..frame.len() / 2]);
+                let _ = write_raw(ws, &raw).await;
+                ws.get_ref().kill(Kill::Drop);
+                return Err(End::Closed);
+            }
+            _ => {}
+        }
+    }
+    send(ws, frame, shutdown, stats).await
+}
+
+/// The header of one final, unmasked binary frame (a server's) of `len`
+/// payload bytes (RFC 6455 §5.2).
+fn server_frame_header(len: usize) -> Vec<u8> {
+    let mut h = vec![0x82];
+    if len < 126 {
+        h.push(len as u8);
+    } else if let Ok(n) = u16::try_from(len) {
+        h.push(126);
+        h.extend_from_slice(&n.to_be_bytes());
+    } else {
+        h.push(127);
+        h.extend_from_slice(&(len as u64).to_be_bytes());
+    }
+    h
+}
+
+/// Writes bytes past tungstenite (after flushing what it holds).
+async fn write_raw(ws: &mut Ws, raw: &[u8]) -> Result<(), End> {
+    ws.flush().await.map_err(|_| End::Closed)?;
+    ws.get_mut().write_all(raw).await.map_err(|_| End::Closed)
 }
 
 /// Writes one binary message, giving up on shutdown.

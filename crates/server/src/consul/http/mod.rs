@@ -46,6 +46,7 @@ use super::state::{
     Touched, WriteError,
 };
 use super::{ConsulState, lock};
+use crate::faults::{self, Action, ConnCtl, INJECTED_WORDS, RETRY_ELSEWHERE, RETRY_LATER, Target};
 
 /// Consul's `txn_max_req_len` default; used as the body limit everywhere.
 const MAX_BODY: usize = 512 * 1024;
@@ -61,6 +62,7 @@ pub async fn serve_http(
     state: ConsulState,
     shutdown: CancellationToken,
 ) -> io::Result<()> {
+    state.faults().start();
     let sweeper = tokio::spawn(sweep_sessions(state.clone(), shutdown.clone()));
     let result = super::accept_loop(listener, shutdown.clone(), move |stream| {
         http_connection(stream, state.clone(), shutdown.clone())
@@ -72,8 +74,10 @@ pub async fn serve_http(
 
 async fn http_connection(stream: TcpStream, state: ConsulState, shutdown: CancellationToken) {
     let _ = stream.set_nodelay(true);
+    let stream = state.faults().wrap(stream, Target::ConsulHttp);
+    let ctl = stream.ctl();
     match state.inner.cfg.tls.clone() {
-        None => serve_http1(stream, state, shutdown).await,
+        None => serve_http1(stream, state, shutdown, ctl).await,
         Some(tls) => {
             let accepted = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -83,7 +87,7 @@ async fn http_connection(stream: TcpStream, state: ConsulState, shutdown: Cancel
                 ) => r,
             };
             if let Ok(Ok(tls)) = accepted {
-                serve_http1(tls, state, shutdown).await;
+                serve_http1(tls, state, shutdown, ctl).await;
             }
         }
     }
@@ -92,13 +96,18 @@ async fn http_connection(stream: TcpStream, state: ConsulState, shutdown: Cancel
 /// How long an HTTPS client gets for its TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
-async fn serve_http1<I>(io: I, state: ConsulState, shutdown: CancellationToken)
-where
+async fn serve_http1<I>(
+    io: I,
+    state: ConsulState,
+    shutdown: CancellationToken,
+    ctl: Option<std::sync::Arc<ConnCtl>>,
+) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = service_fn(move |req| {
         let state = state.clone();
-        async move { Ok::<_, Infallible>(handle(&state, req).await) }
+        let ctl = ctl.clone();
+        async move { Ok::<_, Infallible>(handle(&state, req, ctl.as_deref()).await) }
     });
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).keep_alive(true);
@@ -271,9 +280,49 @@ fn acl_write(
     }
 }
 
-async fn handle(state: &ConsulState, req: Request<Incoming>) -> Response<Body> {
+/// What a `consul.http` fault does to a request: `Some` answer instead of
+/// the real one (a status in Consul's words, or one nobody will read after
+/// a drop, reset or stall of the connection), after an optional delay.
+async fn http_fault(
+    state: &ConsulState,
+    path: &str,
+    ctl: Option<&ConnCtl>,
+) -> Option<Response<Body>> {
+    let hit = state.faults().pick(Target::ConsulHttp, Some(path))?;
+    match hit.action {
+        Action::Delay(d) => {
+            tokio::time::sleep(d).await;
+            None
+        }
+        Action::Status(code) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            let words = match code {
+                429 => RETRY_ELSEWHERE,
+                503 => RETRY_LATER,
+                _ => INJECTED_WORDS,
+            };
+            Some(text(status, words))
+        }
+        a @ (Action::Drop | Action::Reset | Action::Stall) => {
+            if let Some(ctl) = ctl {
+                ctl.kill(faults::kill_of(&a));
+            }
+            Some(text(StatusCode::SERVICE_UNAVAILABLE, INJECTED_WORDS))
+        }
+        _ => None,
+    }
+}
+
+async fn handle(
+    state: &ConsulState,
+    req: Request<Incoming>,
+    ctl: Option<&ConnCtl>,
+) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    if let Some(answer) = http_fault(state, &path, ctl).await {
+        return answer;
+    }
     let query = req.uri().query().unwrap_or("").to_owned();
     let token = token_of(&req);
     // Bound: a request body is read up to MAX_BODY, then refused (413).

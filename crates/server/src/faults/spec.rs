@@ -1,0 +1,679 @@
+//! The `--faults` grammar: one fault per spec, parsed and checked before any
+//! socket is opened (a bad spec is a one-line [`SpecError`]).
+//!
+//! ```text
+//! SPEC   = TARGET "=" ACTION "@" ITEM ("," ITEM)*
+//!        | "restart" "@" ITEM ("," ITEM)*
+//! TARGET = sensu.upgrade | sensu.session | sensu.frame
+//!        | consul.rpc | consul.subscribe | consul.frame | consul.http
+//! ACTION = delay:DUR | stall | drop | reset | 400..599            (upgrade, rpc, http)
+//!        | aborted | unavailable | resource-exhausted | cut        (subscribe)
+//!        | garbage | truncated | oversized | delay:DUR            (frame)
+//! ITEM   = N%            each unit with this probability (default 100% with a time)
+//!        | at:DUR        once, DUR after serve started
+//!        | every:DUR     periodically (first at at:DUR if given, else after DUR)
+//!        | for:DUR       with at/every: also units arriving within DUR of each time
+//!        | after:DUR     sensu.session with a rate: hit DUR into the session
+//!        | path:PREFIX   consul.http: only request paths starting with PREFIX
+//!        | max:N         at most N injections
+//!        | down:DUR      restart: how long the listeners stay closed (default 1s)
+//!        | state:keep|lose  restart: keep or lose catalog, sessions and raft index
+//! ```
+//!
+//! A unit is what the target names: an upgrade request, a session, a frame
+//! the backend sends, an RPC connection, a Subscribe call or stream, an HTTP
+//! request. Live units (Sensu sessions, RPC and HTTP connections, Subscribe
+//! streams) are hit at each time; the others only within `for:`.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A spec that cannot be used, and why (one line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SpecError(pub String);
+
+/// Where a fault is injected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    /// The Sensu WebSocket upgrade (one unit per connection).
+    SensuUpgrade,
+    /// An established Sensu session (live).
+    SensuSession,
+    /// A WebSocket message the Sensu backend sends.
+    SensuFrame,
+    /// A Consul RPC connection (at accept; live at a time).
+    ConsulRpc,
+    /// A Subscribe call (and, at a time, every live stream).
+    ConsulSubscribe,
+    /// A gRPC message on a Subscribe stream.
+    ConsulFrame,
+    /// A Consul HTTP API request (and, at a time, every live connection).
+    ConsulHttp,
+    /// The whole backend: stop, stay down, start again.
+    Restart,
+}
+
+impl Target {
+    /// Every target, in documentation order.
+    pub const ALL: [Target; 8] = [
+        Target::SensuUpgrade,
+        Target::SensuSession,
+        Target::SensuFrame,
+        Target::ConsulRpc,
+        Target::ConsulSubscribe,
+        Target::ConsulFrame,
+        Target::ConsulHttp,
+        Target::Restart,
+    ];
+
+    /// The name used in specs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::SensuUpgrade => "sensu.upgrade",
+            Target::SensuSession => "sensu.session",
+            Target::SensuFrame => "sensu.frame",
+            Target::ConsulRpc => "consul.rpc",
+            Target::ConsulSubscribe => "consul.subscribe",
+            Target::ConsulFrame => "consul.frame",
+            Target::ConsulHttp => "consul.http",
+            Target::Restart => "restart",
+        }
+    }
+
+    /// The protocol it belongs to (`None`: both).
+    pub fn protocol(self) -> Option<Protocol> {
+        match self {
+            Target::SensuUpgrade | Target::SensuSession | Target::SensuFrame => {
+                Some(Protocol::Sensu)
+            }
+            Target::ConsulRpc
+            | Target::ConsulSubscribe
+            | Target::ConsulFrame
+            | Target::ConsulHttp => Some(Protocol::Consul),
+            Target::Restart => None,
+        }
+    }
+
+    /// The actions it accepts, as documented.
+    fn actions(self) -> &'static str {
+        match self {
+            Target::SensuUpgrade | Target::ConsulHttp => {
+                "delay:DUR, stall, drop, reset or an HTTP status 400..599"
+            }
+            Target::SensuSession => "drop, reset or stall",
+            Target::ConsulRpc => "delay:DUR, stall, drop or reset",
+            Target::ConsulSubscribe => "aborted, unavailable, resource-exhausted or cut",
+            Target::SensuFrame | Target::ConsulFrame => {
+                "garbage, truncated, oversized or delay:DUR"
+            }
+            Target::Restart => "none",
+        }
+    }
+
+    fn accepts(self, a: &Action) -> bool {
+        use Action::*;
+        match self {
+            Target::SensuUpgrade | Target::ConsulHttp => {
+                matches!(a, Delay(_) | Stall | Drop | Reset | Status(_))
+            }
+            Target::SensuSession => matches!(a, Drop | Reset | Stall),
+            Target::ConsulRpc => matches!(a, Delay(_) | Stall | Drop | Reset),
+            Target::ConsulSubscribe => {
+                matches!(a, Aborted | Unavailable | ResourceExhausted | Cut)
+            }
+            Target::SensuFrame | Target::ConsulFrame => {
+                matches!(a, Garbage | Truncated | Oversized | Delay(_))
+            }
+            Target::Restart => false,
+        }
+    }
+
+    /// Whether live units of this target are hit at a time (`at:`/`every:`)
+    /// with `action`, rather than only units arriving within `for:`.
+    pub fn has_live_units(self, action: &Action) -> bool {
+        match self {
+            Target::SensuSession | Target::ConsulRpc | Target::ConsulHttp => {
+                matches!(action, Action::Drop | Action::Reset | Action::Stall)
+            }
+            Target::ConsulSubscribe => action.grpc_code().is_some(),
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A served protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// The Sensu agent endpoint.
+    Sensu,
+    /// The Consul RPC port and HTTP API.
+    Consul,
+}
+
+/// What happens to a hit unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Answer (or send) this much later.
+    Delay(Duration),
+    /// Never answer: read and discard until the client gives up.
+    Stall,
+    /// Close the connection without an answer (FIN).
+    Drop,
+    /// Reset the connection (RST: `SO_LINGER` 0, then close).
+    Reset,
+    /// Answer with this HTTP status.
+    Status(u16),
+    /// Subscribe: gRPC status `ABORTED`.
+    Aborted,
+    /// Subscribe: gRPC status `UNAVAILABLE`.
+    Unavailable,
+    /// Subscribe: gRPC status `RESOURCE_EXHAUSTED`.
+    ResourceExhausted,
+    /// Subscribe: the stream ends (status OK) halfway through its snapshot.
+    Cut,
+    /// A message whose bytes are not a valid frame.
+    Garbage,
+    /// A frame cut short, then the connection (or stream) ends.
+    Truncated,
+    /// A frame larger than any client accepts by default.
+    Oversized,
+}
+
+impl Action {
+    /// The gRPC code of a Subscribe status action.
+    pub fn grpc_code(&self) -> Option<tonic::Code> {
+        match self {
+            Action::Aborted => Some(tonic::Code::Aborted),
+            Action::Unavailable => Some(tonic::Code::Unavailable),
+            Action::ResourceExhausted => Some(tonic::Code::ResourceExhausted),
+            _ => None,
+        }
+    }
+
+    /// The name used in specs (`delay` without its duration).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Delay(_) => "delay",
+            Action::Stall => "stall",
+            Action::Drop => "drop",
+            Action::Reset => "reset",
+            Action::Status(_) => "status",
+            Action::Aborted => "aborted",
+            Action::Unavailable => "unavailable",
+            Action::ResourceExhausted => "resource-exhausted",
+            Action::Cut => "cut",
+            Action::Garbage => "garbage",
+            Action::Truncated => "truncated",
+            Action::Oversized => "oversized",
+        }
+    }
+}
+
+impl FromStr for Action {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        if let Some(d) = s.strip_prefix("delay:") {
+            return Ok(Action::Delay(duration("delay", d)?));
+        }
+        if s.len() == 3 && s.bytes().all(|b| b.is_ascii_digit()) {
+            let code: u16 = s.parse().map_err(|_| SpecError(format!("status {s:?}")))?;
+            if !(400..=599).contains(&code) {
+                return Err(SpecError(format!(
+                    "HTTP status {code}: use 400..599 (an answer that refuses)"
+                )));
+            }
+            return Ok(Action::Status(code));
+        }
+        Ok(match s {
+            "stall" => Action::Stall,
+            "drop" => Action::Drop,
+            "reset" => Action::Reset,
+            "aborted" => Action::Aborted,
+            "unavailable" => Action::Unavailable,
+            "resource-exhausted" => Action::ResourceExhausted,
+            "cut" => Action::Cut,
+            "garbage" => Action::Garbage,
+            "truncated" => Action::Truncated,
+            "oversized" => Action::Oversized,
+            "delay" => return Err(SpecError("delay needs a duration: delay:500ms".into())),
+            _ => return Err(SpecError(format!("unknown action {s:?}"))),
+        })
+    }
+}
+
+/// What a restart does with the backend's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartState {
+    /// Keep the catalog, sessions, config entries and the raft index.
+    Keep,
+    /// Start empty, raft indexes starting over (a `consul agent -dev` restart).
+    Lose,
+}
+
+/// One parsed and checked `--faults` spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultSpec {
+    /// The spec as written (trimmed): its label in the stats.
+    pub text: String,
+    /// Where.
+    pub target: Target,
+    /// What (`None` for a restart).
+    pub action: Option<Action>,
+    /// Probability per unit (0 < p ≤ 1); 1 when only a time is given.
+    pub rate: f64,
+    /// First time (from serve start).
+    pub at: Option<Duration>,
+    /// Period of the times.
+    pub every: Option<Duration>,
+    /// Window after each time in which arriving units are hit.
+    pub window: Option<Duration>,
+    /// Sensu sessions hit by rate: this far into the session.
+    pub after: Duration,
+    /// consul.http: request path prefix.
+    pub path: Option<String>,
+    /// Most injections (`None`: unbounded).
+    pub max: Option<u64>,
+    /// Restart: time down.
+    pub down: Duration,
+    /// Restart: what happens to the state.
+    pub state: Option<RestartState>,
+}
+
+/// Shortest `every:` accepted.
+pub const MIN_PERIOD: Duration = Duration::from_millis(10);
+/// Default `down:` of a restart.
+pub const DEFAULT_DOWN: Duration = Duration::from_secs(1);
+
+fn duration(item: &str, s: &str) -> Result<Duration, SpecError> {
+    humantime::parse_duration(s.trim()).map_err(|e| {
+        SpecError(format!(
+            "{item}:{s}: not a duration ({e}); e.g. 500ms, 30s, 2m"
+        ))
+    })
+}
+
+impl FromStr for FaultSpec {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        let text = s.trim();
+        parse(text).map_err(|e| SpecError(format!("{text:?}: {}", e.0)))
+    }
+}
+
+impl fmt::Display for FaultSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+fn parse(text: &str) -> Result<FaultSpec, SpecError> {
+    let shape = || {
+        SpecError("expected TARGET=ACTION@WHEN (e.g. sensu.upgrade=503@10%) or restart@WHEN".into())
+    };
+    let (head, items) = text.split_once('@').ok_or_else(shape)?;
+    let (target, action) = match head.split_once('=') {
+        Some((t, a)) => (t.trim(), Some(a.trim())),
+        None => (head.trim(), None),
+    };
+    let target = Target::ALL
+        .into_iter()
+        .find(|t| t.name() == target)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Target::ALL.iter().map(|t| t.name()).collect();
+            SpecError(format!(
+                "unknown target {target:?} (one of {})",
+                names.join(", ")
+            ))
+        })?;
+    let action = match (target, action) {
+        (Target::Restart, None) => None,
+        (Target::Restart, Some(_)) => {
+            return Err(SpecError(
+                "restart takes no action: restart@at:20s,down:5s,state:lose".into(),
+            ));
+        }
+        (t, None) => {
+            return Err(SpecError(format!(
+                "{t} needs an action: {t}=ACTION@WHEN ({})",
+                t.actions()
+            )));
+        }
+        (t, Some(a)) => {
+            let a: Action = a.parse()?;
+            if !t.accepts(&a) {
+                return Err(SpecError(format!(
+                    "{t} does not take {}: use {}",
+                    a.name(),
+                    t.actions()
+                )));
+            }
+            Some(a)
+        }
+    };
+    let mut spec = FaultSpec {
+        text: text.to_owned(),
+        target,
+        action,
+        rate: 1.0,
+        at: None,
+        every: None,
+        window: None,
+        after: Duration::ZERO,
+        path: None,
+        max: None,
+        down: DEFAULT_DOWN,
+        state: None,
+    };
+    let mut rate = None;
+    let mut seen: Vec<&str> = Vec::new();
+    for item in items.split(',').map(str::trim) {
+        if item.is_empty() {
+            return Err(SpecError("empty item after '@' or ','".into()));
+        }
+        let (key, value) = match item.split_once(':') {
+            Some((k, v)) => (k, v),
+            None if item.ends_with('%') => ("%", item),
+            None => {
+                return Err(SpecError(format!(
+                    "{item:?}: expected N%, at:DUR, every:DUR, for:DUR, after:DUR, path:PREFIX, \
+                     max:N, down:DUR or state:keep|lose"
+                )));
+            }
+        };
+        if seen.contains(&key) {
+            return Err(SpecError(format!("{key} given twice")));
+        }
+        seen.push(key);
+        match key {
+            "%" => {
+                let n: f64 = value
+                    .trim_end_matches('%')
+                    .parse()
+                    .map_err(|_| SpecError(format!("{item:?}: not a percentage")))?;
+                if !(n > 0.0 && n <= 100.0) {
+                    return Err(SpecError(format!(
+                        "{item:?}: a rate is a percentage in (0, 100]"
+                    )));
+                }
+                rate = Some(n / 100.0);
+            }
+            "at" => spec.at = Some(duration(key, value)?),
+            "every" => {
+                let d = duration(key, value)?;
+                if d < MIN_PERIOD {
+                    return Err(SpecError(format!(
+                        "every:{value}: at least {}ms",
+                        MIN_PERIOD.as_millis()
+                    )));
+                }
+                spec.every = Some(d);
+            }
+            "for" => spec.window = Some(duration(key, value)?),
+            "after" => spec.after = duration(key, value)?,
+            "path" => {
+                if !value.starts_with('/') {
+                    return Err(SpecError(format!(
+                        "path:{value}: a request path prefix starts with '/' (e.g. path:/v1/session/)"
+                    )));
+                }
+                spec.path = Some(value.to_owned());
+            }
+            "max" => {
+                let n: u64 = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| SpecError(format!("max:{value}: a count of at least 1")))?;
+                spec.max = Some(n);
+            }
+            "down" => spec.down = duration(key, value)?,
+            "state" => {
+                spec.state = Some(match value {
+                    "keep" => RestartState::Keep,
+                    "lose" => RestartState::Lose,
+                    _ => return Err(SpecError(format!("state:{value}: keep or lose"))),
+                })
+            }
+            _ => return Err(SpecError(format!("unknown item {key:?}"))),
+        }
+    }
+    check(&mut spec, rate, &seen)?;
+    Ok(spec)
+}
+
+/// The rules that tie items to targets.
+fn check(spec: &mut FaultSpec, rate: Option<f64>, seen: &[&str]) -> Result<(), SpecError> {
+    let t = spec.target;
+    let has = |k: &str| seen.contains(&k);
+    let timed = spec.at.is_some() || spec.every.is_some();
+    let only = |item: &str, target: Target| -> Result<(), SpecError> {
+        if has(item) && t != target {
+            return Err(SpecError(format!("{item}: applies to {target} only")));
+        }
+        Ok(())
+    };
+    only("path", Target::ConsulHttp)?;
+    only("down", Target::Restart)?;
+    only("state", Target::Restart)?;
+    only("after", Target::SensuSession)?;
+    if t == Target::Restart {
+        if rate.is_some() || has("for") {
+            return Err(SpecError(
+                "restart happens at times only: restart@at:20s[,every:60s],down:5s,state:keep|lose"
+                    .into(),
+            ));
+        }
+        if !timed {
+            return Err(SpecError("restart needs at:DUR and/or every:DUR".into()));
+        }
+        if spec.state.is_none() {
+            return Err(SpecError(
+                "restart needs state:keep (catalog, sessions, raft index kept) or state:lose \
+                 (start empty, as a consul agent -dev restart)"
+                    .into(),
+            ));
+        }
+        if let Some(p) = spec.every
+            && spec.down >= p
+        {
+            return Err(SpecError(format!(
+                "down:{:?} must be shorter than every:{p:?}",
+                spec.down
+            )));
+        }
+        return Ok(());
+    }
+    let action = spec.action.as_ref().expect("checked in parse");
+    if rate.is_none() && !timed {
+        return Err(SpecError(
+            "needs a rate (N%) and/or a time (at:DUR, every:DUR)".into(),
+        ));
+    }
+    if let Some(r) = rate {
+        spec.rate = r;
+    }
+    if has("after") && timed {
+        return Err(SpecError(
+            "after: goes with a rate alone (sessions hit that far into their life)".into(),
+        ));
+    }
+    if has("for") && !timed {
+        return Err(SpecError("for: needs at:DUR or every:DUR".into()));
+    }
+    if timed && !has("for") && !t.has_live_units(action) {
+        return Err(SpecError(format!(
+            "{t} has no live units to hit with {} at a time: add for:DUR (how long arriving \
+             units are hit)",
+            action.name()
+        )));
+    }
+    if let (Some(w), Some(p)) = (spec.window, spec.every)
+        && w >= p
+    {
+        return Err(SpecError(format!(
+            "for:{w:?} must be shorter than every:{p:?}"
+        )));
+    }
+    Ok(())
+}
+
+impl FaultSpec {
+    /// The `k`-th time this fault fires (from serve start), if any.
+    pub fn moment(&self, k: u64) -> Option<Duration> {
+        match (self.at, self.every) {
+            (None, None) => None,
+            (Some(a), None) => (k == 0).then_some(a),
+            (a, Some(p)) => {
+                let first = a.unwrap_or(p);
+                let n = u32::try_from(k).ok()?;
+                p.checked_mul(n).and_then(|d| d.checked_add(first))
+            }
+        }
+    }
+
+    /// Whether a unit arriving `t` after serve start is within a window.
+    pub fn in_window(&self, t: Duration) -> bool {
+        let Some(w) = self.window else {
+            return false;
+        };
+        match (self.at, self.every) {
+            (Some(a), None) => t >= a && t < a + w,
+            (a, Some(p)) => {
+                let first = a.unwrap_or(p);
+                t >= first && (t - first).as_nanos() % p.as_nanos() < w.as_nanos()
+            }
+            (None, None) => false,
+        }
+    }
+
+    /// Whether a rate alone decides (no time given).
+    pub fn untimed(&self) -> bool {
+        self.at.is_none() && self.every.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(s: &str) -> FaultSpec {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    fn err(s: &str) -> String {
+        match s.parse::<FaultSpec>() {
+            Ok(spec) => panic!("{s} parsed: {spec:?}"),
+            Err(e) => e.0,
+        }
+    }
+
+    #[test]
+    fn the_documented_examples_parse() {
+        let s = ok("sensu.upgrade=503@10%");
+        assert_eq!(s.target, Target::SensuUpgrade);
+        assert_eq!(s.action, Some(Action::Status(503)));
+        assert!((s.rate - 0.1).abs() < 1e-12);
+        assert!(s.untimed());
+
+        let s = ok("consul.subscribe=aborted@at:30s");
+        assert_eq!(s.action, Some(Action::Aborted));
+        assert_eq!(s.at, Some(Duration::from_secs(30)));
+        assert_eq!(s.rate, 1.0);
+
+        let s = ok(" restart@at:20s,down:5s,state:lose ");
+        assert_eq!(s.text, "restart@at:20s,down:5s,state:lose");
+        assert_eq!(s.target, Target::Restart);
+        assert_eq!(s.down, Duration::from_secs(5));
+        assert_eq!(s.state, Some(RestartState::Lose));
+
+        let s = ok("consul.http=429@5%,path:/v1/session/,max:3");
+        assert_eq!(s.path.as_deref(), Some("/v1/session/"));
+        assert_eq!(s.max, Some(3));
+
+        let s = ok("sensu.session=drop@every:10s,for:1s,25%");
+        assert_eq!(s.every, Some(Duration::from_secs(10)));
+        assert_eq!(s.window, Some(Duration::from_secs(1)));
+        assert!((s.rate - 0.25).abs() < 1e-12);
+
+        let s = ok("sensu.frame=delay:1500ms@100%");
+        assert_eq!(s.action, Some(Action::Delay(Duration::from_millis(1500))));
+        ok("sensu.session=reset@2%,after:5s");
+        ok("consul.frame=oversized@at:1s,for:2s");
+        ok("consul.rpc=drop@at:10s");
+        ok("consul.subscribe=cut@50%");
+        ok("restart@every:60s,state:keep");
+    }
+
+    #[test]
+    fn bad_specs_say_why_in_one_line() {
+        for (spec, says) in [
+            ("sensu.upgrade", "expected TARGET=ACTION@WHEN"),
+            ("sensu.nothing=drop@1%", "unknown target"),
+            ("sensu.upgrade@1%", "needs an action"),
+            ("sensu.upgrade=aborted@1%", "does not take aborted"),
+            ("sensu.upgrade=302@1%", "400..599"),
+            ("sensu.upgrade=503@0%", "(0, 100]"),
+            ("sensu.upgrade=503@150%", "(0, 100]"),
+            ("sensu.upgrade=503@at:1s", "add for:DUR"),
+            ("sensu.upgrade=503@for:1s", "needs a rate"),
+            ("sensu.upgrade=503@1%,for:1s", "for: needs at:DUR"),
+            ("sensu.upgrade=503@every:1s,for:2s", "shorter than every"),
+            ("sensu.upgrade=503@every:1ms,for:0s", "at least 10ms"),
+            ("sensu.upgrade=503@at:soon,for:1s", "not a duration"),
+            ("sensu.upgrade=delay@1%", "needs a duration"),
+            ("sensu.upgrade=503@1%,1%", "given twice"),
+            ("sensu.upgrade=503@1%,path:/v1", "consul.http only"),
+            ("consul.http=503@1%,path:v1", "starts with '/'"),
+            ("consul.http=503@1%,max:0", "at least 1"),
+            ("sensu.upgrade=drop@1%,after:1s", "after: applies"),
+            (
+                "sensu.session=drop@at:1s,after:2s",
+                "after: goes with a rate",
+            ),
+            ("restart@at:1s", "needs state:keep"),
+            ("restart@50%,state:keep", "at times only"),
+            ("restart=drop@at:1s,state:keep", "takes no action"),
+            ("restart@every:1s,down:2s,state:lose", "shorter than every"),
+            ("restart@at:1s,state:maybe", "keep or lose"),
+            ("sensu.upgrade=503@1%,bogus", "expected N%"),
+            ("sensu.upgrade=503@1%,", "empty item"),
+        ] {
+            let e = err(spec);
+            assert!(e.contains(says), "{spec}: {e}");
+            assert!(!e.contains('\n'), "{spec}: {e}");
+            assert!(e.starts_with(&format!("{spec:?}")), "{spec}: {e}");
+        }
+    }
+
+    #[test]
+    fn moments_and_windows() {
+        let s = ok("consul.http=503@at:5s,every:10s,for:2s");
+        assert_eq!(s.moment(0), Some(Duration::from_secs(5)));
+        assert_eq!(s.moment(2), Some(Duration::from_secs(25)));
+        assert!(!s.in_window(Duration::from_secs(4)));
+        assert!(s.in_window(Duration::from_secs(5)));
+        assert!(s.in_window(Duration::from_millis(16_999)));
+        assert!(!s.in_window(Duration::from_secs(17)));
+        let once = ok("consul.http=503@at:1s,for:500ms");
+        assert_eq!(once.moment(1), None);
+        assert!(once.in_window(Duration::from_millis(1200)));
+        assert!(!once.in_window(Duration::from_millis(1500)));
+        let periodic = ok("sensu.session=drop@every:3s");
+        assert_eq!(periodic.moment(0), Some(Duration::from_secs(3)));
+        assert!(
+            !periodic.in_window(Duration::from_secs(3)),
+            "no for: no window"
+        );
+        assert_eq!(ok("consul.http=503@7%").moment(0), None);
+    }
+}
