@@ -14,10 +14,13 @@
 //! The Rust code under `src/gen/` is checked in so that a fresh machine needs no
 //! `protoc`; `tests/bootstrap.rs` regenerates it with protox and fails on drift.
 //! Besides the bindings, one small piece of logic: [`scan`], a top-level
-//! field scan both protocol crates use to count unknown fields.
+//! field scan the protocol crates use to count unknown fields, and
+//! [`fields`], the field numbers of the Envoy and Consul dataplane messages
+//! scanned that way (the client and the embedded server share them).
 
 #![allow(missing_docs)]
 
+pub mod fields;
 pub mod scan;
 
 /// Sensu Go agent protocol messages.
