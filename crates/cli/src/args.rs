@@ -145,6 +145,11 @@ pub struct ServeArgs {
     /// (0 = no cap).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub xds_max_streams: usize,
+    /// Consul: most proxy updates delivered per second across all xDS
+    /// streams (Consul's xds.update_max_per_second, 250/s): an update waits
+    /// for the longer of its turn and the coalescing delay; `off`: no limit.
+    #[arg(long, value_name = "RATE", default_value = "250/s")]
+    pub xds_update_rate: Toggle<Rate>,
     /// Set SO_REUSEPORT so several serve processes share the ports.
     #[arg(long)]
     pub reuse_port: bool,

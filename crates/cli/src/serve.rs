@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
 use agent_sim_server::consul::ConsulTargetConfig;
-use agent_sim_server::faults::{FaultSpec, Protocol};
+use agent_sim_server::faults::{FaultSpec, Protocol, Target};
 use agent_sim_server::sensu::{CheckSpec, SensuTargetConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +27,8 @@ Faults (--faults SPEC, repeatable; counted in the printed stats):
     consul.subscribe  aborted | unavailable | resource-exhausted | cut   (calls; live streams at a time)
     consul.frame      garbage | truncated | oversized | delay:DUR   (gRPC messages on streams)
     consul.http       delay:DUR | stall | drop | reset | 400..599   (HTTP API requests)
+    consul.xds        reset | resource-exhausted                    (Delta ADS streams; live at a time)
+                      garbage | bad-resource | delay:DUR            (xDS responses; needs --consul-grpc)
   ITEM:
     N%              each unit (connection, request, stream, frame) with this probability
     at:DUR          once, DUR after serve started     every:DUR  periodically
@@ -40,6 +42,7 @@ Faults (--faults SPEC, repeatable; counted in the printed stats):
   Examples:
     --faults 'sensu.upgrade=503@10%'   --faults 'consul.subscribe=aborted@at:30s'
     --faults 'sensu.session=reset@every:60s,20%'   --faults 'consul.http=429@5%,path:/v1/txn'
+    --faults 'consul.xds=bad-resource@5%'   --faults 'consul.xds=reset@at:1m'
     --faults 'restart@at:20s,down:5s,state:lose'   --faults-seed 42";
 
 /// Validated `serve` settings.
@@ -117,6 +120,9 @@ fn fault_specs(a: &ServeArgs) -> Result<Vec<FaultSpec>, UsageError> {
                 .map_err(|e| UsageError(format!("serve --faults {e}")))?;
             let missing = match spec.target.protocol() {
                 Some(Protocol::Sensu) if a.sensu.is_none() => Some("--sensu"),
+                _ if spec.target == Target::ConsulXds && a.consul_grpc.is_none() => {
+                    Some("--consul-grpc")
+                }
                 Some(Protocol::Consul) if a.consul_rpc.is_none() => {
                     Some("--consul-rpc and --consul-http")
                 }
@@ -163,6 +169,10 @@ fn backend_config(a: &ServeArgs, p: &ServePlan) -> BackendConfig {
                     rpc_max_conns_per_client: a.rpc_max_conns_per_client,
                     acl_tokens: (!a.acl_tokens.is_empty()).then(|| a.acl_tokens.clone()),
                     xds_coalesce: a.xds_coalesce.0,
+                    xds_update_rate: a
+                        .xds_update_rate
+                        .into_option()
+                        .map_or(0.0, |r| r.as_per_second()),
                     xds_max_streams: a.xds_max_streams,
                     ..ConsulTargetConfig::default()
                 },
@@ -189,8 +199,9 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
         eprintln!("agent-sim serve: consul rpc on {rpc}, http on {http}{tls}");
         if let Some(grpc) = backend.consul_grpc_addr() {
             eprintln!(
-                "agent-sim serve: consul grpc (dataplane, delta xDS; coalescing {:?}) on {grpc}",
-                a.xds_coalesce.0
+                "agent-sim serve: consul grpc (dataplane, delta xDS; coalescing {:?}, updates at \
+                 most {}) on {grpc}",
+                a.xds_coalesce.0, a.xds_update_rate
             );
         }
     }

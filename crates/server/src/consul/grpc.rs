@@ -16,9 +16,19 @@
 //!   until it is ACKed or NACKed; a NACK is not retried until the catalog
 //!   changes), in Consul's order (cluster upserts, endpoint upserts, cluster
 //!   removals, endpoint removals); catalog changes of the proxy's upstreams
-//!   are coalesced for [`super::ConsulTargetConfig::xds_coalesce`] before the
-//!   resources are rebuilt; over `xds_max_streams` a stream is refused with
-//!   `RESOURCE_EXHAUSTED`.
+//!   are coalesced for [`super::ConsulTargetConfig::xds_coalesce`] and paced
+//!   server-wide ([`Pacer`], Consul's `xds.update_max_per_second`) before the
+//!   resources are rebuilt, the first configuration of a stream too; over
+//!   `xds_max_streams` a stream is refused with `RESOURCE_EXHAUSTED`.
+//!
+//! Hostile input: requests are decoded within [`MAX_XDS_REQUEST`] (Delta
+//! xDS) and [`MAX_REQUEST_MESSAGE`] (the others); a stream holds at most
+//! [`MAX_NAMES_PER_TYPE`] resource names per type; top-level fields the API
+//! does not define and xDS types this server does not serve are counted
+//! (`grpc_unknown_fields`, `xds_unknown_types`) and ignored. Faults
+//! (`consul.xds`): a stream refused or ended with `RESOURCE_EXHAUSTED` or
+//! its connection reset; a response delayed, replaced by garbage, or sent
+//! with a resource that does not parse.
 
 use std::collections::{BTreeSet, HashMap};
 use std::convert::Infallible;
@@ -37,7 +47,8 @@ use agent_sim_proto::consul::dataplane::{
 };
 use agent_sim_proto::consul::serverdiscovery::{Server, WatchServersRequest, WatchServersResponse};
 use agent_sim_proto::consul::subscribe::Topic;
-use bytes::Bytes;
+use agent_sim_proto::fields;
+use bytes::{Buf, BufMut, Bytes};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
 use envoy_types::pb::envoy::service::discovery::v3::{
@@ -49,11 +60,12 @@ use hyper::body::Incoming;
 use hyper::server::conn::http2;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use prost::Message as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tonic::codec::{BufferSettings, Codec, Streaming};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder, Streaming};
 use tonic::server::{Grpc, ServerStreamingService, StreamingService, UnaryService};
 use tonic::{Status, metadata::MetadataMap};
 use tonic_prost::{ProstDecoder, ProstEncoder};
@@ -61,6 +73,7 @@ use tonic_prost::{ProstDecoder, ProstEncoder};
 use super::state::TopicKey;
 use super::xds::{self, CLUSTER_TYPE, ENDPOINT_TYPE, ProxyResources};
 use super::{ConsulState, Gauge, lock};
+use crate::faults::{Action, BAD_RESOURCE, ConnCtl, Kill, Order, Target};
 
 const BOOTSTRAP_PATH: &str = "/hashicorp.consul.dataplane.DataplaneService/GetEnvoyBootstrapParams";
 const FEATURES_PATH: &str =
@@ -79,9 +92,73 @@ const LOOKUP_RETRY: Duration = Duration::from_secs(1);
 const VERSION: &str = "1.20.1";
 /// Oldest Envoy minor version served (Consul 1.20 supports 1.26 .. 1.29).
 const ENVOY_MIN: (u32, u32) = (1, 26);
-/// What Consul says over its xDS stream cap.
+/// What Consul says over its xDS stream cap (and when it drains streams to
+/// rebalance them, `errOverwhelmed`).
 pub(crate) const TOO_MANY_STREAMS: &str =
     "this server has too many xDS streams open, please try another";
+/// Largest Delta xDS request decoded. Consul's public gRPC server accepts
+/// 50 MiB (`grpc.MaxRecvMsgSize`); the requests of a sidecar are a few
+/// hundred bytes but for `initial_resource_versions` after a reconnect
+/// (≈150 bytes per resource held), so 4 MiB holds the versions of
+/// [`MAX_NAMES_PER_TYPE`] resources with room, and bounds what one stream
+/// makes this backend reserve (tonic reserves on the length prefix).
+pub const MAX_XDS_REQUEST: usize = 4 * 1024 * 1024;
+/// Largest bootstrap-params, features or `WatchServers` request decoded
+/// (they are tens of bytes).
+pub const MAX_REQUEST_MESSAGE: usize = 64 * 1024;
+/// Most resource names a stream holds per type (subscribed, or offered in
+/// `initial_resource_versions`): far above the clusters of one proxy
+/// (one per upstream), and ≈ 2 MiB of names and versions at most; a request
+/// that would go beyond it ends the stream with `RESOURCE_EXHAUSTED`.
+pub const MAX_NAMES_PER_TYPE: usize = 16_384;
+/// HTTP/2 header block accepted on the gRPC port (a call's metadata is a
+/// few hundred bytes).
+const MAX_HEADER_LIST: u32 = 16 * 1024;
+
+/// Consul's pacing of proxy updates (`proxycfg.Manager`'s rate limiter,
+/// `xds.update_max_per_second`): ONE token bucket for the whole server,
+/// burst 1, refilled at `rate` per second. Each proxy update reserves a
+/// token when it is scheduled and waits `max(token delay, coalesce)`, so
+/// an endpoint change that reaches N proxies at once is delivered to them
+/// over `N / rate` seconds (200 sidecars at 250/s: from 200 ms to ≈ 800 ms,
+/// p50 ≈ 400 ms, as a real Consul 1.20 server does).
+#[derive(Debug)]
+pub(crate) struct Pacer {
+    /// Tokens per second (`0`, negative or not finite: no limit).
+    rate: f64,
+    /// Tokens in the bucket at `last` (≤ 1; negative: reserved ahead).
+    tokens: f64,
+    last: Option<Instant>,
+}
+
+impl Pacer {
+    pub(crate) fn new(rate: f64) -> Pacer {
+        Pacer {
+            rate,
+            tokens: 1.0,
+            last: None,
+        }
+    }
+
+    /// Reserves one token at `now`: how long until it is there (golang's
+    /// `rate.Limiter.Reserve().Delay()` with burst 1).
+    pub(crate) fn reserve(&mut self, now: Instant) -> Duration {
+        if !(self.rate.is_finite() && self.rate > 0.0) {
+            return Duration::ZERO;
+        }
+        let elapsed = self
+            .last
+            .map_or(Duration::ZERO, |l| now.saturating_duration_since(l));
+        self.tokens = (self.tokens + elapsed.as_secs_f64() * self.rate).min(1.0);
+        self.last = Some(now);
+        self.tokens -= 1.0;
+        if self.tokens < 0.0 {
+            Duration::from_secs_f64(-self.tokens / self.rate)
+        } else {
+            Duration::ZERO
+        }
+    }
+}
 
 /// Serves the public gRPC port until `shutdown` is cancelled.
 pub async fn serve_grpc(
@@ -96,6 +173,7 @@ pub async fn serve_grpc(
     builder
         .timer(TokioTimer::new())
         .keep_alive_interval(None)
+        .max_header_list_size(MAX_HEADER_LIST)
         .max_concurrent_streams(1024);
     let builder = Arc::new(builder);
     super::accept_loop(listener, shutdown.clone(), move |stream| {
@@ -111,8 +189,12 @@ async fn grpc_connection(
     shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
+    // With faults armed, the connection has a kill switch (a `consul.xds`
+    // reset of a stream resets the connection carrying it).
+    let stream = state.faults().io(stream);
+    let ctl = stream.ctl();
     match state.inner.cfg.tls.clone() {
-        None => serve(stream, state, builder, shutdown).await,
+        None => serve(stream, state, builder, shutdown, ctl).await,
         Some(tls) => {
             let accepted = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -122,7 +204,7 @@ async fn grpc_connection(
                 ) => r,
             };
             if let Ok(Ok(tls)) = accepted {
-                serve(tls, state, builder, shutdown).await;
+                serve(tls, state, builder, shutdown, ctl).await;
             }
         }
     }
@@ -133,23 +215,44 @@ async fn serve<I>(
     state: ConsulState,
     builder: Arc<http2::Builder<TokioExecutor>>,
     shutdown: CancellationToken,
+    ctl: Option<Arc<ConnCtl>>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = Router {
         state,
         shutdown: shutdown.clone(),
+        ctl,
     };
     let conn = builder.serve_connection(TokioIo::new(io), svc);
     super::drive_connection(conn, &shutdown, |c| c.graceful_shutdown()).await;
 }
 
-/// A prost codec with small buffers (server side: encodes `E`, decodes `D`).
-struct Small<E, D>(PhantomData<fn(D) -> E>);
+/// Buffers of every codec on the port: messages are small.
+fn encode_buffers() -> BufferSettings {
+    BufferSettings::new(1024, 32 * 1024)
+}
 
-impl<E, D> Default for Small<E, D> {
-    fn default() -> Self {
-        Small(PhantomData)
+fn decode_buffers() -> BufferSettings {
+    BufferSettings::new(512, 32 * 1024)
+}
+
+/// A prost codec with small buffers (server side: encodes `E`, decodes `D`)
+/// whose decoder counts requests with top-level fields outside `known`
+/// (`grpc_unknown_fields`).
+struct Small<E, D> {
+    state: ConsulState,
+    known: &'static [u32],
+    _types: PhantomData<fn(D) -> E>,
+}
+
+impl<E, D> Small<E, D> {
+    fn new(state: &ConsulState, known: &'static [u32]) -> Self {
+        Small {
+            state: state.clone(),
+            known,
+            _types: PhantomData,
+        }
     }
 }
 
@@ -161,14 +264,96 @@ where
     type Encode = E;
     type Decode = D;
     type Encoder = ProstEncoder<E>;
-    type Decoder = ProstDecoder<D>;
+    type Decoder = Scanning<D>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::new(BufferSettings::new(1024, 32 * 1024))
+        ProstEncoder::new(encode_buffers())
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        ProstDecoder::new(BufferSettings::new(512, 32 * 1024))
+        Scanning {
+            inner: ProstDecoder::new(decode_buffers()),
+            state: self.state.clone(),
+            known: self.known,
+        }
+    }
+}
+
+/// Decodes `D` with prost after a scan of its top-level fields
+/// (`agent_sim_proto::scan`: no allocation).
+struct Scanning<D> {
+    inner: ProstDecoder<D>,
+    state: ConsulState,
+    known: &'static [u32],
+}
+
+impl<D: prost::Message + Default + Send + 'static> Decoder for Scanning<D> {
+    type Item = D;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<D>, Status> {
+        if agent_sim_proto::scan::unknown_fields(buf.chunk(), self.known).is_some() {
+            let c = &self.state.inner.counters;
+            c.bump(&c.grpc_unknown_fields);
+        }
+        self.inner.decode(buf)
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        decode_buffers()
+    }
+}
+
+/// What an ADS stream writes: a response, or (a `consul.xds=garbage`
+/// fault) bytes that are none.
+enum AdsOut {
+    Response(Box<DeltaDiscoveryResponse>),
+    Raw(Bytes),
+}
+
+/// Encodes [`AdsOut`].
+struct AdsEncoder;
+
+impl Encoder for AdsEncoder {
+    type Item = AdsOut;
+    type Error = Status;
+
+    fn encode(&mut self, item: AdsOut, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        match item {
+            AdsOut::Response(r) => r
+                .encode(dst)
+                .map_err(|e| Status::internal(format!("encoding a response: {e}"))),
+            AdsOut::Raw(b) => {
+                dst.put_slice(&b);
+                Ok(())
+            }
+        }
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        encode_buffers()
+    }
+}
+
+/// The Delta ADS codec: [`AdsOut`] out, scanned `DeltaDiscoveryRequest`s in.
+struct AdsCodec(ConsulState);
+
+impl Codec for AdsCodec {
+    type Encode = AdsOut;
+    type Decode = DeltaDiscoveryRequest;
+    type Encoder = AdsEncoder;
+    type Decoder = Scanning<DeltaDiscoveryRequest>;
+
+    fn encoder(&mut self) -> AdsEncoder {
+        AdsEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        Scanning {
+            inner: ProstDecoder::new(decode_buffers()),
+            state: self.0.clone(),
+            known: fields::DELTA_DISCOVERY_REQUEST,
+        }
     }
 }
 
@@ -178,6 +363,8 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 struct Router {
     state: ConsulState,
     shutdown: CancellationToken,
+    /// The connection's kill switch (faults armed only).
+    ctl: Option<Arc<ConnCtl>>,
 }
 
 impl hyper::service::Service<Request<Incoming>> for Router {
@@ -190,29 +377,46 @@ impl hyper::service::Service<Request<Incoming>> for Router {
         let shutdown = self.shutdown.clone();
         match req.uri().path() {
             BOOTSTRAP_PATH => Box::pin(async move {
-                let mut g = Grpc::new(Small::<
-                    GetEnvoyBootstrapParamsResponse,
-                    GetEnvoyBootstrapParamsRequest,
-                >::default());
+                let codec =
+                    Small::<GetEnvoyBootstrapParamsResponse, GetEnvoyBootstrapParamsRequest>::new(
+                        &state,
+                        fields::BOOTSTRAP_REQUEST,
+                    );
+                let mut g = Grpc::new(codec).max_decoding_message_size(MAX_REQUEST_MESSAGE);
                 Ok(g.unary(Bootstrap(state), req).await)
             }),
             FEATURES_PATH => Box::pin(async move {
-                let mut g = Grpc::new(Small::<
+                let codec = Small::<
                     GetSupportedDataplaneFeaturesResponse,
                     GetSupportedDataplaneFeaturesRequest,
-                >::default());
+                >::new(&state, &[]);
+                let mut g = Grpc::new(codec).max_decoding_message_size(MAX_REQUEST_MESSAGE);
                 Ok(g.unary(Features, req).await)
             }),
             WATCH_SERVERS_PATH => Box::pin(async move {
-                let mut g =
-                    Grpc::new(Small::<WatchServersResponse, WatchServersRequest>::default());
+                let codec = Small::<WatchServersResponse, WatchServersRequest>::new(
+                    &state,
+                    fields::WATCH_SERVERS_REQUEST,
+                );
+                let mut g = Grpc::new(codec).max_decoding_message_size(MAX_REQUEST_MESSAGE);
                 Ok(g.server_streaming(WatchServers(state, shutdown), req).await)
             }),
-            ADS_PATH => Box::pin(async move {
-                let mut g =
-                    Grpc::new(Small::<DeltaDiscoveryResponse, DeltaDiscoveryRequest>::default());
-                Ok(g.streaming(Ads(state, shutdown), req).await)
-            }),
+            ADS_PATH => {
+                let ctl = self.ctl.clone();
+                Box::pin(async move {
+                    let mut g = Grpc::new(AdsCodec(state.clone()))
+                        .max_decoding_message_size(MAX_XDS_REQUEST);
+                    Ok(g.streaming(
+                        Ads {
+                            state,
+                            shutdown,
+                            ctl,
+                        },
+                        req,
+                    )
+                    .await)
+                })
+            }
             SOTW_PATH => {
                 let s = Status::unimplemented("method StreamAggregatedResources not implemented");
                 Box::pin(ready(Ok(s.into_http())))
@@ -474,17 +678,26 @@ impl TypeState {
     }
 }
 
-type AdsStream = Pin<Box<dyn Stream<Item = Result<DeltaDiscoveryResponse, Status>> + Send>>;
+type AdsStream = Pin<Box<dyn Stream<Item = Result<AdsOut, Status>> + Send>>;
 
-struct Ads(ConsulState, CancellationToken);
+struct Ads {
+    state: ConsulState,
+    shutdown: CancellationToken,
+    ctl: Option<Arc<ConnCtl>>,
+}
+
+/// `consul.xds` actions that hit a stream (the others hit a response).
+fn stream_action(a: &Action) -> bool {
+    matches!(a, Action::Reset | Action::ResourceExhausted)
+}
 
 impl StreamingService<DeltaDiscoveryRequest> for Ads {
-    type Response = DeltaDiscoveryResponse;
+    type Response = AdsOut;
     type ResponseStream = AdsStream;
     type Future = BoxFuture<Result<tonic::Response<AdsStream>, Status>>;
 
     fn call(&mut self, req: tonic::Request<Streaming<DeltaDiscoveryRequest>>) -> Self::Future {
-        let (state, shutdown) = (self.0.clone(), self.1.clone());
+        let (state, shutdown, ctl) = (self.state.clone(), self.shutdown.clone(), self.ctl.clone());
         Box::pin(async move {
             authorize(&state, req.metadata())?;
             let c = &state.inner.counters;
@@ -497,12 +710,27 @@ impl StreamingService<DeltaDiscoveryRequest> for Ads {
                 c.bump(&c.xds_streams_refused);
                 return Err(Status::resource_exhausted(TOO_MANY_STREAMS));
             }
+            let faults = state.faults();
+            if let Some(hit) = faults.pick_if(Target::ConsulXds, stream_action) {
+                match hit.action {
+                    Action::Reset => {
+                        // The connection carrying the stream is reset.
+                        if let Some(ctl) = &ctl {
+                            ctl.kill(Kill::Reset);
+                        }
+                        return Err(Status::unavailable("connection reset (fault)"));
+                    }
+                    _ => return Err(Status::resource_exhausted(TOO_MANY_STREAMS)),
+                }
+            }
             c.bump(&c.xds_streams);
             let s = AdsSession {
                 gauge: Gauge::up(&state, |c| &c.xds_streams_active),
+                orders: faults.orders(Target::ConsulXds),
                 state,
                 inbound: req.into_inner(),
                 shutdown,
+                ctl,
                 node: None,
                 proxy: None,
                 types: [TypeState::default(), TypeState::default()],
@@ -513,6 +741,7 @@ impl StreamingService<DeltaDiscoveryRequest> for Ads {
                 lookup_at: None,
                 hold: false,
                 done: false,
+                first_request: true,
             };
             let stream = futures_util::stream::unfold(s, |mut s| async move {
                 let item = s.next().await?;
@@ -530,6 +759,10 @@ struct AdsSession {
     shutdown: CancellationToken,
     #[allow(dead_code)]
     gauge: Gauge,
+    /// The connection's kill switch (faults armed only).
+    ctl: Option<Arc<ConnCtl>>,
+    /// Orders of timed `consul.xds` faults.
+    orders: Option<tokio::sync::watch::Receiver<Order>>,
     node: Option<Node>,
     /// (node name, proxy service ID), once found in the catalog.
     proxy: Option<(String, String)>,
@@ -537,13 +770,18 @@ struct AdsSession {
     types: [TypeState; 2],
     nonce: u64,
     current: Option<ProxyResources>,
+    // Bound: one receiver per upstream of the proxy (its `Upstreams`, part
+    // of a bounded catalog entry) plus its own service.
     watches: Vec<broadcast::Receiver<Bytes>>,
+    /// When the next (coalesced, paced) rebuild is due.
     coalesce_at: Option<Instant>,
     lookup_at: Option<Instant>,
     /// A NACK came: send nothing until the next request or catalog change
     /// (the same resources would be refused again), as Consul does.
     hold: bool,
     done: bool,
+    /// No request yet on this stream.
+    first_request: bool,
 }
 
 enum Wake {
@@ -552,6 +790,7 @@ enum Wake {
     Rebuild,
     Lookup,
     Changed,
+    Order,
 }
 
 /// Resolves when any receiver has a message (or lagged); never with none.
@@ -565,6 +804,19 @@ async fn any_change(watches: &mut [broadcast::Receiver<Bytes>]) {
             w.try_recv(),
             Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
         ) {}
+    }
+}
+
+/// Waits for the next order, or forever without a channel.
+async fn next_order(orders: &mut Option<tokio::sync::watch::Receiver<Order>>) {
+    match orders {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                *orders = None;
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 
@@ -605,22 +857,29 @@ fn metadata_str<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
     }
 }
 
+/// The words of a stream ended for holding too many names.
+fn too_many_names(type_url: &str) -> Status {
+    Status::resource_exhausted(format!(
+        "agent-sim serve: a stream holds at most {MAX_NAMES_PER_TYPE} resource names of type \
+         {type_url}"
+    ))
+}
+
 impl AdsSession {
-    async fn next(&mut self) -> Option<Result<DeltaDiscoveryResponse, Status>> {
+    async fn next(&mut self) -> Option<Result<AdsOut, Status>> {
         loop {
             if self.done {
                 return None;
             }
             if let Some(resp) = self.due() {
-                let c = &self.state.inner.counters;
-                c.bump(&c.xds_responses);
-                return Some(Ok(resp));
+                return self.emit(resp).await;
             }
             let far = Instant::now() + Duration::from_secs(3600);
             let wake = tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => Wake::Shutdown,
                 r = self.inbound.message() => Wake::Request(r.map(|o| o.map(Box::new))),
+                () = next_order(&mut self.orders) => Wake::Order,
                 _ = tokio::time::sleep_until(self.coalesce_at.unwrap_or(far)),
                     if self.coalesce_at.is_some() => Wake::Rebuild,
                 _ = tokio::time::sleep_until(self.lookup_at.unwrap_or(far)),
@@ -638,7 +897,23 @@ impl AdsSession {
                         return Some(Err(s));
                     }
                 }
-                Wake::Request(_) => return None,
+                Wake::Request(Ok(None)) => return None,
+                Wake::Request(Err(s)) => {
+                    // A request that did not decode, or over the limit
+                    // (tonic's words); a client that went away ends here
+                    // too, without a request.
+                    let refused = match s.code() {
+                        tonic::Code::OutOfRange => true,
+                        tonic::Code::Internal => s.message().contains("failed to decode"),
+                        _ => false,
+                    };
+                    if refused {
+                        let c = &self.state.inner.counters;
+                        c.bump(&c.xds_requests_refused);
+                    }
+                    self.done = true;
+                    return Some(Err(s));
+                }
                 Wake::Rebuild => {
                     self.coalesce_at = None;
                     self.hold = false;
@@ -650,16 +925,85 @@ impl AdsSession {
                 }
                 Wake::Changed => {
                     if self.coalesce_at.is_none() {
-                        self.coalesce_at = Some(Instant::now() + self.state.inner.cfg.xds_coalesce);
+                        self.schedule();
+                    }
+                }
+                Wake::Order => {
+                    let order = self.orders.as_mut().map(|rx| *rx.borrow_and_update());
+                    let faults = self.state.faults().clone();
+                    match order.and_then(|o| faults.obey(o)) {
+                        Some(Action::Reset) => {
+                            if let Some(ctl) = &self.ctl {
+                                ctl.kill(Kill::Reset);
+                            }
+                            self.done = true;
+                            return None;
+                        }
+                        Some(Action::ResourceExhausted) => {
+                            // Consul drains streams to rebalance them
+                            // (`errOverwhelmed`), in these words.
+                            self.done = true;
+                            return Some(Err(Status::resource_exhausted(TOO_MANY_STREAMS)));
+                        }
+                        _ => {}
                     }
                 }
             }
         }
     }
 
+    /// Schedules the next rebuild: after the coalescing delay, or later when
+    /// the server-wide pacing says so (a token reserved now).
+    fn schedule(&mut self) {
+        let now = Instant::now();
+        let paced = lock(&self.state.inner.xds_pacer).reserve(now);
+        self.coalesce_at = Some(now + paced.max(self.state.inner.cfg.xds_coalesce));
+    }
+
+    /// Sends `resp`, after what a `consul.xds` fault on responses does: a
+    /// delay; garbage instead of it (then the stream ends, as no client
+    /// reads past a message it cannot decode); or one of its resources
+    /// replaced by bytes that do not parse (a response without resources
+    /// is no unit of this fault).
+    async fn emit(&mut self, mut resp: DeltaDiscoveryResponse) -> Option<Result<AdsOut, Status>> {
+        let faults = self.state.faults().clone();
+        if let Some(hit) = faults.draw_if(Target::ConsulXds, None, |a| !stream_action(a)) {
+            match hit.action {
+                Action::Delay(d) if faults.confirm(hit.idx) => {
+                    tokio::select! {
+                        _ = self.shutdown.cancelled() => {
+                            self.done = true;
+                            return Some(Err(Status::unavailable("server is shutting down")));
+                        }
+                        () = tokio::time::sleep(d) => {}
+                    }
+                }
+                Action::Garbage if faults.confirm(hit.idx) => {
+                    self.done = true;
+                    let junk = crate::faults::garbage(fastrand::u64(..), 32);
+                    return Some(Ok(AdsOut::Raw(Bytes::from(junk))));
+                }
+                Action::BadResource if !resp.resources.is_empty() && faults.confirm(hit.idx) => {
+                    if let Some(any) = resp.resources[0].resource.as_mut() {
+                        any.value = BAD_RESOURCE.to_vec();
+                    }
+                }
+                _ => {}
+            }
+        }
+        let c = &self.state.inner.counters;
+        c.bump(&c.xds_responses);
+        Some(Ok(AdsOut::Response(Box::new(resp))))
+    }
+
     fn on_request(&mut self, req: DeltaDiscoveryRequest) -> Result<(), Status> {
         if req.type_url.is_empty() {
             return Err(Status::invalid_argument("type URL is required for ADS"));
+        }
+        let counters = self.state.inner.counters.clone();
+        let c = &*counters;
+        if std::mem::take(&mut self.first_request) && !req.initial_resource_versions.is_empty() {
+            c.bump(&c.xds_streams_resumed);
         }
         if self.node.is_none()
             && let Some(node) = req.node.clone()
@@ -675,9 +1019,11 @@ impl AdsSession {
             self.lookup();
         }
         let Some(t) = type_index(&req.type_url) else {
+            // A type this server has no handler for (listeners, routes,
+            // secrets, ...): ignored, as Consul does.
+            c.bump(&c.xds_unknown_types);
             return Ok(());
         };
-        let c = &self.state.inner.counters;
         let [clusters, endpoints] = &mut self.types;
         let (ty, child) = if t == 0 {
             (clusters, Some(endpoints))
@@ -710,7 +1056,14 @@ impl AdsSession {
             }
         }
         self.hold = false;
+        let names = |ty: &TypeState, more: usize| {
+            ty.subscriptions.len().max(ty.versions.len()) + more > MAX_NAMES_PER_TYPE
+        };
         if first && !req.initial_resource_versions.is_empty() {
+            if names(ty, req.initial_resource_versions.len()) {
+                c.bump(&c.xds_requests_refused);
+                return Err(too_many_names(&req.type_url));
+            }
             if !ty.wildcard {
                 ty.subscriptions
                     .extend(req.initial_resource_versions.keys().cloned());
@@ -718,6 +1071,10 @@ impl AdsSession {
             ty.versions = req.initial_resource_versions;
         }
         if !ty.wildcard {
+            if names(ty, req.resource_names_subscribe.len()) {
+                c.bump(&c.xds_requests_refused);
+                return Err(too_many_names(&req.type_url));
+            }
             for name in req.resource_names_subscribe {
                 if let Some(v) = ty.versions.get_mut(&name) {
                     v.clear();
@@ -732,7 +1089,9 @@ impl AdsSession {
     }
 
     /// Finds the proxy (`node.id` on `metadata.node_name`, else on the
-    /// server's own node) and starts watching what its resources depend on.
+    /// server's own node) and schedules its first configuration (coalesced
+    /// and paced like every update, as Consul's proxycfg delivers a new
+    /// proxy's first snapshot).
     fn lookup(&mut self) {
         let Some(node) = &self.node else { return };
         let node_name = metadata_str(node, "node_name")
@@ -746,7 +1105,9 @@ impl AdsSession {
             .is_some_and(|s| s.def.connect_destination().is_some());
         if found {
             self.proxy = Some(key);
-            self.rebuild();
+            if self.coalesce_at.is_none() {
+                self.schedule();
+            }
         } else {
             self.lookup_at = Some(Instant::now() + LOOKUP_RETRY);
         }
@@ -797,5 +1158,38 @@ impl AdsSession {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_pacer_spaces_reservations_by_one_over_the_rate() {
+        let mut p = Pacer::new(250.0);
+        let t0 = Instant::now();
+        let delays: Vec<Duration> = (0..4).map(|_| p.reserve(t0)).collect();
+        let ms = |n| Duration::from_millis(n);
+        assert_eq!(delays, vec![ms(0), ms(4), ms(8), ms(12)]);
+        // The bucket refills at the rate, to one token at most.
+        let later = t0 + Duration::from_secs(1);
+        assert_eq!(p.reserve(later), Duration::ZERO);
+        assert_eq!(p.reserve(later), ms(4));
+        let mut off = Pacer::new(0.0);
+        assert_eq!(off.reserve(t0), Duration::ZERO);
+        assert_eq!(off.reserve(t0), Duration::ZERO);
+    }
+
+    #[test]
+    fn n_updates_at_once_take_n_over_the_rate_and_no_rate_is_no_limit() {
+        let t0 = Instant::now();
+        let mut p = Pacer::new(50.0);
+        let last = (0..100).map(|_| p.reserve(t0)).last().unwrap();
+        assert_eq!(last, Duration::from_secs_f64(99.0 / 50.0));
+        for rate in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let mut p = Pacer::new(rate);
+            assert!((0..1000).all(|_| p.reserve(t0).is_zero()), "{rate}");
+        }
     }
 }

@@ -26,8 +26,10 @@
 //!   (from the catalog it holds), `ServerDiscoveryService/WatchServers`, and
 //!   Envoy's Delta ADS (CDS + EDS built from the catalog, Consul's cluster
 //!   names, sha256 resource versions, one response in flight until ACKed,
-//!   a coalescing delay after catalog changes like Consul's 200 ms, an
-//!   optional per-server stream cap answered with `RESOURCE_EXHAUSTED`).
+//!   a coalescing delay after catalog changes like Consul's 200 ms and the
+//!   server-wide pacing of proxy updates (`xds.update_max_per_second`), an
+//!   optional per-server stream cap answered with `RESOURCE_EXHAUSTED`;
+//!   faults on streams and responses, `consul.xds`).
 //!
 //! Not here: KV, blocking queries, agent endpoints, listeners/routes (LDS,
 //! RDS), clustering, persistence. Internals: `state` (catalog + fan-out),
@@ -99,6 +101,12 @@ pub struct ConsulTargetConfig {
     /// How long the xDS server waits after a catalog change before it
     /// rebuilds a proxy's resources (Consul's proxycfg coalescing, 200 ms).
     pub xds_coalesce: Duration,
+    /// Most proxy updates delivered per second, across all xDS streams
+    /// (Consul's `xds.update_max_per_second`, default 250): each proxy's
+    /// update, its first configuration included, takes a token of one
+    /// server-wide bucket (burst 1) and waits for the longer of its token
+    /// and the coalescing delay, as Consul's proxycfg does. `0`: no limit.
+    pub xds_update_rate: f64,
     /// Most Delta ADS streams open at once; more are refused with
     /// `RESOURCE_EXHAUSTED` in Consul's words (0 = no cap; a real server
     /// caps at ceil(proxies / healthy servers × 1.1)).
@@ -111,6 +119,9 @@ pub struct ConsulTargetConfig {
 /// Consul's proxycfg coalescing delay.
 pub const XDS_COALESCE: Duration = Duration::from_millis(200);
 
+/// Consul's default `xds.update_max_per_second` (agent/config/default.go).
+pub const XDS_UPDATE_RATE: f64 = 250.0;
+
 impl Default for ConsulTargetConfig {
     fn default() -> Self {
         Self {
@@ -122,6 +133,7 @@ impl Default for ConsulTargetConfig {
             rpc_max_conns_per_client: 0,
             acl_tokens: None,
             xds_coalesce: XDS_COALESCE,
+            xds_update_rate: XDS_UPDATE_RATE,
             xds_max_streams: 0,
             faults: Faults::default(),
         }
@@ -180,6 +192,20 @@ pub struct ConsulTargetSnapshot {
     pub xds_acks: u64,
     /// NACKs received.
     pub xds_nacks: u64,
+    /// Delta ADS streams whose first request offered resource versions
+    /// (`initial_resource_versions`: a proxy resuming after a reconnect).
+    pub xds_streams_resumed: u64,
+    /// Requests on the public gRPC port (Delta xDS, bootstrap params,
+    /// WatchServers) with top-level fields the API does not define
+    /// (ignored).
+    pub grpc_unknown_fields: u64,
+    /// Delta xDS requests for a type this server does not serve (listeners,
+    /// routes, secrets, ...; ignored, as Consul ignores types it has no
+    /// handler for).
+    pub xds_unknown_types: u64,
+    /// Delta ADS streams ended because a request did not decode, was over
+    /// its size limit, or named more resources than a stream holds.
+    pub xds_requests_refused: u64,
 }
 
 #[derive(Default)]
@@ -209,6 +235,10 @@ struct Counters {
     xds_responses: AtomicU64,
     xds_acks: AtomicU64,
     xds_nacks: AtomicU64,
+    xds_streams_resumed: AtomicU64,
+    grpc_unknown_fields: AtomicU64,
+    xds_unknown_types: AtomicU64,
+    xds_requests_refused: AtomicU64,
 }
 
 impl Counters {
@@ -256,6 +286,8 @@ struct Inner {
     trust_domain: String,
     /// The public gRPC listener (what `WatchServers` names).
     grpc_addr: Mutex<Option<SocketAddr>>,
+    /// The server-wide pacing of proxy updates.
+    xds_pacer: Mutex<grpc::Pacer>,
 }
 
 /// One RPC connection counted against its client IP's cap; uncounted on drop.
@@ -359,6 +391,7 @@ impl ConsulState {
             .ensure_check(&cfg.node_name, serf, idx, &mut t)
             .expect("the node was just added");
         store.commit(idx, t);
+        let rate = cfg.xds_update_rate;
         Self {
             inner: Arc::new(Inner {
                 cfg,
@@ -370,6 +403,7 @@ impl ConsulState {
                 rpc_per_ip: Mutex::new(std::collections::HashMap::new()),
                 trust_domain: uuid::Uuid::new_v4().to_string(),
                 grpc_addr: Mutex::new(None),
+                xds_pacer: Mutex::new(grpc::Pacer::new(rate)),
             }),
         }
     }
@@ -406,6 +440,10 @@ impl ConsulState {
             xds_responses: get(&c.xds_responses),
             xds_acks: get(&c.xds_acks),
             xds_nacks: get(&c.xds_nacks),
+            xds_streams_resumed: get(&c.xds_streams_resumed),
+            grpc_unknown_fields: get(&c.grpc_unknown_fields),
+            xds_unknown_types: get(&c.xds_unknown_types),
+            xds_requests_refused: get(&c.xds_requests_refused),
         }
     }
 

@@ -311,7 +311,7 @@ impl ServerStreamingService<SubscribeRequest> for SubscribeHandler {
         let opened =
             Subscription::open(&self.state, request.into_inner(), &self.shutdown).map(|mut sub| {
                 sub.truncate = self.truncate.clone();
-                sub.orders = faults.orders();
+                sub.orders = faults.orders(Target::ConsulSubscribe);
                 if let Some(idx) = cut {
                     sub.cut_snapshot(idx);
                 }

@@ -43,6 +43,11 @@ pub const OVERSIZED_GRPC: usize = 4 * 1024 * 1024 + 1;
 /// simulated agents accept.
 pub const OVERSIZED_WS: usize = 64 * 1024 + 1;
 
+/// What a `consul.xds=bad-resource` fault puts in a resource's `Any`
+/// instead of its encoding: a key with wire type 7, which no protobuf
+/// decoder accepts.
+pub const BAD_RESOURCE: &[u8] = &[0x07, 0xba, 0xd0];
+
 /// What the injecting server says where it answers (HTTP bodies).
 pub const INJECTED_WORDS: &str = "injected by agent-sim serve --faults";
 
@@ -70,8 +75,8 @@ struct Armed {
     last_ns: AtomicU64,
 }
 
-/// An order to the live Subscribe streams: spec `idx` fires (`seq` makes
-/// each firing a change).
+/// An order to the live Subscribe (or Delta ADS) streams: spec `idx` fires
+/// (`seq` makes each firing a change).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Order {
     seq: u64,
@@ -87,7 +92,10 @@ struct Inner {
     sensu_sessions: Arc<Registry>,
     consul_rpc: Arc<Registry>,
     consul_http: Arc<Registry>,
+    /// Orders of timed `consul.subscribe` faults.
     orders: watch::Sender<Order>,
+    /// Orders of timed `consul.xds` faults.
+    xds_orders: watch::Sender<Order>,
     stop: CancellationToken,
 }
 
@@ -176,6 +184,7 @@ impl Faults {
                 consul_rpc: Arc::default(),
                 consul_http: Arc::default(),
                 orders: watch::Sender::new(Order::default()),
+                xds_orders: watch::Sender::new(Order::default()),
                 stop: CancellationToken::new(),
             })),
         }
@@ -303,10 +312,25 @@ impl Faults {
     /// Rolls the dice for a unit arriving now at `target` (`path`: an HTTP
     /// request's path), without counting: the first spec that hits.
     pub(crate) fn draw(&self, target: Target, path: Option<&str>) -> Option<Hit> {
+        self.draw_if(target, path, |_| true)
+    }
+
+    /// [`Faults::draw`] among the specs whose action `accept`s (a target
+    /// whose actions hit different units, as `consul.xds` streams and
+    /// responses).
+    pub(crate) fn draw_if(
+        &self,
+        target: Target,
+        path: Option<&str>,
+        accept: impl Fn(&Action) -> bool,
+    ) -> Option<Hit> {
         self.inner.as_ref()?;
         let t = self.elapsed();
         for (idx, a) in self.armed(target) {
             let s = &a.spec;
+            if !s.action.as_ref().is_some_and(&accept) {
+                continue;
+            }
             if let (Some(prefix), Some(p)) = (&s.path, path)
                 && !p.starts_with(prefix.as_str())
             {
@@ -327,6 +351,12 @@ impl Faults {
     /// [`Faults::draw`] and count it.
     pub(crate) fn pick(&self, target: Target, path: Option<&str>) -> Option<Hit> {
         let hit = self.draw(target, path)?;
+        self.confirm(hit.idx).then_some(hit)
+    }
+
+    /// [`Faults::draw_if`] and count it.
+    pub(crate) fn pick_if(&self, target: Target, accept: impl Fn(&Action) -> bool) -> Option<Hit> {
+        let hit = self.draw_if(target, None, accept)?;
         self.confirm(hit.idx).then_some(hit)
     }
 
@@ -378,11 +408,16 @@ impl Faults {
         }
     }
 
-    /// Orders to live Subscribe streams, when a timed fault may give them.
-    pub(crate) fn orders(&self) -> Option<watch::Receiver<Order>> {
-        self.has_timed_live(Target::ConsulSubscribe)
-            .then(|| self.inner.as_ref().map(|i| i.orders.subscribe()))
-            .flatten()
+    /// Orders to live streams of `target` (`consul.subscribe`,
+    /// `consul.xds`), when a timed fault may give them.
+    pub(crate) fn orders(&self, target: Target) -> Option<watch::Receiver<Order>> {
+        let i = self.inner.as_ref()?;
+        let tx = match target {
+            Target::ConsulSubscribe => &i.orders,
+            Target::ConsulXds => &i.xds_orders,
+            _ => return None,
+        };
+        self.has_timed_live(target).then(|| tx.subscribe())
     }
 
     /// A live stream's answer to an order: the action when the dice hit it
@@ -407,8 +442,13 @@ impl Faults {
         let Some(action) = &spec.action else {
             return;
         };
-        if spec.target == Target::ConsulSubscribe {
-            inner.orders.send_modify(|o| {
+        let orders = match spec.target {
+            Target::ConsulSubscribe => Some(&inner.orders),
+            Target::ConsulXds => Some(&inner.xds_orders),
+            _ => None,
+        };
+        if let Some(tx) = orders {
+            tx.send_modify(|o| {
                 o.seq += 1;
                 o.idx = idx;
             });
@@ -574,7 +614,17 @@ mod tests {
     async fn timed_faults_give_orders_to_live_streams_at_their_times() {
         let f = faults(&["consul.subscribe=aborted@every:2s"], 3);
         f.start();
-        let mut rx = f.orders().expect("a timed subscribe fault lists streams");
+        let mut rx = f
+            .orders(Target::ConsulSubscribe)
+            .expect("a timed subscribe fault lists streams");
+        assert!(f.orders(Target::ConsulXds).is_none(), "no xds fault");
+        // Timed stream faults of consul.xds give orders of their own; its
+        // response faults (units that only exist within for:) none.
+        let x = faults(&["consul.xds=reset@every:2s"], 3);
+        assert!(x.orders(Target::ConsulXds).is_some());
+        assert!(x.orders(Target::ConsulSubscribe).is_none());
+        let g = faults(&["consul.xds=garbage@every:2s,for:1s"], 3);
+        assert!(g.orders(Target::ConsulXds).is_none());
         let t0 = Instant::now();
         rx.changed().await.unwrap();
         assert_eq!(t0.elapsed(), Duration::from_secs(2));

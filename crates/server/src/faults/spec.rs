@@ -6,9 +6,12 @@
 //!        | "restart" "@" ITEM ("," ITEM)*
 //! TARGET = sensu.upgrade | sensu.session | sensu.frame
 //!        | consul.rpc | consul.subscribe | consul.frame | consul.http
+//!        | consul.xds
 //! ACTION = delay:DUR | stall | drop | reset | 400..599            (upgrade, rpc, http)
 //!        | aborted | unavailable | resource-exhausted | cut        (subscribe)
 //!        | garbage | truncated | oversized | delay:DUR            (frame)
+//!        | reset | resource-exhausted                             (xds: a stream)
+//!        | garbage | bad-resource | delay:DUR                      (xds: a response)
 //! ITEM   = N%            each unit with this probability (default 100% with a time)
 //!        | at:DUR        once, DUR after serve started
 //!        | every:DUR     periodically (first at at:DUR if given, else after DUR)
@@ -22,8 +25,11 @@
 //!
 //! A unit is what the target names: an upgrade request, a session, a frame
 //! the backend sends, an RPC connection, a Subscribe call or stream, an HTTP
-//! request. Live units (Sensu sessions, RPC and HTTP connections, Subscribe
-//! streams) are hit at each time; the others only within `for:`.
+//! request, a Delta ADS stream (`consul.xds` `reset`, `resource-exhausted`)
+//! or a Delta xDS response (`consul.xds` `garbage`, `bad-resource`,
+//! `delay`). Live units (Sensu sessions, RPC and HTTP connections,
+//! Subscribe and ADS streams) are hit at each time; the others only within
+//! `for:`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -51,13 +57,17 @@ pub enum Target {
     ConsulFrame,
     /// A Consul HTTP API request (and, at a time, every live connection).
     ConsulHttp,
+    /// A Delta ADS stream on the public gRPC port (`reset`,
+    /// `resource-exhausted`; at a time, every live stream) or a response on
+    /// it (`garbage`, `bad-resource`, `delay`).
+    ConsulXds,
     /// The whole backend: stop, stay down, start again.
     Restart,
 }
 
 impl Target {
     /// Every target, in documentation order.
-    pub const ALL: [Target; 8] = [
+    pub const ALL: [Target; 9] = [
         Target::SensuUpgrade,
         Target::SensuSession,
         Target::SensuFrame,
@@ -65,6 +75,7 @@ impl Target {
         Target::ConsulSubscribe,
         Target::ConsulFrame,
         Target::ConsulHttp,
+        Target::ConsulXds,
         Target::Restart,
     ];
 
@@ -78,6 +89,7 @@ impl Target {
             Target::ConsulSubscribe => "consul.subscribe",
             Target::ConsulFrame => "consul.frame",
             Target::ConsulHttp => "consul.http",
+            Target::ConsulXds => "consul.xds",
             Target::Restart => "restart",
         }
     }
@@ -91,7 +103,8 @@ impl Target {
             Target::ConsulRpc
             | Target::ConsulSubscribe
             | Target::ConsulFrame
-            | Target::ConsulHttp => Some(Protocol::Consul),
+            | Target::ConsulHttp
+            | Target::ConsulXds => Some(Protocol::Consul),
             Target::Restart => None,
         }
     }
@@ -107,6 +120,10 @@ impl Target {
             Target::ConsulSubscribe => "aborted, unavailable, resource-exhausted or cut",
             Target::SensuFrame | Target::ConsulFrame => {
                 "garbage, truncated, oversized or delay:DUR"
+            }
+            Target::ConsulXds => {
+                "reset or resource-exhausted (streams), garbage, bad-resource or delay:DUR \
+                 (responses)"
             }
             Target::Restart => "none",
         }
@@ -126,6 +143,12 @@ impl Target {
             Target::SensuFrame | Target::ConsulFrame => {
                 matches!(a, Garbage | Truncated | Oversized | Delay(_))
             }
+            Target::ConsulXds => {
+                matches!(
+                    a,
+                    Reset | ResourceExhausted | Garbage | BadResource | Delay(_)
+                )
+            }
             Target::Restart => false,
         }
     }
@@ -138,6 +161,7 @@ impl Target {
                 matches!(action, Action::Drop | Action::Reset | Action::Stall)
             }
             Target::ConsulSubscribe => action.grpc_code().is_some(),
+            Target::ConsulXds => matches!(action, Action::Reset | Action::ResourceExhausted),
             _ => false,
         }
     }
@@ -185,6 +209,9 @@ pub enum Action {
     Truncated,
     /// A frame larger than any client accepts by default.
     Oversized,
+    /// xDS: a response with a resource (Cluster or ClusterLoadAssignment)
+    /// whose bytes do not parse as its type.
+    BadResource,
 }
 
 impl Action {
@@ -213,6 +240,7 @@ impl Action {
             Action::Garbage => "garbage",
             Action::Truncated => "truncated",
             Action::Oversized => "oversized",
+            Action::BadResource => "bad-resource",
         }
     }
 }
@@ -244,6 +272,7 @@ impl FromStr for Action {
             "garbage" => Action::Garbage,
             "truncated" => Action::Truncated,
             "oversized" => Action::Oversized,
+            "bad-resource" => Action::BadResource,
             "delay" => return Err(SpecError("delay needs a duration: delay:500ms".into())),
             _ => return Err(SpecError(format!("unknown action {s:?}"))),
         })
@@ -612,6 +641,13 @@ mod tests {
         ok("consul.rpc=drop@at:10s");
         ok("consul.subscribe=cut@50%");
         ok("restart@every:60s,state:keep");
+        let s = ok("consul.xds=bad-resource@max:3,100%");
+        assert_eq!(s.target, Target::ConsulXds);
+        assert_eq!(s.action, Some(Action::BadResource));
+        ok("consul.xds=garbage@10%");
+        ok("consul.xds=delay:300ms@100%");
+        ok("consul.xds=reset@at:5s");
+        ok("consul.xds=resource-exhausted@every:30s,10%");
     }
 
     #[test]
@@ -647,6 +683,9 @@ mod tests {
             ("restart@at:1s,state:maybe", "keep or lose"),
             ("sensu.upgrade=503@1%,bogus", "expected N%"),
             ("sensu.upgrade=503@1%,", "empty item"),
+            ("consul.xds=aborted@1%", "does not take aborted"),
+            ("consul.xds=bad-resource@at:1s", "add for:DUR"),
+            ("consul.frame=bad-resource@1%", "does not take bad-resource"),
         ] {
             let e = err(spec);
             assert!(e.contains(says), "{spec}: {e}");
