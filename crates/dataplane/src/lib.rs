@@ -162,6 +162,13 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             heals: false,
         },
         K {
+            kind: "xds_decode",
+            hint: "a Delta xDS message did not decode as a DeltaDiscoveryResponse (garbage on \
+                   the stream): the session ends and the sidecar reconnects with backoff, \
+                   offering the versions it holds",
+            heals: true,
+        },
+        K {
             kind: "xds_invalid_request",
             hint: "the server refused the xDS stream (INVALID_ARGUMENT); its words say why",
             heals: false,

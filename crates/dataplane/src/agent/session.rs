@@ -110,6 +110,8 @@ pub(crate) fn status_kind(s: &Status) -> &'static str {
             "envoy_version_unsupported"
         }
         Code::InvalidArgument => "xds_invalid_request",
+        // tonic's words for bytes that are not a DeltaDiscoveryResponse.
+        Code::Internal if msg.contains("failed to decode Protobuf") => "xds_decode",
         _ => chttp::cause_kind(msg).unwrap_or_else(|| conn::status_kind(s.code())),
     }
 }
@@ -498,5 +500,12 @@ mod tests {
             "xds_stream_cap"
         );
         assert_eq!(k(Code::Unauthenticated, "ACL not found"), "acl_not_found");
+        assert_eq!(
+            k(
+                Code::Internal,
+                "failed to decode Protobuf message: invalid wire type value: 7"
+            ),
+            "xds_decode"
+        );
     }
 }
