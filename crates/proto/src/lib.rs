@@ -15,8 +15,8 @@
 //! `protoc`; `tests/bootstrap.rs` regenerates it with protox and fails on drift.
 //! Besides the bindings, one small piece of logic: [`scan`], a top-level
 //! field scan the protocol crates use to count unknown fields, and
-//! [`fields`], the field numbers of the Envoy and Consul dataplane messages
-//! scanned that way (the client and the embedded server share them).
+//! [`fields`], the field numbers of the Envoy and Consul dataplane requests
+//! the embedded server scans that way.
 
 #![allow(missing_docs)]
 
