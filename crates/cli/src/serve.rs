@@ -247,3 +247,43 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
     print();
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::args::{Cli, Command};
+
+    fn consul_cfg(extra: &[&str]) -> ConsulTargetConfig {
+        let mut argv = vec![
+            "agent-sim",
+            "serve",
+            "--consul-rpc",
+            "127.0.0.1:0",
+            "--consul-http",
+            "127.0.0.1:0",
+            "--consul-grpc",
+            "127.0.0.1:0",
+        ];
+        argv.extend_from_slice(extra);
+        let Some(Command::Serve(a)) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("serve");
+        };
+        let p = plan(&a).unwrap();
+        backend_config(&a, &p).consul.unwrap().cfg
+    }
+
+    #[test]
+    fn the_xds_update_rate_is_consuls_by_default_and_off_is_no_limit() {
+        assert_eq!(consul_cfg(&[]).xds_update_rate, 250.0);
+        assert_eq!(
+            consul_cfg(&["--xds-update-rate", "50/s"]).xds_update_rate,
+            50.0
+        );
+        assert_eq!(
+            consul_cfg(&["--xds-update-rate", "off"]).xds_update_rate,
+            0.0
+        );
+    }
+}

@@ -24,6 +24,11 @@ fn bad_fault_specs_are_refused_with_exit_64_and_one_line() {
         ("consul.http=503@1%", "consul.http is not served"),
         ("restart@at:1s", "needs state:keep"),
         ("sensu.frame=garbage@200%", "(0, 100]"),
+        (
+            "consul.xds=reset@1%",
+            "consul.xds is not served (add --consul-grpc)",
+        ),
+        ("consul.xds=bad-resource@at:1s", "add for:DUR"),
     ] {
         let out = agent_sim()
             .args(["serve", "--sensu", "127.0.0.1:0", "--faults", spec])
