@@ -1,8 +1,10 @@
 //! The embedded server's Delta ADS, driven by hand on a raw stream: the
 //! delta rules of a Consul server (one response in flight, ACK/NACK, a
 //! NACK not retried until the catalog changes, `initial_resource_versions`
-//! on a new stream, the coalescing delay), and its refusals in Consul's
-//! words. The client side of the same rules is `agent_sim_dataplane::xds`.
+//! on a new stream, the coalescing delay), its refusals in Consul's words,
+//! and hostile requests (unknown fields and types counted and ignored,
+//! undecodable requests and too many names refused). The client side of
+//! the same rules is `agent_sim_dataplane::xds`.
 
 use std::time::Duration;
 
@@ -170,4 +172,71 @@ async fn refusals_in_consuls_words() {
     let req = x.stream_start(ghost.node()).remove(0);
     let mut ads = RawAds::open(t.grpc, req).await.unwrap();
     assert!(ads.quiet_for(3 * SEC).await);
+}
+
+/// The status a raw stream ends with (panics on a response or no end).
+async fn ended(ads: &mut RawAds) -> tonic::Status {
+    tokio::time::timeout(SEC, futures_util::StreamExt::next(&mut ads.inbound))
+        .await
+        .expect("an end in time")
+        .expect("an error, not the end of the stream")
+        .expect_err("an error, not a response")
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_fields_and_types_are_counted_and_ignored_bad_requests_refused() {
+    let t = target_with_web_and_api().await;
+    let mut x = XdsState::new(None);
+    let mut ads = RawAds::open(t.grpc, first(&mut x)).await.unwrap();
+    let cds = ads.next(SEC).await;
+    // The sidecar's answer (ACK, endpoints subscribed) with a field of a
+    // newer API in each request (12, length-delimited): counted, and the
+    // requests work as without it.
+    let h = x.handle(&cds);
+    for r in &h.requests {
+        let mut b = xds::encode(r).to_vec();
+        b.extend_from_slice(&[0x62, 0x01, 0x00]);
+        ads.outbox.push(b.into());
+    }
+    let sent = h.requests.len() as u64;
+    let eds = ads.next(SEC).await;
+    assert_eq!(eds.type_url, ENDPOINT_TYPE);
+    assert_eq!(t.state.stats().grpc_unknown_fields, sent);
+    for r in &x.handle(&eds).requests {
+        ads.send(r);
+    }
+    // Listeners: no handler here, as in Consul; the stream goes on.
+    ads.send(&DeltaDiscoveryRequest {
+        type_url: "type.googleapis.com/envoy.config.listener.v3.Listener".into(),
+        ..DeltaDiscoveryRequest::default()
+    });
+    assert!(ads.quiet_for(SEC).await);
+    let st = t.state.stats();
+    assert_eq!((st.xds_unknown_types, st.xds_acks), (1, 2), "{st:?}");
+    assert_eq!(st.xds_requests_refused, 0);
+    // Bytes that are no request: the stream ends in tonic's words.
+    ads.outbox
+        .push(bytes::Bytes::from_static(&[0x07, 0xba, 0xd0]));
+    let e = ended(&mut ads).await;
+    assert_eq!(e.code(), Code::Internal, "{e:?}");
+    assert!(e.message().contains("failed to decode"), "{e:?}");
+    assert_eq!(t.state.stats().xds_requests_refused, 1);
+
+    // More endpoint names than a stream holds.
+    let mut x = XdsState::new(None);
+    let mut ads = RawAds::open(t.grpc, first(&mut x)).await.unwrap();
+    let _ = ads.next(SEC).await;
+    ads.send(&DeltaDiscoveryRequest {
+        type_url: ENDPOINT_TYPE.into(),
+        resource_names_subscribe: (0..16_385).map(|i| format!("c{i}")).collect(),
+        ..DeltaDiscoveryRequest::default()
+    });
+    let e = ended(&mut ads).await;
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains("at most 16384 resource names"),
+        "{e:?}"
+    );
+    assert_eq!(t.state.stats().xds_requests_refused, 2);
+    assert_eq!(t.state.stats().xds_streams_resumed, 0);
 }
