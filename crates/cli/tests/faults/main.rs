@@ -8,6 +8,9 @@
 //! - `consul.rs`: RPC, Subscribe, frame and HTTP faults against Consul agents.
 //! - `restart.rs`: backend restarts with and without state, both fleets.
 //! - `serve.rs`: the `agent-sim serve --faults` command itself.
+//!
+//! The `consul.xds` rows (Delta ADS streams and responses) are tested
+//! against sidecars on paused time in `crates/dataplane/tests/faults.rs`.
 
 mod consul;
 mod restart;
