@@ -6,6 +6,10 @@
 # process (coalescing 200 ms, as Consul), with a catalog propagation probe
 # every 10 s timed at each sidecar's EDS update. Prints the propagation
 # table, KiB per sidecar (RSS after the ramp) and the CPU of both processes.
+# The server does not pace updates by default here (XDS_UPDATE_RATE=off):
+# at Consul's 250/s one change reaches 5,000 proxies over 20 s, longer than
+# the probe period, and the ramp (500/s) outruns first configurations; set
+# XDS_UPDATE_RATE=250/s to see a real server's pacing instead.
 #
 #   bash benches/scripts/dataplane-sidecars.sh [SIDECARS] [STEADY_SECONDS]
 set -euo pipefail
@@ -26,7 +30,7 @@ if [ -z "${BIN:-}" ]; then
 fi
 
 "$BIN" serve --consul-rpc 127.0.0.1:$RPC --consul-http 127.0.0.1:$HTTP --consul-grpc 127.0.0.1:$GRPC \
-  --stats-every 0 2>"$OUT/serve.log" &
+  --xds-update-rate "${XDS_UPDATE_RATE:-off}" --stats-every 0 2>"$OUT/serve.log" &
 SERVE=$!
 trap 'kill $SERVE 2>/dev/null || true' EXIT
 sleep 1
