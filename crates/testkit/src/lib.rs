@@ -10,8 +10,11 @@
 //! - [`alloc`]: a counting global allocator to bound what a decoder
 //!   allocates; [`hostile`]: the captured vectors and proptest strategies
 //!   that damage them (bit flips, truncations, huge length fields).
+//! - [`fake_proc`]: a fake `/proc` tree of stated limits, for the preflight
+//!   and `agent-sim doctor`.
 
 pub mod alloc;
+pub mod fake_proc;
 pub mod hostile;
 
 use std::path::PathBuf;
