@@ -12,8 +12,10 @@
 //!   that damage them (bit flips, truncations, huge length fields).
 //! - [`fake_proc`]: a fake `/proc` tree of stated limits, for the preflight
 //!   and `agent-sim doctor`.
+//! - [`child`]: the server half of a memory measurement in a child process.
 
 pub mod alloc;
+pub mod child;
 pub mod fake_proc;
 pub mod hostile;
 
