@@ -4,6 +4,8 @@
 //! `consul_http_answer` (`#[path = "../../crates/consul/tests/receive/mod.rs"]`),
 //! so that both drive the same code.
 
+#![allow(dead_code)] // each includer (test file, fuzz target) uses a part
+
 use agent_sim_consul::codec::{MAX_EVENT_MESSAGE, SmallCodec, unknown_event_fields};
 use agent_sim_consul::conn::{FirstBytes, FirstRead, SNIFF_LEN, what_answered};
 use agent_sim_consul::http::{

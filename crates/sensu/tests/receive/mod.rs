@@ -4,6 +4,8 @@
 //! (`#[path = "../../crates/sensu/tests/receive/mod.rs"]`), so that both
 //! drive the same code.
 
+#![allow(dead_code)] // each includer (test file, fuzz target) uses a part
+
 use std::io::Cursor;
 use std::sync::Arc;
 

@@ -4,6 +4,8 @@
 //! `consul_server_http` (`#[path = "../../crates/server/tests/receive/mod.rs"]`),
 //! so that both drive the same code.
 
+#![allow(dead_code)] // each includer (test file, fuzz target) uses a part
+
 use std::io::Cursor;
 
 use agent_sim_sensu::codec::{self, Encoding};
