@@ -1,28 +1,16 @@
-//! Bytes an agent sends the embedded Sensu endpoint: tungstenite in server
-//! role with the endpoint's config, then `inbound::classify` (decode and
-//! validate a keepalive or event) in both encodings.
+//! Bytes an agent sends the embedded Sensu endpoint: as one payload, and
+//! through tungstenite in server role with the endpoint's config; each
+//! message then `inbound::classify` (decode and validate a keepalive or
+//! event) in both encodings. The same code as the property tests
+//! (`crates/server/tests/receive`).
 #![no_main]
 
-use std::io::Cursor;
-
-use agent_sim_sensu::codec::{self, Encoding};
-use agent_sim_server::sensu::{inbound, ws_config};
 use libfuzzer_sys::fuzz_target;
-use tokio_tungstenite::tungstenite::protocol::{Role, WebSocket};
+
+#[path = "../../crates/server/tests/receive/mod.rs"]
+mod receive;
 
 fuzz_target!(|bytes: &[u8]| {
-    // The bytes as one payload, and as a stream of masked client frames.
-    for enc in [Encoding::Protobuf, Encoding::Json] {
-        let _ = inbound::classify(bytes, enc);
-    }
-    let mut ws =
-        WebSocket::from_raw_socket(Cursor::new(bytes.to_vec()), Role::Server, Some(ws_config()));
-    for _ in 0..64 {
-        let Ok(m) = ws.read() else {
-            return;
-        };
-        let data = m.into_data();
-        assert!(data.len() <= codec::MAX_MESSAGE);
-        let _ = inbound::classify(&data, Encoding::Protobuf);
-    }
+    receive::agent_message(bytes);
+    receive::endpoint_socket(bytes);
 });

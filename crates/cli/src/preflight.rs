@@ -863,31 +863,15 @@ mod tests {
 
     #[test]
     fn a_fake_proc_tree_is_read() {
-        let dir = std::env::temp_dir().join(format!("agent-sim-proc-{}", std::process::id()));
-        for d in [
-            "self",
-            "sys/fs",
-            "sys/net/ipv4",
-            "sys/net/core",
-            "sys/net/netfilter",
-        ] {
-            std::fs::create_dir_all(dir.join(d)).unwrap();
+        let dir = agent_sim_testkit::fake_proc::FakeProc {
+            nofile: (1024, 4096),
+            nr_open: 1_048_576,
+            ports: (20000, 30000),
+            somaxconn: 512,
+            conntrack: (12, 65_536),
+            mem_kib: (2_048_000, 1_024_000),
         }
-        let w = |p: &str, s: &str| std::fs::write(dir.join(p), s).unwrap();
-        w(
-            "self/limits",
-            "Limit                     Soft Limit           Hard Limit           Units     \n\
-             Max open files            1024                 4096                 files     \n",
-        );
-        w("sys/fs/nr_open", "1048576\n");
-        w("sys/net/ipv4/ip_local_port_range", "20000\t30000\n");
-        w("sys/net/core/somaxconn", "512\n");
-        w("sys/net/netfilter/nf_conntrack_max", "65536\n");
-        w("sys/net/netfilter/nf_conntrack_count", "12\n");
-        w(
-            "meminfo",
-            "MemTotal:       2048000 kB\nMemAvailable:    1024000 kB\n",
-        );
+        .write("preflight");
         let h = Host::read(&dir);
         assert_eq!(
             h,

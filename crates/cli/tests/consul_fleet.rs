@@ -6,7 +6,7 @@ use std::time::Duration;
 use agent_sim::{Kind, Ramp, RunBuilder};
 
 mod common;
-use common::temp_path;
+use common::{assert_exit, temp_path};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consul_agents_subscribe_register_and_time_the_probe() {
@@ -28,11 +28,7 @@ async fn consul_agents_subscribe_register_and_time_the_probe() {
         .await
         .expect("run");
     let s = &outcome.summary;
-    assert_eq!(
-        outcome.exit_code, 0,
-        "{:?} {:?}",
-        outcome.problem, outcome.verdicts
-    );
+    assert_exit(&outcome, 0);
     assert_eq!(s.kind, "consul");
     assert_eq!(s.agents.connected, 50);
     // web, api and the run's own probe service agent-sim-probe.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use agent_sim::{Kind, Ramp, RunBuilder};
 
 mod common;
-use common::temp_path;
+use common::{assert_exit, temp_path};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidecars_time_the_probe_at_their_eds_updates_and_leave_the_catalog() {
@@ -31,11 +31,7 @@ async fn sidecars_time_the_probe_at_their_eds_updates_and_leave_the_catalog() {
         .await
         .expect("run");
     let s = &outcome.summary;
-    assert_eq!(
-        outcome.exit_code, 0,
-        "{:?} {:?}",
-        outcome.problem, outcome.verdicts
-    );
+    assert_exit(&outcome, 0);
     assert_eq!(s.kind, "consul-dataplane");
     assert_eq!(s.counters["xds_streams"], 50);
     assert_eq!(s.counters["server_lists"], 50);
@@ -77,7 +73,7 @@ async fn a_mixed_run_times_one_change_at_both_fleets() {
         .await
         .expect("run");
     let s = &outcome.summary;
-    assert_eq!(outcome.exit_code, 0, "{:?}", outcome.problem);
+    assert_exit(&outcome, 0);
     assert_eq!(s.kind, "mixed");
     assert_eq!(s.agents.connected, 60);
     let subscribe: Vec<_> = s.probes.iter().filter(|p| p.fleet.is_none()).collect();

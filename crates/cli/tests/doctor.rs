@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use agent_sim_testkit::fake_proc::FakeProc;
+
 fn agent_sim() -> Command {
     Command::new(env!("CARGO_BIN_EXE_agent-sim"))
 }
@@ -11,32 +13,15 @@ fn agent_sim() -> Command {
 /// A fake /proc: fd limits 1024/20000, ports 32768-60999, somaxconn 128,
 /// conntrack 1000 of 65536, 2 GiB available.
 fn fake_proc(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("agent-sim-doctor-{tag}-{}", std::process::id()));
-    for d in [
-        "self",
-        "sys/fs",
-        "sys/net/ipv4",
-        "sys/net/core",
-        "sys/net/netfilter",
-    ] {
-        std::fs::create_dir_all(dir.join(d)).unwrap();
+    FakeProc {
+        nofile: (1024, 20_000),
+        nr_open: 1_048_576,
+        ports: (32768, 60999),
+        somaxconn: 128,
+        conntrack: (1000, 65_536),
+        mem_kib: (4_194_304, 2_097_152),
     }
-    let w = |p: &str, s: &str| std::fs::write(dir.join(p), s).unwrap();
-    w(
-        "self/limits",
-        "Limit                     Soft Limit           Hard Limit           Units     \n\
-         Max open files            1024                 20000                files     \n",
-    );
-    w("sys/fs/nr_open", "1048576\n");
-    w("sys/net/ipv4/ip_local_port_range", "32768\t60999\n");
-    w("sys/net/core/somaxconn", "128\n");
-    w("sys/net/netfilter/nf_conntrack_max", "65536\n");
-    w("sys/net/netfilter/nf_conntrack_count", "1000\n");
-    w(
-        "meminfo",
-        "MemTotal: 4194304 kB\nMemAvailable: 2097152 kB\n",
-    );
-    dir
+    .write(&format!("doctor-{tag}"))
 }
 
 fn doctor(root: &Path, args: &[&str]) -> (i32, String) {

@@ -14,7 +14,7 @@ use agent_sim::{Kind, Ramp, RunBuilder, Summary};
 use scraper::{ElementRef, Html, Selector};
 
 mod common;
-use common::temp_path;
+use common::{assert_exit, temp_path};
 
 /// A finished run: its summary and its report page.
 struct RunPage {
@@ -58,7 +58,7 @@ fn consul_page() -> &'static RunPage {
                 .await
                 .expect("run")
         });
-        assert_eq!(outcome.exit_code, 0, "{:?}", outcome.problem);
+        assert_exit(&outcome, 0);
         let html = std::fs::read_to_string(&path).unwrap();
         RunPage {
             summary: outcome.summary,
@@ -346,7 +346,7 @@ async fn a_sensu_run_page_parses_and_its_charts_match_the_data() {
         .run()
         .await
         .expect("run");
-    assert_eq!(outcome.exit_code, 0, "{:?}", outcome.problem);
+    assert_exit(&outcome, 0);
     let html = std::fs::read_to_string(&path).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     let doc = parse(&html);

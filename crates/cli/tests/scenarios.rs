@@ -13,7 +13,7 @@ use agent_sim_server::sensu::{SensuTargetConfig, SensuTargetStats};
 use tokio_util::sync::CancellationToken;
 
 mod common;
-use common::temp_path;
+use common::{assert_exit, temp_path};
 
 /// The only disruption of a run, of `cause`.
 fn only(s: &agent_sim::Summary, cause: &str) -> DisruptionSummary {
@@ -83,11 +83,7 @@ async fn a_full_storm_of_2000_sensu_agents_recovers_spread_over_the_backoff() {
         .await
         .expect("run");
     let s = &outcome.summary;
-    assert_eq!(
-        outcome.exit_code, 0,
-        "{:?} {:?}",
-        outcome.problem, outcome.verdicts
-    );
+    assert_exit(&outcome, 0);
     assert_eq!(s.agents.connected, 2000);
     assert_eq!(s.sessions_lost["scenario_storm"], 2000);
     assert!(
@@ -207,7 +203,7 @@ async fn churn_holds_the_connected_count_within_its_band() {
         "server saw as few as {low} sessions"
     );
     let s = &outcome.summary;
-    assert_eq!(outcome.exit_code, 0, "{:?}", outcome.problem);
+    assert_exit(&outcome, 0);
     // 30/s from 0 s until 1.2 s before the end (the 200 ms delay + 1 s).
     let churned = s.sessions_lost["scenario_churn"];
     assert!((180..=216).contains(&churned), "{churned}");
@@ -256,7 +252,7 @@ async fn a_sensu_backend_restart_is_detected_and_recovered() {
         .await
         .expect("run");
     let s = &outcome.summary;
-    assert_eq!(outcome.exit_code, 0, "{:?}", outcome.problem);
+    assert_exit(&outcome, 0);
     assert_eq!(s.agents.connected, 300);
     let d = only(s, "backend");
     assert_eq!(

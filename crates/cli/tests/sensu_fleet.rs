@@ -7,7 +7,7 @@ use agent_sim::{Kind, Ramp, RunBuilder};
 use tokio_util::sync::CancellationToken;
 
 mod common;
-use common::temp_path;
+use common::{assert_exit, temp_path};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_agents_connect_keepalive_and_answer_checks() {
@@ -26,11 +26,7 @@ async fn two_hundred_agents_connect_keepalive_and_answer_checks() {
         .await
         .expect("run");
     let s = &outcome.summary;
-    assert_eq!(
-        outcome.exit_code, 0,
-        "{:?} {:?}",
-        outcome.problem, outcome.verdicts
-    );
+    assert_exit(&outcome, 0);
     assert_eq!(s.agents.requested, 200);
     assert_eq!(s.agents.connected, 200);
     assert_eq!(s.agents.peak_connected, 200);

@@ -7,15 +7,12 @@
 //! message is counted and survived (the session ends and is retried).
 
 mod common;
+mod receive;
 
 use std::time::Duration;
 
 use agent_sim_consul::codec::{
-    EVENT_FIELDS, MAX_EVENT_MESSAGE, SmallCodec, subscribe_request, unknown_event_fields,
-};
-use agent_sim_consul::conn::{FirstBytes, FirstRead, SNIFF_LEN, what_answered};
-use agent_sim_consul::http::{
-    self, EntryHead, Expected, HttpError, SessionCreated, SessionEntry, TxnResponse,
+    EVENT_FIELDS, MAX_EVENT_MESSAGE, subscribe_request, unknown_event_fields,
 };
 use agent_sim_consul::view::{MAX_VIEW_ENTRIES, View, ViewKind};
 use agent_sim_consul::{ConsulConfig, ConsulFactory, ProbeConfig};
@@ -24,39 +21,15 @@ use agent_sim_proto::consul::subscribe::{
     CatalogOp, CheckServiceNode, Event, EventBatch, HealthCheck, Node, NodeService,
     ServiceHealthUpdate, Topic, event::Payload,
 };
-use agent_sim_testkit::alloc::{CountingAlloc, peak_during};
+use agent_sim_testkit::alloc::{CountingAlloc, decode_bound, peak_during};
 use agent_sim_testkit::hostile::{mutated, vectors};
 use bytes::{BufMut, Bytes, BytesMut};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use prost::Message as _;
-use tonic::codec::{Codec as _, Streaming};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
-
-/// Heap per input byte a decoder may hold at once: an empty repeated
-/// sub-message (2 wire bytes) becomes a struct of ≈100–200 bytes, and a
-/// growing `Vec` briefly holds two buffers.
-const ALLOC_PER_BYTE: usize = 256;
-const ALLOC_SLACK: usize = 16 * 1024;
-
-fn bound(len: usize) -> usize {
-    len * ALLOC_PER_BYTE + ALLOC_SLACK
-}
-
-/// What an agent does with one Subscribe message's bytes.
-fn decode_apply(msg: &[u8]) {
-    let _ = unknown_event_fields(msg);
-    if let Ok(ev) = Event::decode(msg) {
-        for kind in [ViewKind::Health, ViewKind::Intentions] {
-            let mut v = View::new(kind);
-            let _ = v.apply(&ev, &mut |_| {});
-            let _ = v.apply(&ev, &mut |_| {});
-            let _ = v.take_dropped();
-        }
-    }
-}
 
 fn event_seeds() -> Vec<Vec<u8>> {
     vectors("consul/subscribe", ".bin")
@@ -76,59 +49,6 @@ fn grpc_frames(msgs: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-/// Reads a response body of raw bytes through tonic's framing with the
-/// agents' decoder and limit: the messages decoded, and the error that
-/// ended the stream (a body without trailers ends with "missing
-/// grpc-status trailer").
-fn read_stream(body: Vec<u8>) -> (Vec<Event>, tonic::Status) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        let decoder = SmallCodec::default().decoder();
-        let body = http_body_util::Full::new(Bytes::from(body));
-        let mut s = Streaming::new_response(
-            decoder,
-            body,
-            ::http::StatusCode::OK,
-            None,
-            Some(MAX_EVENT_MESSAGE),
-        );
-        let mut out = Vec::new();
-        loop {
-            match s.message().await {
-                Ok(Some(ev)) => out.push(ev),
-                Ok(None) => return (out, tonic::Status::ok("")),
-                Err(e) => return (out, e),
-            }
-        }
-    })
-}
-
-/// What an agent parses of HTTP answers.
-fn parse_http(body: &[u8]) {
-    let _ = http::parse_bool(body);
-    let expected = [Expected {
-        id: "app-1-0".into(),
-        service: "app".into(),
-        port: 8080,
-    }];
-    let _ = http::node_in_sync(body, "10.0.0.1", &expected);
-    let _ = serde_json::from_slice::<SessionCreated>(body);
-    let _ = serde_json::from_slice::<Vec<SessionEntry>>(body);
-    let _ = serde_json::from_slice::<TxnResponse>(body);
-    let _ = serde_json::from_slice::<EntryHead>(body);
-    let _ = serde_json::from_slice::<String>(body);
-    let _ = http::answer_kind(500, body);
-    let e = HttpError {
-        kind: "http_5xx",
-        status: Some(500),
-        body: Bytes::copy_from_slice(body),
-        detail: None,
-    };
-    let _ = e.words();
-}
-
 fn http_seeds() -> Vec<Vec<u8>> {
     let mut v: Vec<Vec<u8>> = vectors("consul/http", ".json")
         .into_iter()
@@ -145,36 +65,34 @@ proptest! {
 
     #[test]
     fn arbitrary_event_bytes_never_panic_and_stay_bounded(msg in vec(any::<u8>(), 0..1024)) {
-        let ((), peak) = peak_during(|| decode_apply(&msg));
-        prop_assert!(peak <= bound(msg.len()), "{peak} for {}", msg.len());
+        let ((), peak) = peak_during(|| receive::event(&msg));
+        prop_assert!(peak <= decode_bound(msg.len()), "{peak} for {}", msg.len());
     }
 
     #[test]
     fn damaged_captured_events_never_panic_and_stay_bounded(msg in mutated(event_seeds())) {
-        let ((), peak) = peak_during(|| decode_apply(&msg));
-        prop_assert!(peak <= bound(msg.len()), "{peak} for {}", msg.len());
+        let ((), peak) = peak_during(|| receive::event(&msg));
+        prop_assert!(peak <= decode_bound(msg.len()), "{peak} for {}", msg.len());
     }
 
     /// What answered on a connection that failed, from its first bytes.
     #[test]
     fn first_bytes_of_any_server_are_named_or_not(b in vec(any::<u8>(), 0..80)) {
-        let first = FirstBytes::default();
-        let _ = first.set(FirstRead::Bytes(b[..b.len().min(SNIFF_LEN)].into()));
-        if let Some((kind, words)) = what_answered(&first) {
+        if let Some((kind, words)) = receive::first_bytes(&b) {
             prop_assert!(!kind.is_empty() && words.len() < 400);
         }
     }
 
     #[test]
     fn arbitrary_http_answers_never_panic(body in vec(any::<u8>(), 0..512)) {
-        let ((), peak) = peak_during(|| parse_http(&body));
-        prop_assert!(peak <= bound(body.len()), "{peak} for {}", body.len());
+        let ((), peak) = peak_during(|| receive::http_answer(&body));
+        prop_assert!(peak <= decode_bound(body.len()), "{peak} for {}", body.len());
     }
 
     #[test]
     fn damaged_http_answers_never_panic(body in mutated(http_seeds())) {
-        let ((), peak) = peak_during(|| parse_http(&body));
-        prop_assert!(peak <= bound(body.len()), "{peak} for {}", body.len());
+        let ((), peak) = peak_during(|| receive::http_answer(&body));
+        prop_assert!(peak <= decode_bound(body.len()), "{peak} for {}", body.len());
     }
 }
 
@@ -190,8 +108,8 @@ proptest! {
             mutated(vec![grpc_frames(&event_seeds())]),
         ],
     ) {
-        let (_, peak) = peak_during(|| read_stream(body.clone()));
-        prop_assert!(peak <= MAX_EVENT_MESSAGE + bound(body.len()), "{peak}");
+        let (_, peak) = peak_during(|| receive::stream(body.clone()));
+        prop_assert!(peak <= MAX_EVENT_MESSAGE + decode_bound(body.len()), "{peak}");
     }
 }
 
@@ -200,7 +118,7 @@ fn grpc_length_prefixes_over_the_limit_are_refused_before_buffering() {
     let mut body = vec![0];
     body.extend_from_slice(&((MAX_EVENT_MESSAGE + 1) as u32).to_be_bytes());
     body.extend_from_slice(&[0; 32]);
-    let ((_, status), peak) = peak_during(|| read_stream(body));
+    let ((_, status), peak) = peak_during(|| receive::stream(body));
     assert_eq!(status.code(), tonic::Code::OutOfRange);
     // The words the session maps to `message_too_large`.
     assert!(
@@ -210,7 +128,7 @@ fn grpc_length_prefixes_over_the_limit_are_refused_before_buffering() {
     );
     assert!(peak < 64 * 1024, "{peak}");
     // Bytes that are not an Event: tonic's words for `decode_event`.
-    let (_, status) = read_stream(grpc_frames(&[vec![0xff, 0xff]]));
+    let (_, status) = receive::stream(grpc_frames(&[vec![0xff, 0xff]]));
     assert_eq!(status.code(), tonic::Code::Internal);
     assert!(status.message().contains("failed to decode Protobuf"));
 }
@@ -332,7 +250,7 @@ proptest! {
         for m in &msgs {
             prop_assert_eq!(unknown_event_fields(m), None);
         }
-        let (got, end) = read_stream(grpc_frames(&msgs));
+        let (got, end) = receive::stream(grpc_frames(&msgs));
         prop_assert_eq!(got, evs);
         prop_assert!(end.message().contains("missing grpc-status trailer"), "{end:?}");
     }

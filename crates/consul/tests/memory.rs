@@ -3,8 +3,6 @@
 //! `cargo test -p agent-sim-consul --release --test memory -- --ignored --nocapture memory_per_agent`
 //! (`AGENT_SIM_MEM_AGENTS` = number of agents, default 2000).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -14,17 +12,14 @@ use agent_sim_consul::{ConsulConfig, ConsulFactory, metrics_spec};
 use agent_sim_fleet::{FleetConfig, FleetStatus};
 use agent_sim_metrics::Metrics;
 use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
+use agent_sim_testkit::child;
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
 const SERVE_ENV: &str = "AGENT_SIM_CONSUL_MEMORY_SERVE";
 
 fn rss_kib() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    agent_sim_metrics::process::rss_bytes() / 1024
 }
 
 /// The server half: only does something in the child process.
@@ -50,32 +45,16 @@ async fn serve_helper() {
             .await
             .unwrap();
     }
-    println!("ADDRS {ra} {ha}");
+    child::announce(&[ra, ha]);
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn memory_per_agent() {
-    let n: u64 = std::env::var("AGENT_SIM_MEM_AGENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "serve_helper", "--nocapture"])
-        .env(SERVE_ENV, "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let (rpc, http) = loop {
-        let line = lines.next().expect("helper output").unwrap();
-        if let Some(rest) = line.strip_prefix("ADDRS ") {
-            let mut it = rest.split(' ');
-            break (it.next().unwrap().to_owned(), it.next().unwrap().to_owned());
-        }
-    };
+    let n = child::mem_agents(2000);
+    let server = child::ChildServer::spawn(SERVE_ENV, "serve_helper");
+    let (rpc, http) = (server.addrs[0].clone(), server.addrs[1].clone());
     let m = Metrics::new(&metrics_spec().merge(&agent_sim_fleet::metrics_spec()), 8);
     let factory = ConsulFactory::new(
         ConsulConfig {
@@ -124,8 +103,7 @@ async fn memory_per_agent() {
     );
     stop.cancel();
     let _ = run.await;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     // The budget of a Consul agent (two subscriptions, a TTL session).
     let per_agent = up.saturating_sub(base) as f64 / n as f64;
     assert!(per_agent <= 40.0, "{per_agent:.1} KiB per agent");

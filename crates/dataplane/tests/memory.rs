@@ -3,8 +3,6 @@
 //! `cargo test -p agent-sim-dataplane --release --test memory -- --ignored --nocapture memory_per_sidecar`
 //! (`AGENT_SIM_MEM_AGENTS` = number of sidecars, default 2000).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -13,6 +11,7 @@ use agent_sim_consul::{ProbeConfig, ProbeKind};
 use agent_sim_dataplane::{DataplaneConfig, DataplaneFactory};
 use agent_sim_fleet::{FleetConfig, FleetStatus};
 use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_grpc, serve_http};
+use agent_sim_testkit::child;
 use tokio_util::sync::CancellationToken;
 
 mod common;
@@ -20,11 +19,7 @@ mod common;
 const SERVE_ENV: &str = "AGENT_SIM_DATAPLANE_MEMORY_SERVE";
 
 fn rss_kib() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    agent_sim_metrics::process::rss_bytes() / 1024
 }
 
 /// The server half: only does something in the child process.
@@ -41,32 +36,16 @@ async fn serve_helper() {
     let stop = CancellationToken::new();
     tokio::spawn(serve_grpc(grpc, state.clone(), stop.clone()));
     tokio::spawn(serve_http(http, state, stop));
-    println!("ADDRS {ga} {ha}");
+    child::announce(&[ga, ha]);
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn memory_per_sidecar() {
-    let n: u64 = std::env::var("AGENT_SIM_MEM_AGENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "serve_helper", "--nocapture"])
-        .env(SERVE_ENV, "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let (grpc, http) = loop {
-        let line = lines.next().expect("helper output").unwrap();
-        if let Some(rest) = line.strip_prefix("ADDRS ") {
-            let mut it = rest.split(' ');
-            break (it.next().unwrap().to_owned(), it.next().unwrap().to_owned());
-        }
-    };
+    let n = child::mem_agents(2000);
+    let server = child::ChildServer::spawn(SERVE_ENV, "serve_helper");
+    let (grpc, http) = (server.addrs[0].clone(), server.addrs[1].clone());
     let m = common::metrics();
     // Upstreams web, api and the probe service: three EDS clusters and
     // local_app per sidecar, and the WatchServers stream.
@@ -119,8 +98,7 @@ async fn memory_per_sidecar() {
     );
     stop.cancel();
     let _ = run.await;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     assert!(per <= BUDGET_KIB, "{per:.1} KiB per sidecar");
 }
 

@@ -6,82 +6,24 @@
 //! decoded, and what the encoders write decodes back to what they were given.
 
 use std::io::Cursor;
-use std::sync::Arc;
 
 use agent_sim_proto::sensu::{v2, v3};
 use agent_sim_sensu::codec::{self, CodecError, Encoding};
-use agent_sim_sensu::messages::{MessageBuilder, Templates, agent_name};
 use agent_sim_sensu::session::ws_config;
-use agent_sim_testkit::alloc::{CountingAlloc, peak_during};
-use agent_sim_testkit::hostile::{mutated, vectors};
+use agent_sim_testkit::alloc::{ALLOC_SLACK, CountingAlloc, decode_bound, peak_during};
+use agent_sim_testkit::hostile::{mutated, sensu_frames};
 use proptest::collection::vec;
 use proptest::prelude::*;
+use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocket};
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+
+mod receive;
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-/// Heap a decoder may hold at once per input byte. The worst case is a
-/// repeated message field of empty elements: 2 wire bytes (key, length 0)
-/// become a whole struct (an `AssetRef` with its optional `ObjectMeta` is
-/// ≈170 bytes), and a growing `Vec` briefly holds its old and new buffers.
-const ALLOC_PER_BYTE: usize = 256;
-/// Fixed allowance on top (first allocations, error values).
-const ALLOC_SLACK: usize = 16 * 1024;
-
-fn bound(len: usize) -> usize {
-    len * ALLOC_PER_BYTE + ALLOC_SLACK
-}
-
-/// Everything an agent does with a payload it received, both encodings:
-/// decode it, and build what it sends next from it (the check reply from a
-/// request, keepalives from an entity config).
-fn decode_all(payload: &[u8]) {
-    let Ok(f) = codec::split_frame(payload) else {
-        return;
-    };
-    for enc in [Encoding::Protobuf, Encoding::Json] {
-        let _ = codec::unknown_fields(codec::KIND_CHECK_REQUEST, f.body, enc);
-        let _ = codec::unknown_fields(codec::KIND_ENTITY_CONFIG, f.body, enc);
-        let mut b = builder(enc);
-        let mut out = Vec::new();
-        if let Ok(req) = codec::decode_check_request(f.body, enc) {
-            let check = b.check_result(&req, 1);
-            let _ = b.write_event_frame(&mut out, check, 1, [1; 16], 1);
-        }
-        if let Ok(ec) = codec::decode_entity_config(f.body, enc) {
-            b.apply_entity_config(ec);
-            let _ = b.write_keepalive_frame(&mut out, 1, [2; 16], 1);
-        }
-        if let Ok(ev) = codec::decode_event(f.body, enc) {
-            let _ = codec::validate_event(&ev, true);
-        }
-    }
-}
-
-/// The captured frames (control frames, which are empty, left out).
-fn named_seeds() -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<(String, Vec<u8>)> = vectors("sensu/protobuf", ".bin")
-        .into_iter()
-        .chain(vectors("sensu/json", ".bin"))
-        .chain(vectors("sensu/rejected", ".bin"))
-        .collect();
-    v.retain(|(_, b)| !b.is_empty());
-    v
-}
-
-/// One agent's message builder for `enc`.
-fn builder(enc: Encoding) -> MessageBuilder {
-    let cfg = agent_sim_sensu::SensuConfig {
-        encoding: enc,
-        ..Default::default()
-    };
-    MessageBuilder::new(Arc::new(Templates::new(&cfg)), agent_name("a", 1), 1)
-}
-
 fn seeds() -> Vec<Vec<u8>> {
-    named_seeds().into_iter().map(|(_, b)| b).collect()
+    sensu_frames().into_iter().map(|(_, b)| b).collect()
 }
 
 /// A protobuf body prefixed with one of the frame kinds.
@@ -103,15 +45,15 @@ proptest! {
         kind in any::<u8>(),
     ) {
         for payload in [framed(body.clone(), kind), body] {
-            let ((), peak) = peak_during(|| decode_all(&payload));
-            prop_assert!(peak <= bound(payload.len()), "{peak} bytes for {} input bytes", payload.len());
+            let ((), peak) = peak_during(|| receive::message(&payload));
+            prop_assert!(peak <= decode_bound(payload.len()), "{peak} bytes for {} input bytes", payload.len());
         }
     }
 
     #[test]
     fn damaged_captured_frames_never_panic_and_stay_bounded(payload in mutated(seeds())) {
-        let ((), peak) = peak_during(|| decode_all(&payload));
-        prop_assert!(peak <= bound(payload.len()), "{peak} bytes for {} input bytes", payload.len());
+        let ((), peak) = peak_during(|| receive::message(&payload));
+        prop_assert!(peak <= decode_bound(payload.len()), "{peak} bytes for {} input bytes", payload.len());
     }
 
     /// The WebSocket layer with the session's limits: whatever bytes a
@@ -126,7 +68,7 @@ proptest! {
             ]),
         ],
     ) {
-        let ((), peak) = peak_during(|| read_ws(bytes.clone()));
+        let ((), peak) = peak_during(|| receive::socket(&bytes));
         prop_assert!(peak <= 2 * codec::MAX_MESSAGE + ALLOC_SLACK, "{peak}");
     }
 }
@@ -147,21 +89,6 @@ fn ws_frame(payload: &[u8]) -> Vec<u8> {
     }
     out.extend_from_slice(payload);
     out
-}
-
-fn read_ws(bytes: Vec<u8>) {
-    let mut ws = WebSocket::from_raw_socket(Cursor::new(bytes), Role::Client, Some(ws_config()));
-    for _ in 0..64 {
-        match ws.read() {
-            Ok(Message::Binary(b)) => {
-                assert!(b.len() <= codec::MAX_MESSAGE);
-                decode_all(&b);
-            }
-            Ok(Message::Text(t)) => assert!(t.len() <= codec::MAX_MESSAGE),
-            Ok(_) => {}
-            Err(_) => return,
-        }
-    }
 }
 
 #[test]
@@ -204,7 +131,11 @@ fn the_worst_protobuf_amplification_is_within_the_bound() {
     }
     let (r, peak) = peak_during(|| codec::decode_check_request(&body, Encoding::Protobuf));
     assert_eq!(r.unwrap().assets.len(), body.len() / 2);
-    assert!(peak <= bound(body.len()), "{peak} for {}", body.len());
+    assert!(
+        peak <= decode_bound(body.len()),
+        "{peak} for {}",
+        body.len()
+    );
     println!(
         "{} bytes of empty assets: peak {peak} bytes ({}x)",
         body.len(),
@@ -227,7 +158,7 @@ fn json_nesting_beyond_the_depth_limit_is_an_error_not_a_crash() {
 
 #[test]
 fn captured_frames_have_no_unknown_fields_and_extras_are_named() {
-    for (name, payload) in named_seeds() {
+    for (name, payload) in sensu_frames() {
         let f = codec::split_frame(&payload).unwrap();
         let enc = if name.starts_with("sensu/json") {
             Encoding::Json

@@ -115,6 +115,28 @@ fn entity_config(name: &str, enc: Encoding) -> Vec<u8> {
     )
 }
 
+/// Agent `index` (protobuf) started against `listener` and sent its
+/// `entity_config`: its cancel token, its task and the backend's end.
+async fn configured(
+    listener: &TcpListener,
+    m: &Metrics,
+    index: u64,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<SessionEnd>,
+    WebSocketStream<TcpStream>,
+) {
+    let port = listener.local_addr().unwrap().port();
+    let (cancel, task) = start(config(port, Encoding::Protobuf), m, index);
+    let mut ws = accept(listener, Headers::default()).await;
+    ws.send(Message::Binary(
+        entity_config(&format!("sim-{index}"), Encoding::Protobuf).into(),
+    ))
+    .await
+    .unwrap();
+    (cancel, task, ws)
+}
+
 #[tokio::test(start_paused = true)]
 async fn protobuf_session_end_to_end() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -480,13 +502,7 @@ async fn pings_every_30s_and_a_missing_pong_ends_the_session_at_45s() {
 
     // Answered: the backend reads (tungstenite answers pings) for 200 s.
     let m = metrics();
-    let (cancel, task) = start(config(port, Encoding::Protobuf), &m, 5);
-    let mut ws = accept(&listener, Headers::default()).await;
-    ws.send(Message::Binary(
-        entity_config("sim-5", Encoding::Protobuf).into(),
-    ))
-    .await
-    .unwrap();
+    let (cancel, task, mut ws) = configured(&listener, &m, 5).await;
     let t0 = Instant::now();
     let mut pings = Vec::new();
     while t0.elapsed() < Duration::from_secs(200) {
@@ -524,15 +540,8 @@ async fn pings_every_30s_and_a_missing_pong_ends_the_session_at_45s() {
 #[tokio::test(start_paused = true)]
 async fn hostile_backend_frames_are_counted_and_bounded() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
     let m = metrics();
-    let (_cancel, task) = start(config(port, Encoding::Protobuf), &m, 3);
-    let mut ws = accept(&listener, Headers::default()).await;
-    ws.send(Message::Binary(
-        entity_config("sim-3", Encoding::Protobuf).into(),
-    ))
-    .await
-    .unwrap();
+    let (_cancel, task, mut ws) = configured(&listener, &m, 3).await;
     assert_eq!(
         codec::split_frame(&next_frame(&mut ws).await).unwrap().kind,
         codec::KIND_KEEPALIVE

@@ -10,60 +10,32 @@ use std::io::Cursor;
 
 use agent_sim_proto::consul::subscribe::SubscribeRequest;
 use agent_sim_sensu::codec::{self, Encoding};
-use agent_sim_server::consul::{ApiRequest, ConsulState, ConsulTargetConfig, dispatch};
+use agent_sim_server::consul::{ApiRequest, ConsulState, dispatch};
 use agent_sim_server::sensu::{inbound, ws_config};
-use agent_sim_testkit::alloc::{CountingAlloc, peak_during};
-use agent_sim_testkit::hostile::{mutated, vectors};
+use agent_sim_testkit::alloc::{CountingAlloc, decode_bound, peak_during};
+use agent_sim_testkit::hostile::{mutated, sensu_frames, vectors};
 use http::Method;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use prost::Message as _;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocket};
 
+mod receive;
+
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-/// Heap per input byte a decoder may hold at once (see the Sensu crate's
-/// hostile tests: empty repeated sub-messages and Vec growth).
-const ALLOC_PER_BYTE: usize = 256;
-const ALLOC_SLACK: usize = 16 * 1024;
-
-fn bound(len: usize) -> usize {
-    len * ALLOC_PER_BYTE + ALLOC_SLACK
-}
-
 fn agent_frames() -> Vec<Vec<u8>> {
-    vectors("sensu/protobuf", ".bin")
+    sensu_frames()
         .into_iter()
-        .chain(vectors("sensu/json", ".bin"))
-        .chain(vectors("sensu/rejected", ".bin"))
-        .filter(|(n, b)| (n.contains("-agent-") || n.contains("rejected")) && !b.is_empty())
+        .filter(|(n, _)| n.contains("-agent-") || n.contains("rejected"))
         .map(|(_, b)| b)
         .collect()
-}
-
-fn classify_both(payload: &[u8]) {
-    for enc in [Encoding::Protobuf, Encoding::Json] {
-        let _ = inbound::classify(payload, enc);
-    }
 }
 
 /// One masked client frame, as an agent sends it.
 fn client_frame(payload: &[u8]) -> Vec<u8> {
     agent_sim_sensu::session::masked_binary_frame(payload, [1, 2, 3, 4])
-}
-
-fn read_ws_as_server(bytes: Vec<u8>) {
-    let mut ws = WebSocket::from_raw_socket(Cursor::new(bytes), Role::Server, Some(ws_config()));
-    for _ in 0..64 {
-        match ws.read() {
-            Ok(m) => {
-                assert!(m.len() <= codec::MAX_MESSAGE);
-                classify_both(&m.into_data());
-            }
-            Err(_) => return,
-        }
-    }
 }
 
 /// Bodies of the write routes, captured and typical.
@@ -92,53 +64,16 @@ fn request_bodies() -> Vec<Vec<u8>> {
     v
 }
 
-const WRITE_ROUTES: &[(&str, &str)] = &[
-    ("/v1/catalog/register", ""),
-    ("/v1/catalog/deregister", ""),
-    ("/v1/txn", ""),
-    ("/v1/session/create", ""),
-    ("/v1/config", ""),
-    ("/v1/config", "cas=0"),
-];
-
-const READ_ROUTES: &[&str] = &[
-    "/v1/catalog/nodes",
-    "/v1/catalog/node/sim-node-1",
-    "/v1/catalog/service/web",
-    "/v1/health/service/web",
-    "/v1/session/list",
-    "/v1/config/service-intentions/web",
-];
-
-fn call(state: &ConsulState, method: &Method, path: &str, query: &str, body: &[u8]) -> u16 {
-    dispatch(
-        state,
-        &ApiRequest {
-            method,
-            path,
-            query,
-            token: "",
-            body,
-        },
-    )
-    .status()
-    .as_u16()
-}
-
-/// Sends `body` to every write route, then reads everything back.
+/// Sends `body` to every write route, reading everything back after each.
 fn api_round(state: &ConsulState, body: &[u8]) {
-    for (path, query) in WRITE_ROUTES {
-        let status = call(state, &Method::PUT, path, query, body);
-        assert!((200..600).contains(&status));
-    }
-    for path in READ_ROUTES {
-        let status = call(state, &Method::GET, path, "", b"");
-        assert!((200..500).contains(&status), "{path}: {status}");
+    for route in 0..receive::WRITE_ROUTES.len() {
+        receive::write_then_read(state, route, body);
     }
 }
 
+/// The seeded catalog with the captured and typical writes on top.
 fn seeded_state() -> ConsulState {
-    let state = ConsulState::new(ConsulTargetConfig::default());
+    let state = receive::seeded();
     for b in request_bodies() {
         api_round(&state, &b);
     }
@@ -150,14 +85,14 @@ proptest! {
 
     #[test]
     fn arbitrary_agent_payloads_never_panic_and_stay_bounded(p in vec(any::<u8>(), 0..1024)) {
-        let ((), peak) = peak_during(|| classify_both(&p));
-        prop_assert!(peak <= bound(p.len()), "{peak} for {}", p.len());
+        let ((), peak) = peak_during(|| receive::agent_message(&p));
+        prop_assert!(peak <= decode_bound(p.len()), "{peak} for {}", p.len());
     }
 
     #[test]
     fn damaged_agent_frames_never_panic_and_stay_bounded(p in mutated(agent_frames())) {
-        let ((), peak) = peak_during(|| classify_both(&p));
-        prop_assert!(peak <= bound(p.len()), "{peak} for {}", p.len());
+        let ((), peak) = peak_during(|| receive::agent_message(&p));
+        prop_assert!(peak <= decode_bound(p.len()), "{peak} for {}", p.len());
     }
 
     #[test]
@@ -167,14 +102,14 @@ proptest! {
             mutated(agent_frames().iter().map(|f| client_frame(f)).collect()),
         ],
     ) {
-        let ((), peak) = peak_during(|| read_ws_as_server(bytes.clone()));
-        prop_assert!(peak <= 2 * codec::MAX_MESSAGE + bound(bytes.len()), "{peak}");
+        let ((), peak) = peak_during(|| receive::endpoint_socket(&bytes));
+        prop_assert!(peak <= 2 * codec::MAX_MESSAGE + decode_bound(bytes.len()), "{peak}");
     }
 
     #[test]
     fn subscribe_requests_of_any_bytes_decode_or_fail_cleanly(b in vec(any::<u8>(), 0..256)) {
         let (_, peak) = peak_during(|| SubscribeRequest::decode(&b[..]));
-        prop_assert!(peak <= bound(b.len()));
+        prop_assert!(peak <= decode_bound(b.len()));
     }
 }
 

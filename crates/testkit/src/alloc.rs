@@ -14,6 +14,21 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
+/// Heap a decoder may hold at once per input byte. The worst case is a
+/// repeated message field of empty elements: 2 wire bytes (key, length 0)
+/// become a whole struct (a Sensu `AssetRef` with its optional `ObjectMeta`
+/// is ≈170 bytes, a Consul sub-message ≈100–200), and a growing `Vec`
+/// briefly holds its old and new buffers.
+pub const ALLOC_PER_BYTE: usize = 256;
+/// Fixed allowance on top (first allocations, error values).
+pub const ALLOC_SLACK: usize = 16 * 1024;
+
+/// The most heap decoding `len` input bytes may hold at once:
+/// [`ALLOC_PER_BYTE`] per byte plus [`ALLOC_SLACK`].
+pub fn decode_bound(len: usize) -> usize {
+    len * ALLOC_PER_BYTE + ALLOC_SLACK
+}
+
 thread_local! {
     // `const` initialisers: no lazy registration, so no allocation happens
     // inside the allocator.

@@ -33,6 +33,19 @@ pub fn vectors(sub: &str, suffix: &str) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// The captured Sensu WebSocket payloads, both encodings and the ones a
+/// backend rejected (control frames, which are empty, left out), as
+/// (relative path, bytes): what agents and the backend's endpoint read.
+pub fn sensu_frames() -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = vectors("sensu/protobuf", ".bin")
+        .into_iter()
+        .chain(vectors("sensu/json", ".bin"))
+        .chain(vectors("sensu/rejected", ".bin"))
+        .collect();
+    v.retain(|(_, b)| !b.is_empty());
+    v
+}
+
 /// One way to damage an input.
 #[derive(Debug, Clone)]
 pub enum Mutation {

@@ -10,8 +10,13 @@
 //! - [`alloc`]: a counting global allocator to bound what a decoder
 //!   allocates; [`hostile`]: the captured vectors and proptest strategies
 //!   that damage them (bit flips, truncations, huge length fields).
+//! - [`fake_proc`]: a fake `/proc` tree of stated limits, for the preflight
+//!   and `agent-sim doctor`.
+//! - [`child`]: the server half of a memory measurement in a child process.
 
 pub mod alloc;
+pub mod child;
+pub mod fake_proc;
 pub mod hostile;
 
 use std::path::PathBuf;

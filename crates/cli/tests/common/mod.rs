@@ -6,6 +6,17 @@ pub fn temp_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("agent-sim-test-{}-{name}", std::process::id()))
 }
 
+/// Asserts that a run ended with exit code `code`; otherwise shows why it
+/// did not (the problem and every assertion's verdict).
+#[allow(dead_code)]
+pub fn assert_exit(o: &agent_sim::run::RunOutcome, code: i32) {
+    assert_eq!(
+        o.exit_code, code,
+        "{:?} {:?} {:?}",
+        o.problem, o.verdicts, o.summary.outcome
+    );
+}
+
 /// An embedded Consul backend serving on 127.0.0.1:0.
 #[allow(dead_code)]
 pub struct ConsulBackend {

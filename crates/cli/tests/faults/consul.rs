@@ -2,13 +2,9 @@
 //! connections, Subscribe calls and streams, gRPC frames and HTTP requests,
 //! and what the agents do and report.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sim_consul::{ConsulConfig, ConsulFactory};
-use agent_sim_fleet::{Backoff, FleetConfig, FleetStatus};
-use agent_sim_metrics::Metrics;
-use tokio_util::sync::CancellationToken;
 
 use super::*;
 
@@ -25,10 +21,7 @@ async fn subscribe_refusals_are_retried_per_stream_with_the_servers_words() {
             ],
         )
         .await;
-        let o = consul_run(&b, 10, 3.0).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 10);
-        let s = &o.summary;
+        let s = &complete(&b, consul_run(&b, 10, 3.0)).await;
         assert_eq!(b.fault_stats().injected, 12);
         // A stream refused is subscribed again on the same connection.
         assert!(s.sessions_lost.is_empty(), "{:?}", s.sessions_lost);
@@ -62,9 +55,7 @@ async fn the_first_retry_of_a_stream_is_immediate_then_it_backs_off() {
         // when each was injected, i.e. when each call arrived.
         let one = "consul.subscribe=resource-exhausted@100%,max:1";
         let b = backend(false, true, &[one, one, one]).await;
-        let o = consul_run(&b, 1, 2.0).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 1);
+        let s = complete(&b, consul_run(&b, 1, 2.0)).await;
         let at: Vec<f64> = b
             .fault_stats()
             .faults
@@ -75,7 +66,7 @@ async fn the_first_retry_of_a_stream_is_immediate_then_it_backs_off() {
         // At once; then equal jitter of a 200 ms step: 100..200 ms.
         assert!(first < 0.05, "{first}");
         assert!((0.1..0.3).contains(&second), "{second}");
-        assert_eq!(error(&o.summary, "grpc_resource_exhausted").count, 3);
+        assert_eq!(error(&s, "grpc_resource_exhausted").count, 3);
     })
     .await;
 }
@@ -85,10 +76,7 @@ async fn a_snapshot_cut_halfway_is_discarded_and_never_a_live_view() {
     bounded(Duration::from_secs(20), async {
         let b = backend(false, true, &["consul.subscribe=cut@100%,max:5"]).await;
         web_instances(&b, 6).await;
-        let o = consul_run(&b, 10, 2.5).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 10);
-        let s = &o.summary;
+        let s = &complete(&b, consul_run(&b, 10, 2.5)).await;
         assert_eq!(b.fault_stats().injected, 5);
         let e = error(s, "stream_end");
         assert_eq!(e.count, 5);
@@ -133,10 +121,7 @@ async fn garbage_truncated_and_oversized_frames_fail_the_stream_not_the_session(
         )
         .await;
         web_instances(&b, 2).await;
-        let o = consul_run(&b, 10, 3.0).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 10);
-        let s = &o.summary;
+        let s = &complete(&b, consul_run(&b, 10, 3.0)).await;
         assert_eq!(b.fault_stats().injected, 9);
         assert!(s.sessions_lost.is_empty(), "{:?}", s.sessions_lost);
         // Garbage that does not decode, a message cut short, one announced
@@ -160,10 +145,7 @@ async fn garbage_truncated_and_oversized_frames_fail_the_stream_not_the_session(
 async fn delayed_frames_make_snapshots_late() {
     bounded(Duration::from_secs(20), async {
         let b = backend(false, true, &["consul.frame=delay:300ms@100%"]).await;
-        let o = consul_run(&b, 5, 2.0).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 5);
-        let s = &o.summary;
+        let s = &complete(&b, consul_run(&b, 5, 2.0)).await;
         assert!(s.errors.is_empty(), "{:#?}", s.errors);
         assert!(b.fault_stats().injected >= 5);
         let snap = &s.latency_us["subscribe_snapshot"];
@@ -185,10 +167,7 @@ async fn rpc_connections_dropped_reset_or_delayed_at_accept() {
             ],
         )
         .await;
-        let o = consul_run(&b, 10, 3.0).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 10);
-        let s = &o.summary;
+        let s = &complete(&b, consul_run(&b, 10, 3.0)).await;
         assert_eq!(b.fault_stats().injected, 10);
         // Closed before a byte: what Consul's per-IP cap looks like too.
         let closed = error(s, "rpc_closed_at_once");
@@ -205,10 +184,7 @@ async fn live_rpc_connections_reset_at_a_time_lose_every_session() {
         let b = backend(false, true, &["consul.rpc=reset@at:1500ms"]).await;
         // Back = resubscribed and the registration confirmed by a sync,
         // which a reconnected agent runs within a staggered 3 s.
-        let o = consul_run(&b, 10, 6.0).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 10);
-        let s = &o.summary;
+        let s = &complete(&b, consul_run(&b, 10, 6.0)).await;
         assert_eq!(b.fault_stats().injected, 10);
         let lost: u64 = s.sessions_lost.values().sum();
         assert_eq!(lost, 10, "{:?}", s.sessions_lost);
@@ -240,7 +216,7 @@ async fn live_streams_aborted_or_unavailable_at_a_time() {
         let o = consul_run(&b, 10, 3.5).run().await.unwrap();
         let served = b.consul_stats().unwrap().resumes_served;
         b.stop().await;
-        assert_complete(&o, 10);
+        assert_complete(&o);
         let s = &o.summary;
         let f = b.fault_stats();
         assert_eq!(f.count("consul.subscribe=aborted@at:1500ms"), 10);
@@ -276,7 +252,7 @@ async fn http_refusals_and_broken_connections_are_retried_with_backoff() {
         let o = consul_run(&b, 10, 5.0).run().await.unwrap();
         let created = b.consul_stats().unwrap().sessions_created;
         b.stop().await;
-        assert_complete(&o, 10);
+        assert_complete(&o);
         let s = &o.summary;
         assert_eq!(b.fault_stats().injected, 11);
         let e429 = error(s, "http_429");
@@ -303,10 +279,7 @@ async fn a_stalled_http_request_times_out_and_is_retried() {
             &["consul.http=stall@100%,max:1,path:/v1/session/create"],
         )
         .await;
-        let o = consul_run(&b, 2, 12.5).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 2);
-        let s = &o.summary;
+        let s = &complete(&b, consul_run(&b, 2, 12.5)).await;
         assert_eq!(b.fault_stats().injected, 1);
         let t = error(s, "http_timeout");
         assert_eq!(t.count, 1);
@@ -332,32 +305,13 @@ async fn a_stalled_rpc_connection_is_ended_by_the_keepalive() {
             keepalive_timeout: Duration::from_secs(1),
             ..ConsulConfig::default()
         };
-        let spec = agent_sim_fleet::metrics_spec().merge(&agent_sim_consul::metrics_spec());
-        let m = Metrics::new(&spec, 4);
+        let m = metrics(&agent_sim_consul::metrics_spec());
         let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
-        let report = agent_sim_fleet::run(
-            FleetConfig {
-                agents: 2,
-                ramp: None,
-                backoff: Backoff::new(Duration::from_millis(50), Duration::from_millis(500)),
-                duration: Some(Duration::from_millis(17_500)),
-                grace: Duration::from_secs(2),
-                ..FleetConfig::default()
-            },
-            Arc::new(factory),
-            m.clone(),
-            Arc::new(FleetStatus::default()),
-            CancellationToken::new(),
-        )
-        .await;
+        let report = fleet_run(factory, &m, 2, 17.5).await;
         b.stop().await;
         assert_eq!(report.connected_at_end, 2);
         assert_eq!(b.fault_stats().injected, 1);
-        let errors = m.error_report();
-        let k = errors
-            .iter()
-            .find(|k| k.kind == "keepalive_timeout")
-            .unwrap_or_else(|| panic!("{errors:#?}"));
+        let k = reported(&m, "keepalive_timeout");
         assert_eq!(k.stat.count, 1);
         assert!(k.hint.is_some());
     })

@@ -18,15 +18,18 @@ mod sensu;
 mod serve;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sim::{Kind, Ramp, RunBuilder};
-use agent_sim_metrics::Summary;
+use agent_sim_fleet::{AgentFactory, Backoff, FleetConfig, FleetReport, FleetStatus};
 use agent_sim_metrics::summary::KindEntry;
+use agent_sim_metrics::{KindReport, Metrics, MetricsSpec, Summary};
 use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
 use agent_sim_server::consul::ConsulTargetConfig;
 use agent_sim_server::faults::FaultSpec;
 use agent_sim_server::sensu::SensuTargetConfig;
+use tokio_util::sync::CancellationToken;
 
 /// Every test body runs under this bound.
 pub async fn bounded<T>(limit: Duration, f: impl Future<Output = T>) -> T {
@@ -91,6 +94,46 @@ pub fn consul_run(b: &Backend, agents: u64, secs: f64) -> RunBuilder {
         })
 }
 
+/// A recorder for the engine's names and a protocol's `spec`.
+pub fn metrics(spec: &MetricsSpec) -> Metrics {
+    Metrics::new(&agent_sim_fleet::metrics_spec().merge(spec), 4)
+}
+
+/// `agents` agents of `factory` (recording into `m`) for `secs`, all at
+/// once and retrying fast, through the fleet engine itself: for the
+/// protocol settings the command line does not expose (timeouts, pings).
+pub async fn fleet_run<F: AgentFactory>(
+    factory: F,
+    m: &Metrics,
+    agents: u64,
+    secs: f64,
+) -> FleetReport {
+    agent_sim_fleet::run(
+        FleetConfig {
+            agents,
+            ramp: None,
+            backoff: Backoff::new(Duration::from_millis(50), Duration::from_millis(500)),
+            duration: Some(Duration::from_secs_f64(secs)),
+            grace: Duration::from_secs(2),
+            ..FleetConfig::default()
+        },
+        Arc::new(factory),
+        m.clone(),
+        Arc::new(FleetStatus::default()),
+        CancellationToken::new(),
+    )
+    .await
+}
+
+/// The error kind `kind` a recorder counted (panics with every kind it
+/// counted when it is missing).
+pub fn reported(m: &Metrics, kind: &str) -> KindReport {
+    m.error_report()
+        .into_iter()
+        .find(|k| k.kind == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {:#?}", m.error_report()))
+}
+
 /// The error kind `kind` of a summary (panics with the summary's errors
 /// when it is missing).
 pub fn error<'a>(s: &'a Summary, kind: &str) -> &'a KindEntry {
@@ -99,11 +142,20 @@ pub fn error<'a>(s: &'a Summary, kind: &str) -> &'a KindEntry {
         .unwrap_or_else(|| panic!("no {kind} in {:#?}", s.errors))
 }
 
-/// Asserts the run ended complete: every agent connected, exit 0.
-pub fn assert_complete(o: &agent_sim::run::RunOutcome, agents: u64) {
+/// Asserts the run ended complete: every requested agent connected, exit 0.
+pub fn assert_complete(o: &agent_sim::run::RunOutcome) {
     let s = &o.summary;
     assert_eq!(o.exit_code, 0, "{:?} errors {:#?}", s.outcome, s.errors);
-    assert_eq!(s.agents.connected, agents, "{:?}", s.outcome);
+    assert_eq!(s.agents.connected, s.agents.requested, "{:?}", s.outcome);
+}
+
+/// Runs `run` to its end, stops `b` and asserts the run ended complete;
+/// the run's summary.
+pub async fn complete(b: &Backend, run: RunBuilder) -> Summary {
+    let o = run.run().await.unwrap();
+    b.stop().await;
+    assert_complete(&o);
+    o.summary
 }
 
 /// Registers `n` instances of `web` (nodes `up-<i>`) on a Consul backend.

@@ -1,14 +1,12 @@
 //! Sensu rows of the fault matrix: what the backend does to upgrades,
 //! sessions and frames, and what the agents do and report.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sim_fleet::{Backoff, FleetConfig, FleetReport, FleetStatus};
-use agent_sim_metrics::{KindReport, Metrics};
+use agent_sim_fleet::FleetReport;
+use agent_sim_metrics::Metrics;
 use agent_sim_sensu::{SensuConfig, SensuFactory};
 use agent_sim_server::backend::Backend;
-use tokio_util::sync::CancellationToken;
 
 use super::*;
 
@@ -27,32 +25,9 @@ async fn fleet(
         ..SensuConfig::default()
     };
     tweak(&mut cfg);
-    let spec = agent_sim_fleet::metrics_spec().merge(&agent_sim_sensu::metrics_spec());
-    let m = Metrics::new(&spec, 4);
+    let m = metrics(&agent_sim_sensu::metrics_spec());
     let factory = SensuFactory::new(cfg, m.clone()).unwrap();
-    let report = agent_sim_fleet::run(
-        FleetConfig {
-            agents,
-            ramp: None,
-            backoff: Backoff::new(Duration::from_millis(50), Duration::from_millis(500)),
-            duration: Some(Duration::from_secs_f64(secs)),
-            grace: Duration::from_secs(2),
-            ..FleetConfig::default()
-        },
-        Arc::new(factory),
-        m.clone(),
-        Arc::new(FleetStatus::default()),
-        CancellationToken::new(),
-    )
-    .await;
-    (report, m)
-}
-
-fn kind(m: &Metrics, kind: &str) -> KindReport {
-    m.error_report()
-        .into_iter()
-        .find(|k| k.kind == kind)
-        .unwrap_or_else(|| panic!("no {kind} in {:#?}", m.error_report()))
+    (fleet_run(factory, &m, agents, secs).await, m)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,10 +43,7 @@ async fn upgrades_answered_429_500_503_are_retried_and_reported_in_the_servers_w
             ],
         )
         .await;
-        let o = sensu_run(&b, 20, 2.5).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 20);
-        let s = &o.summary;
+        let s = &complete(&b, sensu_run(&b, 20, 2.5)).await;
         let f = b.fault_stats();
         assert_eq!(f.injected, 15);
         let e429 = error(s, "upgrade_429");
@@ -88,12 +60,10 @@ async fn upgrades_answered_429_500_503_are_retried_and_reported_in_the_servers_w
 
         // At a rate: the run counts exactly what the backend injected.
         let b = backend(true, false, &["sensu.upgrade=503@25%"]).await;
-        let o = sensu_run(&b, 40, 2.5).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 40);
+        let s = complete(&b, sensu_run(&b, 40, 2.5)).await;
         let injected = b.fault_stats().count("sensu.upgrade=503@25%");
         assert!(injected > 0);
-        assert_eq!(error(&o.summary, "upgrade_5xx").count, injected);
+        assert_eq!(error(&s, "upgrade_5xx").count, injected);
     })
     .await;
 }
@@ -102,10 +72,7 @@ async fn upgrades_answered_429_500_503_are_retried_and_reported_in_the_servers_w
 async fn delayed_upgrades_and_frames_connect_late_without_errors() {
     bounded(Duration::from_secs(20), async {
         let b = backend(true, false, &["sensu.upgrade=delay:400ms@100%"]).await;
-        let o = sensu_run(&b, 10, 1.5).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 10);
-        let s = &o.summary;
+        let s = &complete(&b, sensu_run(&b, 10, 1.5)).await;
         assert!(s.errors.is_empty(), "{:#?}", s.errors);
         assert_eq!(b.fault_stats().injected, 10);
         assert!(
@@ -116,13 +83,11 @@ async fn delayed_upgrades_and_frames_connect_late_without_errors() {
 
         // The entity_config comes 600 ms late: connected then, not before.
         let b = backend(true, false, &["sensu.frame=delay:600ms@100%,max:10"]).await;
-        let o = sensu_run(&b, 10, 1.5).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 10);
+        let s = complete(&b, sensu_run(&b, 10, 1.5)).await;
         assert_eq!(b.fault_stats().injected, 10);
-        let ready = &o.summary.latency_us["session_ready"];
+        let ready = &s.latency_us["session_ready"];
         assert!(ready.min >= 600_000, "{ready:?}");
-        assert!(o.summary.errors.is_empty(), "{:#?}", o.summary.errors);
+        assert!(s.errors.is_empty(), "{:#?}", s.errors);
     })
     .await;
 }
@@ -147,13 +112,13 @@ async fn stalled_dropped_and_reset_upgrades_have_their_own_kinds() {
         b.stop().await;
         assert_eq!(report.connected_at_end, 12, "{:#?}", m.error_report());
         assert_eq!(b.fault_stats().injected, 9);
-        let stalled = kind(&m, "handshake_timeout");
+        let stalled = reported(&m, "handshake_timeout");
         assert_eq!(stalled.stat.count, 3);
         assert!(stalled.stat.sample.as_deref().unwrap().contains("500ms"));
-        let dropped = kind(&m, "upgrade_closed");
+        let dropped = reported(&m, "upgrade_closed");
         assert_eq!(dropped.stat.count, 3, "{dropped:?}");
         assert!(dropped.heals && dropped.hint.is_some());
-        let reset = kind(&m, "upgrade_reset");
+        let reset = reported(&m, "upgrade_reset");
         assert_eq!(reset.stat.count, 3, "{reset:?}");
         assert!(
             reset.stat.sample.as_deref().unwrap().contains("reset"),
@@ -176,10 +141,7 @@ async fn dropped_and_reset_sessions_are_lost_counted_and_back() {
             ],
         )
         .await;
-        let o = sensu_run(&b, 10, 3.0).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 10);
-        let s = &o.summary;
+        let s = &complete(&b, sensu_run(&b, 10, 3.0)).await;
         let f = b.fault_stats();
         assert_eq!(f.injected, 8);
         assert_eq!(s.sessions_lost["ws_dropped"], 4, "{:?}", s.sessions_lost);
@@ -214,7 +176,7 @@ async fn a_stalled_session_is_dropped_by_the_agents_pong_timeout() {
         assert_eq!(report.connected_at_end, 6);
         assert_eq!(b.fault_stats().injected, 3);
         assert_eq!(report.sessions_lost.get("pong_timeout"), Some(&3));
-        assert_eq!(kind(&m, "pong_timeout").stat.count, 3);
+        assert_eq!(reported(&m, "pong_timeout").stat.count, 3);
     })
     .await;
 }
@@ -223,10 +185,7 @@ async fn a_stalled_session_is_dropped_by_the_agents_pong_timeout() {
 async fn sessions_hit_at_a_time_are_every_live_session() {
     bounded(Duration::from_secs(20), async {
         let b = backend(true, false, &["sensu.session=reset@at:1500ms"]).await;
-        let o = sensu_run(&b, 25, 3.5).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 25);
-        let s = &o.summary;
+        let s = &complete(&b, sensu_run(&b, 25, 3.5)).await;
         assert_eq!(b.fault_stats().injected, 25);
         assert_eq!(s.sessions_lost["ws_reset"], 25, "{:?}", s.sessions_lost);
         assert_eq!(s.counters["agents_reconnected"], 25);
@@ -247,10 +206,7 @@ async fn garbage_truncated_and_oversized_frames() {
             ],
         )
         .await;
-        let o = sensu_run(&b, 15, 3.0).run().await.unwrap();
-        b.stop().await;
-        assert_complete(&o, 15);
-        let s = &o.summary;
+        let s = &complete(&b, sensu_run(&b, 15, 3.0)).await;
         assert_eq!(b.fault_stats().injected, 12);
         // Garbage is counted and skipped: the session goes on.
         let garbage = error(s, "decode_frame");

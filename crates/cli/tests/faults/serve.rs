@@ -113,7 +113,7 @@ async fn what_serve_says_it_injected_is_what_the_run_reports() {
         let injected = stats["faults"][0]["injected"].as_u64().unwrap();
         assert!(injected > 0, "{stats}");
         assert_eq!(stats["faults"][0]["spec"], "sensu.upgrade=503@30%");
-        assert_complete(&o, 30);
+        assert_complete(&o);
         assert_eq!(error(&o.summary, "upgrade_5xx").count, injected);
     })
     .await;

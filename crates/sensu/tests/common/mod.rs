@@ -3,19 +3,11 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-
 use agent_sim_proto::sensu::{v2, v3};
 use agent_sim_sensu::codec::{self, Encoding};
 use serde_json::{Value, json};
 
-/// Root of the golden vectors.
-pub fn vectors_dir() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/vectors"
-    ))
-}
+pub use agent_sim_testkit::hostile::vectors_dir;
 
 /// The manifest entries of the Sensu vectors.
 pub fn sensu_manifest() -> Vec<Value> {

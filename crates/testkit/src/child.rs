@@ -1,0 +1,69 @@
+//! The server half of a memory measurement in a child process, so that the
+//! parent's RSS is the simulated agents' alone: the test binary runs itself
+//! again as one of its (ignored) tests with an environment variable set,
+//! and that test serves on 127.0.0.1:0 and prints its addresses.
+//!
+//! In the parent: `let server = ChildServer::spawn(ENV, "serve_helper");`
+//! then `server.addrs`; in the helper test: return at once unless
+//! `std::env::var_os(ENV)` is set, else serve and [`announce`] the
+//! addresses.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+
+/// The line prefix the helper prints its addresses after.
+const PREFIX: &str = "ADDRS ";
+
+/// Prints `addrs` for the parent (call it in the helper test once it
+/// serves).
+pub fn announce(addrs: &[SocketAddr]) {
+    let list: Vec<String> = addrs.iter().map(SocketAddr::to_string).collect();
+    println!("{PREFIX}{}", list.join(" "));
+}
+
+/// A helper test running in a child process; killed on drop.
+#[derive(Debug)]
+pub struct ChildServer {
+    child: Child,
+    /// The addresses it announced, in its order.
+    pub addrs: Vec<String>,
+}
+
+impl ChildServer {
+    /// Runs the ignored test `helper` of this test binary with `env` set,
+    /// and waits for the addresses it announces.
+    pub fn spawn(env: &str, helper: &str) -> ChildServer {
+        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--ignored", "--exact", helper, "--nocapture"])
+            .env(env, "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("child process");
+        let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let addrs = loop {
+            let line = lines.next().expect("helper output").expect("helper line");
+            if let Some(rest) = line.strip_prefix(PREFIX) {
+                break rest.split(' ').map(str::to_owned).collect();
+            }
+        };
+        ChildServer { child, addrs }
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How many agents a memory measurement runs: `AGENT_SIM_MEM_AGENTS`, or
+/// `default`.
+pub fn mem_agents(default: u64) -> u64 {
+    std::env::var("AGENT_SIM_MEM_AGENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
