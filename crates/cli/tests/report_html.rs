@@ -180,6 +180,14 @@ fn text(doc: &Html, selector: &str) -> String {
 /// The sessions chart has one point per timeline sample, at its level.
 fn check_sessions(doc: &Html, s: &Summary) {
     assert!(!s.timeline.is_empty());
+    // The line ends at the sessions held when the run ended, not at the
+    // zero its own shutdown leaves.
+    assert_eq!(
+        s.timeline.last().unwrap().connected,
+        s.agents.connected,
+        "{:?}",
+        s.timeline.last()
+    );
     let svg = chart(doc, "Sessions held");
     let axes = Axes::of(svg);
     let (n, pts) = points(svg, "connected");

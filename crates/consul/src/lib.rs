@@ -337,6 +337,13 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             heals: true,
         },
         K {
+            kind: "session_expired",
+            hint: "a TTL session renew answered 404 in the server's words (the sample): the \
+                   session expired or the server lost it; the agent checks its registration \
+                   and creates a new session",
+            heals: true,
+        },
+        K {
             kind: "subscription_aborted",
             hint: "the server reset subscriptions (ABORTED: an ACL change, a snapshot restore): \
                    views dropped and subscribed again at index 0, at once the first time",

@@ -297,7 +297,11 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
         })
         .await;
         assert_eq!(counter(m, "resumes"), 0, "silence is not a resume");
-        assert_eq!(counter(m, "resumes_silent"), 1, "api: live on the server's answer");
+        assert_eq!(
+            counter(m, "resumes_silent"),
+            0,
+            "api: live on the server's answer, but whether it resumed is open until the session ends"
+        );
         // The next api event proves the resume.
         api2.put(
             "/v1/catalog/register",
@@ -317,6 +321,11 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
     assert_eq!(end, SessionEnd::Shutdown);
     assert_eq!(counter(m, "subscriptions"), 4);
     assert_eq!(counter(m, "snapshots"), 3, "api must not re-snapshot");
+    assert_eq!(
+        counter(m, "resumes_silent"),
+        0,
+        "api's event proved a resume: counted once, as a resume"
+    );
     assert_eq!(counter(m, "anti_entropy_syncs"), 1, "one leader check");
     assert_eq!(agent.view_len("web"), Some(1), "web-2 deregistered");
     assert_eq!(
@@ -327,6 +336,21 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
     let ts = t.state.stats();
     assert_eq!(ts.resumes_served, 1);
     assert_eq!(ts.snapshots_sent, 3);
+
+    // Nothing changes while it is away: both streams resume and stay
+    // silent, counted as silent resumes when the session ends.
+    let end = with_session(&mut agent, m, |token| async move {
+        wait_for("established a third time", Duration::from_secs(10), || {
+            counter(m, "sessions_established") == 3
+        })
+        .await;
+        token.cancel();
+    })
+    .await;
+    assert_eq!(end, SessionEnd::Shutdown);
+    assert_eq!(counter(m, "resumes_silent"), 2);
+    assert_eq!(counter(m, "resumes"), 1);
+    assert_eq!(counter(m, "snapshots"), 3);
 }
 
 #[tokio::test(start_paused = true)]
@@ -415,6 +439,15 @@ async fn a_session_expires_when_renewals_stop_and_is_recreated() {
     agent.finish(&cx).await;
     assert_eq!(counter(m, "deregistrations"), 1);
     assert!(m.snapshot().errors.is_empty(), "{:?}", m.snapshot().errors);
+    // A warning, in the server's words.
+    let w = m.warning_report();
+    let expired = w
+        .iter()
+        .find(|k| k.kind == "session_expired")
+        .expect("warned");
+    assert_eq!(expired.stat.count, 1);
+    let words = expired.stat.sample.as_deref().unwrap_or_default();
+    assert!(words.contains("not found"), "{words}");
 }
 
 #[tokio::test(start_paused = true)]

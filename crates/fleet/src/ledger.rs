@@ -86,6 +86,13 @@ struct Mark {
     up: bool,
     ever: bool,
     last: Option<&'static str>,
+    /// `last` was noted inside the session still running (a stream or
+    /// request failing while the connection held), not by a session that
+    /// ended.
+    last_in_session: bool,
+    /// A session attempt is under way (dialing, handshaking, waiting for
+    /// the server's first answers), not a backoff.
+    attempting: bool,
     permanent: u8,
     /// When the first failure that cannot heal happened.
     first_permanent: Option<Instant>,
@@ -102,7 +109,9 @@ struct Mark {
     expires_ms: u32,
     /// Reconnect attempts since `lost_at`.
     attempts: u16,
-    /// The outage's disruption.
+    /// The outage's disruption; kept once the agent is back, for how its
+    /// state came back when that is known only later (a silent resume is
+    /// counted when the session ends, a late snapshot when it arrives).
     outage_of: Option<DisruptionId>,
     /// When its last established session was lost (it is out since).
     lost_at: Option<Instant>,
@@ -280,7 +289,7 @@ impl Ledger {
         if let Some(lost) = m.lost_at.take() {
             let reconnect = now.saturating_duration_since(lost);
             let attempts = std::mem::take(&mut m.attempts);
-            match m.outage_of.take() {
+            match m.outage_of {
                 Some(id) => {
                     self.metrics
                         .disruptions()
@@ -317,9 +326,17 @@ impl Ledger {
     /// disruption it was lost in, if any).
     pub(crate) fn resynced(&self, n: usize, how: Resync) {
         let b = self.lock();
-        if let Some(id) = b.marks[n].outage_of {
+        let m = &b.marks[n];
+        if let Some(id) = m.outage_of {
             self.metrics.disruptions().resync(id, how);
         }
+    }
+
+    /// Agent `n` starts a session attempt.
+    pub(crate) fn attempt(&self, n: usize) {
+        let m = &mut self.lock().marks[n];
+        m.attempting = true;
+        m.last_in_session = false;
     }
 
     /// Records a failure inside a session that goes on.
@@ -341,6 +358,7 @@ impl Ledger {
         end: &SessionEnd,
         run_over: bool,
     ) -> Next {
+        self.lock().marks[n].attempting = false;
         if run_over {
             return Next::Stop;
         }
@@ -398,6 +416,7 @@ impl Ledger {
         }
         if was_up {
             m.last = Some(e.cause.session_cause());
+            m.last_in_session = false;
             m.lost_at = Some(now);
             m.attempts = 0;
             m.outage_of = e.disruption;
@@ -487,6 +506,7 @@ impl Ledger {
             m.up = false;
         }
         m.last = Some(f.kind);
+        m.last_in_session = !ended;
         let mut gives_up = false;
         if permanent {
             m.permanent = m.permanent.saturating_add(1);
@@ -632,7 +652,13 @@ impl Ledger {
         let mut missing: BTreeMap<&'static str, u64> = BTreeMap::new();
         let mut lost = 0;
         for m in b.marks.iter().filter(|m| !m.up && !m.left) {
-            let cause = m.last.unwrap_or(CAUSE_NO_ANSWER_YET);
+            // Out while an attempt the server has not answered (yet) is
+            // under way: the failure before it no longer says why (a slow
+            // server does), unless the attempt itself is failing.
+            let cause = match m.last {
+                Some(kind) if !m.attempting || m.last_in_session => kind,
+                _ => CAUSE_NO_ANSWER_YET,
+            };
             *missing.entry(cause).or_insert(0) += 1;
             lost += u64::from(m.ever);
             if let (Some(id), Some(_)) = (m.outage_of, m.lost_at) {

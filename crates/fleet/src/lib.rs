@@ -705,6 +705,7 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
         if attempt > 0 {
             env.metrics.incr(env.reconnect_attempts);
         }
+        env.ledger.attempt(env.n);
         let cx = SessionCx {
             index: env.index,
             attempt,
@@ -986,6 +987,61 @@ mod tests {
         assert!(t0.elapsed() >= Duration::from_secs(600));
         assert!(attempts > 20 * 100, "{attempts}");
         assert_eq!(r.missing["upgrade_503"], 20);
+    }
+
+    /// Refused once with a cause that heals, then an attempt the server
+    /// never answers (a backend too slow to let the agent in).
+    struct RefusedThenSlow(bool);
+
+    impl Agent for RefusedThenSlow {
+        fn run_session<'a>(&'a mut self, cx: &'a SessionCx) -> BoxFuture<'a, SessionEnd> {
+            Box::pin(async move {
+                if !self.0 {
+                    self.0 = true;
+                    return SessionEnd::lost_with("upgrade_503", "Service Unavailable");
+                }
+                cx.cancel.cancelled().await;
+                SessionEnd::Shutdown
+            })
+        }
+    }
+
+    struct RefusedThenSlowFactory;
+
+    impl AgentFactory for RefusedThenSlowFactory {
+        type Agent = RefusedThenSlow;
+        fn create(&self, _index: u64) -> RefusedThenSlow {
+            RefusedThenSlow(false)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn agents_mid_attempt_at_the_end_are_missing_with_no_answer_yet_not_an_old_failure() {
+        let m = refusing_metrics();
+        let r = run(
+            FleetConfig {
+                agents: 4,
+                ramp: None,
+                duration: Some(Duration::from_secs(30)),
+                backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(1)),
+                ..Default::default()
+            },
+            Arc::new(RefusedThenSlowFactory),
+            m.clone(),
+            Arc::new(FleetStatus::default()),
+            CancellationToken::new(),
+        )
+        .await;
+        // The refusal is still in the errors; the reason they are out at the
+        // end is the attempt the server had not answered.
+        assert_eq!(m.snapshot().errors["upgrade_503"], 4);
+        assert_eq!(
+            r.missing.get(CAUSE_NO_ANSWER_YET),
+            Some(&4),
+            "{:?}",
+            r.missing
+        );
+        assert!(!r.missing.contains_key("upgrade_503"));
     }
 
     #[tokio::test(start_paused = true)]

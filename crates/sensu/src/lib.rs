@@ -241,7 +241,8 @@ const ERROR_KINDS: &[ErrorKindSpec] = &[
     ErrorKindSpec {
         kind: "handshake_timeout",
         hint: "the backend took longer than the handshake timeout to accept the session \
-               (overloaded: lower --ramp)",
+               (overloaded: lower --ramp; after a storm or restart, keep --reconnect jittered \
+               or lower --max-dialing)",
         heals: true,
     },
     ErrorKindSpec {

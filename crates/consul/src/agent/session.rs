@@ -94,6 +94,7 @@ impl ConsulAgent {
                 counted: false,
                 started: now,
                 resume_pending: false,
+                silent: false,
                 resync: false,
                 backoff: None,
             })
@@ -243,11 +244,13 @@ impl ConsulAgent {
                     self.on_http(cx, &mut hs, done);
                     if hs.ae_answered {
                         // The server answered: a stream still silent after
-                        // its resubscribe was resumed, and is live.
+                        // its resubscribe is live. Whether it resumed is
+                        // known from its first message (a new snapshot may
+                        // still come from a slow server) or, if none comes,
+                        // when the session ends.
                         for (i, slot) in slots.iter_mut().enumerate() {
                             if slot.resume_pending && !slot.ready {
-                                self.shared.metrics.incr(self.shared.ids.resumes_silent);
-                                cx.resynced(Resync::ResumeSilent);
+                                slot.silent = true;
                                 self.mark_ready(i, slot);
                             }
                         }
@@ -290,6 +293,13 @@ impl ConsulAgent {
                 cx.release_dial_slot();
             }
         };
+        // Streams that stayed silent to the end resumed: the server sent
+        // neither a new snapshot nor an event on them.
+        for slot in slots.iter_mut().filter(|s| s.silent && s.resume_pending) {
+            slot.silent = false;
+            self.shared.metrics.incr(self.shared.ids.resumes_silent);
+            cx.resynced(Resync::ResumeSilent);
+        }
         (end, answered)
     }
 }

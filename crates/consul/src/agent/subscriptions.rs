@@ -30,6 +30,11 @@ pub(super) struct Slot {
     /// snapshot follows) or any other event (resumed). A resumed stream is
     /// silent until the topic changes.
     pub(super) resume_pending: bool,
+    /// Still pending a resume when the server answered the agent's sync:
+    /// counted ready, and counted a silent resume only if no message on it
+    /// says otherwise before the session ends (`NewSnapshotToFollow` makes
+    /// it a snapshot, any other event a resume).
+    pub(super) silent: bool,
     /// The snapshot in progress re-syncs a view that existed before.
     pub(super) resync: bool,
     /// Set after the first ABORTED: later ones back off.
@@ -177,6 +182,7 @@ impl ConsulAgent {
         let sub = &mut self.subs[i];
         slot.resync = sub.ever_synced;
         slot.resume_pending = false;
+        slot.silent = false;
         match &mut slot.backoff {
             None => {
                 slot.backoff = Some(Backoff::new(ABORT_BACKOFF.0, ABORT_BACKOFF.1));
@@ -218,6 +224,7 @@ impl ConsulAgent {
         let mut resynced = None;
         if slot.resume_pending {
             slot.resume_pending = false;
+            slot.silent = false;
             if !is_nstf {
                 sh.metrics.incr(ids.resumes);
                 resynced = Some(Resync::Resume);

@@ -290,6 +290,7 @@ impl ConsulAgent {
                         // Expired, or the server lost its state: check the
                         // registration at once before a new session.
                         sh.metrics.incr(sh.ids.sessions_expired);
+                        sh.metrics.warn("session_expired", r.words.as_deref());
                         self.session_id = None;
                         self.renew_due = None;
                         if sh.cfg.register {
