@@ -13,7 +13,9 @@
 # Env: STORM_AT (s), RAMP, RECONNECT_MIN, SENSU_RECOVER / CONSUL_RECOVER
 # (seconds after the storm before the run ends: Consul's sync after a
 # reconnect is staggered over 3 s x its anti-entropy scale, 21 s at 5,000
-# agents), POLICIES (default "exponential none"), KINDS ("sensu consul").
+# agents), POLICIES (default "exponential none"), KINDS ("sensu consul"),
+# MAX_DIALING (handshakes in flight; default: the fleet's size, so that
+# `none` is the whole fleet at once and not 256 at a time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SENSU_AGENTS=${1:-10000}
@@ -50,9 +52,10 @@ for kind in $KINDS; do
               --upstreams web --session-ttl 30s --probe off)
     fi
     summary="$OUT/$kind-$policy.json"
-    echo "== $kind: $agents agents, storm at ${STORM_AT}s, --reconnect $policy"
+    echo "== $kind: $agents agents, storm at ${STORM_AT}s, --reconnect $policy, --max-dialing ${MAX_DIALING:-$agents}"
     "$BIN" --agents "$agents" "${target[@]}" --ramp "$RAMP" \
       --storm "at=${STORM_AT}s,drop=100%" --reconnect "$policy" --reconnect-min "$RECONNECT_MIN" \
+      --max-dialing "${MAX_DIALING:-$agents}" \
       --duration "$((STORM_AT + recover))s" --summary "$summary" ${SIM_ARGS:-} \
       --progress-every 5s >"$OUT/$kind-$policy.txt" 2>"$OUT/$kind-$policy.log" || true
     python3 - "$summary" <<'PY'
