@@ -43,13 +43,17 @@ struct ProbeCount<'a> {
 }
 
 impl ProbeCount<'_> {
-    fn up(&mut self) {
+    /// Counts the sidecar live on the board; the probe armed then, if this
+    /// call counted it.
+    fn up(&mut self) -> Option<u64> {
         if !self.counted
             && let Some(b) = &self.shared.board
         {
             b.sub_up();
             self.counted = true;
+            return Some(b.armed().map_or(0, |(id, _)| id));
         }
+        None
     }
 }
 
@@ -398,8 +402,10 @@ impl DataplaneAgent {
                 Wake::Ads(decoded, Ok(resp)) => {
                     let kernel = stamp.as_ref().and_then(|s| s.instant(decoded));
                     self.on_response(&resp, decoded, kernel, outbox);
-                    if self.xds.watches_probe() {
-                        probe.up();
+                    if self.xds.watches_probe()
+                        && let Some(armed) = probe.up()
+                    {
+                        self.probe_joined = armed;
                     }
                     if !established && self.xds.ready() {
                         established = true;
@@ -454,7 +460,7 @@ impl DataplaneAgent {
             return;
         };
         let arrived = kernel.unwrap_or(decoded);
-        if self.probe_seen != id && board.arrive(id, arrived, 0) {
+        if self.probe_seen != id && self.probe_joined != id && board.arrive(id, arrived, 0) {
             self.probe_seen = id;
             sh.metrics.record(
                 sh.ids.probe_overhead,
