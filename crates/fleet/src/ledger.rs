@@ -653,10 +653,17 @@ impl Ledger {
         let mut lost = 0;
         for m in b.marks.iter().filter(|m| !m.up && !m.left) {
             // Out while an attempt the server has not answered (yet) is
-            // under way: the failure before it no longer says why (a slow
-            // server does), unless the attempt itself is failing.
+            // under way: a failure before it that heals no longer says why
+            // (a slow server does), unless the attempt itself is failing.
+            // One that cannot heal (a wrong password) still does.
             let cause = match m.last {
-                Some(kind) if !m.attempting || m.last_in_session => kind,
+                Some(kind)
+                    if !m.attempting
+                        || m.last_in_session
+                        || self.metrics.error_kind(kind).is_some_and(|k| !k.heals) =>
+                {
+                    kind
+                }
                 _ => CAUSE_NO_ANSWER_YET,
             };
             *missing.entry(cause).or_insert(0) += 1;

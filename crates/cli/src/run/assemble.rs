@@ -130,10 +130,20 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         process: agent_sim_metrics::process::stats(),
         probes: f.probes,
         shard: f.cfg.shard.map(|s| s.to_string()),
-        timeline: f.timeline,
+        timeline: ended_at(f.timeline, connected),
         config: Some(f.cfg.effective.clone()),
         disruptions: f.metrics.disruptions().summaries(),
     }
+}
+
+/// The timeline's last sample is taken after shutdown (for its counters):
+/// its level is the sessions held when the run ended, not the zero the
+/// simulator's own shutdown leaves.
+fn ended_at(mut timeline: Vec<TimelineSample>, connected: u64) -> Vec<TimelineSample> {
+    if let Some(last) = timeline.last_mut() {
+        last.connected = connected;
+    }
+    timeline
 }
 
 /// Counters whose rate means something, as the fleets' protocols say.

@@ -77,9 +77,6 @@ impl Reporter {
             let mut timeline = TimelineRecorder::default();
             let mut next_sample = sample_every;
             let mut ended = false;
-            // Sessions held when the run ended, before shutdown closed them:
-            // the last sample's level (the table's "connected at the end").
-            let mut held_at_end = None;
             loop {
                 let (stopping, ending) = tokio::select! {
                     _ = tick.tick() => (false, false),
@@ -96,12 +93,7 @@ impl Reporter {
                 if !(sample_due || show) {
                     continue;
                 }
-                let mut snap = metrics.snapshot();
-                if ending {
-                    held_at_end = Some(snap.connected);
-                } else if stopping && let Some(c) = held_at_end {
-                    snap.connected = c;
-                }
+                let snap = metrics.snapshot();
                 if sample_due {
                     let cpu = agent_sim_metrics::process::cpu_times()
                         .map(|(u, s)| u + s)
