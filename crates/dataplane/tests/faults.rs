@@ -4,15 +4,13 @@
 //! coalescing delay, backoffs and injected delays pass at once), with the
 //! count injected compared with what the sidecars report.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sim_dataplane::DataplaneFactory;
-use agent_sim_fleet::{Backoff, FleetConfig, FleetReport, FleetStatus, Rate};
+use agent_sim_fleet::{Backoff, FleetConfig, FleetReport, Rate};
 use agent_sim_metrics::Metrics;
 use agent_sim_server::consul::ConsulTargetConfig;
 use agent_sim_server::faults::Faults;
-use tokio_util::sync::CancellationToken;
 
 mod common;
 use common::*;
@@ -41,14 +39,7 @@ async fn run(t: &Target, agents: u64, secs: u64, m: &Metrics) -> FleetReport {
         backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(1)),
         ..FleetConfig::default()
     };
-    agent_sim_fleet::run(
-        fc,
-        Arc::new(f),
-        m.clone(),
-        Arc::new(FleetStatus::default()),
-        CancellationToken::new(),
-    )
-    .await
+    run_fleet(f, fc, m).await
 }
 
 fn errors(m: &Metrics, kind: &str) -> u64 {

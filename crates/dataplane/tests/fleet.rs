@@ -4,12 +4,11 @@
 //! found, adopting existing proxies, and the stream cap moving sidecars to
 //! another server.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sim_consul::{ConsulConfig, ConsulFactory, ProbeConfig, ProbeKind};
 use agent_sim_dataplane::{Adopt, DataplaneConfig, DataplaneFactory};
-use agent_sim_fleet::{FleetConfig, FleetReport, FleetStatus, Rate};
+use agent_sim_fleet::{FleetConfig, FleetReport, Rate};
 use agent_sim_metrics::{Metrics, ProbeSummary};
 use agent_sim_server::consul::ConsulTargetConfig;
 use tokio_util::sync::CancellationToken;
@@ -43,14 +42,7 @@ async fn run(
 ) -> (FleetReport, Vec<ProbeSummary>) {
     let stop = CancellationToken::new();
     let probes = f.probe_runner().map(|r| tokio::spawn(r.run(stop.clone())));
-    let report = agent_sim_fleet::run(
-        fc,
-        Arc::new(f),
-        m.clone(),
-        Arc::new(FleetStatus::default()),
-        CancellationToken::new(),
-    )
-    .await;
+    let report = run_fleet(f, fc, m).await;
     stop.cancel();
     let probes = match probes {
         Some(p) => p.await.unwrap(),
@@ -137,20 +129,8 @@ async fn one_probe_is_timed_at_subscribe_agents_and_at_sidecars() {
     let probes = tokio::spawn(runner.run(stop.clone()));
     let end = Duration::from_millis(3800);
     let (a, b) = tokio::join!(
-        agent_sim_fleet::run(
-            fleet(50, end),
-            Arc::new(consul),
-            m.clone(),
-            Arc::new(FleetStatus::default()),
-            CancellationToken::new(),
-        ),
-        agent_sim_fleet::run(
-            fleet(50, end),
-            Arc::new(dp),
-            m.clone(),
-            Arc::new(FleetStatus::default()),
-            CancellationToken::new(),
-        )
+        run_fleet(consul, fleet(50, end), &m),
+        run_fleet(dp, fleet(50, end), &m)
     );
     stop.cancel();
     let probes = probes.await.unwrap();

@@ -4,13 +4,11 @@
 //! never before the coalescing delay; with no limit (`off`) all of them
 //! after the coalescing delay. Paused time, 127.0.0.1:0.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sim_dataplane::DataplaneFactory;
-use agent_sim_fleet::{FleetConfig, FleetStatus, Rate};
+use agent_sim_fleet::{FleetConfig, Rate};
 use agent_sim_server::consul::ConsulTargetConfig;
-use tokio_util::sync::CancellationToken;
 
 mod common;
 use common::*;
@@ -43,14 +41,7 @@ async fn first_configurations(agents: u64, rate: f64) -> Initial {
         grace: Duration::from_secs(5),
         ..FleetConfig::default()
     };
-    let report = agent_sim_fleet::run(
-        fc,
-        Arc::new(f),
-        m.clone(),
-        Arc::new(FleetStatus::default()),
-        CancellationToken::new(),
-    )
-    .await;
+    let report = run_fleet(f, fc, &m).await;
     assert_eq!(report.connected_at_end, agents, "{report:?}");
     m.collect();
     let cum = m.cumulative();

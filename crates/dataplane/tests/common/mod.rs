@@ -206,3 +206,19 @@ impl RawAds {
             .is_err()
     }
 }
+
+/// Runs `fc` of `factory`'s sidecars (or agents) to its end, on `m`.
+pub async fn run_fleet<F: agent_sim_fleet::AgentFactory>(
+    factory: F,
+    fc: agent_sim_fleet::FleetConfig,
+    m: &Metrics,
+) -> agent_sim_fleet::FleetReport {
+    agent_sim_fleet::run(
+        fc,
+        std::sync::Arc::new(factory),
+        m.clone(),
+        std::sync::Arc::new(agent_sim_fleet::FleetStatus::default()),
+        CancellationToken::new(),
+    )
+    .await
+}
