@@ -520,33 +520,12 @@ impl ConsulConfig {
                 );
             }
         }
-        if self.keepalive_time < KEEPALIVE_MIN {
-            return bad(
-                "keepalive_time",
-                format!(
-                    "{:?}: below the server's 15s MinTime (GOAWAY too_many_pings)",
-                    self.keepalive_time
-                ),
-            );
-        }
-        if self.keepalive_timeout.is_zero() {
-            return bad("keepalive_timeout", "must be positive".into());
-        }
-        if let Some(tls) = &self.tls {
-            if tls.ca_file.is_none() && !tls.insecure_skip_verify {
-                return bad(
-                    "tls",
-                    "TLS to Consul needs the CA that signed the servers' certificates \
-                     (or insecure verification)"
-                        .into(),
-                );
-            }
-            if tls.cert_file.is_some() != tls.key_file.is_some() {
-                return bad(
-                    "tls.cert_file",
-                    "a client certificate needs both a certificate file and a key file".into(),
-                );
-            }
+        if let Err((field, reason)) = check_connection(
+            self.keepalive_time,
+            self.keepalive_timeout,
+            self.tls.as_ref(),
+        ) {
+            return bad(field, reason);
         }
         let probe_service = match self.probe.kind {
             None => None,
@@ -587,6 +566,41 @@ impl ConsulConfig {
         };
         Ok(svc)
     }
+}
+
+/// The checks of the connection settings Consul agents and dataplane
+/// sidecars share (HTTP/2 keepalive, TLS): the field and why, on failure.
+pub fn check_connection(
+    keepalive_time: Duration,
+    keepalive_timeout: Duration,
+    tls: Option<&ConsulTls>,
+) -> Result<(), (&'static str, String)> {
+    if keepalive_time < KEEPALIVE_MIN {
+        return Err((
+            "keepalive_time",
+            format!("{keepalive_time:?}: below the server's 15s MinTime (GOAWAY too_many_pings)"),
+        ));
+    }
+    if keepalive_timeout.is_zero() {
+        return Err(("keepalive_timeout", "must be positive".into()));
+    }
+    if let Some(tls) = tls {
+        if tls.ca_file.is_none() && !tls.insecure_skip_verify {
+            return Err((
+                "tls",
+                "TLS to Consul needs the CA that signed the servers' certificates \
+                 (or insecure verification)"
+                    .into(),
+            ));
+        }
+        if tls.cert_file.is_some() != tls.key_file.is_some() {
+            return Err((
+                "tls.cert_file",
+                "a client certificate needs both a certificate file and a key file".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

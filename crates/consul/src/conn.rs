@@ -29,6 +29,10 @@ use tokio_rustls::TlsConnector;
 use crate::ConsulError;
 use crate::config::ConsulTls;
 
+/// How long a session's connect (TCP, TLS, prefix, HTTP/2 handshake) may
+/// take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// First byte on a Consul RPC connection: switch to gRPC (`pool.RPCGRPC`).
 pub const RPC_GRPC: u8 = 0x08;
 /// First byte on a Consul RPC connection: TLS follows (`pool.RPCTLS`).
@@ -311,6 +315,29 @@ impl Dialer {
             keepalive_time,
             keepalive_timeout,
         })
+    }
+
+    /// [`Dialer::connect`] for a session: bounded by [`CONNECT_TIMEOUT`]
+    /// and the session's cancellation, failures as the session's end.
+    /// Boxed: the connect state machine is freed once the connection is up.
+    pub async fn connect_session(
+        &self,
+        cx: &agent_sim_fleet::SessionCx,
+    ) -> Result<RpcConn, agent_sim_fleet::SessionEnd> {
+        use agent_sim_fleet::SessionEnd;
+        let connect = Box::pin(tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            self.connect(cx.bind_addr),
+        ));
+        let conn = tokio::select! {
+            r = connect => r,
+            _ = cx.cancel.cancelled() => return Err(SessionEnd::Shutdown),
+        };
+        match conn {
+            Err(_) => Err(SessionEnd::lost("connect_timeout")),
+            Ok(Err(e)) => Err(SessionEnd::lost_with(e.kind, e.detail)),
+            Ok(Ok(c)) => Ok(c),
+        }
     }
 
     /// Dials, writes the prefix byte(s), does the HTTP/2 handshake.

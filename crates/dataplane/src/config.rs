@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use agent_sim_consul::config::{
-    KEEPALIVE_MIN, NamePattern, check_host_port, host_of, http_parts, resolve,
+    NamePattern, check_connection, check_host_port, host_of, http_parts, resolve,
 };
 use agent_sim_consul::{ConsulTls, ProbeConfig, ProbeKind};
 
@@ -249,33 +249,12 @@ impl DataplaneConfig {
                 None => return bad("envoy_version", format!("{v:?}: expected e.g. 1.29.7")),
             },
         };
-        if self.keepalive_time < KEEPALIVE_MIN {
-            return bad(
-                "keepalive_time",
-                format!(
-                    "{:?}: below the server's 15s MinTime (GOAWAY too_many_pings)",
-                    self.keepalive_time
-                ),
-            );
-        }
-        if self.keepalive_timeout.is_zero() {
-            return bad("keepalive_timeout", "must be positive".into());
-        }
-        if let Some(tls) = &self.tls {
-            if tls.ca_file.is_none() && !tls.insecure_skip_verify {
-                return bad(
-                    "tls",
-                    "TLS to Consul needs the CA that signed the servers' certificates \
-                     (or insecure verification)"
-                        .into(),
-                );
-            }
-            if tls.cert_file.is_some() != tls.key_file.is_some() {
-                return bad(
-                    "tls.cert_file",
-                    "a client certificate needs both a certificate file and a key file".into(),
-                );
-            }
+        if let Err((field, reason)) = check_connection(
+            self.keepalive_time,
+            self.keepalive_timeout,
+            self.tls.as_ref(),
+        ) {
+            return bad(field, reason);
         }
         let probe_service = match self.probe.kind {
             None => None,

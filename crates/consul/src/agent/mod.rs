@@ -58,8 +58,6 @@ use crate::txn::{TxnBatcher, TxnOps};
 use crate::view::{Signal, View, ViewKind};
 use crate::{ConsulError, names};
 
-/// Dial + prefix + TLS + HTTP/2 handshake must finish within this.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Backoff of a subscription after repeated `ABORTED`.
 pub const ABORT_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(200), Duration::from_secs(60));

@@ -37,19 +37,9 @@ impl ConsulAgent {
         let sh = self.shared.clone();
         let dialer = &sh.dialers[(self.index as usize) % sh.dialers.len()];
         let t = Instant::now();
-        // Boxed: the connect state machine is freed once the connection is up.
-        let connect = Box::pin(tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            dialer.connect(cx.bind_addr),
-        ));
-        let conn = tokio::select! {
-            r = connect => r,
-            _ = cx.cancel.cancelled() => return SessionEnd::Shutdown,
-        };
-        let conn = match conn {
-            Err(_) => return SessionEnd::lost("connect_timeout"),
-            Ok(Err(e)) => return SessionEnd::lost_with(e.kind, e.detail),
-            Ok(Ok(c)) => c,
+        let conn = match dialer.connect_session(cx).await {
+            Ok(c) => c,
+            Err(end) => return end,
         };
         sh.metrics
             .record(sh.ids.connect, self.index as usize, t.elapsed());

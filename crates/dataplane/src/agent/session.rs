@@ -30,8 +30,6 @@ use crate::codec::{
 };
 use crate::xds::{self, NodeInfo};
 
-/// Dial + TLS + HTTP/2 handshake must finish within this.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The bootstrap call and the opening of the ADS stream must be answered
 /// within this.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -172,18 +170,9 @@ impl DataplaneAgent {
         let n = sh.dialers.len();
         let dialer = &sh.dialers[(self.index as usize + cx.attempt as usize) % n];
         let t = Instant::now();
-        let connect = Box::pin(tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            dialer.connect(cx.bind_addr),
-        ));
-        let conn = tokio::select! {
-            r = connect => r,
-            _ = cx.cancel.cancelled() => return SessionEnd::Shutdown,
-        };
-        let conn = match conn {
-            Err(_) => return SessionEnd::lost("connect_timeout"),
-            Ok(Err(e)) => return SessionEnd::lost_with(e.kind, e.detail),
-            Ok(Ok(c)) => c,
+        let conn = match dialer.connect_session(cx).await {
+            Ok(c) => c,
+            Err(end) => return end,
         };
         sh.metrics
             .record(sh.ids.connect, self.index as usize, t.elapsed());
