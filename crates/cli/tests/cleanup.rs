@@ -104,6 +104,38 @@ async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
         3 + 21
     );
 
+    // A new run over the same names refuses to start (it would take over
+    // and then delete nodes it did not create) and touches nothing.
+    let nodes_left = get(&api, "/v1/catalog/nodes").await;
+    let again = Command::new(bin)
+        .args(["--kind", "consul", "--agents", "5", "--duration", "5s", "--quiet"])
+        .args(target)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("5 node(s) this run would register already exist")
+            && err.contains("agent-sim cleanup --kind consul"),
+        "{err}"
+    );
+    assert_eq!(get(&api, "/v1/catalog/nodes").await, nodes_left);
+    assert_eq!(state.stats().sessions_active, 20);
+    // Another prefix does not collide.
+    let other = Command::new(bin)
+        .args(["--kind", "consul", "--agents", "5", "--duration", "2s", "--quiet"])
+        .args(["--name-prefix", "other-run"])
+        .args(target)
+        .output()
+        .unwrap();
+    assert_eq!(
+        other.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+    assert_eq!(get(&api, "/v1/catalog/nodes").await, nodes_left);
+
     // `agent-sim cleanup` with `extra` flags: must succeed; its stdout.
     let cleanup = |extra: &[&str]| {
         let o = Command::new(bin)

@@ -32,7 +32,7 @@ pub mod xds;
 
 mod agent;
 
-pub use agent::{DataplaneAgent, DataplaneFactory};
+pub use agent::{DataplaneAgent, DataplaneFactory, node_name};
 pub use config::{Adopt, DataplaneConfig};
 
 use agent_sim_metrics::MetricsSpec;

@@ -13,6 +13,7 @@ mod assemble;
 mod embedded;
 mod outcome;
 mod reporter;
+mod taken;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -297,6 +298,9 @@ pub async fn execute(
         }
     }
     let built = build_factories(&cfg, &metrics)?;
+    taken::refuse_taken(&cfg.fleets)
+        .await
+        .map_err(RunError::Setup)?;
     let end = run_end(cfg.duration, shutdown);
     let metrics_task = match cfg.metrics_addr {
         Some(addr) => Some(serve_metrics(addr, &metrics, &end).await?),
