@@ -108,7 +108,15 @@ async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
     // and then delete nodes it did not create) and touches nothing.
     let nodes_left = get(&api, "/v1/catalog/nodes").await;
     let again = Command::new(bin)
-        .args(["--kind", "consul", "--agents", "5", "--duration", "5s", "--quiet"])
+        .args([
+            "--kind",
+            "consul",
+            "--agents",
+            "5",
+            "--duration",
+            "5s",
+            "--quiet",
+        ])
         .args(target)
         .output()
         .unwrap();
@@ -123,7 +131,15 @@ async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
     assert_eq!(state.stats().sessions_active, 20);
     // Another prefix does not collide.
     let other = Command::new(bin)
-        .args(["--kind", "consul", "--agents", "5", "--duration", "2s", "--quiet"])
+        .args([
+            "--kind",
+            "consul",
+            "--agents",
+            "5",
+            "--duration",
+            "2s",
+            "--quiet",
+        ])
         .args(["--name-prefix", "other-run"])
         .args(target)
         .output()
