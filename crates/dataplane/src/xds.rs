@@ -30,7 +30,7 @@ use envoy_types::pb::envoy::config::core::v3::{BuildVersion, Node};
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
 use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse,
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource,
 };
 use envoy_types::pb::envoy::r#type::v3::SemanticVersion;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
@@ -154,6 +154,22 @@ pub fn endpoints(cla: &ClusterLoadAssignment) -> Vec<(String, i32)> {
         }
     }
     out
+}
+
+/// The message of a response resource of type `type_url` (`what` names it
+/// in the NACK's words).
+fn decode_resource<M: Message + Default>(
+    r: &Resource,
+    type_url: &str,
+    what: &str,
+) -> Result<M, String> {
+    let Some(any) = &r.resource else {
+        return Err(format!("{what} {:?}: no resource", r.name));
+    };
+    if any.type_url != type_url {
+        return Err(format!("{what} {:?}: type {}", r.name, any.type_url));
+    }
+    M::decode(&*any.value).map_err(|e| format!("{what} {:?}: {e}", r.name))
 }
 
 /// Whether a cluster gets its endpoints by EDS.
@@ -312,14 +328,7 @@ impl XdsState {
         // Parse everything first: a NACK changes nothing.
         let mut parsed = Vec::with_capacity(resp.resources.len());
         for r in &resp.resources {
-            let Some(any) = &r.resource else {
-                return Err(format!("cluster {:?}: no resource", r.name));
-            };
-            if any.type_url != CLUSTER_TYPE {
-                return Err(format!("cluster {:?}: type {}", r.name, any.type_url));
-            }
-            let c =
-                Cluster::decode(&*any.value).map_err(|e| format!("cluster {:?}: {e}", r.name))?;
+            let c: Cluster = decode_resource(r, CLUSTER_TYPE, "cluster")?;
             let name = if r.name.is_empty() {
                 c.name.clone()
             } else {
@@ -368,14 +377,7 @@ impl XdsState {
     ) -> Result<(), String> {
         let mut parsed = Vec::with_capacity(resp.resources.len());
         for r in &resp.resources {
-            let Some(any) = &r.resource else {
-                return Err(format!("endpoints {:?}: no resource", r.name));
-            };
-            if any.type_url != ENDPOINT_TYPE {
-                return Err(format!("endpoints {:?}: type {}", r.name, any.type_url));
-            }
-            let cla = ClusterLoadAssignment::decode(&*any.value)
-                .map_err(|e| format!("endpoints {:?}: {e}", r.name))?;
+            let cla: ClusterLoadAssignment = decode_resource(r, ENDPOINT_TYPE, "endpoints")?;
             let name = if r.name.is_empty() {
                 cla.cluster_name.clone()
             } else {
