@@ -20,15 +20,7 @@ pub fn plan(args: &CleanupArgs) -> Result<agent_sim_consul::ConsulConfig, UsageE
     let mut consul = cfg.fleets.into_iter().filter_map(|f| match f.protocol {
         Protocol::Consul(c) => Some(c),
         // Sidecars' nodes carry the same prefix and meta: one cleanup.
-        Protocol::Dataplane(d) => Some(agent_sim_consul::ConsulConfig {
-            rpc_targets: d.targets.clone(),
-            http_target: d.http_target(),
-            token: d.token.clone(),
-            name_prefix: d.name_prefix.clone(),
-            datacenter: d.datacenter.clone(),
-            tls: d.tls.clone(),
-            ..agent_sim_consul::ConsulConfig::default()
-        }),
+        Protocol::Dataplane(d) => Some(d.as_consul()),
         Protocol::Sensu(_) => None,
     });
     match (consul.next(), consul.next()) {

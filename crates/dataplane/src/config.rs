@@ -117,6 +117,21 @@ pub fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
 }
 
 impl DataplaneConfig {
+    /// The settings a Consul fleet with this fleet's servers, token, TLS,
+    /// datacenter and name prefix has: what `agent-sim cleanup` and the
+    /// run's check for leftovers list this fleet's nodes with.
+    pub fn as_consul(&self) -> agent_sim_consul::ConsulConfig {
+        agent_sim_consul::ConsulConfig {
+            rpc_targets: self.targets.clone(),
+            http_target: self.http_target(),
+            token: self.token.clone(),
+            name_prefix: self.name_prefix.clone(),
+            datacenter: self.datacenter.clone(),
+            tls: self.tls.clone(),
+            ..agent_sim_consul::ConsulConfig::default()
+        }
+    }
+
     /// The HTTP API address in force (see [`DataplaneConfig::http_target`]).
     pub fn http_target(&self) -> String {
         if !self.http_target.is_empty() {

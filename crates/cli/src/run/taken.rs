@@ -25,18 +25,9 @@ fn registering(plan: &FleetPlan) -> Option<(ConsulConfig, NodeName)> {
         Protocol::Consul(c) if c.register && !plan.embedded => {
             Some((c.clone(), agent_sim_consul::http::node_name))
         }
-        Protocol::Dataplane(d) if d.adopt.is_none() && !plan.embedded => Some((
-            ConsulConfig {
-                rpc_targets: d.targets.clone(),
-                http_target: d.http_target(),
-                token: d.token.clone(),
-                name_prefix: d.name_prefix.clone(),
-                datacenter: d.datacenter.clone(),
-                tls: d.tls.clone(),
-                ..ConsulConfig::default()
-            },
-            agent_sim_dataplane::node_name,
-        )),
+        Protocol::Dataplane(d) if d.adopt.is_none() && !plan.embedded => {
+            Some((d.as_consul(), agent_sim_dataplane::node_name))
+        }
         _ => None,
     }
 }
