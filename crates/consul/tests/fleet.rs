@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use agent_sim_consul::http::HttpApi;
 use agent_sim_consul::{ConsulConfig, ConsulFactory, ProbeConfig, ProbeKind};
+use agent_sim_fleet::scenario::{Phase, Scenario};
 use agent_sim_fleet::{Agent, AgentFactory, FleetConfig, FleetStatus, Rate, SessionCx, SessionEnd};
 use agent_sim_metrics::Metrics;
 use bytes::Bytes;
@@ -83,6 +84,65 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
 
     let ts = t.state.stats();
     assert!(ts.registrations >= 200, "{ts:?}");
+}
+
+/// Probes armed while a storm's agents come back count only the agents live
+/// when each was armed: an agent that resubscribes later finds the change
+/// in its snapshot or as the first event of its resumed stream, which is
+/// not a propagation, so it is in neither `expected` nor `delivered`.
+#[tokio::test(start_paused = true)]
+async fn probes_during_a_storm_recovery_expect_only_the_agents_live_at_arming() {
+    let t = start_target().await;
+    let m = metrics();
+    let n = 200;
+    let cfg = ConsulConfig {
+        probe: ProbeConfig {
+            kind: Some(ProbeKind::Catalog),
+            every: Duration::from_secs(1),
+            timeout: Some(Duration::from_millis(800)),
+            ..ProbeConfig::default()
+        },
+        cluster_size: 100,
+        ..config(&t)
+    };
+    let (report, probes) = run_fleet(
+        cfg,
+        FleetConfig {
+            agents: n,
+            ramp: Some(Rate::per_second(2000.0)),
+            duration: Some(Duration::from_millis(9_500)),
+            grace: Duration::from_secs(5),
+            // Back 1 s to 2 s after the storm (jittered first delay).
+            backoff: agent_sim_fleet::Backoff::new(Duration::from_secs(2), Duration::from_secs(30)),
+            scenario: Scenario {
+                phases: vec![Phase::Storm {
+                    at: Duration::from_millis(2_900),
+                    share: 1.0,
+                }],
+            },
+            ..FleetConfig::default()
+        },
+        &m,
+    )
+    .await;
+    assert_eq!(report.connected_at_end, n);
+    assert_eq!(report.sessions_lost["scenario_storm"], n);
+    // Probes every second from 1 s; the storm falls between the windows of
+    // probes 2 and 3, the agents are back between 3.9 s and 4.9 s and
+    // their streams resynced by 8 s at the latest (staggered sync).
+    assert!(probes.len() >= 8, "{probes:#?}");
+    let mut partial = 0;
+    for p in &probes {
+        assert!(p.expected <= n, "{p:?}");
+        assert_eq!(p.delivered, p.expected, "{p:?}");
+        assert_eq!(p.latency_us.count, p.expected, "{p:?}");
+        if p.expected < n {
+            partial += 1;
+        }
+    }
+    assert_eq!((probes[0].expected, probes[1].expected), (n, n));
+    assert!(partial >= 1, "a probe was armed mid-recovery: {probes:#?}");
+    assert_eq!(probes.last().unwrap().expected, n, "{probes:#?}");
 }
 
 /// Shard 0 (controller, agents 0..50) and shard 1 (observer, agents

@@ -160,6 +160,9 @@ struct Sub {
     /// Last probe id (controller) or raft index (observer) this agent
     /// recorded an arrival for.
     probe_seen: u64,
+    /// Controller: the probe that expected this subscription's arrival when
+    /// it last went down (see `ProbeBoard::sub_down`).
+    probe_owed: u64,
     /// Observer: state of the probe target after the last snapshot or probe
     /// change (`Expect as u8`, 0 unknown), to spot changes a re-sync brings.
     probe_state: u8,
@@ -174,6 +177,7 @@ impl Sub {
             probe,
             ever_synced: false,
             probe_seen: 0,
+            probe_owed: 0,
             probe_state: 0,
         }
     }

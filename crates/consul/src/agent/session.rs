@@ -81,7 +81,7 @@ impl ConsulAgent {
             .map(|_| Slot {
                 state: SlotState::Done,
                 ready: false,
-                counted: false,
+                mark: None,
                 started: now,
                 resume_pending: false,
                 silent: false,
@@ -289,6 +289,11 @@ impl ConsulAgent {
             slot.silent = false;
             self.shared.metrics.incr(self.shared.ids.resumes_silent);
             cx.resynced(Resync::ResumeSilent);
+        }
+        // Off the probe board here rather than in `Slots`' drop: the agent
+        // keeps the probe still owed its arrival for its next session.
+        for (i, slot) in slots.iter_mut().enumerate() {
+            self.uncount(i, slot);
         }
         (end, answered)
     }

@@ -21,8 +21,8 @@ pub(super) struct Slot {
     pub(super) state: SlotState,
     /// Counted toward `established` (snapshot done, or resumed).
     pub(super) ready: bool,
-    /// `sub_up` was called on the probe board for this slot.
-    pub(super) counted: bool,
+    /// Live on the probe board since this mark (`sub_up`'s answer).
+    pub(super) mark: Option<u64>,
     /// When the pending snapshot was asked for (Subscribe call or reset).
     pub(super) started: Instant,
     /// Subscribed with an index; not yet known whether it resumed. The
@@ -52,8 +52,8 @@ impl Drop for Slots {
     fn drop(&mut self) {
         if let Some(b) = &self.board {
             for s in &self.v {
-                if s.counted {
-                    b.sub_down();
+                if let Some(m) = s.mark {
+                    b.sub_down(m);
                 }
             }
         }
@@ -106,20 +106,20 @@ impl ConsulAgent {
     pub(super) fn mark_ready(&self, i: usize, slot: &mut Slot) {
         slot.ready = true;
         if self.subs[i].probe
-            && !slot.counted
+            && slot.mark.is_none()
             && let Some(b) = &self.shared.board
         {
-            b.sub_up();
-            slot.counted = true;
+            slot.mark = Some(b.sub_up());
         }
     }
 
-    pub(super) fn uncount(&self, slot: &mut Slot) {
-        if slot.counted {
-            if let Some(b) = &self.shared.board {
-                b.sub_down();
-            }
-            slot.counted = false;
+    /// Takes subscription `i` off the probe board; the agent keeps the
+    /// probe that still expects its arrival.
+    pub(super) fn uncount(&mut self, i: usize, slot: &mut Slot) {
+        if let (Some(m), Some(b)) = (slot.mark.take(), &self.shared.board)
+            && let Some(id) = b.sub_down(m)
+        {
+            self.subs[i].probe_owed = id;
         }
     }
 
@@ -177,7 +177,7 @@ impl ConsulAgent {
             // No whole view any more: not live until a new snapshot.
             sub.view.reset();
             slot.ready = false;
-            self.uncount(slot);
+            self.uncount(i, slot);
         }
         let sub = &mut self.subs[i];
         slot.resync = sub.ever_synced;
@@ -312,6 +312,7 @@ impl ConsulAgent {
         }
         if let (Some(id), Some(b)) = (hit, board)
             && sub.probe_seen != id
+            && ProbeBoard::expects(slot.mark, sub.probe_owed, id)
             && b.arrive(id, arrived, if hit_live { index } else { 0 })
         {
             sub.probe_seen = id;

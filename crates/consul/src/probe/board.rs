@@ -20,6 +20,9 @@ use super::stats::observed_summary;
 #[derive(Debug, Default)]
 struct Arrivals {
     id: u64,
+    /// The last probe armed (0: none yet); ids grow, so a subscription that
+    /// came live under mark `m` was live when every probe `> m` was armed.
+    epoch: u64,
     /// Arrival instant and raft index of the event (0: arrived by a re-sync
     /// snapshot, index unknown).
     at: Vec<(Instant, u64)>,
@@ -125,14 +128,34 @@ impl ProbeBoard {
         self.target
     }
 
-    /// An agent's probe subscription went live.
-    pub fn sub_up(&self) {
+    /// An agent's probe subscription went live; returns its mark (the last
+    /// probe armed before, 0 none), which [`ProbeBoard::expects`] and
+    /// [`ProbeBoard::sub_down`] take.
+    pub fn sub_up(&self) -> u64 {
+        // Under the arrivals' lock, so that a probe's expected count and
+        // the marks agree on which subscriptions were live when it was armed.
+        let a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
         self.live.fetch_add(1, Ordering::Relaxed);
+        a.epoch
     }
 
-    /// An agent's probe subscription stopped.
-    pub fn sub_down(&self) {
+    /// An agent's probe subscription, live since `mark`, stopped. Returns
+    /// the armed probe if it counted this subscription among its expected
+    /// ones (live when armed): the agent still owes that probe its arrival,
+    /// which may come by a re-sync after the agent is back.
+    pub fn sub_down(&self, mark: u64) -> Option<u64> {
+        let a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
         self.live.fetch_sub(1, Ordering::Relaxed);
+        (a.id != 0 && mark < a.id).then_some(a.id)
+    }
+
+    /// Whether probe `id` expects an arrival from a subscription live since
+    /// `mark` (`None`: not live now) whose agent owes `owed` (see
+    /// [`ProbeBoard::sub_down`]). A subscription that came live after the
+    /// probe was armed is in neither its expected nor its delivered count:
+    /// the change reached it in its snapshot, not by propagation.
+    pub fn expects(mark: Option<u64>, owed: u64, id: u64) -> bool {
+        mark.is_some_and(|m| m < id) || owed == id
     }
 
     /// Agents whose probe subscription is live now.
@@ -149,15 +172,21 @@ impl ProbeBoard {
         Expect::from_u8(self.expect.load(Ordering::Acquire)).map(|e| (id, e))
     }
 
-    /// Arms probe `id` (> 0): arrivals from now on count for it.
-    pub fn arm(&self, id: u64, expect: Expect, capacity: usize) {
-        {
+    /// Arms probe `id` (> 0, greater than every probe armed before):
+    /// arrivals from now on count for it. Returns how many arrivals it
+    /// expects: the probe subscriptions live now.
+    pub fn arm(&self, id: u64, expect: Expect) -> u64 {
+        let expected = {
             let mut a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+            let live = self.live();
             a.id = id;
-            a.at = Vec::with_capacity(capacity);
-        }
+            a.epoch = id;
+            a.at = Vec::with_capacity(live as usize);
+            live
+        };
         self.expect.store(expect as u8, Ordering::Release);
         self.armed.store(id, Ordering::Release);
+        expected
     }
 
     /// Disarms and returns the arrivals of the armed probe (instant, raft

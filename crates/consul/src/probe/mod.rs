@@ -164,7 +164,7 @@ mod tests {
         );
         let dereg = Change::Deregister { key };
         assert_eq!(b.matches(&dereg), None, "not armed");
-        b.arm(1, Expect::Deregister, 4);
+        assert_eq!(b.arm(1, Expect::Deregister), 0, "no live subscription");
         assert_eq!(b.matches(&dereg), Some(1));
         assert_eq!(b.matches(&Change::Deregister { key: key ^ 1 }), None);
         assert_eq!(
@@ -181,7 +181,7 @@ mod tests {
         assert!(!b.arrive(1, now, 41), "disarmed");
         assert!(!b.observe(41, Expect::Deregister, now), "not an observer");
         assert_eq!(b.observes(&dereg), None);
-        b.arm(2, Expect::Register, 0);
+        b.arm(2, Expect::Register);
         assert_eq!(
             b.matches(&Change::Register {
                 key,
@@ -193,8 +193,43 @@ mod tests {
         let mut view = View::new(crate::view::ViewKind::Health);
         assert_eq!(b.matches_state(&view), None);
         view.reset();
-        b.arm(3, Expect::Deregister, 0);
+        b.arm(3, Expect::Deregister);
         assert_eq!(b.matches_state(&view), Some(3));
+    }
+
+    #[test]
+    fn a_probe_expects_the_subscriptions_live_when_it_was_armed() {
+        let b = ProbeBoard::new(ProbeKind::Catalog, "web", "agent-sim");
+        // a: live before probe 1; c: down before it, back while it is armed.
+        let a = b.sub_up();
+        let c = b.sub_up();
+        assert_eq!((a, c), (0, 0));
+        assert_eq!(b.sub_down(c), None, "nothing armed");
+        assert_eq!(b.arm(1, Expect::Deregister), 1);
+        assert!(ProbeBoard::expects(Some(a), 0, 1));
+        let c = b.sub_up();
+        assert_eq!(c, 1);
+        assert!(
+            !ProbeBoard::expects(Some(c), 0, 1),
+            "came live after the arming: the change is in its snapshot"
+        );
+        // a goes down and comes back inside the window: still owed.
+        let owed = b.sub_down(a).unwrap();
+        assert_eq!(owed, 1);
+        let a = b.sub_up();
+        assert!(ProbeBoard::expects(Some(a), owed, 1));
+        assert!(ProbeBoard::expects(None, owed, 1), "owed also while down");
+        // c going down owes probe 1 nothing.
+        assert_eq!(b.sub_down(c), None);
+        b.disarm();
+        assert_eq!(b.sub_down(a), None, "disarmed");
+        // The next probe expects what is live at its arming, whatever the
+        // marks of earlier probes.
+        let a = b.sub_up();
+        assert_eq!(b.arm(2, Expect::Register), 1);
+        assert!(ProbeBoard::expects(Some(a), owed, 2));
+        assert!(!ProbeBoard::expects(None, owed, 2));
+        assert_eq!(b.live(), 1);
     }
 
     #[test]

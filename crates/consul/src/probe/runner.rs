@@ -177,10 +177,9 @@ impl ProbeRunner {
             };
             let id = next_id;
             next_id += 1;
-            for w in &watched {
-                let capacity = w.board.live() as usize;
-                w.board.arm(id, expect, capacity);
-            }
+            // Expected: the subscriptions live when the probe is armed
+            // (those that come live later have the change in their snapshot).
+            let expected: Vec<u64> = watched.iter().map(|w| w.board.arm(id, expect)).collect();
             // T0: the instant the write is sent; its round trip apart.
             let t0 = Instant::now();
             let t0_wall = SystemTime::now();
@@ -192,7 +191,6 @@ impl ProbeRunner {
                 continue;
             }
             self.metrics.record(write, 0, t0.elapsed());
-            let expected: Vec<u64> = watched.iter().map(|w| w.board.live()).collect();
             state = Setup::Done(!on);
             let interrupted = tokio::select! {
                 _ = tokio::time::sleep_until(t0 + self.timeout) => false,

@@ -272,10 +272,11 @@ pub struct DataplaneAgent {
     maybe_registered: bool,
     /// Last probe id this sidecar recorded an arrival for.
     probe_seen: u64,
-    /// The probe armed when this sidecar's probe cluster went live (0:
-    /// none): it was not among that probe's expected sidecars, so an
-    /// arrival for it is not counted.
-    probe_joined: u64,
+    /// The probe that expected this sidecar's arrival when its session
+    /// last ended (see `ProbeBoard::sub_down`); a sidecar whose probe
+    /// cluster went live after a probe was armed is not among its expected
+    /// ones, and its arrival is not counted.
+    probe_owed: u64,
 }
 
 impl std::fmt::Debug for DataplaneAgent {
@@ -396,7 +397,7 @@ impl AgentFactory for DataplaneFactory {
             registered: false,
             maybe_registered: false,
             probe_seen: 0,
-            probe_joined: 0,
+            probe_owed: 0,
         }
     }
 }

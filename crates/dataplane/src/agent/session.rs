@@ -9,6 +9,7 @@ use std::time::Duration;
 use ::http::uri::PathAndQuery;
 use agent_sim_consul::conn::{self, GrpcClient, RpcConn};
 use agent_sim_consul::http as chttp;
+use agent_sim_consul::probe::ProbeBoard;
 use agent_sim_consul::txn::TxnOps;
 use agent_sim_consul::view::Change;
 use agent_sim_fleet::{SessionCx, SessionEnd};
@@ -34,34 +35,36 @@ use crate::xds::{self, NodeInfo};
 /// within this.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Takes a live probe subscription off the board however the session ends.
+/// Takes a live probe subscription off the board however the session ends
+/// (a session that ends by itself takes it off with [`ProbeCount::down`],
+/// which keeps the probe still owed its arrival).
 struct ProbeCount<'a> {
     shared: &'a Shared,
-    counted: bool,
+    /// Live on the board since this mark (`sub_up`'s answer).
+    mark: Option<u64>,
 }
 
 impl ProbeCount<'_> {
-    /// Counts the sidecar live on the board; the probe armed then, if this
-    /// call counted it.
-    fn up(&mut self) -> Option<u64> {
-        if !self.counted
+    /// Counts the sidecar live on the board, once.
+    fn up(&mut self) {
+        if self.mark.is_none()
             && let Some(b) = &self.shared.board
         {
-            b.sub_up();
-            self.counted = true;
-            return Some(b.armed().map_or(0, |(id, _)| id));
+            self.mark = Some(b.sub_up());
         }
-        None
+    }
+
+    /// Takes the sidecar off the board; the probe that expected its arrival
+    /// if it goes down inside that probe's window.
+    fn down(&mut self) -> Option<u64> {
+        let b = self.shared.board.as_ref()?;
+        b.sub_down(self.mark.take()?)
     }
 }
 
 impl Drop for ProbeCount<'_> {
     fn drop(&mut self) {
-        if self.counted
-            && let Some(b) = &self.shared.board
-        {
-            b.sub_down();
-        }
+        self.down();
     }
 }
 
@@ -300,17 +303,25 @@ impl DataplaneAgent {
             }
         }
 
+        let sh = self.shared.clone();
+        let mut probe = ProbeCount {
+            shared: &sh,
+            mark: None,
+        };
         let end = self
             .stream_loop(
                 cx,
-                &mut driver,
-                &outbox,
+                (&mut driver, &outbox),
                 &mut ads,
                 &mut servers,
                 &stamp,
                 started,
+                &mut probe,
             )
             .await;
+        if let Some(id) = probe.down() {
+            self.probe_owed = id;
+        }
         outbox.close();
         (end, true)
     }
@@ -338,18 +349,14 @@ impl DataplaneAgent {
     async fn stream_loop(
         &mut self,
         cx: &SessionCx,
-        driver: &mut conn::ConnDriver,
-        outbox: &Outbox,
+        (driver, outbox): (&mut conn::ConnDriver, &Outbox),
         ads: &mut Streaming<DeltaDiscoveryResponse>,
         servers: &mut Option<Streaming<WatchServersResponse>>,
         stamp: &Option<RxStamp>,
         started: Instant,
+        probe: &mut ProbeCount<'_>,
     ) -> SessionEnd {
         let sh = self.shared.clone();
-        let mut probe = ProbeCount {
-            shared: &sh,
-            counted: false,
-        };
         let mut established = false;
         let mut cancel = pin!(cx.cancel.cancelled());
         loop {
@@ -390,12 +397,7 @@ impl DataplaneAgent {
                 Wake::ServersEnd => *servers = None,
                 Wake::Ads(decoded, Ok(resp)) => {
                     let kernel = stamp.as_ref().and_then(|s| s.instant(decoded));
-                    self.on_response(&resp, decoded, kernel, outbox);
-                    if self.xds.watches_probe()
-                        && let Some(armed) = probe.up()
-                    {
-                        self.probe_joined = armed;
-                    }
+                    self.on_response(&resp, (decoded, kernel), outbox, probe);
                     if !established && self.xds.ready() {
                         established = true;
                         sh.metrics.record(
@@ -413,9 +415,9 @@ impl DataplaneAgent {
     fn on_response(
         &mut self,
         resp: &DeltaDiscoveryResponse,
-        decoded: Instant,
-        kernel: Option<Instant>,
+        (decoded, kernel): (Instant, Option<Instant>),
         outbox: &Outbox,
+        probe: &mut ProbeCount<'_>,
     ) {
         let sh = self.shared.clone();
         sh.metrics.incr(sh.ids.xds_responses);
@@ -433,6 +435,9 @@ impl DataplaneAgent {
         if h.eds {
             sh.metrics.incr(sh.ids.eds_updates);
         }
+        if self.xds.watches_probe() {
+            probe.up();
+        }
         let (Some(present), Some(board)) = (h.probe, sh.board.as_deref()) else {
             return;
         };
@@ -449,7 +454,10 @@ impl DataplaneAgent {
             return;
         };
         let arrived = kernel.unwrap_or(decoded);
-        if self.probe_seen != id && self.probe_joined != id && board.arrive(id, arrived, 0) {
+        if self.probe_seen != id
+            && ProbeBoard::expects(probe.mark, self.probe_owed, id)
+            && board.arrive(id, arrived, 0)
+        {
             self.probe_seen = id;
             sh.metrics.record(
                 sh.ids.probe_overhead,

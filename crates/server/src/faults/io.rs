@@ -132,6 +132,9 @@ pub struct FaultIo {
     inner: TcpStream,
     /// `None` on a server without faults: every call passes through.
     ctl: Option<Arc<ConnCtl>>,
+    /// Held for its drop, which takes the connection off the list (read
+    /// only by `enlist`, which a server without Sensu lacks).
+    #[cfg_attr(not(feature = "sensu"), allow(dead_code))]
     listed: Option<Listed>,
 }
 
@@ -171,6 +174,7 @@ impl FaultIo {
     }
 
     /// Lists the connection in `registry` (once) while it lives.
+    #[cfg(feature = "sensu")]
     pub(crate) fn enlist(&mut self, registry: &Arc<Registry>) {
         if self.listed.is_none() {
             let ctl = self.ctl.get_or_insert_with(Arc::default).clone();

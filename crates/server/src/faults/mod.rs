@@ -380,6 +380,7 @@ impl Faults {
 
     /// Lists an already wrapped connection (a Sensu connection becomes a
     /// session only after its upgrade).
+    #[cfg(feature = "sensu")]
     pub(crate) fn enlist(&self, io: &mut FaultIo, target: Target) {
         if let Some(r) = self.registry(target)
             && self.has_timed_live(target)
