@@ -178,6 +178,28 @@ pub fn apply(
     Ok(())
 }
 
+/// A note for a fleet whose reconnect policy makes a synchronized burst
+/// (`none`, `fixed`) that `--max-dialing` caps below the fleet's size: the
+/// comeback after a storm or a restart is then only that wide.
+pub fn capped_burst(plan: &FleetPlan) -> Option<String> {
+    let f = &plan.fleet;
+    let name = match f.backoff.policy() {
+        ReconnectPolicy::None => "none",
+        ReconnectPolicy::Fixed => "fixed",
+        ReconnectPolicy::Exponential | ReconnectPolicy::FullJitter => return None,
+    };
+    let agents = usize::try_from(f.agents).unwrap_or(usize::MAX);
+    (f.max_dialing < agents).then(|| {
+        format!(
+            "{} fleet: --reconnect {name} comes back as one burst, but --max-dialing {} lets only \
+             that many of its {agents} agents handshake at once; --max-dialing {agents} makes the \
+             burst the whole fleet",
+            plan.protocol.kind(),
+            f.max_dialing
+        )
+    })
+}
+
 /// `storm = "at=60s"` or `storm = ["at=60s", "at=2m"]` in a config file
 /// (each item parsed as on the command line, with its own message).
 pub fn one_or_many<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
@@ -211,6 +233,8 @@ mod tests {
 
     use crate::args::RunArgs;
     use crate::config::resolve;
+
+    use super::capped_burst;
 
     fn no_env(_: &str) -> Option<String> {
         None
@@ -365,6 +389,35 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_synchronized_burst_under_the_dial_cap_is_noted() {
+        let plan = |policy: ReconnectPolicy, dialing: usize| {
+            let c = resolve(
+                RunArgs {
+                    agents: Some(1000),
+                    reconnect: Some(policy),
+                    max_dialing: Some(dialing),
+                    ..RunArgs::default()
+                },
+                &no_env,
+            )
+            .unwrap();
+            capped_burst(&c.fleets[0])
+        };
+        assert_eq!(
+            plan(ReconnectPolicy::None, 256).as_deref(),
+            Some(
+                "sensu fleet: --reconnect none comes back as one burst, but --max-dialing 256 \
+                 lets only that many of its 1000 agents handshake at once; --max-dialing 1000 \
+                 makes the burst the whole fleet"
+            )
+        );
+        assert!(plan(ReconnectPolicy::Fixed, 999).is_some());
+        assert_eq!(plan(ReconnectPolicy::None, 1000), None);
+        assert_eq!(plan(ReconnectPolicy::Exponential, 256), None);
+        assert_eq!(plan(ReconnectPolicy::FullJitter, 256), None);
     }
 
     #[test]

@@ -297,6 +297,11 @@ pub async fn execute(
             Protocol::Dataplane(c) => metrics.add_secret(c.token.as_deref().unwrap_or_default()),
         }
     }
+    if output == Output::Terminal {
+        for note in cfg.fleets.iter().filter_map(crate::scenario::capped_burst) {
+            eprintln!("agent-sim: note: {note}");
+        }
+    }
     let built = build_factories(&cfg, &metrics)?;
     taken::refuse_taken(&cfg.fleets)
         .await
