@@ -32,9 +32,9 @@ pub const CONSUL_AGENT_BYTES: u64 = 37_376; // 36.5 KiB
 /// Each subscription beyond two adds about this much (40 KiB with three).
 pub const CONSUL_STREAM_BYTES: u64 = 4 * 1024;
 /// Client memory per dataplane sidecar with a WatchServers stream and three
-/// EDS clusters (crates/dataplane/tests/memory.rs: 52.9 KiB at 1,000 in a
-/// debug build; release builds are smaller).
-pub const DATAPLANE_AGENT_BYTES: u64 = 54_170; // 52.9 KiB
+/// EDS clusters (BENCHMARKS: 47.3–47.4 KiB at 5,000 in a release build; the
+/// upper figure).
+pub const DATAPLANE_AGENT_BYTES: u64 = 48_538; // 47.4 KiB
 /// Server side of the in-process gRPC port, per sidecar (a tonic server
 /// connection with two streams, as for Consul).
 pub const DATAPLANE_SERVER_BYTES: u64 = 32 * 1024;
