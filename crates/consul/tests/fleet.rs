@@ -145,6 +145,91 @@ async fn probes_during_a_storm_recovery_expect_only_the_agents_live_at_arming() 
     assert_eq!(probes.last().unwrap().expected, n, "{probes:#?}");
 }
 
+/// The same in an observer shard: a change's expected subscriptions are
+/// those live when it first arrived in the shard. A storm takes half the
+/// shard's agents down 0.5 s after a change; they are back 1 s to 2 s later,
+/// some after the next change reached the other half: their re-sync is not
+/// a delivery of it (before, it was counted, beyond `expected`).
+#[tokio::test(start_paused = true)]
+async fn an_observer_shard_in_a_storm_counts_only_its_expected_subscriptions() {
+    let t = start_target().await;
+    let shard = |controller: bool| ConsulConfig {
+        session_ttl: None,
+        cluster_size: 100,
+        probe: ProbeConfig {
+            kind: Some(ProbeKind::Catalog),
+            every: Duration::from_secs(2),
+            timeout: Some(Duration::from_millis(1900)),
+            controller,
+            ..ProbeConfig::default()
+        },
+        ..config(&t)
+    };
+    let (m0, m1) = (metrics(), metrics());
+    let f0 = ConsulFactory::new(shard(true), m0.clone()).unwrap();
+    let f1 = ConsulFactory::new(shard(false), m1.clone()).unwrap();
+    let runner = f0.probe_runner().expect("controller");
+    let observer = f1.probe_observer().expect("observer");
+    let stop = CancellationToken::new();
+    let probes0 = tokio::spawn(runner.run(stop.clone()));
+    let probes1 = tokio::spawn(observer.run(stop.clone()));
+    let fleet = |first_index: u64, agents: u64, storm: bool, f: ConsulFactory, m: Metrics| {
+        let phases = if storm {
+            vec![Phase::Storm {
+                at: Duration::from_millis(4_500),
+                share: 0.5,
+            }]
+        } else {
+            Vec::new()
+        };
+        agent_sim_fleet::run(
+            FleetConfig {
+                agents,
+                first_index,
+                ramp: Some(Rate::per_second(2000.0)),
+                duration: Some(Duration::from_millis(9_500)),
+                grace: Duration::from_secs(5),
+                backoff: agent_sim_fleet::Backoff::new(
+                    Duration::from_secs(2),
+                    Duration::from_secs(30),
+                ),
+                scenario: Scenario { phases },
+                ..FleetConfig::default()
+            },
+            Arc::new(f),
+            m,
+            Arc::new(FleetStatus::default()),
+            CancellationToken::new(),
+        )
+    };
+    let (r0, r1) = tokio::join!(
+        fleet(0, 20, false, f0, m0.clone()),
+        fleet(20, 200, true, f1, m1.clone())
+    );
+    stop.cancel();
+    let (probes0, probes1) = (probes0.await.unwrap(), probes1.await.unwrap());
+    assert_eq!((r0.connected_at_end, r1.connected_at_end), (20, 200));
+    assert_eq!(r1.sessions_lost["scenario_storm"], 100);
+    assert!(probes0.len() >= 4, "{probes0:#?}");
+    let mut partial = 0;
+    for p in &probes0 {
+        assert_eq!((p.delivered, p.expected), (20, 20), "{p:?}");
+        let seen = probes1
+            .iter()
+            .find(|o| o.change_id == p.change_id)
+            .unwrap_or_else(|| panic!("observer missed {:?}: {probes1:#?}", p.change_id));
+        assert!(seen.expected <= 200, "{seen:?}");
+        assert_eq!(seen.delivered, seen.expected, "{seen:?}");
+        if seen.expected < 200 {
+            partial += 1;
+        }
+    }
+    assert!(partial >= 1, "a change came mid-recovery: {probes1:#?}");
+    let last = probes0.last().unwrap();
+    let seen = probes1.iter().find(|o| o.change_id == last.change_id);
+    assert_eq!(seen.map(|s| (s.delivered, s.expected)), Some((200, 200)));
+}
+
 /// Shard 0 (controller, agents 0..50) and shard 1 (observer, agents
 /// 50..100) as two fleets with their own metrics, as two processes would
 /// be; their summaries merge into probes that reached 100/100.

@@ -53,7 +53,7 @@ use crate::codec::{SUBSCRIBE_PATH, SmallCodec, subscribe_request};
 use crate::config::{self, ConsulConfig, NamePattern, ProbeKind};
 use crate::conn::{self, Dialer, GrpcClient, RpcConn};
 use crate::http::{self, HttpApi, Refusal, Registration};
-use crate::probe::{Expect, ProbeBoard, ProbeObserver, ProbeRunner};
+use crate::probe::{Expect, Owed, ProbeBoard, ProbeObserver, ProbeRunner};
 use crate::txn::{TxnBatcher, TxnOps};
 use crate::view::{Signal, View, ViewKind};
 use crate::{ConsulError, names};
@@ -160,9 +160,9 @@ struct Sub {
     /// Last probe id (controller) or raft index (observer) this agent
     /// recorded an arrival for.
     probe_seen: u64,
-    /// Controller: the probe that expected this subscription's arrival when
-    /// it last went down (see `ProbeBoard::sub_down`).
-    probe_owed: u64,
+    /// The probes (observer: changes) that expected this subscription's
+    /// arrival when it last went down (see `ProbeBoard::sub_down`).
+    probe_owed: Owed,
     /// Observer: state of the probe target after the last snapshot or probe
     /// change (`Expect as u8`, 0 unknown), to spot changes a re-sync brings.
     probe_state: u8,
@@ -177,7 +177,7 @@ impl Sub {
             probe,
             ever_synced: false,
             probe_seen: 0,
-            probe_owed: 0,
+            probe_owed: Owed::default(),
             probe_state: 0,
         }
     }

@@ -53,7 +53,8 @@ impl Drop for Slots {
         if let Some(b) = &self.board {
             for s in &self.v {
                 if let Some(m) = s.mark {
-                    b.sub_down(m);
+                    // The session future was dropped: the run is ending.
+                    b.sub_down(m, &mut Owed::default());
                 }
             }
         }
@@ -116,10 +117,8 @@ impl ConsulAgent {
     /// Takes subscription `i` off the probe board; the agent keeps the
     /// probe that still expects its arrival.
     pub(super) fn uncount(&mut self, i: usize, slot: &mut Slot) {
-        if let (Some(m), Some(b)) = (slot.mark.take(), &self.shared.board)
-            && let Some(id) = b.sub_down(m)
-        {
-            self.subs[i].probe_owed = id;
+        if let (Some(m), Some(b)) = (slot.mark.take(), &self.shared.board) {
+            b.sub_down(m, &mut self.subs[i].probe_owed);
         }
     }
 
@@ -268,7 +267,12 @@ impl ConsulAgent {
                             && sub.probe_state != 0
                             && now != sub.probe_state
                             && let Some(kind) = Expect::from_u8(now)
-                            && b.observe_resync(sub.probe_seen, index, kind, arrived)
+                            && b.observe_resync(
+                                (sub.probe_seen, index),
+                                kind,
+                                arrived,
+                                sub.probe_owed,
+                            )
                         {
                             delivered();
                         }
@@ -305,7 +309,9 @@ impl ConsulAgent {
         let sub = &mut self.subs[i];
         if let (Some(kind), Some(b)) = (seen, board) {
             sub.probe_state = kind as u8;
-            if sub.probe_seen != index && b.observe(index, kind, arrived) {
+            if sub.probe_seen != index
+                && b.observe(index, kind, arrived, (slot.mark, sub.probe_owed))
+            {
                 sub.probe_seen = index;
                 delivered();
             }

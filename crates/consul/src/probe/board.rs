@@ -20,8 +20,9 @@ use super::stats::observed_summary;
 #[derive(Debug, Default)]
 struct Arrivals {
     id: u64,
-    /// The last probe armed (0: none yet); ids grow, so a subscription that
-    /// came live under mark `m` was live when every probe `> m` was armed.
+    /// Controller: the last probe armed; observer: the number of changes
+    /// opened (0: none yet). It only grows, so a subscription that came live
+    /// under mark `m` was live when every probe (change) `> m` began.
     epoch: u64,
     /// Arrival instant and raft index of the event (0: arrived by a re-sync
     /// snapshot, index unknown).
@@ -32,6 +33,8 @@ struct Arrivals {
 #[derive(Debug)]
 pub(super) struct Group {
     pub(super) kind: Expect,
+    /// The board's epoch this change opened (see [`ProbeBoard::expects`]).
+    pub(super) seq: u64,
     /// Probe subscriptions live when the change first arrived here.
     pub(super) expected: u64,
     pub(super) at: Vec<Instant>,
@@ -58,6 +61,22 @@ struct Observed {
     /// board closed.
     interrupted: u64,
     closed: bool,
+}
+
+/// The probes that counted a subscription among their expected ones and
+/// were still open when it went down: those in `(after, upto]` (controller:
+/// probe ids; observer: changes in the order they opened). Its arrival for
+/// them still counts, typically by the re-sync after it is back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Owed {
+    after: u64,
+    upto: u64,
+}
+
+impl Owed {
+    fn covers(&self, id: u64) -> bool {
+        self.after < id && id <= self.upto
+    }
 }
 
 /// Shared between the runner (or observer) and every agent of the process.
@@ -139,23 +158,31 @@ impl ProbeBoard {
         a.epoch
     }
 
-    /// An agent's probe subscription, live since `mark`, stopped. Returns
-    /// the armed probe if it counted this subscription among its expected
-    /// ones (live when armed): the agent still owes that probe its arrival,
-    /// which may come by a re-sync after the agent is back.
-    pub fn sub_down(&self, mark: u64) -> Option<u64> {
+    /// An agent's probe subscription, live since `mark`, stopped: `owed`
+    /// (the agent's, kept across its sessions) takes the probes that were
+    /// counting on it.
+    pub fn sub_down(&self, mark: u64, owed: &mut Owed) {
         let a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
         self.live.fetch_sub(1, Ordering::Relaxed);
-        (a.id != 0 && mark < a.id).then_some(a.id)
+        if mark == owed.upto {
+            // Back up and down again with no probe begun in between: the
+            // probes it owed before still wait.
+            owed.upto = a.epoch;
+        } else {
+            *owed = Owed {
+                after: mark,
+                upto: a.epoch,
+            };
+        }
     }
 
-    /// Whether probe `id` expects an arrival from a subscription live since
-    /// `mark` (`None`: not live now) whose agent owes `owed` (see
-    /// [`ProbeBoard::sub_down`]). A subscription that came live after the
-    /// probe was armed is in neither its expected nor its delivered count:
+    /// Whether probe (observer: change) `id` expects an arrival from a
+    /// subscription live since `mark` (`None`: not live now) whose agent
+    /// owes `owed`: it was live when that probe began. One that came live
+    /// later is in neither the probe's expected nor its delivered count:
     /// the change reached it in its snapshot, not by propagation.
-    pub fn expects(mark: Option<u64>, owed: u64, id: u64) -> bool {
-        mark.is_some_and(|m| m < id) || owed == id
+    pub fn expects(mark: Option<u64>, owed: Owed, id: u64) -> bool {
+        mark.is_some_and(|m| m < id) || owed.covers(id)
     }
 
     /// Agents whose probe subscription is live now.
@@ -245,9 +272,17 @@ impl ProbeBoard {
     }
 
     /// Observe mode: an agent's view received the change of raft `index`
-    /// with outcome `kind` at `at`. False when not observing or closed, or
-    /// when the change's window here is over (a missing delivery).
-    pub fn observe(&self, index: u64, kind: Expect, at: Instant) -> bool {
+    /// with outcome `kind` at `at`; its subscription stands as `standing`
+    /// (its mark, what its agent owes). False when not observing or closed,
+    /// when the change's window here is over (a missing delivery), or when
+    /// the subscription came live after the change opened here.
+    pub fn observe(
+        &self,
+        index: u64,
+        kind: Expect,
+        at: Instant,
+        standing: (Option<u64>, Owed),
+    ) -> bool {
         let Some((obs, timeout)) = &self.observer else {
             return false;
         };
@@ -277,11 +312,17 @@ impl ProbeBoard {
                     o.done.push(observed_summary(i, g, *timeout));
                 }
             }
-            let expected = self.live();
+            // The subscriptions live now are the change's expected ones.
+            let (seq, expected) = {
+                let mut a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+                a.epoch += 1;
+                (a.epoch, self.live())
+            };
             o.open.insert(
                 index,
                 Group {
                     kind,
+                    seq,
                     expected,
                     at: Vec::with_capacity(expected as usize),
                     anchor: (now, SystemTime::now()),
@@ -289,8 +330,9 @@ impl ProbeBoard {
             );
         }
         let g = o.open.get_mut(&index).expect("inserted above");
-        if g.kind != kind {
-            // Not the same change (cannot happen with one raft index).
+        if g.kind != kind || !Self::expects(standing.0, standing.1, g.seq) {
+            // Not the same change (cannot happen with one raft index), or
+            // not one of its expected subscriptions.
             return false;
         }
         g.at.push(at);
@@ -301,9 +343,16 @@ impl ProbeBoard {
     /// in state `kind`, unlike before the reset: the change arrived by the
     /// snapshot. It is credited to the open change of that outcome with the
     /// greatest raft index in `(after, upto]` (`after`: last index this
-    /// subscription recorded; `upto`: the snapshot's index); with none, it
-    /// is not counted (a missing delivery here).
-    pub fn observe_resync(&self, after: u64, upto: u64, kind: Expect, at: Instant) -> bool {
+    /// subscription recorded; `upto`: the snapshot's index) if it expected
+    /// this subscription (`owed`, see [`ProbeBoard::sub_down`]); with none,
+    /// it is not counted (a missing delivery here).
+    pub fn observe_resync(
+        &self,
+        (after, upto): (u64, u64),
+        kind: Expect,
+        at: Instant,
+        owed: Owed,
+    ) -> bool {
         let Some((obs, _)) = &self.observer else {
             return false;
         };
@@ -317,11 +366,11 @@ impl ProbeBoard {
             .rev()
             .find(|(_, g)| g.kind == kind)
         {
-            Some((_, g)) => {
+            Some((_, g)) if Self::expects(None, owed, g.seq) => {
                 g.at.push(at);
                 true
             }
-            None => false,
+            _ => false,
         }
     }
 

@@ -35,7 +35,7 @@ mod observer;
 mod runner;
 mod stats;
 
-pub use board::ProbeBoard;
+pub use board::{Owed, ProbeBoard};
 pub use observer::ProbeObserver;
 pub use runner::{ProbeRunner, RunnerSetup};
 pub use stats::{common_index, micros_after, percentile, summarize};
@@ -179,7 +179,10 @@ mod tests {
         assert!(!b.arrive(2, now, 41));
         assert_eq!(b.disarm(), vec![(now, 41)]);
         assert!(!b.arrive(1, now, 41), "disarmed");
-        assert!(!b.observe(41, Expect::Deregister, now), "not an observer");
+        assert!(
+            !b.observe(41, Expect::Deregister, now, (Some(0), Owed::default())),
+            "not an observer"
+        );
         assert_eq!(b.observes(&dereg), None);
         b.arm(2, Expect::Register);
         assert_eq!(
@@ -200,36 +203,41 @@ mod tests {
     #[test]
     fn a_probe_expects_the_subscriptions_live_when_it_was_armed() {
         let b = ProbeBoard::new(ProbeKind::Catalog, "web", "agent-sim");
+        let (mut owed_a, mut owed_c) = (Owed::default(), Owed::default());
         // a: live before probe 1; c: down before it, back while it is armed.
         let a = b.sub_up();
         let c = b.sub_up();
         assert_eq!((a, c), (0, 0));
-        assert_eq!(b.sub_down(c), None, "nothing armed");
+        b.sub_down(c, &mut owed_c);
         assert_eq!(b.arm(1, Expect::Deregister), 1);
-        assert!(ProbeBoard::expects(Some(a), 0, 1));
+        assert!(ProbeBoard::expects(Some(a), owed_a, 1));
+        assert!(!ProbeBoard::expects(None, owed_c, 1), "down at the arming");
         let c = b.sub_up();
         assert_eq!(c, 1);
         assert!(
-            !ProbeBoard::expects(Some(c), 0, 1),
+            !ProbeBoard::expects(Some(c), owed_c, 1),
             "came live after the arming: the change is in its snapshot"
         );
-        // a goes down and comes back inside the window: still owed.
-        let owed = b.sub_down(a).unwrap();
-        assert_eq!(owed, 1);
+        // a goes down and comes back inside the window: still owed, also
+        // after a second drop inside the same window.
+        b.sub_down(a, &mut owed_a);
+        assert!(ProbeBoard::expects(None, owed_a, 1), "owed while down");
         let a = b.sub_up();
-        assert!(ProbeBoard::expects(Some(a), owed, 1));
-        assert!(ProbeBoard::expects(None, owed, 1), "owed also while down");
+        assert!(ProbeBoard::expects(Some(a), owed_a, 1));
+        b.sub_down(a, &mut owed_a);
+        let a = b.sub_up();
+        assert!(ProbeBoard::expects(Some(a), owed_a, 1));
         // c going down owes probe 1 nothing.
-        assert_eq!(b.sub_down(c), None);
+        b.sub_down(c, &mut owed_c);
+        assert!(!ProbeBoard::expects(None, owed_c, 1));
         b.disarm();
-        assert_eq!(b.sub_down(a), None, "disarmed");
-        // The next probe expects what is live at its arming, whatever the
-        // marks of earlier probes.
-        let a = b.sub_up();
+        // The next probe expects what is live at its arming.
         assert_eq!(b.arm(2, Expect::Register), 1);
-        assert!(ProbeBoard::expects(Some(a), owed, 2));
-        assert!(!ProbeBoard::expects(None, owed, 2));
-        assert_eq!(b.live(), 1);
+        assert!(ProbeBoard::expects(Some(a), owed_a, 2));
+        assert!(!ProbeBoard::expects(None, owed_c, 2));
+        b.sub_down(a, &mut owed_a);
+        assert!(ProbeBoard::expects(None, owed_a, 2));
+        assert_eq!(b.live(), 0);
     }
 
     #[test]
@@ -294,34 +302,47 @@ mod tests {
     #[test]
     fn observer_groups_arrivals_by_raft_index() {
         let b = observer(Duration::from_millis(500));
-        let t = Instant::now();
+        // Arrivals stamped in the past, as the kernel stamps them.
+        let t = Instant::now() - Duration::from_secs(2);
         let ms = Duration::from_millis;
         // Change at index 10 (deregister): 3 of 4 agents, recorded out of
         // order; one arrival after the 500 ms window (missing).
-        assert!(b.observe(10, Expect::Deregister, t + ms(5)));
-        assert!(b.observe(10, Expect::Deregister, t + ms(2)));
-        assert!(b.observe(10, Expect::Deregister, t + ms(9)));
-        assert!(b.observe(10, Expect::Deregister, t + ms(900)));
+        let live = (Some(0), Owed::default());
+        assert!(b.observe(10, Expect::Deregister, t + ms(5), live));
+        assert!(b.observe(10, Expect::Deregister, t + ms(2), live));
+        assert!(b.observe(10, Expect::Deregister, t + ms(9), live));
+        assert!(b.observe(10, Expect::Deregister, t + ms(900), live));
         assert!(
-            !b.observe(10, Expect::Register, t),
+            !b.observe(10, Expect::Register, t, live),
             "one index, one outcome"
         );
-        // Change at index 12 (register): all 4, one of them by a re-sync.
+        // Change at index 12 (register): all 4, one of them by a re-sync
+        // after its subscription went down while the change was open.
         for k in 0..3 {
-            assert!(b.observe(12, Expect::Register, t + ms(1_000 + k)));
+            assert!(b.observe(12, Expect::Register, t + ms(1_000 + k), live));
         }
+        let mut owed = Owed::default();
+        b.sub_down(0, &mut owed);
         assert!(
-            !b.observe_resync(12, 20, Expect::Register, t + ms(1_010)),
+            !b.observe(12, Expect::Register, t, (Some(2), Owed::default())),
+            "live only since the change opened"
+        );
+        assert!(
+            !b.observe_resync((12, 20), Expect::Register, t + ms(1_010), owed),
             "already had index 12"
         );
         assert!(
-            !b.observe_resync(10, 20, Expect::Deregister, t),
+            !b.observe_resync((10, 20), Expect::Deregister, t, owed),
             "no open deregister in (10, 20]"
         );
-        assert!(b.observe_resync(10, 20, Expect::Register, t + ms(1_010)));
+        assert!(
+            !b.observe_resync((10, 20), Expect::Register, t, Owed::default()),
+            "down when the change opened: not expected"
+        );
+        assert!(b.observe_resync((10, 20), Expect::Register, t + ms(1_010), owed));
         let (done, interrupted) = b.close_observer();
         assert_eq!(interrupted, 0);
-        assert!(!b.observe(14, Expect::Deregister, t), "closed");
+        assert!(!b.observe(14, Expect::Deregister, t, live), "closed");
         assert_eq!(done.len(), 2);
         let (d, r) = (&done[0], &done[1]);
         assert_eq!(d.change_id, Some(10));
@@ -353,9 +374,10 @@ mod tests {
     fn observer_leaves_out_a_change_cut_short_with_missing_deliveries() {
         let b = observer(Duration::from_secs(60));
         let t = Instant::now();
-        assert!(b.observe(5, Expect::Deregister, t));
+        let live = (Some(0), Owed::default());
+        assert!(b.observe(5, Expect::Deregister, t, live));
         for _ in 0..4 {
-            assert!(b.observe(6, Expect::Register, t));
+            assert!(b.observe(6, Expect::Register, t, live));
         }
         // Both windows are open: 6 is complete (kept), 5 is not (counted).
         let (done, interrupted) = b.close_observer();

@@ -272,11 +272,11 @@ pub struct DataplaneAgent {
     maybe_registered: bool,
     /// Last probe id this sidecar recorded an arrival for.
     probe_seen: u64,
-    /// The probe that expected this sidecar's arrival when its session
+    /// The probes that expected this sidecar's arrival when its session
     /// last ended (see `ProbeBoard::sub_down`); a sidecar whose probe
     /// cluster went live after a probe was armed is not among its expected
     /// ones, and its arrival is not counted.
-    probe_owed: u64,
+    probe_owed: agent_sim_consul::probe::Owed,
 }
 
 impl std::fmt::Debug for DataplaneAgent {
@@ -397,7 +397,7 @@ impl AgentFactory for DataplaneFactory {
             registered: false,
             maybe_registered: false,
             probe_seen: 0,
-            probe_owed: 0,
+            probe_owed: Default::default(),
         }
     }
 }

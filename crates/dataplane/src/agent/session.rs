@@ -9,7 +9,7 @@ use std::time::Duration;
 use ::http::uri::PathAndQuery;
 use agent_sim_consul::conn::{self, GrpcClient, RpcConn};
 use agent_sim_consul::http as chttp;
-use agent_sim_consul::probe::ProbeBoard;
+use agent_sim_consul::probe::{Owed, ProbeBoard};
 use agent_sim_consul::txn::TxnOps;
 use agent_sim_consul::view::Change;
 use agent_sim_fleet::{SessionCx, SessionEnd};
@@ -54,17 +54,19 @@ impl ProbeCount<'_> {
         }
     }
 
-    /// Takes the sidecar off the board; the probe that expected its arrival
-    /// if it goes down inside that probe's window.
-    fn down(&mut self) -> Option<u64> {
-        let b = self.shared.board.as_ref()?;
-        b.sub_down(self.mark.take()?)
+    /// Takes the sidecar off the board; `owed` takes the probes that were
+    /// counting on it.
+    fn down(&mut self, owed: &mut Owed) {
+        if let (Some(b), Some(m)) = (&self.shared.board, self.mark.take()) {
+            b.sub_down(m, owed);
+        }
     }
 }
 
 impl Drop for ProbeCount<'_> {
     fn drop(&mut self) {
-        self.down();
+        // Dropped mid-session: the run is ending.
+        self.down(&mut Owed::default());
     }
 }
 
@@ -319,9 +321,7 @@ impl DataplaneAgent {
                 &mut probe,
             )
             .await;
-        if let Some(id) = probe.down() {
-            self.probe_owed = id;
-        }
+        probe.down(&mut self.probe_owed);
         outbox.close();
         (end, true)
     }
