@@ -9,8 +9,10 @@ use std::time::Duration;
 use agent_sim_consul::http::HttpApi;
 use agent_sim_consul::{ConsulConfig, ConsulFactory, ProbeConfig, ProbeKind};
 use agent_sim_fleet::scenario::{Phase, Scenario};
-use agent_sim_fleet::{Agent, AgentFactory, FleetConfig, FleetStatus, Rate, SessionCx, SessionEnd};
-use agent_sim_metrics::Metrics;
+use agent_sim_fleet::{
+    Agent, AgentFactory, FleetConfig, FleetReport, FleetStatus, Rate, SessionCx, SessionEnd,
+};
+use agent_sim_metrics::{Metrics, ProbeSummary};
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
@@ -86,6 +88,60 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
     assert!(ts.registrations >= 200, "{ts:?}");
 }
 
+/// A shard's config: catalog probe every 2 s with `timeout`, no TTL session.
+fn shard_config(t: &Target, timeout: Duration) -> ConsulConfig {
+    ConsulConfig {
+        session_ttl: None,
+        probe: ProbeConfig {
+            kind: Some(ProbeKind::Catalog),
+            every: Duration::from_secs(2),
+            timeout: Some(timeout),
+            ..ProbeConfig::default()
+        },
+        ..config(t)
+    }
+}
+
+/// Two shards of one run on `cfg`, each with its own metrics as two
+/// processes would have: the controller runs `fleets[0]` and makes the
+/// probes, the observer runs `fleets[1]` and measures them. Returns both
+/// reports, metrics and probe lists.
+async fn run_two_shards(
+    cfg: ConsulConfig,
+    [fleet0, fleet1]: [FleetConfig; 2],
+) -> ([FleetReport; 2], [Metrics; 2], [Vec<ProbeSummary>; 2]) {
+    let shard = |controller: bool| ConsulConfig {
+        probe: ProbeConfig {
+            controller,
+            ..cfg.probe.clone()
+        },
+        ..cfg.clone()
+    };
+    let (m0, m1) = (metrics(), metrics());
+    let f0 = ConsulFactory::new(shard(true), m0.clone()).unwrap();
+    let f1 = ConsulFactory::new(shard(false), m1.clone()).unwrap();
+    assert!(f0.probe_observer().is_none());
+    assert!(f1.probe_runner().is_none());
+    let runner = f0.probe_runner().expect("controller");
+    let observer = f1.probe_observer().expect("observer");
+    let stop = CancellationToken::new();
+    let probes0 = tokio::spawn(runner.run(stop.clone()));
+    let probes1 = tokio::spawn(observer.run(stop.clone()));
+    let run = |fc: FleetConfig, f: ConsulFactory, m: Metrics| {
+        agent_sim_fleet::run(
+            fc,
+            Arc::new(f),
+            m,
+            Arc::new(FleetStatus::default()),
+            CancellationToken::new(),
+        )
+    };
+    let (r0, r1) = tokio::join!(run(fleet0, f0, m0.clone()), run(fleet1, f1, m1.clone()));
+    stop.cancel();
+    let (probes0, probes1) = (probes0.await.unwrap(), probes1.await.unwrap());
+    ([r0, r1], [m0, m1], [probes0, probes1])
+}
+
 /// Probes armed while a storm's agents come back count only the agents live
 /// when each was armed: an agent that resubscribes later finds the change
 /// in its snapshot or as the first event of its resumed stream, which is
@@ -153,61 +209,26 @@ async fn probes_during_a_storm_recovery_expect_only_the_agents_live_at_arming() 
 #[tokio::test(start_paused = true)]
 async fn an_observer_shard_in_a_storm_counts_only_its_expected_subscriptions() {
     let t = start_target().await;
-    let shard = |controller: bool| ConsulConfig {
-        session_ttl: None,
+    let cfg = ConsulConfig {
         cluster_size: 100,
-        probe: ProbeConfig {
-            kind: Some(ProbeKind::Catalog),
-            every: Duration::from_secs(2),
-            timeout: Some(Duration::from_millis(1900)),
-            controller,
-            ..ProbeConfig::default()
-        },
-        ..config(&t)
+        ..shard_config(&t, Duration::from_millis(1900))
     };
-    let (m0, m1) = (metrics(), metrics());
-    let f0 = ConsulFactory::new(shard(true), m0.clone()).unwrap();
-    let f1 = ConsulFactory::new(shard(false), m1.clone()).unwrap();
-    let runner = f0.probe_runner().expect("controller");
-    let observer = f1.probe_observer().expect("observer");
-    let stop = CancellationToken::new();
-    let probes0 = tokio::spawn(runner.run(stop.clone()));
-    let probes1 = tokio::spawn(observer.run(stop.clone()));
-    let fleet = |first_index: u64, agents: u64, storm: bool, f: ConsulFactory, m: Metrics| {
-        let phases = if storm {
-            vec![Phase::Storm {
-                at: Duration::from_millis(4_500),
-                share: 0.5,
-            }]
-        } else {
-            Vec::new()
-        };
-        agent_sim_fleet::run(
-            FleetConfig {
-                agents,
-                first_index,
-                ramp: Some(Rate::per_second(2000.0)),
-                duration: Some(Duration::from_millis(9_500)),
-                grace: Duration::from_secs(5),
-                backoff: agent_sim_fleet::Backoff::new(
-                    Duration::from_secs(2),
-                    Duration::from_secs(30),
-                ),
-                scenario: Scenario { phases },
-                ..FleetConfig::default()
-            },
-            Arc::new(f),
-            m,
-            Arc::new(FleetStatus::default()),
-            CancellationToken::new(),
-        )
+    let fleet = |first_index: u64, agents: u64, phases: Vec<Phase>| FleetConfig {
+        agents,
+        first_index,
+        ramp: Some(Rate::per_second(2000.0)),
+        duration: Some(Duration::from_millis(9_500)),
+        grace: Duration::from_secs(5),
+        backoff: agent_sim_fleet::Backoff::new(Duration::from_secs(2), Duration::from_secs(30)),
+        scenario: Scenario { phases },
+        ..FleetConfig::default()
     };
-    let (r0, r1) = tokio::join!(
-        fleet(0, 20, false, f0, m0.clone()),
-        fleet(20, 200, true, f1, m1.clone())
-    );
-    stop.cancel();
-    let (probes0, probes1) = (probes0.await.unwrap(), probes1.await.unwrap());
+    let storm = Phase::Storm {
+        at: Duration::from_millis(4_500),
+        share: 0.5,
+    };
+    let ([r0, r1], _, [probes0, probes1]) =
+        run_two_shards(cfg, [fleet(0, 20, vec![]), fleet(20, 200, vec![storm])]).await;
     assert_eq!((r0.connected_at_end, r1.connected_at_end), (20, 200));
     assert_eq!(r1.sessions_lost["scenario_storm"], 100);
     assert!(probes0.len() >= 4, "{probes0:#?}");
@@ -235,52 +256,25 @@ async fn an_observer_shard_in_a_storm_counts_only_its_expected_subscriptions() {
 /// be; their summaries merge into probes that reached 100/100.
 #[tokio::test(start_paused = true)]
 async fn an_observer_shard_measures_the_probe_and_merges_by_raft_index() {
+    use agent_sim_metrics::SUMMARY_SCHEMA;
     use agent_sim_metrics::merge::merge_summaries;
     use agent_sim_metrics::summary::{SCHEMA_V2, Summary};
-    use agent_sim_metrics::{ProbeSummary, SUMMARY_SCHEMA};
     use agent_sim_testkit::validate_json;
 
     let t = start_target().await;
-    let shard = |controller: bool| ConsulConfig {
-        session_ttl: None,
-        probe: ProbeConfig {
-            kind: Some(ProbeKind::Catalog),
-            every: Duration::from_secs(2),
-            timeout: Some(Duration::from_millis(1500)),
-            controller,
-            ..ProbeConfig::default()
-        },
-        ..config(&t)
+    let fleet = |first_index: u64| FleetConfig {
+        agents: 50,
+        first_index,
+        ramp: Some(Rate::per_second(1000.0)),
+        duration: Some(Duration::from_millis(3800)),
+        grace: Duration::from_secs(5),
+        ..FleetConfig::default()
     };
-    let (m0, m1) = (metrics(), metrics());
-    let f0 = ConsulFactory::new(shard(true), m0.clone()).unwrap();
-    let f1 = ConsulFactory::new(shard(false), m1.clone()).unwrap();
-    assert!(f0.probe_observer().is_none());
-    assert!(f1.probe_runner().is_none());
-    let runner = f0.probe_runner().expect("controller");
-    let observer = f1.probe_observer().expect("observer");
-    let stop = CancellationToken::new();
-    let probes0 = tokio::spawn(runner.run(stop.clone()));
-    let probes1 = tokio::spawn(observer.run(stop.clone()));
-    let fleet = |first_index: u64, f: ConsulFactory, m: Metrics| {
-        agent_sim_fleet::run(
-            FleetConfig {
-                agents: 50,
-                first_index,
-                ramp: Some(Rate::per_second(1000.0)),
-                duration: Some(Duration::from_millis(3800)),
-                grace: Duration::from_secs(5),
-                ..FleetConfig::default()
-            },
-            Arc::new(f),
-            m,
-            Arc::new(FleetStatus::default()),
-            CancellationToken::new(),
-        )
-    };
-    let (r0, r1) = tokio::join!(fleet(0, f0, m0.clone()), fleet(50, f1, m1.clone()));
-    stop.cancel();
-    let (probes0, probes1) = (probes0.await.unwrap(), probes1.await.unwrap());
+    let ([r0, r1], [m0, m1], [probes0, probes1]) = run_two_shards(
+        shard_config(&t, Duration::from_millis(1500)),
+        [fleet(0), fleet(50)],
+    )
+    .await;
     assert_eq!((r0.ever_connected, r1.ever_connected), (50, 50));
     // Disjoint indexes: 100 distinct nodes registered.
     assert_eq!(
