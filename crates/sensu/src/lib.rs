@@ -17,6 +17,7 @@ pub mod codec;
 mod json;
 pub mod messages;
 pub mod session;
+mod upgrade;
 
 use std::path::PathBuf;
 use std::sync::Arc;

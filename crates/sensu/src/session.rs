@@ -4,7 +4,8 @@
 //! Life of a session ([`run`]):
 //! 1. Connect (boxed, so its state is freed after the handshake): resolve the
 //!    target once per factory, dial from the agent's source address, TLS for
-//!    `wss://`, WebSocket upgrade with the Sensu headers ([`upgrade_request`]).
+//!    `wss://`, WebSocket upgrade with the Sensu headers ([`upgrade_request`];
+//!    the upgrade itself in `upgrade`, which keeps no handshake buffer).
 //!    TCP + TLS + upgrade are bounded by `handshake_timeout`.
 //! 2. Send nothing until the first `entity_config` (or `entity_config_timeout`),
 //!    then a keepalive at once and every `keepalive_interval`, lateness
@@ -433,10 +434,9 @@ async fn connect(shared: &Shared, name: &str, cx: &SessionCx) -> Result<Ws, Sess
         };
         let req = upgrade_request(cfg, &target.url, name)
             .map_err(|_| SessionEnd::fatal("bad_upgrade_request"))?;
-        let (ws, resp) =
-            tokio_tungstenite::client_async_with_config(req, stream, Some(ws_config()))
-                .await
-                .map_err(|e| upgrade_error_kind(&e))?;
+        let (ws, resp) = crate::upgrade::upgrade(stream, req, ws_config())
+            .await
+            .map_err(|e| upgrade_error_kind(&e))?;
         // The backend answers in the encoding it chose; a mismatch would make
         // every frame undecodable.
         if resp
