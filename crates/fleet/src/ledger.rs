@@ -43,6 +43,12 @@ pub const DETECT_WINDOW: Duration = Duration::from_secs(1);
 /// the pause's doing (the agent finds the server's close when it thaws).
 pub const PAUSE_SETTLE: Duration = Duration::from_secs(10);
 
+/// How long an attempt under way at the end of the run must have gone
+/// unanswered to be why its agent is missing (`no_answer_yet`) rather than
+/// the failure before it: longer than a handshake takes on a server that
+/// answers.
+pub const NO_ANSWER_AFTER_MS: u32 = 1_000;
+
 /// Sessions lost within [`DETECT_WINDOW`] that make a detected disruption:
 /// 5 % of the fleet, at least 3 and at most 50 (and at most the fleet).
 pub fn detect_threshold(agents: u64) -> usize {
@@ -91,8 +97,9 @@ struct Mark {
     /// ended.
     last_in_session: bool,
     /// A session attempt is under way (dialing, handshaking, waiting for
-    /// the server's first answers), not a backoff.
-    attempting: bool,
+    /// the server's first answers), not a backoff: when it began, ms from
+    /// the start plus one (0: none under way).
+    attempt_ms: u32,
     permanent: u8,
     /// When the first failure that cannot heal happened.
     first_permanent: Option<Instant>,
@@ -334,8 +341,9 @@ impl Ledger {
 
     /// Agent `n` starts a session attempt.
     pub(crate) fn attempt(&self, n: usize) {
+        let at = self.since_start(Instant::now()).as_millis();
         let m = &mut self.lock().marks[n];
-        m.attempting = true;
+        m.attempt_ms = u32::try_from(at).unwrap_or(u32::MAX - 1) + 1;
         m.last_in_session = false;
     }
 
@@ -358,7 +366,7 @@ impl Ledger {
         end: &SessionEnd,
         run_over: bool,
     ) -> Next {
-        self.lock().marks[n].attempting = false;
+        self.lock().marks[n].attempt_ms = 0;
         if run_over {
             return Next::Stop;
         }
@@ -647,18 +655,24 @@ impl Ledger {
     /// The end-of-run tally; outages still open become their disruption's
     /// `missing_at_end`.
     pub(crate) fn tally(&self) -> Tally {
+        let now_ms =
+            u32::try_from(self.since_start(Instant::now()).as_millis()).unwrap_or(u32::MAX);
         let b = self.lock();
         let log = self.metrics.disruptions();
         let mut missing: BTreeMap<&'static str, u64> = BTreeMap::new();
         let mut lost = 0;
         for m in b.marks.iter().filter(|m| !m.up && !m.left) {
-            // Out while an attempt the server has not answered (yet) is
-            // under way: a failure before it that heals no longer says why
-            // (a slow server does), unless the attempt itself is failing.
-            // One that cannot heal (a wrong password) still does.
+            // Out while an attempt the server has not answered for
+            // NO_ANSWER_AFTER is under way: a failure before it that heals
+            // no longer says why (a slow server does), unless the attempt
+            // itself is failing. One that cannot heal (a wrong password)
+            // still does, and so does any failure before an attempt that
+            // has only just begun.
+            let waiting =
+                m.attempt_ms > 0 && now_ms.saturating_sub(m.attempt_ms - 1) >= NO_ANSWER_AFTER_MS;
             let cause = match m.last {
                 Some(kind)
-                    if !m.attempting
+                    if !waiting
                         || m.last_in_session
                         || self.metrics.error_kind(kind).is_some_and(|k| !k.heals) =>
                 {
