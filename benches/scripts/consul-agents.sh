@@ -15,7 +15,7 @@ RPC=${RPC:-18300}
 HTTP=${HTTP:-18500}
 OUT=${OUT:-target/bench-consul}
 mkdir -p "$OUT"
-cargo build --release -p agent-sim 2>/dev/null
+cargo build --release -p agent-sim ${FEATURES:+--features "$FEATURES"} 2>/dev/null   # FEATURES=jemalloc: see BENCHMARKS.md
 BIN=target/release/agent-sim
 
 "$BIN" serve --consul-rpc 127.0.0.1:$RPC --consul-http 127.0.0.1:$HTTP --stats-every 0 2>"$OUT/serve.log" &

@@ -25,7 +25,7 @@ mkdir -p "$OUT"
 # BIN=target/debug/agent-sim runs the script on a debug build (a smoke
 # test; figures for BENCHMARKS.md come from the release build).
 if [ -z "${BIN:-}" ]; then
-  cargo build --release -p agent-sim 2>/dev/null
+  cargo build --release -p agent-sim ${FEATURES:+--features "$FEATURES"} 2>/dev/null   # FEATURES=jemalloc: see BENCHMARKS.md
   BIN=target/release/agent-sim
 fi
 

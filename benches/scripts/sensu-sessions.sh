@@ -14,7 +14,7 @@ PORT=${PORT:-18081}
 CHECK_INTERVAL=${CHECK_INTERVAL:-10s}   # check_request schedule of the target (1h = keepalives only)
 OUT=${OUT:-target/bench-sessions}
 mkdir -p "$OUT"
-cargo build --release -p agent-sim 2>/dev/null
+cargo build --release -p agent-sim ${FEATURES:+--features "$FEATURES"} 2>/dev/null   # FEATURES=jemalloc: see BENCHMARKS.md
 BIN=target/release/agent-sim
 
 "$BIN" serve --sensu 127.0.0.1:$PORT --check-interval "$CHECK_INTERVAL" --stats-every 0 2>"$OUT/serve.log" &

@@ -12,7 +12,7 @@ SECONDS_RUN=${2:-30}
 PORT=${PORT:-18181}
 OUT=${OUT:-target/bench-shards}
 rm -rf "$OUT" && mkdir -p "$OUT"
-cargo build --release -p agent-sim 2>/dev/null
+cargo build --release -p agent-sim ${FEATURES:+--features "$FEATURES"} 2>/dev/null   # FEATURES=jemalloc: see BENCHMARKS.md
 BIN=target/release/agent-sim
 
 "$BIN" serve --sensu 127.0.0.1:$PORT --reuse-port --check-interval 10s --stats-every 0 2>"$OUT/serve-a.log" &

@@ -22,7 +22,7 @@ HTTP=${HTTP:-18500}
 METRICS=${METRICS:-127.0.0.1:19090}
 OUT=${OUT:-target/bench-soak-churn}
 mkdir -p "$OUT"
-cargo build --release -p agent-sim 2>/dev/null
+cargo build --release -p agent-sim ${FEATURES:+--features "$FEATURES"} 2>/dev/null   # FEATURES=jemalloc: see BENCHMARKS.md
 BIN=target/release/agent-sim
 
 "$BIN" serve --sensu 127.0.0.1:$SENSU_PORT --consul-rpc 127.0.0.1:$RPC \

@@ -9,6 +9,13 @@ use agent_sim::run::{Output, exit};
 use agent_sim::{config, preflight, report_cmd, run, serve};
 use tokio_util::sync::CancellationToken;
 
+/// jemalloc with `--features jemalloc` (needs `make` and a C compiler to
+/// build): a churning run's RSS stays flat where glibc's malloc keeps what
+/// closed sessions freed (BENCHMARKS.md, churn soak).
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn code(c: i32) -> ExitCode {
     ExitCode::from(c as u8)
 }
