@@ -28,6 +28,13 @@ use tokio::sync::Semaphore;
 
 /// Most HTTP requests (and so pooled connections) in flight at once.
 pub const MAX_HTTP_CONNS: usize = 64;
+/// How long a pooled keep-alive connection may sit idle before the client
+/// drops it: less than the 30 s after which `agent-sim serve` (hyper's
+/// header read timeout) and many proxies close one. With the same 30 s on
+/// both sides, a request sent as the server closed its connection failed
+/// with `connection closed before message completed` (`http_io`, once in a
+/// 5-minute soak of 27,000 reconnects).
+pub const POOL_IDLE: Duration = Duration::from_secs(20);
 /// Per-request timeout.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest response body an agent's call reads. Agents read small answers
@@ -301,7 +308,7 @@ impl HttpApi {
         let client = Client::builder(TokioExecutor::new())
             .http1_max_buf_size(HTTP1_MAX_BUF)
             .pool_max_idle_per_host(MAX_HTTP_CONNS)
-            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_idle_timeout(POOL_IDLE)
             .build(conn);
         let token = match token {
             Some(t) if !t.is_empty() => {
