@@ -101,6 +101,54 @@ async fn sidecars_get_clusters_and_endpoints_and_a_full_probe_reaches_all() {
     assert!(st.xds_acks >= 800, "{st:?}");
 }
 
+/// A storm takes half the sidecars down just after a probe's write and
+/// before its update reaches them: those back inside the probe's window
+/// have the change in their first EDS answer and still count (the probe
+/// expected them); the next probe expects only the sidecars live when it is
+/// armed, and no probe counts more deliveries than it expected.
+#[tokio::test(start_paused = true)]
+async fn a_storm_inside_a_probes_window_counts_the_sidecars_it_expected() {
+    use agent_sim_fleet::scenario::{Phase, Scenario};
+    let t = start().await;
+    let m = metrics();
+    let f = DataplaneFactory::new(
+        DataplaneConfig {
+            probe: probe(),
+            ..config(&t)
+        },
+        m.clone(),
+    )
+    .unwrap();
+    let fc = FleetConfig {
+        // Back 1 s to 2 s after the storm (jittered first delay).
+        backoff: agent_sim_fleet::Backoff::new(Duration::from_secs(2), Duration::from_secs(30)),
+        scenario: Scenario {
+            phases: vec![Phase::Storm {
+                at: Duration::from_millis(2_100),
+                share: 0.5,
+            }],
+        },
+        ..fleet(200, Duration::from_millis(5_800))
+    };
+    let (report, probes) = run(f, fc, &m).await;
+    assert_eq!(report.connected_at_end, 200);
+    assert_eq!(report.sessions_lost["scenario_storm"], 100);
+    assert_eq!(probes.len(), 2, "{probes:?}");
+    let (first, second) = (&probes[0], &probes[1]);
+    // Written at 2 s, delivered after the server's 200 ms coalescing: the
+    // stormed half had not had it; some were back before 3.5 s.
+    assert_eq!(first.expected, 200, "{first:?}");
+    assert!(
+        first.delivered > 100 && first.delivered < 200,
+        "the stormed sidecars back in the window count: {first:?}"
+    );
+    assert!(
+        second.expected >= 100 && second.expected <= 200,
+        "{second:?}"
+    );
+    assert_eq!(second.delivered, second.expected, "{second:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn one_probe_is_timed_at_subscribe_agents_and_at_sidecars() {
     let t = start().await;
