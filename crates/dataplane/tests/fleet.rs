@@ -1,8 +1,8 @@
 //! Simulated sidecars against the embedded Consul target in-process on
 //! 127.0.0.1:0: 200 sidecars through a full deregister/register probe, one
-//! probe timed at Subscribe agents and sidecars alike, the catalog left as
-//! found, adopting existing proxies, and the stream cap moving sidecars to
-//! another server.
+//! probe timed at Subscribe agents and sidecars alike, a storm inside a
+//! probe's window, the catalog left as found, adopting existing proxies, and
+//! the stream cap moving sidecars to another server.
 
 use std::time::Duration;
 
