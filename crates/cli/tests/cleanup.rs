@@ -107,19 +107,17 @@ async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
     // A new run over the same names refuses to start (it would take over
     // and then delete nodes it did not create) and touches nothing.
     let nodes_left = get(&api, "/v1/catalog/nodes").await;
-    let again = Command::new(bin)
-        .args([
-            "--kind",
-            "consul",
-            "--agents",
-            "5",
-            "--duration",
-            "5s",
-            "--quiet",
-        ])
-        .args(target)
-        .output()
-        .unwrap();
+    // A run of 5 agents for `duration` with `extra` flags.
+    let five = |duration: &str, extra: &[&str]| {
+        Command::new(bin)
+            .args(["--kind", "consul", "--agents", "5", "--duration", duration])
+            .args(["--quiet"])
+            .args(extra)
+            .args(target)
+            .output()
+            .unwrap()
+    };
+    let again = five("5s", &[]);
     let err = String::from_utf8_lossy(&again.stderr);
     assert_eq!(again.status.code(), Some(64), "{err}");
     assert!(
@@ -130,20 +128,7 @@ async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
     assert_eq!(get(&api, "/v1/catalog/nodes").await, nodes_left);
     assert_eq!(state.stats().sessions_active, 20);
     // Another prefix does not collide.
-    let other = Command::new(bin)
-        .args([
-            "--kind",
-            "consul",
-            "--agents",
-            "5",
-            "--duration",
-            "2s",
-            "--quiet",
-        ])
-        .args(["--name-prefix", "other-run"])
-        .args(target)
-        .output()
-        .unwrap();
+    let other = five("2s", &["--name-prefix", "other-run"]);
     assert_eq!(
         other.status.code(),
         Some(0),
