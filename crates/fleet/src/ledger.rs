@@ -235,6 +235,12 @@ impl Ledger {
         at.saturating_duration_since(self.start)
     }
 
+    /// Milliseconds since the start of the fleet (the unit of the marks'
+    /// times), saturating.
+    fn ms(t: Duration) -> u32 {
+        u32::try_from(t.as_millis()).unwrap_or(u32::MAX)
+    }
+
     /// Why the fleet stopped early, if it did.
     pub(crate) fn stopped(&self) -> Option<Stopped> {
         self.stopped
@@ -326,7 +332,7 @@ impl Ledger {
         if until.is_some_and(|u| at >= u) {
             return 0;
         }
-        u32::try_from(at.as_millis()).unwrap_or(u32::MAX).max(1)
+        Self::ms(at).max(1)
     }
 
     /// A reconnected agent's state came back this way (counted for the
@@ -341,9 +347,9 @@ impl Ledger {
 
     /// Agent `n` starts a session attempt.
     pub(crate) fn attempt(&self, n: usize) {
-        let at = self.since_start(Instant::now()).as_millis();
+        let at = Self::ms(self.since_start(Instant::now()));
         let m = &mut self.lock().marks[n];
-        m.attempt_ms = u32::try_from(at).unwrap_or(u32::MAX - 1) + 1;
+        m.attempt_ms = at.saturating_add(1);
         m.last_in_session = false;
     }
 
@@ -607,7 +613,7 @@ impl Ledger {
     /// sessions already up when the phase begins get a deadline first.
     pub(crate) fn expire(&self, id: Option<DisruptionId>) -> u64 {
         let t = self.since_start(Instant::now());
-        let now_ms = u32::try_from(t.as_millis()).unwrap_or(u32::MAX);
+        let now_ms = Self::ms(t);
         let mut b = self.lock();
         let mut n = 0;
         for m in b.marks.iter_mut().filter(|m| Self::ends(m)) {
@@ -655,8 +661,7 @@ impl Ledger {
     /// The end-of-run tally; outages still open become their disruption's
     /// `missing_at_end`.
     pub(crate) fn tally(&self) -> Tally {
-        let now_ms =
-            u32::try_from(self.since_start(Instant::now()).as_millis()).unwrap_or(u32::MAX);
+        let now_ms = Self::ms(self.since_start(Instant::now()));
         let b = self.lock();
         let log = self.metrics.disruptions();
         let mut missing: BTreeMap<&'static str, u64> = BTreeMap::new();
