@@ -313,7 +313,8 @@ impl DataplaneAgent {
         let end = self
             .stream_loop(
                 cx,
-                (&mut driver, &outbox),
+                &mut driver,
+                &outbox,
                 &mut ads,
                 &mut servers,
                 &stamp,
@@ -349,7 +350,8 @@ impl DataplaneAgent {
     async fn stream_loop(
         &mut self,
         cx: &SessionCx,
-        (driver, outbox): (&mut conn::ConnDriver, &Outbox),
+        driver: &mut conn::ConnDriver,
+        outbox: &Outbox,
         ads: &mut Streaming<DeltaDiscoveryResponse>,
         servers: &mut Option<Streaming<WatchServersResponse>>,
         stamp: &Option<RxStamp>,
@@ -397,7 +399,7 @@ impl DataplaneAgent {
                 Wake::ServersEnd => *servers = None,
                 Wake::Ads(decoded, Ok(resp)) => {
                     let kernel = stamp.as_ref().and_then(|s| s.instant(decoded));
-                    self.on_response(&resp, (decoded, kernel), outbox, probe);
+                    self.on_response(&resp, decoded, kernel, outbox, probe);
                     if !established && self.xds.ready() {
                         established = true;
                         sh.metrics.record(
@@ -415,7 +417,8 @@ impl DataplaneAgent {
     fn on_response(
         &mut self,
         resp: &DeltaDiscoveryResponse,
-        (decoded, kernel): (Instant, Option<Instant>),
+        decoded: Instant,
+        kernel: Option<Instant>,
         outbox: &Outbox,
         probe: &mut ProbeCount<'_>,
     ) {
