@@ -69,23 +69,18 @@ where
     // Exactly the bytes after the head: no spare capacity kept.
     let tail = buf[head..].to_vec();
     drop(buf);
-    let answer = verify(answer, &key, tail)?;
-    let ws =
-        WebSocketStream::from_partially_read(stream, answer.1, Role::Client, Some(config)).await;
-    Ok((ws, answer.0))
+    if answer.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+        // A refusal: the bytes after the head are (the start of) its body.
+        return Err(Error::Http(Box::new(answer.map(|_| Some(tail)))));
+    }
+    verify(&answer, &key)?;
+    // After the head: the first WebSocket bytes, if the backend sent any.
+    let ws = WebSocketStream::from_partially_read(stream, tail, Role::Client, Some(config)).await;
+    Ok((ws, answer))
 }
 
-/// RFC 6455 §4.1 checks of the answer to a request with `key`; `tail` (the
-/// bytes after the head) is the body of a refusal, or the first WebSocket
-/// bytes of an upgrade.
-fn verify(answer: Response, key: &str, tail: Vec<u8>) -> Result<(Response, Vec<u8>), Error> {
-    if answer.status() != http::StatusCode::SWITCHING_PROTOCOLS {
-        let (parts, _) = answer.into_parts();
-        return Err(Error::Http(Box::new(http::Response::from_parts(
-            parts,
-            Some(tail),
-        ))));
-    }
+/// RFC 6455 §4.1 checks of a 101 answer to a request with `key`.
+fn verify(answer: &Response, key: &str) -> Result<(), Error> {
     let header = |name: &str| answer.headers().get(name).and_then(|v| v.to_str().ok());
     if !header("Upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket")) {
         return Err(Error::Protocol(
@@ -113,7 +108,7 @@ fn verify(answer: Response, key: &str, tail: Vec<u8>) -> Result<(Response, Vec<u
             ),
         ));
     }
-    Ok((answer, tail))
+    Ok(())
 }
 
 #[cfg(test)]
