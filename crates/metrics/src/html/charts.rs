@@ -125,8 +125,16 @@ pub fn arrival_cdf(
     let rec = recorded(h);
     let first = rec.first()?;
     let last = rec.last()?;
+    // A bucket's value is its upper edge, up to one bucket width (0.1 %)
+    // past the largest arrival, which the summary has exactly: the line
+    // ends there.
+    let top = if figures.count > 0 {
+        figures.max
+    } else {
+        u64::MAX
+    };
     let total = expected.max(h.len()).max(1) as f64;
-    let scale = Scale::log_covering(first.0 as f64, last.0 as f64);
+    let scale = Scale::log_covering(first.0.min(top) as f64, last.0.min(top) as f64);
     let floor = match scale {
         Scale::Log { min, .. } | Scale::Linear { min, .. } => min,
     };
@@ -135,7 +143,7 @@ pub fn arrival_cdf(
     let mut seen = 0u64;
     for (v, c) in rec {
         seen += c;
-        points.push((v as f64, seen as f64 / total));
+        points.push((v.min(top) as f64, seen as f64 / total));
     }
     Some(Chart {
         title: title.to_string(),
@@ -343,6 +351,16 @@ mod tests {
         assert_eq!(marks.len(), 4);
         assert!(marks[3].starts_with("max "), "{marks:?}");
         assert_eq!(c.marks[3].x, h.max() as f64);
+        // A probe's summary has its exact max, below the upper edge of the
+        // histogram bucket that holds it: the line ends at the max.
+        let h = hist([1_000, 8_336]);
+        assert!(recorded(&h).last().unwrap().0 > 8_336, "a bucket edge");
+        let exact = LatencySummary {
+            max: 8_336,
+            ..LatencySummary::from_histogram(&h)
+        };
+        let c = arrival_cdf("p", &h, &exact, 2, "after T0").unwrap();
+        assert_eq!(c.series[0].points.last().unwrap().0, 8_336.0);
     }
 
     #[test]
