@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use agent_sim_consul::http::HttpApi;
 use agent_sim_server::consul::ConsulTargetConfig;
+use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin};
 use bytes::Bytes;
 use http::Method;
 
@@ -114,8 +115,7 @@ async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
             .args(["--quiet"])
             .args(extra)
             .args(target)
-            .output()
-            .unwrap()
+            .output_within(CHILD_LIMIT)
     };
     let again = five("5s", &[]);
     let err = String::from_utf8_lossy(&again.stderr);
@@ -143,8 +143,7 @@ async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
             .args(["cleanup", "--kind", "consul"])
             .args(extra)
             .args(target)
-            .output()
-            .unwrap();
+            .output_within(CHILD_LIMIT);
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
         assert!(
             o.status.success(),
@@ -191,7 +190,6 @@ async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
     // Without a target there is nothing to clean: a usage error.
     let bad = Command::new(bin)
         .args(["cleanup", "--kind", "consul"])
-        .output()
-        .unwrap();
+        .output_within(CHILD_LIMIT);
     assert_eq!(bad.status.code(), Some(64));
 }

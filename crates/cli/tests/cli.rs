@@ -2,6 +2,7 @@
 
 use std::process::Command;
 
+use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin};
 fn agent_sim() -> Command {
     Command::new(env!("CARGO_BIN_EXE_agent-sim"))
 }
@@ -29,7 +30,7 @@ fn bad_usage_exits_64_with_one_line() {
         vec!["--kind", "consul", "--cert-file", "/nonexistent.pem"],
         vec!["--deregister=maybe"],
     ] {
-        let out = agent_sim().args(&args).output().unwrap();
+        let out = agent_sim().args(&args).output_within(CHILD_LIMIT);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.trim().is_empty(), "{args:?}");
@@ -38,7 +39,9 @@ fn bad_usage_exits_64_with_one_line() {
 
 #[test]
 fn too_many_agents_for_the_fd_limit_are_refused_before_any_socket() {
-    let out = agent_sim().args(["--agents", "5000000"]).output().unwrap();
+    let out = agent_sim()
+        .args(["--agents", "5000000"])
+        .output_within(CHILD_LIMIT);
     assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("file descriptors"), "{err}");
@@ -57,8 +60,7 @@ fn demo_run_prints_the_table_and_exits_0() {
             "all",
             "--quiet",
         ])
-        .output()
-        .unwrap();
+        .output_within(CHILD_LIMIT);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("connected 50/50"), "{stdout}");
@@ -66,7 +68,7 @@ fn demo_run_prints_the_table_and_exits_0() {
 
 #[test]
 fn help_lists_exit_codes() {
-    let out = agent_sim().arg("--help").output().unwrap();
+    let out = agent_sim().arg("--help").output_within(CHILD_LIMIT);
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("64 bad usage"));
 }
@@ -82,7 +84,7 @@ fn scenario_usage_errors_are_one_line_naming_the_flag() {
         (vec!["--max-session-length", "soon"], "--max-session-length"),
         (vec!["--storm", "at=90s", "--duration", "30s"], "--storm"),
     ] {
-        let out = agent_sim().args(&args).output().unwrap();
+        let out = agent_sim().args(&args).output_within(CHILD_LIMIT);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");

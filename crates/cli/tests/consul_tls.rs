@@ -5,6 +5,7 @@
 
 use agent_sim_server::consul::{ConsulState, ConsulTargetConfig};
 use agent_sim_testkit::Pki;
+use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin};
 use tokio_util::sync::CancellationToken;
 
 mod common;
@@ -46,8 +47,7 @@ async fn run_cli(args: Vec<String>, name: &str) -> (Option<i32>, serde_json::Val
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(env!("CARGO_BIN_EXE_agent-sim"))
             .args(&all)
-            .output()
-            .unwrap()
+            .output_within(CHILD_LIMIT)
     })
     .await
     .unwrap();

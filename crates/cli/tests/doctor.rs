@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin};
 use agent_sim_testkit::fake_proc::FakeProc;
 
 fn agent_sim() -> Command {
@@ -32,8 +33,7 @@ fn doctor(root: &Path, args: &[&str]) -> (i32, String) {
         .args(args)
         .env_remove("AGENT_SIM_AGENTS")
         .env_remove("AGENT_SIM_TARGET")
-        .output()
-        .unwrap();
+        .output_within(CHILD_LIMIT);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -98,7 +98,6 @@ fn the_in_process_target_needs_a_listen_backlog() {
 fn bad_usage_exits_64() {
     let out = agent_sim()
         .args(["doctor", "--agents", "0"])
-        .output()
-        .unwrap();
+        .output_within(CHILD_LIMIT);
     assert_eq!(out.status.code(), Some(64));
 }

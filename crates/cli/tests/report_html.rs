@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use agent_sim::{Kind, Ramp, RunBuilder, Summary};
+use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin};
 use scraper::{ElementRef, Html, Selector};
 
 mod common;
@@ -499,8 +500,7 @@ fn render(browser: &Path, page: &Path, shot: &Path) -> Vec<String> {
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(format!("--screenshot={}", shot.display()))
         .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("run the browser");
+        .output_within(CHILD_LIMIT);
     let _ = std::fs::remove_dir_all(&profile);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

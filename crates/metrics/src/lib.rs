@@ -471,6 +471,23 @@ impl Metrics {
 
     /// Counters, errors and gauge values now.
     pub fn snapshot(&self) -> Snapshot {
+        // One lock at a time, each in its own statement: a guard inside the
+        // literal would be held while the next lock is taken.
+        let count = |m: &Mutex<BTreeMap<String, KindStat>>| -> BTreeMap<String, u64> {
+            self.lock(m)
+                .iter()
+                .map(|(k, v)| (k.clone(), v.count))
+                .collect()
+        };
+        let errors = count(&self.inner.errors);
+        let warnings = count(&self.inner.warnings);
+        let disruption = self
+            .inner
+            .disruptions
+            .live()
+            .into_iter()
+            .rev()
+            .find(|d| d.back < d.lost);
         Snapshot {
             counters: self
                 .inner
@@ -479,25 +496,11 @@ impl Metrics {
                 .zip(&self.inner.counters)
                 .map(|(n, c)| (*n, c.load(Ordering::Relaxed)))
                 .collect(),
-            errors: self
-                .lock(&self.inner.errors)
-                .iter()
-                .map(|(k, v)| (k.clone(), v.count))
-                .collect(),
-            warnings: self
-                .lock(&self.inner.warnings)
-                .iter()
-                .map(|(k, v)| (k.clone(), v.count))
-                .collect(),
+            errors,
+            warnings,
             connected: self.inner.connected.load(Ordering::Relaxed),
             peak_connected: self.inner.peak_connected.load(Ordering::Relaxed),
-            disruption: self
-                .inner
-                .disruptions
-                .live()
-                .into_iter()
-                .rev()
-                .find(|d| d.back < d.lost),
+            disruption,
         }
     }
 

@@ -710,3 +710,59 @@ async fn an_oversized_subscribe_request_is_refused() {
     let (_, index) = read_snapshot(&mut s).await;
     assert!(index > 0);
 }
+
+/// `stats()` reads the sessions while sessions are created (which hold the
+/// catalog, then the sessions): it must never hold one lock while it takes
+/// the other in the opposite order. A CI run hung for 85 minutes on that
+/// (a test polling `stats()` while a child run created its sessions). A
+/// deadlock blocks the threads for good, so a watchdog thread reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_can_be_read_while_sessions_are_created() {
+    let t = start_default().await;
+    register(&t, "sim-node-1", "10.0.0.1", "web-1").await;
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let state = t.state.clone();
+    let reader = std::thread::spawn(move || {
+        let mut reads = 0u64;
+        while done_rx.try_recv().is_err() {
+            reads += state.stats().sessions_active.min(1);
+        }
+        reads
+    });
+    let writers: Vec<_> = (0..4)
+        .map(|_| {
+            let addr = t.http;
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    let r = http(
+                        addr,
+                        "PUT",
+                        "/v1/session/create",
+                        r#"{"Node":"sim-node-1","NodeChecks":[],"TTL":"60s"}"#,
+                    )
+                    .await;
+                    assert_eq!(r.status, 200, "{}", r.body);
+                }
+            })
+        })
+        .collect();
+    let all = async {
+        for w in writers {
+            w.await.unwrap();
+        }
+    };
+    // Not `within`: deadlocked workers never fire a timer, and the test
+    // could not end. The watchdog ends the process with the reason.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(Duration::from_secs(30)).is_err() {
+            eprintln!("creating 400 sessions while reading stats() took over 30 s: deadlock");
+            std::process::exit(101);
+        }
+    });
+    all.await;
+    tx.send(()).unwrap();
+    done_tx.send(()).unwrap();
+    reader.join().unwrap();
+    assert_eq!(t.state.stats().sessions_active, 400);
+}

@@ -13,8 +13,10 @@
 //! - [`fake_proc`]: a fake `/proc` tree of stated limits, for the preflight
 //!   and `agent-sim doctor`.
 //! - [`child`]: the server half of a memory measurement in a child process.
+//! - [`bounded`]: a child process's output within a time limit.
 
 pub mod alloc;
+pub mod bounded;
 pub mod child;
 pub mod fake_proc;
 pub mod hostile;

@@ -8,6 +8,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use agent_sim::{Kind, Ramp, RunBuilder};
+use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin};
 
 use super::*;
 
@@ -32,8 +33,7 @@ fn bad_fault_specs_are_refused_with_exit_64_and_one_line() {
     ] {
         let out = agent_sim()
             .args(["serve", "--sensu", "127.0.0.1:0", "--faults", spec])
-            .output()
-            .unwrap();
+            .output_within(CHILD_LIMIT);
         assert_eq!(out.status.code(), Some(64), "{spec}: {out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.trim().lines().count(), 1, "{spec}: {err}");

@@ -412,6 +412,10 @@ impl ConsulState {
     pub fn stats(&self) -> ConsulTargetSnapshot {
         let c = &self.inner.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        // Its own statement: a guard inside the literal below would live to
+        // its end, holding the sessions while `raft_index` takes the store
+        // (the opposite of the lock order; session creation deadlocked it).
+        let sessions_active = lock(&self.inner.sessions).len() as u64;
         ConsulTargetSnapshot {
             rpc_connections: get(&c.rpc_connections),
             rpc_connections_open: get(&c.rpc_connections_open),
@@ -427,7 +431,7 @@ impl ConsulState {
             registrations: get(&c.registrations),
             deregistrations: get(&c.deregistrations),
             txns: get(&c.txns),
-            sessions_active: lock(&self.inner.sessions).len() as u64,
+            sessions_active,
             sessions_created: get(&c.sessions_created),
             sessions_renewed: get(&c.sessions_renewed),
             sessions_expired: get(&c.sessions_expired),
