@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agent_sim_consul::http::HttpApi;
 use agent_sim_server::consul::ConsulTargetConfig;
-use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin};
+use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin, wait_within};
 use bytes::Bytes;
 use http::Method;
 
@@ -88,7 +88,7 @@ async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
     })
     .await;
     child.kill().unwrap();
-    child.wait().unwrap();
+    wait_within(&mut child, CHILD_LIMIT);
     // The intentions probe's own entry, as a killed intentions run leaves it.
     let probe_entry = r#"{"Kind":"service-intentions","Name":"agent-sim-probe",
         "Meta":{"agent-sim":"probe","agent-sim-prefix":"agent-sim"},

@@ -5,7 +5,7 @@
 //! with what it had printed so far.
 
 use std::io::Read;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -73,6 +73,26 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
     }
 }
 
+/// Waits for `child` to exit; kills it and panics when it takes longer than
+/// `limit` (a server told to stop that does not).
+pub fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting for the child") {
+            return status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "child {} did not exit within {limit:?} and was killed",
+                child.id()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn drain(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
         let mut buf = Vec::new();
@@ -116,5 +136,19 @@ mod tests {
             "{msg}"
         );
         assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_child_that_does_not_exit_is_killed_at_the_limit() {
+        let mut quick = Command::new("true").spawn().unwrap();
+        assert!(wait_within(&mut quick, Duration::from_secs(10)).success());
+        let mut slow = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = slow.id();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_within(&mut slow, Duration::from_millis(200))
+        }));
+        assert!(r.is_err());
+        // Killed and reaped: waiting again answers at once.
+        assert!(slow.try_wait().unwrap().is_some(), "{pid} still running");
     }
 }

@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use agent_sim::{Kind, Ramp, RunBuilder};
-use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin};
+use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin, wait_within};
 
 use super::*;
 
@@ -96,7 +96,7 @@ async fn what_serve_says_it_injected_is_what_the_run_reports() {
             .status()
             .unwrap();
         assert!(term.success());
-        let status = child.wait().unwrap();
+        let status = wait_within(&mut child, CHILD_LIMIT);
         assert_eq!(status.code(), Some(0));
         reader.join().unwrap();
         lines.extend(rx.try_iter());
