@@ -12,8 +12,10 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+#[cfg(feature = "consul")]
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::net::TcpListener;

@@ -17,8 +17,10 @@
 mod io;
 pub mod spec;
 
+#[cfg(feature = "consul")]
+pub(crate) use io::ConnCtl;
 pub use io::FaultIo;
-pub(crate) use io::{ConnCtl, Kill, Registry};
+pub(crate) use io::{Kill, Registry};
 pub use spec::{Action, FaultSpec, Protocol, RestartState, SpecError, Target};
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -354,6 +356,7 @@ impl Faults {
         self.confirm(hit.idx).then_some(hit)
     }
 
+    #[cfg(feature = "consul")]
     /// [`Faults::draw_if`] and count it.
     pub(crate) fn pick_if(&self, target: Target, accept: impl Fn(&Action) -> bool) -> Option<Hit> {
         let hit = self.draw_if(target, None, accept)?;
@@ -409,6 +412,7 @@ impl Faults {
         }
     }
 
+    #[cfg(feature = "consul")]
     /// Orders to live streams of `target` (`consul.subscribe`,
     /// `consul.xds`), when a timed fault may give them.
     pub(crate) fn orders(&self, target: Target) -> Option<watch::Receiver<Order>> {
@@ -421,6 +425,7 @@ impl Faults {
         self.has_timed_live(target).then(|| tx.subscribe())
     }
 
+    #[cfg(feature = "consul")]
     /// A live stream's answer to an order: the action when the dice hit it
     /// (counted).
     pub(crate) fn obey(&self, order: Order) -> Option<Action> {
@@ -611,6 +616,7 @@ mod tests {
         assert_eq!(snap.faults[1].last_s, Some(1.2));
     }
 
+    #[cfg(feature = "consul")]
     #[tokio::test(start_paused = true)]
     async fn timed_faults_give_orders_to_live_streams_at_their_times() {
         let f = faults(&["consul.subscribe=aborted@every:2s"], 3);
