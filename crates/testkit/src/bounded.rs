@@ -36,35 +36,25 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
         .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waiting for the child") {
-            break status;
+    let Some(status) = exit_within(&mut child, limit) else {
+        // A grandchild may still hold the pipes: wait for them only briefly.
+        let until = Instant::now() + Duration::from_secs(2);
+        while !(stdout.is_finished() && stderr.is_finished()) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
         }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            // A grandchild may still hold the pipes: wait for them only
-            // briefly.
-            let until = Instant::now() + Duration::from_secs(2);
-            while !(stdout.is_finished() && stderr.is_finished()) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(10));
+        let partial = |r: JoinHandle<Vec<u8>>| {
+            if r.is_finished() {
+                collect(r)
+            } else {
+                b"(still held open by another process)".to_vec()
             }
-            let partial = |r: JoinHandle<Vec<u8>>| {
-                if r.is_finished() {
-                    collect(r)
-                } else {
-                    b"(still held open by another process)".to_vec()
-                }
-            };
-            let (out, err) = (partial(stdout), partial(stderr));
-            panic!(
-                "{cmd:?} ran longer than {limit:?} and was killed\n--- stdout\n{}\n--- stderr\n{}",
-                String::from_utf8_lossy(&out),
-                String::from_utf8_lossy(&err)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
+        };
+        let (out, err) = (partial(stdout), partial(stderr));
+        panic!(
+            "{cmd:?} ran longer than {limit:?} and was killed\n--- stdout\n{}\n--- stderr\n{}",
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&err)
+        );
     };
     Output {
         status,
@@ -76,18 +66,26 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
 /// Waits for `child` to exit; kills it and panics when it takes longer than
 /// `limit` (a server told to stop that does not).
 pub fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
+    exit_within(child, limit).unwrap_or_else(|| {
+        panic!(
+            "child {} did not exit within {limit:?} and was killed",
+            child.id()
+        )
+    })
+}
+
+/// The child's exit status, or `None` after killing (and reaping) it when it
+/// runs longer than `limit`.
+fn exit_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait().expect("waiting for the child") {
-            return status;
+            return Some(status);
         }
         if started.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            panic!(
-                "child {} did not exit within {limit:?} and was killed",
-                child.id()
-            );
+            return None;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
