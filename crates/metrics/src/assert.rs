@@ -43,10 +43,9 @@
 use std::fmt::Write as _;
 use std::str::FromStr;
 
-use crate::merge::histogram_of;
 use crate::new_latency_histogram;
-use crate::report::{fmt_mib, fmt_us};
 use crate::summary::{LatencySummary, Summary};
+use crate::units::{fmt_mib, fmt_us};
 
 /// A comparison operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -434,7 +433,9 @@ fn find_latency(s: &Summary, name: &str) -> Result<LatencySummary, String> {
         }
         let mut acc = new_latency_histogram();
         for p in &s.probes {
-            let h = histogram_of(&p.latency_us, &format!("probe #{}", p.id))
+            let h = p
+                .latency_us
+                .merge_histogram(&format!("probe #{}", p.id))
                 .map_err(|e| e.to_string())?;
             acc.add(&h).map_err(|e| format!("{e:?}"))?;
         }
@@ -446,7 +447,9 @@ fn find_latency(s: &Summary, name: &str) -> Result<LatencySummary, String> {
         }
         let mut acc = new_latency_histogram();
         for d in &s.disruptions {
-            let h = histogram_of(&d.reconnect_us, &format!("disruption #{}", d.id))
+            let h = d
+                .reconnect_us
+                .merge_histogram(&format!("disruption #{}", d.id))
                 .map_err(|e| e.to_string())?;
             acc.add(&h).map_err(|e| format!("{e:?}"))?;
         }

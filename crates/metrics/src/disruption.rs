@@ -28,11 +28,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use serde::{Deserialize, Serialize};
 
-use crate::merge::{add_shifted, histogram_of, value_at_rank};
-use crate::report::fmt_us;
+use crate::histo::{add_shifted, value_at_rank};
 use crate::summary::LatencySummary;
+pub use crate::summary::{BackAfter, DisruptionSummary};
+use crate::units::fmt_us;
 use crate::{MetricsError, new_latency_histogram};
 
 /// Cause of a disruption the engine detected (a restart or failover of the
@@ -60,77 +60,6 @@ pub enum Resync {
     Resume,
     /// Resumed with nothing to send (taken as live once the server answered).
     ResumeSilent,
-}
-
-/// Times from the start of a disruption until a share of its lost sessions
-/// were back in steady state, in seconds (`None`: never reached).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct BackAfter {
-    /// Half of them.
-    pub p50: Option<f64>,
-    /// 90 %.
-    pub p90: Option<f64>,
-    /// 99 %.
-    pub p99: Option<f64>,
-    /// All of them.
-    pub p100: Option<f64>,
-}
-
-fn is_empty_latency(l: &LatencySummary) -> bool {
-    l.count == 0 && l.hdr.is_empty()
-}
-
-/// One disruption and the fleet's reconvergence after it (summary entry).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct DisruptionSummary {
-    /// Sequence number in order of `began_s`, from 1.
-    pub id: u64,
-    /// `storm`, `churn`, `pause`, `max_session_length` or `backend`.
-    pub cause: String,
-    /// Kind of the fleet it hit (`sensu`, `consul`).
-    pub fleet: String,
-    /// Seconds from the start of the run (scheduled disruptions: the
-    /// scheduled time; detected ones: the first session lost).
-    pub began_s: f64,
-    /// Sessions lost (an agent lost twice in it counts twice).
-    pub sessions_lost: u64,
-    /// Of those, how many were in steady state again by the end.
-    pub back: u64,
-    /// When 50/90/99/100 % of `sessions_lost` were back.
-    pub back_after_s: BackAfter,
-    /// Per lost session: loss → steady state again (the spread).
-    pub reconnect_us: LatencySummary,
-    /// Per lost session: start of the disruption → steady state again
-    /// (what `back_after_s` is read from; kept for exact merges).
-    #[serde(default, skip_serializing_if = "is_empty_latency")]
-    pub back_at_us: LatencySummary,
-    /// Session attempts those agents made until they were back (or until
-    /// the end).
-    pub attempts: u64,
-    /// Resyncs with a whole new snapshot (Consul; 0 for Sensu).
-    pub snapshots: u64,
-    /// Streams resumed where they left off (Consul).
-    pub resumes: u64,
-    /// Streams resumed silently (Consul).
-    pub resumes_silent: u64,
-    /// Lost and not back at the end, by the cause of their last failure.
-    #[serde(default)]
-    pub missing_at_end: BTreeMap<String, u64>,
-    /// What the disruption was, in words (e.g. `200 agent(s) frozen for 20s`),
-    /// or what a merge joined.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
-impl DisruptionSummary {
-    /// Lost and still missing at the end.
-    pub fn missing(&self) -> u64 {
-        self.missing_at_end.values().sum()
-    }
-
-    fn is_detected(&self) -> bool {
-        self.cause == CAUSE_BACKEND
-    }
 }
 
 /// `back_after_s` from the histogram of times since the start and the
@@ -446,7 +375,7 @@ pub fn merge(parts: &[&[DisruptionSummary]]) -> Result<Vec<DisruptionSummary>, M
             let first = g[0];
             first.cause == d.cause
                 && first.fleet == d.fleet
-                && if d.is_detected() {
+                && if d.cause == CAUSE_BACKEND {
                     d.began_s - first.began_s <= MERGE_WINDOW_S
                 } else {
                     (d.began_s - first.began_s).abs() < 1e-3
@@ -486,17 +415,17 @@ pub fn merge(parts: &[&[DisruptionSummary]]) -> Result<Vec<DisruptionSummary>, M
                 *m.missing_at_end.entry(k.clone()).or_insert(0) += v;
             }
             reconnect
-                .add(&histogram_of(&d.reconnect_us, &what)?)
+                .add(&d.reconnect_us.merge_histogram(&what)?)
                 .map_err(|e| MetricsError::Merge(format!("{e:?}")))?;
             let shift = ((d.began_s - first.began_s) * 1e6).round() as i128;
             add_shifted(
                 &mut back_at,
-                &histogram_of(&d.back_at_us, &what)?,
+                &d.back_at_us.merge_histogram(&what)?,
                 shift,
                 &mut below,
             )?;
         }
-        if first.is_detected() {
+        if first.cause == CAUSE_BACKEND {
             m.note = Some(format!(
                 "detected in {} part(s) within {MERGE_WINDOW_S}s; back times shifted onto the \
                  earliest start",

@@ -24,7 +24,7 @@
 //!   `HistogramLogProcessor`, pass `-outputValueUnitRatio 1000`.
 //! - The tag of an interval is the latency name (`connect`, `session_ready`, ...).
 //! - The histogram is the compressed V2 encoding in base64, the same bytes as the
-//!   `hdr` field of a summary latency ([`crate::summary::encode_histogram`]).
+//!   `hdr` field of a summary latency ([`crate::histo::encode_histogram`]).
 //!
 //! Interval lines are produced by hdrhistogram's
 //! `serialization::interval_log` writer, and parsed by its iterator; this
@@ -44,7 +44,8 @@ use hdrhistogram::serialization::interval_log::{
     IntervalLogIterator, IntervalLogWriterBuilder, LogEntry, LogIteratorError, Tag,
 };
 
-use crate::summary::{decode_histogram, rfc3339};
+use crate::histo::decode_histogram;
+use crate::units::rfc3339;
 use crate::{MetricsError, new_latency_histogram};
 
 /// `Interval_Max` is the interval's largest value (µs) divided by this, i.e.
@@ -451,7 +452,7 @@ mod tests {
     #[test]
     fn reads_foreign_untagged_logs_without_trailing_newline() {
         let p = tmp("foreign.hlog");
-        let b64 = crate::summary::encode_histogram(&hist(&[42])).unwrap();
+        let b64 = crate::histo::encode_histogram(&hist(&[42])).unwrap();
         std::fs::write(
             &p,
             format!(

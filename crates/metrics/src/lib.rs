@@ -1,6 +1,6 @@
 //! Measurement for agent-sim: counters, a sessions gauge and HDR latency
 //! histograms, recorded from tens of thousands of agent tasks and merged on an
-//! interval, plus the run [`Summary`] (JSON schema `agent-sim.summary.v1`) and its
+//! interval, plus the run [`Summary`] (JSON schema `agent-sim.summary.v2`) and its
 //! human-readable table.
 //!
 //! Main parts:
@@ -23,11 +23,19 @@
 //!   per interval), bounded however long the run.
 //! - [`disruption`]: disruptions (storms, churn, backend restarts) and the
 //!   fleet's reconvergence after each, live and in the summary.
+//! - [`histo`] and [`units`]: the leaves every part uses (histogram
+//!   encoding and exact adds; readable units and instants).
+//!
+//! Imports go one way: the leaves at the bottom, the [`summary`] model
+//! above them, what computes the summary (`disruption`, `timeline`,
+//! `merge`, `assert`) above that, and presentation (`report`, `html`,
+//! `prometheus`) on top.
 //!
 //! This crate knows no protocol: Sensu and Consul declare their own names.
 
 pub mod assert;
 pub mod disruption;
+pub mod histo;
 pub mod hlog;
 pub mod html;
 pub mod merge;
@@ -37,6 +45,7 @@ pub mod report;
 pub mod schema;
 pub mod summary;
 pub mod timeline;
+pub mod units;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -58,46 +58,9 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 
 use crate::disruption::DisruptionSummary;
+use crate::histo::{add_into, add_shifted, value_at_rank};
 use crate::summary::{KindEntry, LatencySummary, Outcome, ProbeSummary, SCHEMA_V2, Summary};
 use crate::{MetricsError, new_latency_histogram};
-
-fn add_into(acc: &mut Histogram<u64>, h: &Histogram<u64>) -> Result<(), MetricsError> {
-    acc.add(h)
-        .map_err(|e| MetricsError::Merge(format!("{e:?}")))
-}
-
-/// The histogram of a latency entry: decoded `hdr`, an empty histogram when
-/// there were no samples, an error when samples exist but `hdr` is missing.
-pub(crate) fn histogram_of(l: &LatencySummary, what: &str) -> Result<Histogram<u64>, MetricsError> {
-    if l.hdr.is_empty() {
-        if l.count == 0 {
-            return Ok(new_latency_histogram());
-        }
-        return Err(MetricsError::Merge(format!(
-            "{what}: {} samples but no embedded histogram (`hdr`); percentiles cannot be \
-             merged exactly",
-            l.count
-        )));
-    }
-    l.histogram()
-        .map_err(|e| MetricsError::Merge(format!("{what}: {e}")))
-}
-
-/// The smallest recorded value by which `rank` samples had been seen, if
-/// the histogram holds that many.
-pub(crate) fn value_at_rank(h: &Histogram<u64>, rank: u64) -> Option<u64> {
-    if rank == 0 || h.len() < rank {
-        return None;
-    }
-    let mut seen = 0;
-    for v in h.iter_recorded() {
-        seen += v.count_at_value();
-        if seen >= rank {
-            return Some(v.value_iterated_to());
-        }
-    }
-    None
-}
 
 /// Time by which 99 % of `expected` subscribers had the change, from the
 /// histogram of their delivery latencies.
@@ -134,32 +97,6 @@ impl std::fmt::Display for ProbeKey {
 pub const NOTE_NO_CONTROLLER: &str = "no controller entry for this change: latencies are \
      after the earliest observed arrival, not after T0 (the controller's summary is missing, \
      or this change was its setup/cleanup or a probe it did not report)";
-
-/// Adds `h` into `acc` with every recorded value moved by `shift` µs (one
-/// record per bucket, at the bucket's highest equivalent value, so a zero
-/// shift is an exact add). Values below 0 become 0 and are counted in
-/// `below_zero`; values above the histogram's range are clamped to it.
-pub fn add_shifted(
-    acc: &mut Histogram<u64>,
-    h: &Histogram<u64>,
-    shift: i128,
-    below_zero: &mut u64,
-) -> Result<(), MetricsError> {
-    if shift == 0 {
-        return add_into(acc, h);
-    }
-    for v in h.iter_recorded() {
-        let n = v.count_at_value();
-        let x = i128::from(v.value_iterated_to()) + shift;
-        if x < 0 {
-            *below_zero += n;
-        }
-        let x = x.clamp(0, i128::from(crate::LATENCY_MAX_US)) as u64;
-        acc.record_n(x, n)
-            .map_err(|e| MetricsError::Merge(format!("{e:?}")))?;
-    }
-    Ok(())
-}
 
 /// Combines the entries of one probe (see the module doc).
 fn combine_probe(parts: Vec<(ProbeSummary, Histogram<u64>)>) -> Result<ProbeSummary, MetricsError> {
@@ -324,7 +261,7 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         out.process.cpu_sys_s += p.process.cpu_sys_s;
 
         for (name, l) in &p.latency_us {
-            let h = histogram_of(l, &format!("{part}: latency {name:?}"))?;
+            let h = l.merge_histogram(&format!("{part}: latency {name:?}"))?;
             let acc = latencies
                 .entry(name.clone())
                 .or_insert_with(new_latency_histogram);
@@ -332,7 +269,9 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         }
 
         for probe in &p.probes {
-            let h = histogram_of(&probe.latency_us, &format!("{part}: probe #{}", probe.id))?;
+            let h = probe
+                .latency_us
+                .merge_histogram(&format!("{part}: probe #{}", probe.id))?;
             let key = probe
                 .change_id
                 .map_or(ProbeKey::Id(probe.id), ProbeKey::Change);
@@ -368,7 +307,7 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         for p in out.probes.iter().filter(|p| !p.is_observer()) {
             add_into(
                 &mut h,
-                &histogram_of(&p.latency_us, &format!("probe #{}", p.id))?,
+                &p.latency_us.merge_histogram(&format!("probe #{}", p.id))?,
             )?;
         }
         out.latency_us

@@ -8,22 +8,7 @@ use std::fmt::Write as _;
 
 use crate::assert::Verdict;
 use crate::summary::Summary;
-
-/// Formats microseconds with a readable unit (`850µs`, `12.3ms`, `4.20s`).
-pub fn fmt_us(us: u64) -> String {
-    if us < 1_000 {
-        format!("{us}µs")
-    } else if us < 1_000_000 {
-        format!("{:.1}ms", us as f64 / 1e3)
-    } else {
-        format!("{:.2}s", us as f64 / 1e6)
-    }
-}
-
-/// Formats a byte count as MiB with one decimal.
-pub fn fmt_mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
-}
+use crate::units::{fmt_mib, fmt_us};
 
 /// Lines of error (or warning) kinds, most frequent first: count, when first
 /// seen, the server's words and the hint.
@@ -313,13 +298,6 @@ fn counters(out: &mut String, s: &Summary) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn units_are_readable() {
-        assert_eq!(fmt_us(850), "850µs");
-        assert_eq!(fmt_us(12_340), "12.3ms");
-        assert_eq!(fmt_us(4_200_000), "4.20s");
-    }
 
     #[test]
     fn table_shows_agents_errors_and_latency() {

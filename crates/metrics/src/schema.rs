@@ -15,7 +15,8 @@ pub const SUMMARY_SCHEMA_V1: &str = include_str!("../schema/summary-v1.schema.js
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::summary::{LatencySummary, ProbeSummary, SCHEMA_V2, Summary, rfc3339};
+    use crate::summary::{LatencySummary, ProbeSummary, SCHEMA_V2, Summary};
+    use crate::units::rfc3339;
     use crate::{Metrics, MetricsSpec, new_latency_histogram};
 
     fn populated() -> Summary {

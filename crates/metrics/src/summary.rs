@@ -22,11 +22,10 @@
 
 use std::collections::BTreeMap;
 
-use base64::Engine as _;
 use hdrhistogram::Histogram;
-use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use serde::{Deserialize, Serialize};
 
+use crate::histo::{decode_histogram, encode_histogram};
 use crate::{MetricsError, new_latency_histogram};
 
 /// Schema identifier of version 1 (read, upgraded to v2).
@@ -174,29 +173,24 @@ impl LatencySummary {
         }
         decode_histogram(&self.hdr)
     }
-}
 
-/// Base64 of the compressed V2 encoding of `h` (the form hlog lines use).
-pub fn encode_histogram(h: &Histogram<u64>) -> Result<String, MetricsError> {
-    let mut buf = Vec::new();
-    V2DeflateSerializer::new()
-        .serialize(h, &mut buf)
-        .map_err(|e| MetricsError::Encoding(format!("{e:?}")))?;
-    Ok(base64::engine::general_purpose::STANDARD.encode(buf))
-}
-
-/// Inverse of [`encode_histogram`]; the result has the crate-wide bounds.
-pub fn decode_histogram(b64: &str) -> Result<Histogram<u64>, MetricsError> {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(b64.trim())
-        .map_err(|e| MetricsError::Encoding(e.to_string()))?;
-    let decoded: Histogram<u64> = Deserializer::new()
-        .deserialize(&mut bytes.as_slice())
-        .map_err(|e| MetricsError::Encoding(format!("{e:?}")))?;
-    let mut out = new_latency_histogram();
-    out.add(&decoded)
-        .map_err(|e| MetricsError::Merge(format!("{e:?}")))?;
-    Ok(out)
+    /// The histogram to merge (`what` names the entry in errors): the
+    /// decoded `hdr`, an empty histogram when there were no samples, an
+    /// error when samples exist but `hdr` is missing.
+    pub fn merge_histogram(&self, what: &str) -> Result<Histogram<u64>, MetricsError> {
+        if self.hdr.is_empty() {
+            if self.count == 0 {
+                return Ok(new_latency_histogram());
+            }
+            return Err(MetricsError::Merge(format!(
+                "{what}: {} samples but no embedded histogram (`hdr`); percentiles cannot be \
+                 merged exactly",
+                self.count
+            )));
+        }
+        self.histogram()
+            .map_err(|e| MetricsError::Merge(format!("{what}: {e}")))
+    }
 }
 
 /// One propagation probe, whatever the protocol: a change made at T0 and its
@@ -308,7 +302,7 @@ pub struct Summary {
     /// Every disruption of the run (storm, churn, pause, max session
     /// length, a backend restart detected), in order of `began_s`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub disruptions: Vec<crate::disruption::DisruptionSummary>,
+    pub disruptions: Vec<DisruptionSummary>,
 
     // --- timeline and config (written by the run's reporter) ---
     /// Samples every `--progress-every` and at the end (at most
@@ -319,6 +313,73 @@ pub struct Summary {
     /// `fleet` for `[[fleet]]` sections), secrets as `<redacted>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Times from the start of a disruption until a share of its lost sessions
+/// were back in steady state, in seconds (`None`: never reached).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackAfter {
+    /// Half of them.
+    pub p50: Option<f64>,
+    /// 90 %.
+    pub p90: Option<f64>,
+    /// 99 %.
+    pub p99: Option<f64>,
+    /// All of them.
+    pub p100: Option<f64>,
+}
+
+fn is_empty_latency(l: &LatencySummary) -> bool {
+    l.count == 0 && l.hdr.is_empty()
+}
+
+/// One disruption and the fleet's reconvergence after it (summary entry).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DisruptionSummary {
+    /// Sequence number in order of `began_s`, from 1.
+    pub id: u64,
+    /// `storm`, `churn`, `pause`, `max_session_length` or `backend`.
+    pub cause: String,
+    /// Kind of the fleet it hit (`sensu`, `consul`).
+    pub fleet: String,
+    /// Seconds from the start of the run (scheduled disruptions: the
+    /// scheduled time; detected ones: the first session lost).
+    pub began_s: f64,
+    /// Sessions lost (an agent lost twice in it counts twice).
+    pub sessions_lost: u64,
+    /// Of those, how many were in steady state again by the end.
+    pub back: u64,
+    /// When 50/90/99/100 % of `sessions_lost` were back.
+    pub back_after_s: BackAfter,
+    /// Per lost session: loss → steady state again (the spread).
+    pub reconnect_us: LatencySummary,
+    /// Per lost session: start of the disruption → steady state again
+    /// (what `back_after_s` is read from; kept for exact merges).
+    #[serde(default, skip_serializing_if = "is_empty_latency")]
+    pub back_at_us: LatencySummary,
+    /// Session attempts those agents made until they were back (or until
+    /// the end).
+    pub attempts: u64,
+    /// Resyncs with a whole new snapshot (Consul; 0 for Sensu).
+    pub snapshots: u64,
+    /// Streams resumed where they left off (Consul).
+    pub resumes: u64,
+    /// Streams resumed silently (Consul).
+    pub resumes_silent: u64,
+    /// Lost and not back at the end, by the cause of their last failure.
+    #[serde(default)]
+    pub missing_at_end: BTreeMap<String, u64>,
+    /// What the disruption was, in words (e.g. `200 agent(s) frozen for 20s`),
+    /// or what a merge joined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl DisruptionSummary {
+    /// Lost and still missing at the end.
+    pub fn missing(&self) -> u64 {
+        self.missing_at_end.values().sum()
+    }
 }
 
 /// One timeline sample of a run (see [`crate::timeline`]): levels at `t_s`
@@ -426,19 +487,6 @@ fn upgrade_v1(v: &mut serde_json::Value) -> Result<(), String> {
     Ok(())
 }
 
-/// Microseconds since the unix epoch (0 before it).
-pub fn unix_us(t: std::time::SystemTime) -> u64 {
-    t.duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
-/// Formats a time as RFC 3339 UTC with milliseconds, e.g.
-/// `2026-11-21T23:39:27.123Z` (humantime's formatter).
-pub fn rfc3339(t: std::time::SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -486,17 +534,6 @@ mod tests {
         assert_eq!(v["role"], "observer");
         assert_eq!(v["change_id"], 9);
         assert!(v.get("t0_unix_us").is_none() && v.get("note").is_none());
-        assert_eq!(
-            unix_us(std::time::UNIX_EPOCH + std::time::Duration::from_micros(7)),
-            7
-        );
-    }
-
-    #[test]
-    fn rfc3339_formats_known_instants() {
-        let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_795_300_844_250);
-        assert_eq!(rfc3339(t), "2026-11-21T22:40:44.250Z");
-        assert_eq!(rfc3339(std::time::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
     }
 
     #[test]

@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime};
 
 use agent_sim_fleet::FleetReport;
-use agent_sim_metrics::summary::{
-    AgentCounts, KindEntry, Outcome, SCHEMA_V2, TimelineSample, rfc3339,
-};
+use agent_sim_metrics::summary::{AgentCounts, KindEntry, Outcome, SCHEMA_V2, TimelineSample};
+use agent_sim_metrics::units::rfc3339;
 use agent_sim_metrics::{KindReport, LatencySummary, Metrics, ProbeSummary, Summary};
 
 use crate::config::{FleetPlan, Protocol, RunConfig};

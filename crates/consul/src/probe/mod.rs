@@ -80,7 +80,7 @@ impl Expect {
 mod tests {
     use std::time::{Duration, SystemTime};
 
-    use agent_sim_metrics::summary::unix_us;
+    use agent_sim_metrics::units::unix_us;
     use tokio::time::Instant;
 
     use super::*;

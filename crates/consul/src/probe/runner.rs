@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ::http::Method;
-use agent_sim_metrics::summary::{ROLE_CONTROLLER, unix_us};
+use agent_sim_metrics::summary::ROLE_CONTROLLER;
+use agent_sim_metrics::units::unix_us;
 use agent_sim_metrics::{Metrics, ProbeSummary};
 use bytes::Bytes;
 use tokio::time::Instant;

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use agent_sim_metrics::summary::{ROLE_OBSERVER, unix_us};
+use agent_sim_metrics::summary::ROLE_OBSERVER;
+use agent_sim_metrics::units::unix_us;
 use agent_sim_metrics::{LatencySummary, ProbeSummary, new_latency_histogram};
 use tokio::time::Instant;
 
@@ -58,7 +59,7 @@ pub fn summarize(
     ProbeSummary {
         id,
         kind: kind.to_owned(),
-        t0: agent_sim_metrics::summary::rfc3339(t0),
+        t0: agent_sim_metrics::units::rfc3339(t0),
         delivered,
         expected,
         time_to_99pct_us,

@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 use super::charts::{self, arrival_cdf, arrival_histogram, over_time, rate_points};
 use super::svg::{Axis, Chart, Mark, Scale, Series, Unit, label};
 use super::{Page, esc};
-use crate::report::{fmt_mib, fmt_us};
 use crate::summary::{KindEntry, LatencySummary, ProbeSummary, Summary};
 use crate::timeline::LatencyWindow;
+use crate::units::{fmt_mib, fmt_us};
 
 /// Probes (and disruptions) drawn one by one up to this many; beyond it,
 /// the slowest few are drawn and every one is in the table.
