@@ -11,9 +11,60 @@ use agent_sim_fleet::ReconnectPolicy;
 use agent_sim_fleet::scenario::{ChurnSpec, PauseSpec, RampDownSpec, StormSpec};
 use agent_sim_metrics::assert::Assertion;
 use agent_sim_sensu::Encoding;
-use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use crate::values::{AddrRange, Kind, List, Ramp, Secs, ShardSpec, Toggle};
+
+/// The `--faults` grammar, shown by `agent-sim serve --help`.
+pub const FAULTS_HELP: &str = "\
+Faults (--faults SPEC, repeatable; counted in the printed stats):
+  SPEC  = TARGET=ACTION@ITEM[,ITEM...]  |  restart@ITEM[,ITEM...]
+  TARGET and ACTION:
+    sensu.upgrade     delay:DUR | stall | drop | reset | 400..599   (WebSocket upgrade)
+    sensu.session     drop | reset | stall                          (established sessions)
+    sensu.frame       garbage | truncated | oversized | delay:DUR   (messages the backend sends)
+    consul.rpc        delay:DUR | stall | drop | reset              (RPC connections)
+    consul.subscribe  aborted | unavailable | resource-exhausted | cut   (calls; live streams at a time)
+    consul.frame      garbage | truncated | oversized | delay:DUR   (gRPC messages on streams)
+    consul.http       delay:DUR | stall | drop | reset | 400..599   (HTTP API requests)
+    consul.xds        reset | resource-exhausted                    (Delta ADS streams; live at a time)
+                      garbage | bad-resource | delay:DUR            (xDS responses; needs --consul-grpc)
+  ITEM:
+    N%              each unit (connection, request, stream, frame) with this probability
+    at:DUR          once, DUR after serve started     every:DUR  periodically
+    for:DUR         with at/every: also units arriving within DUR (required for
+                    upgrades, frames, requests and cut, which have no live units)
+    after:DUR       sensu.session with a rate: hit DUR into the session
+    path:PREFIX     consul.http: only paths starting with PREFIX
+    max:N           at most N injections
+    down:DUR        restart: listeners closed this long (default 1s)
+    state:keep|lose restart: keep catalog, sessions, raft index, or start empty
+  Examples:
+    --faults 'sensu.upgrade=503@10%'   --faults 'consul.subscribe=aborted@at:30s'
+    --faults 'sensu.session=reset@every:60s,20%'   --faults 'consul.http=429@5%,path:/v1/txn'
+    --faults 'consul.xds=bad-resource@5%'   --faults 'consul.xds=reset@at:1m'
+    --faults 'restart@at:20s,down:5s,state:lose'   --faults-seed 42";
+
+/// The `--help` headings of the flag groups, each naming the docs page
+/// that explains them.
+pub mod heading {
+    /// Sensu agents.
+    pub const SENSU: &str = "Sensu (docs/sensu.md)";
+    /// TLS to Sensu and Consul targets.
+    pub const TLS: &str = "TLS (docs/consul.md#tls, docs/sensu.md#tls)";
+    /// Consul client agents.
+    pub const CONSUL: &str = "Consul (docs/consul.md)";
+    /// Consul dataplane sidecars.
+    pub const DATAPLANE: &str = "Consul dataplane (docs/dataplane.md)";
+    /// Churn, storms, pauses, reconnect policies.
+    pub const SCENARIOS: &str = "Scenarios (docs/scenarios.md)";
+    /// Summary, hlog, Prometheus, assertions, the report page.
+    pub const RESULTS: &str = "Results (docs/results.md)";
+    /// Several processes and boxes.
+    pub const MULTI_BOX: &str = "Several processes (docs/multi-box.md)";
+    /// `serve --faults`.
+    pub const FAULTS: &str = "Faults (docs/faults.md)";
+}
 
 /// Simulate tens of thousands of Sensu Go or Consul agents from one process.
 #[derive(Debug, Parser)]
@@ -23,7 +74,8 @@ use crate::values::{AddrRange, Kind, List, Ramp, Secs, ShardSpec, Toggle};
     about,
     args_conflicts_with_subcommands = true,
     after_help = "Exit codes: 0 complete, 1 nothing could run, 2 incomplete fleet, 3 an --assert failed, 64 bad usage.\n\
-                  Without --target the embedded reference backend runs in-process (demo mode)."
+                  Without --target the embedded reference backend runs in-process (demo mode).\n\
+                  Guide: README.md, then docs/ (one page per job; each heading above names its page)."
 )]
 pub struct Cli {
     /// Subcommand; without one, agent-sim runs a fleet.
@@ -38,7 +90,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the embedded reference backend (Sensu and/or Consul) until Ctrl-C.
-    #[command(after_help = crate::serve::FAULTS_HELP)]
+    #[command(after_help = FAULTS_HELP)]
     Serve(Box<ServeArgs>),
     /// Show or merge result files.
     #[command(subcommand)]
@@ -200,11 +252,11 @@ pub struct ServeArgs {
     pub tls_client_ca_file: Option<PathBuf>,
     /// Inject a fault (repeatable): TARGET=ACTION@WHEN[,ITEM...] or
     /// restart@at:DUR[,every:DUR],down:DUR,state:keep|lose (grammar below).
-    #[arg(long = "faults", value_name = "SPEC", help_heading = "Faults")]
+    #[arg(long = "faults", value_name = "SPEC", help_heading = heading::FAULTS)]
     pub faults: Vec<String>,
     /// Seed of the faults' dice: the same seed makes the same decisions in
     /// the same order (default: random, printed at start).
-    #[arg(long, value_name = "N", help_heading = "Faults")]
+    #[arg(long, value_name = "N", help_heading = heading::FAULTS)]
     pub faults_seed: Option<u64>,
 }
 
@@ -213,7 +265,7 @@ pub struct ServeArgs {
 /// `[[fleet]]` sections. Every value is typed (see [`crate::values`]) and
 /// parsed once where it enters; `None` means "not set in this layer", so a
 /// later layer can set it (boolean flags too: `--deregister=false`).
-/// Defaults are filled in by [`crate::config::defaults`] and shown by
+/// Defaults are filled in by [`crate::defaults::defaults`] and shown by
 /// `--help` from there.
 #[derive(Debug, Args, Default, Clone, serde::Deserialize)]
 #[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
@@ -278,155 +330,155 @@ pub struct RunArgs {
 
     // --- Sensu ---
     /// Sensu: keepalive interval.
-    #[arg(long, value_name = "DURATION", help_heading = "Sensu")]
+    #[arg(long, value_name = "DURATION", help_heading = heading::SENSU)]
     pub keepalive_interval: Option<Secs>,
     /// Sensu: keepalive warning timeout in seconds (check.timeout).
-    #[arg(long, value_name = "SECS", help_heading = "Sensu")]
+    #[arg(long, value_name = "SECS", help_heading = heading::SENSU)]
     pub keepalive_warning_timeout: Option<u32>,
     /// Sensu: keepalive critical timeout in seconds (check.ttl, 0 = off).
-    #[arg(long, value_name = "SECS", help_heading = "Sensu")]
+    #[arg(long, value_name = "SECS", help_heading = heading::SENSU)]
     pub keepalive_critical_timeout: Option<u32>,
     /// Sensu: namespace.
-    #[arg(long, help_heading = "Sensu", env = "AGENT_SIM_SENSU_NAMESPACE")]
+    #[arg(long, help_heading = heading::SENSU, env = "AGENT_SIM_SENSU_NAMESPACE")]
     pub namespace: Option<String>,
     /// Sensu: agent user.
-    #[arg(long, help_heading = "Sensu", env = "AGENT_SIM_SENSU_USER")]
+    #[arg(long, help_heading = heading::SENSU, env = "AGENT_SIM_SENSU_USER")]
     pub user: Option<String>,
     /// Sensu: agent password.
     #[arg(
         long,
-        help_heading = "Sensu",
+        help_heading = heading::SENSU,
         env = "AGENT_SIM_SENSU_PASSWORD",
         hide_env_values = true
     )]
     pub password: Option<String>,
     /// Sensu: subscriptions (comma-separated).
-    #[arg(long, value_name = "LIST", help_heading = "Sensu")]
+    #[arg(long, value_name = "LIST", help_heading = heading::SENSU)]
     pub subscriptions: Option<List>,
     /// Sensu: wire encoding, protobuf or json.
-    #[arg(long, value_name = "ENC", help_heading = "Sensu")]
+    #[arg(long, value_name = "ENC", help_heading = heading::SENSU)]
     pub encoding: Option<Encoding>,
     /// Sensu: ask the backend to delete entities when keepalives stop.
-    #[arg(long, help_heading = "Sensu", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, help_heading = heading::SENSU, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub deregister: Option<bool>,
     /// Sensu: agent-side events per agent (e.g. 0.2/s), besides check replies.
-    #[arg(long, value_name = "RATE", help_heading = "Sensu")]
+    #[arg(long, value_name = "RATE", help_heading = heading::SENSU)]
     pub event_rate: Option<Rate>,
     /// Sensu: bytes of output in each agent-side event.
-    #[arg(long, value_name = "BYTES", help_heading = "Sensu")]
+    #[arg(long, value_name = "BYTES", help_heading = heading::SENSU)]
     pub event_output_size: Option<usize>,
     /// Sensu/Consul: PEM file of CA certificates for TLS targets.
-    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    #[arg(long, value_name = "FILE", help_heading = heading::TLS)]
     pub ca_file: Option<PathBuf>,
     /// Sensu/Consul: do not verify the server certificate (lab use only).
-    #[arg(long, help_heading = "TLS", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, help_heading = heading::TLS, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub insecure_skip_tls_verify: Option<bool>,
     /// Sensu/Consul: PEM client certificate (Consul servers with
     /// verify_incoming require one); with --key-file.
-    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    #[arg(long, value_name = "FILE", help_heading = heading::TLS)]
     pub cert_file: Option<PathBuf>,
     /// Sensu/Consul: PEM private key of --cert-file.
-    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    #[arg(long, value_name = "FILE", help_heading = heading::TLS)]
     pub key_file: Option<PathBuf>,
     /// Consul: name to verify in the servers' certificates (e.g.
     /// server.dc1.consul); default the target's host. Implies TLS.
-    #[arg(long, value_name = "NAME", help_heading = "TLS")]
+    #[arg(long, value_name = "NAME", help_heading = heading::TLS)]
     pub tls_server_name: Option<String>,
 
     // --- Consul ---
     /// Consul: HTTP API address (default: the first target's host, port 8500).
-    #[arg(long, value_name = "ADDR", help_heading = "Consul")]
+    #[arg(long, value_name = "ADDR", help_heading = heading::CONSUL)]
     pub http_target: Option<String>,
     /// Consul: ACL token.
     #[arg(
         long,
-        help_heading = "Consul",
+        help_heading = heading::CONSUL,
         env = "CONSUL_HTTP_TOKEN",
         hide_env_values = true
     )]
     pub token: Option<String>,
     /// Consul: upstream services each agent subscribes to (comma-separated;
     /// `{i}` or `{i%N}` expand per agent, e.g. svc-{i%100}).
-    #[arg(long, value_name = "LIST", help_heading = "Consul")]
+    #[arg(long, value_name = "LIST", help_heading = heading::CONSUL)]
     pub upstreams: Option<List>,
     /// Consul: service instances each agent registers.
-    #[arg(long, value_name = "N", help_heading = "Consul")]
+    #[arg(long, value_name = "N", help_heading = heading::CONSUL)]
     pub services_per_agent: Option<u32>,
     /// Consul: name of the agents' own service.
-    #[arg(long, value_name = "NAME", help_heading = "Consul")]
+    #[arg(long, value_name = "NAME", help_heading = heading::CONSUL)]
     pub service_name: Option<String>,
     /// Consul: register a connect-proxy sidecar per instance.
-    #[arg(long, help_heading = "Consul", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, help_heading = heading::CONSUL, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub sidecars: Option<bool>,
     /// Consul: do not register nodes and services in the catalog.
-    #[arg(long, help_heading = "Consul", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, help_heading = heading::CONSUL, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub no_register: Option<bool>,
     /// Consul: leave registrations in place on shutdown.
-    #[arg(long, help_heading = "Consul", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, help_heading = heading::CONSUL, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub keep_registrations: Option<bool>,
     /// Consul: TTL of each agent's keepalive session (renewed every TTL/2), or `off`.
-    #[arg(long, value_name = "DURATION", help_heading = "Consul")]
+    #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
     pub session_ttl: Option<Toggle<Secs>>,
     /// Consul: anti-entropy interval (Consul's ae_interval, scaled up with
     /// the cluster size and jittered), or `off`: each agent checks the
     /// catalog's view of its node and registers again what was lost.
-    #[arg(long, value_name = "DURATION", help_heading = "Consul")]
+    #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
     pub anti_entropy: Option<Toggle<Secs>>,
     /// Consul: per-agent check status flaps (e.g. 0.01/s).
-    #[arg(long, value_name = "RATE", help_heading = "Consul")]
+    #[arg(long, value_name = "RATE", help_heading = heading::CONSUL)]
     pub flap_rate: Option<Rate>,
     /// Consul: propagation probe kind: catalog, intentions or off.
-    #[arg(long, value_name = "KIND", help_heading = "Consul")]
+    #[arg(long, value_name = "KIND", help_heading = heading::CONSUL)]
     pub probe: Option<Toggle<ProbeKind>>,
     /// Consul: interval between propagation probes.
-    #[arg(long, value_name = "DURATION", help_heading = "Consul")]
+    #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
     pub probe_every: Option<Secs>,
     /// Consul: deliveries later than this after T0 count as missing
     /// (default: 10s, or --probe-every when shorter).
-    #[arg(long, value_name = "DURATION", help_heading = "Consul")]
+    #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
     pub probe_timeout: Option<Secs>,
     /// Consul: the service the probe changes (default: the run's own
     /// `<name-prefix>-probe`, which every agent also watches; an existing
     /// intentions entry it did not create is never touched).
-    #[arg(long, value_name = "NAME", help_heading = "Consul")]
+    #[arg(long, value_name = "NAME", help_heading = heading::CONSUL)]
     pub probe_service: Option<String>,
 
     // --- Consul dataplane ---
     /// Dataplane: take over existing proxies instead of registering, by
     /// proxy service ID pattern (e.g. 'web-sidecar-proxy-{i}'); with
     /// --adopt-node. Adopting registers and removes nothing.
-    #[arg(long, value_name = "PATTERN", help_heading = "Consul dataplane")]
+    #[arg(long, value_name = "PATTERN", help_heading = heading::DATAPLANE)]
     pub adopt: Option<String>,
     /// Dataplane: the catalog node of each adopted proxy (e.g. 'node-{i}').
-    #[arg(long, value_name = "PATTERN", help_heading = "Consul dataplane")]
+    #[arg(long, value_name = "PATTERN", help_heading = heading::DATAPLANE)]
     pub adopt_node: Option<String>,
     /// Dataplane: hold a WatchServers stream per sidecar, as consul-dataplane does.
-    #[arg(long, help_heading = "Consul dataplane", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, help_heading = heading::DATAPLANE, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub watch_servers: Option<bool>,
     /// Dataplane: Envoy version the sidecars announce (node.user_agent_build_version),
     /// or `off` to send none.
-    #[arg(long, value_name = "VERSION", help_heading = "Consul dataplane")]
+    #[arg(long, value_name = "VERSION", help_heading = heading::DATAPLANE)]
     pub envoy_version: Option<Toggle<String>>,
 
     // --- Scenarios (README "Scenarios"; also [[scenario]] sections) ---
     /// Close and reopen this share of the fleet's sessions per period,
     /// spread evenly (like deploys), e.g. 5%/30s.
-    #[arg(long, value_name = "SHARE/PERIOD", help_heading = "Scenarios")]
+    #[arg(long, value_name = "SHARE/PERIOD", help_heading = heading::SCENARIOS)]
     pub churn: Option<ChurnSpec>,
     /// End each session after this long ± 10 % (then reconnect per --reconnect).
-    #[arg(long, value_name = "DURATION", help_heading = "Scenarios")]
+    #[arg(long, value_name = "DURATION", help_heading = heading::SCENARIOS)]
     pub max_session_length: Option<Secs>,
     /// Drop a share of the connected sessions at once (repeatable):
     /// at=60s[,drop=100%].
     #[serde(
         rename = "storm",
         alias = "storms",
-        deserialize_with = "crate::scenario::one_or_many"
+        deserialize_with = "crate::values::one_or_many"
     )]
     #[arg(
         long = "storm",
         value_name = "at=T[,drop=P%]",
-        help_heading = "Scenarios"
+        help_heading = heading::SCENARIOS
     )]
     pub storms: Vec<StormSpec>,
     /// Freeze agents: no reads, no writes, timers late, like a stopped
@@ -434,22 +486,22 @@ pub struct RunArgs {
     #[serde(
         rename = "pause",
         alias = "pauses",
-        deserialize_with = "crate::scenario::one_or_many"
+        deserialize_with = "crate::values::one_or_many"
     )]
     #[arg(
         long = "pause",
         value_name = "at=T,for=D[,share=P%]",
-        help_heading = "Scenarios"
+        help_heading = heading::SCENARIOS
     )]
     pub pauses: Vec<PauseSpec>,
     /// Agents leave politely at this rate, the last one as the run ends
     /// (needs --duration), e.g. 200/s; or at=T,rate=R.
-    #[arg(long, value_name = "RATE", help_heading = "Scenarios")]
+    #[arg(long, value_name = "RATE", help_heading = heading::SCENARIOS)]
     pub ramp_down: Option<RampDownSpec>,
     /// Delay between sessions: exponential (equal jitter, doubling from
     /// --reconnect-min to --reconnect-max), full-jitter, fixed (always
     /// --reconnect-min) or none (at once: the synchronized burst).
-    #[arg(long, value_name = "POLICY", help_heading = "Scenarios")]
+    #[arg(long, value_name = "POLICY", help_heading = heading::SCENARIOS)]
     pub reconnect: Option<ReconnectPolicy>,
 
     /// Check schedule of the embedded Sensu target (demo mode only).
@@ -457,72 +509,76 @@ pub struct RunArgs {
     pub embedded_check_interval: Option<Secs>,
 
     // --- Results ---
-    /// Write the run summary JSON (schema agent-sim.summary.v1) here.
+    /// Write the run summary JSON (schema agent-sim.summary.v2) here.
     #[arg(
         long,
         value_name = "PATH",
-        help_heading = "Results",
+        help_heading = heading::RESULTS,
         env = "AGENT_SIM_SUMMARY"
     )]
     pub summary: Option<PathBuf>,
     /// Write every histogram as tagged HdrHistogram log intervals here.
-    #[arg(long, value_name = "PATH", help_heading = "Results")]
+    #[arg(long, value_name = "PATH", help_heading = heading::RESULTS)]
     pub hlog: Option<PathBuf>,
     /// Interval of --hlog records.
-    #[arg(long, value_name = "DURATION", help_heading = "Results")]
+    #[arg(long, value_name = "DURATION", help_heading = heading::RESULTS)]
     pub hlog_interval: Option<Secs>,
     /// Serve Prometheus /metrics on this address (e.g. 127.0.0.1:9090).
-    #[arg(long, value_name = "ADDR", help_heading = "Results")]
+    #[arg(long, value_name = "ADDR", help_heading = heading::RESULTS)]
     pub metrics_addr: Option<SocketAddr>,
     /// SLO assertion, e.g. 'propagation.p99 < 1s' (repeatable); exit 3 if any fails.
     #[serde(rename = "assert", alias = "asserts")]
-    #[arg(long = "assert", value_name = "EXPR", help_heading = "Results")]
+    #[arg(long = "assert", value_name = "EXPR", help_heading = heading::RESULTS)]
     pub asserts: Vec<Assertion>,
     /// This process is shard I of N (I in 0..N): a disjoint slice of agents.
     /// Defaults from JOB_COMPLETION_INDEX / NOMAD_ALLOC_INDEX when set.
     #[arg(
         long,
         value_name = "I/N",
-        help_heading = "Results",
+        help_heading = heading::MULTI_BOX,
         env = "AGENT_SIM_SHARD"
     )]
     pub shard: Option<ShardSpec>,
     /// Seed for everything random that must be stable across runs.
-    #[arg(long, value_name = "N", help_heading = "Results")]
+    #[arg(long, value_name = "N", help_heading = heading::RESULTS)]
     pub seed: Option<u64>,
     /// No live progress (the final table is still printed).
-    #[arg(long, short = 'q', help_heading = "Results", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, short = 'q', help_heading = heading::RESULTS, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub quiet: Option<bool>,
     /// Interval of plain progress lines when stderr is not a terminal.
-    #[arg(long, value_name = "DURATION", help_heading = "Results")]
+    #[arg(long, value_name = "DURATION", help_heading = heading::RESULTS)]
     pub progress_every: Option<Secs>,
 
     // --- report page and table ---
     /// Write the report page here: one self-contained HTML file with the
     /// run's charts (see README "Report page").
-    #[arg(long, value_name = "PATH", help_heading = "Results")]
+    #[arg(long, value_name = "PATH", help_heading = heading::RESULTS)]
     pub report_html: Option<PathBuf>,
     /// The final table lists every counter with its total and average rate.
-    #[arg(long, short = 'v', help_heading = "Results", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, short = 'v', help_heading = heading::RESULTS, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub verbose: Option<bool>,
 }
 
-/// The `agent-sim` command: [`Cli`] with the defaults of
-/// [`crate::config::defaults`] shown in each flag's help.
-pub fn command() -> clap::Command {
-    let shown = crate::config::shown_defaults();
-    let mut cmd = Cli::command();
-    for (id, value) in shown {
-        cmd = cmd.mut_arg(id, |a| {
-            let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
-            a.help(format!("{help} [default: {value}]"))
-        });
-    }
-    cmd
+/// Applies one macro to the list of every [`RunArgs`] field, by kind:
+/// `vals` are `Option<T: Display>`, `paths` are `Option<PathBuf>`, `vecs`
+/// are lists that a later layer replaces as a whole.
+macro_rules! with_run_args_fields {
+    ($m:ident) => {
+        $m!(
+            vals: kind, agents, duration, ramp, max_dialing, reconnect_min, reconnect_max,
+                shutdown_grace, name_prefix, threads, fail_fast, give_up_after, keepalive_interval,
+                keepalive_warning_timeout, keepalive_critical_timeout, namespace, user,
+                password, subscriptions, encoding, deregister, event_rate, event_output_size,
+                insecure_skip_tls_verify, tls_server_name, http_target, token, upstreams, services_per_agent,
+                service_name, sidecars, no_register, keep_registrations, session_ttl,
+                anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service,
+                embedded_check_interval, hlog_interval, metrics_addr, shard, seed, quiet,
+                progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,
+                churn, max_session_length, ramp_down, reconnect;
+            paths: config, ca_file, cert_file, key_file, summary, hlog, report_html;
+            vecs: targets, source_addrs, asserts,
+                storms, pauses
+        )
+    };
 }
-
-/// Parses the process's arguments with [`command`].
-pub fn parse() -> Result<Cli, clap::Error> {
-    let matches = command().try_get_matches()?;
-    Cli::from_arg_matches(&matches)
-}
+pub(crate) use with_run_args_fields;

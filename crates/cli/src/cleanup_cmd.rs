@@ -4,7 +4,8 @@
 use agent_sim_consul::cleanup::{CleanupReport, cleanup};
 
 use crate::args::CleanupArgs;
-use crate::config::{self, Protocol, UsageError};
+use crate::config;
+use crate::plan::{Protocol, UsageError};
 use crate::run::exit;
 
 /// Resolves the flags into the Consul settings cleanup needs.

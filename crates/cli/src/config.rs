@@ -8,166 +8,21 @@
 //! section takes the same keys as the top level, which it overrides.
 //! Every problem is a [`UsageError`]: one line, exit code 64.
 
-use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::net::IpAddr;
 use std::time::Duration;
 
-use agent_sim_consul::{ConsulConfig, ConsulTls, ProbeKind};
+use agent_sim_consul::{ConsulConfig, ConsulTls};
 use agent_sim_dataplane::{Adopt, DataplaneConfig};
 use agent_sim_fleet::{Backoff, FleetConfig};
-use agent_sim_metrics::assert::Assertion;
 use agent_sim_sensu::SensuConfig;
 
-use crate::args::RunArgs;
-use crate::values::{AddrRange, Kind, List, Ramp, Secs, ShardSpec, Toggle};
-
-/// A usage problem: printed as one line, exit code 64.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
-    Err(UsageError(msg.into()))
-}
-
-/// Which slice of a multi-process run this process is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    /// This process's index, `0..count`.
-    pub index: u64,
-    /// Number of processes.
-    pub count: u64,
-}
-
-impl Shard {
-    /// The half-open range of global agent indexes this shard runs out of `total`.
-    pub fn slice(&self, total: u64) -> (u64, u64) {
-        let start = total * self.index / self.count;
-        let end = total * (self.index + 1) / self.count;
-        (start, end - start)
-    }
-}
-
-impl std::fmt::Display for Shard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.index, self.count)
-    }
-}
-
-/// The protocol of one fleet with its settings.
-#[derive(Debug, Clone)]
-pub enum Protocol {
-    /// Sensu Go agents.
-    Sensu(SensuConfig),
-    /// Consul client agents.
-    Consul(ConsulConfig),
-    /// Consul dataplane sidecars.
-    Dataplane(DataplaneConfig),
-}
-
-impl Protocol {
-    /// `sensu`, `consul` or `consul-dataplane`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Protocol::Sensu(_) => "sensu",
-            Protocol::Consul(_) => "consul",
-            Protocol::Dataplane(_) => agent_sim_dataplane::KIND,
-        }
-    }
-}
-
-/// One fleet of a run.
-#[derive(Debug, Clone)]
-pub struct FleetPlan {
-    /// Protocol settings.
-    pub protocol: Protocol,
-    /// Engine settings (agent count and first index already sharded).
-    pub fleet: FleetConfig,
-    /// Agents of the whole fleet across shards.
-    pub total_agents: u64,
-    /// Whether this fleet runs against the embedded in-process backend.
-    pub embedded: bool,
-}
-
-/// Everything a run needs, validated.
-#[derive(Debug, Clone)]
-pub struct RunConfig {
-    /// The fleets (one, or several from `[[fleet]]` sections).
-    pub fleets: Vec<FleetPlan>,
-    /// Run length (None: until Ctrl-C).
-    pub duration: Option<Duration>,
-    /// Shutdown grace period.
-    pub grace: Duration,
-    /// Summary JSON path.
-    pub summary: Option<PathBuf>,
-    /// HdrHistogram interval log path.
-    pub hlog: Option<PathBuf>,
-    /// Interval of hlog records.
-    pub hlog_interval: Duration,
-    /// Prometheus listen address.
-    pub metrics_addr: Option<SocketAddr>,
-    /// SLO assertions.
-    pub asserts: Vec<Assertion>,
-    /// Shard of a multi-process run.
-    pub shard: Option<Shard>,
-    /// Seed for stable randomness.
-    pub seed: Option<u64>,
-    /// No live progress.
-    pub quiet: bool,
-    /// Interval of plain progress lines (non-TTY).
-    pub progress_every: Duration,
-    /// Tokio worker threads.
-    pub threads: Option<usize>,
-    /// Check schedule of the embedded Sensu target (demo and tests).
-    pub embedded_check_interval: Duration,
-    /// Report page path.
-    pub report_html: Option<PathBuf>,
-    /// Every counter in the final table.
-    pub verbose: bool,
-    /// The effective settings for the summary's `config` (see
-    /// [`effective_settings`]).
-    pub effective: serde_json::Map<String, serde_json::Value>,
-}
-
-impl RunConfig {
-    /// `sensu`, `consul`, `consul-dataplane` or `mixed`.
-    pub fn kind(&self) -> &'static str {
-        let first = self.fleets[0].protocol.kind();
-        if self.fleets.iter().all(|f| f.protocol.kind() == first) {
-            first
-        } else {
-            "mixed"
-        }
-    }
-
-    /// Whether any fleet needs the in-process backend.
-    pub fn embedded(&self) -> bool {
-        self.fleets.iter().any(|f| f.embedded)
-    }
-}
-
-/// Applies one macro to the list of every [`RunArgs`] field, by kind:
-/// `vals` are `Option<T: Display>`, `paths` are `Option<PathBuf>`, `vecs`
-/// are lists that a later layer replaces as a whole.
-macro_rules! with_run_args_fields {
-    ($m:ident) => {
-        $m!(
-            vals: kind, agents, duration, ramp, max_dialing, reconnect_min, reconnect_max,
-                shutdown_grace, name_prefix, threads, fail_fast, give_up_after, keepalive_interval,
-                keepalive_warning_timeout, keepalive_critical_timeout, namespace, user,
-                password, subscriptions, encoding, deregister, event_rate, event_output_size,
-                insecure_skip_tls_verify, tls_server_name, http_target, token, upstreams, services_per_agent,
-                service_name, sidecars, no_register, keep_registrations, session_ttl,
-                anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service,
-                embedded_check_interval, hlog_interval, metrics_addr, shard, seed, quiet,
-                progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,
-                churn, max_session_length, ramp_down, reconnect;
-            paths: config, ca_file, cert_file, key_file, summary, hlog, report_html;
-            vecs: targets, source_addrs, asserts,
-                storms, pauses
-        )
-    };
-}
+use crate::args::{RunArgs, with_run_args_fields};
+use crate::defaults::{DEFAULT_AGENTS, defaults};
+use crate::plan::usage;
+use crate::plan::{FleetPlan, Protocol, RunConfig, Shard, UsageError};
+use crate::scenario::ScenarioSection;
+use crate::settings::effective_settings;
+use crate::values::{AddrRange, Kind, Secs, ShardSpec};
 
 /// Merges two layers: `hi` wins where it has a value.
 fn overlay(hi: RunArgs, lo: RunArgs) -> RunArgs {
@@ -183,102 +38,9 @@ fn overlay(hi: RunArgs, lo: RunArgs) -> RunArgs {
     with_run_args_fields!(pick)
 }
 
-/// Agents of a run that does not say.
-pub const DEFAULT_AGENTS: u64 = 100;
-/// Interval of hlog records and of plain progress lines.
-pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(10);
-/// Check schedule of the embedded Sensu backend.
-pub const DEFAULT_EMBEDDED_CHECK_INTERVAL: Duration = Duration::from_secs(10);
-
-/// The bottom layer: every default of a run, in one place. Protocol and
-/// engine settings come from the crates' own `Default`s ([`SensuConfig`],
-/// [`ConsulConfig`], [`FleetConfig`]); the rest are this crate's. Unset
-/// fields have no default (`duration`: until Ctrl-C; `threads`: one per
-/// core; `http-target`: the first target's host on port 8500).
-pub fn defaults() -> RunArgs {
-    let fleet = FleetConfig::default();
-    let sensu = SensuConfig::default();
-    let consul = ConsulConfig::default();
-    RunArgs {
-        kind: Some(Kind::Sensu),
-        agents: Some(DEFAULT_AGENTS),
-        ramp: Some(fleet.ramp.map_or(Ramp::All, Ramp::Rate)),
-        max_dialing: Some(fleet.max_dialing),
-        reconnect_min: Some(Secs(fleet.backoff.min())),
-        reconnect_max: Some(Secs(fleet.backoff.max())),
-        shutdown_grace: Some(Secs(fleet.grace)),
-        fail_fast: Some(fleet.fail_fast),
-        give_up_after: Some(Secs(fleet.give_up_after)),
-        name_prefix: Some(sensu.name_prefix),
-        keepalive_interval: Some(Secs(sensu.keepalive_interval)),
-        keepalive_warning_timeout: Some(sensu.keepalive_warning_timeout),
-        keepalive_critical_timeout: Some(sensu.keepalive_critical_timeout),
-        namespace: Some(sensu.namespace),
-        user: Some(sensu.user),
-        password: Some(sensu.password),
-        subscriptions: Some(List(sensu.subscriptions)),
-        encoding: Some(sensu.encoding),
-        deregister: Some(sensu.deregister),
-        event_output_size: Some(sensu.event_output_size),
-        insecure_skip_tls_verify: Some(sensu.insecure_skip_tls_verify),
-        upstreams: Some(List(consul.upstreams)),
-        services_per_agent: Some(consul.services_per_agent),
-        service_name: Some(consul.service_name),
-        sidecars: Some(consul.sidecars),
-        no_register: Some(!consul.register),
-        keep_registrations: Some(consul.keep_registrations),
-        session_ttl: Some(
-            consul
-                .session_ttl
-                .map_or(Toggle::Off, |t| Toggle::On(Secs(t))),
-        ),
-        anti_entropy: Some(
-            consul
-                .anti_entropy
-                .map_or(Toggle::Off, |t| Toggle::On(Secs(t))),
-        ),
-        // The library's default is no probe; the command line probes the
-        // catalog unless told otherwise.
-        probe: Some(Toggle::On(ProbeKind::Catalog)),
-        probe_every: Some(Secs(consul.probe.every)),
-        watch_servers: Some(DataplaneConfig::default().watch_servers),
-        envoy_version: Some(
-            DataplaneConfig::default()
-                .envoy_version
-                .map_or(Toggle::Off, Toggle::On),
-        ),
-        embedded_check_interval: Some(Secs(DEFAULT_EMBEDDED_CHECK_INTERVAL)),
-        hlog_interval: Some(Secs(DEFAULT_REPORT_INTERVAL)),
-        quiet: Some(false),
-        progress_every: Some(Secs(DEFAULT_REPORT_INTERVAL)),
-        reconnect: Some(fleet.backoff.policy()),
-        ..RunArgs::default()
-    }
-}
-
-/// `(flag id, default)` of every flag that has a default, for `--help`
-/// (secrets are left out).
-pub fn shown_defaults() -> Vec<(&'static str, String)> {
-    let d = defaults();
-    let mut out = Vec::new();
-    macro_rules! show {
-        (vals: $($f:ident),* ; paths: $($p:ident),* ; vecs: $($v:ident),*) => {
-            $(if let Some(v) = &d.$f { out.push((stringify!($f), v.to_string())); })*
-            $(if let Some(p) = &d.$p { out.push((stringify!($p), p.display().to_string())); })*
-            $(if !d.$v.is_empty() {
-                let items: Vec<String> = d.$v.iter().map(|x| x.to_string()).collect();
-                out.push((stringify!($v), items.join(",")));
-            })*
-        };
-    }
-    with_run_args_fields!(show);
-    out.retain(|(id, _)| !matches!(*id, "password" | "token"));
-    out
-}
-
 /// What a `--config` file holds: the top-level layer, its `[[fleet]]`
 /// sections and its `[[scenario]]` sections.
-type FileLayers = (RunArgs, Vec<RunArgs>, Vec<crate::scenario::ScenarioSection>);
+type FileLayers = (RunArgs, Vec<RunArgs>, Vec<ScenarioSection>);
 
 /// Reads the `--config` file: the top-level layer and its sections.
 fn read_file(path: &std::path::Path) -> Result<FileLayers, UsageError> {
@@ -685,164 +447,10 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     c
 }
 
-// --- the effective settings, for the summary's `config` ---
-
-/// Settings whose value never leaves the process.
-const SECRET_SETTINGS: &[&str] = &["password", "token"];
-
-/// The config file key of a [`RunArgs`] field.
-fn config_key(field: &str) -> String {
-    match field {
-        "targets" => "target".into(),
-        "source_addrs" => "source-addr".into(),
-        "asserts" => "assert".into(),
-        f => f.replace('_', "-"),
-    }
-}
-
-/// A setting as JSON: booleans and whole numbers as such, everything else
-/// as the text its flag takes (`20s`, `500/s`).
-fn config_value(text: String) -> serde_json::Value {
-    match text.as_str() {
-        "true" => true.into(),
-        "false" => false.into(),
-        t => match t.parse::<u64>() {
-            Ok(n) if n.to_string() == t => n.into(),
-            _ => text.into(),
-        },
-    }
-}
-
-/// Every setting of a layer that has a value, by field name; secrets as
-/// `<redacted>`.
-fn settings_of(a: &RunArgs) -> Vec<(&'static str, serde_json::Value)> {
-    let mut out: Vec<(&'static str, serde_json::Value)> = Vec::new();
-    macro_rules! dump {
-        (vals: $($f:ident),* ; paths: $($p:ident),* ; vecs: $($v:ident),*) => {
-            $(if let Some(v) = &a.$f { out.push((stringify!($f), config_value(v.to_string()))); })*
-            $(if let Some(p) = &a.$p { out.push((stringify!($p), p.display().to_string().into())); })*
-            $(if !a.$v.is_empty() {
-                let items = a.$v.iter().map(|x| config_value(x.to_string())).collect();
-                out.push((stringify!($v), serde_json::Value::Array(items)));
-            })*
-        };
-    }
-    with_run_args_fields!(dump);
-    for (field, v) in out.iter_mut() {
-        if SECRET_SETTINGS.contains(field) && v.as_str() != Some("") {
-            *v = "<redacted>".into();
-        }
-    }
-    out
-}
-
-/// The Consul flags a dataplane fleet reads (see `dataplane_config`).
-const DATAPLANE_READS_CONSUL: &[&str] = &[
-    "http_target",
-    "token",
-    "upstreams",
-    "service_name",
-    "keep_registrations",
-    "probe",
-    "probe_every",
-    "probe_timeout",
-    "probe_service",
-];
-
-/// The `--help` heading of a fleet kind's own flags.
-fn own_heading(kind: &str) -> &'static str {
-    match kind {
-        "sensu" => "Sensu",
-        agent_sim_dataplane::KIND => "Consul dataplane",
-        _ => "Consul",
-    }
-}
-
-/// The effective settings of a run as the summary's `config`: the keys of
-/// the config file (kebab-case) with the value each had after defaults <
-/// `--config` < environment < flags, secrets as `<redacted>`. Settings of
-/// the other protocol are left out (a Consul run shows no Sensu keepalive
-/// interval), and the embedded backend's check schedule only for demo runs.
-/// A run of several fleets lists its own settings at the top and each
-/// fleet's in `fleet`: its kind, agents and targets, its protocol's
-/// settings, and whatever it sets apart from the top.
-pub fn effective_settings(
-    top: &RunArgs,
-    layers: &[RunArgs],
-    fleets: &[FleetPlan],
-) -> serde_json::Map<String, serde_json::Value> {
-    let cmd = crate::args::command();
-    let heading = |field: &str| {
-        cmd.get_arguments()
-            .find(|a| a.get_id() == field)
-            .and_then(|a| a.get_help_heading().map(str::to_string))
-    };
-    let embedded = fleets.iter().any(|f| f.embedded);
-    // Whether a field belongs in a fleet of `kind` (None: no fleet's own).
-    let belongs = |field: &str, kind: Option<&str>| {
-        if field == "embedded_check_interval" {
-            return embedded;
-        }
-        match heading(field).as_deref() {
-            Some("Sensu") => kind == Some("sensu"),
-            Some("Consul") => {
-                kind == Some("consul")
-                    || (kind == Some(agent_sim_dataplane::KIND)
-                        && DATAPLANE_READS_CONSUL.contains(&field))
-            }
-            Some("Consul dataplane") => kind == Some(agent_sim_dataplane::KIND),
-            _ => true,
-        }
-    };
-    let keyed = |items: Vec<(&'static str, serde_json::Value)>| {
-        items
-            .into_iter()
-            .map(|(f, v)| (config_key(f), v))
-            .collect::<serde_json::Map<_, _>>()
-    };
-    let top_settings = settings_of(top);
-    if let ([_], [plan]) = (layers, fleets) {
-        let kind = plan.protocol.kind();
-        return keyed(
-            top_settings
-                .into_iter()
-                .filter(|(f, _)| belongs(f, Some(kind)))
-                .collect(),
-        );
-    }
-    const PER_FLEET: &[&str] = &["kind", "agents", "targets"];
-    let mut out = keyed(
-        top_settings
-            .iter()
-            .filter(|(f, _)| !PER_FLEET.contains(f) && belongs(f, None))
-            .cloned()
-            .collect(),
-    );
-    let sections = layers
-        .iter()
-        .zip(fleets)
-        .map(|(layer, plan)| {
-            let kind = plan.protocol.kind();
-            serde_json::Value::Object(keyed(
-                settings_of(layer)
-                    .into_iter()
-                    .filter(|(f, v)| {
-                        PER_FLEET.contains(f)
-                            || (belongs(f, Some(kind))
-                                && (heading(f).as_deref() == Some(own_heading(kind))
-                                    || top_settings.iter().all(|(g, w)| g != f || w != v)))
-                    })
-                    .collect(),
-            ))
-        })
-        .collect();
-    out.insert("fleet".into(), serde_json::Value::Array(sections));
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::defaults::shown_defaults;
 
     fn no_env(_: &str) -> Option<String> {
         None
@@ -1167,7 +775,7 @@ mod tests {
         assert_eq!(shown["session_ttl"], "30s");
         assert_eq!(shown["agents"], "100");
         assert!(!shown.contains_key("password"));
-        let help = crate::args::command().render_long_help().to_string();
+        let help = crate::help::command().render_long_help().to_string();
         assert!(help.contains("[default: 20s]"), "{help}");
     }
 }

@@ -7,7 +7,8 @@
 use std::path::Path;
 
 use crate::args::DoctorArgs;
-use crate::config::{self, RunConfig, UsageError};
+use crate::config;
+use crate::plan::{RunConfig, UsageError};
 use crate::preflight::{self, Finding, Host, Verdict};
 
 /// Exit code of a run that does not fit the host.
@@ -41,9 +42,9 @@ pub fn render(cfg: &RunConfig, findings: &[Finding]) -> String {
                 "the in-process target".to_string()
             } else {
                 match &f.protocol {
-                    config::Protocol::Sensu(s) => s.targets.join(","),
-                    config::Protocol::Consul(c) => c.rpc_targets.join(","),
-                    config::Protocol::Dataplane(d) => d.targets.join(","),
+                    crate::plan::Protocol::Sensu(s) => s.targets.join(","),
+                    crate::plan::Protocol::Consul(c) => c.rpc_targets.join(","),
+                    crate::plan::Protocol::Dataplane(d) => d.targets.join(","),
                 }
             };
             format!(

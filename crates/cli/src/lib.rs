@@ -1,13 +1,17 @@
 //! agent-sim as a library: the command line, and a builder that runs a fleet
 //! from another Rust program or test and returns the run [`Summary`].
 //!
-//! Main parts: [`args`] (clap flags), [`config`] (layering defaults < file <
-//! env < flags, validation, shards), [`preflight`] (fds, ports, somaxconn,
+//! Main parts, leaves first (imports go one way): [`values`] (typed flag
+//! values), [`exit`] (exit codes), [`args`] (clap flags only), [`defaults`]
+//! (every default) and [`help`] (the command with its defaults shown),
+//! [`plan`] (the validated run: fleets, shard, usage errors), [`scenario`]
+//! (scenario flags and `[[scenario]]` sections onto each fleet),
+//! [`settings`] (the effective settings for the summary), [`config`]
+//! (layering defaults < file < env < flags into a plan), [`preflight`] (fds, ports, somaxconn,
 //! conntrack and memory before any socket), [`run`] (orchestration,
 //! progress, hlog, Prometheus, summary, assertions), [`serve`] (`agent-sim
 //! serve`), [`report_cmd`] (`report show|merge|html`), [`cleanup_cmd`]
-//! (`agent-sim cleanup`), [`doctor_cmd`] (`agent-sim doctor`), [`scenario`]
-//! (scenario flags and `[[scenario]]` sections onto each fleet).
+//! (`agent-sim cleanup`), [`doctor_cmd`] (`agent-sim doctor`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), agent_sim::run::RunError> {
@@ -25,13 +29,18 @@
 pub mod args;
 pub mod cleanup_cmd;
 pub mod config;
+pub mod defaults;
 pub mod doctor_cmd;
+pub mod exit;
+pub mod help;
+pub mod plan;
 pub mod preflight;
 pub mod progress;
 pub mod report_cmd;
 pub mod run;
 pub mod scenario;
 pub mod serve;
+pub mod settings;
 pub mod values;
 
 use std::time::Duration;

@@ -107,7 +107,7 @@ fn one_line(e: &clap::Error) -> String {
 }
 
 fn main() -> ExitCode {
-    let cli = match agent_sim::args::parse() {
+    let cli = match agent_sim::help::parse() {
         Ok(c) => c,
         Err(e) if e.use_stderr() => {
             eprintln!("agent-sim: {}", one_line(&e));

@@ -16,7 +16,7 @@
 use std::fmt;
 use std::path::Path;
 
-use crate::config::{Protocol, RunConfig, UsageError};
+use crate::plan::{Protocol, RunConfig, UsageError};
 
 /// File descriptors the process keeps for itself (runtime, listeners, files).
 const FD_OVERHEAD: u64 = 64;

@@ -11,7 +11,7 @@ use agent_sim_metrics::hlog::{HlogContents, read_hlog};
 use agent_sim_metrics::merge::{apply_hlogs, merge_summaries};
 use agent_sim_metrics::summary::SCHEMA_V2;
 
-use crate::run::exit;
+use crate::exit;
 
 fn is_json(path: &Path) -> Result<bool, String> {
     let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -21,7 +21,7 @@ use agent_sim_fleet::scenario::{ChurnSpec, PauseSpec, PhaseSpec, RampDownSpec, S
 use agent_sim_fleet::{Backoff, ReconnectPolicy, Scenario};
 
 use crate::args::RunArgs;
-use crate::config::{FleetPlan, Protocol, UsageError};
+use crate::plan::{FleetPlan, Protocol, UsageError};
 
 /// Allowance for a reconnect's handshake when continuous phases settle
 /// before the end of a run.
@@ -200,30 +200,6 @@ pub fn capped_burst(plan: &FleetPlan) -> Option<String> {
     })
 }
 
-/// `storm = "at=60s"` or `storm = ["at=60s", "at=2m"]` in a config file
-/// (each item parsed as on the command line, with its own message).
-pub fn one_or_many<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: std::str::FromStr,
-    T::Err: std::fmt::Display,
-{
-    #[derive(serde::Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        One(String),
-        Many(Vec<String>),
-    }
-    let items = match <Raw as serde::Deserialize>::deserialize(d)? {
-        Raw::One(s) => vec![s],
-        Raw::Many(v) => v,
-    };
-    items
-        .iter()
-        .map(|s| s.parse().map_err(serde::de::Error::custom))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -249,7 +225,7 @@ mod tests {
         name: &str,
         toml: &str,
         f: impl FnOnce(&mut RunArgs),
-    ) -> Result<crate::config::RunConfig, String> {
+    ) -> Result<crate::plan::RunConfig, String> {
         let dir =
             std::env::temp_dir().join(format!("agent-sim-scen-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

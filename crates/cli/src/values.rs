@@ -10,7 +10,7 @@
 //! - [`Kind`], [`ShardSpec`], [`AddrRange`].
 //!
 //! What it is not: no rule about what a protocol accepts (each protocol
-//! crate validates its own config) and no defaults (see [`crate::config`]).
+//! crate validates its own config) and no defaults (see [`crate::defaults`]).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
@@ -358,6 +358,30 @@ impl fmt::Display for AddrRange {
 }
 
 deserialize_from_str!(Secs, Ramp, Kind, ShardSpec, AddrRange);
+
+/// `storm = "at=60s"` or `storm = ["at=60s", "at=2m"]` in a config file
+/// (each item parsed as on the command line, with its own message).
+pub fn one_or_many<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        One(String),
+        Many(Vec<String>),
+    }
+    let items = match <Raw as serde::Deserialize>::deserialize(d)? {
+        Raw::One(s) => vec![s],
+        Raw::Many(v) => v,
+    };
+    items
+        .iter()
+        .map(|s| s.parse().map_err(serde::de::Error::custom))
+        .collect()
+}
 
 #[cfg(test)]
 mod tests {

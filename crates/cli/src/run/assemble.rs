@@ -10,7 +10,7 @@ use agent_sim_metrics::summary::{AgentCounts, KindEntry, Outcome, SCHEMA_V2, Tim
 use agent_sim_metrics::units::rfc3339;
 use agent_sim_metrics::{KindReport, LatencySummary, Metrics, ProbeSummary, Summary};
 
-use crate::config::{FleetPlan, Protocol, RunConfig};
+use crate::plan::{FleetPlan, Protocol, RunConfig};
 
 /// Everything a finished run hands to [`summary`].
 pub(super) struct Finished<'a> {
@@ -74,7 +74,7 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
     if f.cfg.fleets.iter().any(|p| {
         matches!(
             p.protocol,
-            crate::config::Protocol::Consul(_) | crate::config::Protocol::Dataplane(_)
+            crate::plan::Protocol::Consul(_) | crate::plan::Protocol::Dataplane(_)
         )
     }) {
         agent_sim_consul::check_overhead(f.metrics);

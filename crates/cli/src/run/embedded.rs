@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::RunError;
-use crate::config::{Protocol, RunConfig};
+use crate::plan::{Protocol, RunConfig};
 
 /// The in-process backends of a demo run.
 pub(super) struct Embedded {

@@ -28,30 +28,17 @@ use agent_sim_sensu::SensuFactory;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Protocol, RunConfig};
+use crate::plan::{Protocol, RunConfig};
 use reporter::{Reporter, ReporterSetup};
 
-/// Process exit codes (documented in the README).
-pub mod exit {
-    /// Run completed (and every assertion held).
-    pub const OK: i32 = 0;
-    /// Nothing could run: no agent ever held a session (or `--fail-fast`
-    /// stopped the run), or a result file could not be written.
-    pub const FAILURE: i32 = 1;
-    /// The run finished but the fleet was incomplete at the end.
-    pub const INCOMPLETE: i32 = 2;
-    /// At least one `--assert` failed.
-    pub const SLO_FAILED: i32 = 3;
-    /// Bad usage (flags, config file, host limits).
-    pub const USAGE: i32 = 64;
-}
+pub use crate::exit;
 
 /// Errors that end a run before it produces a summary.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// Bad usage (exit 64).
     #[error(transparent)]
-    Usage(#[from] crate::config::UsageError),
+    Usage(#[from] crate::plan::UsageError),
     /// A protocol crate refused its configuration (exit 64).
     #[error("{0}")]
     Setup(String),

@@ -20,7 +20,7 @@ use agent_sim_metrics::timeline::{LatencyWindow, TimelineRecorder, WindowLog};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::RunConfig;
+use crate::plan::RunConfig;
 use crate::progress::Progress;
 
 /// A running reporter; [`Reporter::finish`] stops it after its last pass.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use agent_sim_consul::ConsulConfig;
 use agent_sim_consul::cleanup::cleanup;
 
-use crate::config::{FleetPlan, Protocol};
+use crate::plan::{FleetPlan, Protocol};
 
 /// How long the catalog may take to answer; a cluster that does not answer
 /// in time is not checked (the agents' own retries report it).

@@ -1,0 +1,140 @@
+//! A validated run, as the rest of the program reads it: the fleets with
+//! their protocol and engine settings ([`FleetPlan`]), the run's own
+//! settings ([`RunConfig`]), the shard of a multi-process run, and the
+//! [`UsageError`] every refusal of bad input is. Built by
+//! [`crate::config::resolve`]; nothing here parses flags.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agent_sim_consul::ConsulConfig;
+use agent_sim_dataplane::DataplaneConfig;
+use agent_sim_fleet::FleetConfig;
+use agent_sim_metrics::assert::Assertion;
+use agent_sim_sensu::SensuConfig;
+
+/// A usage problem: printed as one line, exit code 64.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+pub(crate) fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
+    Err(UsageError(msg.into()))
+}
+
+/// Which slice of a multi-process run this process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This process's index, `0..count`.
+    pub index: u64,
+    /// Number of processes.
+    pub count: u64,
+}
+
+impl Shard {
+    /// The half-open range of global agent indexes this shard runs out of `total`.
+    pub fn slice(&self, total: u64) -> (u64, u64) {
+        let start = total * self.index / self.count;
+        let end = total * (self.index + 1) / self.count;
+        (start, end - start)
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+/// The protocol of one fleet with its settings.
+#[derive(Debug, Clone)]
+pub enum Protocol {
+    /// Sensu Go agents.
+    Sensu(SensuConfig),
+    /// Consul client agents.
+    Consul(ConsulConfig),
+    /// Consul dataplane sidecars.
+    Dataplane(DataplaneConfig),
+}
+
+impl Protocol {
+    /// `sensu`, `consul` or `consul-dataplane`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Protocol::Sensu(_) => "sensu",
+            Protocol::Consul(_) => "consul",
+            Protocol::Dataplane(_) => agent_sim_dataplane::KIND,
+        }
+    }
+}
+
+/// One fleet of a run.
+#[derive(Debug, Clone)]
+pub struct FleetPlan {
+    /// Protocol settings.
+    pub protocol: Protocol,
+    /// Engine settings (agent count and first index already sharded).
+    pub fleet: FleetConfig,
+    /// Agents of the whole fleet across shards.
+    pub total_agents: u64,
+    /// Whether this fleet runs against the embedded in-process backend.
+    pub embedded: bool,
+}
+
+/// Everything a run needs, validated.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The fleets (one, or several from `[[fleet]]` sections).
+    pub fleets: Vec<FleetPlan>,
+    /// Run length (None: until Ctrl-C).
+    pub duration: Option<Duration>,
+    /// Shutdown grace period.
+    pub grace: Duration,
+    /// Summary JSON path.
+    pub summary: Option<PathBuf>,
+    /// HdrHistogram interval log path.
+    pub hlog: Option<PathBuf>,
+    /// Interval of hlog records.
+    pub hlog_interval: Duration,
+    /// Prometheus listen address.
+    pub metrics_addr: Option<SocketAddr>,
+    /// SLO assertions.
+    pub asserts: Vec<Assertion>,
+    /// Shard of a multi-process run.
+    pub shard: Option<Shard>,
+    /// Seed for stable randomness.
+    pub seed: Option<u64>,
+    /// No live progress.
+    pub quiet: bool,
+    /// Interval of plain progress lines (non-TTY).
+    pub progress_every: Duration,
+    /// Tokio worker threads.
+    pub threads: Option<usize>,
+    /// Check schedule of the embedded Sensu target (demo and tests).
+    pub embedded_check_interval: Duration,
+    /// Report page path.
+    pub report_html: Option<PathBuf>,
+    /// Every counter in the final table.
+    pub verbose: bool,
+    /// The effective settings for the summary's `config` (see
+    /// [`crate::settings::effective_settings`]).
+    pub effective: serde_json::Map<String, serde_json::Value>,
+}
+
+impl RunConfig {
+    /// `sensu`, `consul`, `consul-dataplane` or `mixed`.
+    pub fn kind(&self) -> &'static str {
+        let first = self.fleets[0].protocol.kind();
+        if self.fleets.iter().all(|f| f.protocol.kind() == first) {
+            first
+        } else {
+            "mixed"
+        }
+    }
+
+    /// Whether any fleet needs the in-process backend.
+    pub fn embedded(&self) -> bool {
+        self.fleets.iter().any(|f| f.embedded)
+    }
+}
