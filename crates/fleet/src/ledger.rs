@@ -32,8 +32,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::freeze::Freezer;
+use crate::outcome::{CAUSE_NO_ANSWER_YET, Failure, SessionEnd, Stopped};
 use crate::scenario::{SESSION_LENGTH_JITTER, Scenario};
-use crate::{CAUSE_NO_ANSWER_YET, Failure, SessionEnd, Stopped};
 
 /// Sessions lost without a scenario cause this close together belong to
 /// one detected disruption.

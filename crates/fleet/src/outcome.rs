@@ -1,0 +1,133 @@
+//! What a session ends with and what the engine counts: the [`Failure`]
+//! (a stable kind and the server's words), the [`SessionEnd`] a protocol
+//! returns, why a fleet [`Stopped`] early, and the counter and error-kind
+//! names the engine records. A leaf of this crate: the ledger, the
+//! sessions' context and the engine all read it.
+
+use agent_sim_metrics::MetricsSpec;
+
+/// Counter of session attempts after an agent's first (every retry).
+pub const COUNTER_RECONNECT_ATTEMPTS: &str = "reconnect_attempts";
+/// Counter of agents that held a session, lost it and got one again (once
+/// per comeback).
+pub const COUNTER_AGENTS_RECONNECTED: &str = "agents_reconnected";
+/// Counter of sessions that reached [`crate::SessionCx::established`].
+pub const COUNTER_SESSIONS: &str = "sessions_established";
+/// Cause of an agent missing at the end that never got an answer at all
+/// (still dialing or in its first handshake).
+pub const CAUSE_NO_ANSWER_YET: &str = "no_answer_yet";
+
+/// Names the engine records; merge them into the run's [`MetricsSpec`].
+pub fn metrics_spec() -> MetricsSpec {
+    MetricsSpec {
+        counters: vec![
+            COUNTER_RECONNECT_ATTEMPTS,
+            COUNTER_AGENTS_RECONNECTED,
+            COUNTER_SESSIONS,
+        ],
+        latencies: vec![],
+        errors: dial_error_kinds().to_vec(),
+    }
+}
+
+/// What to check for each kind [`agent_sim_net::dial_error_kind`] gives
+/// (every protocol dials through it).
+pub fn dial_error_kinds() -> &'static [agent_sim_metrics::ErrorKindSpec] {
+    use agent_sim_metrics::ErrorKindSpec as K;
+    &[
+        K {
+            kind: "connect_refused",
+            hint: "nothing listens on that host:port: is the server up, and is --target the right port?",
+            heals: true,
+        },
+        K {
+            kind: "connect_timeout",
+            hint: "no answer to the TCP connect: a firewall, a wrong address, or a server that is not accepting",
+            heals: true,
+        },
+        K {
+            kind: "connect_addr_unavailable",
+            hint: "the load box ran out of ephemeral ports for this source address: add --source-addr addresses or use --shard",
+            heals: true,
+        },
+        K {
+            kind: "connect_too_many_files",
+            hint: "out of file descriptors: raise ulimit -n, or use --shard over several processes",
+            heals: true,
+        },
+        K {
+            kind: "connect_reset",
+            hint: "the server reset the connection while it was being made",
+            heals: true,
+        },
+    ]
+}
+
+/// Why a session failed: a stable kind for the counters, and the server's
+/// own words when it said anything (HTTP body or status line, gRPC status
+/// message, close reason).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// Error kind, e.g. `upgrade_401`, `connect_refused`.
+    pub kind: &'static str,
+    /// What the server said, if anything.
+    pub detail: Option<String>,
+}
+
+impl From<&'static str> for Failure {
+    fn from(kind: &'static str) -> Self {
+        Failure { kind, detail: None }
+    }
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// Shutdown was requested and the session closed; do not reconnect.
+    Shutdown,
+    /// The session failed (handshake refused, reset, timed out, ...) or was
+    /// lost; counted as an error of this kind, then the agent reconnects
+    /// after a backoff, as a real agent does, whatever the cause.
+    Lost(Failure),
+    /// The session cannot even be attempted (a local problem such as a TLS
+    /// target without TLS settings); counted, and the agent stops.
+    Fatal(Failure),
+}
+
+impl SessionEnd {
+    /// [`SessionEnd::Lost`] without the server's words.
+    pub fn lost(kind: &'static str) -> Self {
+        SessionEnd::Lost(kind.into())
+    }
+
+    /// [`SessionEnd::Lost`] with what the server said.
+    pub fn lost_with(kind: &'static str, detail: impl Into<String>) -> Self {
+        SessionEnd::Lost(Failure {
+            kind,
+            detail: Some(detail.into()),
+        })
+    }
+
+    /// [`SessionEnd::Fatal`] of a kind.
+    pub fn fatal(kind: &'static str) -> Self {
+        SessionEnd::Fatal(kind.into())
+    }
+
+    /// The failure, unless this is a shutdown.
+    pub fn failure(&self) -> Option<&Failure> {
+        match self {
+            SessionEnd::Shutdown => None,
+            SessionEnd::Lost(f) | SessionEnd::Fatal(f) => Some(f),
+        }
+    }
+}
+
+/// Why a fleet stopped before the end of the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stopped {
+    /// `true`: `fail_fast` and this failure; `false`: no agent ever held a
+    /// session and every agent failed twice with a cause that cannot heal.
+    pub fail_fast: bool,
+    /// The failure that decided it.
+    pub failure: Failure,
+}
