@@ -45,13 +45,13 @@ pub async fn run(cfg: agent_sim_consul::ConsulConfig, dry_run: bool) -> i32 {
             return exit::USAGE;
         }
     };
-    match cleanup(&api, &cfg.name_prefix, dry_run).await {
+    match cleanup(&api, &cfg.conn.name_prefix, dry_run).await {
         Ok(r) => {
-            print!("{}", render(&r, &cfg.name_prefix, dry_run));
+            print!("{}", render(&r, &cfg.conn.name_prefix, dry_run));
             exit::OK
         }
         Err(e) => {
-            eprintln!("agent-sim: cleanup of {:?}: {e}", cfg.name_prefix);
+            eprintln!("agent-sim: cleanup of {:?}: {e}", cfg.conn.name_prefix);
             exit::FAILURE
         }
     }

@@ -11,7 +11,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use agent_sim_consul::{ConsulConfig, ConsulTls};
+use agent_sim_consul::{Connection, ConsulConfig, ConsulTls};
 use agent_sim_dataplane::{Adopt, DataplaneConfig};
 use agent_sim_fleet::{Backoff, FleetConfig};
 use agent_sim_sensu::SensuConfig;
@@ -361,19 +361,22 @@ fn sensu_config(a: &RunArgs) -> SensuConfig {
 /// the Consul flags it shares (targets are the gRPC ports), and its own.
 fn dataplane_config(a: &RunArgs, shard: Option<Shard>) -> DataplaneConfig {
     let c = consul_config(a, shard);
+    let defaults = DataplaneConfig::default();
     let mut d = DataplaneConfig {
-        http_target: c.http_target,
-        token: c.token,
-        name_prefix: c.name_prefix,
+        // The same connection, but the gRPC ports when none are given.
+        conn: Connection {
+            targets: if a.targets.is_empty() {
+                defaults.conn.targets.clone()
+            } else {
+                c.conn.targets
+            },
+            ..c.conn
+        },
         service_name: c.service_name,
         keep_registrations: c.keep_registrations,
         probe: c.probe,
-        tls: c.tls,
-        ..DataplaneConfig::default()
+        ..defaults
     };
-    if !a.targets.is_empty() {
-        d.targets = a.targets.iter().map(|t| t.trim().to_string()).collect();
-    }
     if let Some(l) = &a.upstreams {
         d.upstreams = l.0.clone();
     }
@@ -394,16 +397,16 @@ fn dataplane_config(a: &RunArgs, shard: Option<Shard>) -> DataplaneConfig {
 fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     let mut c = ConsulConfig::default();
     if !a.targets.is_empty() {
-        c.rpc_targets = a.targets.iter().map(|t| t.trim().to_string()).collect();
+        c.conn.targets = a.targets.iter().map(|t| t.trim().to_string()).collect();
         // Derived from the first target unless given.
-        c.http_target = String::new();
+        c.conn.http_target = String::new();
     }
-    set!(c.http_target, a.http_target);
-    c.token = a.token.clone().filter(|t| !t.is_empty());
+    set!(c.conn.http_target, a.http_target);
+    c.conn.token = a.token.clone().filter(|t| !t.is_empty());
     if let Some(l) = &a.upstreams {
         c.upstreams = l.0.clone();
     }
-    set!(c.name_prefix, a.name_prefix);
+    set!(c.conn.name_prefix, a.name_prefix);
     if let Some(no) = a.no_register {
         c.register = !no;
     }
@@ -434,9 +437,9 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
         || a.cert_file.is_some()
         || a.key_file.is_some()
         || a.tls_server_name.is_some()
-        || c.http_target.starts_with("https://");
+        || c.conn.http_target.starts_with("https://");
     if wants_tls {
-        c.tls = Some(ConsulTls {
+        c.conn.tls = Some(ConsulTls {
             ca_file: a.ca_file.clone(),
             insecure_skip_verify: insecure,
             cert_file: a.cert_file.clone(),

@@ -43,8 +43,8 @@ pub fn render(cfg: &RunConfig, findings: &[Finding]) -> String {
             } else {
                 match &f.protocol {
                     crate::plan::Protocol::Sensu(s) => s.targets.join(","),
-                    crate::plan::Protocol::Consul(c) => c.rpc_targets.join(","),
-                    crate::plan::Protocol::Dataplane(d) => d.targets.join(","),
+                    crate::plan::Protocol::Consul(c) => c.conn.targets.join(","),
+                    crate::plan::Protocol::Dataplane(d) => d.conn.targets.join(","),
                 }
             };
             format!(

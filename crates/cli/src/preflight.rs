@@ -218,8 +218,8 @@ pub fn needs(cfg: &RunConfig) -> Needs {
         let agents = plan.fleet.agents;
         let target_names: Vec<&str> = match &plan.protocol {
             Protocol::Sensu(s) => s.targets.iter().map(String::as_str).collect(),
-            Protocol::Consul(c) => c.rpc_targets.iter().map(String::as_str).collect(),
-            Protocol::Dataplane(d) => d.targets.iter().map(String::as_str).collect(),
+            Protocol::Consul(c) => c.conn.targets.iter().map(String::as_str).collect(),
+            Protocol::Dataplane(d) => d.conn.targets.iter().map(String::as_str).collect(),
         };
         let (targets, extra, per_agent, server, what) = match &plan.protocol {
             Protocol::Sensu(s) => (
@@ -234,7 +234,7 @@ pub fn needs(cfg: &RunConfig) -> Needs {
                 let per = (CONSUL_AGENT_BYTES + CONSUL_STREAM_BYTES * streams)
                     .saturating_sub(2 * CONSUL_STREAM_BYTES);
                 (
-                    c.rpc_targets.len().max(1) as u64,
+                    c.conn.targets.len().max(1) as u64,
                     consul_http_pool(),
                     per,
                     CONSUL_SERVER_BYTES,
@@ -242,7 +242,7 @@ pub fn needs(cfg: &RunConfig) -> Needs {
                 )
             }
             Protocol::Dataplane(d) => (
-                d.targets.len().max(1) as u64,
+                d.conn.targets.len().max(1) as u64,
                 consul_http_pool(),
                 DATAPLANE_AGENT_BYTES,
                 DATAPLANE_SERVER_BYTES,

@@ -25,22 +25,13 @@ pub const TXN_MAX_OPS: usize = 128;
 /// Everything a Consul fleet can be told (see the crate docs for defaults).
 #[derive(Debug, Clone)]
 pub struct ConsulConfig {
-    /// `host:port` of the servers' RPC ports (8300); agent `i` uses
-    /// `rpc_targets[i % len]`. One TCP connection per agent.
-    pub rpc_targets: Vec<String>,
-    /// The HTTP API: `host:port` (plain, 8500) or `https://host:port`
-    /// (HTTPS, 8501; with the CA, verification and client certificate of
-    /// [`ConsulConfig::tls`]). Empty: the first RPC target's host on port
-    /// 8500, or `https://` on 8501 when `tls` is set.
-    pub http_target: String,
-    /// ACL token: `SubscribeRequest.Token` and the `X-Consul-Token` header.
-    pub token: Option<String>,
-    /// Datacenter; empty means the server's own.
-    pub datacenter: String,
+    /// The servers, the HTTP API, token, datacenter, name prefix, TLS and
+    /// keepalive. `conn.targets` are the servers' RPC ports (8300); agent
+    /// `i` uses `targets[i % len]`, one TCP connection per agent; node names
+    /// are `<name_prefix>-<index>`.
+    pub conn: Connection,
     /// Services every agent subscribes to; entries may hold `{i}` or `{i%N}`.
     pub upstreams: Vec<String>,
-    /// Node names are `<name_prefix>-<index>`.
-    pub name_prefix: String,
     /// Register node + services through the HTTP API.
     pub register: bool,
     /// Service name of each agent's own instances.
@@ -67,23 +58,16 @@ pub struct ConsulConfig {
     pub flap_rate: Option<Rate>,
     /// The propagation probe.
     pub probe: ProbeConfig,
-    /// TLS on the RPC port (`0x03` + TLS + `0x08`).
-    pub tls: Option<ConsulTls>,
-    /// HTTP/2 keepalive ping interval (never below 15 s).
-    pub keepalive_time: Duration,
-    /// HTTP/2 keepalive ping timeout.
-    pub keepalive_timeout: Duration,
 }
 
 impl Default for ConsulConfig {
     fn default() -> Self {
         ConsulConfig {
-            rpc_targets: vec!["127.0.0.1:8300".into()],
-            http_target: "127.0.0.1:8500".into(),
-            token: None,
-            datacenter: String::new(),
+            conn: Connection {
+                http_target: "127.0.0.1:8500".into(),
+                ..Connection::to(&["127.0.0.1:8300"])
+            },
             upstreams: vec!["web".into(), "api".into()],
-            name_prefix: "agent-sim".into(),
             register: true,
             service_name: "app".into(),
             services_per_agent: 1,
@@ -94,11 +78,144 @@ impl Default for ConsulConfig {
             cluster_size: 0,
             flap_rate: None,
             probe: ProbeConfig::default(),
+        }
+    }
+}
+
+/// How a fleet reaches a Consul cluster: what client agents and dataplane
+/// sidecars share (the port `targets` name is each fleet's own: the RPC
+/// port for agents, the gRPC port for sidecars).
+#[derive(Debug, Clone)]
+pub struct Connection {
+    /// `host:port` of the servers' ports the sessions dial.
+    pub targets: Vec<String>,
+    /// The HTTP API: `host:port` (plain, 8500) or `https://host:port`
+    /// (HTTPS, 8501; with the CA, verification and client certificate of
+    /// [`Connection::tls`]). Empty: the first target's host on port 8500,
+    /// or `https://` on 8501 when `tls` is set.
+    pub http_target: String,
+    /// ACL token: `SubscribeRequest.Token`, gRPC metadata
+    /// `x-consul-token` and the `X-Consul-Token` header.
+    pub token: Option<String>,
+    /// Datacenter of the calls; empty means the server's own.
+    pub datacenter: String,
+    /// Prefix of the run's node names (meta `agent-sim-prefix`).
+    pub name_prefix: String,
+    /// TLS on the dialed port (RPC: `0x03` + TLS + `0x08`; gRPC: 8503).
+    pub tls: Option<ConsulTls>,
+    /// HTTP/2 keepalive ping interval (never below 15 s).
+    pub keepalive_time: Duration,
+    /// HTTP/2 keepalive ping timeout.
+    pub keepalive_timeout: Duration,
+}
+
+impl Connection {
+    /// Plain connections to `targets`, the HTTP API derived from the first,
+    /// prefix `agent-sim`, keepalive 30 s / 10 s.
+    pub fn to(targets: &[&str]) -> Self {
+        Connection {
+            targets: targets.iter().map(|t| t.to_string()).collect(),
+            http_target: String::new(),
+            token: None,
+            datacenter: String::new(),
+            name_prefix: "agent-sim".into(),
             tls: None,
             keepalive_time: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
         }
     }
+
+    /// The HTTP API address in force: `http_target`, or the first target's
+    /// host on port 8500 (`https://` on 8501 with TLS).
+    pub fn http_target(&self) -> String {
+        if !self.http_target.is_empty() {
+            return self.http_target.clone();
+        }
+        let (scheme, port) = if self.tls.is_some() {
+            ("https://", 8501)
+        } else {
+            ("", 8500)
+        };
+        match self.targets.first() {
+            Some(t) => match t.rsplit_once(':') {
+                Some((h, _)) => format!("{scheme}{h}:{port}"),
+                None => format!("{scheme}{t}:{port}"),
+            },
+            None => String::new(),
+        }
+    }
+
+    /// The probe service a run owns: `<name_prefix>-probe`.
+    pub fn own_probe_service(&self) -> String {
+        format!("{}-probe", self.name_prefix)
+    }
+
+    /// The rules every Consul fleet's connection follows (targets, HTTP API,
+    /// name prefix, keepalive, TLS); `no_target` says which port is missing.
+    /// On failure: the field and why.
+    pub fn check(&self, no_target: &str) -> Result<(), (&'static str, String)> {
+        if self.targets.is_empty() {
+            return Err(("targets", no_target.into()));
+        }
+        let invalid = |e: ConsulError| match e {
+            ConsulError::Invalid { field, reason } => (field, reason),
+            e => ("targets", e.to_string()),
+        };
+        for t in &self.targets {
+            check_host_port("targets", t).map_err(invalid)?;
+        }
+        let target = self.http_target();
+        let (https, hostport) = http_parts(&target);
+        check_host_port("http_target", hostport).map_err(invalid)?;
+        if https && self.tls.is_none() {
+            return Err((
+                "http_target",
+                "https:// needs TLS settings (a CA file or insecure verification)".into(),
+            ));
+        }
+        if self.name_prefix.is_empty() || self.name_prefix.contains(['/', ' ']) {
+            return Err((
+                "name_prefix",
+                format!("{:?}: empty or has '/' or ' '", self.name_prefix),
+            ));
+        }
+        check_connection(
+            self.keepalive_time,
+            self.keepalive_timeout,
+            self.tls.as_ref(),
+        )
+    }
+
+    /// The resolved targets with their hosts, and the HTTP API's address,
+    /// host and whether it is HTTPS.
+    pub fn resolved(&self) -> Result<Resolved, ConsulError> {
+        let mut out = Resolved::default();
+        for t in &self.targets {
+            out.targets.push(resolve("targets", t)?);
+            out.hosts.push(host_of(t).to_owned());
+        }
+        let target = self.http_target();
+        let (https, hostport) = http_parts(&target);
+        out.http_addr = Some(resolve("http_target", hostport)?);
+        out.http_host = host_of(hostport).to_owned();
+        out.https = https;
+        Ok(out)
+    }
+}
+
+/// What [`Connection::resolved`] finds.
+#[derive(Debug, Clone, Default)]
+pub struct Resolved {
+    /// The targets' addresses, in order.
+    pub targets: Vec<SocketAddr>,
+    /// The targets' host names (TLS server names).
+    pub hosts: Vec<String>,
+    /// The HTTP API's address.
+    pub http_addr: Option<SocketAddr>,
+    /// The HTTP API's host name.
+    pub http_host: String,
+    /// Whether the HTTP API is HTTPS.
+    pub https: bool,
 }
 
 /// TLS settings for the RPC port.
@@ -381,29 +498,14 @@ pub(crate) struct Validated {
 }
 
 impl ConsulConfig {
-    /// The HTTP API address in force: `http_target`, or the first RPC
-    /// target's host on port 8500.
+    /// The HTTP API address in force (see [`Connection::http_target`]).
     pub fn http_target(&self) -> String {
-        if !self.http_target.is_empty() {
-            return self.http_target.clone();
-        }
-        let (scheme, port) = if self.tls.is_some() {
-            ("https://", 8501)
-        } else {
-            ("", 8500)
-        };
-        match self.rpc_targets.first() {
-            Some(t) => match t.rsplit_once(':') {
-                Some((h, _)) => format!("{scheme}{h}:{port}"),
-                None => format!("{scheme}{t}:{port}"),
-            },
-            None => String::new(),
-        }
+        self.conn.http_target()
     }
 
     /// The probe service a run owns: `<name_prefix>-probe`.
     pub fn own_probe_service(&self) -> String {
-        format!("{}-probe", self.name_prefix)
+        self.conn.own_probe_service()
     }
 
     /// Checks every setting against what a Consul 1.20 server accepts,
@@ -416,21 +518,13 @@ impl ConsulConfig {
     /// [`ConsulConfig::validate`], then resolves the addresses.
     pub(crate) fn prepare(&self) -> Result<Validated, ConsulError> {
         let (upstreams, probe_service) = self.checked()?;
-        let mut rpc_addrs = Vec::new();
-        let mut rpc_hosts = Vec::new();
-        for t in &self.rpc_targets {
-            rpc_addrs.push(resolve("rpc_targets", t)?);
-            rpc_hosts.push(host_of(t).to_owned());
-        }
-        let target = self.http_target();
-        let (https, hostport) = http_parts(&target);
-        let http_addr = resolve("http_target", hostport)?;
+        let r = self.conn.resolved()?;
         Ok(Validated {
-            rpc_addrs,
-            rpc_hosts,
-            http_addr,
-            http_host: host_of(hostport).to_owned(),
-            https,
+            rpc_addrs: r.targets,
+            rpc_hosts: r.hosts,
+            http_addr: r.http_addr.expect("resolved() sets the HTTP address"),
+            http_host: r.http_host,
+            https: r.https,
             upstreams,
             probe_service,
         })
@@ -439,23 +533,11 @@ impl ConsulConfig {
     /// The rules; returns the parsed upstream patterns and the probe service.
     fn checked(&self) -> Result<(Vec<NamePattern>, Option<String>), ConsulError> {
         let bad = |field: &'static str, reason: String| Err(ConsulError::Invalid { field, reason });
-        if self.rpc_targets.is_empty() {
-            return bad(
-                "rpc_targets",
-                "no RPC target (host:port of a server's port 8300)".into(),
-            );
-        }
-        for t in &self.rpc_targets {
-            check_host_port("rpc_targets", t)?;
-        }
-        let target = self.http_target();
-        let (https, hostport) = http_parts(&target);
-        check_host_port("http_target", hostport)?;
-        if https && self.tls.is_none() {
-            return bad(
-                "http_target",
-                "https:// needs TLS settings (a CA file or insecure verification)".into(),
-            );
+        if let Err((field, reason)) = self
+            .conn
+            .check("no RPC target (host:port of a server's port 8300)")
+        {
+            return bad(field, reason);
         }
         if self.upstreams.is_empty() {
             return bad("upstreams", "needs at least one service".into());
@@ -470,12 +552,6 @@ impl ConsulConfig {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if self.name_prefix.is_empty() || self.name_prefix.contains(['/', ' ']) {
-            return bad(
-                "name_prefix",
-                format!("{:?}: empty or has '/' or ' '", self.name_prefix),
-            );
-        }
         if self.register {
             if self.service_name.is_empty() {
                 return bad("service_name", "empty service name".into());
@@ -519,13 +595,6 @@ impl ConsulConfig {
                     "flapping needs registered services (register = true)".into(),
                 );
             }
-        }
-        if let Err((field, reason)) = check_connection(
-            self.keepalive_time,
-            self.keepalive_timeout,
-            self.tls.as_ref(),
-        ) {
-            return bad(field, reason);
         }
         let probe_service = match self.probe.kind {
             None => None,
@@ -643,14 +712,14 @@ mod tests {
         c.anti_entropy = Some(Duration::from_millis(10));
         assert!(c.validate().is_err());
         let mut c = cfg.clone();
-        c.keepalive_time = Duration::from_secs(10);
+        c.conn.keepalive_time = Duration::from_secs(10);
         assert!(c.validate().is_err());
         let mut c = cfg.clone();
         c.services_per_agent = 50;
         c.sidecars = true;
         assert!(c.validate().is_err());
         let mut c = cfg.clone();
-        c.tls = Some(ConsulTls::default());
+        c.conn.tls = Some(ConsulTls::default());
         assert!(c.validate().is_err());
 
         let mut c = cfg.clone();

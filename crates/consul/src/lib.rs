@@ -32,7 +32,7 @@ pub mod view;
 mod agent;
 
 pub use agent::{ConsulAgent, ConsulFactory, api_client, http_api};
-pub use config::{ConsulConfig, ConsulTls, ProbeConfig, ProbeKind};
+pub use config::{Connection, ConsulConfig, ConsulTls, ProbeConfig, ProbeKind};
 pub use probe::{ProbeObserver, ProbeRunner};
 
 use agent_sim_metrics::MetricsSpec;

@@ -316,8 +316,11 @@ async fn a_server_streaming_unknown_payloads_and_an_oversized_message_is_survive
     body.extend_from_slice(&((MAX_EVENT_MESSAGE + 1) as u32).to_be_bytes());
     let rpc = raw_rpc_server(body).await;
     let cfg = ConsulConfig {
-        rpc_targets: vec![rpc.to_string()],
-        http_target: "127.0.0.1:9".into(),
+        conn: agent_sim_consul::Connection {
+            targets: vec![rpc.to_string()],
+            http_target: "127.0.0.1:9".into(),
+            ..agent_sim_consul::Connection::to(&[])
+        },
         upstreams: vec!["web".into()],
         register: false,
         session_ttl: None,

@@ -58,8 +58,11 @@ async fn memory_per_agent() {
     let m = Metrics::new(&metrics_spec().merge(&agent_sim_fleet::metrics_spec()), 8);
     let factory = ConsulFactory::new(
         ConsulConfig {
-            rpc_targets: vec![rpc],
-            http_target: http,
+            conn: agent_sim_consul::Connection {
+                targets: vec![rpc],
+                http_target: http,
+                ..agent_sim_consul::Connection::to(&[])
+            },
             ..ConsulConfig::default()
         },
         m.clone(),

@@ -8,10 +8,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use agent_sim_consul::config::{
-    NamePattern, check_connection, check_host_port, host_of, http_parts, resolve,
-};
-use agent_sim_consul::{ConsulTls, ProbeConfig, ProbeKind};
+use agent_sim_consul::config::{Connection, NamePattern, http_parts};
+use agent_sim_consul::{ProbeConfig, ProbeKind};
 
 use crate::DataplaneError;
 
@@ -33,23 +31,14 @@ pub struct Adopt {
 /// Everything a dataplane fleet can be told.
 #[derive(Debug, Clone)]
 pub struct DataplaneConfig {
-    /// `host:port` of the servers' gRPC ports (8502; 8503 with TLS);
-    /// sidecar `i` starts at `targets[i % len]` and moves to the next one
-    /// when a server refuses the stream (its xDS stream cap).
-    pub targets: Vec<String>,
-    /// The HTTP API (registration, probe): `host:port` or
-    /// `https://host:port`. Empty: the first target's host on 8500 (8501
-    /// with TLS).
-    pub http_target: String,
-    /// ACL token: gRPC metadata `x-consul-token` and the `X-Consul-Token`
-    /// header.
-    pub token: Option<String>,
-    /// Datacenter of the HTTP calls; empty: the server's own.
-    pub datacenter: String,
+    /// The servers, the HTTP API (registration, probe), token, datacenter,
+    /// name prefix, TLS (gRPC on 8503) and keepalive. `conn.targets` are
+    /// the servers' gRPC ports (8502; 8503 with TLS); sidecar `i` starts at
+    /// `targets[i % len]` and moves to the next one when a server refuses
+    /// the stream (its xDS stream cap); nodes are `<name_prefix>-dp-<index>`.
+    pub conn: Connection,
     /// Upstreams of each registered proxy; entries may hold `{i}`/`{i%N}`.
     pub upstreams: Vec<String>,
-    /// Nodes are `<name_prefix>-dp-<index>` (meta `agent-sim-prefix`).
-    pub name_prefix: String,
     /// The service each registered proxy fronts (`<svc>-<i>-0`, its proxy
     /// `<svc>-<i>-0-sidecar-proxy`).
     pub service_name: String,
@@ -65,32 +54,19 @@ pub struct DataplaneConfig {
     /// The propagation probe (kind `catalog` only: an endpoint of the probe
     /// service appears and disappears in the sidecars' EDS).
     pub probe: ProbeConfig,
-    /// TLS on the gRPC port (8503).
-    pub tls: Option<ConsulTls>,
-    /// HTTP/2 keepalive ping interval.
-    pub keepalive_time: Duration,
-    /// HTTP/2 keepalive ping timeout.
-    pub keepalive_timeout: Duration,
 }
 
 impl Default for DataplaneConfig {
     fn default() -> Self {
         DataplaneConfig {
-            targets: vec!["127.0.0.1:8502".into()],
-            http_target: String::new(),
-            token: None,
-            datacenter: String::new(),
+            conn: Connection::to(&["127.0.0.1:8502"]),
             upstreams: vec!["web".into(), "api".into()],
-            name_prefix: "agent-sim".into(),
             service_name: "app".into(),
             adopt: None,
             keep_registrations: false,
             watch_servers: false,
             envoy_version: Some(ENVOY_VERSION.into()),
             probe: ProbeConfig::default(),
-            tls: None,
-            keepalive_time: Duration::from_secs(30),
-            keepalive_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -122,35 +98,22 @@ impl DataplaneConfig {
     /// run's check for leftovers list this fleet's nodes with.
     pub fn as_consul(&self) -> agent_sim_consul::ConsulConfig {
         agent_sim_consul::ConsulConfig {
-            rpc_targets: self.targets.clone(),
-            http_target: self.http_target(),
-            token: self.token.clone(),
-            name_prefix: self.name_prefix.clone(),
-            datacenter: self.datacenter.clone(),
-            tls: self.tls.clone(),
+            conn: Connection {
+                http_target: self.http_target(),
+                ..self.conn.clone()
+            },
             ..agent_sim_consul::ConsulConfig::default()
         }
     }
 
-    /// The HTTP API address in force (see [`DataplaneConfig::http_target`]).
+    /// The HTTP API address in force (see [`Connection::http_target`]).
     pub fn http_target(&self) -> String {
-        if !self.http_target.is_empty() {
-            return self.http_target.clone();
-        }
-        let (scheme, port) = if self.tls.is_some() {
-            ("https://", 8501)
-        } else {
-            ("", 8500)
-        };
-        match self.targets.first().and_then(|t| t.rsplit_once(':')) {
-            Some((h, _)) => format!("{scheme}{h}:{port}"),
-            None => String::new(),
-        }
+        self.conn.http_target()
     }
 
     /// The probe service a run owns: `<name_prefix>-probe`.
     pub fn own_probe_service(&self) -> String {
-        format!("{}-probe", self.name_prefix)
+        self.conn.own_probe_service()
     }
 
     /// The probe service in force, when a probe runs.
@@ -172,38 +135,24 @@ impl DataplaneConfig {
 
     pub(crate) fn prepare(&self) -> Result<Validated, DataplaneError> {
         let mut v = self.checked()?;
-        for t in &self.targets {
-            v.targets.push(resolve("targets", t)?);
-            v.hosts.push(host_of(t).to_owned());
-        }
-        let target = self.http_target();
-        let (_, hostport) = http_parts(&target);
-        v.http_addr = resolve("http_target", hostport)?;
-        v.http_host = host_of(hostport).to_owned();
+        let r = self.conn.resolved()?;
+        v.targets = r.targets;
+        v.hosts = r.hosts;
+        v.http_addr = r.http_addr.expect("resolved() sets the HTTP address");
+        v.http_host = r.http_host;
         Ok(v)
     }
 
     fn checked(&self) -> Result<Validated, DataplaneError> {
         let bad =
             |field: &'static str, reason: String| Err(DataplaneError::Invalid { field, reason });
-        if self.targets.is_empty() {
-            return bad(
-                "targets",
-                "no target (host:port of a server's gRPC port 8502, or 8503 with TLS)".into(),
-            );
+        if let Err((field, reason)) = self
+            .conn
+            .check("no target (host:port of a server's gRPC port 8502, or 8503 with TLS)")
+        {
+            return bad(field, reason);
         }
-        for t in &self.targets {
-            check_host_port("targets", t)?;
-        }
-        let target = self.http_target();
-        let (https, hostport) = http_parts(&target);
-        check_host_port("http_target", hostport)?;
-        if https && self.tls.is_none() {
-            return bad(
-                "http_target",
-                "https:// needs TLS settings (a CA file or insecure verification)".into(),
-            );
-        }
+        let (https, _) = http_parts(&self.http_target());
         let pattern = |field: &'static str, s: &str| {
             NamePattern::parse(s).map_err(|reason| DataplaneError::Invalid { field, reason })
         };
@@ -212,12 +161,6 @@ impl DataplaneConfig {
             .iter()
             .map(|u| pattern("upstreams", u))
             .collect::<Result<Vec<_>, _>>()?;
-        if self.name_prefix.is_empty() || self.name_prefix.contains(['/', ' ']) {
-            return bad(
-                "name_prefix",
-                format!("{:?}: empty or has '/' or ' '", self.name_prefix),
-            );
-        }
         let adopt = match &self.adopt {
             None => {
                 if self.service_name.is_empty() || self.service_name.contains(['{', '}']) {
@@ -264,13 +207,6 @@ impl DataplaneConfig {
                 None => return bad("envoy_version", format!("{v:?}: expected e.g. 1.29.7")),
             },
         };
-        if let Err((field, reason)) = check_connection(
-            self.keepalive_time,
-            self.keepalive_timeout,
-            self.tls.as_ref(),
-        ) {
-            return bad(field, reason);
-        }
         let probe_service = match self.probe.kind {
             None => None,
             Some(ProbeKind::Intentions) => {
@@ -342,7 +278,7 @@ mod tests {
         assert_eq!(v.probe_service, None);
 
         let mut x = c.clone();
-        x.targets = vec!["nohost".into()];
+        x.conn.targets = vec!["nohost".into()];
         assert_eq!(invalid(&x), "targets");
         let mut x = c.clone();
         x.adopt = Some(Adopt {
@@ -367,10 +303,10 @@ mod tests {
         x.probe.service = Some("svc-{i}".into());
         assert_eq!(invalid(&x), "probe.service");
         let mut x = c.clone();
-        x.keepalive_time = Duration::from_secs(5);
+        x.conn.keepalive_time = Duration::from_secs(5);
         assert_eq!(invalid(&x), "keepalive_time");
         let mut x = c.clone();
-        x.tls = Some(ConsulTls::default());
+        x.conn.tls = Some(agent_sim_consul::ConsulTls::default());
         assert_eq!(invalid(&x), "tls");
         let mut x = c;
         x.service_name = "a{i}".into();

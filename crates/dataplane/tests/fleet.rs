@@ -155,8 +155,11 @@ async fn one_probe_is_timed_at_subscribe_agents_and_at_sidecars() {
     let m = metrics();
     let consul = ConsulFactory::new(
         ConsulConfig {
-            rpc_targets: vec![t.rpc.to_string()],
-            http_target: t.http.to_string(),
+            conn: agent_sim_consul::Connection {
+                targets: vec![t.rpc.to_string()],
+                http_target: t.http.to_string(),
+                ..agent_sim_consul::Connection::to(&[])
+            },
             probe: probe(),
             session_ttl: None,
             ..ConsulConfig::default()
@@ -262,8 +265,11 @@ async fn a_server_at_its_stream_cap_sends_sidecars_to_the_next_one() {
         }
     }
     let cfg = DataplaneConfig {
-        targets: vec![capped.grpc.to_string(), other.grpc.to_string()],
-        http_target: capped.http.to_string(),
+        conn: agent_sim_consul::Connection {
+            targets: vec![capped.grpc.to_string(), other.grpc.to_string()],
+            http_target: capped.http.to_string(),
+            ..agent_sim_consul::Connection::to(&[])
+        },
         adopt: Some(Adopt {
             proxy_id: "web-{i}-sidecar-proxy".into(),
             node: "node-{i}".into(),

@@ -50,8 +50,11 @@ async fn memory_per_sidecar() {
     // Upstreams web, api and the probe service: three EDS clusters and
     // local_app per sidecar, and the WatchServers stream.
     let cfg = DataplaneConfig {
-        targets: vec![grpc],
-        http_target: http,
+        conn: agent_sim_consul::Connection {
+            targets: vec![grpc],
+            http_target: http,
+            ..agent_sim_consul::Connection::to(&[])
+        },
         watch_servers: true,
         probe: ProbeConfig {
             kind: Some(ProbeKind::Catalog),

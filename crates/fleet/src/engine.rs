@@ -157,7 +157,7 @@ pub struct FleetReport {
     /// Agents that held a session, lost it, and were not back at the end.
     pub lost_not_back: u64,
     /// Agents not holding a session at the end, by their last failure's
-    /// kind ([`CAUSE_NO_ANSWER_YET`] when they had none).
+    /// kind ([`crate::CAUSE_NO_ANSWER_YET`] when they had none).
     pub missing: BTreeMap<&'static str, u64>,
     /// Established sessions that ended, by cause.
     pub sessions_lost: BTreeMap<&'static str, u64>,

@@ -26,8 +26,8 @@ pub(super) struct Finished<'a> {
 fn targets_of(plan: &FleetPlan) -> Vec<String> {
     match &plan.protocol {
         Protocol::Sensu(s) => s.targets.clone(),
-        Protocol::Consul(c) => c.rpc_targets.clone(),
-        Protocol::Dataplane(c) => c.targets.clone(),
+        Protocol::Consul(c) => c.conn.targets.clone(),
+        Protocol::Dataplane(c) => c.conn.targets.clone(),
     }
 }
 

@@ -90,8 +90,8 @@ pub(super) async fn start(cfg: &mut RunConfig) -> Result<Embedded, RunError> {
                         eprintln!("agent-sim: embedded consul http target: {e}");
                     }
                 }));
-                c.rpc_targets = vec![rpc_addr.to_string()];
-                c.http_target = http_addr.to_string();
+                c.conn.targets = vec![rpc_addr.to_string()];
+                c.conn.http_target = http_addr.to_string();
                 emb.consul_http.get_or_insert(http_addr);
             }
             Protocol::Dataplane(d) => {
@@ -122,8 +122,8 @@ pub(super) async fn start(cfg: &mut RunConfig) -> Result<Embedded, RunError> {
                     }));
                 }
                 if let (Some(h), Some(g)) = (emb.consul_http, emb.consul_grpc) {
-                    d.targets = vec![g.to_string()];
-                    d.http_target = h.to_string();
+                    d.conn.targets = vec![g.to_string()];
+                    d.conn.http_target = h.to_string();
                 }
             }
         }

@@ -280,8 +280,10 @@ pub async fn execute(
     for plan in &cfg.fleets {
         match &plan.protocol {
             Protocol::Sensu(s) => metrics.add_secret(&s.password),
-            Protocol::Consul(c) => metrics.add_secret(c.token.as_deref().unwrap_or_default()),
-            Protocol::Dataplane(c) => metrics.add_secret(c.token.as_deref().unwrap_or_default()),
+            Protocol::Consul(c) => metrics.add_secret(c.conn.token.as_deref().unwrap_or_default()),
+            Protocol::Dataplane(c) => {
+                metrics.add_secret(c.conn.token.as_deref().unwrap_or_default())
+            }
         }
     }
     if output == Output::Terminal {

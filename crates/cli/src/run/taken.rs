@@ -42,13 +42,15 @@ pub(super) async fn refuse_taken(fleets: &[FleetPlan]) -> Result<(), String> {
             continue;
         };
         let found =
-            match tokio::time::timeout(CHECK_TIMEOUT, cleanup(&api, &c.name_prefix, true)).await {
+            match tokio::time::timeout(CHECK_TIMEOUT, cleanup(&api, &c.conn.name_prefix, true))
+                .await
+            {
                 Ok(Ok(r)) => r,
                 _ => continue,
             };
         let first = plan.fleet.first_index;
         let ours: std::collections::HashSet<String> = (first..first + plan.fleet.agents)
-            .map(|i| name_of(&c.name_prefix, i))
+            .map(|i| name_of(&c.conn.name_prefix, i))
             .collect();
         let taken: Vec<&String> = found.nodes.iter().filter(|n| ours.contains(*n)).collect();
         if let Some(example) = taken.first() {
@@ -58,7 +60,7 @@ pub(super) async fn refuse_taken(fleets: &[FleetPlan]) -> Result<(), String> {
                  the same names. Remove them with `agent-sim cleanup --kind {} --target ...` \
                  (try --dry-run first), or choose another --name-prefix",
                 taken.len(),
-                c.name_prefix,
+                c.conn.name_prefix,
                 match plan.protocol {
                     Protocol::Dataplane(_) => "consul-dataplane",
                     _ => "consul",

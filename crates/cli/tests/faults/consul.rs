@@ -295,14 +295,17 @@ async fn a_stalled_rpc_connection_is_ended_by_the_keepalive() {
         let b = backend(false, true, &["consul.rpc=stall@100%,max:1"]).await;
         let (rpc, http) = b.consul_addrs().unwrap();
         let cfg = ConsulConfig {
-            rpc_targets: vec![rpc.to_string()],
-            http_target: http.to_string(),
+            conn: agent_sim_consul::Connection {
+                targets: vec![rpc.to_string()],
+                http_target: http.to_string(),
+                keepalive_time: Duration::from_secs(15),
+                keepalive_timeout: Duration::from_secs(1),
+                ..agent_sim_consul::Connection::to(&[])
+            },
             upstreams: vec!["web".into()],
             // Connected again as soon as the streams are (no sync to wait for).
             register: false,
             session_ttl: None,
-            keepalive_time: Duration::from_secs(15),
-            keepalive_timeout: Duration::from_secs(1),
             ..ConsulConfig::default()
         };
         let m = metrics(&agent_sim_consul::metrics_spec());

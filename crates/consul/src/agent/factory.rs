@@ -11,7 +11,7 @@ pub struct ConsulFactory {
 impl std::fmt::Debug for ConsulFactory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConsulFactory")
-            .field("rpc_targets", &self.shared.cfg.rpc_targets)
+            .field("rpc_targets", &self.shared.cfg.conn.targets)
             .field("upstreams", &self.shared.cfg.upstreams)
             .finish()
     }
@@ -32,21 +32,21 @@ impl ConsulFactory {
                 Dialer::new(
                     *a,
                     h,
-                    cfg.tls.as_ref(),
-                    cfg.keepalive_time,
-                    cfg.keepalive_timeout,
+                    cfg.conn.tls.as_ref(),
+                    cfg.conn.keepalive_time,
+                    cfg.conn.keepalive_timeout,
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
         let http = Arc::new(http_client(&cfg, &v)?);
         let board = match (cfg.probe.kind, &v.probe_service) {
             (Some(kind), Some(svc)) if cfg.probe.controller => {
-                Some(Arc::new(ProbeBoard::new(kind, svc, &cfg.name_prefix)))
+                Some(Arc::new(ProbeBoard::new(kind, svc, &cfg.conn.name_prefix)))
             }
             (Some(kind), Some(svc)) => Some(Arc::new(ProbeBoard::new_observer(
                 kind,
                 svc,
-                &cfg.name_prefix,
+                &cfg.conn.name_prefix,
                 cfg.probe.timeout(),
             ))),
             _ => None,
@@ -63,7 +63,7 @@ impl ConsulFactory {
         let flap_interval = cfg.flap_rate.map(|r| r.interval());
         Ok(ConsulFactory {
             shared: Arc::new(Shared {
-                token: cfg.token.clone().unwrap_or_default(),
+                token: cfg.conn.token.clone().unwrap_or_default(),
                 cfg,
                 dialers,
                 upstreams,
@@ -93,8 +93,8 @@ impl ConsulFactory {
             metrics: s.metrics.clone(),
             every: s.cfg.probe.every,
             timeout: s.cfg.probe.timeout(),
-            instance_id: http::probe_instance_id(&s.cfg.name_prefix),
-            prefix: s.cfg.name_prefix.clone(),
+            instance_id: http::probe_instance_id(&s.cfg.conn.name_prefix),
+            prefix: s.cfg.conn.name_prefix.clone(),
             keep: s.cfg.keep_registrations,
             latency: crate::names::PROPAGATION,
             fleet: None,
@@ -128,9 +128,9 @@ fn http_client(cfg: &ConsulConfig, v: &config::Validated) -> Result<HttpApi, Con
         v.http_addr,
         &v.http_host,
         v.https,
-        cfg.tls.as_ref(),
-        cfg.token.as_deref(),
-        &cfg.datacenter,
+        cfg.conn.tls.as_ref(),
+        cfg.conn.token.as_deref(),
+        &cfg.conn.datacenter,
     )
 }
 

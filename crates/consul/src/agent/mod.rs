@@ -220,7 +220,7 @@ impl ConsulAgent {
     }
 
     fn node(&self) -> String {
-        http::node_name(&self.shared.cfg.name_prefix, self.index)
+        http::node_name(&self.shared.cfg.conn.name_prefix, self.index)
     }
 }
 

@@ -99,7 +99,13 @@ impl ConsulAgent {
         }
         slot.resume_pending = index > 0;
         slot.started = Instant::now();
-        let req = subscribe_request(sub.topic, &sub.name, index, &sh.token, &sh.cfg.datacenter);
+        let req = subscribe_request(
+            sub.topic,
+            &sub.name,
+            index,
+            &sh.token,
+            &sh.cfg.conn.datacenter,
+        );
         slot.state = SlotState::Starting(start_call(grpc, req, &sh.metrics));
         sh.metrics.incr(sh.ids.subscriptions);
     }

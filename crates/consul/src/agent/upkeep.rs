@@ -97,7 +97,7 @@ impl ConsulAgent {
             instances: sh.cfg.services_per_agent,
             sidecars: sh.cfg.sidecars,
             upstreams: &upstreams,
-            prefix: &sh.cfg.name_prefix,
+            prefix: &sh.cfg.conn.name_prefix,
         })
     }
 

@@ -99,8 +99,11 @@ pub async fn start_with(cfg: ConsulTargetConfig) -> Target {
 
 pub fn config(t: &Target) -> ConsulConfig {
     ConsulConfig {
-        rpc_targets: vec![t.rpc.to_string()],
-        http_target: t.http.to_string(),
+        conn: agent_sim_consul::Connection {
+            targets: vec![t.rpc.to_string()],
+            http_target: t.http.to_string(),
+            ..agent_sim_consul::Connection::to(&[])
+        },
         ..ConsulConfig::default()
     }
 }

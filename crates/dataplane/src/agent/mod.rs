@@ -114,7 +114,7 @@ pub struct DataplaneFactory {
 impl std::fmt::Debug for DataplaneFactory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DataplaneFactory")
-            .field("targets", &self.shared.cfg.targets)
+            .field("targets", &self.shared.cfg.conn.targets)
             .field("upstreams", &self.shared.cfg.upstreams)
             .finish()
     }
@@ -154,9 +154,9 @@ impl DataplaneFactory {
                     Port::Grpc,
                     *a,
                     h,
-                    cfg.tls.as_ref(),
-                    cfg.keepalive_time,
-                    cfg.keepalive_timeout,
+                    cfg.conn.tls.as_ref(),
+                    cfg.conn.keepalive_time,
+                    cfg.conn.keepalive_timeout,
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -164,9 +164,9 @@ impl DataplaneFactory {
             v.http_addr,
             &v.http_host,
             v.https,
-            cfg.tls.as_ref(),
-            cfg.token.as_deref(),
-            &cfg.datacenter,
+            cfg.conn.tls.as_ref(),
+            cfg.conn.token.as_deref(),
+            &cfg.conn.datacenter,
         )?);
         // Only the controller measures: other shards have no raft index to
         // join EDS arrivals on (see the README).
@@ -174,11 +174,11 @@ impl DataplaneFactory {
             Some(svc) if cfg.probe.controller => Some(Arc::new(ProbeBoard::new(
                 ProbeKind::Catalog,
                 svc,
-                &cfg.name_prefix,
+                &cfg.conn.name_prefix,
             ))),
             _ => None,
         };
-        let token = match cfg.token.as_deref() {
+        let token = match cfg.conn.token.as_deref() {
             Some(t) if !t.is_empty() => {
                 Some(
                     MetadataValue::try_from(t).map_err(|_| DataplaneError::Invalid {
@@ -230,7 +230,7 @@ impl DataplaneFactory {
             RunnerSetup {
                 every: s.cfg.probe.every,
                 timeout: s.cfg.probe.timeout(),
-                prefix: s.cfg.name_prefix.clone(),
+                prefix: s.cfg.conn.name_prefix.clone(),
                 keep: s.cfg.keep_registrations,
             },
             names::PROPAGATION_XDS,
@@ -317,7 +317,7 @@ impl DataplaneAgent {
             instances: 1,
             sidecars: false,
             upstreams: &[],
-            prefix: &sh.cfg.name_prefix,
+            prefix: &sh.cfg.conn.name_prefix,
         })
     }
 
@@ -381,7 +381,7 @@ impl AgentFactory for DataplaneFactory {
                     "{}-sidecar-proxy",
                     http::instance_id(&s.cfg.service_name, index, 0)
                 ),
-                node_name(&s.cfg.name_prefix, index),
+                node_name(&s.cfg.conn.name_prefix, index),
             ),
         };
         let probe = s

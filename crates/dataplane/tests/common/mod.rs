@@ -91,8 +91,11 @@ pub async fn start() -> Target {
 
 pub fn config(t: &Target) -> DataplaneConfig {
     DataplaneConfig {
-        targets: vec![t.grpc.to_string()],
-        http_target: t.http.to_string(),
+        conn: agent_sim_consul::Connection {
+            targets: vec![t.grpc.to_string()],
+            http_target: t.http.to_string(),
+            ..agent_sim_consul::Connection::to(&[])
+        },
         ..DataplaneConfig::default()
     }
 }
