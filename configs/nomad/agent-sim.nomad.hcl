@@ -26,7 +26,7 @@ job "agent-sim" {
     }
 
     task "agent-sim" {
-      # The image built from the repository's Dockerfile (see README).
+      # The image built from the repository's Dockerfile (docs/running.md#container-image).
       driver = "docker"
 
       config {

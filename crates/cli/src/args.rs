@@ -167,7 +167,7 @@ pub enum ReportCommand {
         /// Write the merged report as summary JSON here.
         #[arg(long, value_name = "PATH")]
         summary: Option<PathBuf>,
-        /// SLO assertions evaluated on the merged report (see README).
+        /// SLO assertions evaluated on the merged report (docs/results.md).
         #[arg(long = "assert", value_name = "EXPR")]
         asserts: Vec<Assertion>,
     },
@@ -460,7 +460,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "VERSION", help_heading = heading::DATAPLANE)]
     pub envoy_version: Option<Toggle<String>>,
 
-    // --- Scenarios (README "Scenarios"; also [[scenario]] sections) ---
+    // --- Scenarios (docs/scenarios.md; also [[scenario]] sections) ---
     /// Close and reopen this share of the fleet's sessions per period,
     /// spread evenly (like deploys), e.g. 5%/30s.
     #[arg(long, value_name = "SHARE/PERIOD", help_heading = heading::SCENARIOS)]
@@ -551,7 +551,7 @@ pub struct RunArgs {
 
     // --- report page and table ---
     /// Write the report page here: one self-contained HTML file with the
-    /// run's charts (see README "Report page").
+    /// run's charts (docs/results.md#report-page).
     #[arg(long, value_name = "PATH", help_heading = heading::RESULTS)]
     pub report_html: Option<PathBuf>,
     /// The final table lists every counter with its total and average rate.

@@ -47,7 +47,7 @@ type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
 /// largest, and caps one view at ≈2–4 MiB (16-byte entries in a hash map)
 /// whatever a server streams. Every agent holds its own views, so a fleet
 /// watching a service that large needs that much per agent: see
-/// README "Bounds".
+/// docs/hardening.md.
 pub const MAX_VIEW_ENTRIES: usize = 65_536;
 
 /// What a health view keeps per instance.

@@ -13,7 +13,7 @@
 //!   phase after another), otherwise at its own time;
 //! - [`Phase`] / [`Scenario`]: the resolved timeline the engine drives.
 //!
-//! Timing rules (also in the README):
+//! Timing rules (also in docs/scenarios.md):
 //! - Continuous phases (churn, max session length) without `until`/`for`
 //!   stop [`settle`] before the end of a run with a `--duration`, so the
 //!   end-of-run count measures the fleet, not the churn in flight: 10 % of

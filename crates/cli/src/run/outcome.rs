@@ -9,7 +9,7 @@ use agent_sim_metrics::summary::Outcome;
 
 use super::exit;
 
-/// Decides the outcome (the contract of the README): 1 when nothing could
+/// Decides the outcome (the outcome contract of docs/results.md): 1 when nothing could
 /// run (no agent ever held a session) or the summary could not be written;
 /// 2 when the run finished with an incomplete fleet; 3 when an assertion
 /// failed; else 0. Reasons of every failed check are kept, the first one

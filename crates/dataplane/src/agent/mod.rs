@@ -169,7 +169,7 @@ impl DataplaneFactory {
             &cfg.conn.datacenter,
         )?);
         // Only the controller measures: other shards have no raft index to
-        // join EDS arrivals on (see the README).
+        // join EDS arrivals on (docs/dataplane.md).
         let board = match &v.probe_service {
             Some(svc) if cfg.probe.controller => Some(Arc::new(ProbeBoard::new(
                 ProbeKind::Catalog,

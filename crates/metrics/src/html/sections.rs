@@ -98,7 +98,7 @@ fn by_cause(m: &BTreeMap<String, u64>) -> String {
         .join(", ")
 }
 
-/// What the exit code means (README's contract).
+/// What the exit code means (the outcome contract, docs/results.md).
 fn exit_meaning(code: i32) -> &'static str {
     match code {
         0 => "the fleet was complete and every assertion held",
