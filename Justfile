@@ -25,5 +25,5 @@ bench-sessions:
 
 # refresh the repository's copy of the golden vectors from the project's shared data
 refresh-vectors:
-    rsync -a --delete ../shared/vectors/ testdata/vectors/
+    rm -rf testdata/vectors && cp -r ../shared/vectors testdata/vectors
     cargo test -p agent-sim-proto --test vectors_manifest

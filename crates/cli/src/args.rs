@@ -10,6 +10,7 @@ use agent_sim_fleet::Rate;
 use agent_sim_fleet::ReconnectPolicy;
 use agent_sim_fleet::scenario::{ChurnSpec, PauseSpec, RampDownSpec, StormSpec};
 use agent_sim_metrics::assert::Assertion;
+use agent_sim_observe::ObserveSpec;
 use agent_sim_sensu::Encoding;
 use clap::{Args, Parser, Subcommand};
 
@@ -64,6 +65,8 @@ pub mod heading {
     pub const MULTI_BOX: &str = "Several processes (docs/multi-box.md)";
     /// `serve --faults`.
     pub const FAULTS: &str = "Faults (docs/faults.md)";
+    /// Observing the servers under load.
+    pub const OBSERVE: &str = "Watching the server (docs/observe.md)";
 }
 
 /// Simulate tens of thousands of Sensu Go or Consul agents from one process.
@@ -171,6 +174,18 @@ pub enum ReportCommand {
         #[arg(long = "assert", value_name = "EXPR")]
         asserts: Vec<Assertion>,
     },
+    /// Two runs side by side, client and server figures, with the ratio
+    /// B/A (a server upgrade, a config change, streaming vs blocking). A
+    /// directory stands for the summaries in it, merged.
+    Compare {
+        /// Run A: a summary JSON, or a directory of shard summaries.
+        a: PathBuf,
+        /// Run B: likewise.
+        b: PathBuf,
+        /// Also write the comparison as a page here.
+        #[arg(long, short = 'o', value_name = "PATH")]
+        out: Option<PathBuf>,
+    },
 }
 
 /// `agent-sim serve ...`
@@ -225,6 +240,10 @@ pub struct ServeArgs {
     /// Print target counters every interval (0 = never).
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub stats_every: Secs,
+    /// Serve Prometheus `/metrics` here: this process's CPU, RSS, fds and
+    /// threads, and the backend's counters (what `--observe URL` reads).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
     /// Worker threads (default: number of cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -549,6 +568,33 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", help_heading = heading::RESULTS)]
     pub progress_every: Option<Secs>,
 
+    // --- Watching the server ---
+    /// Scrape a server's metrics during the run (repeatable): a Prometheus
+    /// URL, `consul` (each Consul server of the run: its
+    /// /v1/agent/metrics?format=prometheus with the run's token and TLS),
+    /// `sensu` (each backend's /metrics on its API port 8080), or
+    /// `consul=ADDR` / `sensu=ADDR` to name the API address.
+    #[serde(rename = "observe")]
+    #[arg(long = "observe", value_name = "URL|consul|sensu", help_heading = heading::OBSERVE)]
+    pub observe: Vec<ObserveSpec>,
+    /// Also read a process on this host from /proc (CPU, RSS, threads, fds):
+    /// a server that exposes no metrics (repeatable).
+    #[serde(rename = "observe-pid")]
+    #[arg(long = "observe-pid", value_name = "PID", help_heading = heading::OBSERVE)]
+    pub observe_pid: Vec<u32>,
+    /// Time between scrapes (the first ones, before any agent dials, are the
+    /// baseline; each scrape times out at 80 % of this).
+    #[arg(long, value_name = "DURATION", help_heading = heading::OBSERVE)]
+    pub observe_every: Option<Secs>,
+    /// Keep this series too, besides the server kind's defaults
+    /// (repeatable; its exposed or snake_case name).
+    #[serde(rename = "observe-metric")]
+    #[arg(long = "observe-metric", value_name = "NAME", help_heading = heading::OBSERVE)]
+    pub observe_metric: Vec<String>,
+    /// The shard that observes, so that a merged report counts a server once.
+    #[arg(long, value_name = "I", help_heading = heading::OBSERVE)]
+    pub observe_shard: Option<u64>,
+
     // --- report page and table ---
     /// Write the report page here: one self-contained HTML file with the
     /// run's charts (docs/results.md#report-page).
@@ -574,10 +620,10 @@ macro_rules! with_run_args_fields {
                 anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service,
                 embedded_check_interval, hlog_interval, metrics_addr, shard, seed, quiet,
                 progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,
-                churn, max_session_length, ramp_down, reconnect;
+                churn, max_session_length, ramp_down, reconnect, observe_every, observe_shard;
             paths: config, ca_file, cert_file, key_file, summary, hlog, report_html;
             vecs: targets, source_addrs, asserts,
-                storms, pauses
+                storms, pauses, observe, observe_pid, observe_metric
         )
     };
 }

@@ -213,6 +213,7 @@ pub fn resolve(
             })?;
         fleets.push(plan);
     }
+    let observe = crate::observing::plan(&top, &fleets, shard)?;
     let effective = effective_settings(&top, &layers, &fleets);
     Ok(RunConfig {
         fleets,
@@ -231,6 +232,7 @@ pub fn resolve(
         embedded_check_interval: secs(top.embedded_check_interval),
         report_html: top.report_html.clone(),
         verbose: top.verbose.unwrap_or(false),
+        observe,
         effective,
     })
 }

@@ -15,6 +15,8 @@ use crate::values::{Kind, List, Ramp, Secs, Toggle};
 pub const DEFAULT_AGENTS: u64 = 100;
 /// Interval of hlog records and of plain progress lines.
 pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(10);
+/// Time between scrapes of an observed server.
+pub const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_secs(5);
 /// Check schedule of the embedded Sensu backend.
 pub const DEFAULT_EMBEDDED_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -79,6 +81,7 @@ pub fn defaults() -> RunArgs {
         hlog_interval: Some(Secs(DEFAULT_REPORT_INTERVAL)),
         quiet: Some(false),
         progress_every: Some(Secs(DEFAULT_REPORT_INTERVAL)),
+        observe_every: Some(Secs(DEFAULT_OBSERVE_EVERY)),
         reconnect: Some(fleet.backoff.policy()),
         ..RunArgs::default()
     }

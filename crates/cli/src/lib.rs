@@ -6,7 +6,8 @@
 //! (every default) and [`help`] (the command with its defaults shown),
 //! [`plan`] (the validated run: fleets, shard, usage errors), [`scenario`]
 //! (scenario flags and `[[scenario]]` sections onto each fleet),
-//! [`settings`] (the effective settings for the summary), [`config`]
+//! [`settings`] (the effective settings for the summary), [`observing`]
+//! (the servers `--observe` reads), [`config`]
 //! (layering defaults < file < env < flags into a plan), [`preflight`] (fds, ports, somaxconn,
 //! conntrack and memory before any socket), [`run`] (orchestration,
 //! progress, hlog, Prometheus, summary, assertions), [`serve`] (`agent-sim
@@ -33,6 +34,7 @@ pub mod defaults;
 pub mod doctor_cmd;
 pub mod exit;
 pub mod help;
+pub mod observing;
 pub mod plan;
 pub mod preflight;
 pub mod progress;

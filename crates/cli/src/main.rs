@@ -128,6 +128,9 @@ fn main() -> ExitCode {
             out,
             asserts,
         })) => code(report_cmd::html(&files, &out, &asserts)),
+        Some(Command::Report(ReportCommand::Compare { a, b, out })) => {
+            code(report_cmd::compare(&a, &b, out.as_deref()))
+        }
         Some(Command::Report(ReportCommand::Merge {
             files,
             summary,

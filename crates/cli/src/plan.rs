@@ -117,6 +117,9 @@ pub struct RunConfig {
     pub report_html: Option<PathBuf>,
     /// Every counter in the final table.
     pub verbose: bool,
+    /// The servers to observe during the run (`--observe`), if this
+    /// process observes.
+    pub observe: Option<agent_sim_observe::ObserveConfig>,
     /// The effective settings for the summary's `config` (see
     /// [`crate::settings::effective_settings`]).
     pub effective: serde_json::Map<String, serde_json::Value>,

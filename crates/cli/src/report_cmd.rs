@@ -1,7 +1,7 @@
-//! `agent-sim report show|merge|html`: render one result file, merge the
-//! summaries and hlogs of several processes exactly (percentiles from merged
-//! histograms, never averaged), or write the report page of one run or of
-//! several merged.
+//! `agent-sim report show|merge|html|compare`: render one result file,
+//! merge the summaries and hlogs of several processes exactly (percentiles
+//! from merged histograms, never averaged), write the report page of one
+//! run or of several merged, or put two runs side by side.
 
 use std::path::{Path, PathBuf};
 
@@ -244,4 +244,31 @@ pub fn merge(files: &[PathBuf], summary: Option<&Path>, asserts: &[Assertion]) -
     } else {
         exit::OK
     }
+}
+
+/// `report compare A B [-o PATH]`: two runs (each a summary or a directory
+/// of shard summaries, merged) side by side with the ratio B/A.
+pub fn compare(a: &Path, b: &Path, out: Option<&Path>) -> i32 {
+    let load_one = |p: &Path| load_and_merge(&[p.to_path_buf()]);
+    let (ra, rb) = match (load_one(a), load_one(b)) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("agent-sim: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let names = (a.display().to_string(), b.display().to_string());
+    let names = (names.0.as_str(), names.1.as_str());
+    print!(
+        "{}",
+        agent_sim_metrics::compare::render_text(names, &ra, &rb)
+    );
+    if let Some(p) = out {
+        let page = agent_sim_metrics::compare::render_html(names, &ra, &rb);
+        if let Err(e) = write_atomically(p, &page) {
+            eprintln!("agent-sim: -o {}: {e}", p.display());
+            return exit::FAILURE;
+        }
+    }
+    exit::OK
 }

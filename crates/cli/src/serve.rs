@@ -154,9 +154,83 @@ fn backend_config(a: &ServeArgs, p: &ServePlan) -> BackendConfig {
     }
 }
 
+/// Counters of the backend's stats that are levels, not totals.
+fn is_gauge(field: &str) -> bool {
+    field.ends_with("_active") || field.ends_with("_open") || field == "raft_index"
+}
+
+/// The backend's stats (a serialized snapshot) as Prometheus families
+/// `agent_sim_serve_<protocol>_<field>`: counters `_total`, levels gauges.
+fn stats_families(out: &mut String, protocol: &str, snapshot: serde_json::Value) {
+    let Some(fields) = snapshot.as_object() else {
+        return;
+    };
+    for (field, v) in fields {
+        let Some(v) = v.as_f64() else { continue };
+        let (name, kind) = if is_gauge(field) {
+            (format!("agent_sim_serve_{protocol}_{field}"), "gauge")
+        } else {
+            (
+                format!("agent_sim_serve_{protocol}_{field}_total"),
+                "counter",
+            )
+        };
+        let help = format!("agent-sim serve: {protocol} {}.", field.replace('_', " "));
+        agent_sim_metrics::prometheus::scalar(out, &name, kind, &help, v);
+    }
+}
+
+/// What `serve --metrics-addr` shows: the process and the backend's stats.
+fn exposition(backend: &Backend) -> String {
+    let mut out = String::with_capacity(8 * 1024);
+    agent_sim_metrics::prometheus::process_families(&mut out);
+    if let Some(s) = backend.sensu_stats() {
+        stats_families(
+            &mut out,
+            "sensu",
+            serde_json::to_value(s).unwrap_or_default(),
+        );
+    }
+    if let Some(s) = backend.consul_stats() {
+        stats_families(
+            &mut out,
+            "consul",
+            serde_json::to_value(s).unwrap_or_default(),
+        );
+    }
+    out
+}
+
+/// Serves `--metrics-addr` until `shutdown`.
+async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    backend: Arc<Backend>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("--metrics-addr {addr}: {e}"))?;
+    eprintln!(
+        "agent-sim serve: metrics on http://{}/metrics",
+        listener.local_addr()?
+    );
+    tokio::spawn(async move {
+        let _ = agent_sim_metrics::prometheus::serve_text(
+            listener,
+            Arc::new(move || exposition(&backend)),
+            async move { shutdown.cancelled().await },
+        )
+        .await;
+    });
+    Ok(())
+}
+
 /// Runs the requested servers until `shutdown`.
 pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let backend = Backend::start(backend_config(&a, &p)).await?;
+    let backend = Arc::new(Backend::start(backend_config(&a, &p)).await?);
+    if let Some(addr) = a.metrics_addr {
+        serve_metrics(addr, backend.clone(), shutdown.clone()).await?;
+    }
     if let Some(addr) = backend.sensu_addr() {
         eprintln!("agent-sim serve: sensu agent endpoint on ws://{addr}/");
     }

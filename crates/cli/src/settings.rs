@@ -96,12 +96,14 @@ pub fn effective_settings(
             .and_then(|a| a.get_help_heading().map(str::to_string))
     };
     let embedded = fleets.iter().any(|f| f.embedded);
+    let observing = !top.observe.is_empty() || !top.observe_pid.is_empty();
     // Whether a field belongs in a fleet of `kind` (None: no fleet's own).
     let belongs = |field: &str, kind: Option<&str>| {
         if field == "embedded_check_interval" {
             return embedded;
         }
         match heading(field).as_deref() {
+            Some(heading::OBSERVE) => observing,
             Some(heading::SENSU) => kind == Some("sensu"),
             Some(heading::CONSUL) => {
                 kind == Some("consul")

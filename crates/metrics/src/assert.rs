@@ -23,6 +23,13 @@
 //! | `reconvergence.<stat>` | per lost session, loss → steady state again, over every disruption (their `reconnect_us` added) | duration |
 //! | `disruptions.count` `disruptions.sessions_lost` `disruptions.back` `disruptions.missing` `disruptions.attempts` | summed over the disruptions | number |
 //! | `disruptions.back_after_p50` (`_p90`, `_p99`, `_p100`) | the longest time until that share of a disruption's lost sessions were back (fails if one never got there) | duration |
+//! | `server.cpu_cores.<max\|mean\|baseline>`, `server.rss_bytes.<max\|mean\|baseline>` | an observed server's CPU (cores) and RSS: highest scrape, mean at steady state, before the run | number; size |
+//! | `server.cores_per_1000_agents`, `server.rss_per_agent_kib` | what each agent cost the server at steady state, above its baseline | number |
+//! | `server.<latency>.<p50\|p99\|mean\|baseline_p50\|baseline_p99>` | a kept server latency under load or at baseline (`consul_raft_commit_time`, `etcd_disk_wal_fsync_duration_seconds`, ...) | duration |
+//! | `server.<series>.<max\|mean\|last\|baseline>` | a kept gauge, or a counter's rate (`<name>_per_s`) | number |
+//!
+//! With several observed servers a `server.*` path takes the highest value
+//! among them (the worst, for the usual `<` thresholds).
 //!
 //! Numbers may use `_` separators (`10_000`). `propagation.<stat>` falls back
 //! to the probes' merged histograms when the summary has no `propagation`
@@ -98,6 +105,7 @@ enum Unit {
     Count,
     Ratio,
     PerSecond,
+    Plain,
 }
 
 const STATS: &[&str] = &[
@@ -132,6 +140,7 @@ enum Metric {
     CpuUser,
     CpuSys,
     DurationS,
+    Server { name: String, stat: String },
 }
 
 impl Metric {
@@ -151,6 +160,12 @@ impl Metric {
             Metric::ProbesDeliveredRatio => Unit::Ratio,
             Metric::PeakRss => Unit::Bytes,
             Metric::CpuUser | Metric::CpuSys | Metric::DurationS => Unit::Seconds,
+            Metric::Server { name, stat } => match (name.as_str(), stat.as_str()) {
+                ("rss_bytes", _) => Unit::Bytes,
+                (_, "p50" | "p99" | "baseline_p50" | "baseline_p99") => Unit::Micros,
+                ("cpu_cores" | "cores_per_1000_agents" | "rss_per_agent_kib", _) => Unit::Plain,
+                _ => Unit::Plain,
+            },
         }
     }
 }
@@ -238,6 +253,24 @@ fn parse_path(path: &str) -> Result<Metric, String> {
             ));
         }
         ["duration_s"] => Metric::DurationS,
+        [
+            "server",
+            f @ ("cores_per_1000_agents" | "rss_per_agent_kib"),
+        ] => Metric::Server {
+            name: (*f).to_owned(),
+            stat: String::new(),
+        },
+        ["server", name, stat] => Metric::Server {
+            name: (*name).to_owned(),
+            stat: server_stat(name, stat)?,
+        },
+        ["server", ..] => {
+            return Err(format!(
+                "unknown server path {path:?} (server.cpu_cores.max, server.rss_bytes.mean, \
+                 server.cores_per_1000_agents, server.rss_per_agent_kib, \
+                 server.<latency>.p99, server.<series>.max)"
+            ));
+        }
         [name] => Metric::Counter((*name).to_owned()),
         [name, stat] => Metric::Latency {
             name: (*name).to_owned(),
@@ -245,6 +278,31 @@ fn parse_path(path: &str) -> Result<Metric, String> {
         },
         _ => return Err(format!("unknown path {path:?}")),
     })
+}
+
+/// Statistics of `server.<name>.<stat>`.
+const SERVER_STATS: [&str; 8] = [
+    "max",
+    "mean",
+    "last",
+    "baseline",
+    "p50",
+    "p99",
+    "baseline_p50",
+    "baseline_p99",
+];
+
+fn server_stat(name: &str, stat: &str) -> Result<String, String> {
+    SERVER_STATS
+        .into_iter()
+        .find(|x| *x == stat)
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            format!(
+                "unknown statistic {stat:?} of server.{name} ({})",
+                SERVER_STATS.join(", ")
+            )
+        })
 }
 
 /// Fields of `disruptions.<field>`.
@@ -319,7 +377,7 @@ fn parse_value(s: &str, unit: Unit) -> Result<Value, String> {
         (Unit::Bytes, "mb") => 1e6,
         (Unit::Bytes, "gb") => 1e9,
         (Unit::Ratio, "%") => 0.01,
-        (Unit::PerSecond, "/s") => 1.0,
+        (Unit::PerSecond | Unit::Plain, "/s") => 1.0,
         (u, other) => {
             let allowed = match u {
                 Unit::Micros => "ns, us, µs, ms, s, m, h (bare = µs)",
@@ -328,6 +386,7 @@ fn parse_value(s: &str, unit: Unit) -> Result<Value, String> {
                 Unit::Ratio => "% (or a bare fraction)",
                 Unit::PerSecond => "/s (or a bare number)",
                 Unit::Count => "none: a plain number or `requested`",
+                Unit::Plain => "none: a plain number",
             };
             return Err(format!("unknown unit {other:?} in {s:?}; units: {allowed}"));
         }
@@ -566,6 +625,41 @@ fn actual(m: &Metric, s: &Summary) -> Result<f64, String> {
         Metric::CpuUser => s.process.cpu_user_s,
         Metric::CpuSys => s.process.cpu_sys_s,
         Metric::DurationS => s.duration_s,
+        Metric::Server { name, stat } => {
+            if s.server.is_empty() {
+                return Err("no server was observed (--observe)".into());
+            }
+            s.server
+                .iter()
+                .filter_map(|srv| match name.as_str() {
+                    "cores_per_1000_agents" => srv.sizing.cores_per_1000_agents,
+                    "rss_per_agent_kib" => srv.sizing.rss_per_agent_kib,
+                    _ => srv.stat(name, stat),
+                })
+                .reduce(f64::max)
+                .ok_or_else(|| {
+                    let mut kept: Vec<&str> = s
+                        .server
+                        .iter()
+                        .flat_map(|srv| srv.latencies.keys().map(String::as_str))
+                        .collect();
+                    kept.sort_unstable();
+                    kept.dedup();
+                    format!(
+                        "no observed server has {name}{} (latencies kept: {})",
+                        if stat.is_empty() {
+                            String::new()
+                        } else {
+                            format!(".{stat}")
+                        },
+                        if kept.is_empty() {
+                            "none".to_string()
+                        } else {
+                            kept.join(", ")
+                        }
+                    )
+                })?
+        }
     })
 }
 
@@ -577,6 +671,7 @@ fn fmt_value(unit: Unit, v: f64) -> String {
         Unit::Seconds => format!("{v:.2}s"),
         Unit::Ratio => format!("{v:.4}"),
         Unit::PerSecond => format!("{v:.1}/s"),
+        Unit::Plain => format!("{}", (v * 1000.0).round() / 1000.0),
         Unit::Count if v.fract() == 0.0 => format!("{v:.0}"),
         Unit::Count => format!("{v}"),
     }

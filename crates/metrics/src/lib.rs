@@ -23,6 +23,9 @@
 //!   per interval), bounded however long the run.
 //! - [`disruption`]: disruptions (storms, churn, backend restarts) and the
 //!   fleet's reconvergence after each, live and in the summary.
+//! - [`compare`]: two runs side by side with the ratio B/A.
+//! - [`server`]: the summary's `server` section (what observed servers did,
+//!   and what each agent cost them).
 //! - [`histo`] and [`units`]: the leaves every part uses (histogram
 //!   encoding and exact adds; readable units and instants).
 //!
@@ -34,6 +37,7 @@
 //! This crate knows no protocol: Sensu and Consul declare their own names.
 
 pub mod assert;
+pub mod compare;
 pub mod disruption;
 pub mod histo;
 pub mod hlog;
@@ -43,6 +47,7 @@ pub mod process;
 pub mod prometheus;
 pub mod report;
 pub mod schema;
+pub mod server;
 pub mod summary;
 pub mod timeline;
 pub mod units;

@@ -59,6 +59,7 @@ use hdrhistogram::Histogram;
 
 use crate::disruption::DisruptionSummary;
 use crate::histo::{add_into, add_shifted, value_at_rank};
+use crate::server::ServerSummary;
 use crate::summary::{KindEntry, LatencySummary, Outcome, ProbeSummary, SCHEMA_V2, Summary};
 use crate::{MetricsError, new_latency_histogram};
 
@@ -373,7 +374,34 @@ fn merge_over_time(parts: &[Summary], out: &mut Summary) -> Result<(), MetricsEr
         .collect();
     let views: Vec<&[DisruptionSummary]> = shifted.iter().map(Vec::as_slice).collect();
     out.disruptions = crate::disruption::merge(&views)?;
+    out.server = merge_servers(parts, offset);
     Ok(())
+}
+
+/// The observed servers of every part, on the earliest start's clock. One
+/// shard observes, so a server is normally in one part; if several parts
+/// observed the same target, the one with the most scrapes is kept.
+fn merge_servers(parts: &[Summary], offset: impl Fn(usize) -> f64) -> Vec<ServerSummary> {
+    let mut out: Vec<ServerSummary> = Vec::new();
+    for (n, p) in parts.iter().enumerate() {
+        let shift = offset(n);
+        for srv in &p.server {
+            let mut srv = srv.clone();
+            for x in std::iter::once(&mut srv.baseline).chain(srv.samples.iter_mut()) {
+                x.t_s += shift;
+            }
+            if let Some((a, b)) = srv.sizing.steady_s.as_mut().map(|w| (&mut w.0, &mut w.1)) {
+                *a += shift;
+                *b += shift;
+            }
+            match out.iter_mut().find(|o| o.target == srv.target) {
+                Some(o) if o.scrapes < srv.scrapes => *o = srv,
+                Some(_) => {}
+                None => out.push(srv),
+            }
+        }
+    }
+    out
 }
 
 /// The parts' configs as one: a key on which every part that has it agrees

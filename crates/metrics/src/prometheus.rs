@@ -282,7 +282,56 @@ fn disruptions(out: &mut String, metrics: &Metrics) {
     );
 }
 
-fn respond(req: &Request<Incoming>, metrics: &Metrics) -> Response<Full<Bytes>> {
+/// The process families a Prometheus client exposes, read from
+/// `/proc/self`: `process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_open_fds` and `process_threads` (what `agent-sim serve
+/// --metrics-addr` shows besides its own counters).
+pub fn process_families(out: &mut String) {
+    let Some(p) = crate::process::read_pid(std::path::Path::new("/proc"), "self") else {
+        return;
+    };
+    scalar(
+        out,
+        "process_cpu_seconds_total",
+        "counter",
+        "User and system CPU time spent, in seconds.",
+        p.cpu_s,
+    );
+    scalar(
+        out,
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory size, in bytes.",
+        p.rss_bytes as f64,
+    );
+    if let Some(f) = p.open_fds {
+        scalar(
+            out,
+            "process_open_fds",
+            "gauge",
+            "Open file descriptors.",
+            f as f64,
+        );
+    }
+    scalar(
+        out,
+        "process_threads",
+        "gauge",
+        "OS threads.",
+        p.threads as f64,
+    );
+}
+
+/// A gauge or counter family of one unlabelled sample.
+pub fn scalar(out: &mut String, name: &str, kind: &str, help: &str, v: f64) {
+    family(out, name, kind, help);
+    let _ = writeln!(out, "{name} {v}");
+}
+
+fn respond(
+    req: &Request<Incoming>,
+    render: &(dyn Fn() -> String + Send + Sync),
+) -> Response<Full<Bytes>> {
     let status = |code: StatusCode, text: &'static str| {
         let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
         *r.status_mut() = code;
@@ -294,7 +343,7 @@ fn respond(req: &Request<Incoming>, metrics: &Metrics) -> Response<Full<Bytes>> 
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return status(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
     }
-    let mut r = Response::new(Full::new(Bytes::from(render(metrics, &[]))));
+    let mut r = Response::new(Full::new(Bytes::from(render())));
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE_TEXT));
     r
@@ -310,6 +359,17 @@ pub async fn serve(
     metrics: Metrics,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let text = move || render(&metrics, &[]);
+    serve_text(listener, std::sync::Arc::new(text), shutdown).await
+}
+
+/// Serves `GET /metrics` with whatever `text` renders at each request (the
+/// same server as [`serve`], for `agent-sim serve --metrics-addr`).
+pub async fn serve_text(
+    listener: TcpListener,
+    text: std::sync::Arc<dyn Fn() -> String + Send + Sync>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let mut shutdown = std::pin::pin!(shutdown);
     let mut conns = JoinSet::new();
     loop {
@@ -323,10 +383,10 @@ pub async fn serve(
                         continue;
                     }
                 };
-                let metrics = metrics.clone();
+                let text = text.clone();
                 conns.spawn(async move {
                     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let r = respond(&req, &metrics);
+                        let r = respond(&req, text.as_ref());
                         async move { Ok::<_, Infallible>(r) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()

@@ -61,6 +61,7 @@ pub fn render_with(s: &Summary, opts: &TableOptions<'_>) -> String {
     headline(&mut out, s, opts);
     probes(&mut out, s);
     crate::disruption::render(&mut out, &s.disruptions);
+    server(&mut out, s);
     latency(&mut out, s);
     rates(&mut out, s);
     errors(&mut out, s);
@@ -274,6 +275,101 @@ fn process(out: &mut String, s: &Summary) {
         s.process.cpu_user_s,
         s.process.cpu_sys_s
     );
+}
+
+/// A number of cores, or `-`.
+fn cores(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |c| format!("{c:.2}"))
+}
+
+/// A size, or `-`.
+fn bytes(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |b| fmt_mib(b.max(0.0) as u64))
+}
+
+/// A latency in µs, or `-`.
+fn us(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |x| fmt_us(x.max(0.0).round() as u64))
+}
+
+/// Each observed server: CPU and RSS at baseline, at steady state and at
+/// their highest, what each agent cost it, and its kept latencies at
+/// baseline and under load.
+fn server(out: &mut String, s: &Summary) {
+    for srv in &s.server {
+        let _ = writeln!(
+            out,
+            "server     {} {} ({}, {} scrape(s), {} failed)",
+            srv.kind, srv.target, srv.source, srv.scrapes, srv.failed
+        );
+        let z = &srv.sizing;
+        if z.cpu_cores.max.is_some() || z.cpu_cores.baseline.is_some() {
+            let _ = writeln!(
+                out,
+                "  cpu      baseline {} cores, steady {}, max {}{}",
+                cores(z.cpu_cores.baseline),
+                cores(z.cpu_cores.mean),
+                cores(z.cpu_cores.max),
+                z.cores_per_1000_agents
+                    .map(|c| format!(": {c:.3} cores per 1,000 agents"))
+                    .unwrap_or_default()
+            );
+        }
+        if z.rss_bytes.max.is_some() || z.rss_bytes.baseline.is_some() {
+            let _ = writeln!(
+                out,
+                "  rss      baseline {}, steady {}, max {}{}",
+                bytes(z.rss_bytes.baseline),
+                bytes(z.rss_bytes.mean),
+                bytes(z.rss_bytes.max),
+                z.rss_per_agent_kib
+                    .map(|k| format!(": {k:.1} KiB per agent"))
+                    .unwrap_or_default()
+            );
+        }
+        if let Some((a, b)) = z.steady_s {
+            let _ = writeln!(
+                out,
+                "  steady   {a:.1}s .. {b:.1}s, {:.0} agent(s) held on average",
+                z.agents
+            );
+        }
+        if !srv.latencies.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {:<44} {:>19}  {:>19}",
+                "latency", "baseline p50 / p99", "under load p50 / p99"
+            );
+            for (name, l) in &srv.latencies {
+                let _ = writeln!(
+                    out,
+                    "  {name:<44} {:>19}  {:>19}",
+                    format!("{} / {}", us(l.baseline_p50), us(l.baseline_p99)),
+                    format!("{} / {}", us(l.p50), us(l.p99)),
+                );
+            }
+        }
+        let steady: Vec<&crate::server::ServerSample> =
+            srv.samples.iter().filter(|x| x.steady).collect();
+        let mut sums: std::collections::BTreeMap<&str, (f64, u32)> = Default::default();
+        for x in &steady {
+            for (k, v) in &x.values {
+                let e = sums.entry(k.as_str()).or_default();
+                e.0 += v;
+                e.1 += 1;
+            }
+        }
+        let items: Vec<String> = sums
+            .iter()
+            .map(|(k, (sum, n))| (k, sum / f64::from(*n)))
+            .filter(|(_, mean)| *mean != 0.0)
+            .map(|(k, mean)| format!("{k} {}", (mean * 100.0).round() / 100.0))
+            .collect();
+        wrapped(out, "  series", &items);
+        for n in &srv.notes {
+            let _ = writeln!(out, "  note     {n}");
+        }
+    }
 }
 
 /// Every counter with its total and its average over the run (`--verbose`).

@@ -227,6 +227,69 @@ mod tests {
     }
 
     #[test]
+    fn an_observed_server_validates() {
+        use crate::server::{LatencyUnderLoad, Level, Quantiles, ServerSample, ServerSizing};
+        let sample = |t_s: f64, cpu: f64| ServerSample {
+            t_s,
+            agents: 100,
+            steady: t_s > 0.0,
+            cpu_cores: Some(cpu),
+            rss_bytes: Some(64 << 20),
+            values: [("consul_rpc_request_per_s".to_string(), 12.5)].into(),
+            latencies: [(
+                "consul_raft_commit_time".to_string(),
+                Quantiles {
+                    p50: Some(23.0),
+                    p99: Some(41.5),
+                    count: 3.0,
+                    ..Default::default()
+                },
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let s = Summary {
+            server: vec![crate::server::ServerSummary {
+                target: "http://127.0.0.1:8500/v1/agent/metrics?format=prometheus".into(),
+                kind: "consul".into(),
+                source: "prometheus".into(),
+                scrapes: 3,
+                failed: 1,
+                baseline: sample(-1.0, 0.01),
+                samples: vec![sample(5.0, 0.4), sample(10.0, 0.5)],
+                sizing: ServerSizing {
+                    steady_s: Some((5.0, 10.0)),
+                    agents: 100.0,
+                    cpu_cores: Level {
+                        baseline: Some(0.01),
+                        mean: Some(0.45),
+                        max: Some(0.5),
+                    },
+                    cores_per_1000_agents: Some(4.4),
+                    ..Default::default()
+                },
+                latencies: [(
+                    "consul_raft_commit_time".to_string(),
+                    LatencyUnderLoad {
+                        p99: Some(41.5),
+                        unit: "ms".into(),
+                        ..Default::default()
+                    },
+                )]
+                .into(),
+                notes: vec!["a note".into()],
+            }],
+            ..populated()
+        };
+        let v = serde_json::to_value(&s).unwrap();
+        validate_summary_json(&v).unwrap();
+        assert_eq!(crate::Summary::from_json(&v.to_string()).unwrap(), s);
+        let mut bad = v;
+        bad["server"][0]["source"] = serde_json::json!("guessed");
+        assert!(validate_summary_json(&bad).is_err());
+    }
+
+    #[test]
     fn merged_summaries_validate() {
         let m = crate::merge::merge_summaries(&[populated(), populated()]).unwrap();
         validate_summary_json(&serde_json::to_value(m).unwrap()).unwrap();

@@ -26,6 +26,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::histo::{decode_histogram, encode_histogram};
+use crate::server::ServerSummary;
 use crate::{MetricsError, new_latency_histogram};
 
 /// Schema identifier of version 1 (read, upgraded to v2).
@@ -303,6 +304,12 @@ pub struct Summary {
     /// length, a backend restart detected), in order of `began_s`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disruptions: Vec<DisruptionSummary>,
+
+    // --- the observed servers (written by `--observe`) ---
+    /// What each observed server did during the run, and what each agent
+    /// cost it (see [`crate::server`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server: Vec<ServerSummary>,
 
     // --- timeline and config (written by the run's reporter) ---
     /// Samples every `--progress-every` and at the end (at most

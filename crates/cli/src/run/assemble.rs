@@ -132,6 +132,8 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         timeline: ended_at(f.timeline, connected),
         config: Some(f.cfg.effective.clone()),
         disruptions: f.metrics.disruptions().summaries(),
+        // Filled in by the observer after the run, when it observed.
+        server: Vec::new(),
     }
 }
 

@@ -4,13 +4,15 @@
 //! way out (deadline, Ctrl-C or SIGTERM) ALWAYS builds the summary, writes it
 //! and evaluates the assertions.
 //!
-//! Parts: `embedded` (the in-process backends), `reporter` (progress,
+//! Parts: `embedded` (the in-process backends), `observe` (the servers
+//! watched during the run, `--observe`), `reporter` (progress,
 //! hlog, timeline and latency windows task), `assemble` (the summary),
 //! `outcome` (exit code and the final table); [`execute`] only sequences
 //! them, and writes the report page (`--report-html`) last.
 
 mod assemble;
 mod embedded;
+mod observe;
 mod outcome;
 mod reporter;
 mod taken;
@@ -75,6 +77,12 @@ pub enum Output {
 
 fn metrics_spec(cfg: &RunConfig) -> MetricsSpec {
     let mut spec = agent_sim_fleet::metrics_spec();
+    if cfg.observe.is_some() {
+        spec = spec.merge(&MetricsSpec {
+            errors: agent_sim_observe::warning_kinds(),
+            ..MetricsSpec::default()
+        });
+    }
     if cfg
         .fleets
         .iter()
@@ -295,7 +303,33 @@ pub async fn execute(
     taken::refuse_taken(&cfg.fleets)
         .await
         .map_err(RunError::Setup)?;
+    let statuses: Vec<Arc<FleetStatus>> = cfg
+        .fleets
+        .iter()
+        .map(|_| Arc::new(FleetStatus::default()))
+        .collect();
+    // The baseline is read before the run's clock starts and any agent dials.
+    let ending = CancellationToken::new();
+    let observer = match &cfg.observe {
+        Some(o) => Some(
+            observe::start(
+                o.clone(),
+                &cfg,
+                &metrics,
+                &statuses,
+                started,
+                ending.clone(),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let end = run_end(cfg.duration, shutdown);
+    let e = end.clone();
+    tokio::spawn(async move {
+        e.cancelled().await;
+        ending.cancel();
+    });
     let metrics_task = match cfg.metrics_addr {
         Some(addr) => Some(serve_metrics(addr, &metrics, &end).await?),
         None => None,
@@ -307,11 +341,6 @@ pub async fn execute(
         ),
         None => None,
     };
-    let statuses: Vec<Arc<FleetStatus>> = cfg
-        .fleets
-        .iter()
-        .map(|_| Arc::new(FleetStatus::default()))
-        .collect();
     let reporter = Reporter::start(ReporterSetup {
         cfg: &cfg,
         metrics: metrics.clone(),
@@ -326,6 +355,10 @@ pub async fn execute(
     let (reports, probes) = run_fleets(&cfg, built, &metrics, &statuses, &end).await;
 
     let recorded = reporter.finish().await;
+    let servers = match observer {
+        Some(o) => o.finish().await,
+        None => Vec::new(),
+    };
     let (embedded_sensu, embedded_consul) = embedded.stop().await;
     if let Some(t) = metrics_task {
         t.abort();
@@ -339,6 +372,7 @@ pub async fn execute(
         started,
         timeline: recorded.timeline,
     });
+    summary.server = servers;
     let verdicts = evaluate(&cfg.asserts, &summary);
     let stopped = reports
         .iter()

@@ -7,13 +7,15 @@
 //! complete, run length, targets, every assertion's verdict, the exit
 //! code); each propagation probe's arrival histogram and CDF over the fleet
 //! with p50/p90/p99/max marked and delivered/expected; sessions, rates and
-//! latency percentiles over time; disruptions and reconvergence; errors by
+//! latency percentiles over time; each observed server's CPU, memory and
+//! latencies (`--observe`); disruptions and reconvergence; errors by
 //! kind over time with the server's words; the process's CPU and RSS over
 //! time; the configuration the run used (secrets were redacted when the
 //! summary was written).
 //!
 //! Parts: [`svg`] (the chart writer, and why it is our own), [`charts`]
-//! (run data to charts), `sections` (the HTML of each section). Input is a
+//! (run data to charts), `sections` (the HTML of each section), `server`
+//! (the observed servers' section). Input is a
 //! [`Page`]: a summary (one run's, or merged), the verdicts, and latency
 //! windows from interval logs or from the run itself.
 //!
@@ -23,6 +25,7 @@
 
 mod charts;
 mod sections;
+mod server;
 pub mod svg;
 
 use std::fmt::Write as _;
@@ -111,6 +114,11 @@ footer{margin-top:40px;color:var(--muted);font-size:.85em}
 @media print{main{max-width:none;padding:0}h2{break-after:avoid}figure,table{break-inside:avoid}.banner{background:none}}
 "#;
 
+/// The page style, for other pages of the same look (`report compare`).
+pub fn css() -> &'static str {
+    CSS.trim()
+}
+
 /// The whole page.
 pub fn render(page: &Page<'_>) -> String {
     let s = page.summary;
@@ -137,6 +145,7 @@ pub fn render(page: &Page<'_>) -> String {
     sections::headline(&mut o, page);
     sections::probes(&mut o, s);
     sections::sessions(&mut o, s);
+    server::server(&mut o, s);
     sections::rates(&mut o, s);
     sections::latency(&mut o, s, page.windows);
     sections::disruptions(&mut o, s);

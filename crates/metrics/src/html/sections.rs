@@ -19,7 +19,7 @@ const SLOWEST_DRAWN: usize = 6;
 /// Error kinds with their own line in the errors chart; the rest are summed.
 const ERROR_LINES: usize = 5;
 
-fn figure(o: &mut String, chart: Option<Chart>, caption: &str) {
+pub(super) fn figure(o: &mut String, chart: Option<Chart>, caption: &str) {
     if let Some(c) = chart {
         let _ = writeln!(
             o,
@@ -30,21 +30,21 @@ fn figure(o: &mut String, chart: Option<Chart>, caption: &str) {
     }
 }
 
-fn note(o: &mut String, text: &str) {
+pub(super) fn note(o: &mut String, text: &str) {
     let _ = writeln!(o, "<p class=\"note\">{}</p>", esc(text));
 }
 
-fn open(o: &mut String, id: &str, title: &str) {
+pub(super) fn open(o: &mut String, id: &str, title: &str) {
     let _ = writeln!(o, "<section id=\"{id}\">\n<h2>{}</h2>", esc(title));
 }
 
-fn close(o: &mut String) {
+pub(super) fn close(o: &mut String) {
     o.push_str("</section>\n");
 }
 
 /// A table: header cells (a leading `>` marks a right-aligned, numeric
 /// column) and rows of already escaped cells.
-fn table(o: &mut String, head: &[&str], rows: &[Vec<String>]) {
+pub(super) fn table(o: &mut String, head: &[&str], rows: &[Vec<String>]) {
     let numeric: Vec<bool> = head.iter().map(|h| h.starts_with('>')).collect();
     o.push_str("<div class=\"wide\"><table><thead><tr>");
     for h in head {
@@ -70,7 +70,7 @@ fn table(o: &mut String, head: &[&str], rows: &[Vec<String>]) {
     o.push_str("</tbody></table></div>\n");
 }
 
-fn kv(o: &mut String, items: &[(&str, String)]) {
+pub(super) fn kv(o: &mut String, items: &[(&str, String)]) {
     o.push_str("<dl class=\"kv\">");
     for (k, v) in items {
         let _ = write!(o, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(v));
@@ -445,7 +445,7 @@ fn probe_overview(s: &Summary) -> Option<Chart> {
     })
 }
 
-fn disruption_marks(s: &Summary) -> Vec<Mark> {
+pub(super) fn disruption_marks(s: &Summary) -> Vec<Mark> {
     s.disruptions
         .iter()
         .map(|d| Mark {

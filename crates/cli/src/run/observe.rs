@@ -1,0 +1,41 @@
+//! The run's view for the observer: the whole fleet's sessions held (a
+//! shard's count scaled to the fleet it is a slice of), whether every
+//! agent has been started, and when the run's end came.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use agent_sim_fleet::FleetStatus;
+use agent_sim_metrics::Metrics;
+use agent_sim_observe::{ObserveConfig, Observer, RunView};
+use tokio_util::sync::CancellationToken;
+
+use super::RunError;
+use crate::plan::RunConfig;
+
+/// Starts the observer (its baseline is taken before this returns).
+pub(super) async fn start(
+    o: ObserveConfig,
+    cfg: &RunConfig,
+    metrics: &Metrics,
+    statuses: &[Arc<FleetStatus>],
+    started: Instant,
+    ending: CancellationToken,
+) -> Result<Observer, RunError> {
+    // This process holds `here` of the fleet's `total` agents.
+    let here: u64 = cfg.fleets.iter().map(|f| f.fleet.agents).sum();
+    let total: u64 = cfg.fleets.iter().map(|f| f.total_agents).sum();
+    let scale = total as f64 / here.max(1) as f64;
+    let m = metrics.clone();
+    let st: Vec<Arc<FleetStatus>> = statuses.to_vec();
+    let view = RunView {
+        started,
+        agents: Arc::new(move || (m.connected().max(0) as f64 * scale).round() as u64),
+        ramp_done: Arc::new(move || st.iter().all(|s| s.ramp_done.load(Ordering::Relaxed))),
+        end: ending,
+    };
+    Observer::start(o, metrics.clone(), view)
+        .await
+        .map_err(|e| RunError::Setup(format!("--observe: {e}")))
+}

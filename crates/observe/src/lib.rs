@@ -1,0 +1,51 @@
+//! The server's side of a run: while agent-sim loads a backend, this crate
+//! reads what the backend says of itself, on the run's time axis, and
+//! works out what each agent cost it.
+//!
+//! Main parts:
+//! - [`target`]: what to observe ([`ObserveSpec`] as the flags name it,
+//!   [`Target`] as the observer reads it): a Prometheus text endpoint, a
+//!   Consul server's `/v1/agent/metrics` (with the run's token and TLS, and
+//!   the JSON format when the server keeps no Prometheus metrics), or a
+//!   process on this host (`/proc/PID`).
+//! - `fetch`: one HTTP(S) GET with a size limit (a new connection per
+//!   scrape: one every few seconds costs nothing and never holds a socket
+//!   a slow server could stall).
+//! - [`reading`]: one scrape as typed series (counters, gauges, summaries,
+//!   histograms, Consul's 10-second windows), parsed with the
+//!   `prometheus-parse` crate (see the module for why).
+//! - [`kinds`]: which series each kind of server gets kept by default
+//!   (found on real Consul 1.20 and Sensu Go 6.12 servers) and their units
+//!   (Consul's and Sensu's summaries are milliseconds).
+//! - [`figures`]: readings to the summary's `server` section: per-interval
+//!   rates and quantiles, the baseline, the steady state, cores per 1,000
+//!   agents, RSS per agent, latencies under load vs at baseline.
+//! - [`Observer`]: the task. A baseline before the first agent dials, a
+//!   scrape every interval on its own task (a timeout below the interval,
+//!   never two at once, parsing off the async workers), a last one after
+//!   the last agent left. A failed scrape is a warning with the server's
+//!   words; it never fails or delays the run.
+//!
+//! What it is not: it loads nothing and knows no protocol of the agents.
+
+mod fetch;
+pub mod figures;
+pub mod kinds;
+mod observer;
+pub mod reading;
+pub mod target;
+
+pub use kinds::ServerKind;
+pub use observer::{ObserveConfig, Observer, RunView, warning_kinds};
+pub use target::{Endpoint, ObserveSpec, Target};
+
+/// Errors of this crate (a scrape's failure is a warning, not one of these).
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    /// A flag value that names nothing observable.
+    #[error("{0}")]
+    Spec(String),
+    /// TLS settings that do not load.
+    #[error("TLS: {0}")]
+    Tls(#[from] agent_sim_net::TlsError),
+}

@@ -1,0 +1,409 @@
+//! The observer task: a baseline before the first dial, a scrape of every
+//! target each interval, a last one after the run, then the figures.
+//!
+//! Never in the way: every fetch runs on a task of its own and is bounded
+//! by a timeout of 80 % of the interval; a tick that comes while a scrape
+//! is still out is skipped, never queued; parsing runs on the blocking
+//! pool, off the workers that drive the agents. A failed scrape is a
+//! warning with the server's words (`observe_failed`), never an error.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_sim_metrics::server::{ServerSample, ServerSummary};
+use agent_sim_metrics::{ErrorKindSpec, Metrics};
+use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
+use tokio_rustls::rustls::ClientConfig;
+use tokio_util::sync::CancellationToken;
+
+use crate::ObserveError;
+use crate::fetch;
+use crate::figures::{self, RunState};
+use crate::kinds::{self, ServerKind};
+use crate::reading::{self, Reading};
+use crate::target::{Endpoint, Target};
+
+/// Warning kind of a scrape that failed.
+pub const WARN_FAILED: &str = "observe_failed";
+/// Warning kind of a Consul server without Prometheus metrics.
+pub const WARN_NO_PROMETHEUS: &str = "observe_consul_no_prometheus";
+
+/// The warning kinds the observer counts, with what to check.
+pub fn warning_kinds() -> Vec<ErrorKindSpec> {
+    vec![
+        ErrorKindSpec {
+            kind: WARN_FAILED,
+            hint: "a scrape of an observed server failed (the run goes on without that sample): \
+                   check the --observe URL, the server's HTTP port and its telemetry settings",
+            heals: true,
+        },
+        ErrorKindSpec {
+            kind: WARN_NO_PROMETHEUS,
+            hint: "this Consul server keeps no Prometheus metrics: add telemetry { \
+                   prometheus_retention_time = \"60s\" } to its config; meanwhile its JSON \
+                   metrics are read, which have no process CPU or RSS (add --observe-pid on \
+                   the server's host for those)",
+            heals: true,
+        },
+    ]
+}
+
+/// What a run observes.
+#[derive(Debug, Clone)]
+pub struct ObserveConfig {
+    /// The endpoints and processes.
+    pub targets: Vec<Target>,
+    /// Time between scrapes.
+    pub every: Duration,
+    /// Series kept besides each kind's defaults (`--observe-metric`).
+    pub extra: Vec<String>,
+}
+
+/// What the observer reads of the run at each scrape.
+#[derive(Clone)]
+pub struct RunView {
+    /// The run's time zero (its samples' `t_s` count from it).
+    pub started: Instant,
+    /// Agents holding a session now (the whole fleet's estimate).
+    pub agents: Arc<dyn Fn() -> u64 + Send + Sync>,
+    /// Whether every agent has been started.
+    pub ramp_done: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// Cancelled when the run's end has come (agents leaving).
+    pub end: CancellationToken,
+}
+
+impl std::fmt::Debug for RunView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunView").finish_non_exhaustive()
+    }
+}
+
+impl RunView {
+    fn now(&self) -> RunState {
+        RunState {
+            t_s: self.started.elapsed().as_secs_f64(),
+            agents: (self.agents)(),
+            ramp_done: (self.ramp_done)(),
+            ending: self.end.is_cancelled(),
+        }
+    }
+}
+
+/// One target's state across the run.
+struct Track {
+    target: Target,
+    tls: Option<Arc<ClientConfig>>,
+    /// Reading the Consul JSON fallback instead of the URL.
+    json: bool,
+    prev: Option<(Reading, RunState)>,
+    out: ServerSummary,
+    units: BTreeMap<String, &'static str>,
+    seen: BTreeSet<String>,
+}
+
+/// What one scrape of one target brought.
+enum Scraped {
+    Read(Reading, RunState),
+    /// The Prometheus URL answered 200 and nothing: read the JSON instead.
+    Empty,
+    Failed(String),
+}
+
+/// The running observer (see the module doc).
+pub struct Observer {
+    stop: CancellationToken,
+    task: JoinHandle<Vec<Track>>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer").finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    metrics: Metrics,
+    extra: Vec<String>,
+    timeout: Duration,
+    view: RunView,
+}
+
+impl Observer {
+    /// Builds the targets' TLS, takes the baseline (two scrapes a second
+    /// apart, or the interval when shorter) and starts scraping every
+    /// `cfg.every` on a task of its own. Call it before the first agent
+    /// dials.
+    pub async fn start(
+        cfg: ObserveConfig,
+        metrics: Metrics,
+        view: RunView,
+    ) -> Result<Observer, ObserveError> {
+        let mut tracks = Vec::new();
+        for target in cfg.targets {
+            let tls = match &target {
+                Target::Http(e) if e.url.starts_with("https://") || e.tls.is_some() => {
+                    let t = e.tls.clone().unwrap_or_default();
+                    Some(agent_sim_net::client_config(&t, &[b"http/1.1"])?)
+                }
+                _ => None,
+            };
+            let (kind, source) = match &target {
+                Target::Pid(_) => (ServerKind::Process, "proc"),
+                Target::Http(e) => (e.kind.unwrap_or(ServerKind::Other), "prometheus"),
+            };
+            tracks.push(Track {
+                out: ServerSummary {
+                    target: target.name(),
+                    kind: kind.to_string(),
+                    source: source.into(),
+                    ..ServerSummary::default()
+                },
+                target,
+                tls,
+                json: false,
+                prev: None,
+                units: BTreeMap::new(),
+                seen: BTreeSet::new(),
+            });
+        }
+        let shared = Arc::new(Shared {
+            metrics,
+            extra: cfg.extra,
+            timeout: cfg.every.mul_f64(0.8).max(Duration::from_millis(50)),
+            view,
+        });
+        let gap = cfg.every.min(Duration::from_secs(1));
+        scrape_all(&shared, &mut tracks, None).await;
+        tokio::time::sleep(gap).await;
+        for t in &mut tracks {
+            t.out.baseline.t_s = f64::NAN;
+        }
+        scrape_all(&shared, &mut tracks, Some(Phase::Baseline)).await;
+        let stop = CancellationToken::new();
+        let (s, every, sh) = (stop.clone(), cfg.every, shared.clone());
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => scrape_all(&sh, &mut tracks, Some(Phase::Run)).await,
+                    _ = s.cancelled() => break,
+                }
+            }
+            tracks
+        });
+        Ok(Observer { stop, task, shared })
+    }
+
+    /// Stops the interval scrapes, takes a last one (after the last agent
+    /// left) and returns every target's section of the summary.
+    pub async fn finish(self) -> Vec<ServerSummary> {
+        self.stop.cancel();
+        let Ok(mut tracks) = self.task.await else {
+            return Vec::new();
+        };
+        scrape_all(&self.shared, &mut tracks, Some(Phase::Run)).await;
+        tracks
+            .into_iter()
+            .map(|mut t| {
+                for name in &self.shared.extra {
+                    if !t.seen.contains(name) && !t.seen.contains(&kinds::normalize(name)) {
+                        t.out.notes.push(format!(
+                            "--observe-metric {name}: this server exposed no such series"
+                        ));
+                    }
+                }
+                if t.out.baseline.t_s.is_nan() {
+                    t.out.baseline.t_s = 0.0;
+                    t.out.notes.push(
+                        "no baseline: the server did not answer before the first agent dialed"
+                            .into(),
+                    );
+                }
+                figures::bound(&mut t.out.samples);
+                figures::summarize(&mut t.out, &t.units);
+                t.out
+            })
+            .collect()
+    }
+}
+
+/// Where a scrape's sample goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Baseline,
+    Run,
+}
+
+/// Scrapes every target at once (each on its own task, bounded), then
+/// records what came back. `phase` None: a first reading, no sample.
+async fn scrape_all(shared: &Arc<Shared>, tracks: &mut [Track], phase: Option<Phase>) {
+    let handles: Vec<JoinHandle<Scraped>> = tracks
+        .iter()
+        .map(|t| {
+            let (target, tls, json, sh) = (t.target.clone(), t.tls.clone(), t.json, shared.clone());
+            tokio::spawn(async move { scrape(&sh, &target, tls.as_ref(), json).await })
+        })
+        .collect();
+    for (t, h) in tracks.iter_mut().zip(handles) {
+        let mut got = h
+            .await
+            .unwrap_or_else(|e| Scraped::Failed(format!("scrape task: {e}")));
+        if matches!(got, Scraped::Empty)
+            && let Target::Http(e) = &t.target
+            && e.json_fallback.is_some()
+            && !t.json
+        {
+            shared.metrics.warn(
+                WARN_NO_PROMETHEUS,
+                Some(&format!("GET {}: 200 with an empty body", e.url)),
+            );
+            t.json = true;
+            t.out.source = "consul-json".into();
+            t.out.notes.push(
+                "the Prometheus URL answered 200 with an empty body (no telemetry { \
+                 prometheus_retention_time }): read from /v1/agent/metrics (JSON), which has no \
+                 process CPU or RSS"
+                    .into(),
+            );
+            got = scrape(shared, &t.target, t.tls.as_ref(), true).await;
+        }
+        match got {
+            Scraped::Read(r, run) => record(t, r, run, phase),
+            Scraped::Empty => fail(shared, t, "200 with an empty body".into()),
+            Scraped::Failed(why) => fail(shared, t, why),
+        }
+    }
+}
+
+fn fail(shared: &Shared, t: &mut Track, why: String) {
+    t.out.failed += 1;
+    shared
+        .metrics
+        .warn(WARN_FAILED, Some(&format!("{}: {why}", t.target.name())));
+}
+
+fn record(t: &mut Track, r: Reading, run: RunState, phase: Option<Phase>) {
+    t.out.scrapes += 1;
+    if let Some(k) = r.kind
+        && t.out.kind != ServerKind::Process.to_string()
+        && (t.out.kind == ServerKind::Other.to_string() || k != ServerKind::Other)
+    {
+        t.out.kind = k.to_string();
+    }
+    for name in r.series.keys() {
+        t.seen.insert(name.clone());
+        t.seen.insert(kinds::normalize(name));
+        if let Some((_, unit)) = kinds::latency_unit(name) {
+            t.units.insert(kinds::normalize(name), unit);
+        }
+    }
+    let prev = t.prev.take();
+    let mut s: ServerSample = figures::sample(prev.as_ref().map(|(p, st)| (p, st.t_s)), &r, run);
+    if let Some((_, before)) = &prev {
+        s.steady = before.ramp_done && !before.ending && !run.ending;
+    }
+    match phase {
+        Some(Phase::Baseline) => t.out.baseline = s,
+        Some(Phase::Run) => t.out.samples.push(s),
+        None => {}
+    }
+    t.prev = Some((r, run));
+}
+
+/// One scrape of one target, bounded by the timeout.
+async fn scrape(
+    shared: &Arc<Shared>,
+    target: &Target,
+    tls: Option<&Arc<ClientConfig>>,
+    json: bool,
+) -> Scraped {
+    let work = async {
+        match target {
+            Target::Pid(pid) => {
+                let pid = *pid;
+                let read = tokio::task::spawn_blocking(move || {
+                    agent_sim_metrics::process::read_pid(
+                        std::path::Path::new("/proc"),
+                        &pid.to_string(),
+                    )
+                })
+                .await
+                .ok()
+                .flatten();
+                match read {
+                    Some(p) => Scraped::Read(reading::from_proc(&p), shared.view.now()),
+                    None => Scraped::Failed(format!("process {pid} is gone")),
+                }
+            }
+            Target::Http(ep) => scrape_http(shared, ep, tls, json).await,
+        }
+    };
+    match tokio::time::timeout(shared.timeout, work).await {
+        Ok(s) => s,
+        Err(_) => Scraped::Failed(format!(
+            "no answer within {:?} (the scrape timeout, 80 % of --observe-every)",
+            shared.timeout
+        )),
+    }
+}
+
+async fn scrape_http(
+    shared: &Arc<Shared>,
+    ep: &Endpoint,
+    tls: Option<&Arc<ClientConfig>>,
+    json: bool,
+) -> Scraped {
+    let url = match (&ep.json_fallback, json) {
+        (Some(j), true) => j.clone(),
+        _ => ep.url.clone(),
+    };
+    let answer = match fetch::get(ep, &url, tls).await {
+        Ok(a) => a,
+        Err(e) => return Scraped::Failed(format!("GET {url}: {e}")),
+    };
+    let run = shared.view.now();
+    if answer.status != 200 {
+        let words = String::from_utf8_lossy(&answer.body[..answer.body.len().min(200)])
+            .trim()
+            .to_string();
+        return Scraped::Failed(format!("GET {url}: HTTP {}: {words}", answer.status));
+    }
+    if answer.body.iter().all(u8::is_ascii_whitespace) {
+        return Scraped::Empty;
+    }
+    let (extra, hint, bytes) = (shared.extra.clone(), ep.kind, answer.body.len());
+    let parsed = tokio::task::spawn_blocking(move || {
+        let text = String::from_utf8_lossy(&answer.body);
+        let keep = |kind: ServerKind, name: &str| {
+            let kind = if kind == ServerKind::Other {
+                hint.unwrap_or(kind)
+            } else {
+                kind
+            };
+            kinds::kept(kind, name, &extra)
+        };
+        if json {
+            reading::parse_consul_json(&text, &keep)
+        } else {
+            reading::parse_prometheus(&text, &keep)
+        }
+    })
+    .await
+    .unwrap_or_default();
+    if parsed.exposed == 0 {
+        return Scraped::Failed(format!(
+            "GET {url}: the answer is not {} ({} bytes)",
+            if json {
+                "Consul's JSON metrics"
+            } else {
+                "the Prometheus text format"
+            },
+            bytes
+        ));
+    }
+    Scraped::Read(parsed, run)
+}
