@@ -15,6 +15,10 @@
 //!    query's msgpack response, and the materialized view applying them.
 //! 4. `keepalive_path`: the session's per-keepalive work end to end: clock,
 //!    id, frame build, tungstenite client framing with masking.
+//! 5. `observe_scrape`: what `--observe` costs per scrape on the load box:
+//!    parsing what real servers expose (Consul 1.20.1's Prometheus text and
+//!    JSON, Sensu 6.12's Prometheus text, captured under load) with the
+//!    kind's default series kept, and one interval's figures from two.
 //!
 //! Run: `cargo bench -p agent-sim-benches` (add `-- --quick` for the quick
 //! profile, `-- <filter>` for one group).
@@ -372,6 +376,41 @@ fn keepalive_path(c: &mut Criterion, rows: &mut Vec<Row>) {
 
 /// Criterion's output directory (`$CRITERION_HOME`, else `<target>/criterion`
 /// from the bench executable's location `<target>/<profile>/deps/`).
+fn observe_scrape(c: &mut Criterion, rows: &mut Vec<Row>) {
+    use agent_sim_observe::figures::{RunState, sample};
+    use agent_sim_observe::kinds::{self, ServerKind};
+    use agent_sim_observe::reading::{parse_consul_json, parse_prometheus};
+    let keep = |k: ServerKind, n: &str| kinds::kept(k, n, &[]);
+    let consul =
+        String::from_utf8(vector("consul/metrics/server-1.20.1-1000-agents.prom")).unwrap();
+    let json = String::from_utf8(vector("consul/metrics/server-1.20.1-1000-agents.json")).unwrap();
+    let sensu = String::from_utf8(vector("sensu/metrics/backend-6.12.0-500-agents.prom")).unwrap();
+    let mut g = Group::new(c, rows, "observe_scrape");
+    g.bench("parse", "consul-prometheus", consul.len(), || {
+        black_box(parse_prometheus(black_box(&consul), &keep))
+    });
+    g.bench("parse", "consul-json", json.len(), || {
+        black_box(parse_consul_json(black_box(&json), &keep))
+    });
+    g.bench("parse", "sensu-prometheus", sensu.len(), || {
+        black_box(parse_prometheus(black_box(&sensu), &keep))
+    });
+    let (a, b) = (
+        parse_prometheus(&sensu, &keep),
+        parse_prometheus(&sensu, &keep),
+    );
+    let run = RunState {
+        t_s: 5.0,
+        agents: 500,
+        ramp_done: true,
+        ending: false,
+    };
+    g.bench("interval", "sensu", 0, || {
+        black_box(sample(Some((black_box(&a), 0.0)), black_box(&b), run))
+    });
+    g.finish();
+}
+
 fn criterion_dir() -> Option<PathBuf> {
     if let Some(h) = std::env::var_os("CRITERION_HOME") {
         return Some(h.into());
@@ -536,6 +575,7 @@ fn main() {
     sensu_check_request(&mut c, &mut rows);
     consul_subscribe(&mut c, &mut rows);
     keepalive_path(&mut c, &mut rows);
+    observe_scrape(&mut c, &mut rows);
     c.final_summary();
     // Without `--bench` (cargo test) criterion runs each routine once.
     if std::env::args().any(|a| a == "--bench") {

@@ -266,14 +266,19 @@ async fn scrape_all(shared: &Arc<Shared>, tracks: &mut [Track], phase: Option<Ph
             t.out.notes.push(
                 "the Prometheus URL answered 200 with an empty body (no telemetry { \
                  prometheus_retention_time }): read from /v1/agent/metrics (JSON), which has no \
-                 process CPU or RSS"
+                 process CPU or RSS, and whose latencies are 10-second means and maxima (shown as \
+                 p50 and p99)"
                     .into(),
             );
             got = scrape(shared, &t.target, t.tls.as_ref(), true).await;
         }
         match got {
             Scraped::Read(r, run) => record(t, r, run, phase),
-            Scraped::Empty => fail(shared, t, "200 with an empty body".into()),
+            Scraped::Empty => fail(
+                shared,
+                t,
+                format!("GET {}: 200 with an empty body", t.target.name()),
+            ),
             Scraped::Failed(why) => fail(shared, t, why),
         }
     }
@@ -281,9 +286,8 @@ async fn scrape_all(shared: &Arc<Shared>, tracks: &mut [Track], phase: Option<Ph
 
 fn fail(shared: &Shared, t: &mut Track, why: String) {
     t.out.failed += 1;
-    shared
-        .metrics
-        .warn(WARN_FAILED, Some(&format!("{}: {why}", t.target.name())));
+    // `why` names the URL (`GET …: …`) or the process.
+    shared.metrics.warn(WARN_FAILED, Some(&why));
 }
 
 fn record(t: &mut Track, r: Reading, run: RunState, phase: Option<Phase>) {
