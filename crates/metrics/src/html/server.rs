@@ -173,9 +173,11 @@ pub(super) fn server(o: &mut String, s: &Summary) {
         figure(
             o,
             chart,
-            "The server's own latency per interval (its summaries' sliding-window quantiles, or \
-             quantiles of the histogram buckets that filled in the interval; Consul's JSON gives \
-             mean and max).",
+            &format!(
+                "{name}: the server's own latency per interval (its summaries' sliding-window \
+                 quantiles, or quantiles of the histogram buckets that filled in the interval; \
+                 Consul's JSON gives mean and max)."
+            ),
         );
     }
     for (i, srv) in s.server.iter().enumerate() {
@@ -212,10 +214,11 @@ pub(super) fn server(o: &mut String, s: &Summary) {
             );
         }
         if let Some((a, b)) = srv.sizing.steady_s {
+            let label = format!("#{} {}: steady state", i + 1, srv.kind);
             kv(
                 o,
                 &[(
-                    "steady state",
+                    label.as_str(),
                     format!(
                         "{a:.1}s to {b:.1}s, {:.0} agent(s) held on average",
                         srv.sizing.agents
