@@ -124,10 +124,11 @@ impl RunBuilder {
     /// Validates, runs and returns the outcome (the summary is also written
     /// to `--summary` if set). Must be called inside a multi-thread tokio runtime.
     pub async fn run(self) -> Result<RunOutcome, RunError> {
-        let cfg = config::resolve(self.args, &|k| std::env::var(k).ok())?;
-        let limits = preflight::Limits::of_this_host();
-        let p = preflight::check(&cfg, limits)?;
-        preflight::apply(&p, limits)?;
+        let mut cfg = config::resolve(self.args, &|k| std::env::var(k).ok())?;
+        let host = preflight::Host::of_this_host();
+        preflight::spread_loopback(&mut cfg, &host);
+        let p = preflight::check(&cfg, &host)?;
+        preflight::apply(&p, &host)?;
         run::execute(cfg, self.shutdown.unwrap_or_default(), Output::Silent).await
     }
 }

@@ -167,8 +167,8 @@ fn main() -> ExitCode {
                     return code(exit::USAGE);
                 }
             };
-            let limits = preflight::Limits::of_this_host();
-            let _ = preflight::raise_nofile(limits.hard);
+            let host = preflight::Host::of_this_host();
+            let _ = preflight::raise_nofile(host.nofile.1);
             run_with_signals(args.threads, None, |token| async move {
                 match serve::serve(*args, plan, token).await {
                     Ok(()) => code(exit::OK),
@@ -180,15 +180,18 @@ fn main() -> ExitCode {
             })
         }
         None => {
-            let cfg = match config::resolve(cli.run, &|k| std::env::var(k).ok()) {
+            let mut cfg = match config::resolve(cli.run, &|k| std::env::var(k).ok()) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("agent-sim: {e}");
                     return code(exit::USAGE);
                 }
             };
-            let limits = preflight::Limits::of_this_host();
-            let pre = preflight::check(&cfg, limits).and_then(|p| preflight::apply(&p, limits));
+            let host = preflight::Host::of_this_host();
+            for note in preflight::spread_loopback(&mut cfg, &host) {
+                eprintln!("agent-sim: note: {note}");
+            }
+            let pre = preflight::check(&cfg, &host).and_then(|p| preflight::apply(&p, &host));
             if let Err(e) = pre {
                 eprintln!("agent-sim: {e}");
                 return code(exit::USAGE);

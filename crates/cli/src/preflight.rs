@@ -14,6 +14,7 @@
 //!   raises the soft fd limit to the hard one when the run needs it.
 
 use std::fmt;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::Path;
 
 use crate::plan::{Protocol, RunConfig, UsageError};
@@ -61,24 +62,6 @@ pub struct Preflight {
     pub ephemeral_ports: u64,
 }
 
-/// Host limits the run's gate uses, injectable for tests.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Soft RLIMIT_NOFILE.
-    pub soft: u64,
-    /// Hard RLIMIT_NOFILE.
-    pub hard: u64,
-    /// Ephemeral port range (inclusive).
-    pub ports: (u64, u64),
-}
-
-impl Limits {
-    /// Reads this host's limits.
-    pub fn of_this_host() -> Limits {
-        Host::read(Path::new("/proc")).limits()
-    }
-}
-
 /// What a host offers; `None` where the value could not be read (no
 /// conntrack module, a container without `/proc/sys`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +78,10 @@ pub struct Host {
     pub conntrack: Option<(u64, u64)>,
     /// `MemAvailable` in bytes.
     pub mem_available: Option<u64>,
+    /// TCP connections of this host (`net/tcp`, `net/tcp6`; listening
+    /// sockets left out), local and remote address: each holds an
+    /// ephemeral port of its source address toward its destination.
+    pub tcp: Vec<(SocketAddr, SocketAddr)>,
 }
 
 impl Host {
@@ -130,6 +117,11 @@ impl Host {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
                 .map(|kib| kib * 1024)
         });
+        let tcp = ["net/tcp", "net/tcp6"]
+            .iter()
+            .filter_map(|f| text(f))
+            .flat_map(|s| parse_tcp(&s))
+            .collect();
         Host {
             nofile,
             nr_open: num("sys/fs/nr_open"),
@@ -137,17 +129,68 @@ impl Host {
             somaxconn: num("sys/net/core/somaxconn"),
             conntrack,
             mem_available,
+            tcp,
         }
     }
 
-    /// The part the run's gate uses.
-    pub fn limits(&self) -> Limits {
-        Limits {
-            soft: self.nofile.0,
-            hard: self.nofile.1,
-            ports: self.ports,
-        }
+    /// This host, read from `/proc` (or the tree `AGENT_SIM_PROC_ROOT`
+    /// names: tests give a fake one).
+    pub fn of_this_host() -> Host {
+        let root = std::env::var_os("AGENT_SIM_PROC_ROOT").unwrap_or_else(|| "/proc".into());
+        Host::read(Path::new(&root))
     }
+
+    /// Ports already held toward `remote`: from `source`, or (`None`) from
+    /// whichever local address (the OS chooses one).
+    pub fn held(&self, remote: SocketAddr, source: Option<IpAddr>) -> u64 {
+        self.tcp
+            .iter()
+            .filter(|(l, r)| *r == remote && source.is_none_or(|s| l.ip() == s))
+            .count() as u64
+    }
+
+    /// Usable ephemeral ports of one source address toward a destination,
+    /// before what others hold.
+    fn port_budget(&self) -> (u64, u64) {
+        let (lo, hi) = self.ports;
+        let range = hi.saturating_sub(lo) + 1;
+        (range, range.saturating_sub(PORT_RESERVE))
+    }
+}
+
+/// The connections of `/proc/net/tcp` or `tcp6` (listening sockets left
+/// out): `sl local rem st ...`, addresses as the kernel prints them.
+fn parse_tcp(text: &str) -> Vec<(SocketAddr, SocketAddr)> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut it = l.split_whitespace().skip(1);
+            let (local, remote, state) = (it.next()?, it.next()?, it.next()?);
+            (state != "0A").then_some(())?;
+            Some((proc_addr(local)?, proc_addr(remote)?))
+        })
+        .collect()
+}
+
+/// `0100007F:1F90`: the address as the kernel prints it (each 32-bit
+/// word of the network-order bytes in host order, here little-endian;
+/// IPv6 is four words) and the port.
+fn proc_addr(s: &str) -> Option<SocketAddr> {
+    let (ip, port) = s.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let word = |h: &str| u32::from_str_radix(h, 16).ok().map(u32::to_le_bytes);
+    let ip: IpAddr = match ip.len() {
+        8 => std::net::Ipv4Addr::from(word(ip)?).into(),
+        32 => {
+            let mut bytes = [0u8; 16];
+            for k in 0..4 {
+                bytes[k * 4..k * 4 + 4].copy_from_slice(&word(&ip[k * 8..k * 8 + 8])?);
+            }
+            std::net::Ipv6Addr::from(bytes).into()
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
 }
 
 /// `Max open files  <soft>  <hard>  files` of `/proc/<pid>/limits`
@@ -175,6 +218,10 @@ pub struct Needs {
     pub worst_pair: u64,
     /// Sessions to the destination of that pair (before source addresses).
     pub worst_destination: u64,
+    /// That destination, when it is not in this process (`host:port`).
+    pub worst_target: Option<String>,
+    /// The source addresses of that pair's fleet (empty: the OS chooses).
+    pub worst_sources: Vec<IpAddr>,
     /// Source addresses in use (0: the OS chooses one).
     pub sources: u64,
     /// Whether the destination of that pair is a loopback address.
@@ -205,6 +252,8 @@ pub fn needs(cfg: &RunConfig) -> Needs {
         fds: FD_OVERHEAD,
         worst_pair: 0,
         worst_destination: 0,
+        worst_target: None,
+        worst_sources: Vec::new(),
         sources: 0,
         loopback: false,
         connections: 0,
@@ -260,6 +309,10 @@ pub fn needs(cfg: &RunConfig) -> Needs {
         if pair > n.worst_pair {
             n.worst_pair = pair;
             n.worst_destination = per_target;
+            n.worst_target = (!plan.embedded)
+                .then(|| target_names.first().map(|t| t.to_string()))
+                .flatten();
+            n.worst_sources = plan.fleet.source_addrs.clone();
             n.sources = sources;
             n.loopback = plan.embedded || target_names.iter().all(|t| is_loopback(t));
         }
@@ -416,15 +469,49 @@ fn fds(n: &Needs, host: &Host) -> Finding {
     finding("file descriptors", need, have, Verdict::Fail, fixes)
 }
 
+/// The address of a target (`host:port`, `ws://host:port/`), resolved.
+fn target_addr(target: &str) -> Option<SocketAddr> {
+    let rest = target.split("://").last().unwrap_or(target);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    authority.to_socket_addrs().ok()?.next()
+}
+
+/// Ports already held from this host toward the worst pair's destination:
+/// by the busiest of its source addresses, or from any address when the OS
+/// chooses (other shards, other tools, an earlier run's TIME_WAIT).
+fn held(n: &Needs, host: &Host) -> (u64, Option<SocketAddr>) {
+    let Some(dest) = n.worst_target.as_deref().and_then(target_addr) else {
+        return (0, None);
+    };
+    let held = if n.worst_sources.is_empty() {
+        host.held(dest, None)
+    } else {
+        n.worst_sources
+            .iter()
+            .map(|s| host.held(dest, Some(*s)))
+            .max()
+            .unwrap_or(0)
+    };
+    (held, Some(dest))
+}
+
 fn ports(n: &Needs, host: &Host) -> Finding {
     let (lo, hi) = host.ports;
-    let range = hi.saturating_sub(lo) + 1;
-    let usable = range.saturating_sub(PORT_RESERVE);
+    let (range, budget) = host.port_budget();
+    let (held, dest) = held(n, host);
+    let usable = budget.saturating_sub(held);
     let need = format!(
         "{} sessions per source address per target",
         count(n.worst_pair)
     );
-    let have = format!("{} ephemeral ports ({lo}-{hi})", count(range));
+    let have = match dest {
+        Some(d) if held > 0 => format!(
+            "{} ephemeral ports ({lo}-{hi}), {} of them held by this host's connections to {d}",
+            count(range),
+            count(held)
+        ),
+        _ => format!("{} ephemeral ports ({lo}-{hi})", count(range)),
+    };
     if n.worst_pair <= usable {
         let v = if n.worst_pair * 10 > usable * 9 {
             Verdict::Warn
@@ -433,6 +520,17 @@ fn ports(n: &Needs, host: &Host) -> Finding {
         };
         return finding("ephemeral ports", need, have, v, vec![]);
     }
+    finding(
+        "ephemeral ports",
+        need,
+        have,
+        Verdict::Fail,
+        port_fixes(n, usable),
+    )
+}
+
+/// What makes the worst pair fit in `usable` ports.
+fn port_fixes(n: &Needs, usable: u64) -> Vec<String> {
     let mut fixes = Vec::new();
     let addrs = n.worst_destination.div_ceil(usable.max(1));
     fixes.push(if n.loopback {
@@ -455,7 +553,7 @@ fn ports(n: &Needs, host: &Host) -> Finding {
         "or spread agents over more targets (--target a,b,…: {} sessions per target now)",
         count(n.worst_destination)
     ));
-    finding("ephemeral ports", need, have, Verdict::Fail, fixes)
+    fixes
 }
 
 fn backlog(n: &Needs, host: &Host) -> Finding {
@@ -616,10 +714,13 @@ fn bytes(v: u64) -> String {
 
 /// The run's gate: refuses a run whose file descriptors exceed the hard
 /// limit or whose sessions per source address exceed the ephemeral ports
-/// (one line each, exit 64). Pure: see [`apply`] for raising the limit.
-pub fn check(cfg: &RunConfig, limits: Limits) -> Result<Preflight, UsageError> {
+/// left (the range, less those this host's connections already hold toward
+/// the target), one line each, exit 64. Pure: see [`apply`] for raising
+/// the limit.
+pub fn check(cfg: &RunConfig, host: &Host) -> Result<Preflight, UsageError> {
     let n = needs(cfg);
-    if n.fds > limits.hard {
+    let (soft, hard) = host.nofile;
+    if n.fds > hard {
         let embedded = if n.embedded {
             " (the in-process target doubles it: run `agent-sim serve` in another process and pass --target)"
         } else {
@@ -627,38 +728,95 @@ pub fn check(cfg: &RunConfig, limits: Limits) -> Result<Preflight, UsageError> {
         };
         return Err(UsageError(format!(
             "this run needs about {} file descriptors{embedded} but the hard limit (ulimit -Hn) is {}: \
-             run fewer agents per process (split with --shard I/N over several processes) or raise the hard limit \
-             (`agent-sim doctor` with the same flags says how)",
-            n.fds, limits.hard
+             run fewer agents per process (--processes N starts them for you; --shard I/N splits by hand) \
+             or raise the hard limit (`agent-sim doctor` with the same flags says how)",
+            n.fds, hard
         )));
     }
-    let ports = limits.ports.1.saturating_sub(limits.ports.0) + 1;
-    if n.worst_pair > ports.saturating_sub(PORT_RESERVE) {
+    let (range, budget) = host.port_budget();
+    let (held, dest) = held(&n, host);
+    let usable = budget.saturating_sub(held);
+    if n.worst_pair > usable {
+        let (lo, hi) = host.ports;
+        let others = match dest {
+            Some(d) if held > 0 => format!(
+                ", {held} of them already held by this host's connections to {d} (other shards, \
+                 other tools)"
+            ),
+            _ => String::new(),
+        };
         return Err(UsageError(format!(
-            "{} sessions from one source address to one target exceed the {ports} ephemeral ports \
-             ({}-{}): add source addresses (--source-addr 127.0.0.2-127.0.0.9; real NICs need aliases), \
-             more targets, or shards",
-            n.worst_pair, limits.ports.0, limits.ports.1
+            "{} sessions from one source address to one target need more than the {usable} ephemeral \
+             ports left ({range} in {lo}-{hi}{others}): {}",
+            n.worst_pair,
+            port_fixes(&n, usable).join("; ")
         )));
     }
     Ok(Preflight {
         fds_needed: n.fds,
-        fd_limit: limits.soft,
+        fd_limit: soft,
         max_per_source_and_destination: n.worst_pair,
-        ephemeral_ports: ports,
+        ephemeral_ports: range,
     })
+}
+
+/// For a fleet whose targets are all on this host's loopback (or in this
+/// process), with no `--source-addr`: when its sessions to one target need
+/// more ports than one source address has left, dial from as many
+/// 127.0.0.x addresses as needed (all of 127/8 is local). Returns what was
+/// done, in words, for each fleet spread.
+pub fn spread_loopback(cfg: &mut RunConfig, host: &Host) -> Vec<String> {
+    let mut notes = Vec::new();
+    let (_, budget) = host.port_budget();
+    for plan in &mut cfg.fleets {
+        if !plan.fleet.source_addrs.is_empty() {
+            continue;
+        }
+        let targets: Vec<String> = match &plan.protocol {
+            Protocol::Sensu(s) => s.targets.clone(),
+            Protocol::Consul(c) => c.conn.targets.clone(),
+            Protocol::Dataplane(d) => d.conn.targets.clone(),
+        };
+        if !(plan.embedded || targets.iter().all(|t| is_loopback(t))) {
+            continue;
+        }
+        let per_target = plan.fleet.agents.div_ceil(targets.len().max(1) as u64);
+        let held = targets
+            .iter()
+            .filter_map(|t| target_addr(t))
+            .map(|d| host.held(d, None))
+            .max()
+            .unwrap_or(0);
+        let usable = budget.saturating_sub(held).max(1);
+        if per_target <= usable {
+            continue;
+        }
+        let k = per_target.div_ceil(usable).min(254);
+        plan.fleet.source_addrs = (1..=k)
+            .map(|i| IpAddr::from([127, 0, 0, i as u8]))
+            .collect();
+        notes.push(format!(
+            "{} {} sessions per target exceed the {} ports one source address has left: dialing \
+             from 127.0.0.1-127.0.0.{k} (loopback)",
+            count(per_target),
+            plan.protocol.kind(),
+            count(usable)
+        ));
+    }
+    notes
 }
 
 /// Raises the soft fd limit to the hard one when the run needs more than the
 /// soft limit; returns the limit in force.
-pub fn apply(p: &Preflight, limits: Limits) -> Result<u64, UsageError> {
-    if p.fds_needed <= limits.soft {
-        return Ok(limits.soft);
+pub fn apply(p: &Preflight, host: &Host) -> Result<u64, UsageError> {
+    let (soft, hard) = host.nofile;
+    if p.fds_needed <= soft {
+        return Ok(soft);
     }
-    raise_nofile(limits.hard).map_err(|e| {
+    raise_nofile(hard).map_err(|e| {
         UsageError(format!(
-            "this run needs about {} file descriptors; raising the soft limit from {} to {} failed: {e}",
-            p.fds_needed, limits.soft, limits.hard
+            "this run needs about {} file descriptors; raising the soft limit from {soft} to {hard} failed: {e}",
+            p.fds_needed
         ))
     })
 }
@@ -685,11 +843,13 @@ mod tests {
         resolve(a, &|_| None).unwrap()
     }
 
-    const HOST: Limits = Limits {
-        soft: 1024,
-        hard: 20_000,
-        ports: (32768, 60999),
-    };
+    /// This project's load box: hard limit 20,000, the default port range.
+    fn box_host() -> Host {
+        Host {
+            nofile: (1024, 20_000),
+            ..host()
+        }
+    }
 
     /// A roomy host, changed per test.
     fn host() -> Host {
@@ -700,6 +860,7 @@ mod tests {
             somaxconn: Some(4096),
             conntrack: Some((100, 262_144)),
             mem_available: Some(16 << 30),
+            tcp: Vec::new(),
         }
     }
 
@@ -709,30 +870,32 @@ mod tests {
 
     #[test]
     fn in_process_target_counts_twice() {
-        let e = check(&cfg(10_000, vec![], vec![]), HOST).unwrap_err().0;
+        let e = check(&cfg(10_000, vec![], vec![]), &box_host())
+            .unwrap_err()
+            .0;
         assert!(e.contains("hard limit"), "{e}");
         assert!(e.contains("agent-sim serve"), "{e}");
-        let p = check(&cfg(9_000, vec![], vec![]), HOST).unwrap();
+        let p = check(&cfg(9_000, vec![], vec![]), &box_host()).unwrap();
         assert_eq!(p.fds_needed, 18_064);
     }
 
     #[test]
     fn remote_target_fits_19000_but_not_20000() {
         let t = vec!["10.1.2.3:8081".to_string()];
-        assert!(check(&cfg(19_000, t.clone(), vec![]), HOST).is_ok());
-        assert!(check(&cfg(20_000, t, vec![]), HOST).is_err());
+        assert!(check(&cfg(19_000, t.clone(), vec![]), &box_host()).is_ok());
+        assert!(check(&cfg(20_000, t, vec![]), &box_host()).is_err());
     }
 
     #[test]
     fn ports_per_source_address_are_checked() {
-        let big = Limits {
-            hard: 1_000_000,
-            ..HOST
+        let big = Host {
+            nofile: (1024, 1_000_000),
+            ..host()
         };
         let t = vec!["10.1.2.3:8081".to_string()];
-        let e = check(&cfg(40_000, t.clone(), vec![]), big).unwrap_err().0;
+        let e = check(&cfg(40_000, t.clone(), vec![]), &big).unwrap_err().0;
         assert!(e.contains("--source-addr"), "{e}");
-        let ok = check(&cfg(40_000, t, vec!["127.0.0.2-127.0.0.3".into()]), big).unwrap();
+        let ok = check(&cfg(40_000, t, vec!["127.0.0.2-127.0.0.3".into()]), &big).unwrap();
         assert_eq!(ok.max_per_source_and_destination, 20_000);
     }
 
@@ -794,6 +957,76 @@ mod tests {
         assert!(!p.fixes.iter().any(|x| x.contains("ip_local_port_range")));
         let f = assess(&cfg(40_000, vec!["127.0.0.1:8081".into()], vec![]), &host());
         assert!(by(&f, "ephemeral ports").fixes[1].contains("ip_local_port_range=\"1024 65535\""));
+    }
+
+    /// A host holding `n` connections from `from` to `to`.
+    fn holding(n: u16, from: &str, to: &str) -> Host {
+        let to: SocketAddr = to.parse().unwrap();
+        let from: IpAddr = from.parse().unwrap();
+        Host {
+            nofile: (1024, 1_000_000),
+            tcp: (0..n)
+                .map(|i| (SocketAddr::new(from, 32768 + i), to))
+                .collect(),
+            ..host()
+        }
+    }
+
+    #[test]
+    fn connections_already_held_toward_the_target_leave_fewer_ports() {
+        let h = holding(25_000, "10.0.0.5", "10.1.2.3:8081");
+        let t = vec!["10.1.2.3:8081".to_string()];
+        // 27,976 usable less 25,000 held: 2,976 left.
+        assert!(check(&cfg(2_900, t.clone(), vec![]), &h).is_ok());
+        let e = check(&cfg(5_000, t.clone(), vec![]), &h).unwrap_err().0;
+        assert!(
+            e.contains("need more than the 2976 ephemeral ports left")
+                && e.contains(
+                    "25000 of them already held by this host's connections to 10.1.2.3:8081"
+                )
+                && e.contains("--source-addr"),
+            "{e}"
+        );
+        // Held from another source address: ours are free.
+        let ok = check(&cfg(5_000, t.clone(), vec!["10.0.0.6".into()]), &h);
+        assert!(ok.is_ok(), "{ok:?}");
+        // Elsewhere: nothing held.
+        assert!(check(&cfg(5_000, vec!["10.1.2.4:8081".into()], vec![]), &h).is_ok());
+        let f = assess(&cfg(5_000, t, vec![]), &h);
+        let p = by(&f, "ephemeral ports");
+        assert_eq!(p.verdict, Verdict::Fail);
+        assert!(p.have.contains("25,000 of them held"), "{}", p.have);
+    }
+
+    #[test]
+    fn a_loopback_fleet_spreads_over_127_addresses_by_itself() {
+        let h = Host {
+            nofile: (1024, 1_000_000),
+            ..host()
+        };
+        let mut c = cfg(40_000, vec!["127.0.0.1:8081".into()], vec![]);
+        assert!(check(&c, &h).is_err());
+        let notes = spread_loopback(&mut c, &h);
+        assert_eq!(c.fleets[0].fleet.source_addrs.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("127.0.0.1-127.0.0.2"), "{notes:?}");
+        assert_eq!(
+            check(&c, &h).unwrap().max_per_source_and_destination,
+            20_000
+        );
+        // Connections already held toward the target count too.
+        let mut c = cfg(20_000, vec!["127.0.0.1:8081".into()], vec![]);
+        let busy = holding(20_000, "127.0.0.1", "127.0.0.1:8081");
+        assert_eq!(spread_loopback(&mut c, &busy).len(), 1);
+        assert_eq!(c.fleets[0].fleet.source_addrs.len(), 3);
+        // A remote target is never spread; given addresses are kept.
+        let mut c = cfg(40_000, vec!["10.1.2.3:8081".into()], vec![]);
+        assert!(spread_loopback(&mut c, &h).is_empty());
+        let mut c = cfg(
+            40_000,
+            vec!["127.0.0.1:8081".into()],
+            vec!["127.0.0.9".into()],
+        );
+        assert!(spread_loopback(&mut c, &h).is_empty());
     }
 
     #[test]
@@ -871,6 +1104,16 @@ mod tests {
             somaxconn: 512,
             conntrack: (12, 65_536),
             mem_kib: (2_048_000, 1_024_000),
+            tcp: vec![
+                (
+                    "127.0.0.2:40001".parse().unwrap(),
+                    "127.0.0.1:8081".parse().unwrap(),
+                ),
+                (
+                    "[::1]:40002".parse().unwrap(),
+                    "[::1]:8081".parse().unwrap(),
+                ),
+            ],
         }
         .write("preflight");
         let h = Host::read(&dir);
@@ -883,6 +1126,16 @@ mod tests {
                 somaxconn: Some(512),
                 conntrack: Some((12, 65_536)),
                 mem_available: Some(1_024_000 * 1024),
+                tcp: vec![
+                    (
+                        "127.0.0.2:40001".parse().unwrap(),
+                        "127.0.0.1:8081".parse().unwrap()
+                    ),
+                    (
+                        "[::1]:40002".parse().unwrap(),
+                        "[::1]:8081".parse().unwrap()
+                    ),
+                ],
             }
         );
         let _ = std::fs::remove_dir_all(&dir);

@@ -21,6 +21,7 @@ fn fake_proc(tag: &str) -> PathBuf {
         somaxconn: 128,
         conntrack: (1000, 65_536),
         mem_kib: (4_194_304, 2_097_152),
+        tcp: Vec::new(),
     }
     .write(&format!("doctor-{tag}"))
 }
@@ -100,4 +101,59 @@ fn bad_usage_exits_64() {
         .args(["doctor", "--agents", "0"])
         .output_within(CHILD_LIMIT);
     assert_eq!(out.status.code(), Some(64));
+}
+
+/// A fake /proc whose host already holds `n` connections toward `to`.
+fn busy_proc(tag: &str, n: u16, to: &str) -> PathBuf {
+    let to: std::net::SocketAddr = to.parse().unwrap();
+    FakeProc {
+        nofile: (20_000, 20_000),
+        nr_open: 1_048_576,
+        ports: (32768, 60999),
+        somaxconn: 4096,
+        conntrack: (1000, 262_144),
+        mem_kib: (16_777_216, 8_388_608),
+        tcp: (0..n)
+            .map(|i| {
+                (
+                    std::net::SocketAddr::new([10, 0, 0, 5].into(), 32768 + i),
+                    to,
+                )
+            })
+            .collect(),
+    }
+    .write(&format!("busy-{tag}"))
+}
+
+#[test]
+fn a_run_is_refused_before_dialing_when_others_hold_the_ports_to_its_target() {
+    let root = busy_proc("run", 26_000, "10.1.2.3:8081");
+    let out = agent_sim()
+        .env("AGENT_SIM_PROC_ROOT", &root)
+        .args([
+            "--agents",
+            "5000",
+            "--target",
+            "10.1.2.3:8081",
+            "--duration",
+            "5s",
+        ])
+        .output_within(CHILD_LIMIT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("5000 sessions from one source address to one target need more than the 1976 ephemeral ports left")
+            && err.contains("26000 of them already held by this host's connections to 10.1.2.3:8081")
+            && err.contains("--source-addr")
+            && err.contains("ip_local_port_range"),
+        "{err}"
+    );
+    let (code, report) = doctor(&root, &["--agents", "5000", "--target", "10.1.2.3:8081"]);
+    assert_eq!(code, 2, "{report}");
+    assert!(
+        report.contains("26,000 of them held by this host's connections"),
+        "{report}"
+    );
+    let _ = std::fs::remove_dir_all(&root);
 }

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backoff::Backoff;
+use crate::ceiling::Ceilings;
 use crate::driver;
 use crate::freeze::{Freezer, Frozen};
 use crate::ledger::{Ledger, LedgerSetup, Next};
@@ -205,6 +206,7 @@ pub async fn run<F: AgentFactory>(
         &run_token,
     );
     let all_connected_at: Arc<Mutex<Option<Duration>>> = Arc::new(Mutex::new(None));
+    let ceilings = Arc::new(Ceilings::new(&cfg.source_addrs));
 
     // Watch for "every agent connected once".
     {
@@ -234,6 +236,7 @@ pub async fn run<F: AgentFactory>(
         let metrics = metrics.clone();
         let cfg = cfg.clone();
         let ledger = ledger.clone();
+        let ceilings = ceilings.clone();
         async move {
             for n in 0..cfg.agents {
                 if run_token.is_cancelled() {
@@ -274,6 +277,7 @@ pub async fn run<F: AgentFactory>(
                         reconnect_attempts,
                         grace: cfg.grace,
                         ledger: ledger.clone(),
+                        ceilings: ceilings.clone(),
                         n: n as usize,
                     },
                 ));
@@ -333,6 +337,7 @@ pub async fn run<F: AgentFactory>(
 
 struct AgentEnv {
     index: u64,
+    ceilings: Arc<Ceilings>,
     bind_addr: Option<IpAddr>,
     /// The run's token (each turn gets a child of it).
     run: CancellationToken,
@@ -410,6 +415,7 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
             live: env.live.clone(),
             was_established_before,
             ledger: Some((env.ledger.clone(), env.n)),
+            ceilings: Some(env.ceilings.clone()),
         };
         let end = Frozen::new(
             agent.run_session(&cx),
@@ -423,16 +429,36 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
         if was_up {
             env.metrics.session_down();
             env.live.fetch_sub(1, Ordering::Relaxed);
+            env.ceilings.down(env.bind_addr);
             was_established_before = true;
             backoff.reset();
         }
         attempt = attempt.saturating_add(1);
+        // A dial the load box itself refused (ports, fds, socket memory):
+        // wait for one of the fleet's own connections to close, not a
+        // backoff that would retry into the same wall.
+        let ceiling = (!was_up)
+            .then(|| env.ceilings.refused(&end, env.bind_addr, &env.metrics))
+            .flatten();
+        let (end, gate) = match ceiling {
+            Some((e, g)) => (e, Some(g)),
+            None => (end, None),
+        };
         match env
             .ledger
             .session_ended(env.n, was_up, &end, env.run.is_cancelled())
         {
             Next::Stop | Next::Leave => break,
-            Next::Retry => delay = Some(backoff.next_delay()),
+            Next::Retry => match gate {
+                Some(g) => {
+                    tokio::select! {
+                        _ = g.wait() => {}
+                        _ = env.run.cancelled() => break,
+                    }
+                    delay = None;
+                }
+                None => delay = Some(backoff.next_delay()),
+            },
         }
     }
     let cx = SessionCx {
@@ -447,6 +473,7 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
         live: env.live.clone(),
         was_established_before: true,
         ledger: None,
+        ceilings: None,
     };
     let _ = tokio::time::timeout(env.grace, agent.finish(&cx)).await;
 }
@@ -789,5 +816,101 @@ mod tests {
         .await;
         assert_eq!(report.connected_at_end, 5);
         assert!(report.elapsed >= Duration::from_secs(3));
+    }
+
+    /// A protocol on a box with `ports` free ephemeral ports: a dial beyond
+    /// them is refused the way the kernel refuses it; the first `drop_after`
+    /// sessions end after 1 s, freeing their port.
+    struct Ported {
+        ports: Arc<AtomicI64>,
+        dials: Arc<AtomicU64>,
+        drops: Arc<AtomicI64>,
+    }
+
+    impl Agent for Ported {
+        fn run_session<'a>(&'a mut self, cx: &'a SessionCx) -> BoxFuture<'a, SessionEnd> {
+            Box::pin(async move {
+                self.dials.fetch_add(1, Ordering::Relaxed);
+                if self.ports.fetch_sub(1, Ordering::Relaxed) <= 0 {
+                    self.ports.fetch_add(1, Ordering::Relaxed);
+                    return SessionEnd::lost_with(
+                        "connect_addr_unavailable",
+                        "Cannot assign requested address (os error 99)",
+                    );
+                }
+                cx.established();
+                let end = if self.drops.fetch_sub(1, Ordering::Relaxed) > 0 {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                            SessionEnd::lost("ws_dropped")
+                        }
+                        _ = cx.cancel.cancelled() => SessionEnd::Shutdown,
+                    }
+                } else {
+                    cx.cancel.cancelled().await;
+                    SessionEnd::Shutdown
+                };
+                self.ports.fetch_add(1, Ordering::Relaxed);
+                end
+            })
+        }
+    }
+
+    struct PortedFactory(Arc<AtomicI64>, Arc<AtomicU64>, Arc<AtomicI64>);
+
+    impl AgentFactory for PortedFactory {
+        type Agent = Ported;
+        fn create(&self, _index: u64) -> Ported {
+            Ported {
+                ports: self.0.clone(),
+                dials: self.1.clone(),
+                drops: self.2.clone(),
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_box_out_of_ports_waits_for_closes_instead_of_retrying() {
+        let m = metrics();
+        let (ports, dials, drops) = (
+            Arc::new(AtomicI64::new(60)),
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicI64::new(10)),
+        );
+        let cfg = FleetConfig {
+            agents: 100,
+            ramp: None,
+            max_dialing: 100,
+            backoff: Backoff::new(Duration::from_millis(10), Duration::from_millis(20)),
+            duration: Some(Duration::from_secs(30)),
+            ..Default::default()
+        };
+        let report = run(
+            cfg,
+            Arc::new(PortedFactory(ports, dials.clone(), drops)),
+            m.clone(),
+            Arc::new(FleetStatus::default()),
+            CancellationToken::new(),
+        )
+        .await;
+        // 60 ports held to the end; 40 agents never got one.
+        assert_eq!(report.connected_at_end, 60);
+        assert_eq!(report.missing.get(crate::ceiling::CAUSE_PORTS), Some(&40));
+        // No retry storm: with a 10 ms backoff over 30 s the 40 refused
+        // agents would have dialed ~100,000 times; they dial once each,
+        // and once more per close (10 sessions dropped and came back).
+        let n = dials.load(Ordering::Relaxed);
+        assert!(n <= 100 + 10 + 10 + 10, "{n} dials");
+        let w = m.warning_report();
+        let ceiling = w
+            .iter()
+            .find(|k| k.kind == crate::ceiling::CAUSE_PORTS)
+            .unwrap();
+        assert_eq!(ceiling.stat.count, 1, "reported once");
+        assert!(
+            ceiling.stat.sample.as_deref().unwrap().contains("held 60"),
+            "{ceiling:?}"
+        );
+        assert!(m.error_kind(crate::ceiling::CAUSE_PORTS).is_some());
     }
 }

@@ -21,6 +21,9 @@
 //!   the engine's agent tasks and the driver (the scenario's clock) tell
 //!   the ledger what happened and read back what to do next; the ledger
 //!   never calls either.
+//! - [`ceiling`]: a dial the load box itself refused (ports, fds, socket
+//!   memory) waits for one of the fleet's own connections to close instead
+//!   of retrying into the same wall, reported once with the numbers.
 //! - [`backoff`]: the reconnect policies (`exponential` with equal jitter by
 //!   default, `full-jitter`, `fixed`, `none`).
 //!
@@ -46,6 +49,7 @@
 //! kinds reported through [`SessionEnd`].
 
 pub mod backoff;
+pub mod ceiling;
 mod driver;
 mod engine;
 mod freeze;

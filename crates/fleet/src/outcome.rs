@@ -26,7 +26,11 @@ pub fn metrics_spec() -> MetricsSpec {
             COUNTER_SESSIONS,
         ],
         latencies: vec![],
-        errors: dial_error_kinds().to_vec(),
+        errors: dial_error_kinds()
+            .iter()
+            .copied()
+            .chain(crate::ceiling::kinds())
+            .collect(),
     }
 }
 
@@ -48,6 +52,11 @@ pub fn dial_error_kinds() -> &'static [agent_sim_metrics::ErrorKindSpec] {
         K {
             kind: "connect_addr_unavailable",
             hint: "the load box ran out of ephemeral ports for this source address: add --source-addr addresses or use --shard",
+            heals: true,
+        },
+        K {
+            kind: "connect_no_buffers",
+            hint: "the kernel had no memory left for another socket (ENOBUFS)",
             heals: true,
         },
         K {

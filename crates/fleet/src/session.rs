@@ -15,6 +15,7 @@ use agent_sim_metrics::disruption::Resync;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
+use crate::ceiling::Ceilings;
 use crate::ledger::Ledger;
 use crate::outcome::{COUNTER_AGENTS_RECONNECTED, COUNTER_SESSIONS, Failure, SessionEnd};
 
@@ -43,6 +44,8 @@ pub struct SessionCx {
     pub(crate) was_established_before: bool,
     /// The fleet's ledger and this agent's local number (none standalone).
     pub(crate) ledger: Option<(Arc<Ledger>, usize)>,
+    /// The fleet's local ceilings (none standalone).
+    pub(crate) ceilings: Option<Arc<Ceilings>>,
 }
 
 impl std::fmt::Debug for SessionCx {
@@ -70,6 +73,7 @@ impl SessionCx {
             live: Arc::new(AtomicI64::new(0)),
             was_established_before: false,
             ledger: None,
+            ceilings: None,
         }
     }
 
@@ -89,6 +93,9 @@ impl SessionCx {
             }
             if let Some((ledger, n)) = &self.ledger {
                 ledger.up(*n);
+            }
+            if let Some(c) = &self.ceilings {
+                c.up(self.bind_addr);
             }
         }
     }

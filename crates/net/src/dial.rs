@@ -59,7 +59,8 @@ pub fn dial_error_kind(e: &io::Error) -> &'static str {
         io::ErrorKind::AddrNotAvailable => "connect_addr_unavailable",
         io::ErrorKind::AddrInUse => "connect_addr_in_use",
         io::ErrorKind::ConnectionReset => "connect_reset",
-        _ if e.raw_os_error() == Some(24) => "connect_too_many_files",
+        _ if e.raw_os_error() == Some(libc::EMFILE) => "connect_too_many_files",
+        _ if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ENOMEM)) => "connect_no_buffers",
         _ => "connect_other",
     }
 }

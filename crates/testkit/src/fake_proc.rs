@@ -2,6 +2,7 @@
 //! preflight, `agent-sim doctor --proc-root`): written by the test into a
 //! temp directory, so no root is needed and nothing of the real host is read.
 
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 /// The limits a fake `/proc` states; [`FakeProc::write`] lays them out as
@@ -20,6 +21,27 @@ pub struct FakeProc {
     pub conntrack: (u64, u64),
     /// `MemTotal` and `MemAvailable` of `meminfo`, in KiB.
     pub mem_kib: (u64, u64),
+    /// Connections of `net/tcp` (IPv4) and `net/tcp6` (IPv6): local and
+    /// remote address, all ESTABLISHED.
+    pub tcp: Vec<(SocketAddr, SocketAddr)>,
+}
+
+/// An address as `/proc/net/tcp*` prints it: each 32-bit word of the
+/// network-order bytes in host (little-endian) order, then the port.
+fn proc_addr(a: SocketAddr) -> String {
+    let words: Vec<[u8; 4]> = match a.ip() {
+        IpAddr::V4(v) => vec![v.octets()],
+        IpAddr::V6(v) => v
+            .octets()
+            .chunks(4)
+            .map(|c| [c[0], c[1], c[2], c[3]])
+            .collect(),
+    };
+    let hex: String = words
+        .iter()
+        .map(|w| format!("{:08X}", u32::from_le_bytes(*w)))
+        .collect();
+    format!("{hex}:{:04X}", a.port())
 }
 
 impl FakeProc {
@@ -39,6 +61,7 @@ impl FakeProc {
             "sys/net/ipv4",
             "sys/net/core",
             "sys/net/netfilter",
+            "net",
         ] {
             std::fs::create_dir_all(dir.join(d)).expect("fake /proc directory");
         }
@@ -65,6 +88,25 @@ impl FakeProc {
             "sys/net/netfilter/nf_conntrack_max",
             format!("{}\n", self.conntrack.1),
         );
+        for (file, v6) in [("net/tcp", false), ("net/tcp6", true)] {
+            let mut s = String::from(
+                "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n",
+            );
+            for (n, (l, r)) in self
+                .tcp
+                .iter()
+                .filter(|(l, _)| l.is_ipv6() == v6)
+                .enumerate()
+            {
+                s.push_str(&format!(
+                    "{n:>4}: {} {} 01 00000000:00000000 00:00000000 00000000     0        0 {} 1\n",
+                    proc_addr(*l),
+                    proc_addr(*r),
+                    1000 + n
+                ));
+            }
+            w(file, s);
+        }
         w(
             "meminfo",
             format!(
