@@ -558,6 +558,10 @@ pub struct RunArgs {
         env = "AGENT_SIM_SHARD"
     )]
     pub shard: Option<ShardSpec>,
+    /// Run as N local processes (each a shard, one merged report); default:
+    /// as many as the open-files hard limit needs, 1 when one fits.
+    #[arg(long, value_name = "N", help_heading = heading::MULTI_BOX)]
+    pub processes: Option<u64>,
     /// Seed for everything random that must be stable across runs.
     #[arg(long, value_name = "N", help_heading = heading::RESULTS)]
     pub seed: Option<u64>,
@@ -620,7 +624,8 @@ macro_rules! with_run_args_fields {
                 anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service,
                 embedded_check_interval, hlog_interval, metrics_addr, shard, seed, quiet,
                 progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,
-                churn, max_session_length, ramp_down, reconnect, observe_every, observe_shard;
+                churn, max_session_length, ramp_down, reconnect, observe_every, observe_shard,
+                processes;
             paths: config, ca_file, cert_file, key_file, summary, hlog, report_html;
             vecs: targets, source_addrs, asserts,
                 storms, pauses, observe, observe_pid, observe_metric

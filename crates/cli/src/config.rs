@@ -159,9 +159,10 @@ fn dataplane_refused(e: agent_sim_dataplane::DataplaneError) -> UsageError {
 
 /// Resolves the CLI layer (flags+env) and the optional config file into a [`RunConfig`].
 pub fn resolve(
-    cli: RunArgs,
+    mut cli: RunArgs,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<RunConfig, UsageError> {
+    let local_child = crate::local::apply_child(&mut cli, env).map_err(UsageError)?;
     let (file_top, file_fleets, scenarios) = match &cli.config {
         Some(p) => read_file(p)?,
         None => (RunArgs::default(), Vec::new(), Vec::new()),
@@ -213,6 +214,17 @@ pub fn resolve(
             })?;
         fleets.push(plan);
     }
+    if local_child && let Some(s) = shard {
+        // A local process runs a slice of one run: the whole run ramps and
+        // dials at the rates asked for, so each process at its share.
+        for plan in &mut fleets {
+            let f = &mut plan.fleet;
+            f.ramp = f
+                .ramp
+                .map(|r| agent_sim_fleet::Rate::per_second(r.as_per_second() / s.count as f64));
+            f.max_dialing = f.max_dialing.div_ceil(s.count as usize).max(1);
+        }
+    }
     let observe = crate::observing::plan(&top, &fleets, shard)?;
     let effective = effective_settings(&top, &layers, &fleets);
     Ok(RunConfig {
@@ -233,6 +245,8 @@ pub fn resolve(
         report_html: top.report_html.clone(),
         verbose: top.verbose.unwrap_or(false),
         observe,
+        processes: top.processes,
+        local_child,
         effective,
     })
 }

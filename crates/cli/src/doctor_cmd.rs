@@ -23,12 +23,58 @@ pub fn plan(args: &DoctorArgs) -> Result<RunConfig, UsageError> {
 /// report and the exit code (0 fits, [`DOES_NOT_FIT`]).
 pub fn run(cfg: &RunConfig, proc_root: &Path) -> (String, i32) {
     let host = Host::read(proc_root);
-    let findings = preflight::assess(cfg, &host);
+    let mut cfg = cfg.clone();
+    let local = crate::local::plan(&cfg, &host);
+    let spread = match &local {
+        Ok(None) => preflight::spread_loopback(&mut cfg, &host),
+        _ => Vec::new(),
+    };
+    let mut findings = preflight::assess(&cfg, &host);
+    match local {
+        Ok(None) => {}
+        Ok(Some(lp)) => {
+            // The fds and ports are each local process's, planned together.
+            findings.retain(|f| f.check != "file descriptors" && f.check != "ephemeral ports");
+            let n = preflight::needs(&cfg);
+            findings.insert(
+                0,
+                Finding {
+                    check: "local processes",
+                    need: format!("{} file descriptors in all", preflight::count(n.fds)),
+                    have: format!("hard limit {} per process", preflight::count(host.nofile.1)),
+                    verdict: Verdict::Ok,
+                    fixes: vec![format!(
+                        "agent-sim runs this as {} local processes by itself, one merged report \
+                         ({}{})",
+                        lp.processes,
+                        lp.why,
+                        lp.sources
+                            .as_ref()
+                            .map(|s| format!("; dialing from {s}"))
+                            .unwrap_or_default()
+                    )],
+                },
+            );
+        }
+        Err(e) => findings.insert(
+            0,
+            Finding {
+                check: "local processes",
+                need: "the fleet over several processes of this host".into(),
+                have: "not enough ports for all of them".into(),
+                verdict: Verdict::Fail,
+                fixes: vec![e.0],
+            },
+        ),
+    }
+    if let Some(f) = findings.iter_mut().find(|f| f.check == "ephemeral ports") {
+        f.fixes.extend(spread);
+    }
     let code = match preflight::verdict(&findings) {
         Verdict::Fail => DOES_NOT_FIT,
         Verdict::Ok | Verdict::Warn => 0,
     };
-    (render(cfg, &findings), code)
+    (render(&cfg, &findings), code)
 }
 
 /// The report: what the run is, one block per check, the verdict.

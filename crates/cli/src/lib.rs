@@ -7,7 +7,8 @@
 //! [`plan`] (the validated run: fleets, shard, usage errors), [`scenario`]
 //! (scenario flags and `[[scenario]]` sections onto each fleet),
 //! [`settings`] (the effective settings for the summary), [`observing`]
-//! (the servers `--observe` reads), [`config`]
+//! (the servers `--observe` reads), [`local`] (a run as local processes
+//! when one cannot hold it), [`config`]
 //! (layering defaults < file < env < flags into a plan), [`preflight`] (fds, ports, somaxconn,
 //! conntrack and memory before any socket), [`run`] (orchestration,
 //! progress, hlog, Prometheus, summary, assertions), [`serve`] (`agent-sim
@@ -34,6 +35,7 @@ pub mod defaults;
 pub mod doctor_cmd;
 pub mod exit;
 pub mod help;
+pub mod local;
 pub mod observing;
 pub mod plan;
 pub mod preflight;

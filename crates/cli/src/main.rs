@@ -188,6 +188,18 @@ fn main() -> ExitCode {
                 }
             };
             let host = preflight::Host::of_this_host();
+            match agent_sim::local::plan(&cfg, &host) {
+                Ok(Some(lp)) => {
+                    return run_with_signals(Some(1), None, |token| async move {
+                        code(agent_sim::local::run(cfg, lp, token).await)
+                    });
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    eprintln!("agent-sim: {e}");
+                    return code(exit::USAGE);
+                }
+            }
             for note in preflight::spread_loopback(&mut cfg, &host) {
                 eprintln!("agent-sim: note: {note}");
             }

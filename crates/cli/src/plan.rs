@@ -117,6 +117,10 @@ pub struct RunConfig {
     pub report_html: Option<PathBuf>,
     /// Every counter in the final table.
     pub verbose: bool,
+    /// Local processes asked for (`--processes`; `None`: as the host needs).
+    pub processes: Option<u64>,
+    /// This process is a local child of another (see [`crate::local`]).
+    pub local_child: bool,
     /// The servers to observe during the run (`--observe`), if this
     /// process observes.
     pub observe: Option<agent_sim_observe::ObserveConfig>,

@@ -22,7 +22,7 @@ use crate::plan::{Protocol, RunConfig, UsageError};
 /// File descriptors the process keeps for itself (runtime, listeners, files).
 const FD_OVERHEAD: u64 = 64;
 /// Ephemeral ports left for the host's other connections.
-const PORT_RESERVE: u64 = 256;
+pub(crate) const PORT_RESERVE: u64 = 256;
 
 /// Client memory per Sensu session, all-in (README, BENCHMARKS: 4.54–4.56
 /// KiB measured at 19,000 sessions; rounded up).
@@ -330,7 +330,7 @@ pub fn needs(cfg: &RunConfig) -> Needs {
 }
 
 /// Whether a target (`host:port`, `ws://host:port/`) names a loopback host.
-fn is_loopback(target: &str) -> bool {
+pub(crate) fn is_loopback(target: &str) -> bool {
     let rest = target.split("://").last().unwrap_or(target);
     let authority = rest.split('/').next().unwrap_or(rest);
     let host = authority
@@ -470,7 +470,7 @@ fn fds(n: &Needs, host: &Host) -> Finding {
 }
 
 /// The address of a target (`host:port`, `ws://host:port/`), resolved.
-fn target_addr(target: &str) -> Option<SocketAddr> {
+pub(crate) fn target_addr(target: &str) -> Option<SocketAddr> {
     let rest = target.split("://").last().unwrap_or(target);
     let authority = rest.split('/').next().unwrap_or(rest);
     authority.to_socket_addrs().ok()?.next()

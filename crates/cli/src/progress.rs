@@ -16,6 +16,17 @@ const RATED: &[(&str, &str)] = &[
     ("sessions_renewed", "renews"),
 ];
 
+/// Every counter the progress line reads (what a local process reports
+/// to its parent).
+pub const COUNTERS_READ: &[&str] = &[
+    "keepalives_sent",
+    "events_sent",
+    "check_requests_received",
+    "events_received",
+    "sessions_renewed",
+    agent_sim_fleet::COUNTER_RECONNECT_ATTEMPTS,
+];
+
 /// Progress printer state.
 #[derive(Debug)]
 pub struct Progress {

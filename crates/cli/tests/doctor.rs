@@ -65,17 +65,18 @@ fn a_run_that_does_not_fit_exits_2_with_every_fix() {
             "--agents",
             "70000",
             "--target",
-            "127.0.0.1:8300",
+            "10.1.2.3:8300",
+            "--processes",
+            "1",
         ],
     );
-    let _ = std::fs::remove_dir_all(&root);
     assert_eq!(code, 2, "{out}");
     for want in [
         "[FAIL] file descriptors",
         "ulimit -Hn 77824",
         "--shard I/4",
         "[FAIL] ephemeral ports",
-        "--source-addr 127.0.0.2-127.0.0.4",
+        "--source-addr with 3 addresses of this box",
         "[FAIL] conntrack",
         "sysctl -w net.netfilter.nf_conntrack_max=",
         "[FAIL] memory",
@@ -83,6 +84,27 @@ fn a_run_that_does_not_fit_exits_2_with_every_fix() {
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
+    // Without --processes 1 the fds and ports are the local processes'.
+    let (code, out) = doctor(
+        &root,
+        &[
+            "--kind",
+            "consul",
+            "--agents",
+            "70000",
+            "--target",
+            "127.0.0.1:8300",
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&root);
+    assert_eq!(code, 2, "conntrack and memory still do not fit: {out}");
+    assert!(
+        out.contains("[  ok] local processes")
+            && out.contains("4 local processes")
+            && out.contains("dialing from 127.0.0.1-127.0.0.4")
+            && !out.contains("[FAIL] file descriptors"),
+        "{out}"
+    );
 }
 
 #[test]

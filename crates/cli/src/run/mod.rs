@@ -34,6 +34,7 @@ use crate::plan::{Protocol, RunConfig};
 use reporter::{Reporter, ReporterSetup};
 
 pub use crate::exit;
+pub(crate) use outcome::decide;
 
 /// Errors that end a run before it produces a summary.
 #[derive(Debug, thiserror::Error)]

@@ -14,7 +14,7 @@ use super::exit;
 /// 2 when the run finished with an incomplete fleet; 3 when an assertion
 /// failed; else 0. Reasons of every failed check are kept, the first one
 /// decides the code.
-pub(super) fn decide(
+pub(crate) fn decide(
     summary: &Summary,
     stopped: Option<&Stopped>,
     write_error: Option<String>,

@@ -70,6 +70,8 @@ impl Reporter {
         let sample_every = s.cfg.progress_every.max(Duration::from_secs(1));
         let (metrics, statuses, started, show, end) =
             (s.metrics, s.statuses, s.started, s.show, s.end);
+        // A local process tells its parent how it does, every second.
+        let child = s.cfg.local_child;
         let stopped = stop.clone();
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -90,7 +92,7 @@ impl Reporter {
                     i.add(interval, now, stopping);
                 }
                 let sample_due = stopping || ending || now >= next_sample;
-                if !(sample_due || show) {
+                if !(sample_due || show || child) {
                     continue;
                 }
                 let snap = metrics.snapshot();
@@ -104,12 +106,15 @@ impl Reporter {
                         next_sample += sample_every;
                     }
                 }
+                let started_agents = statuses
+                    .iter()
+                    .map(|s| s.started.load(Ordering::Relaxed))
+                    .sum();
                 if show {
-                    let started_agents = statuses
-                        .iter()
-                        .map(|s| s.started.load(Ordering::Relaxed))
-                        .sum();
                     progress.tick(now, &snap, started_agents, stopping);
+                }
+                if child {
+                    eprintln!("{}", crate::local::progress_line(&snap, started_agents));
                 }
                 if stopping {
                     break;

@@ -1,0 +1,133 @@
+//! A local process's side: the parent names it in the environment
+//! (`AGENT_SIM_LOCAL_CHILD=I/N;DIR;SOURCES`), it runs shard I/N of the same
+//! flags, writes its summary and interval log into DIR for the parent to
+//! merge, judges no assertion (the parent judges the whole), and writes a
+//! progress line a second on stderr that the parent adds up.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use agent_sim_metrics::Snapshot;
+
+use crate::args::RunArgs;
+use crate::values::{Secs, ShardSpec};
+
+/// The environment variable that makes a process a local child.
+pub const CHILD_ENV: &str = "AGENT_SIM_LOCAL_CHILD";
+
+/// Prefix of a child's progress lines on stderr.
+pub const PROGRESS_PREFIX: &str = "agent-sim-progress ";
+
+/// The value of [`CHILD_ENV`] for child `index` of `count`.
+pub(super) fn child_env(index: u64, count: u64, dir: &std::path::Path, sources: &str) -> String {
+    format!("{index}/{count};{};{sources}", dir.display())
+}
+
+/// Applies a child's settings to the flag layer (the top one): its shard,
+/// its result files in the parent's folder, no assertion, no page, no
+/// live terminal line, its source addresses; `Ok(false)` when this process
+/// is not a child.
+pub fn apply_child(
+    cli: &mut RunArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<bool, String> {
+    let Some(v) = env(CHILD_ENV) else {
+        return Ok(false);
+    };
+    let mut parts = v.splitn(3, ';');
+    let (shard, dir, sources) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let spec: ShardSpec = shard
+        .parse()
+        .map_err(|e| format!("{CHILD_ENV}={v:?}: {e}"))?;
+    let index = spec
+        .index
+        .ok_or_else(|| format!("{CHILD_ENV}={v:?}: no index"))?;
+    let dir = PathBuf::from(dir);
+    cli.shard = Some(spec);
+    cli.summary = Some(dir.join(format!("{index}.json")));
+    cli.hlog = Some(dir.join(format!("{index}.hlog")));
+    cli.hlog_interval = cli
+        .hlog_interval
+        .or(Some(Secs(std::time::Duration::from_secs(1))));
+    cli.report_html = None;
+    cli.metrics_addr = None;
+    cli.asserts.clear();
+    cli.quiet = Some(true);
+    cli.processes = Some(1);
+    if !sources.is_empty() {
+        cli.source_addrs = super::parse_sources(sources)?;
+    }
+    Ok(true)
+}
+
+/// What a child reports of itself each second.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ChildProgress {
+    /// Sessions held now.
+    pub connected: i64,
+    /// Agents started.
+    pub started: u64,
+    /// Counters by name.
+    pub counters: BTreeMap<String, u64>,
+    /// Errors by kind.
+    pub errors: BTreeMap<String, u64>,
+}
+
+/// The progress line of a child (`agent-sim-progress {json}`).
+pub fn progress_line(snap: &Snapshot, started: u64) -> String {
+    let p = ChildProgress {
+        connected: snap.connected,
+        started,
+        counters: snap
+            .counters
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
+        errors: snap.errors.clone(),
+    };
+    format!(
+        "{PROGRESS_PREFIX}{}",
+        serde_json::to_string(&p).unwrap_or_default()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_takes_its_shard_files_and_sources_from_the_environment() {
+        let mut a = RunArgs {
+            asserts: vec!["errors.total == 0".parse().unwrap()],
+            ..RunArgs::default()
+        };
+        let dir = std::path::Path::new("/tmp/x");
+        let v = child_env(1, 3, dir, "127.0.0.1-127.0.0.3");
+        assert!(apply_child(&mut a, &|k| (k == CHILD_ENV).then(|| v.clone())).unwrap());
+        assert_eq!(a.shard.unwrap().to_string(), "1/3");
+        assert_eq!(a.summary.as_deref(), Some(dir.join("1.json").as_path()));
+        assert!(a.asserts.is_empty() && a.quiet == Some(true));
+        assert_eq!(a.source_addrs.len(), 1);
+        let mut b = RunArgs::default();
+        assert!(!apply_child(&mut b, &|_| None).unwrap());
+        assert!(b.shard.is_none());
+    }
+
+    #[test]
+    fn progress_lines_round_trip() {
+        let snap = Snapshot {
+            counters: vec![("keepalives_sent", 7), ("events_sent", 0)],
+            connected: 5,
+            ..Snapshot::default()
+        };
+        let line = progress_line(&snap, 9);
+        let p: ChildProgress =
+            serde_json::from_str(line.strip_prefix(PROGRESS_PREFIX).unwrap()).unwrap();
+        assert_eq!((p.connected, p.started, p.counters.len()), (5, 9, 1));
+    }
+}
