@@ -5,6 +5,8 @@
 use std::io::Write as _;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use agent_sim_metrics::Snapshot;
 
 /// Counters shown with a rate, by fleet kind.
@@ -15,6 +17,42 @@ const RATED: &[(&str, &str)] = &[
     ("events_received", "consul events"),
     ("sessions_renewed", "renews"),
 ];
+
+/// Prefix of a local process's progress lines on stderr (read by its
+/// parent, see `crate::local`).
+pub const PROGRESS_PREFIX: &str = "agent-sim-progress ";
+
+/// What a child reports of itself each second.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ChildProgress {
+    /// Sessions held now.
+    pub connected: i64,
+    /// Agents started.
+    pub started: u64,
+    /// Counters by name.
+    pub counters: BTreeMap<String, u64>,
+    /// Errors by kind.
+    pub errors: BTreeMap<String, u64>,
+}
+
+/// The progress line of a child (`agent-sim-progress {json}`).
+pub fn progress_line(snap: &Snapshot, started: u64) -> String {
+    let p = ChildProgress {
+        connected: snap.connected,
+        started,
+        counters: snap
+            .counters
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
+        errors: snap.errors.clone(),
+    };
+    format!(
+        "{PROGRESS_PREFIX}{}",
+        serde_json::to_string(&p).unwrap_or_default()
+    )
+}
 
 /// Every counter the progress line reads (what a local process reports
 /// to its parent).

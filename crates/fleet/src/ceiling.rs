@@ -18,17 +18,10 @@
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-use agent_sim_metrics::{ErrorKindSpec, Metrics};
+use agent_sim_metrics::Metrics;
 use tokio::sync::Notify;
 
-use crate::outcome::{Failure, SessionEnd};
-
-/// Ports of a source address (to a destination) all taken.
-pub const CAUSE_PORTS: &str = "local_ports_exhausted";
-/// The process is out of file descriptors.
-pub const CAUSE_FDS: &str = "local_fds_exhausted";
-/// The kernel is out of memory for sockets.
-pub const CAUSE_BUFFERS: &str = "local_buffers_exhausted";
+use crate::outcome::{CAUSE_BUFFERS, CAUSE_FDS, CAUSE_PORTS, Failure, SessionEnd};
 
 /// The dial error kinds (of `agent_sim_net::dial_error_kind`) that are the
 /// load box's own ceiling, with the cause they are counted under and
@@ -38,33 +31,6 @@ const CEILINGS: [(&str, &str, bool); 3] = [
     ("connect_too_many_files", CAUSE_FDS, false),
     ("connect_no_buffers", CAUSE_BUFFERS, false),
 ];
-
-/// What to check for each cause.
-pub fn kinds() -> [ErrorKindSpec; 3] {
-    [
-        ErrorKindSpec {
-            kind: CAUSE_PORTS,
-            hint: "the load box ran out of ephemeral ports for one source address and target: \
-                   those agents waited for a connection to close instead of retrying; add \
-                   --source-addr addresses, more targets, or widen \
-                   net.ipv4.ip_local_port_range (agent-sim doctor says how many)",
-            heals: true,
-        },
-        ErrorKindSpec {
-            kind: CAUSE_FDS,
-            hint: "this process ran out of file descriptors: those agents waited for a \
-                   connection to close; raise ulimit -n or run more processes (--processes N)",
-            heals: true,
-        },
-        ErrorKindSpec {
-            kind: CAUSE_BUFFERS,
-            hint: "the kernel ran out of memory for sockets (ENOBUFS): those agents waited for \
-                   a connection to close; fewer agents per box, or more memory \
-                   (net.ipv4.tcp_mem)",
-            heals: true,
-        },
-    ]
-}
 
 /// One place to wait at.
 #[derive(Debug, Default)]

@@ -895,7 +895,7 @@ mod tests {
         .await;
         // 60 ports held to the end; 40 agents never got one.
         assert_eq!(report.connected_at_end, 60);
-        assert_eq!(report.missing.get(crate::ceiling::CAUSE_PORTS), Some(&40));
+        assert_eq!(report.missing.get(crate::outcome::CAUSE_PORTS), Some(&40));
         // No retry storm: with a 10 ms backoff over 30 s the 40 refused
         // agents would have dialed ~100,000 times; they dial once each,
         // and once more per close (10 sessions dropped and came back).
@@ -904,13 +904,13 @@ mod tests {
         let w = m.warning_report();
         let ceiling = w
             .iter()
-            .find(|k| k.kind == crate::ceiling::CAUSE_PORTS)
+            .find(|k| k.kind == crate::outcome::CAUSE_PORTS)
             .unwrap();
         assert_eq!(ceiling.stat.count, 1, "reported once");
         assert!(
             ceiling.stat.sample.as_deref().unwrap().contains("held 60"),
             "{ceiling:?}"
         );
-        assert!(m.error_kind(crate::ceiling::CAUSE_PORTS).is_some());
+        assert!(m.error_kind(crate::outcome::CAUSE_PORTS).is_some());
     }
 }

@@ -29,7 +29,7 @@ pub fn metrics_spec() -> MetricsSpec {
         errors: dial_error_kinds()
             .iter()
             .copied()
-            .chain(crate::ceiling::kinds())
+            .chain(ceiling_kinds())
             .collect(),
     }
 }
@@ -139,4 +139,38 @@ pub struct Stopped {
     pub fail_fast: bool,
     /// The failure that decided it.
     pub failure: Failure,
+}
+
+/// A local ceiling (see `crate::ceiling`): ports of a source address (to a destination) all taken.
+pub const CAUSE_PORTS: &str = "local_ports_exhausted";
+/// The process is out of file descriptors.
+pub const CAUSE_FDS: &str = "local_fds_exhausted";
+/// The kernel is out of memory for sockets.
+pub const CAUSE_BUFFERS: &str = "local_buffers_exhausted";
+
+/// What to check for each local ceiling (see `crate::ceiling`).
+pub fn ceiling_kinds() -> [agent_sim_metrics::ErrorKindSpec; 3] {
+    [
+        agent_sim_metrics::ErrorKindSpec {
+            kind: CAUSE_PORTS,
+            hint: "the load box ran out of ephemeral ports for one source address and target: \
+                   those agents waited for a connection to close instead of retrying; add \
+                   --source-addr addresses, more targets, or widen \
+                   net.ipv4.ip_local_port_range (agent-sim doctor says how many)",
+            heals: true,
+        },
+        agent_sim_metrics::ErrorKindSpec {
+            kind: CAUSE_FDS,
+            hint: "this process ran out of file descriptors: those agents waited for a \
+                   connection to close; raise ulimit -n or run more processes (--processes N)",
+            heals: true,
+        },
+        agent_sim_metrics::ErrorKindSpec {
+            kind: CAUSE_BUFFERS,
+            hint: "the kernel ran out of memory for sockets (ENOBUFS): those agents waited for \
+                   a connection to close; fewer agents per box, or more memory \
+                   (net.ipv4.tcp_mem)",
+            heals: true,
+        },
+    ]
 }

@@ -4,19 +4,13 @@
 //! merge, judges no assertion (the parent judges the whole), and writes a
 //! progress line a second on stderr that the parent adds up.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-
-use agent_sim_metrics::Snapshot;
 
 use crate::args::RunArgs;
 use crate::values::{Secs, ShardSpec};
 
 /// The environment variable that makes a process a local child.
 pub const CHILD_ENV: &str = "AGENT_SIM_LOCAL_CHILD";
-
-/// Prefix of a child's progress lines on stderr.
-pub const PROGRESS_PREFIX: &str = "agent-sim-progress ";
 
 /// The value of [`CHILD_ENV`] for child `index` of `count`.
 pub(super) fn child_env(index: u64, count: u64, dir: &std::path::Path, sources: &str) -> String {
@@ -64,41 +58,11 @@ pub fn apply_child(
     Ok(true)
 }
 
-/// What a child reports of itself each second.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ChildProgress {
-    /// Sessions held now.
-    pub connected: i64,
-    /// Agents started.
-    pub started: u64,
-    /// Counters by name.
-    pub counters: BTreeMap<String, u64>,
-    /// Errors by kind.
-    pub errors: BTreeMap<String, u64>,
-}
-
-/// The progress line of a child (`agent-sim-progress {json}`).
-pub fn progress_line(snap: &Snapshot, started: u64) -> String {
-    let p = ChildProgress {
-        connected: snap.connected,
-        started,
-        counters: snap
-            .counters
-            .iter()
-            .filter(|(_, v)| *v > 0)
-            .map(|(k, v)| (k.to_string(), *v))
-            .collect(),
-        errors: snap.errors.clone(),
-    };
-    format!(
-        "{PROGRESS_PREFIX}{}",
-        serde_json::to_string(&p).unwrap_or_default()
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::progress::{ChildProgress, PROGRESS_PREFIX, progress_line};
+    use agent_sim_metrics::Snapshot;
 
     #[test]
     fn a_child_takes_its_shard_files_and_sources_from_the_environment() {

@@ -20,7 +20,7 @@ use crate::plan::{FleetPlan, Protocol, RunConfig, UsageError, usage};
 use crate::preflight::{self, Host};
 use crate::values::AddrRange;
 
-pub use child::{CHILD_ENV, apply_child, progress_line};
+pub use child::{CHILD_ENV, apply_child};
 pub use parent::run;
 
 /// Cause of the agents of a local process that died.

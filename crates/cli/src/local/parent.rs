@@ -20,11 +20,11 @@ use agent_sim_metrics::report::TableOptions;
 use agent_sim_metrics::summary::{AgentCounts, KindEntry, Outcome, SCHEMA_V2};
 use tokio_util::sync::CancellationToken;
 
-use super::child::{ChildProgress, PROGRESS_PREFIX, child_env};
+use super::child::child_env;
 use super::{CAUSE_PROCESS_DIED, CHILD_ENV, LocalPlan};
 use crate::exit;
 use crate::plan::RunConfig;
-use crate::progress::Progress;
+use crate::progress::{ChildProgress, PROGRESS_PREFIX, Progress};
 
 /// Lines a child said last (besides progress), kept for its obituary.
 const LAST_WORDS: usize = 3;

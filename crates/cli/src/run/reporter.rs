@@ -114,7 +114,7 @@ impl Reporter {
                     progress.tick(now, &snap, started_agents, stopping);
                 }
                 if child {
-                    eprintln!("{}", crate::local::progress_line(&snap, started_agents));
+                    eprintln!("{}", crate::progress::progress_line(&snap, started_agents));
                 }
                 if stopping {
                     break;
