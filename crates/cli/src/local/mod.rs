@@ -29,6 +29,12 @@ pub const CAUSE_PROCESS_DIED: &str = "process_died";
 /// File descriptors a local process keeps for itself besides its agents'.
 const FD_SLACK: u64 = 256;
 
+/// Most local processes a run starts by itself: two per core (at least 4).
+fn max_processes() -> u64 {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+    (2 * cores).max(4)
+}
+
 /// How a run is split over local processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalPlan {
@@ -84,6 +90,16 @@ pub fn plan(cfg: &RunConfig, host: &Host) -> Result<Option<LocalPlan>, UsageErro
     };
     if processes <= 1 {
         return Ok(None);
+    }
+    let cap = max_processes();
+    if asked.is_none() && processes > cap {
+        return usage(format!(
+            "this run needs about {} file descriptors: {processes} local processes of at most {} \
+             each, more than this box should run (at most {cap}: 2 per core): split it over \
+             boxes with --shard I/N, or raise the hard limit (ulimit -Hn)",
+            preflight::count(n.fds),
+            preflight::count(hard)
+        ));
     }
     if fds.div_ceil(processes) + FD_SLACK > hard {
         return usage(format!(
@@ -272,6 +288,17 @@ mod tests {
         assert_eq!((f.agents, f.first_index), (1_000, 1_000));
         assert_eq!(f.ramp.unwrap().as_per_second(), 200.0);
         assert_eq!(f.max_dialing, 86);
+    }
+
+    #[test]
+    fn a_fleet_no_box_should_hold_is_refused_not_forked() {
+        let e = plan(&cfg(5_000_000, "", |_| {}), &host(20_000))
+            .unwrap_err()
+            .0;
+        assert!(
+            e.contains("more than this box should run") && e.contains("--shard"),
+            "{e}"
+        );
     }
 
     #[test]
