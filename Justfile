@@ -25,5 +25,8 @@ bench-sessions:
 
 # refresh the repository's copy of the golden vectors from the project's shared data
 refresh-vectors:
+    # consul/rpc/ is this project's own capture: kept across a refresh.
+    mv testdata/vectors/consul/rpc /tmp/agent-sim-rpc-vectors
     rm -rf testdata/vectors && cp -r ../shared/vectors testdata/vectors
+    mv /tmp/agent-sim-rpc-vectors testdata/vectors/consul/rpc
     cargo test -p agent-sim-proto --test vectors_manifest

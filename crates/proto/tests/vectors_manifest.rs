@@ -3,6 +3,9 @@
 //! project's shared data) are exactly what their manifest lists: every file
 //! present with its size and sha256, and no file the manifest does not name.
 //! The decoding tests of the protocol crates read the same directory.
+//! `consul/rpc/` holds this project's own capture (blocking queries over the
+//! multiplexed RPC port of a real Consul 1.20.1) with its own manifest,
+//! checked the same way.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -25,13 +28,11 @@ fn files_under(dir: &Path, base: &Path, out: &mut BTreeSet<String>) {
     }
 }
 
-#[test]
-fn every_vector_matches_the_manifest() {
-    let root = root();
+/// The files a manifest lists, each checked for its size and sha256.
+fn checked(root: &Path, manifest: &Path) -> BTreeSet<String> {
     let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(root.join("manifest.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(manifest).unwrap()).unwrap();
     let entries = manifest.as_array().expect("manifest is a list of files");
-    assert!(entries.len() > 90, "{} entries", entries.len());
     let mut listed = BTreeSet::new();
     for e in entries {
         let file = e["file"].as_str().unwrap();
@@ -48,9 +49,21 @@ fn every_vector_matches_the_manifest() {
         assert_eq!(digest, e["sha256"].as_str().unwrap(), "{file}: sha256");
         listed.insert(file.to_string());
     }
+    listed
+}
+
+#[test]
+fn every_vector_matches_the_manifest() {
+    let root = root();
+    let shared = checked(&root, &root.join("manifest.json"));
+    assert!(shared.len() > 90, "{} entries", shared.len());
+    let ours = checked(&root, &root.join("consul/rpc/manifest.json"));
+    assert!(ours.len() >= 10, "{} entries", ours.len());
     let mut on_disk = BTreeSet::new();
     files_under(&root, &root, &mut on_disk);
-    on_disk.remove("manifest.json");
-    on_disk.remove("README.md");
-    assert_eq!(on_disk, listed, "files on disk vs manifest");
+    for f in ["manifest.json", "README.md", "consul/rpc/manifest.json", "consul/rpc/README.md"] {
+        on_disk.remove(f);
+    }
+    let listed: BTreeSet<String> = shared.union(&ours).cloned().collect();
+    assert_eq!(on_disk, listed, "files on disk vs manifests");
 }
