@@ -61,7 +61,12 @@ fn every_vector_matches_the_manifest() {
     assert!(ours.len() >= 10, "{} entries", ours.len());
     let mut on_disk = BTreeSet::new();
     files_under(&root, &root, &mut on_disk);
-    for f in ["manifest.json", "README.md", "consul/rpc/manifest.json", "consul/rpc/README.md"] {
+    for f in [
+        "manifest.json",
+        "README.md",
+        "consul/rpc/manifest.json",
+        "consul/rpc/README.md",
+    ] {
         on_disk.remove(f);
     }
     let listed: BTreeSet<String> = shared.union(&ours).cloned().collect();
