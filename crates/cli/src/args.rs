@@ -462,6 +462,28 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME", help_heading = heading::CONSUL)]
     pub probe_service: Option<String>,
 
+    /// Consul: how each upstream is watched: streaming (Subscribe on the
+    /// RPC port), blocking (Health.ServiceNodes blocking queries on the RPC
+    /// port, as agents with streaming off) or http (long polls of
+    /// /v1/health/service, as consul-template).
+    #[arg(long, value_name = "MODE", help_heading = heading::CONSUL)]
+    pub watch: Option<agent_sim_consul::watch::WatchMode>,
+    /// Consul: longest a blocking query or long poll is held when nothing
+    /// changes (Consul adds up to 1/16 of jitter; 1s to 10m).
+    #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
+    pub blocking_wait: Option<Secs>,
+
+    /// Consul: a service of COUNT instances the run registers before its
+    /// agents start and removes after them (NAME=COUNT, e.g. big=5000;
+    /// name it in --upstreams to watch it).
+    #[arg(long, value_name = "NAME=COUNT", help_heading = heading::CONSUL)]
+    pub seed_service: Option<agent_sim_consul::seed::SeedService>,
+    /// Consul: every DURATION, set new metadata on the probe's own instance
+    /// (it stays registered) and time its arrival at every watcher: the
+    /// catalog probe, as a change of one instance of --probe-service.
+    #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
+    pub change_every: Option<Secs>,
+
     // --- Consul dataplane ---
     /// Dataplane: take over existing proxies instead of registering, by
     /// proxy service ID pattern (e.g. 'web-sidecar-proxy-{i}'); with
@@ -621,7 +643,8 @@ macro_rules! with_run_args_fields {
                 password, subscriptions, encoding, deregister, event_rate, event_output_size,
                 insecure_skip_tls_verify, tls_server_name, http_target, token, upstreams, services_per_agent,
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
-                anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service,
+                anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, watch,
+                blocking_wait, seed_service, change_every,
                 embedded_check_interval, hlog_interval, metrics_addr, shard, seed, quiet,
                 progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,
                 churn, max_session_length, ramp_down, reconnect, observe_every, observe_shard,

@@ -446,6 +446,15 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     c.probe.timeout = a.probe_timeout.map(|d| d.0);
     c.probe.service = a.probe_service.clone();
     c.probe.controller = shard.is_none_or(|s| s.index == 0);
+    set!(c.watch, a.watch);
+    c.seed = a.seed_service.clone();
+    if let Some(d) = a.change_every {
+        c.probe.every = d.0;
+        c.probe.meta = true;
+    }
+    if let Some(d) = a.blocking_wait {
+        c.blocking_wait = d.0;
+    }
     // TLS when any TLS setting is given, or the HTTP API is https://.
     let insecure = a.insecure_skip_tls_verify.unwrap_or(false);
     let wants_tls = a.ca_file.is_some()
@@ -593,6 +602,46 @@ mod tests {
             panic!()
         };
         assert_eq!(cc.probe.timeout(), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_streaming_vs_blocking_config_seeds_and_changes_metadata() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../configs/streaming-vs-blocking.toml"
+        );
+        let c = resolve(
+            args(|a| {
+                a.config = Some(path.into());
+                a.watch = Some("blocking".parse().unwrap());
+            }),
+            &no_env,
+        )
+        .unwrap();
+        let Protocol::Consul(cc) = &c.fleets[0].protocol else {
+            panic!()
+        };
+        assert_eq!(cc.watch, agent_sim_consul::watch::WatchMode::Blocking);
+        assert_eq!(
+            cc.seed.as_ref().map(|s| s.to_string()).as_deref(),
+            Some("big=5000")
+        );
+        assert!(cc.probe.meta);
+        assert_eq!(cc.probe.every, Duration::from_secs(1));
+        assert_eq!(cc.probe.timeout(), Duration::from_secs(1));
+        assert_eq!(cc.probe.service.as_deref(), Some("big"));
+        assert_eq!(c.effective["watch"], "blocking");
+        assert_eq!(c.effective["seed-service"], "big=5000");
+        // --change-every is the catalog probe's: with the probe off it is refused.
+        let refused = resolve(
+            args(|a| {
+                a.kind = Some(Kind::Consul);
+                a.change_every = Some("1s".parse().unwrap());
+                a.probe = Some("off".parse().unwrap());
+            }),
+            &no_env,
+        );
+        assert!(refused.is_err());
     }
 
     #[test]

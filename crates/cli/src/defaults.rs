@@ -71,6 +71,8 @@ pub fn defaults() -> RunArgs {
         // catalog unless told otherwise.
         probe: Some(Toggle::On(ProbeKind::Catalog)),
         probe_every: Some(Secs(consul.probe.every)),
+        watch: Some(consul.watch),
+        blocking_wait: Some(Secs(consul.blocking_wait)),
         watch_servers: Some(DataplaneConfig::default().watch_servers),
         envoy_version: Some(
             DataplaneConfig::default()

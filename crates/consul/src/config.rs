@@ -58,6 +58,15 @@ pub struct ConsulConfig {
     pub flap_rate: Option<Rate>,
     /// The propagation probe.
     pub probe: ProbeConfig,
+    /// How each upstream is watched: `Subscribe` streams, blocking queries
+    /// over the RPC port, or long polls of the HTTP API.
+    pub watch: crate::modes::WatchMode,
+    /// Longest a blocking query waits for a change (its `MaxQueryTime`, the
+    /// HTTP `wait`; Consul's `default_query_time` is 5 min).
+    pub blocking_wait: Duration,
+    /// A service the run registers before its agents start and removes
+    /// after them ([`crate::seed`]).
+    pub seed: Option<crate::modes::SeedService>,
 }
 
 impl Default for ConsulConfig {
@@ -78,6 +87,9 @@ impl Default for ConsulConfig {
             cluster_size: 0,
             flap_rate: None,
             probe: ProbeConfig::default(),
+            watch: crate::modes::WatchMode::default(),
+            blocking_wait: crate::modes::DEFAULT_WAIT,
+            seed: None,
         }
     }
 }
@@ -309,6 +321,10 @@ pub struct ProbeConfig {
     pub timeout: Option<Duration>,
     /// This process makes the changes (shard 0).
     pub controller: bool,
+    /// Catalog probe: each change sets new metadata on the probe's own
+    /// instance (`--change-every`) instead of deregistering and
+    /// registering it again.
+    pub meta: bool,
 }
 
 impl Default for ProbeConfig {
@@ -319,6 +335,7 @@ impl Default for ProbeConfig {
             service: None,
             timeout: None,
             controller: true,
+            meta: false,
         }
     }
 }
@@ -595,6 +612,41 @@ impl ConsulConfig {
                     "flapping needs registered services (register = true)".into(),
                 );
             }
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&self.blocking_wait) {
+            return bad(
+                "blocking_wait",
+                format!(
+                    "{:?}: between 1s and 10m (a server holds a query at most max_query_time, 10 min)",
+                    self.blocking_wait
+                ),
+            );
+        }
+        if self.watch != crate::modes::WatchMode::Streaming
+            && self.probe.kind == Some(ProbeKind::Intentions)
+        {
+            return bad(
+                "probe",
+                "intentions are watched on Subscribe streams only: --probe catalog with --watch \
+                 blocking or http"
+                    .into(),
+            );
+        }
+        if self.probe.meta && self.probe.kind != Some(ProbeKind::Catalog) {
+            return bad(
+                "probe",
+                "--change-every changes the probe's own catalog instance: it needs --probe catalog"
+                    .into(),
+            );
+        }
+        if let Some(seed) = &self.seed
+            && self.upstreams.is_empty()
+            && self.probe.service.as_deref() != Some(seed.name.as_str())
+        {
+            return bad(
+                "seed_service",
+                format!("{seed}: no agent watches it (name it in --upstreams or --probe-service)"),
+            );
         }
         let probe_service = match self.probe.kind {
             None => None,

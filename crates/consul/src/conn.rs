@@ -116,9 +116,91 @@ pub enum FirstRead {
 /// The first read on a connection, set once.
 pub type FirstBytes = Arc<std::sync::OnceLock<FirstRead>>;
 
+/// Where a connection's bytes are counted: the run's `bytes_received`
+/// and `bytes_sent`.
+#[derive(Debug, Clone)]
+pub struct ByteCounters {
+    /// The run's metrics.
+    pub metrics: agent_sim_metrics::Metrics,
+    /// Bytes read.
+    pub rx: agent_sim_metrics::CounterId,
+    /// Bytes written.
+    pub tx: agent_sim_metrics::CounterId,
+    /// The same again for a class of connections (the watches'), if any.
+    pub class: Option<(agent_sim_metrics::CounterId, agent_sim_metrics::CounterId)>,
+}
+
+impl ByteCounters {
+    fn read(&self, n: u64) {
+        self.metrics.add(self.rx, n);
+        if let Some((rx, _)) = self.class {
+            self.metrics.add(rx, n);
+        }
+    }
+
+    fn wrote(&self, n: u64) {
+        self.metrics.add(self.tx, n);
+        if let Some((_, tx)) = self.class {
+            self.metrics.add(tx, n);
+        }
+    }
+}
+
+/// A socket whose bytes in and out are counted (an atomic add per read
+/// and per write; nothing when no counters are given).
+#[derive(Debug)]
+pub struct Counted<S> {
+    io: S,
+    bytes: Option<ByteCounters>,
+}
+
+impl<S> Counted<S> {
+    /// Counts `io`'s bytes into `bytes`.
+    pub fn new(io: S, bytes: Option<ByteCounters>) -> Self {
+        Counted { io, bytes }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if let (Poll::Ready(Ok(())), Some(b)) = (&r, &self.bytes) {
+            b.read((buf.filled().len() - before) as u64);
+        }
+        r
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        if let (Poll::Ready(Ok(n)), Some(b)) = (&r, &self.bytes) {
+            b.wrote(*n as u64);
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
 /// The socket under hyper, keeping the first bytes the server sends.
 struct Sniff {
-    io: RpcIo,
+    io: Counted<RpcIo>,
     first: FirstBytes,
 }
 
@@ -323,11 +405,12 @@ impl Dialer {
     pub async fn connect_session(
         &self,
         cx: &agent_sim_fleet::SessionCx,
+        bytes: Option<ByteCounters>,
     ) -> Result<RpcConn, agent_sim_fleet::SessionEnd> {
         use agent_sim_fleet::SessionEnd;
         let connect = Box::pin(tokio::time::timeout(
             CONNECT_TIMEOUT,
-            self.connect(cx.bind_addr),
+            self.connect_counted(cx.bind_addr, bytes),
         ));
         let conn = tokio::select! {
             r = connect => r,
@@ -342,6 +425,17 @@ impl Dialer {
 
     /// Dials, writes the prefix byte(s), does the HTTP/2 handshake.
     pub async fn connect(&self, bind: Option<IpAddr>) -> Result<RpcConn, ConnectError> {
+        self.connect_counted(bind, None).await
+    }
+
+    /// Dials and writes the prefix bytes: `prefix` after `0x03` + TLS for
+    /// the TLS variant (the public gRPC port takes none). Reads record the
+    /// kernel's receive time when it stamps.
+    pub async fn open(
+        &self,
+        bind: Option<IpAddr>,
+        prefix: u8,
+    ) -> Result<(RpcIo, Option<RxStamp>), ConnectError> {
         let tcp = agent_sim_net::dial(self.addr, bind)
             .await
             .map_err(|e| ConnectError::new(agent_sim_net::dial_error_kind(&e), e))?;
@@ -357,7 +451,7 @@ impl Dialer {
                     .map_err(|e| ConnectError::new("tls_handshake", e))?,
             )),
             (None, Port::Rpc) => {
-                tcp.write_all(&[RPC_GRPC])
+                tcp.write_all(&[prefix])
                     .await
                     .map_err(|e| ConnectError::new("connect_prefix", e))?;
                 RpcIo::Plain(tcp)
@@ -370,7 +464,7 @@ impl Dialer {
                     .connect(name.clone(), tcp)
                     .await
                     .map_err(|e| ConnectError::new("tls_handshake", e))?;
-                tls.write_all(&[RPC_GRPC])
+                tls.write_all(&[prefix])
                     .await
                     .map_err(|e| ConnectError::new("connect_prefix", e))?;
                 tls.flush()
@@ -379,6 +473,17 @@ impl Dialer {
                 RpcIo::Tls(Box::new(tls))
             }
         };
+        Ok((io, stamp))
+    }
+
+    /// [`Dialer::connect`], the bytes in and out counted when `bytes` is given.
+    pub async fn connect_counted(
+        &self,
+        bind: Option<IpAddr>,
+        bytes: Option<ByteCounters>,
+    ) -> Result<RpcConn, ConnectError> {
+        let (io, stamp) = self.open(bind, RPC_GRPC).await?;
+        let io = Counted::new(io, bytes);
         let first_bytes = FirstBytes::default();
         let io = Sniff {
             io,

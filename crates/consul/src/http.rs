@@ -199,10 +199,11 @@ pub fn status_kind(status: u16) -> &'static str {
 struct ApiConnector {
     addr: SocketAddr,
     tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
+    bytes: Option<crate::conn::ByteCounters>,
 }
 
 /// The pooled connection: plain or TLS.
-struct ApiStream(MaybeTlsStream);
+struct ApiStream(crate::conn::Counted<MaybeTlsStream>);
 
 impl Connection for ApiStream {
     fn connected(&self) -> Connected {
@@ -263,7 +264,9 @@ impl tower_service::Service<::http::Uri> for ApiConnector {
                     MaybeTlsStream::Tls(Box::new(connector.connect(name, tcp).await?))
                 }
             };
-            Ok(TokioIo::new(ApiStream(io)))
+            Ok(TokioIo::new(ApiStream(crate::conn::Counted::new(
+                io, this.bytes,
+            ))))
         })
     }
 }
@@ -300,10 +303,22 @@ impl HttpApi {
         token: Option<&str>,
         datacenter: &str,
     ) -> Result<Self, String> {
+        Self::counted(addr, tls, token, datacenter, None)
+    }
+
+    /// [`HttpApi::with_tls`], the bytes of its connections counted.
+    pub fn counted(
+        addr: SocketAddr,
+        tls: Option<ApiTls>,
+        token: Option<&str>,
+        datacenter: &str,
+        bytes: Option<crate::conn::ByteCounters>,
+    ) -> Result<Self, String> {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let conn = ApiConnector {
             addr,
             tls: tls.map(|(cfg, name)| (tokio_rustls::TlsConnector::from(cfg), name)),
+            bytes,
         };
         let client = Client::builder(TokioExecutor::new())
             .http1_max_buf_size(HTTP1_MAX_BUF)
@@ -725,11 +740,27 @@ pub const PROBE_ENDPOINT: (&str, u32) = ("127.0.0.1", 1);
 /// own probe node. It is Connect-native, so it is also an endpoint of the
 /// probe service's Envoy cluster (what dataplane sidecars watch).
 pub fn probe_register_body(prefix: &str, service: &str, instance_id: &str) -> String {
+    probe_change_body(prefix, service, instance_id, None)
+}
+
+/// [`probe_register_body`] with change number `change` in the instance's
+/// metadata (`agent-sim-change`): each number is a new version of the
+/// instance, the change `--change-every` makes.
+pub fn probe_change_body(
+    prefix: &str,
+    service: &str,
+    instance_id: &str,
+    change: Option<u64>,
+) -> String {
+    let meta = match change {
+        Some(n) => json!({"agent-sim-change": n.to_string()}),
+        None => json!({}),
+    };
     json!({"Node": probe_node(prefix), "Address": PROBE_ENDPOINT.0,
            "NodeMeta": {"agent-sim": "probe", META_PREFIX: prefix},
            "Service": {"ID": instance_id, "Service": service, "Port": PROBE_ENDPOINT.1,
                        "Address": PROBE_ENDPOINT.0, "Tags": ["agent-sim-probe"],
-                       "Connect": {"Native": true}}})
+                       "Meta": meta, "Connect": {"Native": true}}})
     .to_string()
 }
 

@@ -4,6 +4,9 @@
 //! carrying one `subscribe.StateChangeSubscription/Subscribe` stream per
 //! upstream — plus its catalog registration and a TTL session through the
 //! HTTP API, and times how long a catalog change takes to reach every view.
+//! With `watch = blocking` it watches as an agent with streaming off
+//! (`0x04`, yamux, `Health.ServiceNodes` blocking queries); with `http`, as
+//! a tool that long-polls the HTTP API.
 //!
 //! Main parts:
 //! - [`config`]: [`ConsulConfig`] and its validation, per-agent name patterns.
@@ -12,6 +15,10 @@
 //! - [`conn`]: dial, prefix byte(s), TLS, hyper HTTP/2 as a tonic channel.
 //! - [`http`]: the HTTP API subset (catalog, txn, sessions, config entries).
 //! - [`txn`]: the shared registration batcher (`/v1/txn`, ≤128 ops).
+//! - [`watch`]: blocking queries over yamux and msgpack, HTTP long polls,
+//!   and the digest of a whole result a view compares.
+//! - [`modes`]: the watch mode and the seeded service (a leaf);
+//!   [`seed`]: registering and removing that service.
 //! - [`probe`]: the propagation probe ([`ProbeRunner`] in the controller
 //!   process, [`ProbeObserver`] in the others, [`probe::ProbeBoard`]).
 //! - [`ConsulFactory`] / [`ConsulAgent`]: the `agent_sim_fleet` agent.
@@ -25,9 +32,12 @@ pub mod codec;
 pub mod config;
 pub mod conn;
 pub mod http;
+pub mod modes;
 pub mod probe;
+pub mod seed;
 pub mod txn;
 pub mod view;
+pub mod watch;
 
 mod agent;
 
@@ -118,6 +128,24 @@ pub mod names {
     /// Probe deliveries timed in user space: the socket had no kernel
     /// receive timestamps.
     pub const ARRIVALS_USER_TIME: &str = "arrivals_user_time";
+    /// Blocking queries (or HTTP long polls) sent (`--watch blocking|http`).
+    pub const WATCH_CALLS: &str = "watch_calls";
+    /// Their answers: each a whole result, decoded in full.
+    pub const WATCH_RESPONSES: &str = "watch_responses";
+    /// Answers that changed the view (the rest ended their wait).
+    pub const WATCH_RESULTS_CHANGED: &str = "watch_results_changed";
+    /// Bytes read on every Consul connection of the agents (RPC, watch and
+    /// HTTP API connections; TLS included as on the wire).
+    pub const BYTES_RECEIVED: &str = "bytes_received";
+    /// Bytes written on them.
+    pub const BYTES_SENT: &str = "bytes_sent";
+    /// Of `bytes_received`, those on the connections that watch (the RPC
+    /// connection: Subscribe streams or blocking queries; the HTTP long
+    /// polls' connections): what watching costs, without the catalog and
+    /// session calls.
+    pub const WATCH_BYTES_RECEIVED: &str = "watch_bytes_received";
+    /// Of `bytes_sent`, those on the watching connections.
+    pub const WATCH_BYTES_SENT: &str = "watch_bytes_sent";
 }
 
 /// Counters whose per-second rate means something: the steady traffic of
@@ -130,6 +158,10 @@ pub const RATED_COUNTERS: &[&str] = &[
     names::TXN_REQUESTS,
     names::FLAPS,
     names::ANTI_ENTROPY_SYNCS,
+    names::WATCH_RESPONSES,
+    names::BYTES_RECEIVED,
+    names::BYTES_SENT,
+    names::WATCH_BYTES_RECEIVED,
 ];
 
 /// Counters and latencies this crate records; merge into the run's spec.
@@ -154,6 +186,13 @@ pub fn metrics_spec() -> MetricsSpec {
             FLAPS,
             PROBES_INTERRUPTED,
             ARRIVALS_USER_TIME,
+            WATCH_CALLS,
+            WATCH_RESPONSES,
+            WATCH_RESULTS_CHANGED,
+            BYTES_RECEIVED,
+            BYTES_SENT,
+            WATCH_BYTES_RECEIVED,
+            WATCH_BYTES_SENT,
         ],
         latencies: vec![
             CONNECT,

@@ -121,6 +121,8 @@ pub enum Signal {
     NewSnapshotToFollow,
     /// Nothing this view understands.
     Ignored,
+    /// A blocking query's result with nothing new (its wait ended).
+    Unchanged,
 }
 
 /// Key of an intention source name.
@@ -266,6 +268,65 @@ impl View {
                     Signal::Ignored
                 }
             }
+        }
+    }
+
+    /// Applies a blocking query's whole result at `index`: the first (or
+    /// the first after a reset) is the snapshot, every instance a register,
+    /// and the snapshot ends; a later one is compared with the view: an
+    /// instance that is new, touched since (a later modify index) or of
+    /// another health is a register, one that is gone a deregister. What a
+    /// health view keeps per instance is then its modify index.
+    pub fn apply_result(
+        &mut self,
+        index: u64,
+        items: &[crate::watch::Item],
+        on_change: &mut dyn FnMut(Change),
+    ) -> Signal {
+        let Body::Health(map) = &mut self.body else {
+            return Signal::Ignored;
+        };
+        let snapshot = self.phase == Phase::Snapshot;
+        let mut changed = false;
+        let mut seen: KeyMap<()> = KeyMap::default();
+        for it in items {
+            seen.insert(it.key, ());
+            let now = Instance {
+                index: it.modify,
+                health: it.health,
+            };
+            if map.get(&it.key) == Some(&now) {
+                continue;
+            }
+            if map.len() >= MAX_VIEW_ENTRIES && !map.contains_key(&it.key) {
+                self.dropped = self.dropped.saturating_add(1);
+                continue;
+            }
+            map.insert(it.key, now);
+            changed = true;
+            on_change(Change::Register {
+                key: it.key,
+                snapshot,
+            });
+        }
+        let gone: Vec<u64> = map
+            .keys()
+            .filter(|k| !seen.contains_key(k))
+            .copied()
+            .collect();
+        for key in gone {
+            map.remove(&key);
+            changed = true;
+            on_change(Change::Deregister { key });
+        }
+        self.index = index.max(1);
+        if snapshot {
+            self.phase = Phase::Live;
+            Signal::EndOfSnapshot
+        } else if changed {
+            Signal::Item
+        } else {
+            Signal::Unchanged
         }
     }
 

@@ -76,7 +76,7 @@ pub fn render_with(s: &Summary, opts: &TableOptions<'_>) -> String {
 fn headline(out: &mut String, s: &Summary, opts: &TableOptions<'_>) {
     let _ = writeln!(
         out,
-        "agent-sim {} run: {} agent(s) over {:.1}s against {}{}",
+        "agent-sim {} run: {} agent(s) over {:.1}s against {}{}{}",
         s.kind,
         s.agents.requested,
         s.duration_s,
@@ -88,6 +88,9 @@ fn headline(out: &mut String, s: &Summary, opts: &TableOptions<'_>) {
         s.shard
             .as_ref()
             .map(|sh| format!(" (shard {sh})"))
+            .unwrap_or_default(),
+        s.watch_mode()
+            .map(|w| format!(", watching: {w}"))
             .unwrap_or_default()
     );
     let o = &s.outcome;

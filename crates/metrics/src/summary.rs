@@ -411,6 +411,15 @@ pub struct TimelineSample {
 }
 
 impl Summary {
+    /// How a Consul run's agents watched (`streaming`, `blocking` or
+    /// `http`), from its recorded config.
+    pub fn watch_mode(&self) -> Option<&str> {
+        if !self.kind.contains("consul") {
+            return None;
+        }
+        self.config.as_ref()?.get("watch")?.as_str()
+    }
+
     /// Reads a summary JSON file (v2, or v1 upgraded).
     pub fn read(path: &std::path::Path) -> Result<Self, MetricsError> {
         let text = std::fs::read_to_string(path)?;

@@ -21,6 +21,7 @@
 #![allow(missing_docs)]
 
 pub mod fields;
+pub mod msgpack;
 pub mod scan;
 
 /// Sensu Go agent protocol messages.

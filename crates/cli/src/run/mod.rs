@@ -203,6 +203,19 @@ async fn run_fleets(
 ) -> (Vec<FleetReport>, Vec<ProbeSummary>) {
     let mut fleet_tasks: tokio::task::JoinSet<FleetReport> = tokio::task::JoinSet::new();
     let mut probe_tasks: Vec<JoinHandle<Vec<ProbeSummary>>> = Vec::new();
+    // Seeded services are in the catalog before the first agent dials.
+    let seeded: Vec<Arc<agent_sim_consul::ConsulFactory>> = built
+        .iter()
+        .filter_map(|b| match b {
+            Built::Consul(f) => Some(f.clone()),
+            _ => None,
+        })
+        .collect();
+    for f in &seeded {
+        if let Err(e) = f.seed().await {
+            seed_failed(metrics, "registering", &e);
+        }
+    }
     for runner in probe_runners(&built) {
         let t = end.clone();
         probe_tasks.push(tokio::spawn(async move { runner.run(t).await }));
@@ -250,7 +263,22 @@ async fn run_fleets(
             probes.extend(p);
         }
     }
+    for f in &seeded {
+        if let Err(e) = f.unseed().await {
+            seed_failed(metrics, "removing", &e);
+        }
+    }
     (reports, probes)
+}
+
+/// A seeded service that could not be registered or removed: an error in
+/// the server's words (`agent-sim cleanup` removes what is left).
+fn seed_failed(metrics: &Metrics, doing: &str, e: &agent_sim_consul::http::HttpError) {
+    let words = e.words().unwrap_or_else(|| e.kind.to_owned());
+    metrics.error_with(
+        "seed_failed",
+        Some(&format!("{doing} the seeded service: {} ({words})", e.kind)),
+    );
 }
 
 /// Writes `--report-html` (atomically); the error in one line, if any.

@@ -320,3 +320,49 @@ async fn a_stalled_rpc_connection_is_ended_by_the_keepalive() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_and_http_watchers_survive_rpc_and_http_faults() {
+    bounded(Duration::from_secs(30), async {
+        // Blocking: RPC connections dropped at accept, then calls delayed.
+        let b = backend(
+            false,
+            true,
+            &[
+                "consul.rpc=drop@100%,max:3",
+                "consul.rpc=delay:300ms@100%,max:4",
+            ],
+        )
+        .await;
+        web_instances(&b, 3).await;
+        let run = consul_run(&b, 10, 3.0).args(|a| a.watch = Some("blocking".parse().unwrap()));
+        let s = &complete(&b, run).await;
+        assert_eq!(b.fault_stats().injected, 7);
+        assert!(
+            s.counters["watch_results_changed"] >= 10,
+            "{:?}",
+            s.counters
+        );
+        assert!(s.latency_us["subscribe_snapshot"].max >= 300_000);
+
+        // HTTP long polls answered 503 in Consul's words, then served.
+        let b = backend(
+            false,
+            true,
+            &["consul.http=503@100%,max:5,path:/v1/health/service/"],
+        )
+        .await;
+        web_instances(&b, 3).await;
+        let run = consul_run(&b, 10, 3.0).args(|a| a.watch = Some("http".parse().unwrap()));
+        let s = &complete(&b, run).await;
+        assert_eq!(b.fault_stats().injected, 5);
+        assert!(
+            s.counters["watch_results_changed"] >= 10,
+            "{:?}",
+            s.counters
+        );
+        let total: u64 = s.errors.values().map(|e| e.count).sum();
+        assert_eq!(total, 5, "{:#?}", s.errors);
+    })
+    .await;
+}

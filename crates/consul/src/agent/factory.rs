@@ -38,7 +38,24 @@ impl ConsulFactory {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let http = Arc::new(http_client(&cfg, &v)?);
+        let ids_bytes = crate::conn::ByteCounters {
+            metrics: metrics.clone(),
+            rx: ids.bytes_rx,
+            tx: ids.bytes_tx,
+            class: None,
+        };
+        let http = Arc::new(http_client(&cfg, &v, Some(ids_bytes))?);
+        let watch_api = WatchApi {
+            addr: v.http_addr,
+            tls: match (cfg.conn.tls.as_ref(), v.https) {
+                (Some(t), true) => Some((
+                    tokio_rustls::TlsConnector::from(conn::tls_client_config(t)?),
+                    conn::server_name(t, &v.http_host)?,
+                )),
+                _ => None,
+            },
+            host: v.http_addr.to_string(),
+        };
         let board = match (cfg.probe.kind, &v.probe_service) {
             (Some(kind), Some(svc)) if cfg.probe.controller => {
                 Some(Arc::new(ProbeBoard::new(kind, svc, &cfg.conn.name_prefix)))
@@ -74,6 +91,7 @@ impl ConsulFactory {
                 ids,
                 ttl,
                 flap_interval,
+                watch_api,
             }),
         })
     }
@@ -98,7 +116,33 @@ impl ConsulFactory {
             keep: s.cfg.keep_registrations,
             latency: crate::names::PROPAGATION,
             fleet: None,
+            meta: s.cfg.probe.meta,
+            changes: Default::default(),
         })
+    }
+
+    /// Registers the run's seeded service (`--seed-service`), when one is
+    /// set and this process is the probe's controller (shard 0).
+    pub async fn seed(&self) -> Result<(), http::HttpError> {
+        let s = &self.shared;
+        match &s.cfg.seed {
+            Some(seed) if s.cfg.probe.controller => {
+                crate::seed::seed(&s.http, &s.cfg.conn.name_prefix, seed).await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes what [`ConsulFactory::seed`] registered (unless the run
+    /// keeps its registrations).
+    pub async fn unseed(&self) -> Result<(), http::HttpError> {
+        let s = &self.shared;
+        match &s.cfg.seed {
+            Some(seed) if s.cfg.probe.controller && !s.cfg.keep_registrations => {
+                crate::seed::unseed(&s.http, &s.cfg.conn.name_prefix, seed).await
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The probe observer, when a probe kind is set and this process is not
@@ -123,15 +167,26 @@ impl ConsulFactory {
 }
 
 /// The HTTP API client of `cfg` (plain or HTTPS, token, datacenter).
-fn http_client(cfg: &ConsulConfig, v: &config::Validated) -> Result<HttpApi, ConsulError> {
-    api_client(
+fn http_client(
+    cfg: &ConsulConfig,
+    v: &config::Validated,
+    bytes: Option<crate::conn::ByteCounters>,
+) -> Result<HttpApi, ConsulError> {
+    let http_tls = match (cfg.conn.tls.as_ref(), v.https) {
+        (Some(t), true) => Some((
+            conn::tls_client_config(t)?,
+            conn::server_name(t, &v.http_host)?,
+        )),
+        _ => None,
+    };
+    HttpApi::counted(
         v.http_addr,
-        &v.http_host,
-        v.https,
-        cfg.conn.tls.as_ref(),
+        http_tls,
         cfg.conn.token.as_deref(),
         &cfg.conn.datacenter,
+        bytes,
     )
+    .map_err(ConsulError::Config)
 }
 
 /// An HTTP API client for the resolved `addr` (`host`: the name to verify
@@ -154,7 +209,7 @@ pub fn api_client(
 /// Validates `cfg` and builds its HTTP API client alone (for
 /// [`crate::cleanup`]).
 pub fn http_api(cfg: &ConsulConfig) -> Result<HttpApi, ConsulError> {
-    http_client(cfg, &cfg.prepare()?)
+    http_client(cfg, &cfg.prepare()?, None)
 }
 
 impl AgentFactory for ConsulFactory {

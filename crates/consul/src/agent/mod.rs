@@ -24,6 +24,7 @@ mod factory;
 mod session;
 mod subscriptions;
 mod upkeep;
+mod watching;
 
 pub use factory::{ConsulFactory, api_client, http_api};
 use session::Arrival;
@@ -86,6 +87,13 @@ pub(crate) struct Ids {
     session_renew: LatencyId,
     probe_overhead: LatencyId,
     arrivals_user_time: CounterId,
+    watch_calls: CounterId,
+    watch_responses: CounterId,
+    watch_results_changed: CounterId,
+    bytes_rx: CounterId,
+    bytes_tx: CounterId,
+    watch_bytes_rx: CounterId,
+    watch_bytes_tx: CounterId,
 }
 
 impl Ids {
@@ -117,6 +125,13 @@ impl Ids {
             anti_entropy_syncs: m.counter(names::ANTI_ENTROPY_SYNCS),
             deregistrations: m.counter(names::DEREGISTRATIONS),
             flaps: m.counter(names::FLAPS),
+            watch_calls: m.counter(names::WATCH_CALLS),
+            watch_responses: m.counter(names::WATCH_RESPONSES),
+            watch_results_changed: m.counter(names::WATCH_RESULTS_CHANGED),
+            bytes_rx: m.counter(names::BYTES_RECEIVED),
+            bytes_tx: m.counter(names::BYTES_SENT),
+            watch_bytes_rx: m.counter(names::WATCH_BYTES_RECEIVED),
+            watch_bytes_tx: m.counter(names::WATCH_BYTES_SENT),
             connect: m.latency(names::CONNECT),
             subscribe_snapshot: m.latency(names::SUBSCRIBE_SNAPSHOT),
             session_renew: m.latency(names::SESSION_RENEW),
@@ -139,9 +154,34 @@ pub(crate) struct Shared {
     token: String,
     ttl: Option<(Duration, String)>,
     flap_interval: Option<Duration>,
+    /// Where `--watch http` long polls go.
+    watch_api: WatchApi,
+}
+
+/// The HTTP API as `--watch http` dials it: a connection per watched
+/// service, outside the shared client's pool.
+pub(crate) struct WatchApi {
+    addr: std::net::SocketAddr,
+    tls: Option<(
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    )>,
+    /// `Host` header.
+    host: String,
 }
 
 impl Shared {
+    /// Where a connection's bytes go: the run's totals, and the watches'
+    /// when `watching`.
+    fn bytes(&self, watching: bool) -> crate::conn::ByteCounters {
+        crate::conn::ByteCounters {
+            metrics: self.metrics.clone(),
+            rx: self.ids.bytes_rx,
+            tx: self.ids.bytes_tx,
+            class: watching.then_some((self.ids.watch_bytes_rx, self.ids.watch_bytes_tx)),
+        }
+    }
+
     fn batcher(&self) -> &TxnBatcher {
         self.batcher
             .get_or_init(|| TxnBatcher::spawn(self.http.clone(), self.metrics.clone()))

@@ -35,9 +35,12 @@ pub(super) fn far_future() -> Instant {
 impl ConsulAgent {
     pub(super) async fn session(&mut self, cx: &SessionCx) -> SessionEnd {
         let sh = self.shared.clone();
+        if sh.cfg.watch != crate::watch::WatchMode::Streaming {
+            return self.watch_session(cx).await;
+        }
         let dialer = &sh.dialers[(self.index as usize) % sh.dialers.len()];
         let t = Instant::now();
-        let conn = match dialer.connect_session(cx).await {
+        let conn = match dialer.connect_session(cx, Some(sh.bytes(true))).await {
             Ok(c) => c,
             Err(end) => return end,
         };
@@ -98,22 +101,7 @@ impl ConsulAgent {
         for (i, slot) in slots.iter_mut().enumerate() {
             self.start_slot(i, slot, &grpc);
         }
-        // A session after an earlier one: the server may have lost what we
-        // registered, and silent resubscribed streams are confirmed only by
-        // a server answer (the first anti-entropy sync).
-        let reconnect = self.registered || self.subs.iter().any(|s| s.ever_synced);
-        let mut hs = HttpSched {
-            retry_at: now,
-            backoff: Backoff::new(HTTP_BACKOFF.0, HTTP_BACKOFF.1),
-            flap_due: None,
-            ae_due: self.first_sync(now, reconnect),
-            ae_answered: false,
-        };
-        if self.registered
-            && let Some(iv) = self.shared.flap_interval
-        {
-            hs.flap_due = Some(now + iv.mul_f64(fastrand::f64()));
-        }
+        let (reconnect, mut hs) = self.session_sched(now);
         let mut http_op: Option<HttpFuture> = None;
         let mut established = false;
         let mut sleep = pin!(tokio::time::sleep_until(far_future()));
@@ -121,20 +109,13 @@ impl ConsulAgent {
         let mut rotate = 0usize;
         let end = loop {
             let now = Instant::now();
-            if http_op.is_none() {
-                http_op = self.next_http(&mut hs, now);
-            }
             let mut deadline = far_future();
             for slot in slots.iter() {
                 if let SlotState::Idle { at } = slot.state {
                     deadline = deadline.min(at);
                 }
             }
-            if http_op.is_none()
-                && let Some(t) = self.http_due(&hs)
-            {
-                deadline = deadline.min(t);
-            }
+            let deadline = self.upkeep_due(&mut hs, &mut http_op, now, deadline);
             if sleep.deadline() != deadline {
                 sleep.as_mut().reset(deadline);
             }
@@ -257,45 +238,101 @@ impl ConsulAgent {
                     }
                 }
             }
-            // Connected = the server has answered: every subscription has
-            // its snapshot (or resumed) and the registration is in place
-            // (after a reconnect: confirmed by a sync). The dial slot is
-            // freed with the snapshots, so a registration that keeps failing
-            // does not hold up other agents' handshakes.
-            if !established && slots.iter().all(|s| s.ready) {
-                let registration_ok = !self.shared.cfg.register
-                    || (self.registered && (!reconnect || hs.ae_answered));
-                if registration_ok {
-                    established = true;
-                    cx.established();
-                } else {
-                    cx.release_dial_slot();
-                }
-            } else if !established
-                && slots
-                    .iter()
-                    .all(|s| s.ready || (s.resume_pending && matches!(s.state, SlotState::Live(_))))
-            {
-                // Every resubscribe was accepted and the rest is waiting for
-                // the staggered sync (a timer, not a handshake): the dial
-                // slot goes to the next agent, or a storm's comeback would
-                // queue behind up to 12 s of stagger per slot.
+            // A resubscribe accepted waits only for the sync.
+            self.settle_established(cx, slots, &mut established, reconnect, &hs, |s| {
+                s.resume_pending && matches!(s.state, SlotState::Live(_))
+            });
+        };
+        self.close_slots(cx, slots);
+        (end, answered)
+    }
+
+    /// Starts the next HTTP call (registration, session, flap, sync) when
+    /// none is in flight; `due` brought forward to when one is due.
+    pub(super) fn upkeep_due(
+        &mut self,
+        hs: &mut HttpSched,
+        http_op: &mut Option<HttpFuture>,
+        now: Instant,
+        due: Instant,
+    ) -> Instant {
+        if http_op.is_none() {
+            *http_op = self.next_http(hs, now);
+        }
+        match self.http_due(hs) {
+            Some(t) if http_op.is_none() => due.min(t),
+            _ => due,
+        }
+    }
+
+    /// The HTTP schedule of a new session, and whether an earlier one ran
+    /// (`reconnect`): the server may have lost what we registered, and a
+    /// silent resubscribe is confirmed only by a server answer (the first
+    /// anti-entropy sync).
+    pub(super) fn session_sched(&self, now: Instant) -> (bool, HttpSched) {
+        let reconnect = self.registered || self.subs.iter().any(|s| s.ever_synced);
+        let mut hs = HttpSched {
+            retry_at: now,
+            backoff: Backoff::new(HTTP_BACKOFF.0, HTTP_BACKOFF.1),
+            flap_due: None,
+            ae_due: self.first_sync(now, reconnect),
+            ae_answered: false,
+        };
+        if self.registered
+            && let Some(iv) = self.shared.flap_interval
+        {
+            hs.flap_due = Some(now + iv.mul_f64(fastrand::f64()));
+        }
+        (reconnect, hs)
+    }
+
+    /// Connected = the server has answered: every watch has its snapshot
+    /// (or resumed) and the registration is in place (after a reconnect:
+    /// confirmed by a sync). The dial slot is freed with the snapshots, so
+    /// a registration that keeps failing does not hold up other agents'
+    /// handshakes; and once every watch is ready or only `waiting` for the
+    /// staggered sync (a timer, not a handshake), or a storm's comeback
+    /// would queue behind up to 12 s of stagger per slot.
+    pub(super) fn settle_established(
+        &self,
+        cx: &SessionCx,
+        slots: &[Slot],
+        established: &mut bool,
+        reconnect: bool,
+        hs: &HttpSched,
+        waiting: impl Fn(&Slot) -> bool,
+    ) {
+        if *established {
+            return;
+        }
+        if slots.iter().all(|s| s.ready) {
+            let registration_ok =
+                !self.shared.cfg.register || (self.registered && (!reconnect || hs.ae_answered));
+            if registration_ok {
+                *established = true;
+                cx.established();
+            } else {
                 cx.release_dial_slot();
             }
-        };
-        // Streams that stayed silent to the end resumed: the server sent
-        // neither a new snapshot nor an event on them.
+        } else if slots.iter().all(|s| s.ready || waiting(s)) {
+            cx.release_dial_slot();
+        }
+    }
+
+    /// The end of a session's watches: those that stayed silent to the end
+    /// resumed (the server sent neither a new snapshot nor an event on
+    /// them), and every one goes off the probe board here rather than in
+    /// `Slots`' drop (the agent keeps the probe still owed its arrival for
+    /// its next session).
+    pub(super) fn close_slots(&mut self, cx: &SessionCx, slots: &mut [Slot]) {
         for slot in slots.iter_mut().filter(|s| s.silent && s.resume_pending) {
             slot.silent = false;
             self.shared.metrics.incr(self.shared.ids.resumes_silent);
             cx.resynced(Resync::ResumeSilent);
         }
-        // Off the probe board here rather than in `Slots`' drop: the agent
-        // keeps the probe still owed its arrival for its next session.
         for (i, slot) in slots.iter_mut().enumerate() {
             self.uncount(i, slot);
         }
-        (end, answered)
     }
 }
 

@@ -212,18 +212,6 @@ impl ConsulAgent {
     ) -> Option<Resync> {
         let sh = self.shared.clone();
         let ids = &sh.ids;
-        let decoded = arrival.decoded;
-        let arrived = arrival.at();
-        // A probe delivery: the simulator's own delay (processed − kernel
-        // arrival), and whether it had to be timed in user space.
-        let agent_index = self.index as usize;
-        let delivered = || {
-            sh.metrics
-                .record(ids.probe_overhead, agent_index, arrived.elapsed());
-            if arrival.kernel.is_none() {
-                sh.metrics.incr(ids.arrivals_user_time);
-            }
-        };
         sh.metrics.incr(ids.events_received);
         let is_nstf = matches!(ev.payload, Some(Payload::NewSnapshotToFollow(true)));
         let mut resynced = None;
@@ -237,24 +225,115 @@ impl ConsulAgent {
                 self.mark_ready(i, slot);
             }
         }
+        let applied = self.apply_to_view(i, |view, on_change| view.apply(ev, on_change));
+        if applied.signal == Signal::Ignored {
+            let kind = self.subs[i].view.kind();
+            sh.metrics
+                .warn("unknown_events", Some(&ignored_words(ev, kind)));
+        }
+        self.settle(i, slot, arrival, applied).or(resynced)
+    }
+
+    /// Applies a blocking query's result to subscription `i` (what
+    /// `on_event` is for a stream): the first is the snapshot; after a
+    /// reconnect, a query re-sent at the view's index that comes back with
+    /// a later one resumed, with the same one (its wait ended) resumed
+    /// silently.
+    pub(super) fn on_result(
+        &mut self,
+        i: usize,
+        slot: &mut Slot,
+        arrival: Arrival,
+        result: &crate::watch::Digest,
+    ) -> Option<Resync> {
+        let sh = self.shared.clone();
+        sh.metrics.incr(sh.ids.watch_responses);
+        let mut resynced = None;
+        if slot.resume_pending {
+            slot.resume_pending = false;
+            slot.silent = false;
+            slot.backoff = None;
+            if result.index == self.subs[i].view.index() {
+                sh.metrics.incr(sh.ids.resumes_silent);
+                resynced = Some(Resync::ResumeSilent);
+            } else {
+                sh.metrics.incr(sh.ids.resumes);
+                resynced = Some(Resync::Resume);
+            }
+            self.mark_ready(i, slot);
+        }
+        let applied = self.apply_to_view(i, |view, on_change| {
+            view.apply_result(result.index, &result.items, on_change)
+        });
+        if applied.signal != Signal::Unchanged {
+            sh.metrics.incr(sh.ids.watch_results_changed);
+        }
+        self.settle(i, slot, arrival, applied).or(resynced)
+    }
+
+    /// Runs `apply` on subscription `i`'s view, noting what the changes
+    /// mean for the probe board.
+    fn apply_to_view(
+        &mut self,
+        i: usize,
+        apply: impl FnOnce(&mut View, &mut dyn FnMut(crate::view::Change)) -> Signal,
+    ) -> Applied {
+        let sh = self.shared.clone();
         let sub = &mut self.subs[i];
         let board = if sub.probe { sh.board.as_deref() } else { None };
         let observing = board.is_some_and(|b| b.is_observer());
-        // Controller: the armed probe id, and whether it came live.
-        let mut hit = None;
-        let mut hit_live = false;
-        // Observer: outcome of a live probe change.
-        let mut seen = None;
-        let signal = sub.view.apply(ev, &mut |c| {
+        let mut a = Applied {
+            signal: Signal::Ignored,
+            hit: None,
+            hit_live: false,
+            seen: None,
+        };
+        a.signal = apply(&mut sub.view, &mut |c| {
             if let Some(b) = board {
                 if observing {
-                    seen = b.observes(&c).or(seen);
+                    a.seen = b.observes(&c).or(a.seen);
                 } else if let Some(id) = b.matches(&c) {
-                    hit = Some(id);
-                    hit_live = true;
+                    a.hit = Some(id);
+                    a.hit_live = true;
                 }
             }
         });
+        a
+    }
+
+    /// What follows a view's change: a completed snapshot counted (and a
+    /// re-sync credited to the probe), and a probe change delivered.
+    fn settle(
+        &mut self,
+        i: usize,
+        slot: &mut Slot,
+        arrival: Arrival,
+        a: Applied,
+    ) -> Option<Resync> {
+        let sh = self.shared.clone();
+        let ids = &sh.ids;
+        let decoded = arrival.decoded;
+        let arrived = arrival.at();
+        // A probe delivery: the simulator's own delay (processed − kernel
+        // arrival), and whether it had to be timed in user space.
+        let agent_index = self.index as usize;
+        let delivered = || {
+            sh.metrics
+                .record(ids.probe_overhead, agent_index, arrived.elapsed());
+            if arrival.kernel.is_none() {
+                sh.metrics.incr(ids.arrivals_user_time);
+            }
+        };
+        let mut resynced = None;
+        let Applied {
+            signal,
+            mut hit,
+            hit_live,
+            seen,
+        } = a;
+        let sub = &mut self.subs[i];
+        let board = if sub.probe { sh.board.as_deref() } else { None };
+        let observing = board.is_some_and(|b| b.is_observer());
         // The event's raft index (one per event, batch included).
         let index = sub.view.index();
         match signal {
@@ -299,11 +378,7 @@ impl ConsulAgent {
                 slot.resync = sub.ever_synced;
                 slot.started = decoded;
             }
-            Signal::Item => {}
-            Signal::Ignored => {
-                sh.metrics
-                    .warn("unknown_events", Some(&ignored_words(ev, sub.view.kind())));
-            }
+            Signal::Item | Signal::Ignored | Signal::Unchanged => {}
         }
         let sub = &mut self.subs[i];
         for _ in 0..sub.view.take_dropped() {
@@ -332,6 +407,17 @@ impl ConsulAgent {
         }
         resynced
     }
+}
+
+/// What applying something to a view meant for the probe board.
+pub(super) struct Applied {
+    signal: Signal,
+    /// Controller: the armed probe id it hit.
+    hit: Option<u64>,
+    /// And whether it came live (not from a snapshot).
+    hit_live: bool,
+    /// Observer: the outcome of a probe change.
+    seen: Option<Expect>,
 }
 
 /// What an event a view ignored was, for the `unknown_events` sample.

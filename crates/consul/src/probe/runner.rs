@@ -44,6 +44,10 @@ pub struct ProbeRunner {
     pub(crate) latency: &'static str,
     /// `ProbeSummary::fleet` of the board's probes.
     pub(crate) fleet: Option<String>,
+    /// Catalog: a change is new metadata on the instance (`--change-every`).
+    pub(crate) meta: bool,
+    /// Changes made so far (the metadata's version).
+    pub(crate) changes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for ProbeRunner {
@@ -110,6 +114,8 @@ impl ProbeRunner {
             keep: setup.keep,
             latency,
             fleet,
+            meta: false,
+            changes: Default::default(),
         }
     }
 
@@ -171,6 +177,8 @@ impl ProbeRunner {
                 }
             };
             let (expect, kind) = match (self.board.kind, on) {
+                // A new version of the instance, which stays registered.
+                (ProbeKind::Catalog, _) if self.meta => (Expect::Register, "meta"),
                 (ProbeKind::Catalog, true) => (Expect::Deregister, "deregister"),
                 (ProbeKind::Catalog, false) => (Expect::Register, "register"),
                 (ProbeKind::Intentions, true) => (Expect::Deny, "intentions"),
@@ -192,13 +200,24 @@ impl ProbeRunner {
                 continue;
             }
             self.metrics.record(write, 0, t0.elapsed());
-            state = Setup::Done(!on);
+            state = Setup::Done(!on || self.meta);
             let interrupted = tokio::select! {
                 _ = tokio::time::sleep_until(t0 + self.timeout) => false,
                 _ = cancel.cancelled() => true,
             };
-            let arrivals: Vec<Vec<(Instant, u64)>> =
+            let mut arrivals: Vec<Vec<(Instant, u64)>> =
                 watched.iter().map(|w| w.board.disarm()).collect();
+            if self.meta {
+                // Every metadata change looks alike: one that reached a
+                // watcher after the next probe was armed (a saturated run)
+                // carries an older raft index than this probe's change,
+                // the newest in the window. It is not this probe's.
+                for a in &mut arrivals {
+                    if let Some(top) = a.iter().map(|&(_, i)| i).max() {
+                        a.retain(|&(_, i)| i == 0 || i == top);
+                    }
+                }
+            }
             if interrupted
                 && arrivals
                     .iter()
@@ -306,10 +325,14 @@ impl ProbeRunner {
                 http::intentions_body(p, svc, allow),
             ),
         };
+        let change = self.meta.then(|| {
+            self.changes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        });
         let (path, body) = match expect {
             Expect::Register => (
                 "/v1/catalog/register".to_owned(),
-                http::probe_register_body(p, svc, &self.instance_id),
+                http::probe_change_body(p, svc, &self.instance_id, change),
             ),
             Expect::Deregister => (
                 "/v1/catalog/deregister".to_owned(),

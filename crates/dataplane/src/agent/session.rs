@@ -175,7 +175,7 @@ impl DataplaneAgent {
         let n = sh.dialers.len();
         let dialer = &sh.dialers[(self.index as usize + cx.attempt as usize) % n];
         let t = Instant::now();
-        let conn = match dialer.connect_session(cx).await {
+        let conn = match dialer.connect_session(cx, None).await {
             Ok(c) => c,
             Err(end) => return end,
         };

@@ -115,8 +115,11 @@ pub(super) fn headline(o: &mut String, page: &Page<'_>) {
     let a = &s.agents;
     let _ = writeln!(
         o,
-        "<section id=\"headline\">\n<h1>agent-sim {} run</h1>",
-        esc(&s.kind)
+        "<section id=\"headline\">\n<h1>agent-sim {} run{}</h1>",
+        esc(&s.kind),
+        s.watch_mode()
+            .map(|w| format!(" (watching: {})", esc(w)))
+            .unwrap_or_default()
     );
     let mut sub = vec![format!(
         "started {}",

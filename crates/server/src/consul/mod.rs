@@ -36,6 +36,7 @@
 //! `events` (event encoding), `rpc`, `http`, `sessions`, `grpc` (the public
 //! gRPC port) and `xds` (Envoy resources from the catalog).
 
+mod blocking;
 mod events;
 mod grpc;
 mod http;
@@ -206,6 +207,14 @@ pub struct ConsulTargetSnapshot {
     /// Delta ADS streams ended because a request did not decode, was over
     /// its size limit, or named more resources than a stream holds.
     pub xds_requests_refused: u64,
+    /// RPC connections accepted with the `0x04` prefix (yamux; blocking
+    /// queries), of `rpc_connections`.
+    pub rpc_mux_connections: u64,
+    /// Blocking queries (RPC and HTTP) held now, waiting for a change or
+    /// the end of their wait (gauge).
+    pub blocking_queries_held: u64,
+    /// `Health.ServiceNodes` calls answered over RPC.
+    pub blocking_answers: u64,
 }
 
 #[derive(Default)]
@@ -239,6 +248,9 @@ struct Counters {
     grpc_unknown_fields: AtomicU64,
     xds_unknown_types: AtomicU64,
     xds_requests_refused: AtomicU64,
+    rpc_mux_connections: AtomicU64,
+    blocking_queries_held: AtomicU64,
+    blocking_answers: AtomicU64,
 }
 
 impl Counters {
@@ -288,6 +300,9 @@ struct Inner {
     grpc_addr: Mutex<Option<SocketAddr>>,
     /// The server-wide pacing of proxy updates.
     xds_pacer: Mutex<grpc::Pacer>,
+    /// Encoded health results shared by the blocking queries one change
+    /// wakes. Lock order: `results`, then `store`.
+    results: blocking::ResultCache,
 }
 
 /// One RPC connection counted against its client IP's cap; uncounted on drop.
@@ -404,6 +419,7 @@ impl ConsulState {
                 trust_domain: uuid::Uuid::new_v4().to_string(),
                 grpc_addr: Mutex::new(None),
                 xds_pacer: Mutex::new(grpc::Pacer::new(rate)),
+                results: blocking::ResultCache::default(),
             }),
         }
     }
@@ -448,6 +464,9 @@ impl ConsulState {
             grpc_unknown_fields: get(&c.grpc_unknown_fields),
             xds_unknown_types: get(&c.xds_unknown_types),
             xds_requests_refused: get(&c.xds_requests_refused),
+            rpc_mux_connections: get(&c.rpc_mux_connections),
+            blocking_queries_held: get(&c.blocking_queries_held),
+            blocking_answers: get(&c.blocking_answers),
         }
     }
 

@@ -1,5 +1,6 @@
 //! The RPC port: a `0x08` byte, then h2c gRPC serving
-//! `subscribe.StateChangeSubscription/Subscribe`.
+//! `subscribe.StateChangeSubscription/Subscribe` (or `0x04`, then yamux
+//! and blocking queries: [`super::blocking`]).
 //!
 //! Each accepted socket gets one task: it reads the prefix byte (5 s budget),
 //! then hands the same socket to hyper's HTTP/2 server with a tiny hand-written
@@ -39,6 +40,7 @@ use tonic_prost::ProstDecoder;
 
 use agent_sim_proto::consul::subscribe::{SubscribeRequest, Topic, subscribe_request::Subject};
 
+use super::blocking::{RPC_MULTIPLEX_V2, serve_mux};
 use super::state::{Start, TopicKey};
 use super::{ConsulState, Gauge, events};
 use crate::faults::{
@@ -135,8 +137,9 @@ async fn rpc_connection(
     };
     match (first, state.inner.cfg.tls.clone()) {
         (Ok(Ok(RPC_GRPC)), _) => serve_grpc(stream, state, builder, shutdown).await,
+        (Ok(Ok(RPC_MULTIPLEX_V2)), _) => serve_mux(stream, state, shutdown).await,
         (Ok(Ok(RPC_TLS)), Some(tls)) => {
-            // TLS, then the 0x08 byte inside it.
+            // TLS, then the prefix byte inside it.
             let accepted = tokio::select! {
                 _ = shutdown.cancelled() => return,
                 r = tokio::time::timeout(
@@ -148,12 +151,12 @@ async fn rpc_connection(
                 counters.bump(&counters.rpc_rejected_tls);
                 return;
             };
-            let inner = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.read_u8()).await;
-            if !matches!(inner, Ok(Ok(RPC_GRPC))) {
-                counters.bump(&counters.rpc_rejected_no_prefix);
-                return;
+            // TLS, then 0x08 (gRPC) or 0x04 (yamux) inside it.
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.read_u8()).await {
+                Ok(Ok(RPC_GRPC)) => serve_grpc(tls, state, builder, shutdown).await,
+                Ok(Ok(RPC_MULTIPLEX_V2)) => serve_mux(tls, state, shutdown).await,
+                _ => counters.bump(&counters.rpc_rejected_no_prefix),
             }
-            serve_grpc(tls, state, builder, shutdown).await;
         }
         _ => {
             counters.bump(&counters.rpc_rejected_no_prefix);

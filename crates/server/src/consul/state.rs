@@ -255,6 +255,18 @@ impl Store {
             .subscribe()
     }
 
+    /// The index a blocking query on service `name` answers with and waits
+    /// past: its last change (the last event on its `ServiceHealth`
+    /// topic), or the raft index when it never changed; at least 1.
+    pub(crate) fn service_index(&self, name: &str) -> u64 {
+        self.topics
+            .get(&TopicKey::new(Topic::ServiceHealth, name))
+            .map(|t| t.last_index)
+            .filter(|i| *i > 0)
+            .unwrap_or(self.raft_index)
+            .max(1)
+    }
+
     /// Instances registered under service `name`, in (node, id) order.
     pub(crate) fn instances(&self, name: &str) -> impl Iterator<Item = &InstanceKey> {
         self.by_name.get(name).into_iter().flatten()

@@ -330,9 +330,19 @@ pub(super) fn health_service(
     name: &str,
     passing_only: bool,
 ) -> Response<Body> {
-    let store = state.store();
+    use crate::consul::blocking::{Encoding, result};
+    let (index, body) = result(state, name, passing_only, Encoding::Json);
+    let mut r = Response::new(Full::new(body));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    with_index(r, index)
+}
+
+/// The `CheckServiceNode`s of service `name` (with `passing_only`, those
+/// whose checks all pass), as `/v1/health/service` lists them.
+pub(crate) fn health_entries(store: &Store, name: &str, passing_only: bool) -> Vec<Value> {
     let mut out = Vec::new();
-    for (key, n, s) in instance_entries(&store, name) {
+    for (key, n, s) in instance_entries(store, name) {
         let checks: Vec<&CheckEntry> = n
             .checks
             .values()
@@ -342,12 +352,10 @@ pub(super) fn health_service(
             continue;
         }
         out.push(json!({
-            "Node": node_json(&store, &key.0, n),
+            "Node": node_json(store, &key.0, n),
             "Service": service_json(s),
             "Checks": checks.iter().map(|c| check_json(&key.0, c)).collect::<Vec<_>>(),
         }));
     }
-    let index = store.raft_index;
-    drop(store);
-    with_index(json_response(StatusCode::OK, &out), index)
+    out
 }

@@ -15,6 +15,8 @@ mod read;
 mod session_api;
 mod txn;
 
+pub(crate) use catalog::health_entries;
+
 use catalog::*;
 use config::*;
 use read::*;
@@ -151,7 +153,7 @@ impl ConsulState {
 
 // ---------------------------------------------------------------- responses
 
-fn pretty<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+pub(crate) fn pretty<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
     let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
     let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
@@ -325,6 +327,16 @@ async fn handle(
     }
     let query = req.uri().query().unwrap_or("").to_owned();
     let token = token_of(&req);
+    // A blocking read: held until the service changes or the wait ends.
+    if method == Method::GET
+        && let Some(service) = path.strip_prefix("/v1/health/service/")
+        && let Some(min) = query_param(&query, "index").and_then(|v| v.parse::<u64>().ok())
+    {
+        let wait = query_param(&query, "wait")
+            .and_then(go_duration)
+            .unwrap_or(Duration::ZERO);
+        crate::consul::blocking::block(state, service, min, wait, None).await;
+    }
     // Bound: a request body is read up to MAX_BODY, then refused (413).
     let body = if method == Method::PUT || method == Method::POST {
         match read_body(req.into_body()).await {
@@ -344,6 +356,22 @@ async fn handle(
             body: &body,
         },
     )
+}
+
+/// The value of `name` in a query string.
+fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// A Go duration as `?wait=` carries it (`300s`, `5m`, `1500ms`; a bare
+/// number is seconds, as Consul reads it).
+fn go_duration(v: &str) -> Option<Duration> {
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(v).ok()
 }
 
 /// One HTTP API request, its body already read: what [`dispatch`] answers.

@@ -1,0 +1,487 @@
+//! One session of an agent that watches with blocking queries (`--watch
+//! blocking`: one RPC connection, `0x04` and yamux, a stream per watched
+//! service) or HTTP long polls (`--watch http`: a kept-alive connection per
+//! watched service). Registration, TTL session, anti-entropy and the probe
+//! work as with streaming; each answer is a whole result, applied to the
+//! view as a snapshot (the first) or as the changes it holds.
+//!
+//! A query is sent again as soon as the last one returns, at the index it
+//! returned (Consul's rules: an index that went backwards restarts the
+//! watch at 0; after an answer the index is at least 1). An error answered
+//! is retried on the same stream with Consul's agent-cache backoff; a
+//! broken stream or connection is opened again. After a reconnect each
+//! query is re-sent at the view's index: an answer at a later index
+//! resumed the watch, one at the same index (its wait ended) resumed it
+//! silently; like a silent stream, it counts as live once the server
+//! answered the agent's sync.
+
+use tokio::io::AsyncWriteExt as _;
+
+use super::*;
+use crate::conn::{Counted, RpcIo};
+use crate::watch::http::{HttpWatch, PollFuture};
+use crate::watch::msgpack::ServiceNodesArgs;
+use crate::watch::rpc::{self, CallError, CallFuture, Mux};
+use crate::watch::{self, WatchMode};
+
+type HttpConnect = Pin<
+    Box<dyn Future<Output = Result<(HttpWatch, Option<agent_sim_net::RxStamp>), CallError>> + Send>,
+>;
+
+/// Where one watched service's query is.
+enum Call {
+    /// Waiting to be sent (a backoff after a failure, or a new session).
+    Idle { at: Instant },
+    /// A blocking query in flight.
+    Rpc(CallFuture),
+    /// An HTTP connection being made.
+    Connecting(HttpConnect),
+    /// An HTTP long poll in flight.
+    Http(PollFuture),
+}
+
+/// Session state of one watched service.
+struct Watch {
+    call: Call,
+    /// The stream or connection kept for the next query.
+    stream: Option<yamux::Stream>,
+    http: Option<HttpWatch>,
+    /// Kernel receive stamps of the slot's HTTP connection.
+    stamp: Option<agent_sim_net::RxStamp>,
+    /// net/rpc sequence of the stream.
+    seq: u64,
+    /// Failures in a row (Consul's backoff).
+    failures: u32,
+    /// The index the next query asks past.
+    index: u64,
+}
+
+enum Woke {
+    Cancelled,
+    ConnClosed(Result<(), CallError>),
+    Answer(
+        usize,
+        Instant,
+        Option<yamux::Stream>,
+        Result<rpc::Answer, CallError>,
+    ),
+    Polled(
+        usize,
+        Instant,
+        Option<HttpWatch>,
+        Result<rpc::Answer, CallError>,
+    ),
+    Connected(
+        usize,
+        Result<(HttpWatch, Option<agent_sim_net::RxStamp>), CallError>,
+    ),
+    Http(HttpDone),
+    Timer,
+}
+
+impl ConsulAgent {
+    /// A session watching with blocking queries or HTTP long polls.
+    pub(super) async fn watch_session(&mut self, cx: &SessionCx) -> SessionEnd {
+        let sh = self.shared.clone();
+        let mut mux = None;
+        let mut stamp = None;
+        if sh.cfg.watch == WatchMode::Blocking {
+            let dialer = &sh.dialers[(self.index as usize) % sh.dialers.len()];
+            let t = Instant::now();
+            let open = Box::pin(tokio::time::timeout(
+                conn::CONNECT_TIMEOUT,
+                dialer.open(cx.bind_addr, rpc::RPC_MULTIPLEX_V2),
+            ));
+            let opened = tokio::select! {
+                r = open => r,
+                _ = cx.cancel.cancelled() => return SessionEnd::Shutdown,
+            };
+            match opened {
+                Err(_) => return SessionEnd::lost("connect_timeout"),
+                Ok(Err(e)) => return SessionEnd::lost_with(e.kind, e.detail),
+                Ok(Ok((io, s))) => {
+                    stamp = s;
+                    mux = Some(Mux::client(Counted::new(io, Some(sh.bytes(true)))));
+                }
+            }
+            sh.metrics
+                .record(sh.ids.connect, self.index as usize, t.elapsed());
+        }
+        self.watch_steady(cx, mux, stamp).await
+    }
+
+    fn start_query(
+        &mut self,
+        i: usize,
+        w: &mut Watch,
+        mux: Option<&mut Mux>,
+    ) -> Result<(), CallError> {
+        let sh = self.shared.clone();
+        let sub = &self.subs[i];
+        match sh.cfg.watch {
+            WatchMode::Blocking => {
+                let stream = match w.stream.take() {
+                    Some(s) => s,
+                    None => {
+                        let Some(m) = mux else {
+                            return Err(CallError {
+                                kind: "conn_closed",
+                                detail: "no connection".into(),
+                            });
+                        };
+                        // A new stream is ready at once (its SYN goes with
+                        // the first frame).
+                        let waker = futures_util::task::noop_waker();
+                        match m.poll_open(&mut std::task::Context::from_waker(&waker)) {
+                            Poll::Ready(Ok(s)) => s,
+                            Poll::Ready(Err(e)) => return Err(e),
+                            Poll::Pending => {
+                                w.call = Call::Idle {
+                                    at: Instant::now() + Duration::from_millis(50),
+                                };
+                                return Ok(());
+                            }
+                        }
+                    }
+                };
+                w.seq += 1;
+                let args = ServiceNodesArgs {
+                    datacenter: &sh.cfg.conn.datacenter,
+                    service: &sub.name,
+                    min_index: w.index,
+                    max_query_time_ns: sh.cfg.blocking_wait.as_nanos() as u64,
+                    token: &sh.token,
+                };
+                w.call = Call::Rpc(rpc::call(stream, w.seq, args));
+            }
+            WatchMode::Http => match w.http.take() {
+                Some(conn) => {
+                    let path = watch::http::path(
+                        &sub.name,
+                        &sh.cfg.conn.datacenter,
+                        w.index,
+                        sh.cfg.blocking_wait.as_secs(),
+                    );
+                    let token = (!sh.token.is_empty()).then(|| sh.token.clone());
+                    w.call = Call::Http(watch::http::poll(conn, path, token));
+                }
+                None => {
+                    w.call = Call::Connecting(self.http_connect());
+                    return Ok(());
+                }
+            },
+            WatchMode::Streaming => unreachable!("streaming sessions do not watch"),
+        }
+        sh.metrics.incr(sh.ids.watch_calls);
+        Ok(())
+    }
+
+    /// A connection of its own to the HTTP API, for one long poll after
+    /// another.
+    fn http_connect(&self) -> HttpConnect {
+        let sh = self.shared.clone();
+        Box::pin(async move {
+            let fail = |kind: &'static str, e: &dyn std::fmt::Display| CallError {
+                kind,
+                detail: e.to_string(),
+            };
+            let api = &sh.watch_api;
+            let tcp =
+                tokio::time::timeout(conn::CONNECT_TIMEOUT, agent_sim_net::dial(api.addr, None))
+                    .await
+                    .map_err(|_| fail("connect_timeout", &"no answer to the TCP connect"))?
+                    .map_err(|e| fail(agent_sim_net::dial_error_kind(&e), &e))?;
+            let tcp = agent_sim_net::StampedTcp::new(tcp);
+            let stamp = tcp.enabled().then(|| tcp.stamp());
+            let io: RpcIo = match &api.tls {
+                None => RpcIo::Plain(tcp),
+                Some((connector, name)) => RpcIo::Tls(Box::new(
+                    connector
+                        .connect(name.clone(), tcp)
+                        .await
+                        .map_err(|e| fail("tls_handshake", &e))?,
+                )),
+            };
+            let mut io = Counted::new(io, Some(sh.bytes(true)));
+            io.flush().await.map_err(|e| fail("http_io", &e))?;
+            let w = HttpWatch::handshake(io, api.host.clone()).await?;
+            Ok((w, stamp))
+        })
+    }
+
+    /// The session's slots and watches: each query starts at the view's
+    /// index (a resume after a reconnect), or at 0 with the view reset.
+    fn watch_slots(
+        &mut self,
+        now: Instant,
+        stamp: &Option<agent_sim_net::RxStamp>,
+    ) -> (Slots, Vec<Watch>) {
+        let mut slots = Slots {
+            v: Vec::with_capacity(self.subs.len()),
+            board: self.shared.board.clone(),
+        };
+        let mut watches: Vec<Watch> = Vec::with_capacity(self.subs.len());
+        for sub in &mut self.subs {
+            let index = sub.view.resume_index();
+            let resync = index == 0 && sub.ever_synced;
+            if index == 0 {
+                sub.view.reset();
+            }
+            slots.v.push(Slot {
+                state: SlotState::Done,
+                ready: false,
+                mark: None,
+                started: now,
+                resume_pending: index > 0,
+                silent: false,
+                resync,
+                backoff: None,
+            });
+            watches.push(Watch {
+                call: Call::Idle { at: now },
+                stream: None,
+                http: None,
+                stamp: stamp.clone(),
+                seq: 0,
+                failures: 0,
+                index,
+            });
+        }
+        (slots, watches)
+    }
+
+    /// Sends the queries that are due; the next instant one is.
+    fn start_due(
+        &mut self,
+        watches: &mut [Watch],
+        mut mux: Option<&mut Mux>,
+        now: Instant,
+    ) -> Instant {
+        let mut next = session::far_future();
+        for (i, w) in watches.iter_mut().enumerate() {
+            if let Call::Idle { at } = w.call
+                && at <= now
+                && let Err(e) = self.start_query(i, w, mux.as_deref_mut())
+            {
+                self.shared.metrics.error_with(e.kind, Some(&e.detail));
+                w.failures += 1;
+                w.call = Call::Idle {
+                    at: now + watch::backoff(w.failures).max(Duration::from_millis(200)),
+                };
+            }
+            if let Call::Idle { at } = w.call {
+                next = next.min(at);
+            }
+        }
+        next
+    }
+
+    /// The session's loop on an established RPC connection (blocking) or
+    /// none (HTTP): one select over the connection, every query, at most
+    /// one HTTP call and one timer, then one handler per wake.
+    async fn watch_steady(
+        &mut self,
+        cx: &SessionCx,
+        mut mux: Option<Mux>,
+        stamp: Option<agent_sim_net::RxStamp>,
+    ) -> SessionEnd {
+        let now = Instant::now();
+        let (mut slots, mut watches) = self.watch_slots(now, &stamp);
+        let slots = &mut slots.v;
+        let (reconnect, mut hs) = self.session_sched(now);
+        let mut http_op: Option<HttpFuture> = None;
+        let mut established = false;
+        let mut sleep = pin!(tokio::time::sleep_until(session::far_future()));
+        let mut cancel = pin!(cx.cancel.cancelled());
+        let mut rotate = 0usize;
+        let end = loop {
+            let now = Instant::now();
+            let deadline = self.start_due(&mut watches, mux.as_mut(), now);
+            let deadline = self.upkeep_due(&mut hs, &mut http_op, now, deadline);
+            if sleep.deadline() != deadline {
+                sleep.as_mut().reset(deadline);
+            }
+            rotate = rotate.wrapping_add(1);
+            let woke = std::future::poll_fn(|tcx| {
+                if cancel.as_mut().poll(tcx).is_ready() {
+                    return Poll::Ready(Woke::Cancelled);
+                }
+                if let Some(m) = mux.as_mut()
+                    && let Poll::Ready(r) = m.poll_driver(tcx)
+                {
+                    return Poll::Ready(Woke::ConnClosed(r));
+                }
+                if let Poll::Ready(w) = poll_watches(&mut watches, rotate, tcx) {
+                    return Poll::Ready(w);
+                }
+                if let Some(op) = http_op.as_mut()
+                    && let Poll::Ready(done) = op.as_mut().poll(tcx)
+                {
+                    return Poll::Ready(Woke::Http(done));
+                }
+                if sleep.as_mut().poll(tcx).is_ready() {
+                    return Poll::Ready(Woke::Timer);
+                }
+                Poll::Pending
+            })
+            .await;
+            if matches!(woke, Woke::Http(_)) {
+                http_op = None;
+            }
+            if let Some(end) = self.on_woke(cx, woke, slots, &mut watches, &stamp, &mut hs) {
+                break end;
+            }
+            // A query re-sent at its index waits only for the sync.
+            self.settle_established(cx, slots, &mut established, reconnect, &hs, |s| {
+                s.resume_pending
+            });
+        };
+        self.close_slots(cx, slots);
+        end
+    }
+
+    /// What one wake of the loop does; the session's end when it ended.
+    fn on_woke(
+        &mut self,
+        cx: &SessionCx,
+        woke: Woke,
+        slots: &mut [Slot],
+        watches: &mut [Watch],
+        stamp: &Option<agent_sim_net::RxStamp>,
+        hs: &mut HttpSched,
+    ) -> Option<SessionEnd> {
+        match woke {
+            Woke::Cancelled => return Some(SessionEnd::Shutdown),
+            Woke::ConnClosed(Ok(())) => return Some(SessionEnd::lost("conn_closed")),
+            Woke::ConnClosed(Err(e)) => return Some(SessionEnd::lost_with(e.kind, e.detail)),
+            Woke::Answer(i, decoded, stream, r) => {
+                watches[i].stream = stream;
+                let kernel = stamp.as_ref().and_then(|s| s.instant(decoded));
+                let arrival = Arrival { decoded, kernel };
+                self.on_answer(cx, i, &mut slots[i], &mut watches[i], arrival, r);
+            }
+            Woke::Polled(i, decoded, conn, r) => {
+                watches[i].http = conn;
+                let kernel = watches[i].stamp.as_ref().and_then(|s| s.instant(decoded));
+                let arrival = Arrival { decoded, kernel };
+                self.on_answer(cx, i, &mut slots[i], &mut watches[i], arrival, r);
+            }
+            Woke::Connected(i, Ok((conn, s))) => {
+                let w = &mut watches[i];
+                w.http = Some(conn);
+                w.stamp = s;
+                if let Err(e) = self.start_query(i, w, None) {
+                    self.shared.metrics.error_with(e.kind, Some(&e.detail));
+                }
+            }
+            Woke::Connected(i, Err(e)) => {
+                let w = &mut watches[i];
+                self.shared.metrics.error_with(e.kind, Some(&e.detail));
+                w.failures += 1;
+                w.call = Call::Idle {
+                    at: Instant::now() + watch::backoff(w.failures).max(Duration::from_millis(500)),
+                };
+            }
+            Woke::Http(done) => {
+                self.on_http(cx, hs, done);
+                if hs.ae_answered {
+                    // The server answered: a query re-sent at its index
+                    // after the reconnect is taken as live.
+                    for (i, slot) in slots.iter_mut().enumerate() {
+                        if slot.resume_pending && !slot.ready {
+                            slot.silent = true;
+                            self.mark_ready(i, slot);
+                        }
+                    }
+                }
+            }
+            Woke::Timer => {}
+        }
+        None
+    }
+
+    /// An answer (or a failed query) of watched service `i`.
+    fn on_answer(
+        &mut self,
+        cx: &SessionCx,
+        i: usize,
+        slot: &mut Slot,
+        w: &mut Watch,
+        arrival: Arrival,
+        r: Result<rpc::Answer, CallError>,
+    ) {
+        let sh = self.shared.clone();
+        let digest = match r {
+            Ok(rpc::Answer { result: Ok(d), .. }) => d,
+            Ok(rpc::Answer { result: Err(e), .. }) | Err(e) => {
+                // Counted once, with the agent's last cause.
+                cx.report(&Failure {
+                    kind: e.kind,
+                    detail: Some(e.detail.clone()),
+                });
+                w.failures += 1;
+                w.call = Call::Idle {
+                    at: Instant::now() + watch::backoff(w.failures),
+                };
+                return;
+            }
+        };
+        w.failures = 0;
+        w.call = Call::Idle { at: Instant::now() };
+        let next = watch::next_index(w.index, digest.index);
+        if next == 0 && w.index > 0 {
+            // The index went backwards: the watch starts over at 0 and the
+            // view with it (Consul's rule), as after NewSnapshotToFollow.
+            sh.metrics.warn(
+                "watch_index_reset",
+                Some(&format!(
+                    "{}: the index went from {} to {}: watching again from 0",
+                    self.subs[i].name, w.index, digest.index
+                )),
+            );
+            let sub = &mut self.subs[i];
+            sub.view.reset();
+            slot.resync = sub.ever_synced;
+            slot.started = arrival.decoded;
+            slot.resume_pending = false;
+            w.index = 0;
+            return;
+        }
+        if let Some(how) = self.on_result(i, slot, arrival, &digest) {
+            cx.resynced(how);
+        }
+        w.index = next;
+    }
+}
+
+/// The first query of `watches` that finished, starting at `rotate` (so
+/// no slot starves the others).
+fn poll_watches(
+    watches: &mut [Watch],
+    rotate: usize,
+    tcx: &mut std::task::Context<'_>,
+) -> Poll<Woke> {
+    let n = watches.len();
+    for j in 0..n {
+        let i = (j + rotate) % n;
+        match &mut watches[i].call {
+            Call::Rpc(f) => {
+                if let Poll::Ready((s, r)) = f.as_mut().poll(tcx) {
+                    return Poll::Ready(Woke::Answer(i, Instant::now(), s, r));
+                }
+            }
+            Call::Http(f) => {
+                if let Poll::Ready((c, r)) = f.as_mut().poll(tcx) {
+                    return Poll::Ready(Woke::Polled(i, Instant::now(), c, r));
+                }
+            }
+            Call::Connecting(f) => {
+                if let Poll::Ready(r) = f.as_mut().poll(tcx) {
+                    return Poll::Ready(Woke::Connected(i, r));
+                }
+            }
+            Call::Idle { .. } => {}
+        }
+    }
+    Poll::Pending
+}

@@ -1,0 +1,109 @@
+//! Values a Consul config names that other modules act on: how upstreams
+//! are watched ([`WatchMode`], [`crate::watch`]) and a service the run
+//! seeds ([`SeedService`], [`crate::seed`]). A leaf: it imports nothing
+//! of the crate.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Consul's `default_query_time`: how long a blocking query is held when it
+/// changes nothing.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(300);
+
+/// How each upstream is watched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WatchMode {
+    /// `Subscribe` streams on the RPC port (`0x08`, gRPC).
+    #[default]
+    Streaming,
+    /// `Health.ServiceNodes` blocking queries on the RPC port (`0x04`,
+    /// yamux, msgpack net/rpc).
+    Blocking,
+    /// `GET /v1/health/service/<svc>?index=&wait=` on the HTTP API.
+    Http,
+}
+
+impl fmt::Display for WatchMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WatchMode::Streaming => "streaming",
+            WatchMode::Blocking => "blocking",
+            WatchMode::Http => "http",
+        })
+    }
+}
+
+impl FromStr for WatchMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "streaming" => Ok(WatchMode::Streaming),
+            "blocking" => Ok(WatchMode::Blocking),
+            "http" => Ok(WatchMode::Http),
+            o => Err(format!(
+                "watch mode {o:?}: expected streaming, blocking or http"
+            )),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for WatchMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <String as serde::Deserialize>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Most instances a seeded service may have.
+pub const MAX_SEED: u32 = 100_000;
+
+/// A service the run seeds: its name and instance count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedService {
+    /// Service name.
+    pub name: String,
+    /// Instances.
+    pub count: u32,
+}
+
+impl fmt::Display for SeedService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.name, self.count)
+    }
+}
+
+impl FromStr for SeedService {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, count) = s
+            .split_once('=')
+            .ok_or_else(|| format!("seed service {s:?}: expected NAME=COUNT (e.g. big=5000)"))?;
+        let name = name.trim();
+        if name.is_empty() || name.contains(['/', '?', '#', ' ', '{', '}']) {
+            return Err(format!(
+                "seed service {s:?}: {name:?} is not a service name"
+            ));
+        }
+        let count: u32 = count
+            .trim()
+            .parse()
+            .map_err(|_| format!("seed service {s:?}: the count must be a whole number"))?;
+        if !(1..=MAX_SEED).contains(&count) {
+            return Err(format!(
+                "seed service {s:?}: the count must be 1 to {MAX_SEED}"
+            ));
+        }
+        Ok(SeedService {
+            name: name.to_owned(),
+            count,
+        })
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SeedService {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <String as serde::Deserialize>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
