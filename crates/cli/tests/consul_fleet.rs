@@ -140,3 +140,68 @@ fn merged_shard_summaries_validate_and_add_up() {
     assert_eq!(from_dir.agents.connected, merged.agents.connected);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Criteo's scenario in small, with blocking watchers: the seeded service
+/// is in the catalog while the agents run and gone after, and every
+/// metadata change of the probe's instance reaches every watcher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seeded_service_with_a_changing_instance_watched_by_blocking_queries() {
+    use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let b = Backend::start(BackendConfig {
+        consul: Some(ConsulAddrs {
+            rpc: any,
+            http: any,
+            grpc: None,
+            cfg: agent_sim_server::consul::ConsulTargetConfig::default(),
+        }),
+        ..BackendConfig::default()
+    })
+    .await
+    .unwrap();
+    let (rpc, http) = b.consul_addrs().unwrap();
+    let api = agent_sim_consul::http::HttpApi::new(http, None, "").unwrap();
+    let nodes = || async {
+        let body = api
+            .call(http::Method::GET, "/v1/catalog/nodes", bytes::Bytes::new())
+            .await
+            .unwrap();
+        serde_json::from_slice::<Vec<serde_json::Value>>(&body)
+            .unwrap()
+            .len()
+    };
+    let before = nodes().await;
+    let run = tokio::time::timeout(Duration::from_secs(60), async {
+        RunBuilder::new(Kind::Consul)
+            .agents(20)
+            .ramp(Ramp::All)
+            .target(rpc.to_string())
+            .duration(Duration::from_secs(5))
+            .args(move |a| {
+                a.http_target = Some(http.to_string());
+                a.watch = Some("blocking".parse().unwrap());
+                a.seed_service = Some("big=120".parse().unwrap());
+                a.upstreams = Some("big".parse().unwrap());
+                a.probe_service = Some("big".into());
+                a.change_every = Some("1s".parse().unwrap());
+            })
+            .run()
+            .await
+            .expect("run")
+    });
+    let outcome = run.await.expect("the run ends within its bound");
+    assert_exit(&outcome, 0);
+    let s = &outcome.summary;
+    assert!(s.probes.len() >= 3, "{:?}", s.probes);
+    for p in &s.probes {
+        assert_eq!(p.kind, "meta");
+        assert_eq!((p.delivered, p.expected), (20, 20), "{p:?}");
+    }
+    // Each snapshot held the 120 seeded instances and the probe's.
+    let target = b.consul_stats().unwrap();
+    assert!(target.registrations >= 120 + 20, "{target:?}");
+    assert!(s.counters["watch_bytes_received"] > 20 * 120 * 200);
+    assert!(s.errors.is_empty(), "{:?}", s.errors);
+    assert_eq!(nodes().await, before, "seed, probe and agent nodes removed");
+    b.stop().await;
+}

@@ -617,8 +617,8 @@ impl ConsulConfig {
             return bad(
                 "blocking_wait",
                 format!(
-                    "{:?}: between 1s and 10m (a server holds a query at most max_query_time, 10 min)",
-                    self.blocking_wait
+                    "{}: between 1s and 10m (a server holds a query at most max_query_time, 10 min)",
+                    go_duration(self.blocking_wait)
                 ),
             );
         }
