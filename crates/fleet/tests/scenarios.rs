@@ -477,7 +477,9 @@ async fn a_backend_restart_is_detected_and_its_reconvergence_measured() {
     let b = &d.back_after_s;
     assert!(b.p50.unwrap() >= 2.0 && b.p100.unwrap() < 6.0, "{b:?}");
     assert!(d.attempts >= 400, "{}", d.attempts);
-    assert!(d.reconnect_us.min >= 2_000_000);
+    // Exactly 2 s when an agent's retry meets the backend's return; the
+    // histogram keeps 3 significant digits (2,000,000 µs reads 1,999,872).
+    assert!(d.reconnect_us.min >= 1_998_000, "{:?}", d.reconnect_us);
     assert!(r.metrics.snapshot().errors["connect_refused"] > 0);
 }
 
