@@ -92,6 +92,32 @@ async fn consul_agents_connect_over_tls_with_client_certificates() {
     assert_eq!(seen.rpc_rejected_tls, 0, "{seen:?}");
 }
 
+/// Blocking watchers over TLS: `0x03`, TLS, then `0x04` and yamux inside
+/// it; long polls over HTTPS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_and_http_watchers_connect_over_tls() {
+    let pki = Pki::new("cli-consul-watch");
+    let b = tls_backend(&pki).await;
+    for mode in ["blocking", "http"] {
+        let mut args = base_args(&b, 10);
+        args.extend([
+            format!("--watch={mode}"),
+            format!("--ca-file={}", pki.path("ca.pem").display()),
+            format!("--cert-file={}", pki.path("client.pem").display()),
+            format!("--key-file={}", pki.path("client-key.pem").display()),
+        ]);
+        let (code, s) = run_cli(args, &format!("consul-tls-{mode}.json")).await;
+        assert_eq!(code, Some(0), "{mode}: {s}");
+        assert_eq!(s["agents"]["connected"], 10, "{mode}: {s}");
+        assert_eq!(s["counters"]["watch_results_changed"], 10, "{mode}: {s}");
+        assert_eq!(s["config"]["watch"], mode, "{s}");
+    }
+    let seen = b.state.stats();
+    b.stop.cancel();
+    assert_eq!(seen.rpc_mux_connections, 10, "{seen:?}");
+    assert_eq!(seen.rpc_rejected_tls, 0, "{seen:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_client_certificate_the_server_refuses_and_the_run_says_why() {
     let pki = Pki::new("cli-consul-anon");
