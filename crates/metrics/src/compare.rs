@@ -230,8 +230,11 @@ pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
 
 fn describe(s: &Summary) -> String {
     format!(
-        "{} run, {} agent(s), {:.0}s, {}",
+        "{} run{}, {} agent(s), {:.0}s, {}",
         s.kind,
+        s.watch_mode()
+            .map(|w| format!(" (watching: {w})"))
+            .unwrap_or_default(),
         s.agents.requested,
         s.duration_s,
         if s.started_at.is_empty() {
