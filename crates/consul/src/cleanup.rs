@@ -2,9 +2,10 @@
 //! Consul cluster when it could not clean up itself (killed, host lost).
 //!
 //! Only objects the run marked as its own are touched: nodes named `P-…`
-//! that carry node meta `agent-sim-prefix = P` (the agents' nodes and the
-//! probe node `P-probe`, with their services, checks and sessions), and the
-//! probe's `service-intentions` entry `P-probe` if its meta names `P`.
+//! that carry node meta `agent-sim-prefix = P` (the agents' nodes, the
+//! seeded service's nodes `P-seed-N` and the probe node `P-probe`, with
+//! their services, checks and sessions), and the probe's
+//! `service-intentions` entry `P-probe` if its meta names `P`.
 //! A node that matches the name but not the meta is reported and left.
 
 use ::http::Method;
