@@ -399,28 +399,13 @@ impl Dialer {
         })
     }
 
-    /// [`Dialer::connect`] for a session: bounded by [`CONNECT_TIMEOUT`]
-    /// and the session's cancellation, failures as the session's end.
-    /// Boxed: the connect state machine is freed once the connection is up.
+    /// [`Dialer::connect`] for a session (see [`within_session`]).
     pub async fn connect_session(
         &self,
         cx: &agent_sim_fleet::SessionCx,
         bytes: Option<ByteCounters>,
     ) -> Result<RpcConn, agent_sim_fleet::SessionEnd> {
-        use agent_sim_fleet::SessionEnd;
-        let connect = Box::pin(tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            self.connect_counted(cx.bind_addr, bytes),
-        ));
-        let conn = tokio::select! {
-            r = connect => r,
-            _ = cx.cancel.cancelled() => return Err(SessionEnd::Shutdown),
-        };
-        match conn {
-            Err(_) => Err(SessionEnd::lost("connect_timeout")),
-            Ok(Err(e)) => Err(SessionEnd::lost_with(e.kind, e.detail)),
-            Ok(Ok(c)) => Ok(c),
-        }
+        within_session(cx, self.connect_counted(cx.bind_addr, bytes)).await
     }
 
     /// Dials, writes the prefix byte(s), does the HTTP/2 handshake.
@@ -509,6 +494,26 @@ impl Dialer {
             first_bytes,
             stamp,
         })
+    }
+}
+
+/// A session's connect step: bounded by [`CONNECT_TIMEOUT`] and the
+/// session's cancellation, failures as the session's end. Boxed: the
+/// connect state machine is freed once the connection is up.
+pub async fn within_session<T>(
+    cx: &agent_sim_fleet::SessionCx,
+    connect: impl std::future::Future<Output = Result<T, ConnectError>>,
+) -> Result<T, agent_sim_fleet::SessionEnd> {
+    use agent_sim_fleet::SessionEnd;
+    let connect = Box::pin(tokio::time::timeout(CONNECT_TIMEOUT, connect));
+    let conn = tokio::select! {
+        r = connect => r,
+        _ = cx.cancel.cancelled() => return Err(SessionEnd::Shutdown),
+    };
+    match conn {
+        Err(_) => Err(SessionEnd::lost("connect_timeout")),
+        Ok(Err(e)) => Err(SessionEnd::lost_with(e.kind, e.detail)),
+        Ok(Ok(c)) => Ok(c),
     }
 }
 

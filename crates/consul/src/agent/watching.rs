@@ -88,22 +88,14 @@ impl ConsulAgent {
         if sh.cfg.watch == WatchMode::Blocking {
             let dialer = &sh.dialers[(self.index as usize) % sh.dialers.len()];
             let t = Instant::now();
-            let open = Box::pin(tokio::time::timeout(
-                conn::CONNECT_TIMEOUT,
-                dialer.open(cx.bind_addr, rpc::RPC_MULTIPLEX_V2),
-            ));
-            let opened = tokio::select! {
-                r = open => r,
-                _ = cx.cancel.cancelled() => return SessionEnd::Shutdown,
+            let opened =
+                conn::within_session(cx, dialer.open(cx.bind_addr, rpc::RPC_MULTIPLEX_V2)).await;
+            let (io, s) = match opened {
+                Ok(o) => o,
+                Err(end) => return end,
             };
-            match opened {
-                Err(_) => return SessionEnd::lost("connect_timeout"),
-                Ok(Err(e)) => return SessionEnd::lost_with(e.kind, e.detail),
-                Ok(Ok((io, s))) => {
-                    stamp = s;
-                    mux = Some(Mux::client(Counted::new(io, Some(sh.bytes(true)))));
-                }
-            }
+            stamp = s;
+            mux = Some(Mux::client(Counted::new(io, Some(sh.bytes(true)))));
             sh.metrics
                 .record(sh.ids.connect, self.index as usize, t.elapsed());
         }

@@ -159,19 +159,18 @@ pub fn poll(mut w: HttpWatch, path: String, token: Option<String>) -> PollFuture
         };
         let bytes = body.len();
         if !status.is_success() {
-            let words = String::from_utf8_lossy(&body[..body.len().min(300)])
-                .trim()
-                .to_string();
-            let kind = crate::http::cause_kind(&words).unwrap_or(match status.as_u16() {
-                429 => "http_429",
-                s if s >= 500 => "http_5xx",
-                _ => "http_4xx",
-            });
+            // Kind and words as every other HTTP call of the agents has them.
+            let refused = crate::http::HttpError {
+                kind: crate::http::answer_kind(status.as_u16(), &body),
+                status: Some(status.as_u16()),
+                body,
+                detail: None,
+            };
             return (
                 Some(w),
                 Err(CallError {
-                    kind,
-                    detail: format!("HTTP {status}: {words}"),
+                    kind: refused.kind,
+                    detail: refused.words().unwrap_or_default(),
                 }),
             );
         }
