@@ -498,22 +498,26 @@ impl Dialer {
 }
 
 /// A session's connect step: bounded by [`CONNECT_TIMEOUT`] and the
-/// session's cancellation, failures as the session's end. Boxed: the
-/// connect state machine is freed once the connection is up.
-pub async fn within_session<T>(
-    cx: &agent_sim_fleet::SessionCx,
-    connect: impl std::future::Future<Output = Result<T, ConnectError>>,
-) -> Result<T, agent_sim_fleet::SessionEnd> {
+/// session's cancellation, failures as the session's end. `connect` is
+/// boxed before the returned future exists, so a session's future holds a
+/// pointer, not the connect state machine (freed once connected).
+pub fn within_session<'a, T: 'a>(
+    cx: &'a agent_sim_fleet::SessionCx,
+    connect: impl std::future::Future<Output = Result<T, ConnectError>> + Send + 'a,
+) -> impl std::future::Future<Output = Result<T, agent_sim_fleet::SessionEnd>> + 'a {
     use agent_sim_fleet::SessionEnd;
-    let connect = Box::pin(tokio::time::timeout(CONNECT_TIMEOUT, connect));
-    let conn = tokio::select! {
-        r = connect => r,
-        _ = cx.cancel.cancelled() => return Err(SessionEnd::Shutdown),
-    };
-    match conn {
-        Err(_) => Err(SessionEnd::lost("connect_timeout")),
-        Ok(Err(e)) => Err(SessionEnd::lost_with(e.kind, e.detail)),
-        Ok(Ok(c)) => Ok(c),
+    let connect: Pin<Box<dyn std::future::Future<Output = _> + Send + 'a>> =
+        Box::pin(tokio::time::timeout(CONNECT_TIMEOUT, connect));
+    async move {
+        let conn = tokio::select! {
+            r = connect => r,
+            _ = cx.cancel.cancelled() => return Err(SessionEnd::Shutdown),
+        };
+        match conn {
+            Err(_) => Err(SessionEnd::lost("connect_timeout")),
+            Ok(Err(e)) => Err(SessionEnd::lost_with(e.kind, e.detail)),
+            Ok(Ok(c)) => Ok(c),
+        }
     }
 }
 
