@@ -15,8 +15,6 @@
 //! silently; like a silent stream, it counts as live once the server
 //! answered the agent's sync.
 
-use tokio::io::AsyncWriteExt as _;
-
 use super::*;
 use crate::conn::{Counted, RpcIo};
 use crate::watch::http::{HttpWatch, PollFuture};
@@ -102,11 +100,14 @@ impl ConsulAgent {
         self.watch_steady(cx, mux, stamp).await
     }
 
+    /// Sends watch `i`'s next query (an HTTP watch without a connection
+    /// first makes one, from `bind`).
     fn start_query(
         &mut self,
         i: usize,
         w: &mut Watch,
         mux: Option<&mut Mux>,
+        bind: Option<std::net::IpAddr>,
     ) -> Result<(), CallError> {
         let sh = self.shared.clone();
         let sub = &self.subs[i];
@@ -158,7 +159,7 @@ impl ConsulAgent {
                     w.call = Call::Http(watch::http::poll(conn, path, token));
                 }
                 None => {
-                    w.call = Call::Connecting(self.http_connect());
+                    w.call = Call::Connecting(self.http_connect(bind));
                     return Ok(());
                 }
             },
@@ -170,7 +171,7 @@ impl ConsulAgent {
 
     /// A connection of its own to the HTTP API, for one long poll after
     /// another.
-    fn http_connect(&self) -> HttpConnect {
+    fn http_connect(&self, bind: Option<std::net::IpAddr>) -> HttpConnect {
         let sh = self.shared.clone();
         Box::pin(async move {
             let fail = |kind: &'static str, e: &dyn std::fmt::Display| CallError {
@@ -178,26 +179,35 @@ impl ConsulAgent {
                 detail: e.to_string(),
             };
             let api = &sh.watch_api;
-            let tcp =
-                tokio::time::timeout(conn::CONNECT_TIMEOUT, agent_sim_net::dial(api.addr, None))
+            // Dial, TLS and the HTTP handshake together within the connect
+            // budget, from the session's source address.
+            let connect = async {
+                let tcp = agent_sim_net::dial(api.addr, bind)
                     .await
-                    .map_err(|_| fail("connect_timeout", &"no answer to the TCP connect"))?
                     .map_err(|e| fail(agent_sim_net::dial_error_kind(&e), &e))?;
-            let tcp = agent_sim_net::StampedTcp::new(tcp);
-            let stamp = tcp.enabled().then(|| tcp.stamp());
-            let io: RpcIo = match &api.tls {
-                None => RpcIo::Plain(tcp),
-                Some((connector, name)) => RpcIo::Tls(Box::new(
-                    connector
-                        .connect(name.clone(), tcp)
-                        .await
-                        .map_err(|e| fail("tls_handshake", &e))?,
-                )),
+                let tcp = agent_sim_net::StampedTcp::new(tcp);
+                let stamp = tcp.enabled().then(|| tcp.stamp());
+                let io: RpcIo = match &api.tls {
+                    None => RpcIo::Plain(tcp),
+                    Some((connector, name)) => RpcIo::Tls(Box::new(
+                        connector
+                            .connect(name.clone(), tcp)
+                            .await
+                            .map_err(|e| fail("tls_handshake", &e))?,
+                    )),
+                };
+                let io = Counted::new(io, Some(sh.bytes(true)));
+                let w = HttpWatch::handshake(io, api.host.clone()).await?;
+                Ok((w, stamp))
             };
-            let mut io = Counted::new(io, Some(sh.bytes(true)));
-            io.flush().await.map_err(|e| fail("http_io", &e))?;
-            let w = HttpWatch::handshake(io, api.host.clone()).await?;
-            Ok((w, stamp))
+            tokio::time::timeout(conn::CONNECT_TIMEOUT, connect)
+                .await
+                .map_err(|_| {
+                    fail(
+                        "connect_timeout",
+                        &"no connection within the connect budget",
+                    )
+                })?
         })
     }
 
@@ -247,13 +257,14 @@ impl ConsulAgent {
         &mut self,
         watches: &mut [Watch],
         mut mux: Option<&mut Mux>,
+        bind: Option<std::net::IpAddr>,
         now: Instant,
     ) -> Instant {
         let mut next = session::far_future();
         for (i, w) in watches.iter_mut().enumerate() {
             if let Call::Idle { at } = w.call
                 && at <= now
-                && let Err(e) = self.start_query(i, w, mux.as_deref_mut())
+                && let Err(e) = self.start_query(i, w, mux.as_deref_mut(), bind)
             {
                 self.shared.metrics.error_with(e.kind, Some(&e.detail));
                 w.failures += 1;
@@ -288,7 +299,7 @@ impl ConsulAgent {
         let mut rotate = 0usize;
         let end = loop {
             let now = Instant::now();
-            let deadline = self.start_due(&mut watches, mux.as_mut(), now);
+            let deadline = self.start_due(&mut watches, mux.as_mut(), cx.bind_addr, now);
             let deadline = self.upkeep_due(&mut hs, &mut http_op, now, deadline);
             if sleep.deadline() != deadline {
                 sleep.as_mut().reset(deadline);
@@ -362,7 +373,7 @@ impl ConsulAgent {
                 let w = &mut watches[i];
                 w.http = Some(conn);
                 w.stamp = s;
-                if let Err(e) = self.start_query(i, w, None) {
+                if let Err(e) = self.start_query(i, w, None, cx.bind_addr) {
                     self.shared.metrics.error_with(e.kind, Some(&e.detail));
                 }
             }
