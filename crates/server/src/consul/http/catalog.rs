@@ -332,10 +332,7 @@ pub(super) fn health_service(
 ) -> Response<Body> {
     use crate::consul::blocking::{Encoding, result};
     let (index, body) = result(state, name, passing_only, Encoding::Json);
-    let mut r = Response::new(Full::new(body));
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    with_index(r, index)
+    with_index(json_bytes(StatusCode::OK, body), index)
 }
 
 /// The `CheckServiceNode`s of service `name` (with `passing_only`, those

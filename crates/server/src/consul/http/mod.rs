@@ -162,7 +162,12 @@ pub(crate) fn pretty<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
 }
 
 fn json_response<T: Serialize + ?Sized>(status: StatusCode, v: &T) -> Response<Body> {
-    let mut r = Response::new(Full::new(Bytes::from(pretty(v))));
+    json_bytes(status, Bytes::from(pretty(v)))
+}
+
+/// A response of JSON already encoded.
+fn json_bytes(status: StatusCode, body: Bytes) -> Response<Body> {
+    let mut r = Response::new(Full::new(body));
     *r.status_mut() = status;
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
