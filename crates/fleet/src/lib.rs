@@ -26,6 +26,9 @@
 //!   of retrying into the same wall, reported once with the numbers.
 //! - [`backoff`]: the reconnect policies (`exponential` with equal jitter by
 //!   default, `full-jitter`, `fixed`, `none`).
+//! - [`wake`]: the wait at the top of every protocol's session loop
+//!   (cancellation, connection and streams, a side call, a timer: one
+//!   [`wake::Woke`]).
 //!
 //! Reconvergence: every established session lost is attributed to at most
 //! one disruption (the scenario's, or a backend restart the engine detects
@@ -58,6 +61,7 @@ pub mod outcome;
 pub mod scenario;
 pub mod session;
 pub mod units;
+pub mod wake;
 
 pub use agent_sim_metrics::disruption::Resync;
 pub use backoff::{Backoff, ReconnectPolicy};
