@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use agent_sim_metrics::ProbeSummary;
+use agent_sim_metrics::summary::ROLE_OBSERVER;
+use agent_sim_metrics::units::unix_us;
 use tokio::time::Instant;
 
 use crate::codec::instance_key;
@@ -15,7 +17,7 @@ use crate::http::{self, PROBE_SOURCE};
 use crate::view::{Change, View, source_key};
 
 use super::Expect;
-use super::stats::observed_summary;
+use super::stats::{micros_after, summarize};
 
 #[derive(Debug, Default)]
 struct Arrivals {
@@ -31,15 +33,43 @@ struct Arrivals {
 
 /// Arrivals of one change seen by an observer, keyed by raft index.
 #[derive(Debug)]
-pub(super) struct Group {
-    pub(super) kind: Expect,
+struct Group {
+    kind: Expect,
     /// The board's epoch this change opened (see [`ProbeBoard::expects`]).
-    pub(super) seq: u64,
+    seq: u64,
     /// Probe subscriptions live when the change first arrived here.
-    pub(super) expected: u64,
-    pub(super) at: Vec<Instant>,
+    expected: u64,
+    at: Vec<Instant>,
     /// (monotonic, wall clock) read together when the group was opened.
-    pub(super) anchor: (Instant, SystemTime),
+    anchor: (Instant, SystemTime),
+}
+
+impl Group {
+    /// The observer's summary of change `raft_index`: latencies after this
+    /// process's first arrival, whose wall-clock time is derived from the
+    /// group's anchor (one monotonic clock inside the process, one
+    /// wall-clock reading).
+    fn summary(self, raft_index: u64, timeout: Duration) -> ProbeSummary {
+        let first = self.at.iter().copied().min().unwrap_or(self.anchor.0);
+        let lat: Vec<u64> = self.at.iter().map(|&a| micros_after(first, a)).collect();
+        let timeout_us = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+        let (anchor, anchor_wall) = self.anchor;
+        let first_wall = if first >= anchor {
+            anchor_wall + (first - anchor)
+        } else {
+            anchor_wall
+                .checked_sub(anchor - first)
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        };
+        let kind = self.kind.kind_name();
+        let mut s = summarize(0, kind, first_wall, self.expected, lat, timeout_us);
+        // No T0 is known here: the controller's entry has it.
+        s.t0 = String::new();
+        s.change_id = Some(raft_index);
+        s.role = Some(ROLE_OBSERVER.into());
+        s.first_arrival_unix_us = Some(unix_us(first_wall));
+        s
+    }
 }
 
 /// Most changes an observer keeps open at once: one probe per
@@ -309,7 +339,7 @@ impl ProbeBoard {
                 .collect();
             for i in over {
                 if let Some(g) = o.open.remove(&i) {
-                    o.done.push(observed_summary(i, g, *timeout));
+                    o.done.push(g.summary(i, *timeout));
                 }
             }
             // The subscriptions live now are the change's expected ones.
@@ -390,7 +420,7 @@ impl ProbeBoard {
                 o.interrupted += 1;
                 continue;
             }
-            o.done.push(observed_summary(i, g, *timeout));
+            o.done.push(g.summary(i, *timeout));
         }
         let mut done = std::mem::take(&mut o.done);
         done.sort_by_key(|d| d.change_id);

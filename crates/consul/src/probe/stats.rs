@@ -1,15 +1,12 @@
 //! Exact statistics of probe arrivals: nearest-rank percentiles and the
-//! [`ProbeSummary`] of a probe (controller) or of an observed change.
+//! [`ProbeSummary`] of a set of latencies (a probe's, or an observed
+//! change's: `board` builds that one). A leaf: it imports no sibling.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use agent_sim_metrics::summary::ROLE_OBSERVER;
-use agent_sim_metrics::units::unix_us;
 use agent_sim_metrics::{LatencySummary, ProbeSummary, new_latency_histogram};
 use tokio::time::Instant;
-
-use super::board::Group;
 
 /// Nearest-rank percentile of sorted values.
 pub fn percentile(sorted: &[u64], q: f64) -> u64 {
@@ -66,37 +63,6 @@ pub fn summarize(
         latency_us: latency,
         ..ProbeSummary::default()
     }
-}
-
-/// The observer's summary of one change: latencies after this process's
-/// first arrival, whose wall-clock time is derived from the group's anchor
-/// (one monotonic clock inside the process, one wall-clock reading).
-pub(super) fn observed_summary(raft_index: u64, g: Group, timeout: Duration) -> ProbeSummary {
-    let first = g.at.iter().copied().min().unwrap_or(g.anchor.0);
-    let lat: Vec<u64> = g.at.iter().map(|&a| micros_after(first, a)).collect();
-    let timeout_us = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
-    let (anchor, anchor_wall) = g.anchor;
-    let first_wall = if first >= anchor {
-        anchor_wall + (first - anchor)
-    } else {
-        anchor_wall
-            .checked_sub(anchor - first)
-            .unwrap_or(SystemTime::UNIX_EPOCH)
-    };
-    let mut s = summarize(
-        0,
-        g.kind.kind_name(),
-        first_wall,
-        g.expected,
-        lat,
-        timeout_us,
-    );
-    // No T0 is known here: the controller's entry has it.
-    s.t0 = String::new();
-    s.change_id = Some(raft_index);
-    s.role = Some(ROLE_OBSERVER.into());
-    s.first_arrival_unix_us = Some(unix_us(first_wall));
-    s
 }
 
 /// The raft index most arrivals carried (ties: the smaller; 0s ignored).
