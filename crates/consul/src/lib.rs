@@ -12,7 +12,8 @@
 //! - [`config`]: [`ConsulConfig`] and its validation, per-agent name patterns.
 //! - [`codec`]: `SubscribeRequest` building, a small-buffer prost codec, keys.
 //! - [`view`]: the materialized view of one subscription (pure state).
-//! - [`conn`]: dial, prefix byte(s), TLS, hyper HTTP/2 as a tonic channel.
+//! - [`conn`]: dial, prefix byte(s), TLS, hyper HTTP/2 as a tonic channel;
+//!   [`ended`]: how a session's connection or call ended, as kinds.
 //! - [`http`]: the HTTP API subset (catalog, txn, sessions, config entries).
 //! - [`txn`]: the shared registration batcher (`/v1/txn`, ≤128 ops).
 //! - [`watch`]: blocking queries over yamux and msgpack, HTTP long polls,
@@ -31,6 +32,7 @@ pub mod cleanup;
 pub mod codec;
 pub mod config;
 pub mod conn;
+pub mod ended;
 pub mod http;
 pub mod modes;
 pub mod probe;
@@ -166,41 +168,40 @@ pub const RATED_COUNTERS: &[&str] = &[
 
 /// Counters and latencies this crate records; merge into the run's spec.
 pub fn metrics_spec() -> MetricsSpec {
-    use names::*;
     MetricsSpec {
         counters: vec![
-            SUBSCRIPTIONS,
-            SNAPSHOTS,
-            RESUMES,
-            RESUMES_SILENT,
-            ABORTS,
-            EVENTS_RECEIVED,
-            SESSIONS_CREATED,
-            SESSIONS_RENEWED,
-            SESSIONS_EXPIRED,
-            REGISTRATIONS,
-            DEREGISTRATIONS,
-            ANTI_ENTROPY_SYNCS,
-            REREGISTRATIONS,
-            TXN_REQUESTS,
-            FLAPS,
-            PROBES_INTERRUPTED,
-            ARRIVALS_USER_TIME,
-            WATCH_CALLS,
-            WATCH_RESPONSES,
-            WATCH_RESULTS_CHANGED,
-            BYTES_RECEIVED,
-            BYTES_SENT,
-            WATCH_BYTES_RECEIVED,
-            WATCH_BYTES_SENT,
+            names::SUBSCRIPTIONS,
+            names::SNAPSHOTS,
+            names::RESUMES,
+            names::RESUMES_SILENT,
+            names::ABORTS,
+            names::EVENTS_RECEIVED,
+            names::SESSIONS_CREATED,
+            names::SESSIONS_RENEWED,
+            names::SESSIONS_EXPIRED,
+            names::REGISTRATIONS,
+            names::DEREGISTRATIONS,
+            names::ANTI_ENTROPY_SYNCS,
+            names::REREGISTRATIONS,
+            names::TXN_REQUESTS,
+            names::FLAPS,
+            names::PROBES_INTERRUPTED,
+            names::ARRIVALS_USER_TIME,
+            names::WATCH_CALLS,
+            names::WATCH_RESPONSES,
+            names::WATCH_RESULTS_CHANGED,
+            names::BYTES_RECEIVED,
+            names::BYTES_SENT,
+            names::WATCH_BYTES_RECEIVED,
+            names::WATCH_BYTES_SENT,
         ],
         latencies: vec![
-            CONNECT,
-            SUBSCRIBE_SNAPSHOT,
-            SESSION_RENEW,
-            PROPAGATION,
-            PROBE_OVERHEAD,
-            PROBE_WRITE,
+            names::CONNECT,
+            names::SUBSCRIBE_SNAPSHOT,
+            names::SESSION_RENEW,
+            names::PROPAGATION,
+            names::PROBE_OVERHEAD,
+            names::PROBE_WRITE,
         ],
         errors: ERROR_KINDS.to_vec(),
     }

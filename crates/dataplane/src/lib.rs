@@ -108,29 +108,28 @@ pub const RATED_COUNTERS: &[&str] = &[names::XDS_RESPONSES, names::XDS_ACKS, nam
 
 /// Counters and latencies this crate records; merge into the run's spec.
 pub fn metrics_spec() -> MetricsSpec {
-    use names::*;
     MetricsSpec {
         counters: vec![
-            BOOTSTRAPS,
-            XDS_STREAMS,
-            XDS_RESPONSES,
-            XDS_ACKS,
-            XDS_NACKS,
-            EDS_UPDATES,
-            SERVER_LISTS,
-            REGISTRATIONS,
-            DEREGISTRATIONS,
-            TXN_REQUESTS,
-            PROBES_INTERRUPTED,
-            ARRIVALS_USER_TIME,
+            names::BOOTSTRAPS,
+            names::XDS_STREAMS,
+            names::XDS_RESPONSES,
+            names::XDS_ACKS,
+            names::XDS_NACKS,
+            names::EDS_UPDATES,
+            names::SERVER_LISTS,
+            names::REGISTRATIONS,
+            names::DEREGISTRATIONS,
+            names::TXN_REQUESTS,
+            names::PROBES_INTERRUPTED,
+            names::ARRIVALS_USER_TIME,
         ],
         latencies: vec![
-            CONNECT,
-            BOOTSTRAP,
-            XDS_INITIAL,
-            PROPAGATION_XDS,
-            PROBE_OVERHEAD,
-            PROBE_WRITE,
+            names::CONNECT,
+            names::BOOTSTRAP,
+            names::XDS_INITIAL,
+            names::PROPAGATION_XDS,
+            names::PROBE_OVERHEAD,
+            names::PROBE_WRITE,
         ],
         errors: ERROR_KINDS.to_vec(),
     }

@@ -1,7 +1,19 @@
 //! The factory of Consul agents: validates the config once and builds what
 //! every agent shares.
 
-use super::*;
+use std::sync::{Arc, OnceLock};
+
+use agent_sim_fleet::AgentFactory;
+use agent_sim_metrics::Metrics;
+use agent_sim_proto::consul::subscribe::Topic;
+
+use super::{ConsulAgent, Ids, Shared, Sub, WatchApi};
+use crate::ConsulError;
+use crate::config::{self, ConsulConfig, ProbeKind};
+use crate::conn::{self, Dialer};
+use crate::http::{self, HttpApi};
+use crate::probe::{ProbeBoard, ProbeObserver, ProbeRunner};
+use crate::view::ViewKind;
 
 /// Creates [`ConsulAgent`]s; see [`ConsulFactory::new`].
 pub struct ConsulFactory {

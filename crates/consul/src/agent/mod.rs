@@ -15,48 +15,36 @@
 //! a leave), and the next session resubscribes at its indexes; only the
 //! agent's `finish` (the end of the run, or a ramp-down) deregisters.
 //!
-//! Parts: `factory` ([`ConsulFactory`]: validation, dialers, HTTP client,
-//! probe board), `subscriptions` (Subscribe streams, views, status handling),
-//! `upkeep` (registration, TTL session, check flaps, the exit cleanup) and
-//! `session` (one session's loop over the connection).
+//! Parts, each importing only those after it: `factory` ([`ConsulFactory`]:
+//! validation, dialers, HTTP client, probe board); `streaming` (a session
+//! of Subscribe streams) and `watching` (blocking queries, HTTP long
+//! polls), each a `session::Watches`; `session` (the entry and the loop
+//! every session runs); `subscriptions` (watch state, Subscribe streams,
+//! views, status handling) and `upkeep` (registration, TTL session, check
+//! flaps, the exit cleanup).
 
 mod factory;
 mod session;
+mod streaming;
 mod subscriptions;
 mod upkeep;
 mod watching;
 
 pub use factory::{ConsulFactory, api_client, http_api};
-use session::Arrival;
-use subscriptions::{Slot, SlotState, Slots, server_said};
-use upkeep::{HttpDone, HttpFuture, HttpSched};
 
-use std::future::Future;
-use std::pin::{Pin, pin};
 use std::sync::{Arc, OnceLock};
-use std::task::Poll;
 use std::time::Duration;
 
-use ::http::Method;
-use ::http::uri::PathAndQuery;
-use agent_sim_fleet::{
-    Agent, AgentFactory, Backoff, BoxFuture, Failure, Resync, SessionCx, SessionEnd,
-};
 use agent_sim_metrics::{CounterId, LatencyId, Metrics};
-use agent_sim_proto::consul::subscribe::{Event, Topic, event::Payload};
-use bytes::Bytes;
-use futures_util::Stream;
+use agent_sim_proto::consul::subscribe::Topic;
 use tokio::time::Instant;
-use tonic::codec::Streaming;
-use tonic::{Code, Status};
 
-use crate::codec::{SUBSCRIBE_PATH, SmallCodec, subscribe_request};
-use crate::config::{self, ConsulConfig, NamePattern, ProbeKind};
-use crate::conn::{self, Dialer, GrpcClient, RpcConn};
-use crate::http::{self, HttpApi, Refusal, Registration};
-use crate::probe::{Expect, Owed, ProbeBoard, ProbeObserver, ProbeRunner};
-use crate::txn::{TxnBatcher, TxnOps};
-use crate::view::{Signal, View, ViewKind};
+use crate::config::{ConsulConfig, NamePattern};
+use crate::conn::{ByteCounters, Dialer};
+use crate::http::{self, HttpApi};
+use crate::probe::{Owed, ProbeBoard};
+use crate::txn::TxnBatcher;
+use crate::view::{View, ViewKind};
 use crate::{ConsulError, names};
 
 /// Backoff of a subscription after repeated `ABORTED`.
@@ -173,8 +161,8 @@ pub(crate) struct WatchApi {
 impl Shared {
     /// Where a connection's bytes go: the run's totals, and the watches'
     /// when `watching`.
-    fn bytes(&self, watching: bool) -> crate::conn::ByteCounters {
-        crate::conn::ByteCounters {
+    fn bytes(&self, watching: bool) -> ByteCounters {
+        ByteCounters {
             metrics: self.metrics.clone(),
             rx: self.ids.bytes_rx,
             tx: self.ids.bytes_tx,

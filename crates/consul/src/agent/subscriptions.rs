@@ -1,7 +1,44 @@
 //! Subscribe streams of a session: starting calls, applying events to the
-//! views, resubscribing after `ABORTED`, and kinds for failed calls.
+//! views, resubscribing after `ABORTED`, and kinds for failed calls; also
+//! the session-local state of every watch ([`Slot`]) and when what it
+//! brought arrived ([`Arrival`]), which blocking queries and long polls
+//! share.
 
-use super::*;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use ::http::uri::PathAndQuery;
+use agent_sim_fleet::{Backoff, Failure, Resync, SessionCx, SessionEnd};
+use agent_sim_metrics::Metrics;
+use agent_sim_proto::consul::subscribe::{Event, SubscribeRequest, event::Payload};
+use tokio::time::Instant;
+use tonic::codec::Streaming;
+use tonic::{Code, Status};
+
+use super::{ABORT_BACKOFF, ConsulAgent};
+use crate::codec::{SUBSCRIBE_PATH, SmallCodec, subscribe_request};
+use crate::conn::{self, GrpcClient};
+use crate::ended::status_words;
+use crate::http;
+use crate::probe::{Expect, Owed, ProbeBoard};
+use crate::view::{Change, Signal, View, ViewKind};
+use crate::watch::Digest;
+
+/// When an event arrived: decoded by the agent, and received by the
+/// kernel (the bytes that completed it; `None` without kernel stamps).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Arrival {
+    pub(super) decoded: Instant,
+    pub(super) kernel: Option<Instant>,
+}
+
+impl Arrival {
+    /// The arrival time probes are measured at: the kernel's when known.
+    pub(super) fn at(&self) -> Instant {
+        self.kernel.unwrap_or(self.decoded)
+    }
+}
 
 pub(super) type StartFuture =
     Pin<Box<dyn Future<Output = Result<Streaming<Event>, Status>> + Send>>;
@@ -41,6 +78,22 @@ pub(super) struct Slot {
     pub(super) backoff: Option<Backoff>,
 }
 
+impl Slot {
+    /// A slot of a new session, its snapshot asked for at `now`.
+    pub(super) fn new(now: Instant) -> Self {
+        Slot {
+            state: SlotState::Done,
+            ready: false,
+            mark: None,
+            started: now,
+            resume_pending: false,
+            silent: false,
+            resync: false,
+            backoff: None,
+        }
+    }
+}
+
 /// The session's slots; dropping them takes live probe subscriptions off
 /// the board (also when the session future is dropped mid-way).
 pub(super) struct Slots {
@@ -63,7 +116,7 @@ impl Drop for Slots {
 
 pub(super) fn start_call(
     grpc: &GrpcClient,
-    req: agent_sim_proto::consul::subscribe::SubscribeRequest,
+    req: SubscribeRequest,
     metrics: &Metrics,
 ) -> StartFuture {
     let codec = SmallCodec {
@@ -146,7 +199,7 @@ impl ConsulAgent {
         status: &Status,
         grpc: &GrpcClient,
     ) -> Option<SessionEnd> {
-        let words = format!("gRPC {:?}: {}", status.code(), status.message());
+        let words = status_words(status);
         let aborted = status.code() == Code::Aborted;
         let kind = grpc_kind(status);
         if !aborted && (from_transport(status) || kind == "server_shutting_down") {
@@ -244,7 +297,7 @@ impl ConsulAgent {
         i: usize,
         slot: &mut Slot,
         arrival: Arrival,
-        result: &crate::watch::Digest,
+        result: &Digest,
     ) -> Option<Resync> {
         let sh = self.shared.clone();
         sh.metrics.incr(sh.ids.watch_responses);
@@ -276,7 +329,7 @@ impl ConsulAgent {
     fn apply_to_view(
         &mut self,
         i: usize,
-        apply: impl FnOnce(&mut View, &mut dyn FnMut(crate::view::Change)) -> Signal,
+        apply: impl FnOnce(&mut View, &mut dyn FnMut(Change)) -> Signal,
     ) -> Applied {
         let sh = self.shared.clone();
         let sub = &mut self.subs[i];
@@ -443,13 +496,6 @@ fn ignored_words(ev: &Event, kind: ViewKind) -> String {
 /// or our own "connection not ready"), not an answer or a broken stream.
 pub(super) fn from_transport(status: &Status) -> bool {
     std::error::Error::source(status).is_some()
-}
-
-/// Whether a status came from the server (an answer) rather than from a
-/// broken transport.
-pub(super) fn server_said(status: &Status) -> bool {
-    !matches!(status.code(), Code::Unavailable | Code::Cancelled)
-        && !status.message().contains("transport")
 }
 
 /// Error kind of a failed call or stream: the cause Consul names in its

@@ -1,7 +1,19 @@
 //! Catalog upkeep of an agent: registration (batched), the TTL session and
 //! its renewals, check flaps, and the cleanup when the run ends.
 
-use super::*;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use ::http::Method;
+use agent_sim_fleet::{Backoff, Failure, SessionCx};
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::{ConsulAgent, jitter};
+use crate::config;
+use crate::http::{self, Refusal, Registration};
+use crate::txn::TxnOps;
 
 pub(super) enum HttpDone {
     Registered(Result<(), Refusal>),

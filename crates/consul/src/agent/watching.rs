@@ -15,8 +15,20 @@
 //! silently; like a silent stream, it counts as live once the server
 //! answered the agent's sync.
 
-use super::*;
-use crate::conn::{Counted, RpcIo};
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use agent_sim_fleet::{Failure, SessionCx, SessionEnd};
+use agent_sim_net::RxStamp;
+use tokio::time::Instant;
+
+use super::ConsulAgent;
+use super::session::{Watches, far_future};
+use super::subscriptions::{Arrival, Slot, Slots};
+use crate::conn::{self, Counted, RpcIo};
 use crate::watch::http::{HttpWatch, PollFuture};
 use crate::watch::msgpack::ServiceNodesArgs;
 use crate::watch::rpc::{self, CallError, CallFuture, Mux};
@@ -54,9 +66,10 @@ struct Watch {
     index: u64,
 }
 
-enum Woke {
-    Cancelled,
-    ConnClosed(Result<(), CallError>),
+/// What the connection or a watch brought.
+enum Io {
+    /// The RPC connection ended.
+    Closed(Result<(), CallError>),
     Answer(
         usize,
         Instant,
@@ -73,8 +86,17 @@ enum Woke {
         usize,
         Result<(HttpWatch, Option<agent_sim_net::RxStamp>), CallError>,
     ),
-    Http(HttpDone),
-    Timer,
+}
+
+/// The connection of a watching session (blocking: one RPC connection;
+/// HTTP: none, each watch makes its own) and its watches.
+struct Watching {
+    mux: Option<Mux>,
+    watches: Vec<Watch>,
+    /// Kernel receive stamps of the RPC connection.
+    stamp: Option<RxStamp>,
+    /// The session's source address.
+    bind: Option<IpAddr>,
 }
 
 impl ConsulAgent {
@@ -97,7 +119,15 @@ impl ConsulAgent {
             sh.metrics
                 .record(sh.ids.connect, self.index as usize, t.elapsed());
         }
-        self.watch_steady(cx, mux, stamp).await
+        let now = Instant::now();
+        let (mut slots, watches) = self.watch_slots(now, &stamp);
+        let mut w = Watching {
+            mux,
+            watches,
+            stamp,
+            bind: cx.bind_addr,
+        };
+        self.run_watches(cx, now, &mut slots.v, &mut w).await
     }
 
     /// Sends watch `i`'s next query (an HTTP watch without a connection
@@ -107,7 +137,7 @@ impl ConsulAgent {
         i: usize,
         w: &mut Watch,
         mux: Option<&mut Mux>,
-        bind: Option<std::net::IpAddr>,
+        bind: Option<IpAddr>,
     ) -> Result<(), CallError> {
         let sh = self.shared.clone();
         let sub = &self.subs[i];
@@ -125,7 +155,7 @@ impl ConsulAgent {
                         // A new stream is ready at once (its SYN goes with
                         // the first frame).
                         let waker = futures_util::task::noop_waker();
-                        match m.poll_open(&mut std::task::Context::from_waker(&waker)) {
+                        match m.poll_open(&mut Context::from_waker(&waker)) {
                             Poll::Ready(Ok(s)) => s,
                             Poll::Ready(Err(e)) => return Err(e),
                             Poll::Pending => {
@@ -213,11 +243,7 @@ impl ConsulAgent {
 
     /// The session's slots and watches: each query starts at the view's
     /// index (a resume after a reconnect), or at 0 with the view reset.
-    fn watch_slots(
-        &mut self,
-        now: Instant,
-        stamp: &Option<agent_sim_net::RxStamp>,
-    ) -> (Slots, Vec<Watch>) {
+    fn watch_slots(&mut self, now: Instant, stamp: &Option<RxStamp>) -> (Slots, Vec<Watch>) {
         let mut slots = Slots {
             v: Vec::with_capacity(self.subs.len()),
             board: self.shared.board.clone(),
@@ -230,14 +256,9 @@ impl ConsulAgent {
                 sub.view.reset();
             }
             slots.v.push(Slot {
-                state: SlotState::Done,
-                ready: false,
-                mark: None,
-                started: now,
                 resume_pending: index > 0,
-                silent: false,
                 resync,
-                backoff: None,
+                ..Slot::new(now)
             });
             watches.push(Watch {
                 call: Call::Idle { at: now },
@@ -257,10 +278,10 @@ impl ConsulAgent {
         &mut self,
         watches: &mut [Watch],
         mut mux: Option<&mut Mux>,
-        bind: Option<std::net::IpAddr>,
+        bind: Option<IpAddr>,
         now: Instant,
     ) -> Instant {
-        let mut next = session::far_future();
+        let mut next = far_future();
         for (i, w) in watches.iter_mut().enumerate() {
             if let Call::Idle { at } = w.call
                 && at <= now
@@ -277,130 +298,6 @@ impl ConsulAgent {
             }
         }
         next
-    }
-
-    /// The session's loop on an established RPC connection (blocking) or
-    /// none (HTTP): one select over the connection, every query, at most
-    /// one HTTP call and one timer, then one handler per wake.
-    async fn watch_steady(
-        &mut self,
-        cx: &SessionCx,
-        mut mux: Option<Mux>,
-        stamp: Option<agent_sim_net::RxStamp>,
-    ) -> SessionEnd {
-        let now = Instant::now();
-        let (mut slots, mut watches) = self.watch_slots(now, &stamp);
-        let slots = &mut slots.v;
-        let (reconnect, mut hs) = self.session_sched(now);
-        let mut http_op: Option<HttpFuture> = None;
-        let mut established = false;
-        let mut sleep = pin!(tokio::time::sleep_until(session::far_future()));
-        let mut cancel = pin!(cx.cancel.cancelled());
-        let mut rotate = 0usize;
-        let end = loop {
-            let now = Instant::now();
-            let deadline = self.start_due(&mut watches, mux.as_mut(), cx.bind_addr, now);
-            let deadline = self.upkeep_due(&mut hs, &mut http_op, now, deadline);
-            if sleep.deadline() != deadline {
-                sleep.as_mut().reset(deadline);
-            }
-            rotate = rotate.wrapping_add(1);
-            let woke = std::future::poll_fn(|tcx| {
-                if cancel.as_mut().poll(tcx).is_ready() {
-                    return Poll::Ready(Woke::Cancelled);
-                }
-                if let Some(m) = mux.as_mut()
-                    && let Poll::Ready(r) = m.poll_driver(tcx)
-                {
-                    return Poll::Ready(Woke::ConnClosed(r));
-                }
-                if let Poll::Ready(w) = poll_watches(&mut watches, rotate, tcx) {
-                    return Poll::Ready(w);
-                }
-                if let Some(op) = http_op.as_mut()
-                    && let Poll::Ready(done) = op.as_mut().poll(tcx)
-                {
-                    return Poll::Ready(Woke::Http(done));
-                }
-                if sleep.as_mut().poll(tcx).is_ready() {
-                    return Poll::Ready(Woke::Timer);
-                }
-                Poll::Pending
-            })
-            .await;
-            if matches!(woke, Woke::Http(_)) {
-                http_op = None;
-            }
-            if let Some(end) = self.on_woke(cx, woke, slots, &mut watches, &stamp, &mut hs) {
-                break end;
-            }
-            // A query re-sent at its index waits only for the sync.
-            self.settle_established(cx, slots, &mut established, reconnect, &hs, |s| {
-                s.resume_pending
-            });
-        };
-        self.close_slots(cx, slots);
-        end
-    }
-
-    /// What one wake of the loop does; the session's end when it ended.
-    fn on_woke(
-        &mut self,
-        cx: &SessionCx,
-        woke: Woke,
-        slots: &mut [Slot],
-        watches: &mut [Watch],
-        stamp: &Option<agent_sim_net::RxStamp>,
-        hs: &mut HttpSched,
-    ) -> Option<SessionEnd> {
-        match woke {
-            Woke::Cancelled => return Some(SessionEnd::Shutdown),
-            Woke::ConnClosed(Ok(())) => return Some(SessionEnd::lost("conn_closed")),
-            Woke::ConnClosed(Err(e)) => return Some(SessionEnd::lost_with(e.kind, e.detail)),
-            Woke::Answer(i, decoded, stream, r) => {
-                watches[i].stream = stream;
-                let kernel = stamp.as_ref().and_then(|s| s.instant(decoded));
-                let arrival = Arrival { decoded, kernel };
-                self.on_answer(cx, i, &mut slots[i], &mut watches[i], arrival, r);
-            }
-            Woke::Polled(i, decoded, conn, r) => {
-                watches[i].http = conn;
-                let kernel = watches[i].stamp.as_ref().and_then(|s| s.instant(decoded));
-                let arrival = Arrival { decoded, kernel };
-                self.on_answer(cx, i, &mut slots[i], &mut watches[i], arrival, r);
-            }
-            Woke::Connected(i, Ok((conn, s))) => {
-                let w = &mut watches[i];
-                w.http = Some(conn);
-                w.stamp = s;
-                if let Err(e) = self.start_query(i, w, None, cx.bind_addr) {
-                    self.shared.metrics.error_with(e.kind, Some(&e.detail));
-                }
-            }
-            Woke::Connected(i, Err(e)) => {
-                let w = &mut watches[i];
-                self.shared.metrics.error_with(e.kind, Some(&e.detail));
-                w.failures += 1;
-                w.call = Call::Idle {
-                    at: Instant::now() + watch::backoff(w.failures).max(Duration::from_millis(500)),
-                };
-            }
-            Woke::Http(done) => {
-                self.on_http(cx, hs, done);
-                if hs.ae_answered {
-                    // The server answered: a query re-sent at its index
-                    // after the reconnect is taken as live.
-                    for (i, slot) in slots.iter_mut().enumerate() {
-                        if slot.resume_pending && !slot.ready {
-                            slot.silent = true;
-                            self.mark_ready(i, slot);
-                        }
-                    }
-                }
-            }
-            Woke::Timer => {}
-        }
-        None
     }
 
     /// An answer (or a failed query) of watched service `i`.
@@ -457,30 +354,93 @@ impl ConsulAgent {
     }
 }
 
+impl Watches for Watching {
+    type Io = Io;
+
+    fn due(&mut self, agent: &mut ConsulAgent, _: &mut [Slot], now: Instant) -> Instant {
+        agent.start_due(&mut self.watches, self.mux.as_mut(), self.bind, now)
+    }
+
+    fn poll(&mut self, _: &mut [Slot], rotate: usize, tcx: &mut Context<'_>) -> Poll<Io> {
+        if let Some(m) = self.mux.as_mut()
+            && let Poll::Ready(r) = m.poll_driver(tcx)
+        {
+            return Poll::Ready(Io::Closed(r));
+        }
+        poll_watches(&mut self.watches, rotate, tcx)
+    }
+
+    fn on_io(
+        &mut self,
+        agent: &mut ConsulAgent,
+        cx: &SessionCx,
+        slots: &mut [Slot],
+        io: Io,
+    ) -> Option<SessionEnd> {
+        let watches = &mut self.watches;
+        match io {
+            Io::Closed(Ok(())) => return Some(SessionEnd::lost("conn_closed")),
+            Io::Closed(Err(e)) => return Some(SessionEnd::lost_with(e.kind, e.detail)),
+            Io::Answer(i, decoded, stream, r) => {
+                watches[i].stream = stream;
+                let kernel = self.stamp.as_ref().and_then(|s| s.instant(decoded));
+                let arrival = Arrival { decoded, kernel };
+                agent.on_answer(cx, i, &mut slots[i], &mut watches[i], arrival, r);
+            }
+            Io::Polled(i, decoded, conn, r) => {
+                watches[i].http = conn;
+                let kernel = watches[i].stamp.as_ref().and_then(|s| s.instant(decoded));
+                let arrival = Arrival { decoded, kernel };
+                agent.on_answer(cx, i, &mut slots[i], &mut watches[i], arrival, r);
+            }
+            Io::Connected(i, Ok((conn, s))) => {
+                let w = &mut watches[i];
+                w.http = Some(conn);
+                w.stamp = s;
+                if let Err(e) = agent.start_query(i, w, None, self.bind) {
+                    agent.shared.metrics.error_with(e.kind, Some(&e.detail));
+                }
+            }
+            Io::Connected(i, Err(e)) => {
+                let w = &mut watches[i];
+                agent.shared.metrics.error_with(e.kind, Some(&e.detail));
+                w.failures += 1;
+                w.call = Call::Idle {
+                    at: Instant::now() + watch::backoff(w.failures).max(Duration::from_millis(500)),
+                };
+            }
+        }
+        None
+    }
+
+    fn on_timer(&mut self, _: &mut ConsulAgent, _: &mut [Slot]) {}
+
+    /// A query re-sent at its index waits only for the sync.
+    fn waiting(s: &Slot) -> bool {
+        s.resume_pending
+    }
+}
+
 /// The first query of `watches` that finished, starting at `rotate` (so
 /// no slot starves the others).
-fn poll_watches(
-    watches: &mut [Watch],
-    rotate: usize,
-    tcx: &mut std::task::Context<'_>,
-) -> Poll<Woke> {
+fn poll_watches(watches: &mut [Watch], rotate: usize, tcx: &mut Context<'_>) -> Poll<Io> {
     let n = watches.len();
     for j in 0..n {
         let i = (j + rotate) % n;
         match &mut watches[i].call {
             Call::Rpc(f) => {
                 if let Poll::Ready((s, r)) = f.as_mut().poll(tcx) {
-                    return Poll::Ready(Woke::Answer(i, Instant::now(), s, r));
+                    return Poll::Ready(Io::Answer(i, Instant::now(), s, r));
                 }
             }
             Call::Http(f) => {
                 if let Poll::Ready((c, r)) = f.as_mut().poll(tcx) {
-                    return Poll::Ready(Woke::Polled(i, Instant::now(), c, r));
+                    return Poll::Ready(Io::Polled(i, Instant::now(), c, r));
                 }
             }
             Call::Connecting(f) => {
                 if let Poll::Ready(r) = f.as_mut().poll(tcx) {
-                    return Poll::Ready(Woke::Connected(i, r));
+                    return Poll::Ready(Io::Connected(i, r));
                 }
             }
             Call::Idle { .. } => {}
