@@ -1,26 +1,32 @@
 //! One session of a sidecar: registration (once), dial, bootstrap params,
-//! then the ADS stream (and `WatchServers`) on one HTTP/2 connection.
+//! then the ADS stream (and `WatchServers`) on one HTTP/2 connection, in
+//! one loop over cancellation, the connection and the streams
+//! (`agent_sim_fleet::wake`) with one handler per wake.
 
 use std::future::Future;
 use std::pin::{Pin, pin};
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ::http::uri::PathAndQuery;
-use agent_sim_consul::conn::{self, GrpcClient, RpcConn};
+use agent_sim_consul::conn::{self, ConnDriver, GrpcClient, RpcConn};
+use agent_sim_consul::ended::{driver_failure, server_said, status_words};
 use agent_sim_consul::http as chttp;
 use agent_sim_consul::probe::{Owed, ProbeBoard};
 use agent_sim_consul::txn::TxnOps;
 use agent_sim_consul::view::Change;
-use agent_sim_fleet::{SessionCx, SessionEnd};
+use agent_sim_fleet::wake::{self, NoCall, Woke};
+use agent_sim_fleet::{Failure, SessionCx, SessionEnd};
 use agent_sim_net::RxStamp;
 use agent_sim_proto::consul::dataplane::{
     GetEnvoyBootstrapParamsRequest, GetEnvoyBootstrapParamsResponse,
 };
 use agent_sim_proto::consul::serverdiscovery::{WatchServersRequest, WatchServersResponse};
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
 use futures_util::Stream;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tonic::codec::Streaming;
 use tonic::{Code, Status};
 
@@ -70,40 +76,92 @@ impl Drop for ProbeCount<'_> {
     }
 }
 
-enum Wake {
-    Cancelled,
-    ConnClosed(&'static str, Option<String>),
+/// What the connection or a stream brought.
+enum Io {
+    /// The connection ended.
+    Closed(Failure),
     Ads(Instant, Result<DeltaDiscoveryResponse, Status>),
     AdsEnd,
     Servers(Result<WatchServersResponse, Status>),
     ServersEnd,
 }
 
-/// Runs `fut` while driving the connection; `Err` when the connection ended
-/// first (its kind and words).
-async fn driven<T>(
-    driver: &mut conn::ConnDriver,
-    fut: impl Future<Output = T>,
-) -> Result<T, (&'static str, Option<String>)> {
-    let mut fut = pin!(fut);
+/// The connection of a session in steady state and its streams.
+struct Streams {
+    driver: ConnDriver,
+    /// Requests (ACKs, NACKs, subscriptions) go out on the ADS stream.
+    outbox: Outbox,
+    ads: Streaming<DeltaDiscoveryResponse>,
+    servers: Option<Streaming<WatchServersResponse>>,
+    stamp: Option<RxStamp>,
+    /// When the ADS stream was asked for.
+    started: Instant,
+    /// The proxy has its whole first configuration.
+    established: bool,
+}
+
+impl Streams {
+    /// The connection, then the ADS stream, then `WatchServers`.
+    fn poll(&mut self, tcx: &mut Context<'_>) -> Poll<Io> {
+        if let Poll::Ready(r) = self.driver.as_mut().poll(tcx) {
+            return Poll::Ready(Io::Closed(driver_failure(r)));
+        }
+        match Pin::new(&mut self.ads).poll_next(tcx) {
+            Poll::Ready(Some(r)) => return Poll::Ready(Io::Ads(Instant::now(), r)),
+            Poll::Ready(None) => return Poll::Ready(Io::AdsEnd),
+            Poll::Pending => {}
+        }
+        if let Some(s) = self.servers.as_mut() {
+            match Pin::new(s).poll_next(tcx) {
+                Poll::Ready(Some(r)) => return Poll::Ready(Io::Servers(r)),
+                Poll::Ready(None) => return Poll::Ready(Io::ServersEnd),
+                Poll::Pending => {}
+            }
+        }
+        Poll::Pending
+    }
+}
+
+/// How a call made before the streams run came out.
+enum Setup<T> {
+    /// The call's own result.
+    Answered(T),
+    /// Not answered within [`CALL_TIMEOUT`].
+    TimedOut,
+    /// The connection ended first.
+    Closed(Failure),
+    /// The session was cancelled first.
+    Cancelled,
+}
+
+/// Runs `call` within [`CALL_TIMEOUT`] while driving the connection, given
+/// up when `cancel` (if any) is cancelled (checked first, as in every
+/// session loop).
+async fn setup_call<T>(
+    driver: &mut ConnDriver,
+    cancel: Option<&CancellationToken>,
+    call: impl Future<Output = T>,
+) -> Setup<T> {
+    let mut call = pin!(tokio::time::timeout(CALL_TIMEOUT, call));
+    let mut cancelled = pin!(cancel.map(CancellationToken::cancelled));
     std::future::poll_fn(|cx| {
-        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
-            return Poll::Ready(Ok(v));
+        if let Some(c) = cancelled.as_mut().as_pin_mut()
+            && c.poll(cx).is_ready()
+        {
+            return Poll::Ready(Setup::Cancelled);
+        }
+        if let Poll::Ready(r) = call.as_mut().poll(cx) {
+            return Poll::Ready(match r {
+                Ok(v) => Setup::Answered(v),
+                Err(_) => Setup::TimedOut,
+            });
         }
         if let Poll::Ready(r) = driver.as_mut().poll(cx) {
-            return Poll::Ready(Err(driver_kind(r)));
+            return Poll::Ready(Setup::Closed(driver_failure(r)));
         }
         Poll::Pending
     })
     .await
-}
-
-fn driver_kind(r: Result<(), hyper::Error>) -> (&'static str, Option<String>) {
-    match r {
-        Ok(()) => ("conn_closed", None),
-        Err(e) if e.is_timeout() => ("keepalive_timeout", Some(chttp::error_chain(&e))),
-        Err(e) => ("conn_error", Some(chttp::error_chain(&e))),
-    }
 }
 
 /// The error kind of a failed call or stream, in the server's words.
@@ -124,10 +182,14 @@ pub(crate) fn status_kind(s: &Status) -> &'static str {
 }
 
 fn lost(s: &Status) -> SessionEnd {
-    SessionEnd::lost_with(
-        status_kind(s),
-        format!("gRPC {:?}: {}", s.code(), s.message()),
-    )
+    SessionEnd::lost_with(status_kind(s), status_words(s))
+}
+
+/// Waits until the connection takes a call.
+async fn ready(g: &mut GrpcClient) -> Result<(), Status> {
+    g.ready()
+        .await
+        .map_err(|e| Status::unavailable(format!("connection not ready: {e}")))
 }
 
 impl DataplaneAgent {
@@ -140,38 +202,15 @@ impl DataplaneAgent {
     }
 
     pub(super) async fn session(&mut self, cx: &SessionCx) -> SessionEnd {
-        let sh = self.shared.clone();
-        if !self.adopting() && !self.registered {
-            self.maybe_registered = true;
-            let ops = TxnOps::new(self.registration_ops());
-            let body = bytes::Bytes::from(self.proxy_body());
-            let register = async {
-                sh.batcher().submit(ops).await?;
-                sh.http
-                    .put("/v1/catalog/register", body)
-                    .await
-                    .map(|_| ())
-                    .map_err(chttp::Refusal::from)
-            };
-            let r = tokio::select! {
-                r = register => r,
-                _ = cx.cancel.cancelled() => return SessionEnd::Shutdown,
-            };
-            match r {
-                Ok(()) => {
-                    self.registered = true;
-                    sh.metrics.incr(sh.ids.registrations);
-                }
-                Err(r) => {
-                    return SessionEnd::Lost(agent_sim_fleet::Failure {
-                        kind: r.kind,
-                        detail: r.words,
-                    });
-                }
-            }
+        if !self.adopting()
+            && !self.registered
+            && let Err(end) = self.register(cx).await
+        {
+            return end;
         }
         // Start at this sidecar's server; after a failed session, the next
         // one (a server at its stream cap said RESOURCE_EXHAUSTED).
+        let sh = self.shared.clone();
         let n = sh.dialers.len();
         let dialer = &sh.dialers[(self.index as usize + cx.attempt as usize) % n];
         let t = Instant::now();
@@ -202,45 +241,109 @@ impl DataplaneAgent {
         }
     }
 
-    /// The session on an established connection; also whether the server
-    /// answered anything.
-    async fn steady(&mut self, cx: &SessionCx, conn: RpcConn) -> (SessionEnd, bool) {
+    /// Registers the sidecar's node, service and connect-proxy (once).
+    async fn register(&mut self, cx: &SessionCx) -> Result<(), SessionEnd> {
         let sh = self.shared.clone();
+        self.maybe_registered = true;
+        let ops = TxnOps::new(self.registration_ops());
+        let body = bytes::Bytes::from(self.proxy_body());
+        let register = async {
+            sh.batcher().submit(ops).await?;
+            sh.http
+                .put("/v1/catalog/register", body)
+                .await
+                .map(|_| ())
+                .map_err(chttp::Refusal::from)
+        };
+        let r = tokio::select! {
+            r = register => r,
+            _ = cx.cancel.cancelled() => return Err(SessionEnd::Shutdown),
+        };
+        match r {
+            Ok(()) => {
+                self.registered = true;
+                sh.metrics.incr(sh.ids.registrations);
+                Ok(())
+            }
+            Err(r) => Err(SessionEnd::Lost(Failure {
+                kind: r.kind,
+                detail: r.words,
+            })),
+        }
+    }
+
+    /// The session on an established connection: bootstrap params, the ADS
+    /// stream, `WatchServers`, then the streams until the session ends;
+    /// also whether the server answered anything.
+    async fn steady(&mut self, cx: &SessionCx, conn: RpcConn) -> (SessionEnd, bool) {
         let RpcConn {
             grpc,
             mut driver,
             stamp,
             ..
         } = conn;
-        let closed = |(kind, words): (&'static str, Option<String>)| match words {
-            Some(w) => SessionEnd::lost_with(kind, w),
-            None => SessionEnd::lost(kind),
+        let node = match self.bootstrap(cx, &grpc, &mut driver).await {
+            Ok(node) => node,
+            Err(ended) => return ended,
         };
+        let (outbox, ads, started) = match self.open_ads(cx, &grpc, &mut driver, node).await {
+            Ok(opened) => opened,
+            Err(end) => return (end, true),
+        };
+        let servers = match self.watch_servers(&grpc, &mut driver).await {
+            Ok(servers) => servers,
+            Err(end) => return (end, true),
+        };
+        let mut streams = Streams {
+            driver,
+            outbox,
+            ads,
+            servers,
+            stamp,
+            started,
+            established: false,
+        };
+        let sh = self.shared.clone();
+        let mut probe = ProbeCount {
+            shared: &sh,
+            mark: None,
+        };
+        let end = self.stream_loop(cx, &mut streams, &mut probe).await;
+        probe.down(&mut self.probe_owed);
+        streams.outbox.close();
+        (end, true)
+    }
 
-        // 1. Bootstrap params, as consul-dataplane asks before starting Envoy.
+    /// Step 1, bootstrap params, as consul-dataplane asks before starting
+    /// Envoy: the proxy's node; else the session's end and whether the
+    /// server answered.
+    async fn bootstrap(
+        &mut self,
+        cx: &SessionCx,
+        grpc: &GrpcClient,
+        driver: &mut ConnDriver,
+    ) -> Result<Node, (SessionEnd, bool)> {
+        let sh = self.shared.clone();
         let t = Instant::now();
-        let boot = self.bootstrap(&grpc);
-        let boot = tokio::select! {
-            r = driven(&mut driver, tokio::time::timeout(CALL_TIMEOUT, boot)) => r,
-            _ = cx.cancel.cancelled() => return (SessionEnd::Shutdown, false),
-        };
-        let params = match boot {
-            Err(c) => return (closed(c), false),
-            Ok(Err(_)) => return (SessionEnd::lost("bootstrap_timeout"), false),
-            Ok(Ok(Err(s))) => {
+        let call = self.bootstrap_call(grpc);
+        let params = match setup_call(driver, Some(&cx.cancel), call).await {
+            Setup::Cancelled => return Err((SessionEnd::Shutdown, false)),
+            Setup::Closed(f) => return Err((SessionEnd::Lost(f), false)),
+            Setup::TimedOut => return Err((SessionEnd::lost("bootstrap_timeout"), false)),
+            Setup::Answered(Err(s)) => {
                 if s.code() == Code::NotFound && !self.adopting() {
                     // The server lost our registration: register again.
                     self.registered = false;
                 }
-                return (lost(&s), answered_status(&s));
+                return Err((lost(&s), server_said(&s)));
             }
-            Ok(Ok(Ok(p))) => p,
+            Setup::Answered(Ok(p)) => p,
         };
         sh.metrics.incr(sh.ids.bootstraps);
         sh.metrics
             .record(sh.ids.bootstrap, self.index as usize, t.elapsed());
         let or = |s: String, d: &str| if s.is_empty() { d.to_owned() } else { s };
-        let node = NodeInfo {
+        Ok(NodeInfo {
             id: self.proxy_id.to_string(),
             cluster: or(params.service, &sh.cfg.service_name),
             node_name: or(params.node_name, &self.node),
@@ -248,94 +351,16 @@ impl DataplaneAgent {
             partition: or(params.partition, "default"),
             envoy_version: sh.envoy_version,
         }
-        .node();
-
-        // 2. The ADS stream: its first requests are in the body before the
-        // call starts (the server answers with its first response).
-        let (outbox, body) = Outbox::new();
-        for r in self.xds.stream_start(node) {
-            outbox.push(xds::encode(&r));
-        }
-        let started = Instant::now();
-        let open = {
-            let mut g = grpc.clone();
-            let req = self.request(body);
-            async move {
-                g.ready()
-                    .await
-                    .map_err(|e| Status::unavailable(format!("connection not ready: {e}")))?;
-                g.streaming(req, PathAndQuery::from_static(ADS_PATH), AdsCodec)
-                    .await
-            }
-        };
-        sh.metrics.incr(sh.ids.xds_streams);
-        let opened = tokio::select! {
-            r = driven(&mut driver, tokio::time::timeout(CALL_TIMEOUT, open)) => r,
-            _ = cx.cancel.cancelled() => return (SessionEnd::Shutdown, true),
-        };
-        let mut ads: Streaming<DeltaDiscoveryResponse> = match opened {
-            Err(c) => return (closed(c), true),
-            Ok(Err(_)) => return (SessionEnd::lost("xds_open_timeout"), true),
-            Ok(Ok(Err(s))) => return (lost(&s), true),
-            Ok(Ok(Ok(r))) => r.into_inner(),
-        };
-
-        // 3. WatchServers, when asked for (a failure here is counted, the
-        // sidecar goes on as consul-dataplane does).
-        let mut servers: Option<Streaming<WatchServersResponse>> = None;
-        if sh.cfg.watch_servers {
-            let mut g = grpc.clone();
-            let req = self.request(WatchServersRequest { wan: false });
-            let call = async move {
-                g.ready()
-                    .await
-                    .map_err(|e| Status::unavailable(format!("connection not ready: {e}")))?;
-                g.server_streaming(
-                    req,
-                    PathAndQuery::from_static(WATCH_SERVERS_PATH),
-                    SmallCodec::<WatchServersRequest, WatchServersResponse>::default(),
-                )
-                .await
-            };
-            match driven(&mut driver, tokio::time::timeout(CALL_TIMEOUT, call)).await {
-                Err(c) => return (closed(c), true),
-                Ok(Err(_)) => sh.metrics.error("watch_servers_timeout"),
-                Ok(Ok(Err(s))) => sh.metrics.error_with(status_kind(&s), Some(s.message())),
-                Ok(Ok(Ok(r))) => servers = Some(r.into_inner()),
-            }
-        }
-
-        let sh = self.shared.clone();
-        let mut probe = ProbeCount {
-            shared: &sh,
-            mark: None,
-        };
-        let end = self
-            .stream_loop(
-                cx,
-                &mut driver,
-                &outbox,
-                &mut ads,
-                &mut servers,
-                &stamp,
-                started,
-                &mut probe,
-            )
-            .await;
-        probe.down(&mut self.probe_owed);
-        outbox.close();
-        (end, true)
+        .node())
     }
 
-    async fn bootstrap(
+    async fn bootstrap_call(
         &self,
         grpc: &GrpcClient,
     ) -> Result<GetEnvoyBootstrapParamsResponse, Status> {
         let mut g = grpc.clone();
         let req = self.request(bootstrap_request(&self.proxy_id, &self.node));
-        g.ready()
-            .await
-            .map_err(|e| Status::unavailable(format!("connection not ready: {e}")))?;
+        ready(&mut g).await?;
         let r = g
             .unary(
                 req,
@@ -346,72 +371,133 @@ impl DataplaneAgent {
         Ok(r.into_inner())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Step 2, the ADS stream: its first requests are in the body before
+    /// the call starts (the server answers with its first response). The
+    /// outbox, the stream and when it was asked for.
+    async fn open_ads(
+        &mut self,
+        cx: &SessionCx,
+        grpc: &GrpcClient,
+        driver: &mut ConnDriver,
+        node: Node,
+    ) -> Result<(Outbox, Streaming<DeltaDiscoveryResponse>, Instant), SessionEnd> {
+        let (outbox, body) = Outbox::new();
+        for r in self.xds.stream_start(node) {
+            outbox.push(xds::encode(&r));
+        }
+        let started = Instant::now();
+        let open = {
+            let mut g = grpc.clone();
+            let req = self.request(body);
+            async move {
+                ready(&mut g).await?;
+                g.streaming(req, PathAndQuery::from_static(ADS_PATH), AdsCodec)
+                    .await
+            }
+        };
+        let sh = &self.shared;
+        sh.metrics.incr(sh.ids.xds_streams);
+        match setup_call(driver, Some(&cx.cancel), open).await {
+            Setup::Cancelled => Err(SessionEnd::Shutdown),
+            Setup::Closed(f) => Err(SessionEnd::Lost(f)),
+            Setup::TimedOut => Err(SessionEnd::lost("xds_open_timeout")),
+            Setup::Answered(Err(s)) => Err(lost(&s)),
+            Setup::Answered(Ok(r)) => Ok((outbox, r.into_inner(), started)),
+        }
+    }
+
+    /// Step 3, `WatchServers` when asked for (a failure here is counted,
+    /// the sidecar goes on as consul-dataplane does).
+    async fn watch_servers(
+        &self,
+        grpc: &GrpcClient,
+        driver: &mut ConnDriver,
+    ) -> Result<Option<Streaming<WatchServersResponse>>, SessionEnd> {
+        let sh = &self.shared;
+        if !sh.cfg.watch_servers {
+            return Ok(None);
+        }
+        let mut g = grpc.clone();
+        let req = self.request(WatchServersRequest { wan: false });
+        let call = async move {
+            ready(&mut g).await?;
+            g.server_streaming(
+                req,
+                PathAndQuery::from_static(WATCH_SERVERS_PATH),
+                SmallCodec::<WatchServersRequest, WatchServersResponse>::default(),
+            )
+            .await
+        };
+        match setup_call(driver, None, call).await {
+            Setup::Closed(f) => return Err(SessionEnd::Lost(f)),
+            Setup::TimedOut => sh.metrics.error("watch_servers_timeout"),
+            Setup::Answered(Err(s)) => sh.metrics.error_with(status_kind(&s), Some(s.message())),
+            Setup::Answered(Ok(r)) => return Ok(Some(r.into_inner())),
+            // Not given a cancel: the session's loop sees it next.
+            Setup::Cancelled => {}
+        }
+        Ok(None)
+    }
+
+    /// The streams until the session ends: one wait over cancellation, the
+    /// connection and the streams, then the handler of what woke it.
     async fn stream_loop(
         &mut self,
         cx: &SessionCx,
-        driver: &mut conn::ConnDriver,
-        outbox: &Outbox,
-        ads: &mut Streaming<DeltaDiscoveryResponse>,
-        servers: &mut Option<Streaming<WatchServersResponse>>,
-        stamp: &Option<RxStamp>,
-        started: Instant,
+        s: &mut Streams,
         probe: &mut ProbeCount<'_>,
     ) -> SessionEnd {
-        let sh = self.shared.clone();
-        let mut established = false;
         let mut cancel = pin!(cx.cancel.cancelled());
         loop {
-            let wake = std::future::poll_fn(|tcx| {
-                if cancel.as_mut().poll(tcx).is_ready() {
-                    return Poll::Ready(Wake::Cancelled);
-                }
-                if let Poll::Ready(r) = driver.as_mut().poll(tcx) {
-                    let (kind, words) = driver_kind(r);
-                    return Poll::Ready(Wake::ConnClosed(kind, words));
-                }
-                match Pin::new(&mut *ads).poll_next(tcx) {
-                    Poll::Ready(Some(r)) => return Poll::Ready(Wake::Ads(Instant::now(), r)),
-                    Poll::Ready(None) => return Poll::Ready(Wake::AdsEnd),
-                    Poll::Pending => {}
-                }
-                if let Some(s) = servers.as_mut() {
-                    match Pin::new(s).poll_next(tcx) {
-                        Poll::Ready(Some(r)) => return Poll::Ready(Wake::Servers(r)),
-                        Poll::Ready(None) => return Poll::Ready(Wake::ServersEnd),
-                        Poll::Pending => {}
-                    }
-                }
-                Poll::Pending
-            })
-            .await;
-            match wake {
-                Wake::Cancelled => return SessionEnd::Shutdown,
-                Wake::ConnClosed(kind, None) => return SessionEnd::lost(kind),
-                Wake::ConnClosed(kind, Some(w)) => return SessionEnd::lost_with(kind, w),
-                Wake::AdsEnd => return SessionEnd::lost("xds_stream_end"),
-                Wake::Ads(_, Err(s)) => return lost(&s),
-                Wake::Servers(Ok(_)) => sh.metrics.incr(sh.ids.server_lists),
-                Wake::Servers(Err(s)) => {
-                    sh.metrics.error_with(status_kind(&s), Some(s.message()));
-                    *servers = None;
-                }
-                Wake::ServersEnd => *servers = None,
-                Wake::Ads(decoded, Ok(resp)) => {
-                    let kernel = stamp.as_ref().and_then(|s| s.instant(decoded));
-                    self.on_response(&resp, decoded, kernel, outbox, probe);
-                    if !established && self.xds.ready() {
-                        established = true;
-                        sh.metrics.record(
-                            sh.ids.xds_initial,
-                            self.index as usize,
-                            started.elapsed(),
-                        );
-                        cx.established();
-                    }
+            let io = |tcx: &mut Context<'_>| s.poll(tcx);
+            let woke = wake::next(cancel.as_mut(), io, &mut None::<NoCall>, None).await;
+            let end = match woke {
+                Woke::Cancelled => Some(SessionEnd::Shutdown),
+                Woke::Io(io) => self.on_io(cx, s, io, probe),
+                Woke::Call(never) => match never {},
+                Woke::Timer => None,
+            };
+            if let Some(end) = end {
+                return end;
+            }
+        }
+    }
+
+    /// What the connection or a stream brought; the session's end when it
+    /// ended.
+    fn on_io(
+        &mut self,
+        cx: &SessionCx,
+        s: &mut Streams,
+        io: Io,
+        probe: &mut ProbeCount<'_>,
+    ) -> Option<SessionEnd> {
+        let ids = &self.shared.ids;
+        match io {
+            Io::Closed(f) => return Some(SessionEnd::Lost(f)),
+            Io::AdsEnd => return Some(SessionEnd::lost("xds_stream_end")),
+            Io::Ads(_, Err(status)) => return Some(lost(&status)),
+            Io::Servers(Ok(_)) => self.shared.metrics.incr(ids.server_lists),
+            Io::Servers(Err(status)) => {
+                let kind = status_kind(&status);
+                self.shared.metrics.error_with(kind, Some(status.message()));
+                s.servers = None;
+            }
+            Io::ServersEnd => s.servers = None,
+            Io::Ads(decoded, Ok(resp)) => {
+                let kernel = s.stamp.as_ref().and_then(|st| st.instant(decoded));
+                self.on_response(&resp, decoded, kernel, &s.outbox, probe);
+                if !s.established && self.xds.ready() {
+                    s.established = true;
+                    let sh = &self.shared;
+                    let took = s.started.elapsed();
+                    sh.metrics
+                        .record(sh.ids.xds_initial, self.index as usize, took);
+                    cx.established();
                 }
             }
         }
+        None
     }
 
     fn on_response(
@@ -472,11 +558,6 @@ impl DataplaneAgent {
             }
         }
     }
-}
-
-/// Whether a status came from the server rather than a broken transport.
-fn answered_status(s: &Status) -> bool {
-    !matches!(s.code(), Code::Unavailable | Code::Cancelled) && !s.message().contains("transport")
 }
 
 #[cfg(test)]
