@@ -6,14 +6,16 @@
 //!   JSON (`json.rs`), plus the backend's event validation rules. Pure bytes.
 //! - [`messages`]: entity, keepalive, check-result and agent-side event
 //!   builders, with a pre-encoded protobuf fast path for keepalives.
-//! - [`session`]: one agent session: dial, TLS, upgrade, wait for
-//!   `entity_config`, keepalives, check replies, pings, polite close.
+//! - [`session`]: one agent session: the connect step (`connect`: dial,
+//!   TLS, upgrade), then wait for `entity_config`, keepalives, check
+//!   replies, pings, polite close.
 //! - [`SensuFactory`] / [`SensuAgent`]: the [`agent_sim_fleet`] glue.
 //!
 //! What it is not: it parses no CLI flags (the `cli` crate fills
 //! [`SensuConfig`]) and runs no backend (that is `agent-sim-server`).
 
 pub mod codec;
+mod connect;
 mod json;
 pub mod messages;
 pub mod session;
@@ -28,8 +30,9 @@ use agent_sim_fleet::{Agent, AgentFactory, BoxFuture, SessionCx, SessionEnd};
 use agent_sim_metrics::{CounterId, ErrorKindSpec, LatencyId, Metrics, MetricsSpec};
 
 pub use codec::{CodecError, Encoding};
+use connect::Target;
 use messages::{MessageBuilder, Templates};
-use session::{CheckState, Shared, Target};
+use session::CheckState;
 
 /// Everything a user can tune about the simulated Sensu agents.
 #[derive(Debug, Clone)]
@@ -387,6 +390,17 @@ impl Ids {
     }
 }
 
+/// What every agent of a factory shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub cfg: SensuConfig,
+    pub targets: Vec<Target>,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub metrics: Metrics,
+    pub ids: Ids,
+    pub templates: Arc<Templates>,
+}
+
 /// Creates [`SensuAgent`]s sharing one validated configuration, TLS client
 /// config, resolved targets and message templates.
 #[derive(Debug)]
@@ -626,7 +640,7 @@ mod tests {
         let fut_size = std::mem::size_of_val(&fut);
         println!(
             "agent {agent_size} B, session future {fut_size} B, ws {} B",
-            session::WS_SIZE
+            connect::WS_SIZE
         );
         assert!(agent_size <= 128, "{agent_size}");
         // ≈1.1 KiB in release (print-type-sizes); debug builds are a bit larger.

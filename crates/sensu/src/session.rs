@@ -1,12 +1,10 @@
 //! One simulated agent session: the transport side (socket, TLS, WebSocket,
 //! timers). Message bytes come from `messages` and `codec`.
 //!
-//! Life of a session ([`run`]):
-//! 1. Connect (boxed, so its state is freed after the handshake): resolve the
-//!    target once per factory, dial from the agent's source address, TLS for
-//!    `wss://`, WebSocket upgrade with the Sensu headers ([`upgrade_request`];
-//!    the upgrade itself in `upgrade`, which keeps no handshake buffer).
-//!    TCP + TLS + upgrade are bounded by `handshake_timeout`.
+//! Life of a session (`run`):
+//! 1. Connect (`connect`, boxed, so its state is freed after the
+//!    handshake): resolve, dial, TLS, the WebSocket upgrade with the Sensu
+//!    headers ([`upgrade_request`]), bounded by `handshake_timeout`.
 //! 2. Send nothing until the first `entity_config` (or `entity_config_timeout`),
 //!    then a keepalive at once and every `keepalive_interval`, lateness
 //!    measured from the intended schedule.
@@ -18,186 +16,39 @@
 //!    session: a storm, churn, the max session length, a ramp-down): close
 //!    1001 "bye", wait ≤ 1 s for the close handshake.
 //!
+//! The steady state is the loop every kind runs (`agent_sim_fleet::wake`:
+//! cancellation, the WebSocket, the timer) and one handler per wake: a
+//! message (`Steady::on_message`) or the timer (`Steady::on_timer`).
+//!
 //! Every failure ends the session with a stable snake_case kind
 //! ([`SessionEnd::Lost`], retried by the engine; [`SessionEnd::Fatal`] only
 //! for a session that cannot be attempted); nothing here panics on
 //! network data.
 
 use std::io;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::{Pin, pin};
+use std::task::Context;
 use std::time::Duration;
 
+use agent_sim_fleet::wake::{self, NoCall, Woke};
 use agent_sim_fleet::{SessionCx, SessionEnd};
-use agent_sim_metrics::Metrics;
-use agent_sim_net::{MaybeTlsStream, dial, dial_error_kind};
-use base64::Engine as _;
-use futures_util::{SinkExt as _, StreamExt as _};
-use http::HeaderValue;
-use rustls::ClientConfig;
-use rustls_pki_types::ServerName;
+use futures_util::{SinkExt as _, Stream as _, StreamExt as _};
 use tokio::time::Instant;
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 
-use crate::codec::{self, Encoding, KIND_CHECK_REQUEST, KIND_ENTITY_CONFIG};
+use crate::SensuConfig;
+use crate::Shared;
+use crate::codec::{self, KIND_CHECK_REQUEST, KIND_ENTITY_CONFIG};
+use crate::connect::{Ws, connect};
+pub use crate::connect::{upgrade_request, ws_config};
 use crate::messages::{
-    AGENT_EVENT_CHECK, KEEPALIVE_FRAME_CAPACITY, MessageBuilder, Templates, new_id, unix_now,
+    AGENT_EVENT_CHECK, KEEPALIVE_FRAME_CAPACITY, MessageBuilder, new_id, unix_now,
 };
-use crate::{Ids, SensuConfig, SensuError};
 
 /// How long a closing session waits for the backend's close reply.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
-
-/// What every agent of a factory shares.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub cfg: SensuConfig,
-    pub targets: Vec<Target>,
-    pub tls: Option<Arc<ClientConfig>>,
-    pub metrics: Metrics,
-    pub ids: Ids,
-    pub templates: Arc<Templates>,
-}
-
-/// A parsed backend URL, its addresses resolved once on first use.
-#[derive(Debug)]
-pub(crate) struct Target {
-    pub url: http::Uri,
-    pub tls: bool,
-    host: String,
-    port: u16,
-    server_name: ServerName<'static>,
-    addrs: tokio::sync::OnceCell<Vec<SocketAddr>>,
-}
-
-impl Target {
-    /// Parses and checks a `ws://` / `wss://` URL.
-    pub(crate) fn parse(s: &str) -> Result<Target, SensuError> {
-        let bad = |why: &str| SensuError::Invalid {
-            field: "targets",
-            reason: format!("{s:?}: {why}"),
-        };
-        let s = s.trim();
-        let url: http::Uri = if s.contains("://") {
-            s.parse().map_err(|_| bad("not a URL"))?
-        } else {
-            // `host:port`: a plain WebSocket on that port (no default port:
-            // the agent port is usually 8081).
-            match s.rsplit_once(':') {
-                Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => {}
-                _ => return Err(bad("expected host:port (the agent port is usually 8081)")),
-            }
-            format!("ws://{s}/")
-                .parse()
-                .map_err(|_| bad("expected host:port (the agent port is usually 8081)"))?
-        };
-        let tls = match url.scheme_str() {
-            Some("ws") => false,
-            Some("wss") => true,
-            _ => return Err(bad("scheme must be ws:// or wss://")),
-        };
-        let host = url
-            .host()
-            .filter(|h| !h.is_empty())
-            .ok_or_else(|| bad("no host"))?;
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
-        let port = url.port_u16().unwrap_or(if tls { 443 } else { 80 });
-        let server_name =
-            ServerName::try_from(host.clone()).map_err(|_| bad("host is not a valid TLS name"))?;
-        // Normalize to an explicit path ("ws://h:8081" → "ws://h:8081/").
-        let url = if url.path_and_query().is_none_or(|p| p.as_str().is_empty()) {
-            let mut parts = url.into_parts();
-            parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
-            http::Uri::from_parts(parts).map_err(|_| bad("not a URL"))?
-        } else {
-            url
-        };
-        Ok(Target {
-            url,
-            tls,
-            host,
-            port,
-            server_name,
-            addrs: tokio::sync::OnceCell::new(),
-        })
-    }
-
-    async fn addr(&self, index: u64) -> Result<SocketAddr, SessionEnd> {
-        let addrs = self
-            .addrs
-            .get_or_try_init(|| async {
-                tokio::net::lookup_host((self.host.as_str(), self.port))
-                    .await
-                    .map(|it| it.collect::<Vec<_>>())
-            })
-            .await
-            .map_err(|_| SessionEnd::lost("resolve"))?;
-        if addrs.is_empty() {
-            return Err(SessionEnd::lost("resolve"));
-        }
-        Ok(addrs[(index as usize) % addrs.len()])
-    }
-}
-
-/// The WebSocket upgrade request a real agent sends: `GET <path>` with the
-/// standard WebSocket headers plus `Sensu-Namespace`, `Sensu-AgentName`,
-/// `Sensu-User`, `Sensu-Subscriptions` (comma-joined), `Authorization: Basic`
-/// and, for protobuf, `Accept: application/octet-stream`.
-pub fn upgrade_request(
-    cfg: &SensuConfig,
-    url: &http::Uri,
-    agent_name: &str,
-) -> Result<http::Request<()>, SensuError> {
-    let mut req = url
-        .clone()
-        .into_client_request()
-        .map_err(|e| SensuError::Config(format!("target {url}: {e}")))?;
-    let value = |s: &str| HeaderValue::from_str(s).map_err(http::Error::from);
-    let auth =
-        base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", cfg.user, cfg.password));
-    let h = req.headers_mut();
-    h.insert("Sensu-Namespace", value(&cfg.namespace)?);
-    h.insert("Sensu-AgentName", value(agent_name)?);
-    h.insert("Sensu-User", value(&cfg.user)?);
-    h.insert("Sensu-Subscriptions", value(&cfg.subscriptions.join(","))?);
-    h.insert(
-        http::header::AUTHORIZATION,
-        value(&format!("Basic {auth}"))?,
-    );
-    if cfg.encoding == Encoding::Protobuf {
-        h.insert(
-            http::header::ACCEPT,
-            HeaderValue::from_static("application/octet-stream"),
-        );
-    }
-    Ok(req)
-}
-
-/// WebSocket buffers sized for tens of thousands of small sessions.
-///
-/// The read buffer is allocated per session up front and zero-filled before
-/// every read: backend frames (entity_config, check_request) are ~100 bytes,
-/// so 1 KiB holds any of them (larger frames grow the buffer as needed) and
-/// each read zero-fills 1 KiB instead of 4.
-///
-/// Bound: a message or frame over [`codec::MAX_MESSAGE`] ends the session
-/// (kind `message_too_large`) before it is buffered; our own writes bypass
-/// the write buffer, which only ever holds control frames (≤ 16 KiB).
-pub fn ws_config() -> WebSocketConfig {
-    WebSocketConfig::default()
-        .read_buffer_size(1024)
-        .write_buffer_size(0)
-        .max_write_buffer_size(16 * 1024)
-        .max_message_size(Some(codec::MAX_MESSAGE))
-        .max_frame_size(Some(codec::MAX_FRAME))
-}
 
 /// Most checks whose last `issued` one agent remembers. A real backend
 /// schedules a handful per subscription; a backend naming a new check in
@@ -278,62 +129,6 @@ impl CheckState {
     }
 }
 
-type Ws = WebSocketStream<MaybeTlsStream>;
-
-/// The session end of a failed upgrade: every answer is retried with
-/// backoff (as a real agent does); the status line and body the backend
-/// sent are kept as the server's words, and what the transport said when
-/// it did not answer.
-fn upgrade_error_kind(e: &tungstenite::Error) -> SessionEnd {
-    use tungstenite::error::ProtocolError;
-    match e {
-        tungstenite::Error::Http(resp) => {
-            let status = resp.status();
-            let kind = match status.as_u16() {
-                401 => "upgrade_401",
-                403 => "upgrade_403",
-                404 => "upgrade_404",
-                429 => "upgrade_429",
-                500..=599 => "upgrade_5xx",
-                _ => "upgrade_4xx",
-            };
-            let body = resp
-                .body()
-                .as_deref()
-                .map(|b| String::from_utf8_lossy(b).trim().to_string())
-                .unwrap_or_default();
-            let mut words = format!(
-                "HTTP {} {}",
-                status.as_u16(),
-                status.canonical_reason().unwrap_or("")
-            );
-            if !body.is_empty() {
-                words.push_str(": ");
-                words.push_str(&body);
-            }
-            SessionEnd::lost_with(kind, words)
-        }
-        tungstenite::Error::Io(e) if e.kind() == io::ErrorKind::TimedOut => {
-            SessionEnd::lost("handshake_timeout")
-        }
-        tungstenite::Error::Io(io_err) => match io_err.kind() {
-            io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe => SessionEnd::lost_with("upgrade_reset", e.to_string()),
-            io::ErrorKind::UnexpectedEof => SessionEnd::lost_with("upgrade_closed", e.to_string()),
-            _ => SessionEnd::lost_with("upgrade_io", e.to_string()),
-        },
-        // The connection ended before a whole answer came.
-        tungstenite::Error::ConnectionClosed
-        | tungstenite::Error::AlreadyClosed
-        | tungstenite::Error::Protocol(ProtocolError::HandshakeIncomplete) => {
-            SessionEnd::lost_with("upgrade_closed", e.to_string())
-        }
-        tungstenite::Error::Protocol(p) => SessionEnd::lost_with("upgrade_protocol", p.to_string()),
-        e => SessionEnd::lost_with("upgrade_error", e.to_string()),
-    }
-}
-
 /// One final binary WebSocket frame as a client sends it (RFC 6455 §5.2):
 /// FIN + opcode 2, the mask bit with the payload length, the masking key,
 /// and the payload XORed with the key.
@@ -407,80 +202,11 @@ fn bytes_sample(data: &[u8]) -> String {
     )
 }
 
-/// TCP + TLS + upgrade, bounded by the handshake timeout and cancellation.
-async fn connect(shared: &Shared, name: &str, cx: &SessionCx) -> Result<Ws, SessionEnd> {
-    let cfg = &shared.cfg;
-    let target = &shared.targets[(cx.index as usize) % shared.targets.len()];
-    let handshake = async {
-        let addr = target.addr(cx.index).await?;
-        let tcp = dial(addr, cx.bind_addr)
-            .await
-            .map_err(|e| SessionEnd::lost_with(dial_error_kind(&e), e.to_string()))?;
-        let stream = match (&shared.tls, target.tls) {
-            (Some(tls), true) => {
-                let tls = tokio_rustls::TlsConnector::from(tls.clone())
-                    .connect(target.server_name.clone(), tcp)
-                    .await
-                    .map_err(|e| match e.kind() {
-                        io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof => {
-                            SessionEnd::lost_with("tls_reset", e.to_string())
-                        }
-                        _ => SessionEnd::lost_with("tls", e.to_string()),
-                    })?;
-                MaybeTlsStream::Tls(Box::new(tls))
-            }
-            (None, true) => return Err(SessionEnd::fatal("tls_not_configured")),
-            (_, false) => MaybeTlsStream::Plain(tcp),
-        };
-        let req = upgrade_request(cfg, &target.url, name)
-            .map_err(|_| SessionEnd::fatal("bad_upgrade_request"))?;
-        let (ws, resp) = crate::upgrade::upgrade(stream, req, ws_config())
-            .await
-            .map_err(|e| upgrade_error_kind(&e))?;
-        // The backend answers in the encoding it chose; a mismatch would make
-        // every frame undecodable.
-        if resp
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .is_some_and(|ct| ct.as_bytes() != cfg.encoding.content_type().as_bytes())
-        {
-            return Err(SessionEnd::lost_with(
-                "upgrade_content_type",
-                format!(
-                    "Content-Type {:?}, asked for {}",
-                    resp.headers()
-                        .get(http::header::CONTENT_TYPE)
-                        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-                        .unwrap_or_default(),
-                    cfg.encoding.content_type()
-                ),
-            ));
-        }
-        Ok(ws)
-    };
-    tokio::select! {
-        r = tokio::time::timeout(cfg.handshake_timeout, handshake) => {
-            r.unwrap_or_else(|_| Err(SessionEnd::lost_with(
-                "handshake_timeout",
-                format!(
-                    "connect, TLS and upgrade not answered within {:?}",
-                    cfg.handshake_timeout
-                ),
-            )))
-        }
-        _ = cx.cancel.cancelled() => Err(SessionEnd::Shutdown),
-    }
-}
-
 /// Exponential inter-arrival time with the given mean (a Poisson process).
 fn exp_interval(mean: Duration) -> Duration {
     let u = fastrand::f64();
     mean.mul_f64(-(1.0 - u).ln()).min(mean * 100)
 }
-
-/// Size of the WebSocket stream type (for the memory-budget test).
-#[cfg(test)]
-pub(crate) const WS_SIZE: usize = std::mem::size_of::<Ws>();
 
 /// Runs one session to its end (see the module docs).
 pub(crate) async fn run(
@@ -505,8 +231,79 @@ pub(crate) async fn run(
         checks,
         cx,
         ws,
+        t0,
+        sched: Schedule::new(&shared.cfg, Instant::now()),
     };
-    steady.run(t0).await
+    steady.run().await
+}
+
+/// What the session does on its own, and when: keepalives, pings and
+/// agent-side events, none of them before the session is ready.
+struct Schedule {
+    /// An `entity_config` came, or the wait for it ended: sending starts.
+    ready: bool,
+    /// The end of the wait for the first `entity_config`.
+    ec_deadline: Instant,
+    next_keepalive: Option<Instant>,
+    keepalive_seq: i64,
+    next_ping: Instant,
+    /// A ping not answered yet, sent then.
+    ping_since: Option<Instant>,
+    next_event: Option<Instant>,
+    /// Mean time between agent-side events, if any.
+    event_mean: Option<Duration>,
+}
+
+impl Schedule {
+    fn new(cfg: &SensuConfig, start: Instant) -> Self {
+        Schedule {
+            ready: false,
+            ec_deadline: start + cfg.entity_config_timeout,
+            next_keepalive: None,
+            keepalive_seq: 0,
+            next_ping: start + cfg.ping_interval,
+            ping_since: None,
+            next_event: None,
+            event_mean: cfg.event_rate.map(|r| r.interval()),
+        }
+    }
+
+    /// The next instant something is due.
+    fn next_due(&self, cfg: &SensuConfig) -> Instant {
+        let mut due = self.next_ping;
+        if !self.ready {
+            due = due.min(self.ec_deadline);
+        }
+        for t in [
+            self.next_keepalive,
+            self.ping_since.map(|t| t + cfg.pong_timeout),
+            self.next_event,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            due = due.min(t);
+        }
+        due
+    }
+
+    /// A ping went out at `now`: the next one is an interval later (from
+    /// now, when the timer was that late).
+    fn pinged(&mut self, now: Instant, interval: Duration) {
+        self.ping_since.get_or_insert(now);
+        self.next_ping += interval;
+        if self.next_ping <= now {
+            self.next_ping = now + interval;
+        }
+    }
+
+    /// The session is ready at `at`: the first keepalive is due then, the
+    /// first agent event a random wait after it.
+    fn start(&mut self, at: Instant) {
+        self.ready = true;
+        self.next_keepalive = Some(at);
+        self.next_event = self.event_mean.map(|mean| at + exp_interval(mean));
+    }
 }
 
 struct Steady<'a> {
@@ -515,9 +312,227 @@ struct Steady<'a> {
     checks: &'a mut CheckState,
     cx: &'a SessionCx,
     ws: Ws,
+    /// When the session began (before the connect step).
+    t0: Instant,
+    sched: Schedule,
 }
 
 impl Steady<'_> {
+    /// The steady state: one wait over cancellation, the WebSocket and the
+    /// timer, then the handler of what woke it, until the session ends.
+    async fn run(&mut self) -> SessionEnd {
+        let cx = self.cx;
+        let mut timer = pin!(tokio::time::sleep_until(self.sched.ec_deadline));
+        loop {
+            wake::arm(timer.as_mut(), self.sched.next_due(&self.shared.cfg));
+            let woke = {
+                // A new wait on the token each turn: nothing of it is held
+                // while a handler sends.
+                let cancel = pin!(cx.cancel.cancelled());
+                let ws = &mut self.ws;
+                let io = |tcx: &mut Context<'_>| Pin::new(&mut *ws).poll_next(tcx);
+                wake::next(cancel, io, &mut None::<NoCall>, Some(timer.as_mut())).await
+            };
+            let handled = match woke {
+                // Boxed: rare paths must not grow the steady-state future.
+                Woke::Cancelled => return Box::pin(self.close()).await,
+                Woke::Io(None) => return SessionEnd::lost("ws_closed"),
+                Woke::Io(Some(Err(e))) => return ws_lost(&e),
+                Woke::Io(Some(Ok(msg))) => self.on_message(msg).await,
+                Woke::Call(never) => match never {},
+                Woke::Timer => self.on_timer().await,
+            };
+            if let Err(end) = handled {
+                return end;
+            }
+        }
+    }
+
+    /// A message from the backend: pings and pongs, a close, or a frame
+    /// (`entity_config`, `check_request`, or a type a 6.x agent ignores).
+    async fn on_message(&mut self, msg: Message) -> Result<(), SessionEnd> {
+        let received = Instant::now();
+        let data = match msg {
+            Message::Binary(b) => b,
+            Message::Text(t) => t.into(),
+            // tungstenite queued the pong: flush it now.
+            Message::Ping(_) => return self.ws.flush().await.map_err(|e| ws_lost(&e)),
+            Message::Pong(_) => {
+                self.sched.ping_since = None;
+                return Ok(());
+            }
+            Message::Close(frame) => {
+                let words = close_words(frame.as_ref());
+                // Our close reply is queued; push it out, briefly.
+                let _ = Box::pin(tokio::time::timeout(CLOSE_WAIT, self.ws.flush())).await;
+                return Err(SessionEnd::lost_with("ws_closed", words));
+            }
+            Message::Frame(_) => return Ok(()),
+        };
+        let sh = self.shared;
+        sh.metrics.incr(sh.ids.frames_received);
+        sh.metrics.add(sh.ids.bytes_received, data.len() as u64);
+        let Ok(frame) = codec::split_frame(&data) else {
+            sh.metrics
+                .error_with("decode_frame", Some(&bytes_sample(&data)));
+            return Ok(());
+        };
+        if matches!(frame.kind, KIND_ENTITY_CONFIG | KIND_CHECK_REQUEST)
+            && let Some(u) = codec::unknown_fields(frame.kind, frame.body, sh.cfg.encoding)
+        {
+            let words = format!("{}: {} ({} unknown)", frame.kind, u.first, u.count);
+            sh.metrics.warn("unknown_fields", Some(&words));
+        }
+        match frame.kind {
+            KIND_ENTITY_CONFIG => self.on_entity_config(frame.body, received),
+            KIND_CHECK_REQUEST => {
+                sh.metrics.incr(sh.ids.check_requests_received);
+                // Built in a sync fn: the request is not held across the send.
+                let Some(out) = self.check_reply(frame.body, self.sched.ready) else {
+                    return Ok(());
+                };
+                self.send(out).await?;
+                // Taken again: a reference held across the send would grow
+                // every session's future.
+                let sh = self.shared;
+                sh.metrics.incr(sh.ids.check_replies_sent);
+                sh.metrics.incr(sh.ids.events_sent);
+                sh.metrics.record(
+                    sh.ids.check_turnaround,
+                    self.cx.shard_key(),
+                    received.elapsed(),
+                );
+            }
+            // As the real agent: "no handler for message type", logged,
+            // and the session goes on.
+            other => {
+                let shown: String = other.chars().take(KIND_SAMPLE_CHARS).collect();
+                sh.metrics
+                    .warn("unknown_messages", Some(&format!("type {shown:?}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The backend's `entity_config`: applied to the entity; the first
+    /// makes the session ready (keepalives start at `received`).
+    fn on_entity_config(&mut self, body: &[u8], received: Instant) {
+        let (m, ids) = (&self.shared.metrics, &self.shared.ids);
+        let ec = match codec::decode_entity_config(body, self.shared.cfg.encoding) {
+            Ok(ec) => ec,
+            Err(_) => {
+                m.error("decode_entity_config");
+                return;
+            }
+        };
+        m.incr(ids.entity_configs_received);
+        self.builder.apply_entity_config(ec);
+        // The backend has answered: the agent is connected (also when the
+        // entity config came after the wait).
+        if !self.cx.is_established() {
+            m.record(ids.session_ready, self.cx.shard_key(), self.t0.elapsed());
+            self.cx.established();
+        }
+        if !self.sched.ready {
+            self.sched.start(received);
+        }
+    }
+
+    /// What is due: a pong overdue ends the session; then the end of the
+    /// wait for `entity_config`, a ping, a keepalive, an agent event.
+    async fn on_timer(&mut self) -> Result<(), SessionEnd> {
+        let sh = self.shared;
+        let now = Instant::now();
+        if self
+            .sched
+            .ping_since
+            .is_some_and(|since| now >= since + sh.cfg.pong_timeout)
+        {
+            return Err(SessionEnd::lost("pong_timeout"));
+        }
+        if !self.sched.ready && now >= self.sched.ec_deadline {
+            // As the real agent: log it and proceed without an entity
+            // config. Not "connected" yet: that needs an answer from the
+            // backend.
+            sh.metrics.warn(
+                "entity_config_timeout",
+                Some("no entity_config from the backend within the wait; keepalives start anyway"),
+            );
+            self.cx.release_dial_slot();
+            self.sched.start(now);
+        }
+        if now >= self.sched.next_ping {
+            let ping = Message::Ping(Default::default());
+            self.ws.send(ping).await.map_err(|e| ws_lost(&e))?;
+            self.sched.pinged(now, sh.cfg.ping_interval);
+        }
+        if let Some(due) = self.sched.next_keepalive.filter(|t| now >= *t) {
+            if let Some(out) = self.keepalive_frame(due) {
+                self.send(out).await?;
+                sh.metrics.incr(sh.ids.keepalives_sent);
+            }
+            if self.sched.next_keepalive == Some(due) {
+                self.sched.next_keepalive = Some(due + sh.cfg.keepalive_interval);
+            }
+        }
+        if let (Some(due), Some(mean)) = (
+            self.sched.next_event.filter(|t| now >= *t),
+            self.sched.event_mean,
+        ) {
+            self.sched.next_event = Some(due + exp_interval(mean));
+            if let Some(out) = self.agent_event_frame() {
+                self.send(out).await?;
+                sh.metrics.incr(sh.ids.agent_events_sent);
+                sh.metrics.incr(sh.ids.events_sent);
+            }
+        }
+        Ok(())
+    }
+
+    /// The frame of the keepalive due at `due`, from the pre-encoded
+    /// template (written once by the caller). Its lateness is timed from
+    /// the intended time, and a slot missed entirely still counts, from
+    /// its own due time; the next one is due at the first slot not passed.
+    fn keepalive_frame(&mut self, due: Instant) -> Option<Vec<u8>> {
+        let (m, ids) = (&self.shared.metrics, &self.shared.ids);
+        self.sched.keepalive_seq += 1;
+        let mut out = Vec::with_capacity(KEEPALIVE_FRAME_CAPACITY);
+        let wall = unix_now();
+        if self
+            .builder
+            .write_keepalive_frame(&mut out, wall, new_id(), self.sched.keepalive_seq)
+            .is_err()
+        {
+            m.error("encode_keepalive");
+            return None;
+        }
+        let sent_at = Instant::now();
+        let mut slot = due;
+        while slot <= sent_at {
+            m.record(ids.keepalive_lateness, self.cx.shard_key(), sent_at - slot);
+            slot += self.shared.cfg.keepalive_interval;
+        }
+        self.sched.next_keepalive = Some(slot);
+        Some(out)
+    }
+
+    /// The frame of one agent-side event.
+    fn agent_event_frame(&mut self) -> Option<Vec<u8>> {
+        let seq = self.checks.next_sequence(AGENT_EVENT_CHECK);
+        let wall = unix_now();
+        let check = self.builder.agent_event_check(wall);
+        let mut out = Vec::new();
+        if self
+            .builder
+            .write_event_frame(&mut out, check, wall, new_id(), seq)
+            .is_err()
+        {
+            self.shared.metrics.error("encode_event");
+            return None;
+        }
+        Some(out)
+    }
+
     /// Sends one binary message. Data frames are masked and written here
     /// rather than through tungstenite's write buffer, which keeps the
     /// capacity of the largest frame ever sent for the rest of the session
@@ -599,235 +614,6 @@ impl Steady<'_> {
         .await;
         SessionEnd::Shutdown
     }
-
-    async fn run(&mut self, t0: Instant) -> SessionEnd {
-        let shared = self.shared;
-        let cfg = &shared.cfg;
-        let ids = &shared.ids;
-        let m = &shared.metrics;
-        let key = self.cx.shard_key();
-        let start = Instant::now();
-
-        let mut ready = false;
-        let ec_deadline = start + cfg.entity_config_timeout;
-        let mut next_keepalive: Option<Instant> = None;
-        let mut keepalive_seq: i64 = 0;
-        let mut next_ping = start + cfg.ping_interval;
-        let mut ping_since: Option<Instant> = None;
-        let mut next_event: Option<Instant> = None;
-        let event_mean = cfg.event_rate.map(|r| r.interval());
-
-        let sleep = tokio::time::sleep_until(ec_deadline);
-        tokio::pin!(sleep);
-
-        loop {
-            let mut wake = next_ping;
-            if !ready {
-                wake = wake.min(ec_deadline);
-            }
-            for t in [
-                next_keepalive,
-                ping_since.map(|t| t + cfg.pong_timeout),
-                next_event,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                wake = wake.min(t);
-            }
-            if sleep.deadline() != wake {
-                sleep.as_mut().reset(wake);
-            }
-
-            let woke = tokio::select! {
-                biased;
-                _ = self.cx.cancel.cancelled() => Wake::Cancel,
-                msg = self.ws.next() => Wake::Msg(msg),
-                _ = &mut sleep => Wake::Timer,
-            };
-
-            match woke {
-                // Boxed: rare paths must not grow the steady-state future.
-                Wake::Cancel => return Box::pin(self.close()).await,
-                Wake::Msg(None) => return SessionEnd::lost("ws_closed"),
-                Wake::Msg(Some(Err(e))) => return ws_lost(&e),
-                Wake::Msg(Some(Ok(msg))) => {
-                    let received = Instant::now();
-                    let data = match msg {
-                        Message::Binary(b) => b,
-                        Message::Text(t) => t.into(),
-                        Message::Ping(_) => {
-                            // tungstenite queued the pong: flush it now.
-                            if let Err(e) = self.ws.flush().await {
-                                return ws_lost(&e);
-                            }
-                            continue;
-                        }
-                        Message::Pong(_) => {
-                            ping_since = None;
-                            continue;
-                        }
-                        Message::Close(frame) => {
-                            let words = close_words(frame.as_ref());
-                            // Our close reply is queued; push it out, briefly.
-                            let _ =
-                                Box::pin(tokio::time::timeout(CLOSE_WAIT, self.ws.flush())).await;
-                            return SessionEnd::lost_with("ws_closed", words);
-                        }
-                        Message::Frame(_) => continue,
-                    };
-                    m.incr(ids.frames_received);
-                    m.add(ids.bytes_received, data.len() as u64);
-                    let frame = match codec::split_frame(&data) {
-                        Ok(f) => f,
-                        Err(_) => {
-                            m.error_with("decode_frame", Some(&bytes_sample(&data)));
-                            continue;
-                        }
-                    };
-                    if matches!(frame.kind, KIND_ENTITY_CONFIG | KIND_CHECK_REQUEST)
-                        && let Some(u) = codec::unknown_fields(frame.kind, frame.body, cfg.encoding)
-                    {
-                        m.warn(
-                            "unknown_fields",
-                            Some(&format!(
-                                "{}: {} ({} unknown)",
-                                frame.kind, u.first, u.count
-                            )),
-                        );
-                    }
-                    match frame.kind {
-                        KIND_ENTITY_CONFIG => {
-                            let ec = match codec::decode_entity_config(frame.body, cfg.encoding) {
-                                Ok(ec) => ec,
-                                Err(_) => {
-                                    m.error("decode_entity_config");
-                                    continue;
-                                }
-                            };
-                            m.incr(ids.entity_configs_received);
-                            self.builder.apply_entity_config(ec);
-                            // The backend has answered: the agent is connected
-                            // (also when the entity config came after the wait).
-                            if !self.cx.is_established() {
-                                m.record(ids.session_ready, key, t0.elapsed());
-                                self.cx.established();
-                            }
-                            if !ready {
-                                ready = true;
-                                next_keepalive = Some(received);
-                                next_event = event_mean.map(|mean| received + exp_interval(mean));
-                            }
-                        }
-                        KIND_CHECK_REQUEST => {
-                            m.incr(ids.check_requests_received);
-                            // Built in a sync fn: the request is not held across the send.
-                            let Some(out) = self.check_reply(frame.body, ready) else {
-                                continue;
-                            };
-                            if let Err(end) = self.send(out).await {
-                                return end;
-                            }
-                            m.incr(ids.check_replies_sent);
-                            m.incr(ids.events_sent);
-                            m.record(ids.check_turnaround, key, received.elapsed());
-                        }
-                        // As the real agent: "no handler for message type",
-                        // logged, and the session goes on.
-                        other => {
-                            let shown: String = other.chars().take(KIND_SAMPLE_CHARS).collect();
-                            m.warn("unknown_messages", Some(&format!("type {shown:?}")));
-                        }
-                    }
-                }
-                Wake::Timer => {
-                    let now = Instant::now();
-                    if ping_since.is_some_and(|since| now >= since + cfg.pong_timeout) {
-                        return SessionEnd::lost("pong_timeout");
-                    }
-                    if !ready && now >= ec_deadline {
-                        // As the real agent: log it and proceed without an
-                        // entity config. Not "connected" yet: that needs an
-                        // answer from the backend.
-                        m.warn(
-                            "entity_config_timeout",
-                            Some("no entity_config from the backend within the wait; keepalives start anyway"),
-                        );
-                        ready = true;
-                        self.cx.release_dial_slot();
-                        next_keepalive = Some(now);
-                        next_event = event_mean.map(|mean| now + exp_interval(mean));
-                    }
-                    if now >= next_ping {
-                        if let Err(e) = self.ws.send(Message::Ping(Default::default())).await {
-                            return ws_lost(&e);
-                        }
-                        ping_since.get_or_insert(now);
-                        next_ping += cfg.ping_interval;
-                        if next_ping <= now {
-                            next_ping = now + cfg.ping_interval;
-                        }
-                    }
-                    if let Some(due) = next_keepalive.filter(|t| now >= *t) {
-                        keepalive_seq += 1;
-                        let mut out = Vec::with_capacity(KEEPALIVE_FRAME_CAPACITY);
-                        let wall = unix_now();
-                        if self
-                            .builder
-                            .write_keepalive_frame(&mut out, wall, new_id(), keepalive_seq)
-                            .is_err()
-                        {
-                            m.error("encode_keepalive");
-                        } else {
-                            // Lateness from the intended time; a slot missed
-                            // entirely still counts, from its own due time.
-                            let sent_at = Instant::now();
-                            let mut slot = due;
-                            while slot <= sent_at {
-                                m.record(ids.keepalive_lateness, key, sent_at - slot);
-                                slot += cfg.keepalive_interval;
-                            }
-                            next_keepalive = Some(slot);
-                            if let Err(end) = self.send(out).await {
-                                return end;
-                            }
-                            m.incr(ids.keepalives_sent);
-                        }
-                        if next_keepalive == Some(due) {
-                            next_keepalive = Some(due + cfg.keepalive_interval);
-                        }
-                    }
-                    if let (Some(due), Some(mean)) = (next_event.filter(|t| now >= *t), event_mean)
-                    {
-                        next_event = Some(due + exp_interval(mean));
-                        let seq = self.checks.next_sequence(AGENT_EVENT_CHECK);
-                        let wall = unix_now();
-                        let check = self.builder.agent_event_check(wall);
-                        let mut out = Vec::new();
-                        if self
-                            .builder
-                            .write_event_frame(&mut out, check, wall, new_id(), seq)
-                            .is_err()
-                        {
-                            m.error("encode_event");
-                        } else {
-                            if let Err(end) = self.send(out).await {
-                                return end;
-                            }
-                            m.incr(ids.agent_events_sent);
-                            m.incr(ids.events_sent);
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-enum Wake {
-    Cancel,
-    Msg(Option<Result<Message, tungstenite::Error>>),
-    Timer,
 }
 
 #[cfg(test)]
