@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tonic::codec::Streaming;
 use tonic::{Code, Status};
 
-use super::{ABORT_BACKOFF, ConsulAgent};
+use super::{ABORT_BACKOFF, ConsulAgent, Shared};
 use crate::codec::{SUBSCRIBE_PATH, SmallCodec, subscribe_request};
 use crate::conn::{self, GrpcClient};
 use crate::ended::status_words;
@@ -364,75 +364,27 @@ impl ConsulAgent {
         a: Applied,
     ) -> Option<Resync> {
         let sh = self.shared.clone();
-        let ids = &sh.ids;
-        let decoded = arrival.decoded;
-        let arrived = arrival.at();
-        // A probe delivery: the simulator's own delay (processed − kernel
-        // arrival), and whether it had to be timed in user space.
-        let agent_index = self.index as usize;
-        let delivered = || {
-            sh.metrics
-                .record(ids.probe_overhead, agent_index, arrived.elapsed());
-            if arrival.kernel.is_none() {
-                sh.metrics.incr(ids.arrivals_user_time);
-            }
-        };
-        let mut resynced = None;
         let Applied {
             signal,
             mut hit,
             hit_live,
             seen,
         } = a;
-        let sub = &mut self.subs[i];
-        let board = if sub.probe { sh.board.as_deref() } else { None };
-        let observing = board.is_some_and(|b| b.is_observer());
         // The event's raft index (one per event, batch included).
-        let index = sub.view.index();
+        let index = self.subs[i].view.index();
+        let mut resynced = None;
         match signal {
             Signal::EndOfSnapshot => {
-                sh.metrics.incr(ids.snapshots);
                 resynced = Some(Resync::Snapshot);
-                sh.metrics.record(
-                    ids.subscribe_snapshot,
-                    self.index as usize,
-                    slot.started.elapsed(),
-                );
-                if let Some(b) = board {
-                    if observing {
-                        let now = b.state(&sub.view).map_or(0, |e| e as u8);
-                        if slot.resync
-                            && sub.probe_state != 0
-                            && now != sub.probe_state
-                            && let Some(kind) = Expect::from_u8(now)
-                            && b.observe_resync(
-                                (sub.probe_seen, index),
-                                kind,
-                                arrived,
-                                sub.probe_owed,
-                            )
-                        {
-                            delivered();
-                        }
-                        sub.probe_state = now;
-                        // The view is current up to here: a later re-sync
-                        // credits only changes after this index.
-                        sub.probe_seen = index;
-                    } else if slot.resync {
-                        hit = hit.or(b.matches_state(&sub.view));
-                    }
-                }
-                slot.resync = false;
-                slot.backoff = None;
-                sub.ever_synced = true;
-                self.mark_ready(i, slot);
+                hit = hit.or(self.snapshot_done(i, slot, arrival, index));
             }
             Signal::NewSnapshotToFollow => {
-                slot.resync = sub.ever_synced;
-                slot.started = decoded;
+                slot.resync = self.subs[i].ever_synced;
+                slot.started = arrival.decoded;
             }
             Signal::Item | Signal::Ignored | Signal::Unchanged => {}
         }
+        let agent = self.index as usize;
         let sub = &mut self.subs[i];
         for _ in 0..sub.view.take_dropped() {
             sh.metrics.warn(
@@ -440,14 +392,15 @@ impl ConsulAgent {
                 Some("more instances than one view keeps; the rest are not tracked"),
             );
         }
-        let sub = &mut self.subs[i];
+        let board = if sub.probe { sh.board.as_deref() } else { None };
+        let arrived = arrival.at();
         if let (Some(kind), Some(b)) = (seen, board) {
             sub.probe_state = kind as u8;
             if sub.probe_seen != index
                 && b.observe(index, kind, arrived, (slot.mark, sub.probe_owed))
             {
                 sub.probe_seen = index;
-                delivered();
+                delivered(&sh, agent, arrival);
             }
         }
         if let (Some(id), Some(b)) = (hit, board)
@@ -456,9 +409,64 @@ impl ConsulAgent {
             && b.arrive(id, arrived, if hit_live { index } else { 0 })
         {
             sub.probe_seen = id;
-            delivered();
+            delivered(&sh, agent, arrival);
         }
         resynced
+    }
+
+    /// Subscription `i` completed a snapshot (its last event at raft
+    /// `index`): counted; the observer compares the probe's state with the
+    /// one before the re-sync, the controller looks for the armed probe's
+    /// change in a re-synced view (the probe id it hit); the slot is ready.
+    fn snapshot_done(
+        &mut self,
+        i: usize,
+        slot: &mut Slot,
+        arrival: Arrival,
+        index: u64,
+    ) -> Option<u64> {
+        let sh = self.shared.clone();
+        let agent = self.index as usize;
+        sh.metrics.incr(sh.ids.snapshots);
+        sh.metrics
+            .record(sh.ids.subscribe_snapshot, agent, slot.started.elapsed());
+        let sub = &mut self.subs[i];
+        let board = if sub.probe { sh.board.as_deref() } else { None };
+        let mut hit = None;
+        if let Some(b) = board {
+            if b.is_observer() {
+                let now = b.state(&sub.view).map_or(0, |e| e as u8);
+                if slot.resync
+                    && sub.probe_state != 0
+                    && now != sub.probe_state
+                    && let Some(kind) = Expect::from_u8(now)
+                    && b.observe_resync((sub.probe_seen, index), kind, arrival.at(), sub.probe_owed)
+                {
+                    delivered(&sh, agent, arrival);
+                }
+                sub.probe_state = now;
+                // The view is current up to here: a later re-sync credits
+                // only changes after this index.
+                sub.probe_seen = index;
+            } else if slot.resync {
+                hit = b.matches_state(&sub.view);
+            }
+        }
+        slot.resync = false;
+        slot.backoff = None;
+        sub.ever_synced = true;
+        self.mark_ready(i, slot);
+        hit
+    }
+}
+
+/// A probe delivery to agent `agent`: the simulator's own delay (processed
+/// − kernel arrival), and whether it had to be timed in user space.
+fn delivered(sh: &Shared, agent: usize, arrival: Arrival) {
+    sh.metrics
+        .record(sh.ids.probe_overhead, agent, arrival.at().elapsed());
+    if arrival.kernel.is_none() {
+        sh.metrics.incr(sh.ids.arrivals_user_time);
     }
 }
 
