@@ -237,15 +237,27 @@ pub fn check_overhead(metrics: &agent_sim_metrics::Metrics) {
     }
 }
 
+/// An ACL token the server does not know (the dataplane sidecars count it
+/// alike).
+pub const ACL_NOT_FOUND: agent_sim_metrics::ErrorKindSpec = agent_sim_metrics::ErrorKindSpec {
+    kind: "acl_not_found",
+    hint: "--token (CONSUL_HTTP_TOKEN): the server does not know this ACL token",
+    heals: false,
+};
+
+/// A registration transaction rolled back (the dataplane sidecars register
+/// through the same batcher).
+pub const TXN_ROLLBACK: agent_sim_metrics::ErrorKindSpec = agent_sim_metrics::ErrorKindSpec {
+    kind: "txn_rollback",
+    hint: "a catalog transaction was rolled back; the sample names the failing op",
+    heals: true,
+};
+
 /// The error kinds of a Consul agent, with what to check.
 const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
     use agent_sim_metrics::ErrorKindSpec as K;
     &[
-        K {
-            kind: "acl_not_found",
-            hint: "--token (CONSUL_HTTP_TOKEN): the server does not know this ACL token",
-            heals: false,
-        },
+        ACL_NOT_FOUND,
         K {
             kind: "acl_denied",
             hint: "--token: the token lacks what agents need (node:write, service:write and \
@@ -333,11 +345,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    (limits.http_max_conns_per_client, default 200)",
             heals: true,
         },
-        K {
-            kind: "txn_rollback",
-            hint: "a catalog transaction was rolled back; the sample names the failing op",
-            heals: true,
-        },
+        TXN_ROLLBACK,
         K {
             kind: "grpc_resource_exhausted",
             hint: "the server rate-limits requests (limits.request_limits; \"try a different \

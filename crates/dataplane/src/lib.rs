@@ -178,11 +178,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    (8502, TLS 8503)",
             heals: false,
         },
-        K {
-            kind: "acl_not_found",
-            hint: "--token (CONSUL_HTTP_TOKEN): the server does not know this ACL token",
-            heals: false,
-        },
+        agent_sim_consul::ACL_NOT_FOUND,
         K {
             kind: "acl_denied",
             hint: "--token: the token lacks service:write on the proxies' services (or \
@@ -195,11 +191,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    reconnect with backoff and resume with their resource versions",
             heals: true,
         },
-        K {
-            kind: "txn_rollback",
-            hint: "a catalog transaction was rolled back; the sample names the failing op",
-            heals: true,
-        },
+        agent_sim_consul::TXN_ROLLBACK,
         K {
             kind: "tls_handshake",
             hint: "TLS to the gRPC port failed: --ca-file, --tls-server-name, --cert-file / \

@@ -172,6 +172,30 @@ fn decode_resource<M: Message + Default>(
     M::decode(&*any.value).map_err(|e| format!("{what} {:?}: {e}", r.name))
 }
 
+/// Decodes every resource of `resp` before anything changes (a NACK
+/// changes nothing): its name (the wrapper's, else `own_name` of the
+/// resource), its version, and what `read` takes from it and its name.
+fn decode_all<M: Message + Default, X>(
+    resp: &DeltaDiscoveryResponse,
+    type_url: &str,
+    what: &str,
+    own_name: impl Fn(&M) -> String,
+    read: impl Fn(&M, &str) -> X,
+) -> Result<Vec<(String, String, X)>, String> {
+    let mut parsed = Vec::with_capacity(resp.resources.len());
+    for r in &resp.resources {
+        let m: M = decode_resource(r, type_url, what)?;
+        let name = if r.name.is_empty() {
+            own_name(&m)
+        } else {
+            r.name.clone()
+        };
+        let x = read(&m, &name);
+        parsed.push((name, r.version.clone(), x));
+    }
+    Ok(parsed)
+}
+
 /// Whether a cluster gets its endpoints by EDS.
 pub fn is_eds(c: &Cluster) -> bool {
     matches!(c.cluster_discovery_type, Some(ClusterDiscoveryType::Type(t)) if t == DiscoveryType::Eds as i32)
@@ -325,17 +349,8 @@ impl XdsState {
         resp: &DeltaDiscoveryResponse,
         out: &mut Handled,
     ) -> Result<(), String> {
-        // Parse everything first: a NACK changes nothing.
-        let mut parsed = Vec::with_capacity(resp.resources.len());
-        for r in &resp.resources {
-            let c: Cluster = decode_resource(r, CLUSTER_TYPE, "cluster")?;
-            let name = if r.name.is_empty() {
-                c.name.clone()
-            } else {
-                r.name.clone()
-            };
-            parsed.push((name, r.version.clone(), is_eds(&c)));
-        }
+        let own_name = |c: &Cluster| c.name.clone();
+        let parsed = decode_all(resp, CLUSTER_TYPE, "cluster", own_name, |c, _| is_eds(c))?;
         self.cds_this_stream = true;
         let mut subscribe = Vec::new();
         let mut unsubscribe = Vec::new();
@@ -375,22 +390,15 @@ impl XdsState {
         resp: &DeltaDiscoveryResponse,
         out: &mut Handled,
     ) -> Result<(), String> {
-        let mut parsed = Vec::with_capacity(resp.resources.len());
-        for r in &resp.resources {
-            let cla: ClusterLoadAssignment = decode_resource(r, ENDPOINT_TYPE, "endpoints")?;
-            let name = if r.name.is_empty() {
-                cla.cluster_name.clone()
-            } else {
-                r.name.clone()
-            };
-            let probe = match &self.probe {
-                Some(p) if p.is_probe_cluster(&name) => {
-                    Some(endpoints(&cla).iter().any(|(e, _)| *e == p.endpoint))
-                }
-                _ => None,
-            };
-            parsed.push((name, r.version.clone(), probe));
-        }
+        let own_name = |cla: &ClusterLoadAssignment| cla.cluster_name.clone();
+        // Whether the probe endpoint is in the probe cluster's assignment.
+        let probe = |cla: &ClusterLoadAssignment, name: &str| match &self.probe {
+            Some(p) if p.is_probe_cluster(name) => {
+                Some(endpoints(cla).iter().any(|(e, _)| *e == p.endpoint))
+            }
+            _ => None,
+        };
+        let parsed = decode_all(resp, ENDPOINT_TYPE, "endpoints", own_name, probe)?;
         out.eds = true;
         for (name, version, probe) in parsed {
             self.endpoints.insert(name.into(), version.into());
