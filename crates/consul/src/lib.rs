@@ -34,6 +34,7 @@ pub mod conn;
 pub mod http;
 pub mod modes;
 pub mod probe;
+pub mod rpc;
 pub mod seed;
 pub mod txn;
 pub mod view;
