@@ -25,8 +25,9 @@ use tokio_util::sync::CancellationToken;
 use agent_sim_proto::consul::subscribe::Topic;
 use agent_sim_proto::msgpack::Scanner;
 
+use super::render::{health_entries, pretty};
 use super::state::TopicKey;
-use super::{ConsulState, Gauge};
+use super::{ConsulState, Gauge, lock};
 use crate::faults::{Action, RETRY_LATER, STALL_LIMIT, Target};
 
 /// `pool.RPCMultiplexV2`: the byte that starts yamux on an RPC connection.
@@ -128,7 +129,7 @@ pub(crate) fn result(
     passing_only: bool,
     enc: Encoding,
 ) -> (u64, Bytes) {
-    let mut cache = super::lock(&state.inner.results.m);
+    let mut cache = lock(&state.inner.results.m);
     let store = state.store();
     let index = store.service_index(service);
     let key = (service.to_owned(), passing_only, enc);
@@ -137,10 +138,10 @@ pub(crate) fn result(
     {
         return (index, b.clone());
     }
-    let nodes = super::http::health_entries(&store, service, passing_only);
+    let nodes = health_entries(&store, service, passing_only);
     drop(store);
     let encoded = Bytes::from(match enc {
-        Encoding::Json => super::http::pretty(&nodes),
+        Encoding::Json => pretty(&nodes),
         Encoding::Msgpack => {
             let body = json!({
                 "Index": index,

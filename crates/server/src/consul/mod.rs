@@ -40,6 +40,7 @@ mod blocking;
 mod events;
 mod grpc;
 mod http;
+mod render;
 mod rpc;
 mod sessions;
 mod state;
