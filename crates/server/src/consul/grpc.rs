@@ -176,8 +176,9 @@ pub async fn serve_grpc(
         .max_header_list_size(MAX_HEADER_LIST)
         .max_concurrent_streams(1024);
     let builder = Arc::new(builder);
-    super::accept_loop(listener, shutdown.clone(), move |stream| {
-        grpc_connection(stream, state.clone(), builder.clone(), shutdown.clone())
+    let conns = state.clone();
+    super::accept_loop(listener, &state, shutdown.clone(), move |stream| {
+        grpc_connection(stream, conns.clone(), builder.clone(), shutdown.clone())
     })
     .await
 }

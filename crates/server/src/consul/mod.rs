@@ -63,6 +63,7 @@ pub use http::{ApiRequest, dispatch, serve_http};
 pub use rpc::serve_rpc;
 
 use crate::faults::{Faults, RestartState};
+use crate::listen;
 use sessions::Sessions;
 use state::{CheckDef, NodeDef, Store, Touched};
 
@@ -216,6 +217,9 @@ pub struct ConsulTargetSnapshot {
     pub blocking_queries_held: u64,
     /// `Health.ServiceNodes` calls answered over RPC.
     pub blocking_answers: u64,
+    /// Failed accepts on the RPC, HTTP and gRPC ports (e.g. out of file
+    /// descriptors), each retried after a pause.
+    pub accept_errors: u64,
 }
 
 #[derive(Default)]
@@ -252,6 +256,7 @@ struct Counters {
     rpc_mux_connections: AtomicU64,
     blocking_queries_held: AtomicU64,
     blocking_answers: AtomicU64,
+    accept_errors: AtomicU64,
 }
 
 impl Counters {
@@ -468,6 +473,7 @@ impl ConsulState {
             rpc_mux_connections: get(&c.rpc_mux_connections),
             blocking_queries_held: get(&c.blocking_queries_held),
             blocking_answers: get(&c.blocking_answers),
+            accept_errors: get(&c.accept_errors),
         }
     }
 
@@ -551,33 +557,28 @@ async fn drive_connection<C>(
     }
 }
 
-/// Accepts until `shutdown`, one tracked task per connection; then closes the
-/// listener and waits (bounded) for the tasks.
+/// Accepts until `shutdown`, one tracked task per connection, failed
+/// accepts counted in `accept_errors`; then closes the listener and waits
+/// (bounded) for the tasks.
 async fn accept_loop<F, Fut>(
     listener: TcpListener,
+    state: &ConsulState,
     shutdown: CancellationToken,
-    mut handle: F,
+    handle: F,
 ) -> io::Result<()>
 where
     F: FnMut(TcpStream) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let tracker = TaskTracker::new();
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            r = listener.accept() => r,
-        };
-        match accepted {
-            Ok((stream, _)) => {
-                tracker.spawn(handle(stream));
-            }
-            // Out of descriptors or similar: back off instead of spinning.
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-    drop(listener);
-    tracker.close();
-    let _ = tokio::time::timeout(SERVE_GRACE, tracker.wait()).await;
+    let errors = &state.inner.counters.accept_errors;
+    listen::serve_tracked(
+        listener,
+        TaskTracker::new(),
+        &shutdown,
+        errors,
+        SERVE_GRACE,
+        handle,
+    )
+    .await;
     Ok(())
 }

@@ -91,8 +91,9 @@ pub async fn serve_rpc(
         .max_concurrent_streams(MAX_STREAMS_PER_CONN)
         .max_header_list_size(MAX_HEADER_LIST);
     let builder = Arc::new(builder);
-    super::accept_loop(listener, shutdown.clone(), move |stream| {
-        rpc_connection(stream, state.clone(), builder.clone(), shutdown.clone())
+    let conns = state.clone();
+    super::accept_loop(listener, &state, shutdown.clone(), move |stream| {
+        rpc_connection(stream, conns.clone(), builder.clone(), shutdown.clone())
     })
     .await
 }

@@ -64,8 +64,9 @@ pub async fn serve_http(
 ) -> io::Result<()> {
     state.faults().start();
     let sweeper = tokio::spawn(sweep_sessions(state.clone(), shutdown.clone()));
-    let result = accept_loop(listener, shutdown.clone(), move |stream| {
-        http_connection(stream, state.clone(), shutdown.clone())
+    let conns = state.clone();
+    let result = accept_loop(listener, &state, shutdown.clone(), move |stream| {
+        http_connection(stream, conns.clone(), shutdown.clone())
     })
     .await;
     let _ = sweeper.await;
