@@ -34,11 +34,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::future::{Future, ready};
 use std::io;
-use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_sim_proto::codec::{Buffers, Profile, SizedEncoder, SmallCodec};
 use agent_sim_proto::consul::dataplane::{
     DataplaneFeatureSupport, DataplaneFeatures, GetEnvoyBootstrapParamsRequest,
     GetEnvoyBootstrapParamsResponse, GetSupportedDataplaneFeaturesRequest,
@@ -48,7 +48,7 @@ use agent_sim_proto::consul::dataplane::{
 use agent_sim_proto::consul::serverdiscovery::{Server, WatchServersRequest, WatchServersResponse};
 use agent_sim_proto::consul::subscribe::Topic;
 use agent_sim_proto::fields;
-use bytes::{Buf, BufMut, Bytes};
+use bytes::{BufMut, Bytes};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
 use envoy_types::pb::envoy::service::discovery::v3::{
@@ -65,10 +65,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder, Streaming};
+use tonic::codec::{BufferSettings, EncodeBuf, Encoder, Streaming};
 use tonic::server::{Grpc, ServerStreamingService, StreamingService, UnaryService};
 use tonic::{Status, metadata::MetadataMap};
-use tonic_prost::{ProstDecoder, ProstEncoder};
+use tonic_prost::ProstEncoder;
 
 use super::state::TopicKey;
 use super::xds::{self, CLUSTER_TYPE, ENDPOINT_TYPE, ProxyResources};
@@ -229,80 +229,43 @@ async fn serve<I>(
     super::drive_connection(conn, &shutdown, |c| c.graceful_shutdown()).await;
 }
 
-/// Buffers of every codec on the port: messages are small.
-fn encode_buffers() -> BufferSettings {
-    BufferSettings::new(1024, 32 * 1024)
-}
+/// The port's codec buffers: requests and answers are small (a bootstrap
+/// answer, one server, a proxy's clusters); a buffer grows for a larger one.
+const BUFFERS: Buffers = Buffers::new(1024, 512);
 
-fn decode_buffers() -> BufferSettings {
-    BufferSettings::new(512, 32 * 1024)
-}
-
-/// A prost codec with small buffers (server side: encodes `E`, decodes `D`)
-/// whose decoder counts requests with top-level fields outside `known`
-/// (`grpc_unknown_fields`).
-struct Small<E, D> {
-    state: ConsulState,
-    known: &'static [u32],
-    _types: PhantomData<fn(D) -> E>,
-}
-
-impl<E, D> Small<E, D> {
-    fn new(state: &ConsulState, known: &'static [u32]) -> Self {
-        Small {
-            state: state.clone(),
-            known,
-            _types: PhantomData,
-        }
-    }
-}
-
-impl<E, D> Codec for Small<E, D>
-where
-    E: prost::Message + Send + 'static,
-    D: prost::Message + Default + Send + 'static,
-{
-    type Encode = E;
-    type Decode = D;
-    type Encoder = ProstEncoder<E>;
-    type Decoder = Scanning<D>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::new(encode_buffers())
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        Scanning {
-            inner: ProstDecoder::new(decode_buffers()),
-            state: self.state.clone(),
-            known: self.known,
-        }
-    }
-}
-
-/// Decodes `D` with prost after a scan of its top-level fields
-/// (`agent_sim_proto::scan`: no allocation).
-struct Scanning<D> {
-    inner: ProstDecoder<D>,
+/// The port's codec profile: [`BUFFERS`], and requests with top-level
+/// fields outside `known` counted (`grpc_unknown_fields`).
+#[derive(Clone)]
+struct UnknownFields {
     state: ConsulState,
     known: &'static [u32],
 }
 
-impl<D: prost::Message + Default + Send + 'static> Decoder for Scanning<D> {
-    type Item = D;
-    type Error = Status;
+impl Profile for UnknownFields {
+    fn buffers(&self) -> Buffers {
+        BUFFERS
+    }
 
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<D>, Status> {
-        if agent_sim_proto::scan::unknown_fields(buf.chunk(), self.known).is_some() {
+    /// A scan of the request's top-level fields (`agent_sim_proto::scan`:
+    /// no allocation).
+    fn inspect(&self, msg: &[u8]) {
+        if agent_sim_proto::scan::unknown_fields(msg, self.known).is_some() {
             let c = &self.state.inner.counters;
             c.bump(&c.grpc_unknown_fields);
         }
-        self.inner.decode(buf)
     }
+}
 
-    fn buffer_settings(&self) -> BufferSettings {
-        decode_buffers()
-    }
+/// The codec of a unary or server-streaming method (answers `E`,
+/// requests `D` whose known fields are `known`).
+fn small<E, D>(
+    state: &ConsulState,
+    known: &'static [u32],
+) -> SmallCodec<ProstEncoder<E>, D, UnknownFields> {
+    SmallCodec::new(UnknownFields {
+        state: state.clone(),
+        known,
+    })
 }
 
 /// What an ADS stream writes: a response, or (a `consul.xds=garbage`
@@ -313,7 +276,7 @@ enum AdsOut {
 }
 
 /// Encodes [`AdsOut`].
-struct AdsEncoder;
+struct AdsEncoder(BufferSettings);
 
 impl Encoder for AdsEncoder {
     type Item = AdsOut;
@@ -332,31 +295,18 @@ impl Encoder for AdsEncoder {
     }
 
     fn buffer_settings(&self) -> BufferSettings {
-        encode_buffers()
+        self.0
+    }
+}
+
+impl SizedEncoder for AdsEncoder {
+    fn with_settings(settings: BufferSettings) -> Self {
+        AdsEncoder(settings)
     }
 }
 
 /// The Delta ADS codec: [`AdsOut`] out, scanned `DeltaDiscoveryRequest`s in.
-struct AdsCodec(ConsulState);
-
-impl Codec for AdsCodec {
-    type Encode = AdsOut;
-    type Decode = DeltaDiscoveryRequest;
-    type Encoder = AdsEncoder;
-    type Decoder = Scanning<DeltaDiscoveryRequest>;
-
-    fn encoder(&mut self) -> AdsEncoder {
-        AdsEncoder
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        Scanning {
-            inner: ProstDecoder::new(decode_buffers()),
-            state: self.0.clone(),
-            known: fields::DELTA_DISCOVERY_REQUEST,
-        }
-    }
-}
+type AdsCodec = SmallCodec<AdsEncoder, DeltaDiscoveryRequest, UnknownFields>;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -378,24 +328,23 @@ impl hyper::service::Service<Request<Incoming>> for Router {
         let shutdown = self.shutdown.clone();
         match req.uri().path() {
             BOOTSTRAP_PATH => Box::pin(async move {
-                let codec =
-                    Small::<GetEnvoyBootstrapParamsResponse, GetEnvoyBootstrapParamsRequest>::new(
-                        &state,
-                        fields::BOOTSTRAP_REQUEST,
-                    );
+                let codec = small::<GetEnvoyBootstrapParamsResponse, GetEnvoyBootstrapParamsRequest>(
+                    &state,
+                    fields::BOOTSTRAP_REQUEST,
+                );
                 let mut g = Grpc::new(codec).max_decoding_message_size(MAX_REQUEST_MESSAGE);
                 Ok(g.unary(Bootstrap(state), req).await)
             }),
             FEATURES_PATH => Box::pin(async move {
-                let codec = Small::<
+                let codec = small::<
                     GetSupportedDataplaneFeaturesResponse,
                     GetSupportedDataplaneFeaturesRequest,
-                >::new(&state, &[]);
+                >(&state, &[]);
                 let mut g = Grpc::new(codec).max_decoding_message_size(MAX_REQUEST_MESSAGE);
                 Ok(g.unary(Features, req).await)
             }),
             WATCH_SERVERS_PATH => Box::pin(async move {
-                let codec = Small::<WatchServersResponse, WatchServersRequest>::new(
+                let codec = small::<WatchServersResponse, WatchServersRequest>(
                     &state,
                     fields::WATCH_SERVERS_REQUEST,
                 );
@@ -405,8 +354,11 @@ impl hyper::service::Service<Request<Incoming>> for Router {
             ADS_PATH => {
                 let ctl = self.ctl.clone();
                 Box::pin(async move {
-                    let mut g = Grpc::new(AdsCodec(state.clone()))
-                        .max_decoding_message_size(MAX_XDS_REQUEST);
+                    let codec = AdsCodec::new(UnknownFields {
+                        state: state.clone(),
+                        known: fields::DELTA_DISCOVERY_REQUEST,
+                    });
+                    let mut g = Grpc::new(codec).max_decoding_message_size(MAX_XDS_REQUEST);
                     Ok(g.streaming(
                         Ads {
                             state,

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes};
+use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
@@ -34,10 +34,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
-use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
 use tonic::server::{Grpc, ServerStreamingService};
-use tonic_prost::ProstDecoder;
 
+use agent_sim_proto::codec::{Buffers, PreEncoded, SmallCodec};
 use agent_sim_proto::consul::subscribe::{SubscribeRequest, Topic, subscribe_request::Subject};
 
 use super::blocking::{RPC_MULTIPLEX_V2, serve_mux};
@@ -59,7 +58,7 @@ const SHUTTING_DOWN: &str = "subscription closed by server, server is shutting d
 const SUBSCRIBE_PATH: &str = "/subscribe.StateChangeSubscription/Subscribe";
 /// Small codec buffers: messages here are a few hundred bytes, and there may
 /// be 20,000 streams.
-const CODEC_BUFFERS: (usize, usize) = (512, 32 * 1024);
+const BUFFERS: Buffers = Buffers::new(512, 512);
 /// Largest `SubscribeRequest` accepted: a topic, a key, a token, a
 /// datacenter and an index are well under 1 KiB; anything over 64 KiB ends
 /// the call with `OUT_OF_RANGE` before it is buffered.
@@ -219,7 +218,8 @@ impl hyper::service::Service<Request<Incoming>> for GrpcService {
             truncate: truncate.clone(),
         };
         Box::pin(async move {
-            let mut grpc = Grpc::new(SubscribeCodec).max_decoding_message_size(MAX_REQUEST_MESSAGE);
+            let mut grpc = Grpc::new(SubscribeCodec::new(BUFFERS))
+                .max_decoding_message_size(MAX_REQUEST_MESSAGE);
             let resp = grpc.server_streaming(handler, req).await;
             Ok(match truncate {
                 Some(flag) => resp.map(|b| tonic::body::Body::new(Truncating::new(b, flag))),
@@ -229,46 +229,9 @@ impl hyper::service::Service<Request<Incoming>> for GrpcService {
     }
 }
 
-/// Decodes `SubscribeRequest` with prost; encodes pre-encoded event bytes.
-#[derive(Clone, Copy, Debug, Default)]
-struct SubscribeCodec;
-
-fn buffers() -> BufferSettings {
-    BufferSettings::new(CODEC_BUFFERS.0, CODEC_BUFFERS.1)
-}
-
-impl Codec for SubscribeCodec {
-    type Encode = Bytes;
-    type Decode = SubscribeRequest;
-    type Encoder = PreEncoded;
-    type Decoder = ProstDecoder<SubscribeRequest>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        PreEncoded
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        ProstDecoder::new(buffers())
-    }
-}
-
-/// Writes an already encoded message.
-#[derive(Clone, Copy, Debug, Default)]
-struct PreEncoded;
-
-impl Encoder for PreEncoded {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-
-    fn buffer_settings(&self) -> BufferSettings {
-        buffers()
-    }
-}
+/// Decodes `SubscribeRequest` with prost; writes events encoded once for
+/// every subscriber as they are.
+type SubscribeCodec = SmallCodec<PreEncoded, SubscribeRequest, Buffers>;
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
 
