@@ -2,7 +2,8 @@
 //! for tens of thousands of simulated agents in one process.
 //!
 //! Main parts:
-//! - [`serve`]: the accept loop. Each connection is its own task: a boxed WebSocket
+//! - [`serve`]: the listener (the accept loop every server shares, `crate::listen`) and
+//!   the check schedulers. Each connection is its own task: a boxed WebSocket
 //!   handshake (headers, namespace, Basic credentials, encoding choice), then a small
 //!   session loop (`session`).
 //! - `session`: sends the `entity_config` placeholder first, validates every

@@ -9,7 +9,9 @@
 //! its wait ends: the asked wait (0: 5 min; at most 10 min) plus up to
 //! 1/16 of it at random, as Consul spreads the wake-ups. Either way the
 //! answer is the whole result at the service's index, the index of the
-//! last change to any of its instances.
+//! last change to any of its instances, encoded once per change and
+//! encoding ([`ResultCache`], from the views of `render`) for every watcher
+//! it wakes.
 
 use std::collections::HashMap;
 use std::future::poll_fn;

@@ -28,7 +28,7 @@ use futures_util::{Stream, StreamExt};
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, watch};
@@ -40,11 +40,12 @@ use agent_sim_proto::codec::{Buffers, PreEncoded, SmallCodec};
 use agent_sim_proto::consul::subscribe::{SubscribeRequest, Topic, subscribe_request::Subject};
 
 use super::blocking::{RPC_MULTIPLEX_V2, serve_mux};
+use super::conn::{accept_loop, drive_connection, h2_builder, tls_accept};
 use super::state::{Start, TopicKey};
 use super::{ConsulState, Gauge, events};
 use crate::faults::{
     ABORTED_WORDS, Action, Kill, OVERSIZED_GRPC, Order, RETRY_ELSEWHERE, RETRY_LATER, STALL_LIMIT,
-    Target,
+    Target, next_order,
 };
 
 /// `pool.RPCGRPC`: the byte that switches a Consul RPC connection to gRPC.
@@ -63,11 +64,6 @@ const BUFFERS: Buffers = Buffers::new(512, 512);
 /// datacenter and an index are well under 1 KiB; anything over 64 KiB ends
 /// the call with `OUT_OF_RANGE` before it is buffered.
 pub(crate) const MAX_REQUEST_MESSAGE: usize = 64 * 1024;
-/// Largest HTTP/2 header block accepted from a client (hyper's default,
-/// stated): gRPC request headers are a few hundred bytes.
-const MAX_HEADER_LIST: u32 = 16 * 1024;
-/// Streams one connection may hold at once; agents open one per upstream.
-const MAX_STREAMS_PER_CONN: u32 = 1024;
 
 /// Serves the RPC port until `shutdown` is cancelled, then gives open
 /// connections a short grace (streams end with `UNAVAILABLE`) and returns.
@@ -80,18 +76,9 @@ pub async fn serve_rpc(
         state.set_rpc_addr(addr);
     }
     state.faults().start();
-    let mut builder = http2::Builder::new(TokioExecutor::new());
-    builder
-        .timer(TokioTimer::new())
-        // Never ping clients: a real server doesn't, and pings cost wakeups
-        // over 10,000 idle connections.
-        .keep_alive_interval(None)
-        // Bound: streams per connection, and what one header block may hold.
-        .max_concurrent_streams(MAX_STREAMS_PER_CONN)
-        .max_header_list_size(MAX_HEADER_LIST);
-    let builder = Arc::new(builder);
+    let builder = h2_builder();
     let conns = state.clone();
-    super::accept_loop(listener, &state, shutdown.clone(), move |stream| {
+    accept_loop(listener, &state, shutdown.clone(), move |stream| {
         rpc_connection(stream, conns.clone(), builder.clone(), shutdown.clone())
     })
     .await
@@ -139,17 +126,13 @@ async fn rpc_connection(
         (Ok(Ok(RPC_GRPC)), _) => serve_grpc(stream, state, builder, shutdown).await,
         (Ok(Ok(RPC_MULTIPLEX_V2)), _) => serve_mux(stream, state, shutdown).await,
         (Ok(Ok(RPC_TLS)), Some(tls)) => {
-            // TLS, then the prefix byte inside it.
-            let accepted = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = tokio::time::timeout(
-                    HANDSHAKE_TIMEOUT,
-                    tokio_rustls::TlsAcceptor::from(tls).accept(stream),
-                ) => r,
-            };
-            let Ok(Ok(mut tls)) = accepted else {
-                counters.bump(&counters.rpc_rejected_tls);
-                return;
+            let mut tls = match tls_accept(stream, tls, &shutdown).await {
+                None => return,
+                Some(Ok(tls)) => tls,
+                Some(Err(_)) => {
+                    counters.bump(&counters.rpc_rejected_tls);
+                    return;
+                }
             };
             // TLS, then 0x08 (gRPC) or 0x04 (yamux) inside it.
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.read_u8()).await {
@@ -182,7 +165,7 @@ async fn serve_grpc<I>(
         shutdown: shutdown.clone(),
     };
     let conn = builder.serve_connection(TokioIo::new(io), svc);
-    super::drive_connection(conn, &shutdown, |c| c.graceful_shutdown()).await;
+    drive_connection(conn, &shutdown, |c| c.graceful_shutdown()).await;
 }
 
 /// The per-connection HTTP/2 service: one gRPC route.
@@ -358,19 +341,6 @@ enum Wake {
     Abort,
     Order,
     Event(Result<Bytes, broadcast::error::RecvError>),
-}
-
-/// Waits for the next order, or forever without a channel.
-async fn next_order(orders: &mut Option<watch::Receiver<Order>>) {
-    match orders {
-        Some(rx) => {
-            if rx.changed().await.is_err() {
-                *orders = None;
-                std::future::pending::<()>().await;
-            }
-        }
-        None => std::future::pending().await,
-    }
 }
 
 impl Subscription {

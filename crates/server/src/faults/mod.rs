@@ -10,7 +10,9 @@
 //!   one task per timed fault that hits live units at its times.
 //!
 //! The servers ask at each point (`pick` for an upgrade, a request, a call,
-//! a frame) and act on the answer; counts are what was actually injected.
+//! a frame) and act on the answer; live streams also wait for the orders
+//! of timed faults (`orders`, `next_order`). Counts are what was actually
+//! injected.
 //! With no faults, [`Faults`] is an empty handle and every check is one
 //! branch.
 
@@ -522,6 +524,21 @@ impl Faults {
             faults,
             restarts: 0,
         }
+    }
+}
+
+/// Waits for a live stream's next order ([`Faults::orders`]), or forever
+/// without a channel (or once its sender is gone).
+#[cfg(feature = "consul")]
+pub(crate) async fn next_order(orders: &mut Option<watch::Receiver<Order>>) {
+    match orders {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                *orders = None;
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 

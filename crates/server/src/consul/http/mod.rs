@@ -41,11 +41,12 @@ use read::{catalog_node, catalog_nodes, catalog_service, session_list};
 use session_api::{session_create, session_destroy, session_renew};
 use txn::txn;
 
+use super::ConsulState;
 use super::blocking::block;
+use super::conn::{accept_loop, drive_connection, tls_accept};
 use super::render::pretty;
 use super::sessions::Session;
 use super::state::WriteError;
-use super::{ConsulState, accept_loop, drive_connection};
 use crate::faults::{self, Action, ConnCtl, INJECTED_WORDS, RETRY_ELSEWHERE, RETRY_LATER, Target};
 
 /// Consul's `txn_max_req_len` default; used as the body limit everywhere.
@@ -80,22 +81,12 @@ async fn http_connection(stream: TcpStream, state: ConsulState, shutdown: Cancel
     match state.inner.cfg.tls.clone() {
         None => serve_http1(stream, state, shutdown, ctl).await,
         Some(tls) => {
-            let accepted = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = tokio::time::timeout(
-                    TLS_HANDSHAKE_TIMEOUT,
-                    tokio_rustls::TlsAcceptor::from(tls).accept(stream),
-                ) => r,
-            };
-            if let Ok(Ok(tls)) = accepted {
+            if let Some(Ok(tls)) = tls_accept(stream, tls, &shutdown).await {
                 serve_http1(tls, state, shutdown, ctl).await;
             }
         }
     }
 }
-
-/// How long an HTTPS client gets for its TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 async fn serve_http1<I>(
     io: I,
