@@ -25,6 +25,7 @@ pub use io::FaultIo;
 pub(crate) use io::{Kill, Registry};
 pub use spec::{Action, FaultSpec, Protocol, RestartState, SpecError, Target};
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -235,21 +236,18 @@ impl Faults {
                 continue;
             }
             let weak = Arc::downgrade(inner);
-            let stop = inner.stop.clone();
+            let (spec, stop) = (a.spec.clone(), inner.stop.clone());
             tokio::spawn(async move {
-                for k in 0.. {
-                    let Some(at) = weak.upgrade().and_then(|i| i.armed[idx].spec.moment(k)) else {
-                        return;
-                    };
-                    tokio::select! {
-                        () = tokio::time::sleep_until(start + at) => {}
-                        () = stop.cancelled() => return,
+                at_moments(&spec, start, &stop, || {
+                    // Gone with the backend: the task ends.
+                    let alive = weak.upgrade();
+                    async move {
+                        let Some(inner) = alive else { return false };
+                        Faults { inner: Some(inner) }.fire(idx);
+                        true
                     }
-                    let Some(inner) = weak.upgrade() else {
-                        return;
-                    };
-                    Faults { inner: Some(inner) }.fire(idx);
-                }
+                })
+                .await;
             });
         }
     }
@@ -523,6 +521,32 @@ impl Faults {
             injected: faults.iter().map(|f| f.injected).sum(),
             faults,
             restarts: 0,
+        }
+    }
+}
+
+/// Runs `hit` at each moment of `spec` (`at:`, then every `every:`, from
+/// `start`) until the moments end, `stop` is cancelled, or `hit` answers
+/// `false`.
+pub(crate) async fn at_moments<F, Fut>(
+    spec: &FaultSpec,
+    start: Instant,
+    stop: &CancellationToken,
+    mut hit: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    for k in 0.. {
+        let Some(at) = spec.moment(k) else {
+            return;
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(start + at) => {}
+            () = stop.cancelled() => return,
+        }
+        if !hit().await {
+            return;
         }
     }
 }
