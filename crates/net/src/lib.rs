@@ -1,6 +1,9 @@
 //! Transport helpers shared by the protocol crates and the embedded server,
 //! apart from the fleet engine (which knows no sockets).
 //!
+//! - [`accept`]: the accept loop of every listener ([`accept_until`]):
+//!   failed accepts counted and spaced by a bounded back-off, shutdown by
+//!   a future.
 //! - [`dial`]: TCP connect from an optional source address (a pool of source
 //!   addresses lets one box exceed ~28k connections per destination), the
 //!   plain-or-TLS client socket [`MaybeTlsStream`], and stable error kinds of
@@ -12,10 +15,12 @@
 //!
 //! What it is not: no protocol and no metrics.
 
+pub mod accept;
 pub mod dial;
 pub mod stamp;
 pub mod tls;
 
+pub use accept::accept_until;
 pub use dial::{MaybeTlsStream, dial, dial_error_kind};
 pub use stamp::{RxStamp, StampedTcp};
 pub use tls::{ClientTls, TlsError, client_config, server_config};

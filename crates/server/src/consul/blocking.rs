@@ -9,7 +9,9 @@
 //! its wait ends: the asked wait (0: 5 min; at most 10 min) plus up to
 //! 1/16 of it at random, as Consul spreads the wake-ups. Either way the
 //! answer is the whole result at the service's index, the index of the
-//! last change to any of its instances.
+//! last change to any of its instances, encoded once per change and
+//! encoding ([`ResultCache`], from the views of `render`) for every watcher
+//! it wakes.
 
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -25,8 +27,9 @@ use tokio_util::sync::CancellationToken;
 use agent_sim_proto::consul::subscribe::Topic;
 use agent_sim_proto::msgpack::Scanner;
 
+use super::render::{health_entries, pretty};
 use super::state::TopicKey;
-use super::{ConsulState, Gauge};
+use super::{ConsulState, Gauge, lock};
 use crate::faults::{Action, RETRY_LATER, STALL_LIMIT, Target};
 
 /// `pool.RPCMultiplexV2`: the byte that starts yamux on an RPC connection.
@@ -128,7 +131,7 @@ pub(crate) fn result(
     passing_only: bool,
     enc: Encoding,
 ) -> (u64, Bytes) {
-    let mut cache = super::lock(&state.inner.results.m);
+    let mut cache = lock(&state.inner.results.m);
     let store = state.store();
     let index = store.service_index(service);
     let key = (service.to_owned(), passing_only, enc);
@@ -137,10 +140,10 @@ pub(crate) fn result(
     {
         return (index, b.clone());
     }
-    let nodes = super::http::health_entries(&store, service, passing_only);
+    let nodes = health_entries(&store, service, passing_only);
     drop(store);
     let encoded = Bytes::from(match enc {
-        Encoding::Json => super::http::pretty(&nodes),
+        Encoding::Json => pretty(&nodes),
         Encoding::Msgpack => {
             let body = json!({
                 "Index": index,

@@ -1,7 +1,19 @@
 //! Catalog endpoints: register, deregister, and the health of a service;
-//! the request bodies and the JSON of nodes, services and checks.
+//! the request bodies of nodes, services and checks and their definitions
+//! in the store (the JSON views live in `consul::render`).
 
-use super::*;
+use std::collections::BTreeMap;
+
+use hyper::{Response, StatusCode};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{Body, decode, json_bytes, nullable, ok_true, server_error, with_index};
+use crate::consul::ConsulState;
+use crate::consul::blocking::{Encoding, result};
+use crate::consul::state::{
+    CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Touched, WriteError,
+};
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -156,51 +168,6 @@ pub(super) fn check_def(b: CheckBody) -> Result<CheckDef, WriteError> {
     })
 }
 
-// ---------------------------------------------------------------- JSON views
-
-pub(super) fn node_json(store: &Store, name: &str, n: &NodeEntry) -> Value {
-    json!({
-        "ID": n.def.id,
-        "Node": name,
-        "Address": n.def.address,
-        "Datacenter": store.datacenter,
-        "TaggedAddresses": if n.def.tagged_addresses.is_empty() { Value::Null } else { json!(n.def.tagged_addresses) },
-        "Meta": n.def.meta,
-        "CreateIndex": n.create_index,
-        "ModifyIndex": n.modify_index,
-    })
-}
-
-pub(super) fn service_json(s: &ServiceEntry) -> Value {
-    json!({
-        "Kind": s.def.kind,
-        "ID": s.def.id,
-        "Service": s.def.service,
-        "Tags": s.def.tags,
-        "Address": s.def.address,
-        "Meta": s.def.meta,
-        "Port": s.def.port,
-        "Proxy": s.def.proxy.clone().unwrap_or_else(|| json!({})),
-        "CreateIndex": s.create_index,
-        "ModifyIndex": s.modify_index,
-    })
-}
-
-pub(super) fn check_json(node: &str, c: &CheckEntry) -> Value {
-    json!({
-        "Node": node,
-        "CheckID": c.def.check_id,
-        "Name": c.def.name,
-        "Status": c.def.status,
-        "Notes": c.def.notes,
-        "Output": c.def.output,
-        "ServiceID": c.def.service_id,
-        "ServiceName": c.def.service_name,
-        "CreateIndex": c.create_index,
-        "ModifyIndex": c.modify_index,
-    })
-}
-
 // ---------------------------------------------------------------- catalog
 
 pub(super) fn catalog_register(state: &ConsulState, body: &[u8]) -> Response<Body> {
@@ -248,7 +215,7 @@ pub(super) fn catalog_register(state: &ConsulState, body: &[u8]) -> Response<Bod
         }
     }
     if write_node && !store.room_for_node(&b.node) {
-        return server_error(super::super::state::CATALOG_FULL);
+        return server_error(CATALOG_FULL);
     }
     let idx = store.next_index();
     let mut t = Touched::default();
@@ -308,51 +275,28 @@ pub(super) fn catalog_deregister(state: &ConsulState, body: &[u8]) -> Response<B
     ok_true()
 }
 
-/// The instances of service `name` with their node entries.
-pub(super) fn instance_entries<'a>(
-    store: &'a Store,
-    name: &str,
-) -> impl Iterator<
-    Item = (
-        &'a super::super::state::InstanceKey,
-        &'a NodeEntry,
-        &'a ServiceEntry,
-    ),
-> {
-    store.instances(name).filter_map(|key| {
-        let n = store.nodes.get(&key.0)?;
-        Some((key, n, n.services.get(&key.1)?))
-    })
-}
-
 pub(super) fn health_service(
     state: &ConsulState,
     name: &str,
     passing_only: bool,
 ) -> Response<Body> {
-    use crate::consul::blocking::{Encoding, result};
     let (index, body) = result(state, name, passing_only, Encoding::Json);
     with_index(json_bytes(StatusCode::OK, body), index)
 }
 
-/// The `CheckServiceNode`s of service `name` (with `passing_only`, those
-/// whose checks all pass), as `/v1/health/service` lists them.
-pub(crate) fn health_entries(store: &Store, name: &str, passing_only: bool) -> Vec<Value> {
-    let mut out = Vec::new();
-    for (key, n, s) in instance_entries(store, name) {
-        let checks: Vec<&CheckEntry> = n
-            .checks
-            .values()
-            .filter(|c| c.def.service_id.is_empty() || c.def.service_id == key.1)
-            .collect();
-        if passing_only && checks.iter().any(|c| c.def.status != "passing") {
-            continue;
-        }
-        out.push(json!({
-            "Node": node_json(store, &key.0, n),
-            "Service": service_json(s),
-            "Checks": checks.iter().map(|c| check_json(&key.0, c)).collect::<Vec<_>>(),
-        }));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn register_body_accepts_go_nulls() {
+        let b: RegisterBody = serde_json::from_str(
+            r#"{"Node":"n","Address":"a","NodeMeta":null,"Service":{"Service":"web","Tags":null,"Proxy":null},"Checks":null}"#,
+        )
+        .unwrap();
+        assert_eq!(b.node, "n");
+        let s = service_def(b.service.unwrap()).unwrap();
+        assert_eq!(s.id, "web");
+        assert!(s.proxy.is_none());
     }
-    out
 }

@@ -3,7 +3,15 @@
 //! `/v1/catalog/service/:name`, `/v1/session/list`, `/v1/session/node/:node`,
 //! shaped as Consul 1.20 prints them (an unknown node is `200 null`).
 
-use super::*;
+use std::collections::BTreeMap;
+
+use hyper::{Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::{Body, json_response, text, with_index};
+use crate::consul::ConsulState;
+use crate::consul::render::{instance_entries, node_json, service_json};
+use crate::consul::sessions::Session;
 
 /// `node-meta=key:value` filters of a query string (all must match).
 fn node_meta_filters(query: &str) -> Vec<(String, String)> {

@@ -1,6 +1,16 @@
 //! Session endpoints: create, renew, destroy.
 
-use super::*;
+use std::time::Duration;
+
+use hyper::{Response, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::{Body, decode, json_response, nullable, ok_true, server_error, text};
+use crate::consul::sessions::{self, Renewal, Session};
+use crate::consul::state::{CATALOG_FULL, SERF_HEALTH, WriteError};
+use crate::consul::{ConsulState, lock};
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -99,7 +109,7 @@ pub(super) fn session_create(state: &ConsulState, body: &[u8]) -> Response<Body>
         return WriteError::missing_node().into();
     };
     if lock(&state.inner.sessions).len() >= sessions::MAX_SESSIONS {
-        return server_error(super::super::state::CATALOG_FULL);
+        return server_error(CATALOG_FULL);
     }
     for id in node_checks.iter().chain(&service_check_ids) {
         match n.checks.get(id) {
@@ -162,4 +172,18 @@ pub(super) fn session_destroy(state: &ConsulState, id: &str) -> Response<Body> {
     ok_true()
 }
 
-// ---------------------------------------------------------------- config entries
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_delay_units() {
+        assert_eq!(lock_delay(None), Ok(Duration::from_secs(15)));
+        assert_eq!(lock_delay(Some(&json!(5))), Ok(Duration::from_secs(5)));
+        assert_eq!(lock_delay(Some(&json!("15s"))), Ok(Duration::from_secs(15)));
+        assert_eq!(
+            lock_delay(Some(&json!(15_000_000_000u64))),
+            Ok(Duration::from_secs(15))
+        );
+    }
+}
