@@ -47,15 +47,18 @@
 //! port, one file per service) and `xds` (Envoy resources from the
 //! catalog).
 
+mod agent_rpc;
 mod blocking;
 mod conn;
 mod events;
 mod grpc;
 mod http;
+mod mux;
 mod render;
 mod rpc;
 mod sessions;
 mod state;
+mod writes;
 mod xds;
 
 use std::net::SocketAddr;
@@ -222,6 +225,13 @@ pub struct ConsulTargetSnapshot {
     /// Failed accepts on the RPC, HTTP and gRPC ports (e.g. out of file
     /// descriptors), each retried after a pause.
     pub accept_errors: u64,
+    /// `Coordinate.Update` calls accepted.
+    pub coordinate_updates: u64,
+    /// Calls on the multiplexed RPC port by method (methods this server
+    /// does not know counted as `other`).
+    pub rpc_calls: std::collections::BTreeMap<String, u64>,
+    /// Of those, the calls answered with an error.
+    pub rpc_errors: u64,
 }
 
 #[derive(Default)]
@@ -259,7 +269,23 @@ struct Counters {
     blocking_queries_held: AtomicU64,
     blocking_answers: AtomicU64,
     accept_errors: AtomicU64,
+    coordinate_updates: AtomicU64,
+    rpc_calls: [AtomicU64; RPC_METHODS.len() + 1],
+    rpc_errors: AtomicU64,
 }
+
+/// The methods whose calls are counted by name (the rest as `other`).
+const RPC_METHODS: [&str; 9] = [
+    "Health.ServiceNodes",
+    "Catalog.Register",
+    "Catalog.Deregister",
+    "Catalog.NodeServiceList",
+    "Health.NodeChecks",
+    "Coordinate.Update",
+    "Session.Apply",
+    "Session.Renew",
+    "Status.Ping",
+];
 
 impl Counters {
     fn bump(&self, c: &AtomicU64) {
@@ -476,6 +502,28 @@ impl ConsulState {
             blocking_queries_held: get(&c.blocking_queries_held),
             blocking_answers: get(&c.blocking_answers),
             accept_errors: get(&c.accept_errors),
+            coordinate_updates: get(&c.coordinate_updates),
+            rpc_calls: RPC_METHODS
+                .iter()
+                .chain(&["other"])
+                .zip(&c.rpc_calls)
+                .map(|(m, n)| (m.to_string(), get(n)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            rpc_errors: get(&c.rpc_errors),
+        }
+    }
+
+    /// Counts a call on the multiplexed RPC port.
+    pub(crate) fn count_call(&self, method: &str, errored: bool) {
+        let c = &self.inner.counters;
+        let i = RPC_METHODS
+            .iter()
+            .position(|m| *m == method)
+            .unwrap_or(RPC_METHODS.len());
+        c.bump(&c.rpc_calls[i]);
+        if errored {
+            c.bump(&c.rpc_errors);
         }
     }
 

@@ -39,8 +39,8 @@ use tonic::server::{Grpc, ServerStreamingService};
 use agent_sim_proto::codec::{Buffers, PreEncoded, SmallCodec};
 use agent_sim_proto::consul::subscribe::{SubscribeRequest, Topic, subscribe_request::Subject};
 
-use super::blocking::{RPC_MULTIPLEX_V2, serve_mux};
 use super::conn::{accept_loop, drive_connection, h2_builder, tls_accept};
+use super::mux::{RPC_MULTIPLEX_V2, serve_mux};
 use super::state::{Start, TopicKey};
 use super::{ConsulState, Gauge, events};
 use crate::faults::{

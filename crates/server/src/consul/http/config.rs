@@ -4,9 +4,10 @@ use hyper::{Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Body, json_response, nullable, ok_true, server_error, text, with_index};
+use super::{Body, json_response, ok_true, server_error, text, with_index};
 use crate::consul::ConsulState;
 use crate::consul::state::CATALOG_FULL;
+use crate::consul::writes::nullable;
 
 #[derive(Deserialize)]
 pub(super) struct SourceBody {

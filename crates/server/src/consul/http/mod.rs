@@ -30,14 +30,14 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use catalog::{catalog_deregister, catalog_register, health_service};
 use config::{config_delete, config_get, config_put};
-use read::{catalog_node, catalog_nodes, catalog_service, session_list};
+use read::{catalog_node, catalog_nodes, catalog_service, coordinate_nodes, session_list};
 use session_api::{session_create, session_destroy, session_renew};
 use txn::txn;
 
@@ -122,22 +122,6 @@ async fn sweep_sessions(state: ConsulState, shutdown: CancellationToken) {
         }
         let expired = state.sessions().sweep(Instant::now());
         state.sessions_expired(expired);
-    }
-}
-
-impl ConsulState {
-    /// Counts `n` expired sessions; each expiry is a raft write.
-    fn sessions_expired(&self, n: usize) {
-        if n == 0 {
-            return;
-        }
-        let c = &self.inner.counters;
-        c.sessions_expired
-            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-        let mut store = self.store();
-        for _ in 0..n {
-            store.next_index();
-        }
     }
 }
 
@@ -476,6 +460,7 @@ pub fn dispatch(state: &ConsulState, req: &ApiRequest<'_>) -> Response<Body> {
                 .any(|kv| kv == "passing" || kv.starts_with("passing="));
             health_service(state, &t["service/".len()..], passing)
         }
+        ("coordinate", "nodes") if method == Method::GET => coordinate_nodes(state),
         ("status", "leader") => {
             if method != Method::GET {
                 return not_allowed();
@@ -522,12 +507,3 @@ fn decode<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, Reje
 }
 
 // ---------------------------------------------------------------- request bodies
-
-/// `null` → `T::default()` (Go marshals nil maps and slices as `null`).
-fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
-}

@@ -6,12 +6,14 @@ use hyper::{Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::catalog::{CheckBody, NodeBody, ServiceBody, check_def, node_def, service_def};
-use super::{Body, MAX_TXN_OPS, json_response, nullable, text, with_index};
+use super::{Body, MAX_TXN_OPS, json_response, text, with_index};
 use crate::consul::ConsulState;
 use crate::consul::render::{check_json, node_json, service_json};
 use crate::consul::state::{
     CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Store, Touched, WriteError,
+};
+use crate::consul::writes::{
+    CheckBody, NodeBody, ServiceBody, check_def, node_def, nullable, service_def,
 };
 
 #[derive(Deserialize, Default)]
