@@ -115,6 +115,22 @@ fn seq(file: &str) -> u64 {
     fields(file)["Seq"].as_u64().unwrap()
 }
 
+/// The Connect capture (`agent-rpc-connect/`): its payload and `Seq`.
+fn connect_vector(file: &str) -> (Vec<u8>, u64) {
+    let dir = Path::new(DIR).with_file_name("agent-rpc-connect");
+    let b = std::fs::read(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    let f = m
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["file"] == format!("consul/agent-rpc-connect/{file}"))
+        .unwrap_or_else(|| panic!("{file} not in the manifest"))["expected_decoded_fields"]
+        .clone();
+    (b[12..].to_vec(), f["Seq"].as_u64().unwrap())
+}
+
 const META: &[(&str, &str)] = &[("consul-network-segment", ""), ("consul-version", "1.20.1")];
 
 fn node() -> NodeIdent<'static> {
@@ -146,6 +162,9 @@ fn app2_check(status: &'static str) -> CheckDef<'static> {
         status,
         service_id: "app2",
         service_name: "app2",
+        kind: "ttl",
+        interval: "",
+        output: "",
     }
 }
 
@@ -202,13 +221,75 @@ fn registrations_and_deregistrations_are_the_agents_bytes() {
     ];
     for (file, service, check, skip) in cases {
         let mut ours = Vec::new();
-        catalog::encode_register(seq(file), &n, service, check.as_ref(), skip, &mut ours);
+        let checks: Vec<CheckDef<'_>> = check.into_iter().collect();
+        catalog::encode_register(seq(file), &n, service, &checks, skip, &mut ours);
         assert_same(file, &ours);
     }
     let file = "039-catalog-deregister-service.request.bin";
     let mut ours = Vec::new();
     catalog::encode_deregister(seq(file), &n, "app2", &mut ours);
     assert_same(file, &ours);
+}
+
+#[test]
+fn a_sidecar_with_upstreams_and_its_checks_is_the_agents_bytes() {
+    let n = NodeIdent {
+        id: "7a2c3e4d-1b5f-4c6a-9d0e-1f2a3b4c5d12",
+        node: "real-2",
+        address: "127.0.0.12",
+        ..node()
+    };
+    let sidecar = ServiceDef {
+        id: "web-sidecar-proxy",
+        service: "web-sidecar-proxy",
+        port: 21000,
+        address: "",
+        tags: &[],
+        kind: ServiceKind::Sidecar {
+            destination: "web",
+            destination_id: "web",
+            local_address: "127.0.0.1",
+            local_port: 8080,
+            upstreams: &[("api", 9191), ("db", 9192)],
+        },
+    };
+    let check = |n: u8, name, kind, status, interval, output| CheckDef {
+        check_id: if n == 1 {
+            "service:web-sidecar-proxy:1"
+        } else {
+            "service:web-sidecar-proxy:2"
+        },
+        name,
+        status,
+        service_id: "web-sidecar-proxy",
+        service_name: "web-sidecar-proxy",
+        kind,
+        interval,
+        output,
+    };
+    let checks = [
+        check(1, "Connect Sidecar Listening", "tcp", "critical", "10s", ""),
+        check(
+            2,
+            "Connect Sidecar Aliasing web",
+            "alias",
+            "passing",
+            "",
+            "No checks found.",
+        ),
+    ];
+    let (theirs, seq) = connect_vector("028-catalog-register-sidecar.request.bin");
+    let mut ours = Vec::new();
+    catalog::encode_register(seq, &n, Some(&sidecar), &checks, true, &mut ours);
+    assert_eq!(canon(&ours), canon(&theirs), "the sidecar's registration");
+    let (theirs, seq) = connect_vector("026-catalog-register-web.request.bin");
+    let mut ours = Vec::new();
+    catalog::encode_register(seq, &n, Some(&plain("web", 8080)), &[], true, &mut ours);
+    assert_eq!(
+        canon(&ours),
+        canon(&theirs),
+        "the plain service's registration"
+    );
 }
 
 #[test]

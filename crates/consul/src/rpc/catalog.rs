@@ -86,8 +86,9 @@ pub struct ServiceDef<'a> {
     pub kind: ServiceKind<'a>,
 }
 
-/// One check of the node: a TTL check of a service, as an application
-/// that reports its own health registers it.
+/// One check of a service: a TTL check, as an application that reports its
+/// own health registers it (`kind` `ttl`), or a sidecar's own (`tcp`,
+/// `alias`).
 #[derive(Debug, Clone, Copy)]
 pub struct CheckDef<'a> {
     /// Check ID.
@@ -100,16 +101,24 @@ pub struct CheckDef<'a> {
     pub service_id: &'a str,
     /// That service's name.
     pub service_name: &'a str,
+    /// The check's type (`ttl`, `tcp`, `alias`).
+    pub kind: &'a str,
+    /// Its interval as Consul writes it (`"10s"`; empty for TTL and alias).
+    pub interval: &'a str,
+    /// Its last output.
+    pub output: &'a str,
 }
 
-/// `Catalog.Register` of the node alone (`service` none, `check` none,
+/// `Catalog.Register` of the node alone (no service, no checks,
 /// `SkipNodeUpdate` false: the first sync of a node the catalog lacks), of
-/// a service with its check riding along, or of a check with its service.
+/// a service with its checks riding along, or of a check with its service.
+/// One check goes in `Check`, several in `Checks` (as the agent keeps
+/// Consul < 0.5 working).
 pub fn encode_register(
     seq: u64,
     n: &NodeIdent<'_>,
     service: Option<&ServiceDef<'_>>,
-    check: Option<&CheckDef<'_>>,
+    checks: &[CheckDef<'_>],
     skip_node_update: bool,
     out: &mut Vec<u8>,
 ) {
@@ -120,13 +129,22 @@ pub fn encode_register(
     w.map(15);
     w.kv_str("Address", n.address);
     w.str("Check");
-    match check {
-        Some(c) => write_check(&mut w, n, c),
-        None => {
+    match checks {
+        [c] => write_check(&mut w, n, c),
+        _ => {
             w.nil();
         }
     }
-    w.kv_nil("Checks").kv_uint("CreateIndex", 0);
+    w.str("Checks");
+    if checks.len() > 1 {
+        w.array(checks.len() as u32);
+        for c in checks {
+            write_check(&mut w, n, c);
+        }
+    } else {
+        w.nil();
+    }
+    w.kv_uint("CreateIndex", 0);
     w.kv_str("Datacenter", n.datacenter).kv_str("ID", n.id);
     w.kv_nil("Locality").kv_uint("ModifyIndex", 0);
     w.kv_str("Node", n.node);
@@ -160,15 +178,10 @@ fn write_service(w: &mut Writer<'_>, s: &ServiceDef<'_>) {
     w.kv_uint("CreateIndex", 0)
         .kv_bool("EnableTagOverride", false);
     w.kv_str("ID", s.id);
-    w.kv_str(
-        "Kind",
-        match s.kind {
-            ServiceKind::Plain => "",
-            ServiceKind::Sidecar { .. } => "connect-proxy",
-        },
-    );
+    let sidecar = matches!(s.kind, ServiceKind::Sidecar { .. });
+    w.kv_str("Kind", if sidecar { "connect-proxy" } else { "" });
     w.kv_nil("Locality")
-        .kv_bool("LocallyRegisteredAsSidecar", false);
+        .kv_bool("LocallyRegisteredAsSidecar", sidecar);
     w.kv_nil("Meta")
         .kv_uint("ModifyIndex", 0)
         .kv_str("PeerName", "");
@@ -238,10 +251,11 @@ fn write_proxy(w: &mut Writer<'_>, kind: &ServiceKind<'_>) {
     }
 }
 
-/// One `Upstream` of a sidecar (a service by name, bound locally).
+/// One `Upstream` of a sidecar (a service by name, bound locally): 14
+/// fields.
 fn write_upstream(w: &mut Writer<'_>, name: &str, port: u16) {
-    w.map(17);
-    w.kv_nil("CentrallyConfigured").kv_nil("Config");
+    w.map(14);
+    w.kv_bool("CentrallyConfigured", false).kv_nil("Config");
     w.kv_str("Datacenter", "").kv_str("DestinationName", name);
     w.empties(&[
         "DestinationNamespace",
@@ -249,13 +263,10 @@ fn write_upstream(w: &mut Writer<'_>, name: &str, port: u16) {
         "DestinationPeer",
     ]);
     w.kv_str("DestinationType", "service");
-    w.kv_bool("IngressHosts", false);
-    w.kv_str("LocalBindAddress", "");
+    w.kv_nil("IngressHosts").kv_str("LocalBindAddress", "");
     w.kv_uint("LocalBindPort", u64::from(port));
     w.empties(&["LocalBindSocketMode", "LocalBindSocketPath"]);
     w.str("MeshGateway").map(1).kv_str("Mode", "");
-    w.kv_nil("Bind");
-    w.kv_str("Bind2", "");
 }
 
 /// A `HealthCheck` (17 fields) with its empty `Definition` (25).
@@ -276,14 +287,14 @@ fn write_check(w: &mut Writer<'_>, n: &NodeIdent<'_>, c: &CheckDef<'_>) {
     w.kv_bool("TCPUseTLS", false).kv_str("TLSServerName", "");
     w.kv_bool("TLSSkipVerify", false);
     w.zeros(&["TTL", "Timeout"]).kv_str("UDP", "");
-    w.kv_uint("ExposedPort", 0).kv_str("Interval", "");
+    w.kv_uint("ExposedPort", 0).kv_str("Interval", c.interval);
     w.kv_uint("ModifyIndex", 0).kv_str("Name", c.name);
-    w.kv_str("Node", n.node);
-    w.empties(&["Notes", "Output", "PeerName"]);
+    w.kv_str("Node", n.node).kv_str("Notes", "");
+    w.kv_str("Output", c.output).kv_str("PeerName", "");
     w.kv_str("ServiceID", c.service_id);
     w.kv_str("ServiceName", c.service_name);
     w.kv_nil("ServiceTags").kv_str("Status", c.status);
-    w.kv_str("Timeout", "").kv_str("Type", "ttl");
+    w.kv_str("Timeout", "").kv_str("Type", c.kind);
 }
 
 /// `Catalog.Deregister` of one service of the node (`service_id`), or of
