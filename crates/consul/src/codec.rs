@@ -1,6 +1,7 @@
 //! Pure message helpers for `subscribe.StateChangeSubscription/Subscribe`:
-//! building [`SubscribeRequest`]s, a prost codec with small buffers, and the
-//! compact keys and health values the views store.
+//! building [`SubscribeRequest`]s, the agent's codec (small buffers, on
+//! `agent_sim_proto::codec`), and the compact keys and health values the
+//! views store.
 //!
 //! Hostile input: a Subscribe message over [`MAX_EVENT_MESSAGE`] is refused
 //! by tonic from its length prefix (before any buffer is reserved), and the
@@ -11,23 +12,20 @@
 //! `testdata/vectors/consul/subscribe/`.
 
 use agent_sim_metrics::Metrics;
+use agent_sim_proto::codec::{Buffers, Profile, SmallDecoder};
 use agent_sim_proto::consul::subscribe::{
     CheckServiceNode, Event, NamedSubject, SubscribeRequest, Topic, subscribe_request::Subject,
 };
-use bytes::Buf;
-use tonic::Status;
-use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
-use tonic_prost::{ProstDecoder, ProstEncoder};
+use tonic::codec::Codec;
+use tonic_prost::ProstEncoder;
 
 /// gRPC path of the Subscribe method.
 pub const SUBSCRIBE_PATH: &str = "/subscribe.StateChangeSubscription/Subscribe";
 
-/// Encode buffer: a request is a few dozen bytes.
-pub const ENCODE_BUFFER: usize = 256;
-/// Decode buffer: grows on demand for large events, starts small.
-pub const DECODE_BUFFER: usize = 512;
-/// Yield threshold of both buffers.
-pub const YIELD_THRESHOLD: usize = 32 * 1024;
+/// The agent's codec buffers: a request is a few dozen bytes (256 to
+/// encode); the decode buffer starts at 512 bytes and grows on demand for a
+/// large event.
+pub const BUFFERS: Buffers = Buffers::new(256, 512);
 
 /// Largest Subscribe message (one `Event`) an agent accepts: grpc-go's
 /// default receive limit, which Consul's own client agents run with, so a
@@ -69,38 +67,43 @@ pub fn subscribe_request(
 
 /// Prost codec with buffers sized for thousands of streams per process
 /// (tonic's default is 8 KiB per stream), whose decoder reports unknown
-/// top-level `Event` fields to `metrics` (warning `unknown_fields`).
+/// top-level `Event` fields to `metrics` (warning `unknown_fields`): the
+/// Subscribe profile of `agent_sim_proto::codec`, and its own codec.
 #[derive(Debug, Clone, Default)]
 pub struct SmallCodec {
     /// Where unknown fields are counted (`None`: not counted).
     pub metrics: Option<Metrics>,
 }
 
-impl Codec for SmallCodec {
-    type Encode = SubscribeRequest;
-    type Decode = Event;
-    type Encoder = ProstEncoder<SubscribeRequest>;
-    type Decoder = EventDecoder;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::new(BufferSettings::new(ENCODE_BUFFER, YIELD_THRESHOLD))
+impl Profile for SmallCodec {
+    fn buffers(&self) -> Buffers {
+        BUFFERS
     }
 
-    fn decoder(&mut self) -> Self::Decoder {
-        EventDecoder {
-            inner: ProstDecoder::new(BufferSettings::new(DECODE_BUFFER, YIELD_THRESHOLD)),
-            metrics: self.metrics.clone(),
+    /// A scan of the event's top-level fields (`agent_sim_proto::scan`: a
+    /// few nanoseconds for the two fields an event has, no allocation).
+    fn inspect(&self, msg: &[u8]) {
+        if let Some(m) = &self.metrics
+            && let Some(words) = unknown_event_fields(msg)
+        {
+            m.warn("unknown_fields", Some(&words));
         }
     }
 }
 
-/// Decodes `Event`s with prost after a scan of their top-level fields
-/// (`agent_sim_proto::scan`: a few nanoseconds for the two fields an event
-/// has, no allocation).
-#[derive(Debug)]
-pub struct EventDecoder {
-    inner: ProstDecoder<Event>,
-    metrics: Option<Metrics>,
+impl Codec for SmallCodec {
+    type Encode = SubscribeRequest;
+    type Decode = Event;
+    type Encoder = ProstEncoder<SubscribeRequest>;
+    type Decoder = SmallDecoder<Event, SmallCodec>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstEncoder::new(BUFFERS.encode_settings())
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        SmallDecoder::new(self.clone())
+    }
 }
 
 /// The unknown top-level fields of an encoded `Event`, in words
@@ -112,24 +115,6 @@ pub fn unknown_event_fields(msg: &[u8]) -> Option<String> {
     } else {
         format!("Event field {n} (wire type {wire})")
     })
-}
-
-impl Decoder for EventDecoder {
-    type Item = Event;
-    type Error = Status;
-
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Event>, Status> {
-        if let Some(m) = &self.metrics
-            && let Some(words) = unknown_event_fields(buf.chunk())
-        {
-            m.warn("unknown_fields", Some(&words));
-        }
-        self.inner.decode(buf)
-    }
-
-    fn buffer_settings(&self) -> BufferSettings {
-        self.inner.buffer_settings()
-    }
 }
 
 /// 64-bit key of an instance: FNV-1a over `node \0 service_id`. The view

@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ::http::Uri;
-use agent_sim_net::{MaybeTlsStream, RxStamp, StampedTcp};
+use agent_sim_net::{MaybeTlsStream, RxStamp, StampedTcp, Tally};
 use hyper::body::Incoming;
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -130,7 +130,7 @@ pub struct ByteCounters {
     pub class: Option<(agent_sim_metrics::CounterId, agent_sim_metrics::CounterId)>,
 }
 
-impl ByteCounters {
+impl Tally for ByteCounters {
     fn read(&self, n: u64) {
         self.metrics.add(self.rx, n);
         if let Some((rx, _)) = self.class {
@@ -146,57 +146,9 @@ impl ByteCounters {
     }
 }
 
-/// A socket whose bytes in and out are counted (an atomic add per read
-/// and per write; nothing when no counters are given).
-#[derive(Debug)]
-pub struct Counted<S> {
-    io: S,
-    bytes: Option<ByteCounters>,
-}
-
-impl<S> Counted<S> {
-    /// Counts `io`'s bytes into `bytes`.
-    pub fn new(io: S, bytes: Option<ByteCounters>) -> Self {
-        Counted { io, bytes }
-    }
-}
-
-impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counted<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.io).poll_read(cx, buf);
-        if let (Poll::Ready(Ok(())), Some(b)) = (&r, &self.bytes) {
-            b.read((buf.filled().len() - before) as u64);
-        }
-        r
-    }
-}
-
-impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Counted<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let r = Pin::new(&mut self.io).poll_write(cx, buf);
-        if let (Poll::Ready(Ok(n)), Some(b)) = (&r, &self.bytes) {
-            b.wrote(*n as u64);
-        }
-        r
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-}
+/// A socket whose bytes in and out are counted into a run's counters (an
+/// atomic add per read and per write; nothing when no counters are given).
+pub type Counted<S> = agent_sim_net::Counted<S, ByteCounters>;
 
 /// The socket under hyper, keeping the first bytes the server sends.
 struct Sniff {
@@ -526,25 +478,25 @@ pub fn within_session<'a, T: 'a>(
 /// without `insecure_skip_verify` a CA file is required (the platform's trust
 /// store is not tried).
 pub fn tls_client_config(t: &ConsulTls) -> Result<Arc<rustls::ClientConfig>, ConsulError> {
-    if t.ca_file.is_none() && !t.insecure_skip_verify {
-        return Err(ConsulError::Tls("no CA file".into()));
-    }
-    agent_sim_net::client_config(&t.client(), &[]).map_err(|e| ConsulError::Tls(e.to_string()))
+    client_config(t, &[])
 }
 
 /// [`tls_client_config`] offering ALPN `h2` (the public gRPC TLS port).
 pub fn grpc_tls_client_config(t: &ConsulTls) -> Result<Arc<rustls::ClientConfig>, ConsulError> {
+    client_config(t, &[b"h2"])
+}
+
+fn client_config(t: &ConsulTls, alpn: &[&[u8]]) -> Result<Arc<rustls::ClientConfig>, ConsulError> {
     if t.ca_file.is_none() && !t.insecure_skip_verify {
-        return Err(ConsulError::Tls("no CA file".into()));
+        return Err(ConsulError::NoCaFile);
     }
-    agent_sim_net::client_config(&t.client(), &[b"h2"]).map_err(|e| ConsulError::Tls(e.to_string()))
+    Ok(agent_sim_net::client_config(&t.client(), alpn)?)
 }
 
 /// The name to verify on a TLS connection to `host`.
 pub fn server_name(t: &ConsulTls, host: &str) -> Result<ServerName<'static>, ConsulError> {
     let name = t.server_name.clone().unwrap_or_else(|| host.to_owned());
-    ServerName::try_from(name.clone())
-        .map_err(|e| ConsulError::Tls(format!("server name {name:?}: {e}")))
+    ServerName::try_from(name.clone()).map_err(|source| ConsulError::ServerName { name, source })
 }
 
 /// A stable error kind for a gRPC status (for error counters).

@@ -14,7 +14,8 @@
 //! - [`view`]: the materialized view of one subscription (pure state).
 //! - [`conn`]: dial, prefix byte(s), TLS, hyper HTTP/2 as a tonic channel;
 //!   [`ended`]: how a session's connection or call ended, as kinds.
-//! - [`http`]: the HTTP API subset (catalog, txn, sessions, config entries).
+//! - [`http`]: the HTTP API subset (catalog, txn, sessions, config entries)
+//!   on the project's pooled HTTP/1 client (`agent_sim_net::http`).
 //! - [`txn`]: the shared registration batcher (`/v1/txn`, ≤128 ops).
 //! - [`watch`]: blocking queries over yamux and msgpack, HTTP long polls,
 //!   and the digest of a whole result a view compares.
@@ -36,6 +37,7 @@ pub mod ended;
 pub mod http;
 pub mod modes;
 pub mod probe;
+pub mod rpc;
 pub mod seed;
 pub mod txn;
 pub mod view;
@@ -67,7 +69,22 @@ pub enum ConsulError {
     Config(String),
     /// The TLS settings cannot be used.
     #[error("consul TLS: {0}")]
-    Tls(String),
+    Tls(#[from] agent_sim_net::TlsError),
+    /// TLS without a CA file (and without `insecure_skip_verify`): Consul
+    /// servers use a private CA.
+    #[error("consul TLS: no CA file")]
+    NoCaFile,
+    /// The name to verify is not a DNS name or an IP address.
+    #[error("consul TLS: server name {name:?}: {source}")]
+    ServerName {
+        /// The name.
+        name: String,
+        /// Why it is not one.
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    /// The ACL token cannot be sent as a header value.
+    #[error("consul: token is not a valid header value")]
+    Token(#[source] ::http::header::InvalidHeaderValue),
     /// The metrics recorder lacks names of [`metrics_spec`].
     #[error("consul metrics: {0}")]
     Metrics(String),

@@ -1,25 +1,25 @@
-//! gRPC plumbing of a sidecar: method paths, codecs with small buffers, the
-//! outbox that feeds the ADS request stream, and the bootstrap request.
+//! gRPC plumbing of a sidecar: method paths, its profile of the shared codec
+//! (`agent_sim_proto::codec`: small buffers), the outbox that feeds the ADS
+//! request stream, and the bootstrap request.
 //!
 //! Requests on the ADS stream are encoded once (prost) into [`Bytes`] and
 //! written as they are ([`AdsCodec`]): the outbox then holds a few refcounted
 //! buffers instead of whole request structs. No I/O here.
 
 use std::collections::VecDeque;
-use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
+use agent_sim_proto::codec::{self, Buffers, PreEncoded, Profile, SizedEncoder, SmallDecoder};
 use agent_sim_proto::consul::dataplane::{
     GetEnvoyBootstrapParamsRequest, get_envoy_bootstrap_params_request::NodeSpec,
 };
-use bytes::{BufMut, Bytes};
+use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
 use futures_util::Stream;
-use tonic::Status;
-use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic_prost::{ProstDecoder, ProstEncoder};
+use tonic::codec::Codec;
+use tonic_prost::ProstEncoder;
 
 /// `DataplaneService/GetEnvoyBootstrapParams`.
 pub const BOOTSTRAP_PATH: &str =
@@ -33,97 +33,42 @@ pub const ADS_PATH: &str =
 /// The ACL token's gRPC metadata key.
 pub const TOKEN_HEADER: &str = "x-consul-token";
 
-/// Encode buffer: requests are a few hundred bytes.
-pub const ENCODE_BUFFER: usize = 512;
-/// Decode buffer: starts small, grows for a large CDS response.
-pub const DECODE_BUFFER: usize = 1024;
-/// Yield threshold of both buffers.
-pub const YIELD_THRESHOLD: usize = 32 * 1024;
+/// The sidecar's codec buffers: a request is a few hundred bytes (512 to
+/// encode); the decode buffer starts at 1 KiB and grows for a large CDS
+/// response.
+pub const BUFFERS: Buffers = Buffers::new(512, 1024);
 
-fn buffers(size: usize) -> BufferSettings {
-    BufferSettings::new(size, YIELD_THRESHOLD)
-}
+/// The sidecar's codec profile: [`BUFFERS`], no look at the responses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sidecar;
 
-/// A prost codec with small buffers for unary and server-streaming calls.
-#[derive(Debug)]
-pub struct SmallCodec<E, D>(PhantomData<fn(E) -> D>);
-
-impl<E, D> Default for SmallCodec<E, D> {
-    fn default() -> Self {
-        SmallCodec(PhantomData)
+impl Profile for Sidecar {
+    fn buffers(&self) -> Buffers {
+        BUFFERS
     }
 }
 
-impl<E, D> Codec for SmallCodec<E, D>
-where
-    E: prost::Message + Send + 'static,
-    D: prost::Message + Default + Send + 'static,
-{
-    type Encode = E;
-    type Decode = D;
-    type Encoder = ProstEncoder<E>;
-    type Decoder = ProstDecoder<D>;
+/// A prost codec with the sidecar's buffers for unary and server-streaming
+/// calls (requests `E`, responses `D`).
+pub type SmallCodec<E, D> = codec::SmallCodec<ProstEncoder<E>, D, Sidecar>;
 
-    fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::new(buffers(ENCODE_BUFFER))
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        ProstDecoder::new(buffers(DECODE_BUFFER))
-    }
-}
-
-/// The ADS codec: writes pre-encoded requests, decodes responses.
+/// The ADS codec: writes pre-encoded requests, decodes responses (a unit
+/// value, as the sessions pass it).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct AdsCodec;
-
-/// Writes an already encoded message.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct PreEncoded;
-
-impl Encoder for PreEncoded {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-
-    fn buffer_settings(&self) -> BufferSettings {
-        buffers(ENCODE_BUFFER)
-    }
-}
-
-/// Decodes a `DeltaDiscoveryResponse` (its resources stay `Any` bytes).
-#[derive(Debug, Default)]
-pub struct ResponseDecoder(ProstDecoder<DeltaDiscoveryResponse>);
-
-impl Decoder for ResponseDecoder {
-    type Item = DeltaDiscoveryResponse;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
-        self.0.decode(src)
-    }
-
-    fn buffer_settings(&self) -> BufferSettings {
-        buffers(DECODE_BUFFER)
-    }
-}
 
 impl Codec for AdsCodec {
     type Encode = Bytes;
     type Decode = DeltaDiscoveryResponse;
     type Encoder = PreEncoded;
-    type Decoder = ResponseDecoder;
+    type Decoder = SmallDecoder<DeltaDiscoveryResponse, Sidecar>;
 
     fn encoder(&mut self) -> PreEncoded {
-        PreEncoded
+        PreEncoded::with_settings(BUFFERS.encode_settings())
     }
 
-    fn decoder(&mut self) -> ResponseDecoder {
-        ResponseDecoder(ProstDecoder::new(buffers(DECODE_BUFFER)))
+    fn decoder(&mut self) -> Self::Decoder {
+        SmallDecoder::new(Sidecar)
     }
 }
 

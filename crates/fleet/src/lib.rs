@@ -59,6 +59,7 @@ mod freeze;
 mod ledger;
 pub mod outcome;
 pub mod scenario;
+pub mod servers;
 pub mod session;
 pub mod units;
 pub mod wake;

@@ -18,6 +18,8 @@
 //!   `agent_sim_reconvergence_seconds` (histogram): per lost session, loss →
 //!   steady state again, over every disruption.
 //! - any `extra_gauges` the caller passes (e.g. `agent_sim_agents_requested`).
+//! - `agent_sim_metrics_accept_errors_total` (counter): failed accepts of the
+//!   `/metrics` listener itself (in [`serve`] and [`serve_text`] answers).
 //!
 //! Cost: rendering reads the *cumulative* histograms ([`Metrics::cumulative`])
 //! and the atomic counters, so it is independent of the number of agents (a
@@ -33,7 +35,11 @@
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use agent_sim_net::accept_until;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -352,8 +358,10 @@ fn respond(
 /// Serves `GET /metrics` on `listener` (HTTP/1.1, keep-alive) until
 /// `shutdown` completes; other paths get 404. On shutdown it stops accepting
 /// and drops open scrape connections. Failed accepts (e.g. out of file
-/// descriptors while 40k agents hold theirs) are retried after a short pause
-/// rather than ending the server.
+/// descriptors while 40k agents hold theirs) are counted
+/// ([`ACCEPT_ERRORS`], in every scrape) and retried after a pause that
+/// doubles from 5 ms to 1 s ([`agent_sim_net::accept`]) rather than ending
+/// the server.
 pub async fn serve(
     listener: TcpListener,
     metrics: Metrics,
@@ -363,42 +371,44 @@ pub async fn serve(
     serve_text(listener, std::sync::Arc::new(text), shutdown).await
 }
 
-/// Serves `GET /metrics` with whatever `text` renders at each request (the
-/// same server as [`serve`], for `agent-sim serve --metrics-addr`).
+/// The family of the `/metrics` listener's own failed accepts.
+pub const ACCEPT_ERRORS: &str = "agent_sim_metrics_accept_errors_total";
+
+/// Serves `GET /metrics` with whatever `text` renders at each request,
+/// followed by [`ACCEPT_ERRORS`] (the same server as [`serve`], for
+/// `agent-sim serve --metrics-addr`).
 pub async fn serve_text(
     listener: TcpListener,
     text: std::sync::Arc<dyn Fn() -> String + Send + Sync>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let mut shutdown = std::pin::pin!(shutdown);
+    let accept_errors = Arc::new(AtomicU64::new(0));
+    let errors = accept_errors.clone();
+    let page: Arc<dyn Fn() -> String + Send + Sync> = Arc::new(move || {
+        let mut out = text();
+        let help = "Failed accepts on this /metrics listener (each retried after a pause).";
+        let n = errors.load(Ordering::Relaxed) as f64;
+        scalar(&mut out, ACCEPT_ERRORS, "counter", help, n);
+        out
+    });
     let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let text = text.clone();
-                conns.spawn(async move {
-                    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let r = respond(&req, text.as_ref());
-                        async move { Ok::<_, Infallible>(r) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(Duration::from_secs(10))
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
-    }
+    accept_until(listener, shutdown, &accept_errors, |stream, _| {
+        // Finished scrape connections are reaped as the next one comes.
+        while conns.try_join_next().is_some() {}
+        let page = page.clone();
+        conns.spawn(async move {
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let r = respond(&req, page.as_ref());
+                async move { Ok::<_, Infallible>(r) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    })
+    .await;
     conns.shutdown().await;
     Ok(())
 }
@@ -633,6 +643,8 @@ mod tests {
             sample(&s, "agent_sim_keepalives_sent_total", None),
             &Value::Counter(42.0)
         );
+
+        assert_eq!(sample(&s, ACCEPT_ERRORS, None), &Value::Counter(0.0));
 
         let resp = get(addr, "/").await;
         assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");

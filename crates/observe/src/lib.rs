@@ -8,9 +8,9 @@
 //!   Consul server's `/v1/agent/metrics` (with the run's token and TLS, and
 //!   the JSON format when the server keeps no Prometheus metrics), or a
 //!   process on this host (`/proc/PID`).
-//! - `fetch`: one HTTP(S) GET with a size limit (a new connection per
-//!   scrape: one every few seconds costs nothing and never holds a socket
-//!   a slow server could stall).
+//! - `fetch`: one HTTP(S) GET with a size limit on the project's HTTP/1
+//!   client (a new connection per scrape: one every few seconds costs
+//!   nothing and never holds a socket a slow server could stall).
 //! - [`reading`]: one scrape as typed series (counters, gauges, summaries,
 //!   histograms, Consul's 10-second windows), parsed with the
 //!   `prometheus-parse` crate (see the module for why).
@@ -39,13 +39,42 @@ pub use kinds::ServerKind;
 pub use observer::{ObserveConfig, Observer, RunView, warning_kinds};
 pub use target::{Endpoint, ObserveSpec, Target};
 
-/// Errors of this crate (a scrape's failure is a warning, not one of these).
+/// Errors of this crate: a setting that cannot be used, or why a scrape
+/// failed (that one becomes a warning's words, never the run's error).
 #[derive(Debug, thiserror::Error)]
 pub enum ObserveError {
     /// A flag value that names nothing observable.
     #[error("{0}")]
     Spec(String),
+    /// A `--observe` URL that does not parse.
+    #[error("{spec:?}: {source}")]
+    SpecUrl {
+        /// The value as typed.
+        spec: String,
+        /// Why it is not a URL.
+        source: http::uri::InvalidUri,
+    },
     /// TLS settings that do not load.
     #[error("TLS: {0}")]
     Tls(#[from] agent_sim_net::TlsError),
+    /// A scraped URL that does not parse.
+    #[error("bad URL: {0}")]
+    Url(#[source] http::uri::InvalidUri),
+    /// A scraped URL without a host.
+    #[error("no host in the URL")]
+    NoHost,
+    /// An `https://` URL without TLS settings.
+    #[error("https:// without TLS settings")]
+    NoTls,
+    /// The name to verify is not a DNS name or an IP address.
+    #[error("server name {name:?}: {source}")]
+    ServerName {
+        /// The name.
+        name: String,
+        /// Why it is not one.
+        source: rustls_pki_types::InvalidDnsNameError,
+    },
+    /// The GET failed (dial, TLS, HTTP, the answer's size).
+    #[error(transparent)]
+    Http(#[from] agent_sim_net::http::Error),
 }

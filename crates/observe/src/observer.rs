@@ -370,11 +370,14 @@ async fn scrape_http(
         Err(e) => return Scraped::Failed(format!("GET {url}: {e}")),
     };
     let run = shared.view.now();
-    if answer.status != 200 {
+    if answer.status != http::StatusCode::OK {
         let words = String::from_utf8_lossy(&answer.body[..answer.body.len().min(200)])
             .trim()
             .to_string();
-        return Scraped::Failed(format!("GET {url}: HTTP {}: {words}", answer.status));
+        return Scraped::Failed(format!(
+            "GET {url}: HTTP {}: {words}",
+            answer.status.as_u16()
+        ));
     }
     if answer.body.iter().all(u8::is_ascii_whitespace) {
         return Scraped::Empty;

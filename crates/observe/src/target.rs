@@ -35,12 +35,14 @@ pub enum ObserveSpec {
 }
 
 impl FromStr for ObserveSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ObserveError;
+    fn from_str(s: &str) -> Result<Self, ObserveError> {
         let s = s.trim();
-        let named = |rest: &str| -> Result<Option<String>, String> {
+        let named = |rest: &str| -> Result<Option<String>, ObserveError> {
             if rest.is_empty() {
-                return Err(format!("{s:?}: an address after `=` (host:port or a URL)"));
+                return Err(ObserveError::Spec(format!(
+                    "{s:?}: an address after `=` (host:port or a URL)"
+                )));
             }
             Ok(Some(rest.to_string()))
         };
@@ -50,15 +52,18 @@ impl FromStr for ObserveSpec {
             Some(("consul", rest)) => Ok(ObserveSpec::Consul(named(rest)?)),
             Some(("sensu", rest)) => Ok(ObserveSpec::Sensu(named(rest)?)),
             _ if s.starts_with("http://") || s.starts_with("https://") => {
-                let uri: http::Uri = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+                let uri: http::Uri = s.parse().map_err(|source| ObserveError::SpecUrl {
+                    spec: s.to_string(),
+                    source,
+                })?;
                 if uri.host().is_none() {
-                    return Err(format!("{s:?}: no host"));
+                    return Err(ObserveError::Spec(format!("{s:?}: no host")));
                 }
                 Ok(ObserveSpec::Url(s.to_string()))
             }
-            _ => Err(format!(
+            _ => Err(ObserveError::Spec(format!(
                 "{s:?}: expected a URL (http://host:port/metrics), consul[=ADDR] or sensu[=ADDR]"
-            )),
+            ))),
         }
     }
 }

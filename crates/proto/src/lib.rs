@@ -13,13 +13,17 @@
 //!
 //! The Rust code under `src/gen/` is checked in so that a fresh machine needs no
 //! `protoc`; `tests/bootstrap.rs` regenerates it with protox and fails on drift.
-//! Besides the bindings, one small piece of logic: [`scan`], a top-level
+//! Besides the bindings, small pieces of logic: [`scan`], a top-level
 //! field scan the protocol crates use to count unknown fields, and
 //! [`fields`], the field numbers of the Envoy and Consul dataplane requests
-//! the embedded server scans that way.
+//! the embedded server scans that way; [`codec`], the one gRPC codec of
+//! the clients and the embedded server (buffers sized by the caller, a
+//! look at each incoming message, pre-encoded messages); [`msgpack`], the
+//! msgpack value scanner of the blocking-query RPCs.
 
 #![allow(missing_docs)]
 
+pub mod codec;
 pub mod fields;
 pub mod msgpack;
 pub mod scan;

@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::faults::{FaultSnapshot, FaultSpec, Faults, RestartState};
+use crate::faults::{FaultSnapshot, FaultSpec, Faults, RestartState, at_moments};
 use crate::listen;
 
 #[cfg(feature = "consul")]
@@ -241,25 +241,22 @@ impl Backend {
         for (idx, spec) in self.inner.faults.restarts() {
             let weak = Arc::downgrade(&self.inner);
             let stop = self.inner.stop.clone();
+            let (down, state) = (spec.down, spec.state.unwrap_or(RestartState::Keep));
             tokio::spawn(async move {
-                for k in 0.. {
-                    let Some(at) = spec.moment(k) else {
-                        return;
-                    };
-                    tokio::select! {
-                        () = tokio::time::sleep_until(start + at) => {}
-                        () = stop.cancelled() => return,
+                at_moments(&spec, start, &stop, || {
+                    // Gone with the backend: the task ends.
+                    let alive = weak.upgrade();
+                    async move {
+                        let Some(inner) = alive else { return false };
+                        let b = Backend { inner };
+                        let restarted = b.restart_as(down, state, Some(idx)).await;
+                        if let Err(e) = &restarted {
+                            b.log(format!("restart failed: {e}"));
+                        }
+                        restarted.is_ok()
                     }
-                    let Some(inner) = weak.upgrade() else {
-                        return;
-                    };
-                    let state = spec.state.unwrap_or(RestartState::Keep);
-                    let b = Backend { inner };
-                    if let Err(e) = b.restart_as(spec.down, state, Some(idx)).await {
-                        b.log(format!("restart failed: {e}"));
-                        return;
-                    }
-                }
+                })
+                .await;
             });
         }
     }

@@ -9,7 +9,8 @@
 //!   `subscribe.StateChangeSubscription/Subscribe`) and the HTTP subset agents
 //!   use (catalog, txn, sessions with TTL expiry, config entries).
 //! - [`listen`]: listeners with `SO_REUSEPORT`, so several `serve` processes
-//!   can share one port.
+//!   can share one port, and the accept side every server shares (the
+//!   accept loop of `agent_sim_net`, failed accepts counted).
 //! - [`faults`]: what `agent-sim serve --faults` injects (delays, drops,
 //!   resets, stalls, refusals, gRPC statuses, cut snapshots, bad frames), at
 //!   rates or at times, counted.

@@ -1,9 +1,18 @@
-//! TCP listeners for the embedded targets.
+//! TCP listeners of the embedded targets: [`bind`] (with `SO_REUSEPORT`)
+//! and `serve_tracked`, the accept side every server shares
+//! ([`agent_sim_net::accept_until`], one tracked task per connection, a
+//! bounded wait for them at shutdown).
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
-use tokio::net::TcpListener;
+use agent_sim_net::accept_until;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Binds `addr` with a large backlog; with `reuse_port`, sets `SO_REUSEPORT`
 /// so that several processes (or listeners) share the port and the kernel
@@ -25,6 +34,34 @@ pub fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<TcpListener> {
     socket.bind(&addr.into())?;
     socket.listen(4096)?;
     TcpListener::from_std(socket.into())
+}
+
+/// Accepts on `listener` until `shutdown`, each connection a task of
+/// `tracker` (which may hold the server's other tasks), failed accepts
+/// counted in `accept_errors`; then closes the listener and waits at most
+/// `grace` for every task of `tracker`.
+pub(crate) async fn serve_tracked<F, Fut>(
+    listener: TcpListener,
+    tracker: TaskTracker,
+    shutdown: &CancellationToken,
+    accept_errors: &AtomicU64,
+    grace: Duration,
+    mut handle: F,
+) where
+    F: FnMut(TcpStream) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    accept_until(
+        listener,
+        shutdown.cancelled(),
+        accept_errors,
+        |stream, _| {
+            tracker.spawn(handle(stream));
+        },
+    )
+    .await;
+    tracker.close();
+    let _ = tokio::time::timeout(grace, tracker.wait()).await;
 }
 
 #[cfg(test)]

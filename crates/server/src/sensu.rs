@@ -2,7 +2,8 @@
 //! for tens of thousands of simulated agents in one process.
 //!
 //! Main parts:
-//! - [`serve`]: the accept loop. Each connection is its own task: a boxed WebSocket
+//! - [`serve`]: the listener (the accept loop every server shares, `crate::listen`) and
+//!   the check schedulers. Each connection is its own task: a boxed WebSocket
 //!   handshake (headers, namespace, Basic credentials, encoding choice), then a small
 //!   session loop (`session`).
 //! - `session`: sends the `entity_config` placeholder first, validates every
@@ -34,7 +35,7 @@ mod stats;
 
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use agent_sim_proto::sensu::{v2, v3};
@@ -50,15 +51,13 @@ use tokio_util::task::TaskTracker;
 pub use stats::{SensuTargetSnapshot, SensuTargetStats};
 
 use crate::faults::Faults;
+use crate::listen;
 
 /// The command of the default check: agents answer it with canned output, no execution.
 pub const TEST_CHECK_COMMAND: &str = "!sensu_test_check!";
 
 /// How long [`serve`] waits for sessions to end after shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
-
-/// Pause after a failed `accept` (e.g. out of file descriptors) before the next one.
-const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(20);
 
 /// One scheduled check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,7 +129,8 @@ impl Default for SensuTargetConfig {
 /// On shutdown: stops accepting, sends close 1001 to every session and returns once all
 /// sessions have ended, after at most ~2 s. Errors: only an invalid configuration
 /// (`InvalidInput`: zero check interval, `backend_id` not a header value); failed accepts
-/// are counted and retried.
+/// are counted (`accept_errors`) and retried after a pause that doubles
+/// from 5 ms to 1 s ([`agent_sim_net::accept`]).
 pub async fn serve(
     listener: TcpListener,
     cfg: SensuTargetConfig,
@@ -143,30 +143,20 @@ pub async fn serve(
     for idx in 0..shared.checks.len() {
         tracker.spawn(schedule::run(shared.clone(), idx, shutdown.clone()));
     }
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            () = shutdown.cancelled() => break,
-            accepted = listener.accept() => accepted,
-        };
-        match accepted {
-            Ok((stream, _peer)) => {
-                let _ = stream.set_nodelay(true);
-                tracker.spawn(session::run(stream, shared.clone(), shutdown.clone()));
-            }
-            Err(_) => {
-                shared.stats.accept_errors.fetch_add(1, Ordering::Relaxed);
-                tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => {}
-                }
-            }
-        }
-    }
-    drop(listener);
-    tracker.close();
-    // Sessions bound their own close handshake; this is the backstop.
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait()).await;
+    // Sessions bound their own close handshake; the grace is the backstop.
+    let accept_errors = &shared.stats.accept_errors;
+    listen::serve_tracked(
+        listener,
+        tracker,
+        &shutdown,
+        accept_errors,
+        SHUTDOWN_GRACE,
+        |stream| {
+            let _ = stream.set_nodelay(true);
+            session::run(stream, shared.clone(), shutdown.clone())
+        },
+    )
+    .await;
     Ok(())
 }
 

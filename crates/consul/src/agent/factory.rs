@@ -198,7 +198,6 @@ fn http_client(
         &cfg.conn.datacenter,
         bytes,
     )
-    .map_err(ConsulError::Config)
 }
 
 /// An HTTP API client for the resolved `addr` (`host`: the name to verify
@@ -215,7 +214,7 @@ pub fn api_client(
         (Some(t), true) => Some((conn::tls_client_config(t)?, conn::server_name(t, host)?)),
         _ => None,
     };
-    HttpApi::with_tls(addr, http_tls, token, datacenter).map_err(ConsulError::Config)
+    HttpApi::with_tls(addr, http_tls, token, datacenter)
 }
 
 /// Validates `cfg` and builds its HTTP API client alone (for

@@ -23,12 +23,13 @@ use std::time::Duration;
 
 use agent_sim_fleet::{Failure, SessionCx, SessionEnd};
 use agent_sim_net::RxStamp;
+use agent_sim_net::http::{Dest, Peer};
 use tokio::time::Instant;
 
 use super::ConsulAgent;
 use super::session::{Watches, far_future};
 use super::subscriptions::{Arrival, Slot, Slots};
-use crate::conn::{self, Counted, RpcIo};
+use crate::conn::{self, Counted};
 use crate::watch::http::{HttpWatch, PollFuture};
 use crate::watch::msgpack::ServiceNodesArgs;
 use crate::watch::rpc::{self, CallError, CallFuture, Mux};
@@ -199,45 +200,18 @@ impl ConsulAgent {
         Ok(())
     }
 
-    /// A connection of its own to the HTTP API, for one long poll after
-    /// another.
+    /// A connection of its own to the HTTP API, from the session's source
+    /// address, for one long poll after another.
     fn http_connect(&self, bind: Option<std::net::IpAddr>) -> HttpConnect {
         let sh = self.shared.clone();
         Box::pin(async move {
-            let fail = |kind: &'static str, e: &dyn std::fmt::Display| CallError {
-                kind,
-                detail: e.to_string(),
-            };
             let api = &sh.watch_api;
-            // Dial, TLS and the HTTP handshake together within the connect
-            // budget, from the session's source address.
-            let connect = async {
-                let tcp = agent_sim_net::dial(api.addr, bind)
-                    .await
-                    .map_err(|e| fail(agent_sim_net::dial_error_kind(&e), &e))?;
-                let tcp = agent_sim_net::StampedTcp::new(tcp);
-                let stamp = tcp.enabled().then(|| tcp.stamp());
-                let io: RpcIo = match &api.tls {
-                    None => RpcIo::Plain(tcp),
-                    Some((connector, name)) => RpcIo::Tls(Box::new(
-                        connector
-                            .connect(name.clone(), tcp)
-                            .await
-                            .map_err(|e| fail("tls_handshake", &e))?,
-                    )),
-                };
-                let io = Counted::new(io, Some(sh.bytes(true)));
-                let w = HttpWatch::handshake(io, api.host.clone()).await?;
-                Ok((w, stamp))
+            let peer = Peer {
+                dest: Dest::Addr(api.addr),
+                bind,
+                tls: api.tls.clone(),
             };
-            tokio::time::timeout(conn::CONNECT_TIMEOUT, connect)
-                .await
-                .map_err(|_| {
-                    fail(
-                        "connect_timeout",
-                        &"no connection within the connect budget",
-                    )
-                })?
+            HttpWatch::connect(peer, api.host.clone(), Some(sh.bytes(true))).await
         })
     }
 

@@ -3,24 +3,26 @@
 //! /v1/health/service/<svc>?index=N&wait=<wait>` on a connection of its own,
 //! kept alive for the next poll, with `Accept-Encoding: gzip` as Go's HTTP
 //! transport sends it (Consul then gzips the answer; the bytes counted are
-//! those on the wire). The new index is in `X-Consul-Index`.
+//! those on the wire). The new index is in `X-Consul-Index`. The connection
+//! is the project's HTTP/1 client's ([`agent_sim_net::http::Conn`]).
 
 use std::io::Read as _;
 use std::pin::Pin;
 
+use agent_sim_net::http::{self as net_http, Conn, Peer};
+use agent_sim_net::{RxStamp, StampedTcp};
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Empty, Limited};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use http_body_util::Empty;
 
 use super::digest::Digest;
 use super::msgpack::Csn;
 use super::rpc::{Answer, CallError, MAX_ANSWER};
+use crate::conn::{ByteCounters, CONNECT_TIMEOUT, Counted};
+use crate::http::HttpError;
 
-/// A kept-alive HTTP/1 connection to the API, with its driver.
+/// A kept-alive HTTP/1 connection to the API.
 pub struct HttpWatch {
-    send: http1::SendRequest<Empty<Bytes>>,
-    driver: tokio::task::JoinHandle<()>,
+    conn: Conn<Empty<Bytes>>,
     host: String,
 }
 
@@ -32,30 +34,48 @@ impl std::fmt::Debug for HttpWatch {
     }
 }
 
-impl Drop for HttpWatch {
-    fn drop(&mut self) {
-        self.driver.abort();
+impl HttpWatch {
+    /// A connection of its own to the API at `peer` (from the session's
+    /// source address, `peer.bind`), `host` its `Host` header, the bytes
+    /// counted into `bytes`: dial, TLS and the HTTP handshake together
+    /// within [`CONNECT_TIMEOUT`]. With it, the socket's kernel receive
+    /// stamp when the kernel stamps.
+    pub async fn connect(
+        peer: Peer,
+        host: String,
+        bytes: Option<ByteCounters>,
+    ) -> Result<(Self, Option<RxStamp>), CallError> {
+        let open = async {
+            let mut stamp = None;
+            let io = peer
+                .open_with(|tcp| {
+                    let tcp = StampedTcp::new(tcp);
+                    stamp = tcp.enabled().then(|| tcp.stamp());
+                    tcp
+                })
+                .await?;
+            let conn = Conn::handshake(Counted::new(io, bytes)).await?;
+            Ok((HttpWatch { conn, host }, stamp))
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, open)
+            .await
+            .unwrap_or(Err(net_http::Error::ConnectTimeout))
+            .map_err(connect_failed)
     }
 }
 
-impl HttpWatch {
-    /// HTTP/1 on an open socket (plain or TLS) to the API at `host`.
-    pub async fn handshake<S>(io: S, host: String) -> Result<Self, CallError>
-    where
-        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        let (send, conn) = http1::Builder::new()
-            .max_buf_size(crate::http::HTTP1_MAX_BUF.max(64 * 1024))
-            .handshake(TokioIo::new(io))
-            .await
-            .map_err(|e| CallError {
-                kind: "http_io",
-                detail: e.to_string(),
-            })?;
-        let driver = tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(HttpWatch { send, driver, host })
+/// The kind of a failed connect, as every session's connect step counts it.
+fn connect_failed(e: net_http::Error) -> CallError {
+    use net_http::Error as E;
+    let kind = match &e {
+        E::Dial { source, .. } => agent_sim_net::dial_error_kind(source),
+        E::Tls(_) => "tls_handshake",
+        E::ConnectTimeout => "connect_timeout",
+        _ => "http_io",
+    };
+    CallError {
+        kind,
+        detail: e.cause_words(),
     }
 }
 
@@ -110,13 +130,9 @@ pub fn decode(index: u64, body: &[u8], gzipped: bool) -> Result<Digest, CallErro
 /// One poll on `w`.
 pub fn poll(mut w: HttpWatch, path: String, token: Option<String>) -> PollFuture {
     Box::pin(async move {
-        let mut req = http::Request::get(path.as_str())
-            .header(http::header::HOST, w.host.as_str())
-            .header(
-                http::header::USER_AGENT,
-                concat!("agent-sim/", env!("CARGO_PKG_VERSION")),
-            )
-            .header(http::header::ACCEPT_ENCODING, "gzip");
+        let mut req = ::http::Request::get(path.as_str())
+            .header(::http::header::HOST, w.host.as_str())
+            .header(::http::header::ACCEPT_ENCODING, "gzip");
         if let Some(t) = token.as_deref() {
             req = req.header("X-Consul-Token", t);
         }
@@ -132,40 +148,24 @@ pub fn poll(mut w: HttpWatch, path: String, token: Option<String>) -> PollFuture
                 );
             }
         };
-        let io_err = |e: &dyn std::fmt::Display| CallError {
-            kind: "http_io",
-            detail: e.to_string(),
+        let answer = match w.conn.send(req, MAX_ANSWER).await {
+            Ok(a) => a,
+            // The connection is of no further use.
+            Err(e) => {
+                return (
+                    None,
+                    Err(CallError {
+                        kind: "http_io",
+                        detail: e.cause_words(),
+                    }),
+                );
+            }
         };
-        if let Err(e) = w.send.ready().await {
-            return (None, Err(io_err(&e)));
-        }
-        let resp = match w.send.send_request(req).await {
-            Ok(r) => r,
-            Err(e) => return (None, Err(io_err(&crate::http::error_chain(&e)))),
-        };
-        let status = resp.status();
-        let index = resp
-            .headers()
-            .get("X-Consul-Index")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        let gzipped = resp
-            .headers()
-            .get(http::header::CONTENT_ENCODING)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
-        let body = match Limited::new(resp.into_body(), MAX_ANSWER).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => return (None, Err(io_err(&e))),
-        };
-        let bytes = body.len();
+        let status = answer.status;
+        let bytes = answer.body.len();
         if !status.is_success() {
             // Kind and words as every other HTTP call of the agents has them.
-            let refused = crate::http::HttpError {
-                kind: crate::http::answer_kind(status.as_u16(), &body),
-                status: Some(status.as_u16()),
-                body,
-                detail: None,
-            };
+            let refused = HttpError::answered(status.as_u16(), answer.body);
             return (
                 Some(w),
                 Err(CallError {
@@ -174,6 +174,11 @@ pub fn poll(mut w: HttpWatch, path: String, token: Option<String>) -> PollFuture
                 }),
             );
         }
+        let index = answer
+            .headers
+            .get("X-Consul-Index")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
         let Some(index) = index else {
             return (
                 Some(w),
@@ -183,7 +188,36 @@ pub fn poll(mut w: HttpWatch, path: String, token: Option<String>) -> PollFuture
                 }),
             );
         };
-        let result = decode(index, &body, gzipped);
+        let gzipped = answer
+            .headers
+            .get(::http::header::CONTENT_ENCODING)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+        let result = decode(index, &answer.body, gzipped);
         (Some(w), Ok(Answer { result, bytes }))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A watched service always has a poll in flight: its future is what
+    /// each one costs while the server holds the query.
+    #[tokio::test]
+    async fn a_polls_future_stays_as_small_as_before_the_shared_client() {
+        let addr = "127.0.0.1:1".parse().unwrap();
+        let connect = HttpWatch::connect(Peer::plain(addr), "h".into(), None);
+        let connect_size = std::mem::size_of_val(&connect);
+        // HTTP/1's handshake writes nothing: a pipe with no server will do.
+        let (io, _server) = tokio::io::duplex(64);
+        let w = HttpWatch {
+            conn: Conn::handshake(io).await.unwrap(),
+            host: "h".into(),
+        };
+        let poll = poll(w, "/v1/health/service/web?index=1".into(), None);
+        let poll_size = std::mem::size_of_val(&*poll);
+        // The hand-made client's: 464 and 1,472 bytes.
+        assert!(poll_size <= 464, "poll future {poll_size} bytes");
+        assert!(connect_size <= 1472, "connect future {connect_size} bytes");
+    }
 }

@@ -1,49 +1,37 @@
 //! Blocking queries, as a Consul 1.20 server answers the clients that do
-//! not stream: `Health.ServiceNodes` over the multiplexed RPC port (`0x04`,
-//! then yamux; each stream carries net/rpc calls in msgpack, a request or
-//! an answer being two msgpack values back to back) and
-//! `GET /v1/health/service/<svc>?index=N&wait=D` on the HTTP API.
+//! not stream: `Health.ServiceNodes` over the multiplexed RPC port (the
+//! connection is `super::mux`'s) and `GET /v1/health/service/<svc>?index=N&wait=D`
+//! on the HTTP API.
 //!
 //! A query whose index is 0 is answered at once; otherwise it is held until
 //! the service's index passes it (an event on its `ServiceHealth` topic) or
 //! its wait ends: the asked wait (0: 5 min; at most 10 min) plus up to
 //! 1/16 of it at random, as Consul spreads the wake-ups. Either way the
 //! answer is the whole result at the service's index, the index of the
-//! last change to any of its instances.
+//! last change to any of its instances, encoded once per change and
+//! encoding ([`ResultCache`], from the views of `render`) for every watcher
+//! it wakes.
 
 use std::collections::HashMap;
-use std::future::poll_fn;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::{AsyncReadExt as _, AsyncWriteExt as _};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::json;
-use tokio_util::compat::TokioAsyncReadCompatExt as _;
 use tokio_util::sync::CancellationToken;
 
 use agent_sim_proto::consul::subscribe::Topic;
-use agent_sim_proto::msgpack::Scanner;
 
+use super::render::{health_entries, pretty};
 use super::state::TopicKey;
-use super::{ConsulState, Gauge};
-use crate::faults::{Action, RETRY_LATER, STALL_LIMIT, Target};
+use super::{ConsulState, Gauge, lock};
 
-/// `pool.RPCMultiplexV2`: the byte that starts yamux on an RPC connection.
-pub(crate) const RPC_MULTIPLEX_V2: u8 = 0x04;
 /// Consul's `default_query_time`.
 pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(300);
 /// Consul's `max_query_time`.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(600);
 /// The method a blocking watcher calls.
-const SERVICE_NODES: &str = "Health.ServiceNodes";
-/// Largest request read: a header and a `ServiceSpecificRequest` are
-/// ≈0.5 KiB; a stream sending more is closed.
-const MAX_REQUEST: usize = 64 * 1024;
-/// Streams one connection may hold at once (an agent opens one per
-/// watched service).
-const MAX_STREAMS: usize = 1024;
-
+pub(crate) const SERVICE_NODES: &str = "Health.ServiceNodes";
 /// The wait a query is held for: `asked` (0: the default), at most
 /// [`MAX_WAIT`], plus up to 1/16 of it at random.
 pub(crate) fn jittered(asked: Duration) -> Duration {
@@ -128,7 +116,7 @@ pub(crate) fn result(
     passing_only: bool,
     enc: Encoding,
 ) -> (u64, Bytes) {
-    let mut cache = super::lock(&state.inner.results.m);
+    let mut cache = lock(&state.inner.results.m);
     let store = state.store();
     let index = store.service_index(service);
     let key = (service.to_owned(), passing_only, enc);
@@ -137,10 +125,10 @@ pub(crate) fn result(
     {
         return (index, b.clone());
     }
-    let nodes = super::http::health_entries(&store, service, passing_only);
+    let nodes = health_entries(&store, service, passing_only);
     drop(store);
     let encoded = Bytes::from(match enc {
-        Encoding::Json => super::http::pretty(&nodes),
+        Encoding::Json => pretty(&nodes),
         Encoding::Msgpack => {
             let body = json!({
                 "Index": index,
@@ -164,15 +152,6 @@ pub(crate) fn result(
     (index, encoded)
 }
 
-/// net/rpc's request header.
-#[derive(Deserialize)]
-struct RequestHeader {
-    #[serde(rename = "ServiceMethod", default)]
-    service_method: String,
-    #[serde(rename = "Seq", default)]
-    seq: u64,
-}
-
 /// What a `ServiceSpecificRequest` asks that this server reads.
 #[derive(Deserialize, Default)]
 struct ServiceNodesRequest {
@@ -189,161 +168,15 @@ struct ServiceNodesRequest {
     token: String,
 }
 
-#[derive(Serialize)]
-struct ResponseHeader<'a> {
-    #[serde(rename = "ServiceMethod")]
-    service_method: &'a str,
-    #[serde(rename = "Seq")]
-    seq: u64,
-    #[serde(rename = "Error")]
-    error: &'a str,
-}
-
-/// Serves yamux on an RPC connection whose `0x04` was read: each stream
-/// the client opens gets a task answering its calls one after another.
-pub(crate) async fn serve_mux<I>(io: I, state: ConsulState, shutdown: CancellationToken)
-where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let counters = &state.inner.counters;
-    counters.bump(&counters.rpc_connections);
-    counters.bump(&counters.rpc_mux_connections);
-    let _open = Gauge::up(&state, |c| &c.rpc_connections_open);
-    let mut cfg = yamux::Config::default();
-    cfg.set_max_num_streams(MAX_STREAMS);
-    let mut conn = yamux::Connection::new(io.compat(), cfg, yamux::Mode::Server);
-    // Bound: at most MAX_STREAMS streams (yamux refuses more), one task each.
-    let mut calls = tokio::task::JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            next = poll_fn(|cx| conn.poll_next_inbound(cx)) => match next {
-                Some(Ok(stream)) => {
-                    calls.spawn(serve_stream(stream, state.clone(), shutdown.clone()));
-                }
-                Some(Err(_)) | None => break,
-            },
-            Some(_) = calls.join_next(), if !calls.is_empty() => {}
-        }
-    }
-    // Dropping the set ends the streams' tasks, and the connection with it.
-}
-
-/// One yamux stream: requests in, answers out, in order.
-async fn serve_stream(mut s: yamux::Stream, state: ConsulState, shutdown: CancellationToken) {
-    let mut buf: Vec<u8> = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    loop {
-        // Two values: the header, then the arguments.
-        let (mut head, mut args) = (Scanner::default(), Scanner::default());
-        let (h, end) = loop {
-            let scanned = head.scan(&buf).and_then(|h| match h {
-                Some(h) => Ok(args.scan(&buf[h..])?.map(|a| (h, h + a))),
-                None => Ok(None),
-            });
-            match scanned {
-                Ok(Some(done)) => break done,
-                Ok(None) if buf.len() <= MAX_REQUEST => {}
-                // Not msgpack, or too long: the stream is closed.
-                _ => return,
-            }
-            let n = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = s.read(&mut chunk) => match r {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                },
-            };
-            buf.extend_from_slice(&chunk[..n]);
-        };
-        let Ok(header) = rmp_serde::from_slice::<RequestHeader>(&buf[..h]) else {
-            return;
-        };
-        let req = rmp_serde::from_slice::<ServiceNodesRequest>(&buf[h..end]);
-        buf.drain(..end);
-        let answer = match (header.service_method.as_str(), req) {
-            (SERVICE_NODES, Ok(req)) => match call_fault(&state, &shutdown).await {
-                Some(CallFault::Close) => return,
-                Some(CallFault::Error(words)) => Err(words),
-                None => service_nodes(&state, &req, &shutdown).await,
-            },
-            (SERVICE_NODES, Err(e)) => Err(format!("rpc: decoding the request: {e}")),
-            (m, _) => Err(unknown_method(m)),
-        };
-        let (error, body) = match &answer {
-            Ok(body) => ("", &body[..]),
-            // net/rpc answers an error with an empty struct.
-            Err(words) => (words.as_str(), &[0x80u8][..]),
-        };
-        let Ok(out) = rmp_serde::to_vec_named(&ResponseHeader {
-            service_method: &header.service_method,
-            seq: header.seq,
-            error,
-        }) else {
-            return;
-        };
-        if s.write_all(&out).await.is_err()
-            || s.write_all(body).await.is_err()
-            || s.flush().await.is_err()
-        {
-            return;
-        }
-    }
-}
-
-/// net/rpc's words for a method it does not serve.
-fn unknown_method(m: &str) -> String {
-    match m.split_once('.') {
-        Some(("Health", _)) => format!("rpc: can't find method {m}"),
-        _ => format!("rpc: can't find service {m}"),
-    }
-}
-
-enum CallFault {
-    /// The call's stream ends without an answer.
-    Close,
-    /// The call is answered with this error.
-    Error(String),
-}
-
-/// What a `consul.rpc` fault does to one call: delays it, answers it with
-/// Consul's rate-limit words, or closes its stream (a stall holds it until
-/// the limit or shutdown first).
-async fn call_fault(state: &ConsulState, shutdown: &CancellationToken) -> Option<CallFault> {
-    let hit = state
-        .faults()
-        .pick(Target::ConsulRpc, Some(SERVICE_NODES))?;
-    match hit.action {
-        Action::Delay(d) => {
-            tokio::select! {
-                _ = shutdown.cancelled() => Some(CallFault::Close),
-                () = tokio::time::sleep(d) => None,
-            }
-        }
-        Action::Stall => {
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                () = tokio::time::sleep(STALL_LIMIT) => {}
-            }
-            Some(CallFault::Close)
-        }
-        Action::Drop | Action::Reset | Action::Truncated | Action::Garbage => {
-            Some(CallFault::Close)
-        }
-        Action::Status(_) | Action::Unavailable | Action::ResourceExhausted | Action::Aborted => {
-            Some(CallFault::Error(format!("rpc error: {RETRY_LATER}")))
-        }
-        _ => None,
-    }
-}
-
 /// `Health.ServiceNodes`: held as the request asks, then the whole result
 /// (`IndexedCheckServiceNodes` with its `QueryMeta`) in msgpack.
-async fn service_nodes(
+pub(crate) async fn service_nodes(
     state: &ConsulState,
-    req: &ServiceNodesRequest,
+    args: &[u8],
     shutdown: &CancellationToken,
 ) -> Result<Bytes, String> {
+    let req: ServiceNodesRequest =
+        rmp_serde::from_slice(args).map_err(|e| format!("rpc: decoding the request: {e}"))?;
     if state.acl_check(&req.token) == Err(Some(())) {
         return Err("ACL not found".into());
     }
@@ -385,14 +218,5 @@ mod tests {
             let m = jittered(Duration::from_secs(3600));
             assert!(m >= MAX_WAIT && m <= MAX_WAIT + MAX_WAIT / 16);
         }
-    }
-
-    #[test]
-    fn unknown_methods_in_net_rpcs_words() {
-        assert_eq!(
-            unknown_method("Health.Nope"),
-            "rpc: can't find method Health.Nope"
-        );
-        assert_eq!(unknown_method("Foo.Bar"), "rpc: can't find service Foo.Bar");
     }
 }

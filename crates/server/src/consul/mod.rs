@@ -2,25 +2,22 @@
 //! API for simulated client agents, sized for load (10,000 connections × 2
 //! Subscribe streams in one process).
 //!
-//! - [`serve_rpc`]: the server RPC port. A connection must start with the byte
-//!   `0x08`, then speaks h2c gRPC: `subscribe.StateChangeSubscription/Subscribe`
-//!   on topics `ServiceHealth`, `ServiceHealthConnect` (connect proxies, keyed
-//!   by destination) and `ServiceIntentions`, with snapshots, `EndOfSnapshot`,
-//!   one event per raft index (an `EventBatch` for several changes of one key
-//!   in one transaction), resume by index, and `NewSnapshotToFollow`.
-//! - [`serve_http`]: `/v1/catalog/register|deregister`, `/v1/txn`,
-//!   `/v1/session/create|renew|destroy` (expiry after 2 × TTL), `/v1/config`,
-//!   `/v1/health/service/:name`, `/v1/status/leader`. Bodies and error texts
-//!   follow Consul 1.20 (see `testdata/vectors/consul/http`).
-//! - [`ConsulState`]: the shared catalog (cheap to clone), its counters
-//!   ([`ConsulState::stats`]), test hooks ([`ConsulState::abort_subscriptions`])
-//!   and the state a restart starts with ([`ConsulState::restarted`]).
-//! - Faults ([`ConsulTargetConfig::faults`]): RPC connections delayed, stalled,
-//!   dropped or reset; Subscribe calls and streams ended with `ABORTED`,
-//!   `UNAVAILABLE` or `RESOURCE_EXHAUSTED`, snapshots cut halfway; garbage,
-//!   truncated or oversized gRPC messages; HTTP requests delayed, stalled,
-//!   dropped, reset or answered with a status.
-//!
+//! - [`serve_rpc`]: the server RPC port. A connection starts with a byte:
+//!   `0x08`, then h2c gRPC `subscribe.StateChangeSubscription/Subscribe`
+//!   on topics `ServiceHealth`, `ServiceHealthConnect` (connect proxies,
+//!   keyed by destination) and `ServiceIntentions`, with snapshots,
+//!   `EndOfSnapshot`, one event per raft index (an `EventBatch` for several
+//!   changes of one key in one transaction), resume by index, and
+//!   `NewSnapshotToFollow`; or `0x04`, then yamux streams of net/rpc calls
+//!   in msgpack: `Health.ServiceNodes` blocking queries. With TLS, `0x03`
+//!   first and either byte inside it.
+//! - [`serve_http`]: writes `/v1/catalog/register|deregister`, `/v1/txn`,
+//!   `/v1/session/create|renew|destroy` (expiry after 2 × TTL),
+//!   `/v1/config`; reads `/v1/catalog/nodes|node/:node|service/:name`,
+//!   `/v1/session/list|node/:node|info/:id`, `/v1/config/:kind/:name`,
+//!   `/v1/health/service/:name` (a blocking query with `?index=&wait=`),
+//!   `/v1/status/leader`. Bodies and error texts follow Consul 1.20 (see
+//!   `testdata/vectors/consul/http`).
 //! - [`serve_grpc`]: the public gRPC port (8502; TLS 8503 with a TLS config)
 //!   that consul-dataplane uses: `DataplaneService/GetEnvoyBootstrapParams`
 //!   (from the catalog it holds), `ServerDiscoveryService/WatchServers`, and
@@ -30,32 +27,47 @@
 //!   server-wide pacing of proxy updates (`xds.update_max_per_second`), an
 //!   optional per-server stream cap answered with `RESOURCE_EXHAUSTED`;
 //!   faults on streams and responses, `consul.xds`).
+//! - [`ConsulState`]: the shared catalog (cheap to clone), its counters
+//!   ([`ConsulState::stats`]), test hooks ([`ConsulState::abort_subscriptions`])
+//!   and the state a restart starts with ([`ConsulState::restarted`]).
+//! - Faults ([`ConsulTargetConfig::faults`]): RPC connections (and blocking
+//!   `Health.ServiceNodes` calls) delayed, stalled, dropped or reset;
+//!   Subscribe calls and streams ended with `ABORTED`, `UNAVAILABLE` or
+//!   `RESOURCE_EXHAUSTED`, snapshots cut halfway; garbage, truncated or
+//!   oversized gRPC messages; HTTP requests delayed, stalled, dropped, reset
+//!   or answered with a status.
 //!
-//! Not here: KV, blocking queries, agent endpoints, listeners/routes (LDS,
-//! RDS), clustering, persistence. Internals: `state` (catalog + fan-out),
-//! `events` (event encoding), `rpc`, `http`, `sessions`, `grpc` (the public
-//! gRPC port) and `xds` (Envoy resources from the catalog).
+//! Not here: KV, agent endpoints, listeners/routes (LDS, RDS),
+//! clustering, persistence. Internals: `state` (catalog + fan-out),
+//! `events` (event encoding), `conn` (what every port does with a
+//! connection: accept, TLS handshake, HTTP/2 settings, graceful end), `rpc`,
+//! `blocking` (blocking queries over RPC and HTTP, and the encoded results
+//! they share), `http` (the API, one file per endpoint family), `render`
+//! (the catalog in Consul's JSON), `sessions`, `grpc` (the public gRPC
+//! port, one file per service) and `xds` (Envoy resources from the
+//! catalog).
 
+mod agent_rpc;
 mod blocking;
+mod conn;
 mod events;
 mod grpc;
 mod http;
+mod mux;
+mod render;
 mod rpc;
 mod sessions;
 mod state;
+mod writes;
 mod xds;
 
-use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 pub use grpc::serve_grpc;
 pub use http::{ApiRequest, dispatch, serve_http};
@@ -64,11 +76,6 @@ pub use rpc::serve_rpc;
 use crate::faults::{Faults, RestartState};
 use sessions::Sessions;
 use state::{CheckDef, NodeDef, Store, Touched};
-
-/// How long open connections get to finish after shutdown.
-const CONNECTION_GRACE: Duration = Duration::from_millis(1500);
-/// How long a `serve_*` call waits for its connection tasks after shutdown.
-const SERVE_GRACE: Duration = Duration::from_secs(2);
 
 /// Settings of the embedded Consul target.
 #[derive(Clone, Debug)]
@@ -215,6 +222,16 @@ pub struct ConsulTargetSnapshot {
     pub blocking_queries_held: u64,
     /// `Health.ServiceNodes` calls answered over RPC.
     pub blocking_answers: u64,
+    /// Failed accepts on the RPC, HTTP and gRPC ports (e.g. out of file
+    /// descriptors), each retried after a pause.
+    pub accept_errors: u64,
+    /// `Coordinate.Update` calls accepted.
+    pub coordinate_updates: u64,
+    /// Calls on the multiplexed RPC port by method (methods this server
+    /// does not know counted as `other`).
+    pub rpc_calls: std::collections::BTreeMap<String, u64>,
+    /// Of those, the calls answered with an error.
+    pub rpc_errors: u64,
 }
 
 #[derive(Default)]
@@ -251,7 +268,24 @@ struct Counters {
     rpc_mux_connections: AtomicU64,
     blocking_queries_held: AtomicU64,
     blocking_answers: AtomicU64,
+    accept_errors: AtomicU64,
+    coordinate_updates: AtomicU64,
+    rpc_calls: [AtomicU64; RPC_METHODS.len() + 1],
+    rpc_errors: AtomicU64,
 }
+
+/// The methods whose calls are counted by name (the rest as `other`).
+const RPC_METHODS: [&str; 9] = [
+    "Health.ServiceNodes",
+    "Catalog.Register",
+    "Catalog.Deregister",
+    "Catalog.NodeServiceList",
+    "Health.NodeChecks",
+    "Coordinate.Update",
+    "Session.Apply",
+    "Session.Renew",
+    "Status.Ping",
+];
 
 impl Counters {
     fn bump(&self, c: &AtomicU64) {
@@ -467,6 +501,29 @@ impl ConsulState {
             rpc_mux_connections: get(&c.rpc_mux_connections),
             blocking_queries_held: get(&c.blocking_queries_held),
             blocking_answers: get(&c.blocking_answers),
+            accept_errors: get(&c.accept_errors),
+            coordinate_updates: get(&c.coordinate_updates),
+            rpc_calls: RPC_METHODS
+                .iter()
+                .chain(&["other"])
+                .zip(&c.rpc_calls)
+                .map(|(m, n)| (m.to_string(), get(n)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            rpc_errors: get(&c.rpc_errors),
+        }
+    }
+
+    /// Counts a call on the multiplexed RPC port.
+    pub(crate) fn count_call(&self, method: &str, errored: bool) {
+        let c = &self.inner.counters;
+        let i = RPC_METHODS
+            .iter()
+            .position(|m| *m == method)
+            .unwrap_or(RPC_METHODS.len());
+        c.bump(&c.rpc_calls[i]);
+        if errored {
+            c.bump(&c.rpc_errors);
         }
     }
 
@@ -528,55 +585,4 @@ impl ConsulState {
             .filter(|a| !a.ip().is_unspecified())
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8300)))
     }
-}
-
-/// Drives one accepted connection until it ends; on `shutdown` starts its
-/// graceful shutdown (hyper's inherent `graceful_shutdown`, passed in as
-/// `graceful`) and waits at most [`CONNECTION_GRACE`] for it.
-async fn drive_connection<C>(
-    conn: C,
-    shutdown: &CancellationToken,
-    graceful: impl FnOnce(std::pin::Pin<&mut C>),
-) where
-    C: std::future::Future,
-{
-    let mut conn = std::pin::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = shutdown.cancelled() => {
-            graceful(conn.as_mut());
-            let _ = tokio::time::timeout(CONNECTION_GRACE, conn).await;
-        }
-    }
-}
-
-/// Accepts until `shutdown`, one tracked task per connection; then closes the
-/// listener and waits (bounded) for the tasks.
-async fn accept_loop<F, Fut>(
-    listener: TcpListener,
-    shutdown: CancellationToken,
-    mut handle: F,
-) -> io::Result<()>
-where
-    F: FnMut(TcpStream) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let tracker = TaskTracker::new();
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            r = listener.accept() => r,
-        };
-        match accepted {
-            Ok((stream, _)) => {
-                tracker.spawn(handle(stream));
-            }
-            // Out of descriptors or similar: back off instead of spinning.
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-    drop(listener);
-    tracker.close();
-    let _ = tokio::time::timeout(SERVE_GRACE, tracker.wait()).await;
-    Ok(())
 }

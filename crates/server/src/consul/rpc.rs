@@ -23,29 +23,29 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes};
+use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
-use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
 use tonic::server::{Grpc, ServerStreamingService};
-use tonic_prost::ProstDecoder;
 
+use agent_sim_proto::codec::{Buffers, PreEncoded, SmallCodec};
 use agent_sim_proto::consul::subscribe::{SubscribeRequest, Topic, subscribe_request::Subject};
 
-use super::blocking::{RPC_MULTIPLEX_V2, serve_mux};
+use super::conn::{accept_loop, drive_connection, h2_builder, tls_accept};
+use super::mux::{RPC_MULTIPLEX_V2, serve_mux};
 use super::state::{Start, TopicKey};
 use super::{ConsulState, Gauge, events};
 use crate::faults::{
     ABORTED_WORDS, Action, Kill, OVERSIZED_GRPC, Order, RETRY_ELSEWHERE, RETRY_LATER, STALL_LIMIT,
-    Target,
+    Target, next_order,
 };
 
 /// `pool.RPCGRPC`: the byte that switches a Consul RPC connection to gRPC.
@@ -59,16 +59,11 @@ const SHUTTING_DOWN: &str = "subscription closed by server, server is shutting d
 const SUBSCRIBE_PATH: &str = "/subscribe.StateChangeSubscription/Subscribe";
 /// Small codec buffers: messages here are a few hundred bytes, and there may
 /// be 20,000 streams.
-const CODEC_BUFFERS: (usize, usize) = (512, 32 * 1024);
+const BUFFERS: Buffers = Buffers::new(512, 512);
 /// Largest `SubscribeRequest` accepted: a topic, a key, a token, a
 /// datacenter and an index are well under 1 KiB; anything over 64 KiB ends
 /// the call with `OUT_OF_RANGE` before it is buffered.
 pub(crate) const MAX_REQUEST_MESSAGE: usize = 64 * 1024;
-/// Largest HTTP/2 header block accepted from a client (hyper's default,
-/// stated): gRPC request headers are a few hundred bytes.
-const MAX_HEADER_LIST: u32 = 16 * 1024;
-/// Streams one connection may hold at once; agents open one per upstream.
-const MAX_STREAMS_PER_CONN: u32 = 1024;
 
 /// Serves the RPC port until `shutdown` is cancelled, then gives open
 /// connections a short grace (streams end with `UNAVAILABLE`) and returns.
@@ -81,18 +76,10 @@ pub async fn serve_rpc(
         state.set_rpc_addr(addr);
     }
     state.faults().start();
-    let mut builder = http2::Builder::new(TokioExecutor::new());
-    builder
-        .timer(TokioTimer::new())
-        // Never ping clients: a real server doesn't, and pings cost wakeups
-        // over 10,000 idle connections.
-        .keep_alive_interval(None)
-        // Bound: streams per connection, and what one header block may hold.
-        .max_concurrent_streams(MAX_STREAMS_PER_CONN)
-        .max_header_list_size(MAX_HEADER_LIST);
-    let builder = Arc::new(builder);
-    super::accept_loop(listener, shutdown.clone(), move |stream| {
-        rpc_connection(stream, state.clone(), builder.clone(), shutdown.clone())
+    let builder = h2_builder();
+    let conns = state.clone();
+    accept_loop(listener, &state, shutdown.clone(), move |stream| {
+        rpc_connection(stream, conns.clone(), builder.clone(), shutdown.clone())
     })
     .await
 }
@@ -139,17 +126,13 @@ async fn rpc_connection(
         (Ok(Ok(RPC_GRPC)), _) => serve_grpc(stream, state, builder, shutdown).await,
         (Ok(Ok(RPC_MULTIPLEX_V2)), _) => serve_mux(stream, state, shutdown).await,
         (Ok(Ok(RPC_TLS)), Some(tls)) => {
-            // TLS, then the prefix byte inside it.
-            let accepted = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = tokio::time::timeout(
-                    HANDSHAKE_TIMEOUT,
-                    tokio_rustls::TlsAcceptor::from(tls).accept(stream),
-                ) => r,
-            };
-            let Ok(Ok(mut tls)) = accepted else {
-                counters.bump(&counters.rpc_rejected_tls);
-                return;
+            let mut tls = match tls_accept(stream, tls, &shutdown).await {
+                None => return,
+                Some(Ok(tls)) => tls,
+                Some(Err(_)) => {
+                    counters.bump(&counters.rpc_rejected_tls);
+                    return;
+                }
             };
             // TLS, then 0x08 (gRPC) or 0x04 (yamux) inside it.
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.read_u8()).await {
@@ -182,7 +165,7 @@ async fn serve_grpc<I>(
         shutdown: shutdown.clone(),
     };
     let conn = builder.serve_connection(TokioIo::new(io), svc);
-    super::drive_connection(conn, &shutdown, |c| c.graceful_shutdown()).await;
+    drive_connection(conn, &shutdown, |c| c.graceful_shutdown()).await;
 }
 
 /// The per-connection HTTP/2 service: one gRPC route.
@@ -218,7 +201,8 @@ impl hyper::service::Service<Request<Incoming>> for GrpcService {
             truncate: truncate.clone(),
         };
         Box::pin(async move {
-            let mut grpc = Grpc::new(SubscribeCodec).max_decoding_message_size(MAX_REQUEST_MESSAGE);
+            let mut grpc = Grpc::new(SubscribeCodec::new(BUFFERS))
+                .max_decoding_message_size(MAX_REQUEST_MESSAGE);
             let resp = grpc.server_streaming(handler, req).await;
             Ok(match truncate {
                 Some(flag) => resp.map(|b| tonic::body::Body::new(Truncating::new(b, flag))),
@@ -228,46 +212,9 @@ impl hyper::service::Service<Request<Incoming>> for GrpcService {
     }
 }
 
-/// Decodes `SubscribeRequest` with prost; encodes pre-encoded event bytes.
-#[derive(Clone, Copy, Debug, Default)]
-struct SubscribeCodec;
-
-fn buffers() -> BufferSettings {
-    BufferSettings::new(CODEC_BUFFERS.0, CODEC_BUFFERS.1)
-}
-
-impl Codec for SubscribeCodec {
-    type Encode = Bytes;
-    type Decode = SubscribeRequest;
-    type Encoder = PreEncoded;
-    type Decoder = ProstDecoder<SubscribeRequest>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        PreEncoded
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        ProstDecoder::new(buffers())
-    }
-}
-
-/// Writes an already encoded message.
-#[derive(Clone, Copy, Debug, Default)]
-struct PreEncoded;
-
-impl Encoder for PreEncoded {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-
-    fn buffer_settings(&self) -> BufferSettings {
-        buffers()
-    }
-}
+/// Decodes `SubscribeRequest` with prost; writes events encoded once for
+/// every subscriber as they are.
+type SubscribeCodec = SmallCodec<PreEncoded, SubscribeRequest, Buffers>;
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
 
@@ -394,19 +341,6 @@ enum Wake {
     Abort,
     Order,
     Event(Result<Bytes, broadcast::error::RecvError>),
-}
-
-/// Waits for the next order, or forever without a channel.
-async fn next_order(orders: &mut Option<watch::Receiver<Order>>) {
-    match orders {
-        Some(rx) => {
-            if rx.changed().await.is_err() {
-                *orders = None;
-                std::future::pending::<()>().await;
-            }
-        }
-        None => std::future::pending().await,
-    }
 }
 
 impl Subscription {

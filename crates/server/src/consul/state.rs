@@ -113,6 +113,8 @@ pub(crate) struct NodeEntry {
     pub modify_index: u64,
     pub services: BTreeMap<String, ServiceEntry>,
     pub checks: BTreeMap<String, CheckEntry>,
+    /// The node's network coordinate (`Coordinate.Update`), as sent.
+    pub coord: Option<serde_json::Value>,
 }
 
 #[derive(Debug)]
@@ -362,6 +364,7 @@ impl Store {
                         modify_index: idx,
                         services: BTreeMap::new(),
                         checks: BTreeMap::new(),
+                        coord: None,
                     },
                 );
             }

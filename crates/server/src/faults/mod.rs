@@ -10,7 +10,9 @@
 //!   one task per timed fault that hits live units at its times.
 //!
 //! The servers ask at each point (`pick` for an upgrade, a request, a call,
-//! a frame) and act on the answer; counts are what was actually injected.
+//! a frame) and act on the answer; live streams also wait for the orders
+//! of timed faults (`orders`, `next_order`). Counts are what was actually
+//! injected.
 //! With no faults, [`Faults`] is an empty handle and every check is one
 //! branch.
 
@@ -23,6 +25,7 @@ pub use io::FaultIo;
 pub(crate) use io::{Kill, Registry};
 pub use spec::{Action, FaultSpec, Protocol, RestartState, SpecError, Target};
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -233,21 +236,18 @@ impl Faults {
                 continue;
             }
             let weak = Arc::downgrade(inner);
-            let stop = inner.stop.clone();
+            let (spec, stop) = (a.spec.clone(), inner.stop.clone());
             tokio::spawn(async move {
-                for k in 0.. {
-                    let Some(at) = weak.upgrade().and_then(|i| i.armed[idx].spec.moment(k)) else {
-                        return;
-                    };
-                    tokio::select! {
-                        () = tokio::time::sleep_until(start + at) => {}
-                        () = stop.cancelled() => return,
+                at_moments(&spec, start, &stop, || {
+                    // Gone with the backend: the task ends.
+                    let alive = weak.upgrade();
+                    async move {
+                        let Some(inner) = alive else { return false };
+                        Faults { inner: Some(inner) }.fire(idx);
+                        true
                     }
-                    let Some(inner) = weak.upgrade() else {
-                        return;
-                    };
-                    Faults { inner: Some(inner) }.fire(idx);
-                }
+                })
+                .await;
             });
         }
     }
@@ -522,6 +522,47 @@ impl Faults {
             faults,
             restarts: 0,
         }
+    }
+}
+
+/// Runs `hit` at each moment of `spec` (`at:`, then every `every:`, from
+/// `start`) until the moments end, `stop` is cancelled, or `hit` answers
+/// `false`.
+pub(crate) async fn at_moments<F, Fut>(
+    spec: &FaultSpec,
+    start: Instant,
+    stop: &CancellationToken,
+    mut hit: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    for k in 0.. {
+        let Some(at) = spec.moment(k) else {
+            return;
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(start + at) => {}
+            () = stop.cancelled() => return,
+        }
+        if !hit().await {
+            return;
+        }
+    }
+}
+
+/// Waits for a live stream's next order ([`Faults::orders`]), or forever
+/// without a channel (or once its sender is gone).
+#[cfg(feature = "consul")]
+pub(crate) async fn next_order(orders: &mut Option<watch::Receiver<Order>>) {
+    match orders {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                *orders = None;
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 

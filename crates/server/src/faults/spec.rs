@@ -130,7 +130,10 @@ impl Target {
     }
 
     fn accepts(self, a: &Action) -> bool {
-        use Action::*;
+        use Action::{
+            Aborted, BadResource, Cut, Delay, Drop, Garbage, Oversized, Reset, ResourceExhausted,
+            Stall, Status, Truncated, Unavailable,
+        };
         match self {
             Target::SensuUpgrade | Target::ConsulHttp => {
                 matches!(a, Delay(_) | Stall | Drop | Reset | Status(_))

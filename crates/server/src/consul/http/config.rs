@@ -1,6 +1,13 @@
 //! Config entry endpoints (service-intentions): set, get, delete.
 
-use super::*;
+use hyper::{Response, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Body, json_response, ok_true, server_error, text, with_index};
+use crate::consul::ConsulState;
+use crate::consul::state::CATALOG_FULL;
+use crate::consul::writes::nullable;
 
 #[derive(Deserialize)]
 pub(super) struct SourceBody {
@@ -97,7 +104,7 @@ pub(super) fn config_put(state: &ConsulState, body: &[u8], query: &str) -> Respo
         }
     }
     if !store.room_for_config(&kind, &name) {
-        return server_error(super::super::state::CATALOG_FULL);
+        return server_error(CATALOG_FULL);
     }
     let idx = store.next_index();
     store.put_config(&kind, &name, v, sources, idx);
@@ -159,5 +166,3 @@ pub(super) fn config_get(state: &ConsulState, kind: &str, name: &str) -> Respons
         ),
     }
 }
-
-// ---------------------------------------------------------------- health

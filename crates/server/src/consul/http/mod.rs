@@ -5,9 +5,12 @@
 //! status Consul uses (RPC errors are 500). One [`sweep_sessions`] task per
 //! server expires sessions.
 //!
-//! This module accepts, routes and answers ACL checks; the endpoint families
-//! live apart: `catalog` (register, deregister, health), `txn`,
-//! `session_api` (create, renew, destroy) and `config` (config entries).
+//! This module accepts, routes, holds blocking reads (`consul::blocking`)
+//! and answers ACL checks and faults; it also holds the response helpers
+//! the endpoint families share. The families live apart: `catalog`
+//! (register, deregister, health), `read` (catalog and session listings),
+//! `txn`, `session_api` (create, renew, destroy) and `config` (config
+//! entries). The JSON views of the catalog are `consul::render`'s.
 
 mod catalog;
 mod config;
@@ -15,15 +18,6 @@ mod read;
 mod session_api;
 mod txn;
 
-pub(crate) use catalog::health_entries;
-
-use catalog::*;
-use config::*;
-use read::*;
-use session_api::*;
-use txn::*;
-
-use std::collections::{BTreeMap, HashMap, HashSet};
 use std::convert::Infallible;
 use std::io;
 use std::time::Duration;
@@ -36,18 +30,23 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::sessions::{self, Renewal, Session};
-use super::state::{
-    CheckDef, CheckEntry, NodeDef, NodeEntry, SERF_HEALTH, ServiceDef, ServiceEntry, Store,
-    Touched, WriteError,
-};
-use super::{ConsulState, lock};
+use catalog::{catalog_deregister, catalog_register, health_service};
+use config::{config_delete, config_get, config_put};
+use read::{catalog_node, catalog_nodes, catalog_service, coordinate_nodes, session_list};
+use session_api::{session_create, session_destroy, session_renew};
+use txn::txn;
+
+use super::ConsulState;
+use super::blocking::block;
+use super::conn::{accept_loop, drive_connection, tls_accept};
+use super::render::pretty;
+use super::sessions::Session;
+use super::state::WriteError;
 use crate::faults::{self, Action, ConnCtl, INJECTED_WORDS, RETRY_ELSEWHERE, RETRY_LATER, Target};
 
 /// Consul's `txn_max_req_len` default; used as the body limit everywhere.
@@ -66,8 +65,9 @@ pub async fn serve_http(
 ) -> io::Result<()> {
     state.faults().start();
     let sweeper = tokio::spawn(sweep_sessions(state.clone(), shutdown.clone()));
-    let result = super::accept_loop(listener, shutdown.clone(), move |stream| {
-        http_connection(stream, state.clone(), shutdown.clone())
+    let conns = state.clone();
+    let result = accept_loop(listener, &state, shutdown.clone(), move |stream| {
+        http_connection(stream, conns.clone(), shutdown.clone())
     })
     .await;
     let _ = sweeper.await;
@@ -81,22 +81,12 @@ async fn http_connection(stream: TcpStream, state: ConsulState, shutdown: Cancel
     match state.inner.cfg.tls.clone() {
         None => serve_http1(stream, state, shutdown, ctl).await,
         Some(tls) => {
-            let accepted = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = tokio::time::timeout(
-                    TLS_HANDSHAKE_TIMEOUT,
-                    tokio_rustls::TlsAcceptor::from(tls).accept(stream),
-                ) => r,
-            };
-            if let Ok(Ok(tls)) = accepted {
+            if let Some(Ok(tls)) = tls_accept(stream, tls, &shutdown).await {
                 serve_http1(tls, state, shutdown, ctl).await;
             }
         }
     }
 }
-
-/// How long an HTTPS client gets for its TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 async fn serve_http1<I>(
     io: I,
@@ -114,7 +104,7 @@ async fn serve_http1<I>(
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).keep_alive(true);
     let conn = builder.serve_connection(TokioIo::new(io), svc);
-    super::drive_connection(conn, &shutdown, |c| c.graceful_shutdown()).await;
+    drive_connection(conn, &shutdown, |c| c.graceful_shutdown()).await;
 }
 
 /// Expires sessions 2 × TTL after their last renewal. One task, ticking at a
@@ -135,31 +125,7 @@ async fn sweep_sessions(state: ConsulState, shutdown: CancellationToken) {
     }
 }
 
-impl ConsulState {
-    /// Counts `n` expired sessions; each expiry is a raft write.
-    fn sessions_expired(&self, n: usize) {
-        if n == 0 {
-            return;
-        }
-        let c = &self.inner.counters;
-        c.sessions_expired
-            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-        let mut store = self.store();
-        for _ in 0..n {
-            store.next_index();
-        }
-    }
-}
-
 // ---------------------------------------------------------------- responses
-
-pub(crate) fn pretty<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
-    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
-    v.serialize(&mut ser).expect("JSON values serialize");
-    out
-}
 
 fn json_response<T: Serialize + ?Sized>(status: StatusCode, v: &T) -> Response<Body> {
     json_bytes(status, Bytes::from(pretty(v)))
@@ -340,7 +306,7 @@ async fn handle(
         let wait = query_param(&query, "wait")
             .and_then(go_duration)
             .unwrap_or(Duration::ZERO);
-        crate::consul::blocking::block(state, service, min, wait, None).await;
+        block(state, service, min, wait, None).await;
     }
     // Bound: a request body is read up to MAX_BODY, then refused (413).
     let body = if method == Method::PUT || method == Method::POST {
@@ -494,6 +460,7 @@ pub fn dispatch(state: &ConsulState, req: &ApiRequest<'_>) -> Response<Body> {
                 .any(|kv| kv == "passing" || kv.starts_with("passing="));
             health_service(state, &t["service/".len()..], passing)
         }
+        ("coordinate", "nodes") if method == Method::GET => coordinate_nodes(state),
         ("status", "leader") => {
             if method != Method::GET {
                 return not_allowed();
@@ -540,90 +507,3 @@ fn decode<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, Reje
 }
 
 // ---------------------------------------------------------------- request bodies
-
-/// `null` → `T::default()` (Go marshals nil maps and slices as `null`).
-fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pretty_json_matches_the_dev_agent_layout() {
-        let body = pretty(&json!({"ID": "003f28ee-cd88-2631-0c91-50469e4ac804"}));
-        assert_eq!(
-            String::from_utf8(body).unwrap(),
-            "{\n    \"ID\": \"003f28ee-cd88-2631-0c91-50469e4ac804\"\n}"
-        );
-        assert_eq!(pretty(&true), b"true");
-    }
-
-    #[test]
-    fn lock_delay_units() {
-        assert_eq!(lock_delay(None), Ok(Duration::from_secs(15)));
-        assert_eq!(lock_delay(Some(&json!(5))), Ok(Duration::from_secs(5)));
-        assert_eq!(lock_delay(Some(&json!("15s"))), Ok(Duration::from_secs(15)));
-        assert_eq!(
-            lock_delay(Some(&json!(15_000_000_000u64))),
-            Ok(Duration::from_secs(15))
-        );
-    }
-
-    #[test]
-    fn register_body_accepts_go_nulls() {
-        let b: RegisterBody = serde_json::from_str(
-            r#"{"Node":"n","Address":"a","NodeMeta":null,"Service":{"Service":"web","Tags":null,"Proxy":null},"Checks":null}"#,
-        )
-        .unwrap();
-        assert_eq!(b.node, "n");
-        let s = service_def(b.service.unwrap()).unwrap();
-        assert_eq!(s.id, "web");
-        assert!(s.proxy.is_none());
-    }
-
-    #[test]
-    fn txn_validation_is_all_or_nothing() {
-        let mut store = Store::new("dc1".into(), 4);
-        let ops = vec![
-            Op::NodeSet("n1".into(), NodeDef::default()),
-            Op::ServiceSet(
-                "n1".into(),
-                ServiceDef {
-                    id: "a".into(),
-                    service: "a".into(),
-                    ..Default::default()
-                },
-            ),
-            Op::ServiceSet(
-                "n2".into(),
-                ServiceDef {
-                    id: "b".into(),
-                    service: "b".into(),
-                    ..Default::default()
-                },
-            ),
-        ];
-        let errors = validate(&store, &ops);
-        assert_eq!(errors, vec![(2, "Missing node registration".to_owned())]);
-        let mut t = Touched::default();
-        store.ensure_node("n2", NodeDef::default(), 1, &mut t);
-        assert!(validate(&store, &ops).is_empty());
-        let ops = vec![
-            Op::NodeDelete("n2".into()),
-            Op::CheckSet(
-                "n2".into(),
-                CheckDef {
-                    check_id: "c".into(),
-                    ..Default::default()
-                },
-            ),
-        ];
-        assert_eq!(validate(&store, &ops).len(), 1);
-    }
-}

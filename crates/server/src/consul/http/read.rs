@@ -1,9 +1,18 @@
 //! Read endpoints that tests, `agent-sim cleanup` and agents' anti-entropy
 //! use: `/v1/catalog/nodes`, `/v1/catalog/node/:node`,
 //! `/v1/catalog/service/:name`, `/v1/session/list`, `/v1/session/node/:node`,
-//! shaped as Consul 1.20 prints them (an unknown node is `200 null`).
+//! `/v1/coordinate/nodes`, shaped as Consul 1.20 prints them (an unknown
+//! node is `200 null`).
 
-use super::*;
+use std::collections::BTreeMap;
+
+use hyper::{Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::{Body, json_response, text, with_index};
+use crate::consul::ConsulState;
+use crate::consul::render::{instance_entries, node_json, service_json};
+use crate::consul::sessions::Session;
 
 /// `node-meta=key:value` filters of a query string (all must match).
 fn node_meta_filters(query: &str) -> Vec<(String, String)> {
@@ -122,4 +131,21 @@ pub(super) fn session_list(state: &ConsulState, node: Option<&str>) -> Response<
     let r = json_response(StatusCode::OK, &out);
     drop(sessions);
     with_index(r, index)
+}
+
+/// `/v1/coordinate/nodes`: every node's last coordinate (nodes that never
+/// sent one are not listed, as Consul lists them).
+pub(super) fn coordinate_nodes(state: &ConsulState) -> Response<Body> {
+    let store = state.store();
+    let list: Vec<Value> = store
+        .nodes
+        .iter()
+        .filter_map(|(name, n)| {
+            let coord = n.coord.as_ref()?;
+            Some(json!({"Node": name, "Segment": "", "Partition": "", "Coord": coord}))
+        })
+        .collect();
+    let index = store.raft_index;
+    drop(store);
+    with_index(json_response(StatusCode::OK, &list), index)
 }

@@ -1,6 +1,20 @@
 //! `/v1/txn`: catalog operations applied whole or not at all.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+
+use hyper::{Response, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Body, MAX_TXN_OPS, json_response, text, with_index};
+use crate::consul::ConsulState;
+use crate::consul::render::{check_json, node_json, service_json};
+use crate::consul::state::{
+    CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Store, Touched, WriteError,
+};
+use crate::consul::writes::{
+    CheckBody, NodeBody, ServiceBody, check_def, node_def, nullable, service_def,
+};
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -150,9 +164,7 @@ pub(super) fn validate(store: &Store, ops: &[Op]) -> Vec<(usize, String)> {
     };
     for (i, op) in ops.iter().enumerate() {
         let problem = match op {
-            Op::NodeSet(n, _) if !store.room_for_node(n) => {
-                Some(super::super::state::CATALOG_FULL.to_owned())
-            }
+            Op::NodeSet(n, _) if !store.room_for_node(n) => Some(CATALOG_FULL.to_owned()),
             Op::NodeSet(n, _) => {
                 nodes.insert(n, true);
                 None
@@ -341,4 +353,47 @@ pub(super) fn txn(state: &ConsulState, body: &[u8]) -> Response<Body> {
     )
 }
 
-// ---------------------------------------------------------------- sessions
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn txn_validation_is_all_or_nothing() {
+        let mut store = Store::new("dc1".into(), 4);
+        let ops = vec![
+            Op::NodeSet("n1".into(), NodeDef::default()),
+            Op::ServiceSet(
+                "n1".into(),
+                ServiceDef {
+                    id: "a".into(),
+                    service: "a".into(),
+                    ..Default::default()
+                },
+            ),
+            Op::ServiceSet(
+                "n2".into(),
+                ServiceDef {
+                    id: "b".into(),
+                    service: "b".into(),
+                    ..Default::default()
+                },
+            ),
+        ];
+        let errors = validate(&store, &ops);
+        assert_eq!(errors, vec![(2, "Missing node registration".to_owned())]);
+        let mut t = Touched::default();
+        store.ensure_node("n2", NodeDef::default(), 1, &mut t);
+        assert!(validate(&store, &ops).is_empty());
+        let ops = vec![
+            Op::NodeDelete("n2".into()),
+            Op::CheckSet(
+                "n2".into(),
+                CheckDef {
+                    check_id: "c".into(),
+                    ..Default::default()
+                },
+            ),
+        ];
+        assert_eq!(validate(&store, &ops).len(), 1);
+    }
+}

@@ -1,8 +1,6 @@
 //! Where a msgpack value ends in a byte stream: the framing of Consul's
 //! net/rpc over yamux (a request or an answer is two values back to back,
-//! with no length in front), shared by the blocking watchers and the
-//! embedded server that answers them. No decoding: only markers and
-//! lengths are read.
+//! with no length in front). No decoding: only markers and lengths are read.
 
 /// A malformed msgpack message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,236 @@
+//! The multiplexed RPC port (`0x04`, then yamux): each stream the client
+//! opens carries net/rpc calls in msgpack, a request or an answer being two
+//! msgpack values back to back (one yamux frame per answer, as a real
+//! server writes it). Calls are answered one after another per stream:
+//! blocking queries (`Health.ServiceNodes`, [`super::blocking`]) and a
+//! client agent's own calls ([`super::agent_rpc`]); any other method gets
+//! net/rpc's words for it. Faults (`consul.rpc`) delay, stall, refuse or
+//! close calls.
+
+use std::future::poll_fn;
+
+use futures_util::{AsyncReadExt as _, AsyncWriteExt as _};
+use serde::{Deserialize, Serialize};
+use tokio_util::compat::TokioAsyncReadCompatExt as _;
+use tokio_util::sync::CancellationToken;
+
+use agent_sim_proto::msgpack::Scanner;
+use bytes::Bytes;
+
+use super::blocking::{SERVICE_NODES, service_nodes};
+use super::{ConsulState, Gauge, agent_rpc};
+use crate::faults::{Action, RETRY_LATER, STALL_LIMIT, Target};
+
+/// `pool.RPCMultiplexV2`: the byte that starts yamux on an RPC connection.
+pub(crate) const RPC_MULTIPLEX_V2: u8 = 0x04;
+/// Largest request read: a header and a `ServiceSpecificRequest` are
+/// ≈0.5 KiB, a client agent's `Catalog.Register` of a sidecar ≈2 KiB; a
+/// stream sending more is closed.
+const MAX_REQUEST: usize = 64 * 1024;
+/// Streams one connection may hold at once (an agent opens one per
+/// watched service, and one for its own calls).
+const MAX_STREAMS: usize = 1024;
+
+/// One call: its answer's body, or the error words net/rpc sends back.
+async fn call(
+    state: &ConsulState,
+    method: &str,
+    args: &[u8],
+    shutdown: &CancellationToken,
+) -> Result<Bytes, String> {
+    match method {
+        SERVICE_NODES => service_nodes(state, args, shutdown).await,
+        m => match agent_rpc::answer(state, m, args) {
+            Some(answer) => answer,
+            None => Err(unknown_method(m)),
+        },
+    }
+}
+
+/// net/rpc's request header.
+#[derive(Deserialize)]
+struct RequestHeader {
+    #[serde(rename = "ServiceMethod", default)]
+    service_method: String,
+    #[serde(rename = "Seq", default)]
+    seq: u64,
+}
+
+#[derive(Serialize)]
+struct ResponseHeader<'a> {
+    #[serde(rename = "ServiceMethod")]
+    service_method: &'a str,
+    #[serde(rename = "Seq")]
+    seq: u64,
+    #[serde(rename = "Error")]
+    error: &'a str,
+}
+
+/// Serves yamux on an RPC connection whose `0x04` was read: each stream
+/// the client opens gets a task answering its calls one after another.
+pub(crate) async fn serve_mux<I>(io: I, state: ConsulState, shutdown: CancellationToken)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let counters = &state.inner.counters;
+    counters.bump(&counters.rpc_connections);
+    counters.bump(&counters.rpc_mux_connections);
+    let _open = Gauge::up(&state, |c| &c.rpc_connections_open);
+    let mut cfg = yamux::Config::default();
+    cfg.set_max_num_streams(MAX_STREAMS);
+    let mut conn = yamux::Connection::new(io.compat(), cfg, yamux::Mode::Server);
+    // Bound: at most MAX_STREAMS streams (yamux refuses more), one task each.
+    let mut calls = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            next = poll_fn(|cx| conn.poll_next_inbound(cx)) => match next {
+                Some(Ok(stream)) => {
+                    calls.spawn(serve_stream(stream, state.clone(), shutdown.clone()));
+                }
+                Some(Err(_)) | None => break,
+            },
+            Some(_) = calls.join_next(), if !calls.is_empty() => {}
+        }
+    }
+    // Dropping the set ends the streams' tasks, and the connection with it.
+}
+
+/// One yamux stream: requests in, answers out, in order.
+async fn serve_stream(mut s: yamux::Stream, state: ConsulState, shutdown: CancellationToken) {
+    let mut buf: Vec<u8> = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        // Two values: the header, then the arguments.
+        let (mut head, mut args) = (Scanner::default(), Scanner::default());
+        let (h, end) = loop {
+            let scanned = head.scan(&buf).and_then(|h| match h {
+                Some(h) => Ok(args.scan(&buf[h..])?.map(|a| (h, h + a))),
+                None => Ok(None),
+            });
+            match scanned {
+                Ok(Some(done)) => break done,
+                Ok(None) if buf.len() <= MAX_REQUEST => {}
+                // Not msgpack, or too long: the stream is closed.
+                _ => return,
+            }
+            let n = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = s.read(&mut chunk) => match r {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                },
+            };
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        let Ok(header) = rmp_serde::from_slice::<RequestHeader>(&buf[..h]) else {
+            return;
+        };
+        let method = header.service_method.as_str();
+        let answer = match call_fault(&state, method, &shutdown).await {
+            Some(CallFault::Close) => return,
+            Some(CallFault::Error(words)) => Err(words),
+            None => call(&state, method, &buf[h..end], &shutdown).await,
+        };
+        buf.drain(..end);
+        state.count_call(method, answer.is_err());
+        let (error, body) = match &answer {
+            Ok(body) => ("", &body[..]),
+            // net/rpc answers an error with an empty struct.
+            Err(words) => (words.as_str(), &[0x80u8][..]),
+        };
+        let Ok(mut out) = rmp_serde::to_vec_named(&ResponseHeader {
+            service_method: method,
+            seq: header.seq,
+            error,
+        }) else {
+            return;
+        };
+        // One message, one frame, as a real server writes it.
+        out.extend_from_slice(body);
+        if s.write_all(&out).await.is_err() || s.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// net/rpc's words for a method it does not serve.
+fn unknown_method(m: &str) -> String {
+    // Services a Consul 1.20 server registers: a method it lacks is "can't
+    // find method"; an unknown service is "can't find service".
+    const SERVICES: &[&str] = &[
+        "ACL",
+        "Catalog",
+        "ConfigEntry",
+        "ConnectCA",
+        "Coordinate",
+        "DiscoveryChain",
+        "Health",
+        "Intention",
+        "Internal",
+        "KVS",
+        "Operator",
+        "PreparedQuery",
+        "Session",
+        "Status",
+        "Txn",
+    ];
+    match m.split_once('.') {
+        Some((s, _)) if SERVICES.contains(&s) => format!("rpc: can't find method {m}"),
+        _ => format!("rpc: can't find service {m}"),
+    }
+}
+
+enum CallFault {
+    /// The call's stream ends without an answer.
+    Close,
+    /// The call is answered with this error.
+    Error(String),
+}
+
+/// What a `consul.rpc` fault does to one call: delays it, answers it with
+/// Consul's rate-limit words, or closes its stream (a stall holds it until
+/// the limit or shutdown first).
+async fn call_fault(
+    state: &ConsulState,
+    method: &str,
+    shutdown: &CancellationToken,
+) -> Option<CallFault> {
+    let hit = state.faults().pick(Target::ConsulRpc, Some(method))?;
+    match hit.action {
+        Action::Delay(d) => {
+            tokio::select! {
+                _ = shutdown.cancelled() => Some(CallFault::Close),
+                () = tokio::time::sleep(d) => None,
+            }
+        }
+        Action::Stall => {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                () = tokio::time::sleep(STALL_LIMIT) => {}
+            }
+            Some(CallFault::Close)
+        }
+        Action::Drop | Action::Reset | Action::Truncated | Action::Garbage => {
+            Some(CallFault::Close)
+        }
+        Action::Status(_) | Action::Unavailable | Action::ResourceExhausted | Action::Aborted => {
+            Some(CallFault::Error(format!("rpc error: {RETRY_LATER}")))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_methods_in_net_rpcs_words() {
+        assert_eq!(
+            unknown_method("Health.Nope"),
+            "rpc: can't find method Health.Nope"
+        );
+        assert_eq!(unknown_method("Foo.Bar"), "rpc: can't find service Foo.Bar");
+    }
+}

@@ -1,0 +1,468 @@
+//! The catalog and session writes that both doors of the server share: the
+//! HTTP API (JSON) and the agents' RPCs (msgpack) decode the same request
+//! bodies (Consul's field names; Go's nulls read as empty) and apply them
+//! here, refused in Consul 1.20's words.
+//!
+//! What it is not: no transport, no encoding of answers.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::sessions::{self, Renewal, Session};
+use super::state::{CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Touched, WriteError};
+use super::{ConsulState, lock};
+
+/// Go's `null` read as the type's empty value.
+pub(crate) fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct RegisterBody {
+    #[serde(rename = "ID", deserialize_with = "nullable")]
+    pub(crate) id: String,
+    #[serde(rename = "Node", deserialize_with = "nullable")]
+    pub(crate) node: String,
+    #[serde(rename = "Address", deserialize_with = "nullable")]
+    pub(crate) address: String,
+    #[serde(rename = "TaggedAddresses", deserialize_with = "nullable")]
+    pub(crate) tagged_addresses: BTreeMap<String, String>,
+    #[serde(rename = "NodeMeta", deserialize_with = "nullable")]
+    pub(crate) node_meta: BTreeMap<String, String>,
+    #[serde(rename = "Service")]
+    pub(crate) service: Option<ServiceBody>,
+    #[serde(rename = "Check")]
+    pub(crate) check: Option<CheckBody>,
+    #[serde(rename = "Checks", deserialize_with = "nullable")]
+    pub(crate) checks: Vec<CheckBody>,
+    #[serde(rename = "SkipNodeUpdate", deserialize_with = "nullable")]
+    pub(crate) skip_node_update: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct ServiceBody {
+    #[serde(rename = "ID", deserialize_with = "nullable")]
+    pub(crate) id: String,
+    #[serde(rename = "Service", deserialize_with = "nullable")]
+    pub(crate) service: String,
+    #[serde(rename = "Kind", deserialize_with = "nullable")]
+    pub(crate) kind: String,
+    #[serde(rename = "Tags", deserialize_with = "nullable")]
+    pub(crate) tags: Vec<String>,
+    #[serde(rename = "Address", deserialize_with = "nullable")]
+    pub(crate) address: String,
+    #[serde(rename = "Port", deserialize_with = "nullable")]
+    pub(crate) port: i32,
+    #[serde(rename = "Meta", deserialize_with = "nullable")]
+    pub(crate) meta: BTreeMap<String, String>,
+    #[serde(rename = "Proxy")]
+    pub(crate) proxy: Option<Value>,
+    #[serde(rename = "Connect")]
+    pub(crate) connect: Option<Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct CheckBody {
+    #[serde(rename = "Node", deserialize_with = "nullable")]
+    pub(crate) node: String,
+    #[serde(rename = "CheckID", deserialize_with = "nullable")]
+    pub(crate) check_id: String,
+    #[serde(rename = "Name", deserialize_with = "nullable")]
+    pub(crate) name: String,
+    #[serde(rename = "Status", deserialize_with = "nullable")]
+    pub(crate) status: String,
+    #[serde(rename = "Notes", deserialize_with = "nullable")]
+    pub(crate) notes: String,
+    #[serde(rename = "Output", deserialize_with = "nullable")]
+    pub(crate) output: String,
+    #[serde(rename = "ServiceID", deserialize_with = "nullable")]
+    pub(crate) service_id: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct DeregisterBody {
+    #[serde(rename = "Node", deserialize_with = "nullable")]
+    pub(crate) node: String,
+    #[serde(rename = "ServiceID", deserialize_with = "nullable")]
+    pub(crate) service_id: String,
+    #[serde(rename = "CheckID", deserialize_with = "nullable")]
+    pub(crate) check_id: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct NodeBody {
+    #[serde(rename = "ID", deserialize_with = "nullable")]
+    pub(crate) id: String,
+    #[serde(rename = "Node", deserialize_with = "nullable")]
+    pub(crate) node: String,
+    #[serde(rename = "Address", deserialize_with = "nullable")]
+    pub(crate) address: String,
+    #[serde(rename = "TaggedAddresses", deserialize_with = "nullable")]
+    pub(crate) tagged_addresses: BTreeMap<String, String>,
+    #[serde(rename = "Meta", deserialize_with = "nullable")]
+    pub(crate) meta: BTreeMap<String, String>,
+}
+
+pub(crate) fn node_def(
+    id: String,
+    address: String,
+    meta: BTreeMap<String, String>,
+    tagged: BTreeMap<String, String>,
+) -> NodeDef {
+    NodeDef {
+        id,
+        address,
+        meta,
+        tagged_addresses: tagged,
+    }
+}
+
+pub(crate) fn service_def(b: ServiceBody) -> Result<ServiceDef, WriteError> {
+    if b.service.is_empty() {
+        return Err(WriteError(
+            "Must provide service name (Service.Service)".into(),
+        ));
+    }
+    Ok(ServiceDef {
+        id: if b.id.is_empty() {
+            b.service.clone()
+        } else {
+            b.id
+        },
+        service: b.service,
+        kind: b.kind,
+        tags: b.tags,
+        address: b.address,
+        port: b.port,
+        meta: b.meta,
+        proxy: b.proxy.filter(|p| !p.is_null()),
+        connect_native: b
+            .connect
+            .as_ref()
+            .and_then(|c| c.get("Native"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    })
+}
+
+pub(crate) fn check_def(b: CheckBody) -> Result<CheckDef, WriteError> {
+    let check_id = if b.check_id.is_empty() {
+        b.name.clone()
+    } else {
+        b.check_id
+    };
+    if check_id.is_empty() {
+        return Err(WriteError("Must provide a check ID or name".into()));
+    }
+    Ok(CheckDef {
+        check_id,
+        name: b.name,
+        status: b.status,
+        notes: b.notes,
+        output: b.output,
+        service_id: b.service_id,
+        service_name: String::new(),
+    })
+}
+
+/// `Catalog.Register` (`PUT /v1/catalog/register`): the node (unless
+/// `SkipNodeUpdate` and it exists), the service, the checks, in one index.
+pub(crate) fn register(state: &ConsulState, b: RegisterBody) -> Result<(), WriteError> {
+    let refuse = |s: &str| Err(WriteError(s.into()));
+    if b.node.is_empty() {
+        return refuse("Must provide node");
+    }
+    if b.address.is_empty() && !b.skip_node_update {
+        return refuse("Must provide address if SkipNodeUpdate is not set");
+    }
+    let service = b.service.map(service_def).transpose()?;
+    let mut checks = Vec::new();
+    for c in b.check.into_iter().chain(b.checks) {
+        if !c.node.is_empty() && c.node != b.node {
+            return refuse("Check node must match the registration node");
+        }
+        let c = check_def(c)?;
+        // Gossip health of a node that is no gossip member: accepted, never stored.
+        if c.check_id != SERF_HEALTH {
+            checks.push(c);
+        }
+    }
+
+    let mut store = state.store();
+    let node_exists = store.nodes.contains_key(&b.node);
+    let write_node = !(b.skip_node_update && node_exists);
+    if !write_node && b.address.is_empty() && !node_exists {
+        return Err(WriteError::missing_node());
+    }
+    for c in &checks {
+        let own = service.as_ref().is_some_and(|s| s.id == c.service_id);
+        let known = store
+            .nodes
+            .get(&b.node)
+            .is_some_and(|n| n.services.contains_key(&c.service_id));
+        if !c.service_id.is_empty() && !own && !known {
+            return refuse("Missing service registration");
+        }
+    }
+    if write_node && !store.room_for_node(&b.node) {
+        return refuse(CATALOG_FULL);
+    }
+    let idx = store.next_index();
+    let mut t = Touched::default();
+    if write_node {
+        let def = node_def(b.id, b.address, b.node_meta, b.tagged_addresses);
+        store.ensure_node(&b.node, def, idx, &mut t);
+    }
+    let applied = service
+        .into_iter()
+        .try_for_each(|s| store.ensure_service(&b.node, s, idx, &mut t))
+        .and_then(|()| {
+            checks
+                .into_iter()
+                .try_for_each(|c| store.ensure_check(&b.node, c, idx, &mut t))
+        });
+    store.commit(idx, t);
+    drop(store);
+    applied?;
+    let c = &state.inner.counters;
+    c.bump(&c.registrations);
+    Ok(())
+}
+
+/// `Catalog.Deregister` (`PUT /v1/catalog/deregister`): a service, a check,
+/// or (neither named) the whole node with its sessions.
+pub(crate) fn deregister(state: &ConsulState, b: DeregisterBody) -> Result<(), WriteError> {
+    if b.node.is_empty() {
+        return Err(WriteError("Must provide node".into()));
+    }
+    let mut store = state.store();
+    let idx = store.next_index();
+    let mut t = Touched::default();
+    let mut node_removed = false;
+    if !b.service_id.is_empty() {
+        store.delete_service(&b.node, &b.service_id, &mut t);
+    }
+    if !b.check_id.is_empty() {
+        store.delete_check(&b.node, &b.check_id, &mut t);
+    }
+    if b.service_id.is_empty() && b.check_id.is_empty() {
+        node_removed = store.delete_node(&b.node, &mut t);
+    }
+    store.commit(idx, t);
+    if node_removed {
+        // A node's sessions die with it.
+        state.sessions().remove_node(&b.node);
+    }
+    drop(store);
+    let c = &state.inner.counters;
+    c.bump(&c.deregistrations);
+    Ok(())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct SessionBody {
+    #[serde(rename = "Node", deserialize_with = "nullable")]
+    pub(crate) node: String,
+    #[serde(rename = "Name", deserialize_with = "nullable")]
+    pub(crate) name: String,
+    #[serde(rename = "TTL", deserialize_with = "nullable")]
+    pub(crate) ttl: String,
+    #[serde(rename = "Behavior", deserialize_with = "nullable")]
+    pub(crate) behavior: String,
+    #[serde(rename = "LockDelay")]
+    pub(crate) lock_delay: Option<Value>,
+    #[serde(rename = "NodeChecks")]
+    pub(crate) node_checks: Option<Vec<String>>,
+    #[serde(rename = "Checks")]
+    pub(crate) checks: Option<Vec<String>>,
+    #[serde(rename = "ServiceChecks")]
+    pub(crate) service_checks: Option<Value>,
+}
+
+/// `LockDelay` as Consul reads it: nanoseconds or a duration string, values
+/// under 1000 taken as seconds.
+pub(crate) fn lock_delay(v: Option<&Value>) -> Result<Duration, String> {
+    let d = match v {
+        None | Some(Value::Null) => return Ok(sessions::DEFAULT_LOCK_DELAY),
+        Some(Value::String(s)) => sessions::parse_go_duration(s)?,
+        Some(Value::Number(n)) => Duration::from_nanos(n.as_f64().unwrap_or(0.0).max(0.0) as u64),
+        Some(other) => return Err(format!("invalid LockDelay {other}")),
+    };
+    Ok(if d.as_nanos() < 1000 {
+        Duration::from_secs(d.as_nanos() as u64)
+    } else {
+        d
+    })
+}
+
+/// `Session.Apply` create (`PUT /v1/session/create`): the new session's ID.
+/// `lock_delay` as the caller read it (the API's units differ by door).
+pub(crate) fn create_session(
+    state: &ConsulState,
+    b: SessionBody,
+    lock_delay: Duration,
+) -> Result<String, WriteError> {
+    let cfg = &state.inner.cfg;
+    let refuse = |s: String| Err(WriteError(s));
+    let mut ttl_duration = None;
+    if !b.ttl.is_empty() {
+        let ttl = match sessions::parse_go_duration(&b.ttl) {
+            Ok(d) => d,
+            Err(e) => return refuse(format!("Session TTL '{}' invalid: {e}", b.ttl)),
+        };
+        if !ttl.is_zero() {
+            if ttl < cfg.session_ttl_min || ttl > sessions::SESSION_TTL_MAX {
+                return refuse(format!(
+                    "Invalid Session TTL '{}', must be between [{}={}]",
+                    ttl.as_nanos(),
+                    sessions::format_go_duration(cfg.session_ttl_min),
+                    sessions::format_go_duration(sessions::SESSION_TTL_MAX),
+                ));
+            }
+            ttl_duration = Some(ttl);
+        }
+    }
+    let behavior = match b.behavior.as_str() {
+        "" => "release".to_owned(),
+        "release" | "delete" => b.behavior.clone(),
+        other => return refuse(format!("Invalid Behavior setting '{other}'")),
+    };
+    let node = if b.node.is_empty() {
+        cfg.node_name.clone()
+    } else {
+        b.node
+    };
+    let node_checks = b
+        .node_checks
+        .or(b.checks)
+        .unwrap_or_else(|| vec![SERF_HEALTH.to_owned()]);
+    let service_check_ids: Vec<String> = match &b.service_checks {
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|i| i.get("ID").and_then(Value::as_str).map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    };
+
+    let mut store = state.store();
+    let Some(n) = store.nodes.get(&node) else {
+        return Err(WriteError::missing_node());
+    };
+    if lock(&state.inner.sessions).len() >= sessions::MAX_SESSIONS {
+        return refuse(CATALOG_FULL.into());
+    }
+    for id in node_checks.iter().chain(&service_check_ids) {
+        match n.checks.get(id) {
+            None => return refuse(format!("Missing check '{id}' registration")),
+            Some(c) if c.def.status == "critical" => {
+                return refuse(format!("Check '{id}' is in critical state"));
+            }
+            Some(_) => {}
+        }
+    }
+    let idx = store.next_index();
+    let mut session = Session {
+        id: sessions::uuid(),
+        name: b.name,
+        node,
+        lock_delay: lock_delay.as_nanos() as u64,
+        behavior,
+        ttl: b.ttl,
+        node_checks: Some(node_checks),
+        service_checks: b.service_checks.filter(|v| !v.is_null()),
+        create_index: idx,
+        modify_index: idx,
+        ttl_duration,
+        deadline: None,
+    };
+    session.touch(Instant::now());
+    let id = session.id.clone();
+    lock(&state.inner.sessions).insert(session);
+    drop(store);
+    let c = &state.inner.counters;
+    c.bump(&c.sessions_created);
+    Ok(id)
+}
+
+/// `Session.Renew`: the session renewed, or `None` when it expired or never
+/// existed (an expiry found here is counted).
+pub(crate) fn renew_session(state: &ConsulState, id: &str) -> Option<Session> {
+    match state.sessions().renew(id, Instant::now()) {
+        Renewal::Renewed(s) => {
+            let c = &state.inner.counters;
+            c.bump(&c.sessions_renewed);
+            Some(*s)
+        }
+        Renewal::Expired => {
+            state.sessions_expired(1);
+            None
+        }
+        Renewal::NotFound => None,
+    }
+}
+
+/// `Session.Apply` destroy: the session is gone (it may never have been).
+pub(crate) fn destroy_session(state: &ConsulState, id: &str) {
+    let mut store = state.store();
+    store.next_index();
+    state.sessions().remove(id);
+}
+
+impl ConsulState {
+    /// Counts `n` expired sessions; each expiry is a raft write.
+    pub(crate) fn sessions_expired(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let c = &self.inner.counters;
+        c.sessions_expired
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        let mut store = self.store();
+        for _ in 0..n {
+            store.next_index();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn register_body_accepts_go_nulls() {
+        let b: RegisterBody = serde_json::from_str(
+            r#"{"Node":"n","Address":"a","NodeMeta":null,"Service":{"Service":"web","Tags":null,"Proxy":null},"Checks":null}"#,
+        )
+        .unwrap();
+        assert_eq!(b.node, "n");
+        let s = service_def(b.service.unwrap()).unwrap();
+        assert_eq!(s.id, "web");
+        assert!(s.proxy.is_none());
+    }
+
+    #[test]
+    fn lock_delay_units() {
+        assert_eq!(lock_delay(None), Ok(Duration::from_secs(15)));
+        assert_eq!(lock_delay(Some(&json!(5))), Ok(Duration::from_secs(5)));
+        assert_eq!(lock_delay(Some(&json!("15s"))), Ok(Duration::from_secs(15)));
+        assert_eq!(
+            lock_delay(Some(&json!(15_000_000_000u64))),
+            Ok(Duration::from_secs(15))
+        );
+    }
+}
