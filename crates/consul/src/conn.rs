@@ -501,25 +501,25 @@ pub fn server_name(t: &ConsulTls, host: &str) -> Result<ServerName<'static>, Con
 
 /// A stable error kind for a gRPC status (for error counters).
 pub fn status_kind(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
+    use tonic::Code as C;
     match code {
-        Ok => "grpc_ok",
-        Cancelled => "grpc_cancelled",
-        Unknown => "grpc_unknown",
-        InvalidArgument => "grpc_invalid_argument",
-        DeadlineExceeded => "grpc_deadline_exceeded",
-        NotFound => "grpc_not_found",
-        AlreadyExists => "grpc_already_exists",
-        PermissionDenied => "grpc_permission_denied",
-        ResourceExhausted => "grpc_resource_exhausted",
-        FailedPrecondition => "grpc_failed_precondition",
-        Aborted => "grpc_aborted",
-        OutOfRange => "grpc_out_of_range",
-        Unimplemented => "grpc_unimplemented",
-        Internal => "grpc_internal",
-        Unavailable => "grpc_unavailable",
-        DataLoss => "grpc_data_loss",
-        Unauthenticated => "grpc_unauthenticated",
+        C::Ok => "grpc_ok",
+        C::Cancelled => "grpc_cancelled",
+        C::Unknown => "grpc_unknown",
+        C::InvalidArgument => "grpc_invalid_argument",
+        C::DeadlineExceeded => "grpc_deadline_exceeded",
+        C::NotFound => "grpc_not_found",
+        C::AlreadyExists => "grpc_already_exists",
+        C::PermissionDenied => "grpc_permission_denied",
+        C::ResourceExhausted => "grpc_resource_exhausted",
+        C::FailedPrecondition => "grpc_failed_precondition",
+        C::Aborted => "grpc_aborted",
+        C::OutOfRange => "grpc_out_of_range",
+        C::Unimplemented => "grpc_unimplemented",
+        C::Internal => "grpc_internal",
+        C::Unavailable => "grpc_unavailable",
+        C::DataLoss => "grpc_data_loss",
+        C::Unauthenticated => "grpc_unauthenticated",
     }
 }
 
