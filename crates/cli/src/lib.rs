@@ -7,7 +7,9 @@
 //! [`plan`] (the validated run: fleets, shard, usage errors), [`scenario`]
 //! (scenario flags and `[[scenario]]` sections onto each fleet),
 //! [`settings`] (the effective settings for the summary), [`observing`]
-//! (the servers `--observe` reads), [`local`] (a run as local processes
+//! (the servers `--observe` reads), [`results`] (the one merge → report
+//! path: summaries and hlogs of several processes as one summary and one
+//! page, result files written whole), [`local`] (a run as local processes
 //! when one cannot hold it), [`config`]
 //! (layering defaults < file < env < flags into a plan), [`preflight`] (fds, ports, somaxconn,
 //! conntrack and memory before any socket), [`run`] (orchestration,
@@ -41,6 +43,7 @@ pub mod plan;
 pub mod preflight;
 pub mod progress;
 pub mod report_cmd;
+pub mod results;
 pub mod run;
 pub mod scenario;
 pub mod serve;
