@@ -12,7 +12,7 @@
 //! page, result files written whole), [`local`] (a run as local processes
 //! when one cannot hold it), [`config`]
 //! (layering defaults < file < env < flags into a plan), [`preflight`] (fds, ports, somaxconn,
-//! conntrack and memory before any socket), [`run`] (orchestration,
+//! conntrack, memory and the result files before any socket), [`run`] (orchestration,
 //! progress, hlog, Prometheus, summary, assertions), [`serve`] (`agent-sim
 //! serve`), [`report_cmd`] (`report show|merge|html`), [`cleanup_cmd`]
 //! (`agent-sim cleanup`), [`doctor_cmd`] (`agent-sim doctor`).
@@ -130,6 +130,7 @@ impl RunBuilder {
     /// to `--summary` if set). Must be called inside a multi-thread tokio runtime.
     pub async fn run(self) -> Result<RunOutcome, RunError> {
         let mut cfg = config::resolve(self.args, &|k| std::env::var(k).ok())?;
+        preflight::outputs(&cfg)?;
         let host = preflight::Host::of_this_host();
         preflight::spread_loopback(&mut cfg, &host);
         let p = preflight::check(&cfg, &host)?;
