@@ -6,7 +6,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin, wait_within};
+use agent_sim_testkit::bounded::{CHILD_LIMIT, Lines, OutputWithin, wait_within};
 
 fn agent_sim() -> Command {
     Command::new(env!("CARGO_BIN_EXE_agent-sim"))
@@ -113,16 +113,18 @@ fn sigterm_to_the_parent_ends_every_child_and_still_writes_the_summary() {
             "2",
             "--duration",
             "60s",
-            "-q",
+            "--progress-every",
+            "1s",
         ])
         .arg("--summary")
         .arg(d.join("run.json"))
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let t = Instant::now();
-    std::thread::sleep(Duration::from_secs(3));
+    let mut said = Lines::of(parent.stderr.take().unwrap());
+    said.wait_for("connected 100/100", Duration::from_secs(60));
     assert_eq!(children_of(parent.id()).len(), 2);
     kill(parent.id(), "-TERM");
     let status = wait_within(&mut parent, CHILD_LIMIT);
@@ -145,7 +147,8 @@ fn a_local_process_that_dies_is_reported_with_its_agents_missing() {
             "2",
             "--duration",
             "8s",
-            "-q",
+            "--progress-every",
+            "1s",
         ])
         .arg("--summary")
         .arg(d.join("run.json"))
@@ -153,13 +156,13 @@ fn a_local_process_that_dies_is_reported_with_its_agents_missing() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
+    let mut said = Lines::of(parent.stderr.take().unwrap());
+    said.wait_for("connected 200/200", Duration::from_secs(60));
     let kids = children_of(parent.id());
     assert_eq!(kids.len(), 2, "{kids:?}");
     kill(kids[0], "-KILL");
     let status = wait_within(&mut parent, CHILD_LIMIT);
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut parent.stderr.take().unwrap(), &mut err).unwrap();
+    let err = said.all();
     assert_eq!(status.code(), Some(2), "{err}");
     assert!(err.contains("died (signal: 9"), "{err}");
     let s = agent_sim::Summary::read(&d.join("run.json")).unwrap();

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
 mod common;
+use agent_sim_testkit::bounded::until;
 use common::*;
 
 #[tokio::test(start_paused = true)]
@@ -401,7 +402,7 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
     let mut agent = factory.create(0);
 
     let end = with_session(&mut agent, m, |token| async move {
-        wait_for("first snapshots", Duration::from_secs(5), || {
+        until(Duration::from_secs(5), "first snapshots", async || {
             counter(m, "snapshots") == 2
         })
         .await;
@@ -425,13 +426,13 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
     let api2 = &api;
     let end = with_session(&mut agent, m, |token| async move {
         // `web` changed: a new snapshot follows.
-        wait_for("web re-snapshot", Duration::from_secs(5), || {
+        until(Duration::from_secs(5), "web re-snapshot", async || {
             counter(m, "snapshots") == 3
         })
         .await;
         // `api` did not: silence, which is not a resume yet, but the
         // session is up once the server has answered the agent's check.
-        wait_for("established again", Duration::from_secs(10), || {
+        until(Duration::from_secs(10), "established again", async || {
             counter(m, "sessions_established") == 2
         })
         .await;
@@ -450,7 +451,7 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
         )
         .await
         .unwrap();
-        wait_for("a resume", Duration::from_secs(5), || {
+        until(Duration::from_secs(5), "a resume", async || {
             counter(m, "resumes") == 1
         })
         .await;
@@ -479,9 +480,11 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
     // Nothing changes while it is away: both streams resume and stay
     // silent, counted as silent resumes when the session ends.
     let end = with_session(&mut agent, m, |token| async move {
-        wait_for("established a third time", Duration::from_secs(10), || {
-            counter(m, "sessions_established") == 3
-        })
+        until(
+            Duration::from_secs(10),
+            "established a third time",
+            async || counter(m, "sessions_established") == 3,
+        )
         .await;
         token.cancel();
     })
@@ -506,18 +509,18 @@ async fn aborted_streams_resubscribe_at_once_then_with_backoff() {
     let mut agent = factory.create(0);
     let state = t.state.clone();
     let end = with_session(&mut agent, m, |token| async move {
-        wait_for("snapshots", Duration::from_secs(5), || {
+        until(Duration::from_secs(5), "snapshots", async || {
             counter(m, "snapshots") == 2
         })
         .await;
         state.abort_subscriptions();
-        wait_for("first re-snapshots", Duration::from_secs(5), || {
+        until(Duration::from_secs(5), "first re-snapshots", async || {
             counter(m, "aborts") == 2 && counter(m, "snapshots") == 4
         })
         .await;
         state.abort_subscriptions();
         // The second abort backs off ≤ 200 ms before resubscribing.
-        wait_for("second re-snapshots", Duration::from_secs(5), || {
+        until(Duration::from_secs(5), "second re-snapshots", async || {
             counter(m, "aborts") == 4 && counter(m, "snapshots") == 6
         })
         .await;
@@ -547,7 +550,7 @@ async fn a_session_expires_when_renewals_stop_and_is_recreated() {
     let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
     let mut agent = factory.create(0);
     let end = with_session(&mut agent, m, |token| async move {
-        wait_for("session created", Duration::from_secs(5), || {
+        until(Duration::from_secs(5), "session created", async || {
             counter(m, "sessions_created") == 1
         })
         .await;
@@ -558,15 +561,15 @@ async fn a_session_expires_when_renewals_stop_and_is_recreated() {
     assert_eq!(counter(m, "registrations"), 1);
     // No session runs, so nobody renews: the server expires it after 2 × TTL.
     let state = t.state.clone();
-    wait_for("server-side expiry", Duration::from_secs(30), || {
+    until(Duration::from_secs(30), "server-side expiry", async || {
         state.stats().sessions_expired >= 1
     })
     .await;
     let end = with_session(&mut agent, m, |token| async move {
-        wait_for(
-            "expiry noticed and session recreated",
+        until(
             Duration::from_secs(5),
-            || counter(m, "sessions_expired") == 1 && counter(m, "sessions_created") == 2,
+            "expiry noticed and session recreated",
+            async || counter(m, "sessions_expired") == 1 && counter(m, "sessions_created") == 2,
         )
         .await;
         token.cancel();
@@ -602,7 +605,10 @@ async fn checks_flap_through_catalog_register() {
     let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
     let mut agent = factory.create(3);
     with_session(&mut agent, m, |token| async move {
-        wait_for("flaps", Duration::from_secs(5), || counter(m, "flaps") >= 4).await;
+        until(Duration::from_secs(5), "flaps", async || {
+            counter(m, "flaps") >= 4
+        })
+        .await;
         token.cancel();
     })
     .await;

@@ -12,6 +12,7 @@ use agent_sim_consul::{ConsulConfig, ConsulFactory, metrics_spec};
 use agent_sim_fleet::{FleetConfig, FleetStatus};
 use agent_sim_metrics::Metrics;
 use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
+use agent_sim_testkit::bounded::until;
 use agent_sim_testkit::child;
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
@@ -22,13 +23,11 @@ fn rss_kib() -> u64 {
     agent_sim_metrics::process::rss_bytes() / 1024
 }
 
-/// The server half: only does something in the child process.
+/// The server half of [`memory_per_agent`], in its child process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn serve_helper() {
-    if std::env::var_os(SERVE_ENV).is_none() {
-        return;
-    }
+    child::only_as_child(SERVE_ENV, "serve_helper", "memory_per_agent");
     let state = ConsulState::new(ConsulTargetConfig::default());
     let rpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -45,8 +44,7 @@ async fn serve_helper() {
             .await
             .unwrap();
     }
-    child::announce(&[ra, ha]);
-    tokio::time::sleep(Duration::from_secs(600)).await;
+    child::serve_for_parent(&[ra, ha]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,16 +82,16 @@ async fn memory_per_agent() {
         status.clone(),
         stop.clone(),
     ));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while status.ever_connected.load(Ordering::Relaxed) < n
-        || m.snapshot().counter("sessions_created") < n
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "agents did not connect"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(
+        Duration::from_secs(120),
+        "every agent connected",
+        async || {
+            status.ever_connected.load(Ordering::Relaxed) >= n
+                && m.snapshot().counter("sessions_created") >= n
+        },
+    )
+    .await;
+    // RSS read after 2 s of held sessions, as every figure of this test was.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let up = rss_kib();
     let s = m.snapshot();

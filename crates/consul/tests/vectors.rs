@@ -290,10 +290,11 @@ async fn our_connector_writes_0x08_then_the_h2_preface() {
         std::time::Duration::from_secs(10),
     )
     .unwrap();
+    let (server_read, was_read) = tokio::sync::oneshot::channel::<()>();
     let client = tokio::spawn(async move {
         // Keep the connection object alive until the server side has read.
         let c = dialer.connect(None).await;
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let _ = was_read.await;
         c.is_ok()
     });
     let (mut sock, _) = listener.accept().await.unwrap();
@@ -302,6 +303,7 @@ async fn our_connector_writes_0x08_then_the_h2_preface() {
         .await
         .expect("client wrote 25 bytes in time")
         .unwrap();
+    let _ = server_read.send(());
     assert_eq!(got[0], 0x08);
     assert_eq!(&got[1..], H2_PREFACE);
     assert_eq!(&got[..], &read("consul/rpc-prefix-client-hello.bin")[..25]);

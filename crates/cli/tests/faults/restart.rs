@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use agent_sim_server::faults::RestartState;
+use agent_sim_testkit::bounded::until;
 
 use super::*;
 
@@ -67,9 +68,21 @@ async fn a_restart_that_keeps_its_state_resumes_every_stream() {
         let b = backend(true, true, &[]).await;
         web_instances(&b, 2).await;
         let restart = {
-            let b = b.clone();
+            let (b, seen) = (b.clone(), b.clone());
             tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_secs(2)).await;
+                // Once every agent holds its session (and stream).
+                until(
+                    Duration::from_secs(10),
+                    "every agent connected",
+                    async move || {
+                        let (s, c) = (seen.sensu_stats().unwrap(), seen.consul_stats().unwrap());
+                        s.sessions_active == 100
+                            && c.sessions_active == 50
+                            && c.subscriptions_active == 50
+                            && c.snapshots_sent >= 50
+                    },
+                )
+                .await;
                 let before = b.consul_stats().unwrap().raft_index;
                 b.restart(Duration::from_secs(1), RestartState::Keep)
                     .await

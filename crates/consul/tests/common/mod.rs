@@ -1,12 +1,11 @@
 //! Helpers of the Consul integration tests: the embedded target on
-//! 127.0.0.1 (restartable on the same ports), configs, metrics, paused-time
-//! waits and one-session runs.
+//! 127.0.0.1 (restartable on the same ports), configs, metrics and
+//! one-session runs (states are waited for with `testkit::bounded::until`).
 
 #![allow(dead_code)]
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use agent_sim_consul::http::HttpApi;
 use agent_sim_consul::{ConsulConfig, ConsulFactory, metrics_spec};
@@ -114,19 +113,6 @@ pub fn metrics() -> Metrics {
 
 pub fn counter(m: &Metrics, name: &str) -> u64 {
     m.snapshot().counter(name)
-}
-
-/// Checks `cond` every 10 ms of paused (virtual) time until it holds; panics
-/// after `limit`. The tests run on paused time, so no wall clock is waited on.
-pub async fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Runs one session of `agent` while `script` runs; `script` gets the
