@@ -33,6 +33,7 @@ struct Kid {
     /// The latest progress it reported.
     progress: Arc<Mutex<ChildProgress>>,
     /// What it said last (not progress).
+    // Bound: LAST_WORDS lines.
     last_words: Arc<Mutex<Vec<String>>>,
 }
 
