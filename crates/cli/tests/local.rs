@@ -3,7 +3,7 @@
 //! child, SIGTERM forwarded, and a child that dies reported as such (its
 //! agents missing with cause `process_died`, exit 2).
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent_sim_testkit::bounded::{CHILD_LIMIT, Lines, OutputWithin, wait_within};
@@ -39,6 +39,28 @@ fn children_of(parent: u32) -> Vec<u32> {
         }
     }
     out
+}
+
+/// A run of `agents` over two local processes for `duration`, its summary
+/// in `d`: the parent, and its progress lines (one a second) as they come.
+fn two_processes(d: &std::path::Path, agents: &str, duration: &str) -> (Child, Lines) {
+    let mut parent = agent_sim()
+        .args([
+            "--agents",
+            agents,
+            "--processes",
+            "2",
+            "--duration",
+            duration,
+        ])
+        .args(["--progress-every", "1s", "--summary"])
+        .arg(d.join("run.json"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let said = Lines::of(parent.stderr.take().unwrap());
+    (parent, said)
 }
 
 fn kill(pid: u32, sig: &str) {
@@ -105,25 +127,8 @@ fn local_processes_write_one_merged_summary_table_hlog_and_page() {
 #[test]
 fn sigterm_to_the_parent_ends_every_child_and_still_writes_the_summary() {
     let d = scratch("term");
-    let mut parent = agent_sim()
-        .args([
-            "--agents",
-            "100",
-            "--processes",
-            "2",
-            "--duration",
-            "60s",
-            "--progress-every",
-            "1s",
-        ])
-        .arg("--summary")
-        .arg(d.join("run.json"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut parent, mut said) = two_processes(&d, "100", "60s");
     let t = Instant::now();
-    let mut said = Lines::of(parent.stderr.take().unwrap());
     said.wait_for("connected 100/100", Duration::from_secs(60));
     assert_eq!(children_of(parent.id()).len(), 2);
     kill(parent.id(), "-TERM");
@@ -139,24 +144,7 @@ fn sigterm_to_the_parent_ends_every_child_and_still_writes_the_summary() {
 #[test]
 fn a_local_process_that_dies_is_reported_with_its_agents_missing() {
     let d = scratch("died");
-    let mut parent = agent_sim()
-        .args([
-            "--agents",
-            "200",
-            "--processes",
-            "2",
-            "--duration",
-            "8s",
-            "--progress-every",
-            "1s",
-        ])
-        .arg("--summary")
-        .arg(d.join("run.json"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = Lines::of(parent.stderr.take().unwrap());
+    let (mut parent, mut said) = two_processes(&d, "200", "8s");
     said.wait_for("connected 200/200", Duration::from_secs(60));
     let kids = children_of(parent.id());
     assert_eq!(kids.len(), 2, "{kids:?}");

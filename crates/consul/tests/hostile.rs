@@ -374,14 +374,7 @@ async fn a_server_streaming_unknown_payloads_and_an_oversized_message_is_survive
         "{:?}",
         s.warnings
     );
-    let report = m.warning_report();
-    let sample = |k: &str| {
-        report
-            .iter()
-            .find(|r| r.kind == k)
-            .and_then(|r| r.stat.sample.clone())
-            .unwrap_or_default()
-    };
+    let sample = |k: &str| m.warning_sample(k).unwrap_or_default();
     assert!(sample("unknown_fields").contains("Event field 12"));
     assert!(sample("unknown_events").contains("Health"));
     assert!(s.counter("snapshots") >= 1);

@@ -6,7 +6,8 @@
 //! In the parent: `let server = ChildServer::spawn(ENV, "serve_helper");`
 //! then `server.addrs`; in the helper test: [`only_as_child`] first (run by
 //! itself, a helper fails instead of passing having measured nothing), then
-//! serve and [`serve_for_parent`] with the addresses.
+//! serve and [`serve_for_parent`] with the addresses. [`rss_around`] reads
+//! the parent's memory before and after its fleet is in.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -38,6 +39,22 @@ pub fn only_as_child(env: &str, helper: &str, parent: &str) {
 pub async fn serve_for_parent(addrs: &[SocketAddr]) {
     announce(addrs);
     tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+/// Resident memory (KiB, read by `rss`) before `start` launches a fleet,
+/// and after `held` says every agent is in (within 2 minutes) and 2 more
+/// seconds have passed, as every memory figure of these tests was read;
+/// with what `start` returned.
+pub async fn rss_around<R>(
+    rss: impl Fn() -> u64,
+    start: impl FnOnce() -> R,
+    held: impl AsyncFnMut() -> bool,
+) -> (R, u64, u64) {
+    let base = rss();
+    let started = start();
+    crate::bounded::until(Duration::from_secs(120), "every agent connected", held).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    (started, base, rss())
 }
 
 /// A helper test running in a child process; killed on drop.
