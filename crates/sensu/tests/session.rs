@@ -117,20 +117,20 @@ async fn next_frame(ws: &mut WebSocketStream<TcpStream>) -> Vec<u8> {
     }
 }
 
-/// Agent `index` (protobuf, a keepalive every 20 s) started against
-/// `listener` and accepted, before any entity_config.
-async fn every_20s(
-    listener: &TcpListener,
-    m: &Metrics,
-    index: u64,
-) -> (
+/// An agent's end of the test: its cancel token, its task and the backend's
+/// end of its WebSocket.
+type Session = (
     CancellationToken,
     tokio::task::JoinHandle<SessionEnd>,
     WebSocketStream<TcpStream>,
-) {
+);
+
+/// Agent `index` (protobuf, a keepalive every `keepalive`) started against
+/// `listener` and accepted, before any entity_config.
+async fn accepted(listener: &TcpListener, m: &Metrics, index: u64, keepalive: u64) -> Session {
     let port = listener.local_addr().unwrap().port();
     let cfg = SensuConfig {
-        keepalive_interval: Duration::from_secs(20),
+        keepalive_interval: Duration::from_secs(keepalive),
         ..config(port, Encoding::Protobuf)
     };
     let (cancel, task) = start(cfg, m, index);
@@ -169,20 +169,10 @@ fn entity_config(name: &str, enc: Encoding) -> Vec<u8> {
     )
 }
 
-/// Agent `index` (protobuf) started against `listener` and sent its
-/// `entity_config`: its cancel token, its task and the backend's end.
-async fn configured(
-    listener: &TcpListener,
-    m: &Metrics,
-    index: u64,
-) -> (
-    CancellationToken,
-    tokio::task::JoinHandle<SessionEnd>,
-    WebSocketStream<TcpStream>,
-) {
-    let port = listener.local_addr().unwrap().port();
-    let (cancel, task) = start(config(port, Encoding::Protobuf), m, index);
-    let mut ws = accept(listener, Headers::default()).await;
+/// Agent `index` (protobuf, a keepalive a second) started against
+/// `listener` and sent its `entity_config`.
+async fn configured(listener: &TcpListener, m: &Metrics, index: u64) -> Session {
+    let (cancel, task, mut ws) = accepted(listener, m, index, 1).await;
     send_entity_config(&mut ws, &format!("sim-{index}")).await;
     (cancel, task, ws)
 }
@@ -464,7 +454,7 @@ async fn cancel_during_entity_config_wait_closes_politely() {
 async fn keepalives_follow_the_schedule_exactly_on_paused_time() {
     let (listener, _) = listen().await;
     let m = metrics();
-    let (cancel, task, mut ws) = every_20s(&listener, &m, 3).await;
+    let (cancel, task, mut ws) = accepted(&listener, &m, 3, 20).await;
     send_entity_config(&mut ws, "not found").await;
     let t0 = Instant::now();
     let mut at = Vec::new();
@@ -492,7 +482,7 @@ async fn keepalives_follow_the_schedule_exactly_on_paused_time() {
 async fn without_entity_config_the_first_keepalive_comes_after_the_10s_wait() {
     let (listener, _) = listen().await;
     let m = metrics();
-    let (cancel, task, mut ws) = every_20s(&listener, &m, 4).await;
+    let (cancel, task, mut ws) = accepted(&listener, &m, 4, 20).await;
     let t0 = Instant::now();
     next_keepalive(&mut ws).await;
     assert_eq!(t0.elapsed(), Duration::from_secs(10));
