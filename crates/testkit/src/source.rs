@@ -24,12 +24,20 @@ pub struct SourceFile {
     pub module: Vec<String>,
     /// The whole file.
     pub text: String,
+    /// Whether its parent declares it under `#[cfg(test)]` (`mod tests;`
+    /// in a file of its own): all of it is test code.
+    pub test_only: bool,
 }
 
 impl SourceFile {
-    /// The file without its tests: the lines before its `#[cfg(test)] mod`.
+    /// The file without its tests: the lines before its `#[cfg(test)] mod`
+    /// (nothing, for a file of tests).
     pub fn non_test(&self) -> &str {
-        non_test(&self.text)
+        if self.test_only {
+            ""
+        } else {
+            non_test(&self.text)
+        }
     }
 
     /// Whether this file is a crate root of a binary (`main.rs`).
@@ -69,10 +77,43 @@ pub fn sources() -> Vec<SourceFile> {
                 module: module_of(f.strip_prefix(&src).unwrap()),
                 text: std::fs::read_to_string(&f).unwrap(),
                 path,
+                test_only: false,
             });
         }
     }
+    let tests: Vec<usize> = (0..out.len())
+        .filter(|&i| declared_for_tests(&out, &out[i]))
+        .collect();
+    for i in tests {
+        out[i].test_only = true;
+    }
     out
+}
+
+/// Whether the parent module of `f` declares it as `#[cfg(test)] mod name;`.
+fn declared_for_tests(all: &[SourceFile], f: &SourceFile) -> bool {
+    let Some((name, parent)) = f.module.split_last() else {
+        return false;
+    };
+    let Some(p) = all
+        .iter()
+        .find(|p| p.krate == f.krate && p.module == parent && !p.is_main())
+    else {
+        return false;
+    };
+    let mut after_cfg_test = false;
+    for line in p.text.lines().map(str::trim) {
+        if line == format!("mod {name};") || line == format!("pub mod {name};") {
+            return after_cfg_test;
+        }
+        if !line.starts_with("#[") {
+            after_cfg_test = false;
+        }
+        if line == "#[cfg(test)]" {
+            after_cfg_test = true;
+        }
+    }
+    false
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -423,6 +464,28 @@ mod tests {
     }
 
     #[test]
+    fn a_file_its_parent_declares_for_tests_is_test_code() {
+        let file = |module: &[&str], text: &str| SourceFile {
+            krate: "net".into(),
+            path: PathBuf::new(),
+            module: module.iter().map(|m| m.to_string()).collect(),
+            text: text.into(),
+            test_only: false,
+        };
+        let all = [
+            file(
+                &["http"],
+                "mod body;\n#[cfg(test)]\n#[allow(x)]\nmod tests;\n",
+            ),
+            file(&["http", "tests"], "use super::*;\n"),
+            file(&["http", "body"], "pub fn f() {}\n"),
+        ];
+        assert!(declared_for_tests(&all, &all[1]));
+        assert!(!declared_for_tests(&all, &all[2]));
+        assert!(!declared_for_tests(&all, &all[0]));
+    }
+
+    #[test]
     fn the_workspace_is_read_without_generated_code() {
         let all = sources();
         assert!(
@@ -438,5 +501,6 @@ mod tests {
             (run.krate.as_str(), run.module.as_slice()),
             ("cli", &["run".to_string()][..])
         );
+        assert!(all.iter().all(|f| !f.test_only || f.non_test().is_empty()));
     }
 }
