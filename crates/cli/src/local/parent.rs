@@ -2,8 +2,9 @@
 //! its own, so a Ctrl-C reaches the parent only and is forwarded once as
 //! SIGTERM), adds their progress lines up into one, relays what else they
 //! say (prefixed with their shard), and when all have ended merges their
-//! summaries and interval logs exactly as `report merge` does into ONE
-//! summary, table, hlog and page, with the exit code of the whole.
+//! summaries and interval logs into ONE summary, table, hlog and page
+//! through the path `report merge` and `report html` take
+//! ([`crate::results`]), with the exit code of the whole.
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::CommandExt as _;

@@ -14,7 +14,7 @@
 //! summary was written).
 //!
 //! Parts, leaves first: [`svg`] (the chart writer, and why it is our own),
-//! `blocks` (a section's frame, figures, tables, notes), [`charts`] (run
+//! `blocks` (a section's frame, figures, tables, notes), `charts` (run
 //! data to charts), `sections` (the headline, probes, the run over time,
 //! the simulator and its settings), `events` (disruptions, errors and
 //! warnings), `server` (the observed servers' section). Input is a
