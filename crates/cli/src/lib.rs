@@ -7,10 +7,12 @@
 //! [`plan`] (the validated run: fleets, shard, usage errors), [`scenario`]
 //! (scenario flags and `[[scenario]]` sections onto each fleet),
 //! [`settings`] (the effective settings for the summary), [`observing`]
-//! (the servers `--observe` reads), [`local`] (a run as local processes
+//! (the servers `--observe` reads), [`results`] (the one merge → report
+//! path: summaries and hlogs of several processes as one summary and one
+//! page, result files written whole), [`local`] (a run as local processes
 //! when one cannot hold it), [`config`]
 //! (layering defaults < file < env < flags into a plan), [`preflight`] (fds, ports, somaxconn,
-//! conntrack and memory before any socket), [`run`] (orchestration,
+//! conntrack, memory and the result files before any socket), [`run`] (orchestration,
 //! progress, hlog, Prometheus, summary, assertions), [`serve`] (`agent-sim
 //! serve`), [`report_cmd`] (`report show|merge|html`), [`cleanup_cmd`]
 //! (`agent-sim cleanup`), [`doctor_cmd`] (`agent-sim doctor`).
@@ -41,6 +43,7 @@ pub mod plan;
 pub mod preflight;
 pub mod progress;
 pub mod report_cmd;
+pub mod results;
 pub mod run;
 pub mod scenario;
 pub mod serve;
@@ -127,6 +130,7 @@ impl RunBuilder {
     /// to `--summary` if set). Must be called inside a multi-thread tokio runtime.
     pub async fn run(self) -> Result<RunOutcome, RunError> {
         let mut cfg = config::resolve(self.args, &|k| std::env::var(k).ok())?;
+        preflight::outputs(&cfg)?;
         let host = preflight::Host::of_this_host();
         preflight::spread_loopback(&mut cfg, &host);
         let p = preflight::check(&cfg, &host)?;

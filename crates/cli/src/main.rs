@@ -187,6 +187,12 @@ fn main() -> ExitCode {
                     return code(exit::USAGE);
                 }
             };
+            // Results are written at the end: a path they cannot take is
+            // refused now, before a long run would lose them.
+            if let Err(e) = preflight::outputs(&cfg) {
+                eprintln!("agent-sim: {e}");
+                return code(exit::USAGE);
+            }
             let host = preflight::Host::of_this_host();
             match agent_sim::local::plan(&cfg, &host) {
                 Ok(Some(lp)) => {

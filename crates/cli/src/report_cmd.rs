@@ -8,10 +8,9 @@ use std::path::{Path, PathBuf};
 use agent_sim_metrics::Summary;
 use agent_sim_metrics::assert::{Assertion, evaluate};
 use agent_sim_metrics::hlog::{HlogContents, read_hlog};
-use agent_sim_metrics::merge::{apply_hlogs, merge_summaries};
-use agent_sim_metrics::summary::SCHEMA_V2;
 
 use crate::exit;
+use crate::results::write_atomically;
 
 fn is_json(path: &Path) -> Result<bool, String> {
     let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -67,29 +66,7 @@ fn load(args: &[PathBuf]) -> Result<Loaded, String> {
             hlogs.push(read_hlog(f).map_err(|e| e.to_string())?);
         }
     }
-    let mut merged = if summaries.is_empty() {
-        Summary {
-            schema: SCHEMA_V2.into(),
-            // hlogs carry no kind; "mixed" is the schema's catch-all.
-            kind: "mixed".into(),
-            ..Default::default()
-        }
-    } else {
-        merge_summaries(&summaries).map_err(|e| e.to_string())?
-    };
-    if !hlogs.is_empty() {
-        let mut by_tag = std::collections::BTreeMap::new();
-        for h in &hlogs {
-            for (tag, hist) in h.merged_by_tag() {
-                let acc = by_tag
-                    .entry(tag)
-                    .or_insert_with(agent_sim_metrics::new_latency_histogram);
-                acc.add(&hist)
-                    .map_err(|e| format!("merging hlogs: {e:?}"))?;
-            }
-        }
-        apply_hlogs(&mut merged, &by_tag);
-    }
+    let merged = crate::results::merge(&summaries, &hlogs).map_err(|e| e.to_string())?;
     Ok(Loaded {
         summary: merged,
         hlogs,
@@ -123,16 +100,6 @@ fn recorded_asserts(s: &Summary) -> Vec<Assertion> {
         .collect()
 }
 
-/// Writes `text` to `path` through a temporary file and a rename, so a
-/// reader never sees half a file.
-pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
-}
-
 /// `report html FILE|DIR... -o PATH [--assert EXPR]`: the report page of
 /// one run, or of several merged (their sum); latency over time from the
 /// hlogs given. Verdicts: the assertions given, else the run's own.
@@ -151,11 +118,6 @@ pub fn html(files: &[PathBuf], out: &Path, asserts: &[Assertion]) -> i32 {
         asserts.to_vec()
     };
     let verdicts = evaluate(&asserts, s);
-    let zero = humantime::parse_rfc3339(&s.started_at)
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_secs_f64());
-    let windows = agent_sim_metrics::timeline::windows_from_hlogs(&loaded.hlogs, zero);
     let sources: Vec<String> = loaded
         .files
         .iter()
@@ -165,12 +127,7 @@ pub fn html(files: &[PathBuf], out: &Path, asserts: &[Assertion]) -> i32 {
                 .unwrap_or_else(|| f.display().to_string())
         })
         .collect();
-    let page = agent_sim_metrics::html::render(&agent_sim_metrics::html::Page {
-        summary: s,
-        verdicts: &verdicts,
-        windows: &windows,
-        sources: &sources,
-    });
+    let page = crate::results::page(s, &verdicts, &loaded.hlogs, &sources);
     match write_atomically(out, &page) {
         Ok(()) => {
             println!(

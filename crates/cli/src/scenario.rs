@@ -81,17 +81,6 @@ pub fn sections(value: toml::Value, file: &str) -> Result<Vec<ScenarioSection>, 
         .collect()
 }
 
-fn spec(what: What, origin: &str) -> PhaseSpec {
-    PhaseSpec {
-        what,
-        at: None,
-        until: None,
-        length: None,
-        chained: false,
-        origin: origin.into(),
-    }
-}
-
 /// The phases of one section (`n` from 1, for messages).
 fn section_spec(s: &ScenarioSection, n: usize) -> Result<PhaseSpec, UsageError> {
     let origin = format!("[[scenario]] #{n}");
@@ -143,19 +132,22 @@ pub fn apply(
         }
     }
     if let Some(c) = a.churn {
-        specs.push(spec(What::Churn(c), "--churn"));
+        specs.push(PhaseSpec::flag(What::Churn(c), "--churn"));
     }
     if let Some(l) = a.max_session_length {
-        specs.push(spec(What::MaxSessionLength(l.0), "--max-session-length"));
+        specs.push(PhaseSpec::flag(
+            What::MaxSessionLength(l.0),
+            "--max-session-length",
+        ));
     }
     for s in &a.storms {
-        specs.push(spec(What::Storm(*s), "--storm"));
+        specs.push(PhaseSpec::flag(What::Storm(*s), "--storm"));
     }
     for p in &a.pauses {
-        specs.push(spec(What::Pause(*p), "--pause"));
+        specs.push(PhaseSpec::flag(What::Pause(*p), "--pause"));
     }
     if let Some(r) = a.ramp_down {
-        specs.push(spec(What::RampDown(r), "--ramp-down"));
+        specs.push(PhaseSpec::flag(What::RampDown(r), "--ramp-down"));
     }
     let policy = a.reconnect.unwrap_or_default();
     let protocol = match &plan.protocol {

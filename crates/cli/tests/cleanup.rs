@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agent_sim_consul::http::HttpApi;
 use agent_sim_server::consul::ConsulTargetConfig;
-use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin, wait_within};
+use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin, until, wait_within};
 use bytes::Bytes;
 use http::Method;
 
@@ -16,17 +16,6 @@ mod common;
 
 async fn get(api: &HttpApi, path: &str) -> serde_json::Value {
     serde_json::from_slice(&api.call(Method::GET, path, Bytes::new()).await.unwrap()).unwrap()
-}
-
-/// Polls `cond` every 50 ms; panics after 20 s (the child runs in real time).
-async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
-    for _ in 0..400 {
-        if cond().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,10 +71,15 @@ async fn cleanup_removes_what_a_killed_run_left_and_nothing_else() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    until("20 sessions and the probe node", async || {
-        state.stats().sessions_active == 20
-            && get(&api, "/v1/catalog/node/agent-sim-probe").await != serde_json::Value::Null
-    })
+    // The child runs in real time.
+    until(
+        Duration::from_secs(20),
+        "20 sessions and the probe node",
+        async || {
+            state.stats().sessions_active == 20
+                && get(&api, "/v1/catalog/node/agent-sim-probe").await != serde_json::Value::Null
+        },
+    )
     .await;
     child.kill().unwrap();
     wait_within(&mut child, CHILD_LIMIT);

@@ -38,6 +38,42 @@ fn bad_usage_exits_64_with_one_line() {
 }
 
 #[test]
+fn result_files_that_cannot_be_written_are_refused_before_any_agent_dials() {
+    let missing = std::env::temp_dir().join(format!("agent-sim-missing-{}", std::process::id()));
+    for (flag, file, processes) in [
+        ("--summary", "run.json", "1"),
+        ("--report-html", "run.html", "1"),
+        ("--hlog", "run.hlog", "1"),
+        // The parent of local processes writes them only at the very end.
+        ("--summary", "run.json", "2"),
+        ("--report-html", "run.html", "2"),
+    ] {
+        let path = missing.join(file);
+        let out = agent_sim()
+            .args([
+                "--agents",
+                "5",
+                "--duration",
+                "30s",
+                "--processes",
+                processes,
+            ])
+            .arg(flag)
+            .arg(&path)
+            .output_within(CHILD_LIMIT);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{flag} {processes}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&format!("{flag} {}", path.display()))
+                && err.contains("cannot be written"),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty(), "no run, no table: {out:?}");
+    }
+}
+
+#[test]
 fn too_many_agents_for_the_fd_limit_are_refused_before_any_socket() {
     let out = agent_sim()
         .args(["--agents", "5000000"])

@@ -1,7 +1,8 @@
 //! The guide stays whole: every relative link in README.md and docs/
-//! resolves (files, and headings for `#anchors`), and every flag that
-//! `--help` shows (the run's and every subcommand's) is explained on some
-//! page.
+//! resolves (files, and headings for `#anchors`), every flag that `--help`
+//! shows (the run's and every subcommand's) is explained on some page, and
+//! every limit a `// Bound:` comment of the code names is in
+//! docs/hardening.md.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -181,6 +182,123 @@ fn help_names_the_summary_schema_written() {
     assert!(
         help.contains(agent_sim_metrics::summary::SCHEMA_V2),
         "--help must name the schema the summary has"
+    );
+}
+
+/// The `// Bound:` comments (`///`, `//!` too) of the code outside tests,
+/// each with the comment lines that continue it, as `(file, text)`.
+fn bound_comments() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for f in agent_sim_testkit::source::sources() {
+        let mut open: Option<(&str, String)> = None;
+        for line in f.non_test().lines() {
+            let t = line.trim_start();
+            let marker = ["//! ", "/// ", "// "]
+                .into_iter()
+                .find(|m| t.starts_with(m) || t == m.trim_end());
+            match (marker, open.as_mut()) {
+                (Some(m), _) if t[m.trim_end().len()..].trim_start().starts_with("Bound:") => {
+                    if let Some((_, text)) = open.take() {
+                        out.push((f.path.display().to_string(), text));
+                    }
+                    open = Some((m, t.to_string()));
+                }
+                (Some(m), Some((om, text))) if m == *om && t.len() > m.trim_end().len() => {
+                    text.push(' ');
+                    text.push_str(&t[m.len()..]);
+                }
+                _ => {
+                    if let Some((_, text)) = open.take() {
+                        out.push((f.path.display().to_string(), text));
+                    }
+                }
+            }
+        }
+        if let Some((_, text)) = open {
+            out.push((f.path.display().to_string(), text));
+        }
+    }
+    out
+}
+
+/// The limits a comment names: constants in capitals with at least one
+/// underscore (`MAX_SESSIONS`), with the module path written before them
+/// (`codec::MAX_MESSAGE`).
+fn named_limits(text: &str) -> Vec<String> {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = Vec::new();
+    for word in text.split(|c: char| !(is_ident(c) || c == ':')) {
+        let word = word.trim_matches(':');
+        let name = word.rsplit("::").next().unwrap_or(word);
+        let capitals = name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+        if capitals && name.contains('_') && name.starts_with(|c: char| c.is_ascii_uppercase()) {
+            out.push(word.to_string());
+        }
+    }
+    out
+}
+
+/// Whether `name` stands in `text` as itself (`MAX_STREAMS` is not found
+/// in `MAX_STREAMS_PER_CONN`).
+fn names(text: &str, name: &str) -> bool {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(name).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + name.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
+}
+
+#[test]
+fn every_limit_a_bound_comment_names_is_in_hardening_md() {
+    let doc = std::fs::read_to_string(root().join("docs/hardening.md")).unwrap();
+    let comments = bound_comments();
+    assert!(
+        comments.len() > 20,
+        "only {} `// Bound:` comments found: is the reader right?",
+        comments.len()
+    );
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for (file, text) in &comments {
+        for limit in named_limits(text) {
+            checked += 1;
+            if !names(&doc, &limit) {
+                missing.push(format!("{file}: {limit} ({text})"));
+            }
+        }
+    }
+    assert!(
+        checked > 15,
+        "only {checked} limits named: is the reader right?"
+    );
+    assert!(
+        missing.is_empty(),
+        "limits named in `// Bound:` comments that docs/hardening.md does not list:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn bound_comments_are_read_whole_and_their_limits_found() {
+    assert_eq!(
+        named_limits(
+            "// Bound: MAX_NODES nodes, MAX_PER_NODE each; codec::MAX_MESSAGE (TTL, HTTP)."
+        ),
+        ["MAX_NODES", "MAX_PER_NODE", "codec::MAX_MESSAGE"]
+    );
+    assert!(names("`MAX_STREAMS` (server)", "MAX_STREAMS"));
+    assert!(!names("`MAX_STREAMS_PER_CONN`", "MAX_STREAMS"));
+    let all = bound_comments();
+    let (_, state) = all
+        .iter()
+        .find(|(f, t)| f.ends_with("server/src/consul/state.rs") && t.contains("MAX_NODES"))
+        .expect("the catalog's bound");
+    assert!(
+        state.contains("MAX_TOPICS"),
+        "a comment read with its second line: {state}"
     );
 }
 

@@ -57,18 +57,10 @@ fn a_run_that_fits_exits_0() {
 #[test]
 fn a_run_that_does_not_fit_exits_2_with_every_fix() {
     let root = fake_proc("nofit");
+    let consul_70k = ["--kind", "consul", "--agents", "70000", "--target"];
     let (code, out) = doctor(
         &root,
-        &[
-            "--kind",
-            "consul",
-            "--agents",
-            "70000",
-            "--target",
-            "10.1.2.3:8300",
-            "--processes",
-            "1",
-        ],
+        &[&consul_70k[..], &["10.1.2.3:8300", "--processes", "1"]].concat(),
     );
     assert_eq!(code, 2, "{out}");
     for want in [
@@ -85,17 +77,7 @@ fn a_run_that_does_not_fit_exits_2_with_every_fix() {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
     // Without --processes 1 the fds and ports are the local processes'.
-    let (code, out) = doctor(
-        &root,
-        &[
-            "--kind",
-            "consul",
-            "--agents",
-            "70000",
-            "--target",
-            "127.0.0.1:8300",
-        ],
-    );
+    let (code, out) = doctor(&root, &[&consul_70k[..], &["127.0.0.1:8300"]].concat());
     let _ = std::fs::remove_dir_all(&root);
     assert_eq!(code, 2, "conntrack and memory still do not fit: {out}");
     assert!(

@@ -3,10 +3,10 @@
 //! child, SIGTERM forwarded, and a child that dies reported as such (its
 //! agents missing with cause `process_died`, exit 2).
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin, wait_within};
+use agent_sim_testkit::bounded::{CHILD_LIMIT, Lines, OutputWithin, wait_within};
 
 fn agent_sim() -> Command {
     Command::new(env!("CARGO_BIN_EXE_agent-sim"))
@@ -39,6 +39,28 @@ fn children_of(parent: u32) -> Vec<u32> {
         }
     }
     out
+}
+
+/// A run of `agents` over two local processes for `duration`, its summary
+/// in `d`: the parent, and its progress lines (one a second) as they come.
+fn two_processes(d: &std::path::Path, agents: &str, duration: &str) -> (Child, Lines) {
+    let mut parent = agent_sim()
+        .args([
+            "--agents",
+            agents,
+            "--processes",
+            "2",
+            "--duration",
+            duration,
+        ])
+        .args(["--progress-every", "1s", "--summary"])
+        .arg(d.join("run.json"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let said = Lines::of(parent.stderr.take().unwrap());
+    (parent, said)
 }
 
 fn kill(pid: u32, sig: &str) {
@@ -105,24 +127,9 @@ fn local_processes_write_one_merged_summary_table_hlog_and_page() {
 #[test]
 fn sigterm_to_the_parent_ends_every_child_and_still_writes_the_summary() {
     let d = scratch("term");
-    let mut parent = agent_sim()
-        .args([
-            "--agents",
-            "100",
-            "--processes",
-            "2",
-            "--duration",
-            "60s",
-            "-q",
-        ])
-        .arg("--summary")
-        .arg(d.join("run.json"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut parent, mut said) = two_processes(&d, "100", "60s");
     let t = Instant::now();
-    std::thread::sleep(Duration::from_secs(3));
+    said.wait_for("connected 100/100", Duration::from_secs(60));
     assert_eq!(children_of(parent.id()).len(), 2);
     kill(parent.id(), "-TERM");
     let status = wait_within(&mut parent, CHILD_LIMIT);
@@ -137,29 +144,13 @@ fn sigterm_to_the_parent_ends_every_child_and_still_writes_the_summary() {
 #[test]
 fn a_local_process_that_dies_is_reported_with_its_agents_missing() {
     let d = scratch("died");
-    let mut parent = agent_sim()
-        .args([
-            "--agents",
-            "200",
-            "--processes",
-            "2",
-            "--duration",
-            "8s",
-            "-q",
-        ])
-        .arg("--summary")
-        .arg(d.join("run.json"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
+    let (mut parent, mut said) = two_processes(&d, "200", "8s");
+    said.wait_for("connected 200/200", Duration::from_secs(60));
     let kids = children_of(parent.id());
     assert_eq!(kids.len(), 2, "{kids:?}");
     kill(kids[0], "-KILL");
     let status = wait_within(&mut parent, CHILD_LIMIT);
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut parent.stderr.take().unwrap(), &mut err).unwrap();
+    let err = said.all();
     assert_eq!(status.code(), Some(2), "{err}");
     assert!(err.contains("died (signal: 9"), "{err}");
     let s = agent_sim::Summary::read(&d.join("run.json")).unwrap();

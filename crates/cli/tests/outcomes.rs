@@ -25,6 +25,22 @@ async fn backend(cfg: SensuTargetConfig) -> (String, CancellationToken) {
     (addr, stop)
 }
 
+/// The outcome of `run` held for `secs`.
+async fn run_for(run: RunBuilder, secs: u64) -> agent_sim::run::RunOutcome {
+    run.duration(Duration::from_secs(secs))
+        .run()
+        .await
+        .expect("run")
+}
+
+/// `agents` Sensu agents started at once against `addr`.
+fn sensu_run(addr: String, agents: u64) -> RunBuilder {
+    RunBuilder::new(Kind::Sensu)
+        .agents(agents)
+        .ramp(Ramp::All)
+        .target(addr)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_refused_for_its_first_seconds_ends_up_with_every_agent_connected() {
     let (addr, stop) = backend(SensuTargetConfig {
@@ -32,10 +48,7 @@ async fn a_namespace_refused_for_its_first_seconds_ends_up_with_every_agent_conn
         ..SensuTargetConfig::default()
     })
     .await;
-    let outcome = RunBuilder::new(Kind::Sensu)
-        .agents(50)
-        .ramp(Ramp::All)
-        .target(addr)
+    let outcome = sensu_run(addr, 50)
         .duration(Duration::from_secs(7))
         .args(|a| a.reconnect_max = Some("1s".parse().unwrap()))
         .run()
@@ -63,10 +76,7 @@ async fn a_wrong_password_stops_by_itself_with_the_servers_words_and_never_the_p
     let secret = "not-the-P@ssw0rd";
     let t0 = std::time::Instant::now();
     // No --duration: the run must end by itself.
-    let outcome = RunBuilder::new(Kind::Sensu)
-        .agents(20)
-        .ramp(Ramp::All)
-        .target(addr)
+    let outcome = sensu_run(addr, 20)
         .args(|a| {
             a.password = Some(secret.into());
             a.reconnect_max = Some("500ms".parse().unwrap());
@@ -101,10 +111,7 @@ async fn a_wrong_password_stops_by_itself_with_the_servers_words_and_never_the_p
 async fn fail_fast_stops_at_the_first_refusal_that_cannot_heal() {
     let (addr, stop) = backend(SensuTargetConfig::default()).await;
     let t0 = std::time::Instant::now();
-    let outcome = RunBuilder::new(Kind::Sensu)
-        .agents(20)
-        .ramp(Ramp::All)
-        .target(addr)
+    let outcome = sensu_run(addr, 20)
         .duration(Duration::from_secs(60))
         .args(|a| {
             a.user = Some("nobody".into());
@@ -130,15 +137,7 @@ async fn half_the_fleet_on_a_dead_port_is_an_incomplete_run_with_its_cause() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().to_string()
     };
-    let outcome = RunBuilder::new(Kind::Sensu)
-        .agents(40)
-        .ramp(Ramp::All)
-        .target(addr)
-        .target(dead)
-        .duration(Duration::from_secs(3))
-        .run()
-        .await
-        .expect("run");
+    let outcome = run_for(sensu_run(addr, 40).target(dead), 3).await;
     stop.cancel();
     let s = &outcome.summary;
     assert_eq!(outcome.exit_code, 2, "{:?}", s.outcome);
@@ -159,6 +158,14 @@ async fn consul_backend(
     (b.rpc.to_string(), b.http.to_string(), b.stop)
 }
 
+/// A Consul server that takes 100 RPC connections per client address.
+fn capped_at_100() -> agent_sim_server::consul::ConsulTargetConfig {
+    agent_sim_server::consul::ConsulTargetConfig {
+        rpc_max_conns_per_client: 100,
+        ..Default::default()
+    }
+}
+
 fn consul_run(rpc: String, http: String, agents: u64) -> RunBuilder {
     RunBuilder::new(Kind::Consul)
         .agents(agents)
@@ -175,16 +182,8 @@ fn consul_run(rpc: String, http: String, agents: u64) -> RunBuilder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_per_ip_connection_cap_leaves_the_fleet_incomplete_with_a_hint_naming_it() {
-    let (rpc, http, stop) = consul_backend(agent_sim_server::consul::ConsulTargetConfig {
-        rpc_max_conns_per_client: 100,
-        ..Default::default()
-    })
-    .await;
-    let outcome = consul_run(rpc, http, 300)
-        .duration(Duration::from_secs(4))
-        .run()
-        .await
-        .expect("run");
+    let (rpc, http, stop) = consul_backend(capped_at_100()).await;
+    let outcome = run_for(consul_run(rpc, http, 300), 4).await;
     stop.cancel();
     let s = &outcome.summary;
     assert_eq!(outcome.exit_code, 2, "{:?}", s.outcome);
@@ -215,11 +214,7 @@ async fn a_per_ip_connection_cap_leaves_the_fleet_incomplete_with_a_hint_naming_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connection_cap_with_fail_fast_stops_quickly_with_exit_1() {
-    let (rpc, http, stop) = consul_backend(agent_sim_server::consul::ConsulTargetConfig {
-        rpc_max_conns_per_client: 100,
-        ..Default::default()
-    })
-    .await;
+    let (rpc, http, stop) = consul_backend(capped_at_100()).await;
     let t0 = std::time::Instant::now();
     let outcome = consul_run(rpc, http, 300)
         .duration(Duration::from_secs(60))
@@ -245,11 +240,7 @@ async fn acls_that_deny_the_registration_say_so_in_the_servers_words() {
     })
     .await;
     // No token: subscriptions get empty snapshots, registrations are denied.
-    let outcome = consul_run(rpc.clone(), http.clone(), 10)
-        .duration(Duration::from_secs(3))
-        .run()
-        .await
-        .expect("run");
+    let outcome = run_for(consul_run(rpc.clone(), http.clone(), 10), 3).await;
     let s = &outcome.summary;
     assert_eq!(outcome.exit_code, 1, "{:?}", s.outcome);
     assert_eq!(s.agents.connected, 0);
@@ -290,11 +281,7 @@ async fn acls_that_deny_the_registration_say_so_in_the_servers_words() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pointing_consul_agents_at_the_http_port_says_so() {
     let (_rpc, http, stop) = consul_backend(Default::default()).await;
-    let outcome = consul_run(http.clone(), http, 5)
-        .duration(Duration::from_secs(2))
-        .run()
-        .await
-        .expect("run");
+    let outcome = run_for(consul_run(http.clone(), http, 5), 2).await;
     stop.cancel();
     let s = &outcome.summary;
     assert_eq!(outcome.exit_code, 1, "{:?}", s.outcome);

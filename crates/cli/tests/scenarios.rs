@@ -13,6 +13,7 @@ use agent_sim_server::sensu::{SensuTargetConfig, SensuTargetStats};
 use tokio_util::sync::CancellationToken;
 
 mod common;
+use agent_sim_testkit::bounded::until;
 use common::{assert_exit, temp_path};
 
 /// The only disruption of a run, of `cause`.
@@ -48,14 +49,13 @@ fn when_back(stats: Arc<SensuTargetStats>, keepalives: u64) -> CancellationToken
     let t = CancellationToken::new();
     let fire = t.clone();
     tokio::spawn(async move {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while stats.keepalives_received.load(Ordering::Relaxed) < keepalives
-            && tokio::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        // Fired when they are in, or after a minute.
+        let _fire = fire.drop_guard();
+        until(Duration::from_secs(60), "the keepalives", async move || {
+            stats.keepalives_received.load(Ordering::Relaxed) >= keepalives
+        })
+        .await;
         // The last keepalive's agent is connected: it sent it after that.
-        fire.cancel();
     });
     t
 }
@@ -220,9 +220,10 @@ async fn a_sensu_backend_restart_is_detected_and_recovered() {
     let done = CancellationToken::new();
     let (r, st, d) = (restarted.clone(), stats.clone(), done.clone());
     tokio::spawn(async move {
-        while st.keepalives_received.load(Ordering::Relaxed) < 300 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until(Duration::from_secs(60), "300 keepalives", async move || {
+            st.keepalives_received.load(Ordering::Relaxed) >= 300
+        })
+        .await;
         // Stop (every session gets close 1001), stay down 1 s, and come
         // back on the same port with a fresh backend; the run ends when
         // every agent has sent it a keepalive.

@@ -7,6 +7,7 @@ use agent_sim::{Kind, Ramp, RunBuilder};
 use tokio_util::sync::CancellationToken;
 
 mod common;
+use agent_sim_testkit::bounded::until;
 use common::{assert_exit, temp_path};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,16 +91,15 @@ async fn interrupted_run_still_writes_the_summary() {
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {
-        let in_by = tokio::time::Instant::now() + Duration::from_secs(20);
-        while stats
-            .keepalives_received
-            .load(std::sync::atomic::Ordering::Relaxed)
-            < 20
-            && tokio::time::Instant::now() < in_by
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        t.cancel();
+        // Ends the run once 20 keepalives are in, or after 20 s.
+        let _end = t.drop_guard();
+        until(Duration::from_secs(20), "20 keepalives", async move || {
+            stats
+                .keepalives_received
+                .load(std::sync::atomic::Ordering::Relaxed)
+                >= 20
+        })
+        .await;
     });
     let outcome = RunBuilder::new(Kind::Sensu)
         .agents(20)

@@ -4,6 +4,7 @@
 //! were, and the intentions probe never touches an entry it did not create.
 
 mod common;
+use agent_sim_testkit::bounded::until;
 use common::*;
 
 use std::sync::Arc;
@@ -96,10 +97,10 @@ async fn a_server_that_lost_its_state_is_repaired_by_anti_entropy() {
         status,
         CancellationToken::new(),
     ));
-    wait_for(
-        "20 registered with sessions",
+    until(
         Duration::from_secs(10),
-        || {
+        "20 registered with sessions",
+        async || {
             let s = t.state.stats();
             counter(&m, "registrations") == 20 && s.sessions_active == 20
         },
@@ -120,7 +121,7 @@ async fn a_server_that_lost_its_state_is_repaired_by_anti_entropy() {
     );
 
     // Within one interval every node, instance and session is back.
-    wait_for("all repaired", Duration::from_secs(60), || {
+    until(Duration::from_secs(60), "all repaired", async || {
         let s = t.state.stats();
         counter(&m, "reregistrations") == 20 && s.sessions_active == 20
     })
@@ -138,7 +139,7 @@ async fn a_server_that_lost_its_state_is_repaired_by_anti_entropy() {
     assert_eq!(app.len(), 20);
     // Every agent is connected again, its resubscribes answered with a new
     // snapshot (the server's indexes started over), none taken as resumed.
-    wait_for("all reconnected", Duration::from_secs(5), || {
+    until(Duration::from_secs(5), "all reconnected", async || {
         counter(&m, "sessions_established") == 40
     })
     .await;

@@ -17,7 +17,12 @@ use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
 mod common;
+use agent_sim_testkit::bounded::until;
 use common::*;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
 
 #[tokio::test(start_paused = true)]
 async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
@@ -25,26 +30,10 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
     let m_owned = metrics();
     let m = &m_owned;
     let cfg = ConsulConfig {
-        probe: ProbeConfig {
-            kind: Some(ProbeKind::Catalog),
-            every: Duration::from_secs(2),
-            timeout: Some(Duration::from_millis(1500)),
-            ..ProbeConfig::default()
-        },
+        probe: probe(ProbeKind::Catalog, Duration::from_secs(2), ms(1500)),
         ..config(&t)
     };
-    let (report, probes) = run_fleet(
-        cfg,
-        FleetConfig {
-            agents: 200,
-            ramp: Some(Rate::per_second(2000.0)),
-            duration: Some(Duration::from_millis(3800)),
-            grace: Duration::from_secs(5),
-            ..FleetConfig::default()
-        },
-        m,
-    )
-    .await;
+    let (report, probes) = run_fleet(cfg, fleet_of(200, Some(2000.0), ms(3800)), m).await;
     let s = m.snapshot();
     assert_eq!(report.ever_connected, 200, "{s:?}");
     assert_eq!(report.connected_at_end, 200);
@@ -92,12 +81,7 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
 fn shard_config(t: &Target, timeout: Duration) -> ConsulConfig {
     ConsulConfig {
         session_ttl: None,
-        probe: ProbeConfig {
-            kind: Some(ProbeKind::Catalog),
-            every: Duration::from_secs(2),
-            timeout: Some(timeout),
-            ..ProbeConfig::default()
-        },
+        probe: probe(ProbeKind::Catalog, Duration::from_secs(2), timeout),
         ..config(t)
     }
 }
@@ -152,22 +136,13 @@ async fn probes_during_a_storm_recovery_expect_only_the_agents_live_at_arming() 
     let m = metrics();
     let n = 200;
     let cfg = ConsulConfig {
-        probe: ProbeConfig {
-            kind: Some(ProbeKind::Catalog),
-            every: Duration::from_secs(1),
-            timeout: Some(Duration::from_millis(800)),
-            ..ProbeConfig::default()
-        },
+        probe: probe(ProbeKind::Catalog, Duration::from_secs(1), ms(800)),
         cluster_size: 100,
         ..config(&t)
     };
     let (report, probes) = run_fleet(
         cfg,
         FleetConfig {
-            agents: n,
-            ramp: Some(Rate::per_second(2000.0)),
-            duration: Some(Duration::from_millis(9_500)),
-            grace: Duration::from_secs(5),
             // Back 1 s to 2 s after the storm (jittered first delay).
             backoff: agent_sim_fleet::Backoff::new(Duration::from_secs(2), Duration::from_secs(30)),
             scenario: Scenario {
@@ -176,7 +151,7 @@ async fn probes_during_a_storm_recovery_expect_only_the_agents_live_at_arming() 
                     share: 1.0,
                 }],
             },
-            ..FleetConfig::default()
+            ..fleet_of(n, Some(2000.0), ms(9_500))
         },
         &m,
     )
@@ -214,14 +189,10 @@ async fn an_observer_shard_in_a_storm_counts_only_its_expected_subscriptions() {
         ..shard_config(&t, Duration::from_millis(1900))
     };
     let fleet = |first_index: u64, agents: u64, phases: Vec<Phase>| FleetConfig {
-        agents,
         first_index,
-        ramp: Some(Rate::per_second(2000.0)),
-        duration: Some(Duration::from_millis(9_500)),
-        grace: Duration::from_secs(5),
         backoff: agent_sim_fleet::Backoff::new(Duration::from_secs(2), Duration::from_secs(30)),
         scenario: Scenario { phases },
-        ..FleetConfig::default()
+        ..fleet_of(agents, Some(2000.0), ms(9_500))
     };
     let storm = Phase::Storm {
         at: Duration::from_millis(4_500),
@@ -263,12 +234,8 @@ async fn an_observer_shard_measures_the_probe_and_merges_by_raft_index() {
 
     let t = start_target().await;
     let fleet = |first_index: u64| FleetConfig {
-        agents: 50,
         first_index,
-        ramp: Some(Rate::per_second(1000.0)),
-        duration: Some(Duration::from_millis(3800)),
-        grace: Duration::from_secs(5),
-        ..FleetConfig::default()
+        ..fleet_of(50, Some(1000.0), ms(3800))
     };
     let ([r0, r1], [m0, m1], [probes0, probes1]) = run_two_shards(
         shard_config(&t, Duration::from_millis(1500)),
@@ -355,25 +322,10 @@ async fn intentions_probe_reaches_every_agent() {
     let cfg = ConsulConfig {
         register: false,
         session_ttl: None,
-        probe: ProbeConfig {
-            kind: Some(ProbeKind::Intentions),
-            every: Duration::from_millis(1500),
-            timeout: Some(Duration::from_secs(1)),
-            ..ProbeConfig::default()
-        },
+        probe: probe(ProbeKind::Intentions, ms(1500), Duration::from_secs(1)),
         ..config(&t)
     };
-    let (report, probes) = run_fleet(
-        cfg,
-        FleetConfig {
-            agents: 20,
-            ramp: None,
-            duration: Some(Duration::from_millis(2800)),
-            ..FleetConfig::default()
-        },
-        m,
-    )
-    .await;
+    let (report, probes) = run_fleet(cfg, fleet_of(20, None, ms(2800)), m).await;
     assert_eq!(report.ever_connected, 20);
     // web, api and the intentions subscription per agent.
     assert_eq!(counter(m, "snapshots"), 60);
@@ -392,22 +344,11 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
     let t = start_target().await;
     let m_owned = metrics();
     let m = &m_owned;
-    let cfg = ConsulConfig {
-        register: false,
-        session_ttl: None,
-        ..config(&t)
-    };
-    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let factory = ConsulFactory::new(subscriber(&t), m.clone()).unwrap();
     let mut agent = factory.create(0);
 
-    let end = with_session(&mut agent, m, |token| async move {
-        wait_for("first snapshots", Duration::from_secs(5), || {
-            counter(m, "snapshots") == 2
-        })
-        .await;
-        token.cancel();
-    })
-    .await;
+    let first = (Duration::from_secs(5), "first snapshots");
+    let end = session_until(&mut agent, m, first, async || counter(m, "snapshots") == 2).await;
     assert_eq!(end, SessionEnd::Shutdown);
     assert_eq!(agent.view_len("web"), Some(2));
     assert_eq!(agent.view_len("api"), Some(1));
@@ -425,13 +366,13 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
     let api2 = &api;
     let end = with_session(&mut agent, m, |token| async move {
         // `web` changed: a new snapshot follows.
-        wait_for("web re-snapshot", Duration::from_secs(5), || {
+        until(Duration::from_secs(5), "web re-snapshot", async || {
             counter(m, "snapshots") == 3
         })
         .await;
         // `api` did not: silence, which is not a resume yet, but the
         // session is up once the server has answered the agent's check.
-        wait_for("established again", Duration::from_secs(10), || {
+        until(Duration::from_secs(10), "established again", async || {
             counter(m, "sessions_established") == 2
         })
         .await;
@@ -450,7 +391,7 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
         )
         .await
         .unwrap();
-        wait_for("a resume", Duration::from_secs(5), || {
+        until(Duration::from_secs(5), "a resume", async || {
             counter(m, "resumes") == 1
         })
         .await;
@@ -478,12 +419,9 @@ async fn a_reconnecting_agent_resumes_from_its_index() {
 
     // Nothing changes while it is away: both streams resume and stay
     // silent, counted as silent resumes when the session ends.
-    let end = with_session(&mut agent, m, |token| async move {
-        wait_for("established a third time", Duration::from_secs(10), || {
-            counter(m, "sessions_established") == 3
-        })
-        .await;
-        token.cancel();
+    let third = (Duration::from_secs(10), "established a third time");
+    let end = session_until(&mut agent, m, third, async || {
+        counter(m, "sessions_established") == 3
     })
     .await;
     assert_eq!(end, SessionEnd::Shutdown);
@@ -497,27 +435,22 @@ async fn aborted_streams_resubscribe_at_once_then_with_backoff() {
     let t = start_target().await;
     let m_owned = metrics();
     let m = &m_owned;
-    let cfg = ConsulConfig {
-        register: false,
-        session_ttl: None,
-        ..config(&t)
-    };
-    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let factory = ConsulFactory::new(subscriber(&t), m.clone()).unwrap();
     let mut agent = factory.create(0);
     let state = t.state.clone();
     let end = with_session(&mut agent, m, |token| async move {
-        wait_for("snapshots", Duration::from_secs(5), || {
+        until(Duration::from_secs(5), "snapshots", async || {
             counter(m, "snapshots") == 2
         })
         .await;
         state.abort_subscriptions();
-        wait_for("first re-snapshots", Duration::from_secs(5), || {
+        until(Duration::from_secs(5), "first re-snapshots", async || {
             counter(m, "aborts") == 2 && counter(m, "snapshots") == 4
         })
         .await;
         state.abort_subscriptions();
         // The second abort backs off ≤ 200 ms before resubscribing.
-        wait_for("second re-snapshots", Duration::from_secs(5), || {
+        until(Duration::from_secs(5), "second re-snapshots", async || {
             counter(m, "aborts") == 4 && counter(m, "snapshots") == 6
         })
         .await;
@@ -546,30 +479,25 @@ async fn a_session_expires_when_renewals_stop_and_is_recreated() {
     };
     let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
     let mut agent = factory.create(0);
-    let end = with_session(&mut agent, m, |token| async move {
-        wait_for("session created", Duration::from_secs(5), || {
-            counter(m, "sessions_created") == 1
-        })
-        .await;
-        token.cancel();
+    let created = (Duration::from_secs(5), "session created");
+    let end = session_until(&mut agent, m, created, async || {
+        counter(m, "sessions_created") == 1
     })
     .await;
     assert_eq!(end, SessionEnd::Shutdown);
     assert_eq!(counter(m, "registrations"), 1);
     // No session runs, so nobody renews: the server expires it after 2 × TTL.
     let state = t.state.clone();
-    wait_for("server-side expiry", Duration::from_secs(30), || {
+    until(Duration::from_secs(30), "server-side expiry", async || {
         state.stats().sessions_expired >= 1
     })
     .await;
-    let end = with_session(&mut agent, m, |token| async move {
-        wait_for(
-            "expiry noticed and session recreated",
-            Duration::from_secs(5),
-            || counter(m, "sessions_expired") == 1 && counter(m, "sessions_created") == 2,
-        )
-        .await;
-        token.cancel();
+    let recreated = (
+        Duration::from_secs(5),
+        "expiry noticed and session recreated",
+    );
+    let end = session_until(&mut agent, m, recreated, async || {
+        counter(m, "sessions_expired") == 1 && counter(m, "sessions_created") == 2
     })
     .await;
     assert_eq!(end, SessionEnd::Shutdown);
@@ -602,7 +530,10 @@ async fn checks_flap_through_catalog_register() {
     let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
     let mut agent = factory.create(3);
     with_session(&mut agent, m, |token| async move {
-        wait_for("flaps", Duration::from_secs(5), || counter(m, "flaps") >= 4).await;
+        until(Duration::from_secs(5), "flaps", async || {
+            counter(m, "flaps") >= 4
+        })
+        .await;
         token.cancel();
     })
     .await;
@@ -635,25 +566,10 @@ async fn probe_arrivals_are_timed_at_the_socket() {
     let t = start_target().await;
     let m = metrics();
     let cfg = ConsulConfig {
-        probe: ProbeConfig {
-            kind: Some(ProbeKind::Catalog),
-            every: Duration::from_millis(1000),
-            timeout: Some(Duration::from_millis(800)),
-            ..ProbeConfig::default()
-        },
+        probe: probe(ProbeKind::Catalog, ms(1000), ms(800)),
         ..config(&t)
     };
-    let (_, probes) = run_fleet(
-        cfg,
-        FleetConfig {
-            agents: 50,
-            ramp: Some(Rate::per_second(5000.0)),
-            duration: Some(Duration::from_millis(2600)),
-            ..FleetConfig::default()
-        },
-        &m,
-    )
-    .await;
+    let (_, probes) = run_fleet(cfg, fleet_of(50, Some(5000.0), ms(2600)), &m).await;
     assert!(!probes.is_empty());
     let delivered: u64 = probes.iter().map(|p| p.delivered).sum();
     assert!(delivered >= 50, "{probes:?}");

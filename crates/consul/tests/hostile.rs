@@ -22,6 +22,7 @@ use agent_sim_proto::consul::subscribe::{
     ServiceHealthUpdate, Topic, event::Payload,
 };
 use agent_sim_testkit::alloc::{CountingAlloc, decode_bound, peak_during};
+use agent_sim_testkit::bounded::until;
 use agent_sim_testkit::hostile::{mutated, vectors};
 use bytes::{BufMut, Bytes, BytesMut};
 use proptest::collection::vec;
@@ -342,9 +343,10 @@ async fn a_server_streaming_unknown_payloads_and_an_oversized_message_is_survive
         common::with_session(&mut agent, &m, |t| {
             let m = m.clone();
             async move {
-                while !m.snapshot().errors.contains_key("message_too_large") {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
+                until(Duration::from_secs(20), "message_too_large", async || {
+                    m.snapshot().errors.contains_key("message_too_large")
+                })
+                .await;
                 t.cancel();
             }
         }),
@@ -372,14 +374,7 @@ async fn a_server_streaming_unknown_payloads_and_an_oversized_message_is_survive
         "{:?}",
         s.warnings
     );
-    let report = m.warning_report();
-    let sample = |k: &str| {
-        report
-            .iter()
-            .find(|r| r.kind == k)
-            .and_then(|r| r.stat.sample.clone())
-            .unwrap_or_default()
-    };
+    let sample = |k: &str| m.warning_sample(k).unwrap_or_default();
     assert!(sample("unknown_fields").contains("Event field 12"));
     assert!(sample("unknown_events").contains("Health"));
     assert!(s.counter("snapshots") >= 1);

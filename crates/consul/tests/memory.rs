@@ -5,37 +5,27 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use agent_sim_consul::http::HttpApi;
 use agent_sim_consul::{ConsulConfig, ConsulFactory, metrics_spec};
-use agent_sim_fleet::{FleetConfig, FleetStatus};
+use agent_sim_fleet::FleetStatus;
 use agent_sim_metrics::Metrics;
-use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
 use agent_sim_testkit::child;
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
+mod measure;
+use measure::{backend, rss_kib, run_fleet};
+
 const SERVE_ENV: &str = "AGENT_SIM_CONSUL_MEMORY_SERVE";
 
-fn rss_kib() -> u64 {
-    agent_sim_metrics::process::rss_bytes() / 1024
-}
-
-/// The server half: only does something in the child process.
+/// The server half of [`memory_per_agent`], in its child process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn serve_helper() {
-    if std::env::var_os(SERVE_ENV).is_none() {
-        return;
-    }
-    let state = ConsulState::new(ConsulTargetConfig::default());
-    let rpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (ra, ha) = (rpc.local_addr().unwrap(), http.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    tokio::spawn(serve_rpc(rpc, state.clone(), stop.clone()));
-    tokio::spawn(serve_http(http, state, stop));
+    child::only_as_child(SERVE_ENV, "serve_helper", "memory_per_agent");
+    let b = backend(false).await;
+    let (ra, ha) = b.consul_addrs().unwrap();
     let api = HttpApi::new(ha, None, "").unwrap();
     for (node, id, svc) in [("n1", "web-1", "web"), ("n2", "api-1", "api")] {
         let body = format!(
@@ -45,8 +35,7 @@ async fn serve_helper() {
             .await
             .unwrap();
     }
-    child::announce(&[ra, ha]);
-    tokio::time::sleep(Duration::from_secs(600)).await;
+    child::serve_for_parent(&[ra, ha]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,34 +57,14 @@ async fn memory_per_agent() {
         m.clone(),
     )
     .unwrap();
-    let base = rss_kib();
     let status = Arc::new(FleetStatus::default());
     let stop = CancellationToken::new();
-    let run = tokio::spawn(agent_sim_fleet::run(
-        FleetConfig {
-            agents: n,
-            ramp: Some(agent_sim_fleet::Rate::per_second(2000.0)),
-            duration: None,
-            grace: Duration::from_secs(10),
-            ..FleetConfig::default()
-        },
-        Arc::new(factory),
-        m.clone(),
-        status.clone(),
-        stop.clone(),
-    ));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while status.ever_connected.load(Ordering::Relaxed) < n
-        || m.snapshot().counter("sessions_created") < n
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "agents did not connect"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let up = rss_kib();
+    let start = || tokio::spawn(run_fleet(n, factory, &m, &status, &stop));
+    let (run, base, up) = child::rss_around(rss_kib, start, async || {
+        status.ever_connected.load(Ordering::Relaxed) >= n
+            && m.snapshot().counter("sessions_created") >= n
+    })
+    .await;
     let s = m.snapshot();
     println!(
         "{n} agents: RSS {base} KiB → {up} KiB = {:.1} KiB per agent (snapshots {}, sessions {}, errors {:?})",

@@ -6,6 +6,7 @@
 //! reconnect is staggered over 3 s (1,000 nodes would scale it to 12 s).
 
 mod common;
+use agent_sim_testkit::bounded::until;
 use common::*;
 
 use std::time::Duration;
@@ -48,13 +49,14 @@ async fn a_full_storm_of_1000_consul_agents_recovers_with_reconvergence_figures(
     let stop = CancellationToken::new();
     let (mm, s) = (m.clone(), stop.clone());
     tokio::spawn(async move {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while tokio::time::Instant::now() < deadline
-            && !mm.disruptions().live().iter().any(|d| d.back == n)
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        s.cancel();
+        // Ends the run once every agent is back, or after a minute.
+        let _end = s.drop_guard();
+        until(
+            Duration::from_secs(60),
+            "every agent back",
+            async move || mm.disruptions().live().iter().any(|d| d.back == n),
+        )
+        .await;
     });
     let report = agent_sim_fleet::run(
         fleet,

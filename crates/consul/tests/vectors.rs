@@ -167,6 +167,7 @@ fn the_captured_stream_builds_the_expected_view() {
     let ev = |n: &str| Event::decode(read(&format!("consul/subscribe/{n}")).as_slice()).unwrap();
     let mut v = View::new(ViewKind::Health);
     let apply = |v: &mut View, n: &str| v.apply(&ev(n), &mut |_| {});
+    let health = |v: &View, node: &str, id: &str| v.get(node, id).unwrap().health;
 
     // Stream 1: snapshot of web-1, web-2 at index 30.
     assert_eq!(
@@ -188,14 +189,8 @@ fn the_captured_stream_builds_the_expected_view() {
     apply(&mut v, "004-service-health-register-web-3.bin");
     apply(&mut v, "005-service-health-register-web-1.bin");
     assert_eq!(v.len(), 2);
-    assert_eq!(
-        v.get("sim-node-1", "web-1").unwrap().health,
-        Health::Warning
-    );
-    assert_eq!(
-        v.get("sim-node-3", "web-3").unwrap().health,
-        Health::Critical
-    );
+    assert_eq!(health(&v, "sim-node-1", "web-1"), Health::Warning);
+    assert_eq!(health(&v, "sim-node-3", "web-3"), Health::Critical);
     assert_eq!(v.resume_index(), 33);
 
     // Stream 2: stale resume → reset, new snapshot at 33.
@@ -213,14 +208,8 @@ fn the_captured_stream_builds_the_expected_view() {
     );
     assert_eq!(v.len(), 2);
     assert_eq!(v.get("sim-node-1", "web-1").unwrap().index, 33);
-    assert_eq!(
-        v.get("sim-node-1", "web-1").unwrap().health,
-        Health::Warning
-    );
-    assert_eq!(
-        v.get("sim-node-3", "web-3").unwrap().health,
-        Health::Critical
-    );
+    assert_eq!(health(&v, "sim-node-1", "web-1"), Health::Warning);
+    assert_eq!(health(&v, "sim-node-3", "web-3"), Health::Critical);
     assert!(v.get("sim-node-2", "web-2").is_none());
     assert_eq!(v.resume_index(), 33);
 }
@@ -290,10 +279,11 @@ async fn our_connector_writes_0x08_then_the_h2_preface() {
         std::time::Duration::from_secs(10),
     )
     .unwrap();
+    let (server_read, was_read) = tokio::sync::oneshot::channel::<()>();
     let client = tokio::spawn(async move {
         // Keep the connection object alive until the server side has read.
         let c = dialer.connect(None).await;
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let _ = was_read.await;
         c.is_ok()
     });
     let (mut sock, _) = listener.accept().await.unwrap();
@@ -302,6 +292,7 @@ async fn our_connector_writes_0x08_then_the_h2_preface() {
         .await
         .expect("client wrote 25 bytes in time")
         .unwrap();
+    let _ = server_read.send(());
     assert_eq!(got[0], 0x08);
     assert_eq!(&got[1..], H2_PREFACE);
     assert_eq!(&got[..], &read("consul/rpc-prefix-client-hello.bin")[..25]);

@@ -6,6 +6,7 @@
 //! watcher in every mode.
 
 mod common;
+use agent_sim_testkit::bounded::until;
 use common::*;
 
 use std::time::Duration;
@@ -45,7 +46,7 @@ async fn a_blocking_query_returns_on_a_change_and_is_asked_past_its_index() {
         let mut agent = factory.create(0);
         let (mm, tt) = (m.clone(), &t);
         let end = with_session(&mut agent, &m, move |stop| async move {
-            wait_for("the first result", Duration::from_secs(5), || {
+            until(Duration::from_secs(5), "the first result", async || {
                 counter(&mm, "watch_results_changed") == 1
                     && tt.state.stats().blocking_queries_held == 1
             })
@@ -53,7 +54,7 @@ async fn a_blocking_query_returns_on_a_change_and_is_asked_past_its_index() {
             let calls = counter(&mm, "watch_calls");
             assert_eq!(calls, 2, "{mode}: the snapshot's call, then one held");
             register(tt, "sim-node-9", "web-9", 9).await;
-            wait_for("the change", Duration::from_secs(5), || {
+            until(Duration::from_secs(5), "the change", async || {
                 counter(&mm, "watch_results_changed") == 2
                     && tt.state.stats().blocking_queries_held == 1
             })
@@ -85,7 +86,7 @@ async fn a_wait_that_ends_unchanged_is_asked_again_without_a_delivery() {
         let mut agent = factory.create(0);
         let mm = m.clone();
         with_session(&mut agent, &m, move |stop| async move {
-            wait_for("the first result", Duration::from_secs(5), || {
+            until(Duration::from_secs(5), "the first result", async || {
                 counter(&mm, "watch_results_changed") == 1
             })
             .await;

@@ -9,35 +9,25 @@ use std::time::Duration;
 
 use agent_sim_consul::{ProbeConfig, ProbeKind};
 use agent_sim_dataplane::{DataplaneConfig, DataplaneFactory};
-use agent_sim_fleet::{FleetConfig, FleetStatus};
-use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_grpc, serve_http};
+use agent_sim_fleet::FleetStatus;
 use agent_sim_testkit::child;
 use tokio_util::sync::CancellationToken;
 
 mod common;
+#[path = "../../consul/tests/measure/mod.rs"]
+mod measure;
+use measure::{backend, rss_kib, run_fleet};
 
 const SERVE_ENV: &str = "AGENT_SIM_DATAPLANE_MEMORY_SERVE";
 
-fn rss_kib() -> u64 {
-    agent_sim_metrics::process::rss_bytes() / 1024
-}
-
-/// The server half: only does something in the child process.
+/// The server half of [`memory_per_sidecar`], in its child process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn serve_helper() {
-    if std::env::var_os(SERVE_ENV).is_none() {
-        return;
-    }
-    let state = ConsulState::new(ConsulTargetConfig::default());
-    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (ga, ha) = (grpc.local_addr().unwrap(), http.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    tokio::spawn(serve_grpc(grpc, state.clone(), stop.clone()));
-    tokio::spawn(serve_http(http, state, stop));
-    child::announce(&[ga, ha]);
-    tokio::time::sleep(Duration::from_secs(600)).await;
+    child::only_as_child(SERVE_ENV, "serve_helper", "memory_per_sidecar");
+    let b = backend(true).await;
+    let (ga, (_, ha)) = (b.consul_grpc_addr().unwrap(), b.consul_addrs().unwrap());
+    child::serve_for_parent(&[ga, ha]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,32 +54,13 @@ async fn memory_per_sidecar() {
         ..DataplaneConfig::default()
     };
     let factory = DataplaneFactory::new(cfg, m.clone()).unwrap();
-    let base = rss_kib();
     let status = Arc::new(FleetStatus::default());
     let stop = CancellationToken::new();
-    let run = tokio::spawn(agent_sim_fleet::run(
-        FleetConfig {
-            agents: n,
-            ramp: Some(agent_sim_fleet::Rate::per_second(2000.0)),
-            duration: None,
-            grace: Duration::from_secs(10),
-            ..FleetConfig::default()
-        },
-        Arc::new(factory),
-        m.clone(),
-        status.clone(),
-        stop.clone(),
-    ));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while status.ever_connected.load(Ordering::Relaxed) < n {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "sidecars did not connect"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let up = rss_kib();
+    let start = || tokio::spawn(run_fleet(n, factory, &m, &status, &stop));
+    let (run, base, up) = child::rss_around(rss_kib, start, async || {
+        status.ever_connected.load(Ordering::Relaxed) >= n
+    })
+    .await;
     let s = m.snapshot();
     let per = up.saturating_sub(base) as f64 / n as f64;
     println!(

@@ -205,91 +205,31 @@ pub async fn run<F: AgentFactory>(
         start,
         &run_token,
     );
-    let all_connected_at: Arc<Mutex<Option<Duration>>> = Arc::new(Mutex::new(None));
-    let ceilings = Arc::new(Ceilings::new(&cfg.source_addrs));
-
-    // Watch for "every agent connected once".
-    {
-        let status = status.clone();
-        let t = run_token.clone();
-        let at = all_connected_at.clone();
-        let want = cfg.agents;
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(50));
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = t.cancelled() => return,
-                }
-                if status.ever_connected.load(Ordering::Relaxed) >= want {
-                    *at.lock().unwrap_or_else(|p| p.into_inner()) = Some(start.elapsed());
-                    return;
-                }
-            }
-        });
-    }
-
-    let spawner = {
-        let run_token = run_token.clone();
-        let tracker = tracker.clone();
-        let status = status.clone();
-        let metrics = metrics.clone();
-        let cfg = cfg.clone();
-        let ledger = ledger.clone();
-        let ceilings = ceilings.clone();
-        async move {
-            for n in 0..cfg.agents {
-                if run_token.is_cancelled() {
-                    break;
-                }
-                if let Some(rate) = cfg.ramp {
-                    let slot = rate.interval();
-                    // Jitter within the slot keeps starts from lining up on
-                    // timer ticks while holding the average rate.
-                    let jitter = slot.mul_f64(fastrand::f64());
-                    let due = start + slot.mul_f64(n as f64) + jitter;
-                    if due > Instant::now() {
-                        tokio::select! {
-                            _ = tokio::time::sleep_until(due) => {}
-                            _ = run_token.cancelled() => break,
-                        }
-                    }
-                }
-                let index = cfg.first_index + n;
-                let agent = factory.create(index);
-                let bind_addr = if cfg.source_addrs.is_empty() {
-                    None
-                } else {
-                    Some(cfg.source_addrs[(index as usize) % cfg.source_addrs.len()])
-                };
-                tracker.spawn(agent_task(
-                    agent,
-                    AgentEnv {
-                        index,
-                        bind_addr,
-                        run: run_token.clone(),
-                        freezer: freezer.clone(),
-                        metrics: metrics.clone(),
-                        dial_gate: dial_gate.clone(),
-                        backoff: cfg.backoff.clone(),
-                        ever: status.ever_connected.clone(),
-                        live: status.connected.clone(),
-                        reconnect_attempts,
-                        grace: cfg.grace,
-                        ledger: ledger.clone(),
-                        ceilings: ceilings.clone(),
-                        n: n as usize,
-                    },
-                ));
-                status.started.fetch_add(1, Ordering::Relaxed);
-            }
-            status
-                .ramp_us
-                .store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
-            status.ramp_done.store(true, Ordering::Release);
-        }
+    let all_connected_at = watch_all_connected(status.clone(), cfg.agents, start, &run_token);
+    let template = AgentEnv {
+        index: 0,
+        ceilings: Arc::new(Ceilings::new(&cfg.source_addrs)),
+        bind_addr: None,
+        run: run_token.clone(),
+        freezer: freezer.clone(),
+        metrics: metrics.clone(),
+        dial_gate,
+        backoff: cfg.backoff.clone(),
+        ever: status.ever_connected.clone(),
+        live: status.connected.clone(),
+        reconnect_attempts,
+        grace: cfg.grace,
+        ledger: ledger.clone(),
+        n: 0,
     };
-    let spawner = tokio::spawn(spawner);
+    let spawner = tokio::spawn(ramp(
+        factory,
+        cfg.clone(),
+        start,
+        tracker.clone(),
+        status.clone(),
+        template,
+    ));
 
     // The run ends at the deadline, on external shutdown, or when the
     // ledger stops it (fail-fast, or nothing can ever connect).
@@ -335,6 +275,86 @@ pub async fn run<F: AgentFactory>(
     }
 }
 
+/// When every agent has connected once (since `start`), looked for every
+/// 50 ms until then or until the run ends.
+fn watch_all_connected(
+    status: Arc<FleetStatus>,
+    want: u64,
+    start: Instant,
+    run: &CancellationToken,
+) -> Arc<Mutex<Option<Duration>>> {
+    let at: Arc<Mutex<Option<Duration>>> = Arc::new(Mutex::new(None));
+    let (t, found) = (run.clone(), at.clone());
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = t.cancelled() => return,
+            }
+            if status.ever_connected.load(Ordering::Relaxed) >= want {
+                *found.lock().unwrap_or_else(|p| p.into_inner()) = Some(start.elapsed());
+                return;
+            }
+        }
+    });
+    at
+}
+
+/// Starts the fleet's agents at the ramp's pace until all are started or
+/// the run ends, each a task of `tracker` with its copy of `template`; then
+/// records how long the ramp took.
+async fn ramp<F: AgentFactory>(
+    factory: Arc<F>,
+    cfg: FleetConfig,
+    start: Instant,
+    tracker: TaskTracker,
+    status: Arc<FleetStatus>,
+    template: AgentEnv,
+) {
+    let run_token = template.run.clone();
+    for n in 0..cfg.agents {
+        if run_token.is_cancelled() {
+            break;
+        }
+        if let Some(rate) = cfg.ramp {
+            let slot = rate.interval();
+            // Jitter within the slot keeps starts from lining up on
+            // timer ticks while holding the average rate.
+            let jitter = slot.mul_f64(fastrand::f64());
+            let due = start + slot.mul_f64(n as f64) + jitter;
+            if due > Instant::now() {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due) => {}
+                    _ = run_token.cancelled() => break,
+                }
+            }
+        }
+        let index = cfg.first_index + n;
+        let agent = factory.create(index);
+        let bind_addr = if cfg.source_addrs.is_empty() {
+            None
+        } else {
+            Some(cfg.source_addrs[(index as usize) % cfg.source_addrs.len()])
+        };
+        tracker.spawn(agent_task(
+            agent,
+            AgentEnv {
+                index,
+                bind_addr,
+                n: n as usize,
+                ..template.clone()
+            },
+        ));
+        status.started.fetch_add(1, Ordering::Relaxed);
+    }
+    status
+        .ramp_us
+        .store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+    status.ramp_done.store(true, Ordering::Release);
+}
+
+#[derive(Clone)]
 struct AgentEnv {
     index: u64,
     ceilings: Arc<Ceilings>,

@@ -335,6 +335,20 @@ pub struct PhaseSpec {
     pub origin: String,
 }
 
+impl PhaseSpec {
+    /// A phase as a flag gives it: no bounds of its own, not chained.
+    pub fn flag(what: What, origin: impl Into<String>) -> Self {
+        PhaseSpec {
+            what,
+            at: None,
+            until: None,
+            length: None,
+            chained: false,
+            origin: origin.into(),
+        }
+    }
+}
+
 /// A phase laid on the run's clock (times from the start of the run).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Phase {
@@ -395,6 +409,190 @@ pub struct ScenarioError {
     pub reason: String,
 }
 
+/// One phase being laid on the run's clock, with what its checks need.
+struct Laying<'a> {
+    spec: &'a PhaseSpec,
+    run: Option<Duration>,
+    agents: u64,
+    comeback: Duration,
+}
+
+impl Laying<'_> {
+    fn bad(&self, reason: impl Into<String>) -> ScenarioError {
+        ScenarioError {
+            origin: self.spec.origin.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether the phase says how long it lasts (`until` or `for`).
+    fn explicit_end(&self) -> bool {
+        self.spec.until.is_some() || self.spec.length.is_some()
+    }
+
+    /// When the phase starts: its `at`, the end of the phase before it when
+    /// chained (`cursor`), or `None` (from the run's start, or unknown).
+    fn start(&self, cursor: Option<Duration>) -> Result<Option<Duration>, ScenarioError> {
+        let spec = self.spec;
+        let inner_at = match spec.what {
+            What::Storm(s) => s.at,
+            What::Pause(p) => p.at,
+            What::RampDown(r) => r.at,
+            What::Churn(_) | What::MaxSessionLength(_) => None,
+        };
+        if inner_at.is_some() && spec.at.is_some() {
+            return Err(self.bad("at is given twice"));
+        }
+        let at = inner_at.or(spec.at);
+        if spec.until.is_some() && spec.length.is_some() {
+            return Err(self.bad("give until or for, not both"));
+        }
+        let start = match (at, spec.chained) {
+            (Some(t), _) => Some(t),
+            (None, true) => Some(cursor.ok_or_else(|| {
+                self.bad(
+                    "has no `at` and follows a phase that never ends: give that one \
+                     `until` or `for`, or this one `at`",
+                )
+            })?),
+            (None, false) => None,
+        };
+        if let (Some(s), Some(r)) = (start, self.run)
+            && s >= r
+        {
+            return Err(self.bad(format!(
+                "starts at {} but the run ends at {} (--duration)",
+                fmt_d(s),
+                fmt_d(r)
+            )));
+        }
+        Ok(start)
+    }
+
+    /// When a phase that starts at `from` ends: its `until`, `from` plus
+    /// its `for`, or before the run's end with room to settle.
+    fn end_of(&self, from: Duration) -> Result<Option<Duration>, ScenarioError> {
+        let spec = self.spec;
+        let end = match (spec.until, spec.length) {
+            (Some(u), _) => Some(u),
+            (None, Some(l)) => Some(from + l),
+            (None, None) => self
+                .run
+                .map(|r| r.saturating_sub(settle(r, self.comeback)).max(from)),
+        };
+        if let Some(e) = end
+            && e <= from
+            && self.explicit_end()
+        {
+            return Err(self.bad(format!(
+                "ends at {}, not after its start {}",
+                fmt_d(e),
+                fmt_d(from)
+            )));
+        }
+        Ok(end)
+    }
+
+    /// The phase starting at `start`, and where a phase chained after it
+    /// starts (`None`: this one never ends).
+    fn phase(&self, start: Option<Duration>) -> Result<(Phase, Option<Duration>), ScenarioError> {
+        let spec = self.spec;
+        let explicit_end = self.explicit_end();
+        Ok(match spec.what {
+            What::Churn(c) => {
+                let from = start.unwrap_or_default();
+                let until = self.end_of(from)?;
+                (
+                    Phase::Churn {
+                        share: c.share.fraction(),
+                        period: c.period,
+                        from,
+                        until,
+                    },
+                    until.filter(|_| explicit_end),
+                )
+            }
+            What::MaxSessionLength(length) => {
+                if length.is_zero() {
+                    return Err(self.bad("the length must be above zero"));
+                }
+                let from = start.unwrap_or_default();
+                let until = self.end_of(from)?;
+                (
+                    Phase::MaxSessionLength {
+                        length,
+                        from,
+                        until,
+                    },
+                    until.filter(|_| explicit_end),
+                )
+            }
+            What::Storm(s) => {
+                let at = start.ok_or_else(|| self.bad("at= is required, e.g. at=60s"))?;
+                if spec.until.is_some() {
+                    return Err(self.bad("a storm is an instant: use for= to hold after it"));
+                }
+                (
+                    Phase::Storm {
+                        at,
+                        share: s.drop.fraction(),
+                    },
+                    Some(at + spec.length.unwrap_or_default()),
+                )
+            }
+            What::Pause(p) => {
+                let at = start.ok_or_else(|| self.bad("at= is required, e.g. at=60s"))?;
+                if spec.until.is_some() || (p.length.is_some() && spec.length.is_some()) {
+                    return Err(self.bad("give the pause's length once, as for="));
+                }
+                let length = p
+                    .length
+                    .or(spec.length)
+                    .ok_or_else(|| self.bad("for= is required, e.g. for=30s"))?;
+                (
+                    Phase::Pause {
+                        at,
+                        length,
+                        share: p.share.fraction(),
+                    },
+                    Some(at + length),
+                )
+            }
+            What::RampDown(r) => self.ramp_down(start, r.rate)?,
+        })
+    }
+
+    /// A ramp-down at `rate`: from its `at`, or timed to end with the run.
+    fn ramp_down(
+        &self,
+        start: Option<Duration>,
+        rate: Rate,
+    ) -> Result<(Phase, Option<Duration>), ScenarioError> {
+        if self.explicit_end() {
+            return Err(self.bad("a ramp-down lasts agents ÷ rate: give at= and rate only"));
+        }
+        let agents = self.agents;
+        let takes = Duration::from_secs_f64(agents as f64 / rate.as_per_second());
+        let at = match (start, self.run) {
+            (Some(t), _) => t,
+            (None, Some(run)) => run.checked_sub(takes).ok_or_else(|| {
+                self.bad(format!(
+                    "{} agent(s) at {} take {}, longer than the run ({}): \
+                     raise the rate or give at=",
+                    agents,
+                    rate,
+                    fmt_d(takes),
+                    fmt_d(run)
+                ))
+            })?,
+            (None, None) => {
+                return Err(self.bad("needs --duration (it ends with the run) or at="));
+            }
+        };
+        Ok((Phase::RampDown { at, rate }, Some(at + takes)))
+    }
+}
+
 /// The resolved timeline of a fleet (empty: nothing but holding sessions).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Scenario {
@@ -421,152 +619,14 @@ impl Scenario {
         // Where a chained phase starts; None after a phase without an end.
         let mut cursor = Some(Duration::ZERO);
         for spec in specs {
-            let bad = |reason: String| ScenarioError {
-                origin: spec.origin.clone(),
-                reason,
+            let laying = Laying {
+                spec,
+                run,
+                agents,
+                comeback,
             };
-            let inner_at = match spec.what {
-                What::Storm(s) => s.at,
-                What::Pause(p) => p.at,
-                What::RampDown(r) => r.at,
-                What::Churn(_) | What::MaxSessionLength(_) => None,
-            };
-            if inner_at.is_some() && spec.at.is_some() {
-                return Err(bad("at is given twice".into()));
-            }
-            let at = inner_at.or(spec.at);
-            if spec.until.is_some() && spec.length.is_some() {
-                return Err(bad("give until or for, not both".into()));
-            }
-            let start = match (at, spec.chained) {
-                (Some(t), _) => Some(t),
-                (None, true) => Some(cursor.ok_or_else(|| {
-                    bad(
-                        "has no `at` and follows a phase that never ends: give that one \
-                         `until` or `for`, or this one `at`"
-                            .into(),
-                    )
-                })?),
-                (None, false) => None,
-            };
-            if let (Some(s), Some(r)) = (start, run)
-                && s >= r
-            {
-                return Err(bad(format!(
-                    "starts at {} but the run ends at {} (--duration)",
-                    fmt_d(s),
-                    fmt_d(r)
-                )));
-            }
-            let end_of = |from: Duration| -> Result<Option<Duration>, ScenarioError> {
-                let end = match (spec.until, spec.length) {
-                    (Some(u), _) => Some(u),
-                    (None, Some(l)) => Some(from + l),
-                    (None, None) => run.map(|r| r.saturating_sub(settle(r, comeback)).max(from)),
-                };
-                if let Some(e) = end
-                    && e <= from
-                    && (spec.until.is_some() || spec.length.is_some())
-                {
-                    return Err(bad(format!(
-                        "ends at {}, not after its start {}",
-                        fmt_d(e),
-                        fmt_d(from)
-                    )));
-                }
-                Ok(end)
-            };
-            let explicit_end = spec.until.is_some() || spec.length.is_some();
-            let (phase, end) = match spec.what {
-                What::Churn(c) => {
-                    let from = start.unwrap_or_default();
-                    let until = end_of(from)?;
-                    (
-                        Phase::Churn {
-                            share: c.share.fraction(),
-                            period: c.period,
-                            from,
-                            until,
-                        },
-                        until.filter(|_| explicit_end),
-                    )
-                }
-                What::MaxSessionLength(length) => {
-                    if length.is_zero() {
-                        return Err(bad("the length must be above zero".into()));
-                    }
-                    let from = start.unwrap_or_default();
-                    let until = end_of(from)?;
-                    (
-                        Phase::MaxSessionLength {
-                            length,
-                            from,
-                            until,
-                        },
-                        until.filter(|_| explicit_end),
-                    )
-                }
-                What::Storm(s) => {
-                    let at = start.ok_or_else(|| bad("at= is required, e.g. at=60s".into()))?;
-                    if spec.until.is_some() {
-                        return Err(bad(
-                            "a storm is an instant: use for= to hold after it".into()
-                        ));
-                    }
-                    (
-                        Phase::Storm {
-                            at,
-                            share: s.drop.fraction(),
-                        },
-                        Some(at + spec.length.unwrap_or_default()),
-                    )
-                }
-                What::Pause(p) => {
-                    let at = start.ok_or_else(|| bad("at= is required, e.g. at=60s".into()))?;
-                    if spec.until.is_some() || (p.length.is_some() && spec.length.is_some()) {
-                        return Err(bad("give the pause's length once, as for=".into()));
-                    }
-                    let length = p
-                        .length
-                        .or(spec.length)
-                        .ok_or_else(|| bad("for= is required, e.g. for=30s".into()))?;
-                    (
-                        Phase::Pause {
-                            at,
-                            length,
-                            share: p.share.fraction(),
-                        },
-                        Some(at + length),
-                    )
-                }
-                What::RampDown(r) => {
-                    if explicit_end {
-                        return Err(bad(
-                            "a ramp-down lasts agents ÷ rate: give at= and rate only".into(),
-                        ));
-                    }
-                    let takes = Duration::from_secs_f64(agents as f64 / r.rate.as_per_second());
-                    let at = match (start, run) {
-                        (Some(t), _) => t,
-                        (None, Some(run)) => run.checked_sub(takes).ok_or_else(|| {
-                            bad(format!(
-                                "{} agent(s) at {} take {}, longer than the run ({}): \
-                                 raise the rate or give at=",
-                                agents,
-                                r.rate,
-                                fmt_d(takes),
-                                fmt_d(run)
-                            ))
-                        })?,
-                        (None, None) => {
-                            return Err(bad(
-                                "needs --duration (it ends with the run) or at=".into()
-                            ));
-                        }
-                    };
-                    (Phase::RampDown { at, rate: r.rate }, Some(at + takes))
-                }
-            };
+            let start = laying.start(cursor)?;
+            let (phase, end) = laying.phase(start)?;
             phases.push(phase);
             cursor = end;
         }
@@ -596,14 +656,7 @@ mod tests {
     }
 
     fn flag(what: What) -> PhaseSpec {
-        PhaseSpec {
-            what,
-            at: None,
-            until: None,
-            length: None,
-            chained: false,
-            origin: "--flag".into(),
-        }
+        PhaseSpec::flag(what, "--flag")
     }
 
     fn section(what: What, at: Option<u64>, until: Option<u64>, length: Option<u64>) -> PhaseSpec {

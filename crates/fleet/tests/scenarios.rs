@@ -126,14 +126,7 @@ impl AgentFactory for Factory {
 }
 
 fn flag(what: What) -> PhaseSpec {
-    PhaseSpec {
-        what,
-        at: None,
-        until: None,
-        length: None,
-        chained: false,
-        origin: "--test".into(),
-    }
+    PhaseSpec::flag(what, "--test")
 }
 
 /// A fleet of `agents` started at once, `secs` long, with `phases`.

@@ -116,6 +116,7 @@ pub struct LiveDisruption {
 /// [`crate::Metrics`]; every fleet of the run feeds it).
 #[derive(Default)]
 pub struct DisruptionLog {
+    // Bound: MAX_DISRUPTIONS records; later ones only counted (`refused`).
     records: Mutex<Vec<Record>>,
     refused: AtomicU64,
 }

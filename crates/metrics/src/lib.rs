@@ -444,6 +444,14 @@ impl Metrics {
         self.report_of(&self.inner.warnings)
     }
 
+    /// The words kept of warning `kind` (its sample), when it was seen with
+    /// some.
+    pub fn warning_sample(&self, kind: &str) -> Option<String> {
+        self.lock(&self.inner.warnings)
+            .get(kind)
+            .and_then(|s| s.sample.clone())
+    }
+
     fn report_of(&self, map: &Mutex<BTreeMap<String, KindStat>>) -> Vec<KindReport> {
         let mut out: Vec<KindReport> = self
             .lock(map)
@@ -631,6 +639,19 @@ mod tests {
         assert_eq!(s.warnings["entity_config_timeout"], 1);
         assert_eq!(s.errors.get("entity_config_timeout"), None);
         assert_eq!(m.warning_report()[0].stat.count, 1);
+    }
+
+    #[test]
+    fn a_warnings_words_are_read_by_its_kind() {
+        let m = Metrics::new(&spec(), 1);
+        m.warn("view_full", Some("web: 65,536 instances kept"));
+        m.warn("quiet", None);
+        assert_eq!(
+            m.warning_sample("view_full").as_deref(),
+            Some("web: 65,536 instances kept")
+        );
+        assert_eq!(m.warning_sample("quiet"), None);
+        assert_eq!(m.warning_sample("never"), None);
     }
 
     #[test]

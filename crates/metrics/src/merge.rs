@@ -953,23 +953,27 @@ mod tests {
                 .unwrap()
                 .clone()
         };
-        let mut a = shard_summary(0, &[10], &[10]);
-        a.timeline = vec![sample(10.0, 5), sample(20.0, 5)];
-        a.config = Some(cfg("0/2"));
-        a.disruptions = vec![
-            disruption("storm", 60.0, 10, 10),
-            disruption("storm", 120.0, 4, 4),
-            disruption("backend", 200.0, 3, 3),
+        let part = |shard: u64, value: u64, connected: u64, ds: &[(&str, f64, u64, u64)]| {
+            let mut p = shard_summary(shard, &[value], &[value]);
+            p.timeline = vec![sample(10.0, connected), sample(20.0, connected)];
+            p.config = Some(cfg(&format!("{shard}/2")));
+            p.disruptions = ds.iter().map(|d| disruption(d.0, d.1, d.2, d.3)).collect();
+            p
+        };
+        // (cause, began_s, lost, back) of each shard's disruptions.
+        let da = [
+            ("storm", 60.0, 10, 10),
+            ("storm", 120.0, 4, 4),
+            ("backend", 200.0, 3, 3),
         ];
+        let db = [
+            ("storm", 60.0, 6, 5),
+            ("churn", 30.0, 1, 1),
+            ("backend", 199.5, 2, 2),
+        ];
+        let a = part(0, 10, 5, &da);
         // Shard 1 started 1 s later (started_at ...:41 vs ...:40).
-        let mut b = shard_summary(1, &[20], &[20]);
-        b.timeline = vec![sample(10.0, 3), sample(20.0, 3)];
-        b.config = Some(cfg("1/2"));
-        b.disruptions = vec![
-            disruption("storm", 60.0, 6, 5),
-            disruption("churn", 30.0, 1, 1),
-            disruption("backend", 199.5, 2, 2),
-        ];
+        let b = part(1, 20, 3, &db);
         let m = merge_summaries(&[a, b]).unwrap();
         assert_eq!(m.timeline.len(), 2);
         assert_eq!((m.timeline[0].t_s, m.timeline[0].connected), (11.0, 8));

@@ -126,7 +126,7 @@ fn headline(out: &mut String, s: &Summary, opts: &TableOptions<'_>) {
         let _ = writeln!(
             out,
             "           missing at the end: {}",
-            by_count(&o.missing)
+            crate::units::by_count(&o.missing)
         );
     }
     for n in opts.notes {
@@ -135,16 +135,6 @@ fn headline(out: &mut String, s: &Summary, opts: &TableOptions<'_>) {
     if !opts.verdicts.is_empty() {
         out.push_str(&crate::assert::render_verdicts(opts.verdicts));
     }
-}
-
-/// `name count, ...`, most first.
-fn by_count(m: &std::collections::BTreeMap<String, u64>) -> String {
-    let mut v: Vec<_> = m.iter().collect();
-    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-    v.iter()
-        .map(|(k, n)| format!("{k} {n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 fn probes(out: &mut String, s: &Summary) {
@@ -236,7 +226,11 @@ fn rates(out: &mut String, s: &Summary) {
         .collect();
     wrapped(out, "totals", &totals);
     if !s.sessions_lost.is_empty() {
-        let _ = writeln!(out, "sessions   lost: {}", by_count(&s.sessions_lost));
+        let _ = writeln!(
+            out,
+            "sessions   lost: {}",
+            crate::units::by_count(&s.sessions_lost)
+        );
     }
 }
 
@@ -295,6 +289,28 @@ fn us(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |x| fmt_us(x.max(0.0).round() as u64))
 }
 
+/// One line of a server's level (`cpu`, `rss`): at baseline (with its
+/// unit), steady and at most, then what each agent cost; none when the
+/// level was never read.
+fn level(
+    out: &mut String,
+    (name, unit): (&str, &str),
+    l: &crate::server::Level,
+    show: fn(Option<f64>) -> String,
+    per_agent: Option<String>,
+) {
+    if l.max.is_some() || l.baseline.is_some() {
+        let _ = writeln!(
+            out,
+            "  {name:<8} baseline {}{unit}, steady {}, max {}{}",
+            show(l.baseline),
+            show(l.mean),
+            show(l.max),
+            per_agent.unwrap_or_default()
+        );
+    }
+}
+
 /// Each observed server: CPU and RSS at baseline, at steady state and at
 /// their highest, what each agent cost it, and its kept latencies at
 /// baseline and under load.
@@ -306,30 +322,22 @@ fn server(out: &mut String, s: &Summary) {
             srv.kind, srv.target, srv.source, srv.scrapes, srv.failed
         );
         let z = &srv.sizing;
-        if z.cpu_cores.max.is_some() || z.cpu_cores.baseline.is_some() {
-            let _ = writeln!(
-                out,
-                "  cpu      baseline {} cores, steady {}, max {}{}",
-                cores(z.cpu_cores.baseline),
-                cores(z.cpu_cores.mean),
-                cores(z.cpu_cores.max),
-                z.cores_per_1000_agents
-                    .map(|c| format!(": {c:.3} cores per 1,000 agents"))
-                    .unwrap_or_default()
-            );
-        }
-        if z.rss_bytes.max.is_some() || z.rss_bytes.baseline.is_some() {
-            let _ = writeln!(
-                out,
-                "  rss      baseline {}, steady {}, max {}{}",
-                bytes(z.rss_bytes.baseline),
-                bytes(z.rss_bytes.mean),
-                bytes(z.rss_bytes.max),
-                z.rss_per_agent_kib
-                    .map(|k| format!(": {k:.1} KiB per agent"))
-                    .unwrap_or_default()
-            );
-        }
+        level(
+            out,
+            ("cpu", " cores"),
+            &z.cpu_cores,
+            cores,
+            z.cores_per_1000_agents
+                .map(|c| format!(": {c:.3} cores per 1,000 agents")),
+        );
+        level(
+            out,
+            ("rss", ""),
+            &z.rss_bytes,
+            bytes,
+            z.rss_per_agent_kib
+                .map(|k| format!(": {k:.1} KiB per agent")),
+        );
         if let Some((a, b)) = z.steady_s {
             let _ = writeln!(
                 out,

@@ -31,6 +31,7 @@ pub const MAX_SAMPLES: usize = 2_000;
 /// Builds the bounded timeline of a run from periodic snapshots.
 #[derive(Debug)]
 pub struct TimelineRecorder {
+    // Bound: MAX_SAMPLES samples (neighbours joined when full).
     samples: Vec<TimelineSample>,
     max: usize,
     /// Keep one observation in `stride` (doubles at each compaction).
@@ -340,6 +341,7 @@ pub fn windows_from_hlogs(logs: &[HlogContents], zero_unix_s: Option<f64>) -> Ve
 /// histograms are gone; exact figures need `--hlog`).
 #[derive(Debug, Default)]
 pub struct WindowLog {
+    // Bound: MAX_SAMPLES windows per latency name.
     windows: Vec<LatencyWindow>,
     per_name: BTreeMap<String, usize>,
 }

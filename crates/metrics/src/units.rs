@@ -1,5 +1,5 @@
-//! Numbers and instants as people and files read them: microseconds and
-//! bytes with a readable unit (the table, the page, assertion verdicts),
+//! Numbers and instants as people and files read them: microseconds,
+//! bytes and counts by name with a readable unit (the table, the page, assertion verdicts),
 //! and wall-clock instants as RFC 3339 or unix microseconds (the summary,
 //! hlogs, probes). A leaf: it imports nothing of this crate.
 
@@ -17,6 +17,16 @@ pub fn fmt_us(us: u64) -> String {
 /// Formats a byte count as MiB with one decimal.
 pub fn fmt_mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// Counts by name as `name count, ...`, most first (ties by name).
+pub fn by_count(m: &std::collections::BTreeMap<String, u64>) -> String {
+    let mut v: Vec<_> = m.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Microseconds since the unix epoch (0 before it).

@@ -53,6 +53,24 @@ async fn accept(listener: &TcpListener, headers: Headers) -> WebSocketStream<Tcp
     ws
 }
 
+/// The test backend's listener on 127.0.0.1:0, and its port.
+async fn listen() -> (TcpListener, u16) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+/// Ends the agent's session from the test's side and waits for its task.
+async fn hang_up(
+    cancel: CancellationToken,
+    ws: WebSocketStream<TcpStream>,
+    task: tokio::task::JoinHandle<SessionEnd>,
+) {
+    cancel.cancel();
+    drop(ws);
+    let _ = timeout(STEP, task).await;
+}
+
 fn config(port: u16, enc: Encoding) -> SensuConfig {
     SensuConfig {
         targets: vec![format!("ws://127.0.0.1:{port}/")],
@@ -99,6 +117,42 @@ async fn next_frame(ws: &mut WebSocketStream<TcpStream>) -> Vec<u8> {
     }
 }
 
+/// An agent's end of the test: its cancel token, its task and the backend's
+/// end of its WebSocket.
+type Session = (
+    CancellationToken,
+    tokio::task::JoinHandle<SessionEnd>,
+    WebSocketStream<TcpStream>,
+);
+
+/// Agent `index` (protobuf, a keepalive every `keepalive`) started against
+/// `listener` and accepted, before any entity_config.
+async fn accepted(listener: &TcpListener, m: &Metrics, index: u64, keepalive: u64) -> Session {
+    let port = listener.local_addr().unwrap().port();
+    let cfg = SensuConfig {
+        keepalive_interval: Duration::from_secs(keepalive),
+        ..config(port, Encoding::Protobuf)
+    };
+    let (cancel, task) = start(cfg, m, index);
+    let ws = accept(listener, Headers::default()).await;
+    (cancel, task, ws)
+}
+
+/// The agent's next frame, which must be a keepalive.
+async fn next_keepalive(ws: &mut WebSocketStream<TcpStream>) {
+    let b = next_frame(ws).await;
+    assert_eq!(codec::split_frame(&b).unwrap().kind, codec::KIND_KEEPALIVE);
+}
+
+/// Sends the agent an `entity_config` for `name` (protobuf).
+async fn send_entity_config(ws: &mut WebSocketStream<TcpStream>, name: &str) {
+    ws.send(Message::Binary(
+        entity_config(name, Encoding::Protobuf).into(),
+    ))
+    .await
+    .unwrap();
+}
+
 fn entity_config(name: &str, enc: Encoding) -> Vec<u8> {
     let ec = v3::EntityConfig {
         metadata: Some(v2::ObjectMeta {
@@ -115,32 +169,17 @@ fn entity_config(name: &str, enc: Encoding) -> Vec<u8> {
     )
 }
 
-/// Agent `index` (protobuf) started against `listener` and sent its
-/// `entity_config`: its cancel token, its task and the backend's end.
-async fn configured(
-    listener: &TcpListener,
-    m: &Metrics,
-    index: u64,
-) -> (
-    CancellationToken,
-    tokio::task::JoinHandle<SessionEnd>,
-    WebSocketStream<TcpStream>,
-) {
-    let port = listener.local_addr().unwrap().port();
-    let (cancel, task) = start(config(port, Encoding::Protobuf), m, index);
-    let mut ws = accept(listener, Headers::default()).await;
-    ws.send(Message::Binary(
-        entity_config(&format!("sim-{index}"), Encoding::Protobuf).into(),
-    ))
-    .await
-    .unwrap();
+/// Agent `index` (protobuf, a keepalive a second) started against
+/// `listener` and sent its `entity_config`.
+async fn configured(listener: &TcpListener, m: &Metrics, index: u64) -> Session {
+    let (cancel, task, mut ws) = accepted(listener, m, index, 1).await;
+    send_entity_config(&mut ws, &format!("sim-{index}")).await;
     (cancel, task, ws)
 }
 
 #[tokio::test(start_paused = true)]
 async fn protobuf_session_end_to_end() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, port) = listen().await;
     let m = metrics();
     let (cancel, task) = start(config(port, Encoding::Protobuf), &m, 7);
     let headers = Headers::default();
@@ -160,11 +199,7 @@ async fn protobuf_session_end_to_end() {
         "the agent spoke before entity_config"
     );
 
-    ws.send(Message::Binary(
-        entity_config("not found", Encoding::Protobuf).into(),
-    ))
-    .await
-    .unwrap();
+    send_entity_config(&mut ws, "not found").await;
     let first = next_frame(&mut ws).await;
     let t1 = Instant::now();
     let f = codec::split_frame(&first).unwrap();
@@ -268,8 +303,7 @@ async fn protobuf_session_end_to_end() {
 
 #[tokio::test(start_paused = true)]
 async fn json_session_applies_entity_config_and_sends_agent_events() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, port) = listen().await;
     let m = metrics();
     let cfg = SensuConfig {
         event_rate: Some("20/s".parse().unwrap()),
@@ -335,8 +369,7 @@ async fn json_session_applies_entity_config_and_sends_agent_events() {
 
 #[tokio::test(start_paused = true)]
 async fn missing_pong_drops_the_session() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, port) = listen().await;
     let m = metrics();
     let cfg = SensuConfig {
         ping_interval: Duration::from_millis(100),
@@ -356,8 +389,7 @@ async fn missing_pong_drops_the_session() {
 
 #[tokio::test(start_paused = true)]
 async fn upgrade_rejections_and_refused_dials_have_kinds() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, port) = listen().await;
     let m = metrics();
     let (_c, task) = start(config(port, Encoding::Protobuf), &m, 1);
     let (tcp, _) = timeout(STEP, listener.accept()).await.unwrap().unwrap();
@@ -389,8 +421,7 @@ async fn upgrade_rejections_and_refused_dials_have_kinds() {
 
 #[tokio::test(start_paused = true)]
 async fn cancel_during_entity_config_wait_closes_politely() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, port) = listen().await;
     let m = metrics();
     let (cancel, task) = start(config(port, Encoding::Protobuf), &m, 2);
     let mut ws = accept(&listener, Headers::default()).await;
@@ -421,25 +452,14 @@ async fn cancel_during_entity_config_wait_closes_politely() {
 /// instants, one interval apart, with zero lateness.
 #[tokio::test(start_paused = true)]
 async fn keepalives_follow_the_schedule_exactly_on_paused_time() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, _) = listen().await;
     let m = metrics();
-    let cfg = SensuConfig {
-        keepalive_interval: Duration::from_secs(20),
-        ..config(port, Encoding::Protobuf)
-    };
-    let (cancel, task) = start(cfg, &m, 3);
-    let mut ws = accept(&listener, Headers::default()).await;
-    ws.send(Message::Binary(
-        entity_config("not found", Encoding::Protobuf).into(),
-    ))
-    .await
-    .unwrap();
+    let (cancel, task, mut ws) = accepted(&listener, &m, 3, 20).await;
+    send_entity_config(&mut ws, "not found").await;
     let t0 = Instant::now();
     let mut at = Vec::new();
     for _ in 0..5 {
-        let b = next_frame(&mut ws).await;
-        assert_eq!(codec::split_frame(&b).unwrap().kind, codec::KIND_KEEPALIVE);
+        next_keepalive(&mut ws).await;
         at.push(t0.elapsed());
     }
     let want: Vec<Duration> = (0..5).map(|k| Duration::from_secs(20 * k)).collect();
@@ -453,52 +473,35 @@ async fn keepalives_follow_the_schedule_exactly_on_paused_time() {
         .1;
     assert_eq!(lateness.len(), 5);
     assert!(lateness.max() < 1_000, "lateness {} µs", lateness.max());
-    cancel.cancel();
-    drop(ws);
-    let _ = timeout(STEP, task).await;
+    hang_up(cancel, ws, task).await;
 }
 
 /// Without an entity_config the agent waits exactly 10 s, then sends its
 /// first keepalive anyway (a warning, and not "connected").
 #[tokio::test(start_paused = true)]
 async fn without_entity_config_the_first_keepalive_comes_after_the_10s_wait() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, _) = listen().await;
     let m = metrics();
-    let cfg = SensuConfig {
-        keepalive_interval: Duration::from_secs(20),
-        ..config(port, Encoding::Protobuf)
-    };
-    let (cancel, task) = start(cfg, &m, 4);
-    let mut ws = accept(&listener, Headers::default()).await;
+    let (cancel, task, mut ws) = accepted(&listener, &m, 4, 20).await;
     let t0 = Instant::now();
-    let b = next_frame(&mut ws).await;
-    assert_eq!(codec::split_frame(&b).unwrap().kind, codec::KIND_KEEPALIVE);
+    next_keepalive(&mut ws).await;
     assert_eq!(t0.elapsed(), Duration::from_secs(10));
     let s = m.snapshot();
     assert_eq!(s.warnings.get("entity_config_timeout"), Some(&1));
     assert_eq!(s.connected, 0, "no answer from the backend: not connected");
     // The backend answers late: now the agent is connected.
-    ws.send(Message::Binary(
-        entity_config("sim-4", Encoding::Protobuf).into(),
-    ))
-    .await
-    .unwrap();
-    let b = next_frame(&mut ws).await;
-    assert_eq!(codec::split_frame(&b).unwrap().kind, codec::KIND_KEEPALIVE);
+    send_entity_config(&mut ws, "sim-4").await;
+    next_keepalive(&mut ws).await;
     assert_eq!(t0.elapsed(), Duration::from_secs(30));
     assert_eq!(m.snapshot().connected, 1);
-    cancel.cancel();
-    drop(ws);
-    let _ = timeout(STEP, task).await;
+    hang_up(cancel, ws, task).await;
 }
 
 /// The agent pings every 30 s and drops the session 45 s after an
 /// unanswered ping; answered pings keep it up.
 #[tokio::test(start_paused = true)]
 async fn pings_every_30s_and_a_missing_pong_ends_the_session_at_45s() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, port) = listen().await;
 
     // Answered: the backend reads (tungstenite answers pings) for 200 s.
     let m = metrics();
@@ -515,9 +518,7 @@ async fn pings_every_30s_and_a_missing_pong_ends_the_session_at_45s() {
     let want: Vec<Duration> = (1..=6).map(|k| Duration::from_secs(30 * k)).collect();
     assert_eq!(pings, want);
     assert!(!task.is_finished());
-    cancel.cancel();
-    drop(ws);
-    let _ = timeout(STEP, task).await;
+    hang_up(cancel, ws, task).await;
 
     // Unanswered: the backend stops reading after the upgrade.
     let m = metrics();
@@ -576,14 +577,7 @@ async fn hostile_backend_frames_are_counted_and_bounded() {
     assert_eq!(s.warnings.get("unknown_messages"), Some(&1));
     assert_eq!(s.warnings.get("unknown_fields"), Some(&1));
     assert_eq!(s.counter("check_replies_sent"), 1);
-    let report = m.warning_report();
-    let sample = |k: &str| {
-        report
-            .iter()
-            .find(|r| r.kind == k)
-            .and_then(|r| r.stat.sample.clone())
-            .unwrap_or_default()
-    };
+    let sample = |k: &str| m.warning_sample(k).unwrap_or_default();
     assert!(sample("unknown_messages").contains("backend_gossip"));
     assert!(sample("unknown_fields").contains("check_request: field 99"));
     assert!(

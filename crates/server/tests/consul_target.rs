@@ -17,6 +17,7 @@ use agent_sim_proto::consul::subscribe::{
     state_change_subscription_client::StateChangeSubscriptionClient, subscribe_request::Subject,
 };
 use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
+use agent_sim_testkit::bounded::until;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -219,20 +220,14 @@ async fn read_snapshot(s: &mut Streaming<Event>) -> (Vec<Event>, u64) {
     }
 }
 
-/// Checks a condition on the target's counters every 10 ms of paused
-/// (virtual) time, for server-side effects without a client-visible reply;
-/// the tests run on paused time, so no wall clock is waited on.
+/// Waits for a condition on the target's counters, for server-side effects
+/// without a client-visible reply (paused time: no wall clock waited on).
 async fn eventually(
     t: &Target,
     what: &str,
     f: impl Fn(&agent_sim_server::consul::ConsulTargetSnapshot) -> bool,
 ) {
-    within(async {
-        while !f(&t.state.stats()) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    until(BOUND, what, async || f(&t.state.stats())).await;
     assert!(f(&t.state.stats()), "{what}");
 }
 

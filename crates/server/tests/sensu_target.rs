@@ -15,6 +15,7 @@ use agent_sim_sensu::codec::{self, Encoding};
 use agent_sim_server::sensu::{
     CheckSpec, SensuTargetConfig, SensuTargetSnapshot, SensuTargetStats, serve,
 };
+use agent_sim_testkit::bounded::until;
 use base64::Engine as _;
 use futures_util::{SinkExt as _, StreamExt as _};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -235,20 +236,20 @@ fn check_name(req: &v2::CheckRequest) -> &str {
     &req.config.as_ref().unwrap().metadata.as_ref().unwrap().name
 }
 
-/// Polls the stats until `pred` holds (bounded).
+/// The stats once `pred` holds (bounded).
 async fn wait_for(
     stats: &SensuTargetStats,
     pred: impl Fn(&SensuTargetSnapshot) -> bool,
 ) -> SensuTargetSnapshot {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let s = stats.snapshot();
-        if pred(&s) {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "condition not reached: {s:#?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until(
+        Duration::from_secs(3),
+        "the target's counters",
+        async || {
+            let s = stats.snapshot();
+            pred(&s).then_some(s)
+        },
+    )
+    .await
 }
 
 #[tokio::test(start_paused = true)]

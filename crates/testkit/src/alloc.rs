@@ -7,7 +7,7 @@
 //! `#[global_allocator] static A: agent_sim_testkit::alloc::CountingAlloc = CountingAlloc;`.
 //! Without that line [`peak_during`] measures nothing (returns 0).
 
-// Bound: a GlobalAlloc impl is unsafe by definition; it only forwards to
+// Safety: a GlobalAlloc impl is unsafe by definition; it only forwards to
 // `System` and adds numbers.
 #![allow(unsafe_code)]
 

@@ -1,9 +1,12 @@
-//! A child process's output with a time limit. `Command::output` waits as
-//! long as the child runs; a child that hangs (a deadlock, a shutdown that
-//! never ends) would hold the whole test run until CI's own limit, with
-//! nothing said. [`output_within`] kills it at the limit and fails the test
-//! with what it had printed so far.
-
+//! Tests bounded in time. A child process's output with a time limit:
+//! `Command::output` waits as long as the child runs; a child that hangs (a
+//! deadlock, a shutdown that never ends) would hold the whole test run until
+//! CI's own limit, with nothing said. [`output_within`] kills it at the
+//! limit and fails the test with what it had printed so far. And a state
+//! waited for, not a time slept: [`until`] looks at a condition every 10 ms
+//! of tokio time (virtual time on a paused clock, so no wall clock is
+//! waited on there) and fails the test naming what never came; a child
+//! process is waited on for a line it writes ([`Lines`]).
 use std::io::Read;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::thread::JoinHandle;
@@ -91,6 +94,110 @@ fn exit_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     }
 }
 
+/// What a child process writes to a pipe, line by line as it comes: wait
+/// for the line that says the state a test needs (instead of sleeping),
+/// then have all it said.
+#[derive(Debug)]
+pub struct Lines {
+    rx: std::sync::mpsc::Receiver<String>,
+    said: Vec<String>,
+}
+
+impl Lines {
+    /// Reads `pipe` (a child's `stderr.take()`) on a thread of its own.
+    pub fn of(pipe: impl Read + Send + 'static) -> Lines {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)) {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines {
+            rx,
+            said: Vec::new(),
+        }
+    }
+
+    /// Waits for a line containing `text` and returns it; panics with what
+    /// was said when none comes within `limit` or the pipe closes first.
+    pub fn wait_for(&mut self, text: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.said.push(line.clone());
+                    if line.contains(text) {
+                        return line;
+                    }
+                }
+                Err(e) => panic!(
+                    "no line with {text:?} within {limit:?} ({e}); it said:\n{}",
+                    self.said.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Everything said, up to the pipe's end (after the child has exited).
+    pub fn all(mut self) -> String {
+        self.said.extend(self.rx.iter());
+        self.said.join("\n")
+    }
+}
+
+/// How often [`until`] looks at its condition (tokio time).
+pub const POLL_EVERY: Duration = Duration::from_millis(10);
+
+/// What a condition of [`until`] answers: `true`, or `Some(value)`, once
+/// what it waits for is there.
+pub trait Reached {
+    /// What [`until`] returns.
+    type Value;
+    /// The value once reached, `None` before.
+    fn reached(self) -> Option<Self::Value>;
+}
+
+impl Reached for bool {
+    type Value = ();
+    fn reached(self) -> Option<()> {
+        self.then_some(())
+    }
+}
+
+impl<T> Reached for Option<T> {
+    type Value = T;
+    fn reached(self) -> Option<T> {
+        self
+    }
+}
+
+/// Waits until `cond` holds (`true`, or `Some(value)`: returned), looking
+/// every [`POLL_EVERY`] of tokio time; panics naming `what` when it does
+/// not within `limit`. The one way tests wait for a state:
+/// `until(LIMIT, "20 sessions", async || count() >= 20).await` (in a spawned
+/// task, `async move ||`: a closure lending its captures is not `Send`).
+pub async fn until<R: Reached>(
+    limit: Duration,
+    what: &str,
+    mut cond: impl AsyncFnMut() -> R,
+) -> R::Value {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = cond().await.reached() {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
 fn drain(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
         let mut buf = Vec::new();
@@ -134,6 +241,48 @@ mod tests {
             "{msg}"
         );
         assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_line_is_waited_for_and_everything_said_is_kept() {
+        let mut child = Command::new("sh")
+            .args(["-c", "echo one >&2; echo two >&2; echo three >&2"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = Lines::of(child.stderr.take().unwrap());
+        assert_eq!(lines.wait_for("tw", Duration::from_secs(10)), "two");
+        wait_within(&mut child, Duration::from_secs(10));
+        assert_eq!(lines.all(), "one\ntwo\nthree");
+        let mut quiet = Command::new("true").stderr(Stdio::piped()).spawn().unwrap();
+        let mut none = Lines::of(quiet.stderr.take().unwrap());
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            none.wait_for("anything", Duration::from_secs(10))
+        }));
+        let msg = *r.unwrap_err().downcast::<String>().unwrap();
+        assert!(msg.contains("no line with \"anything\""), "{msg}");
+        wait_within(&mut quiet, Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn until_returns_what_came_and_fails_naming_what_did_not() {
+        let started = tokio::time::Instant::now();
+        let mut n = 0;
+        let got = until(Duration::from_secs(1), "the third look", async || {
+            n += 1;
+            (n == 3).then_some(n)
+        })
+        .await;
+        assert_eq!(got, 3);
+        assert_eq!(started.elapsed(), 2 * POLL_EVERY);
+        let never = tokio::spawn(until(Duration::from_secs(1), "never", async || false));
+        let msg = *never
+            .await
+            .unwrap_err()
+            .into_panic()
+            .downcast::<String>()
+            .unwrap();
+        assert_eq!(msg, "timed out after 1s waiting for never");
     }
 
     #[test]

@@ -4,13 +4,15 @@
 //! and that test serves on 127.0.0.1:0 and prints its addresses.
 //!
 //! In the parent: `let server = ChildServer::spawn(ENV, "serve_helper");`
-//! then `server.addrs`; in the helper test: return at once unless
-//! `std::env::var_os(ENV)` is set, else serve and [`announce`] the
-//! addresses.
+//! then `server.addrs`; in the helper test: [`only_as_child`] first (run by
+//! itself, a helper fails instead of passing having measured nothing), then
+//! serve and [`serve_for_parent`] with the addresses. [`rss_around`] reads
+//! the parent's memory before and after its fleet is in.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// The line prefix the helper prints its addresses after.
 const PREFIX: &str = "ADDRS ";
@@ -20,6 +22,39 @@ const PREFIX: &str = "ADDRS ";
 pub fn announce(addrs: &[SocketAddr]) {
     let list: Vec<String> = addrs.iter().map(SocketAddr::to_string).collect();
     println!("{PREFIX}{}", list.join(" "));
+}
+
+/// Fails the helper test `helper` unless its parent `parent` started it
+/// (with `env` set): run by itself, it would pass having measured nothing.
+pub fn only_as_child(env: &str, helper: &str, parent: &str) {
+    assert!(
+        std::env::var_os(env).is_some(),
+        "{helper} is the server half of {parent}, which runs it in a child process with {env} \
+         set; run {parent} instead (`-- --ignored --exact {parent}`)"
+    );
+}
+
+/// Announces `addrs` to the parent, then serves until the parent kills this
+/// process (at most 10 minutes, so that an orphan ends).
+pub async fn serve_for_parent(addrs: &[SocketAddr]) {
+    announce(addrs);
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+/// Resident memory (KiB, read by `rss`) before `start` launches a fleet,
+/// and after `held` says every agent is in (within 2 minutes) and 2 more
+/// seconds have passed, as every memory figure of these tests was read;
+/// with what `start` returned.
+pub async fn rss_around<R>(
+    rss: impl Fn() -> u64,
+    start: impl FnOnce() -> R,
+    held: impl AsyncFnMut() -> bool,
+) -> (R, u64, u64) {
+    let base = rss();
+    let started = start();
+    crate::bounded::until(Duration::from_secs(120), "every agent connected", held).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    (started, base, rss())
 }
 
 /// A helper test running in a child process; killed on drop.

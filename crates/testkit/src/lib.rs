@@ -13,13 +13,17 @@
 //! - [`fake_proc`]: a fake `/proc` tree of stated limits, for the preflight
 //!   and `agent-sim doctor`.
 //! - [`child`]: the server half of a memory measurement in a child process.
-//! - [`bounded`]: a child process's output within a time limit.
+//! - [`bounded`]: a child process's output within a time limit, and
+//!   [`bounded::until`], the one way tests wait for a state.
+//! - [`source`]: the workspace's own sources, read for the checks that hold
+//!   the code to its shape (sizes, imports one way, bounds documented).
 
 pub mod alloc;
 pub mod bounded;
 pub mod child;
 pub mod fake_proc;
 pub mod hostile;
+pub mod source;
 
 use std::path::PathBuf;
 

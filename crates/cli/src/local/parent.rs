@@ -2,8 +2,9 @@
 //! its own, so a Ctrl-C reaches the parent only and is forwarded once as
 //! SIGTERM), adds their progress lines up into one, relays what else they
 //! say (prefixed with their shard), and when all have ended merges their
-//! summaries and interval logs exactly as `report merge` does into ONE
-//! summary, table, hlog and page, with the exit code of the whole.
+//! summaries and interval logs into ONE summary, table, hlog and page
+//! through the path `report merge` and `report html` take
+//! ([`crate::results`]), with the exit code of the whole.
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::CommandExt as _;
@@ -15,7 +16,6 @@ use std::time::{Duration, Instant, SystemTime};
 use agent_sim_metrics::Summary;
 use agent_sim_metrics::assert::evaluate;
 use agent_sim_metrics::hlog::{HlogContents, HlogWriter, read_hlog};
-use agent_sim_metrics::merge::merge_summaries;
 use agent_sim_metrics::report::TableOptions;
 use agent_sim_metrics::summary::{AgentCounts, KindEntry, Outcome, SCHEMA_V2};
 use tokio_util::sync::CancellationToken;
@@ -34,6 +34,7 @@ struct Kid {
     /// The latest progress it reported.
     progress: Arc<Mutex<ChildProgress>>,
     /// What it said last (not progress).
+    // Bound: LAST_WORDS lines.
     last_words: Arc<Mutex<Vec<String>>>,
 }
 
@@ -345,7 +346,10 @@ fn finish(
     started: SystemTime,
     notes: &[String],
 ) -> i32 {
-    let mut merged = match merge_summaries(parts) {
+    // No hlog histograms over the children's summaries: these embed every
+    // histogram (the samples after a child's last interval too), and their
+    // hlogs lack the observers' propagation that the merge adds up.
+    let mut merged = match crate::results::merge(parts, &[]) {
         Ok(m) => m,
         Err(e) => {
             eprintln!("agent-sim: merging the local processes: {e}");
@@ -367,18 +371,8 @@ fn finish(
         errors.push(format!("--hlog {}: {e}", p.display()));
     }
     if let Some(p) = &cfg.report_html {
-        let zero = humantime::parse_rfc3339(&merged.started_at)
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_secs_f64());
-        let windows = agent_sim_metrics::timeline::windows_from_hlogs(logs, zero);
-        let page = agent_sim_metrics::html::render(&agent_sim_metrics::html::Page {
-            summary: &merged,
-            verdicts: &verdicts,
-            windows: &windows,
-            sources: &[],
-        });
-        if let Err(e) = crate::report_cmd::write_atomically(p, &page) {
+        let page = crate::results::page(&merged, &verdicts, logs, &[]);
+        if let Err(e) = crate::results::write_atomically(p, &page) {
             errors.push(format!("--report-html {}: {e}", p.display()));
         }
     }

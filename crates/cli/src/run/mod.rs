@@ -295,7 +295,7 @@ fn report_page(
         windows,
         sources: &[],
     });
-    crate::report_cmd::write_atomically(path, &page)
+    crate::results::write_atomically(path, &page)
         .err()
         .map(|e| format!("--report-html {}: {e}", path.display()))
 }

@@ -4,18 +4,35 @@
 
 use std::time::Duration;
 
+use agent_sim::run::RunOutcome;
 use agent_sim_server::faults::RestartState;
+use agent_sim_testkit::bounded::until;
 
 use super::*;
+
+/// 100 Sensu and 50 Consul agents against `b` at once, for 9 s.
+async fn both_fleets(b: &Backend) -> (RunOutcome, RunOutcome) {
+    let (sensu, consul) = tokio::join!(sensu_run(b, 100, 9.0).run(), consul_run(b, 50, 9.0).run());
+    (sensu.unwrap(), consul.unwrap())
+}
+
+/// Asserts the 50 Consul agents each lost their session to `kind`.
+fn lost_all_50(c: &Summary, kind: &str) {
+    assert_eq!(
+        c.sessions_lost.get(kind),
+        Some(&50),
+        "{:?} {:#?}",
+        c.sessions_lost,
+        c.errors
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_that_loses_its_state_brings_every_sensu_and_consul_agent_back() {
     bounded(Duration::from_secs(25), async {
         let b = backend(true, true, &["restart@at:2s,down:1s,state:lose"]).await;
         web_instances(&b, 2).await;
-        let (sensu, consul) =
-            tokio::join!(sensu_run(&b, 100, 9.0).run(), consul_run(&b, 50, 9.0).run());
-        let (sensu, consul) = (sensu.unwrap(), consul.unwrap());
+        let (sensu, consul) = both_fleets(&b).await;
         let web = b.consul_state().unwrap();
         b.stop().await;
         assert_eq!(b.fault_stats().restarts, 1);
@@ -37,13 +54,7 @@ async fn a_restart_that_loses_its_state_brings_every_sensu_and_consul_agent_back
         assert_eq!(s.counters["agents_reconnected"], 100);
 
         let c = &consul.summary;
-        assert_eq!(
-            c.sessions_lost.get("server_shutting_down"),
-            Some(&50),
-            "{:?} {:#?}",
-            c.sessions_lost,
-            c.errors
-        );
+        lost_all_50(c, "server_shutting_down");
         assert!(
             error(c, "server_shutting_down")
                 .sample
@@ -67,9 +78,21 @@ async fn a_restart_that_keeps_its_state_resumes_every_stream() {
         let b = backend(true, true, &[]).await;
         web_instances(&b, 2).await;
         let restart = {
-            let b = b.clone();
+            let (b, seen) = (b.clone(), b.clone());
             tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_secs(2)).await;
+                // Once every agent holds its session (and stream).
+                until(
+                    Duration::from_secs(10),
+                    "every agent connected",
+                    async move || {
+                        let (s, c) = (seen.sensu_stats().unwrap(), seen.consul_stats().unwrap());
+                        s.sessions_active == 100
+                            && c.sessions_active == 50
+                            && c.subscriptions_active == 50
+                            && c.snapshots_sent >= 50
+                    },
+                )
+                .await;
                 let before = b.consul_stats().unwrap().raft_index;
                 b.restart(Duration::from_secs(1), RestartState::Keep)
                     .await
@@ -77,9 +100,7 @@ async fn a_restart_that_keeps_its_state_resumes_every_stream() {
                 before
             })
         };
-        let (sensu, consul) =
-            tokio::join!(sensu_run(&b, 100, 9.0).run(), consul_run(&b, 50, 9.0).run());
-        let (sensu, consul) = (sensu.unwrap(), consul.unwrap());
+        let (sensu, consul) = both_fleets(&b).await;
         let raft_before = restart.await.unwrap();
         let stats = b.consul_stats().unwrap();
         b.stop().await;
@@ -92,13 +113,7 @@ async fn a_restart_that_keeps_its_state_resumes_every_stream() {
         assert_eq!(s.counters["agents_reconnected"], 100);
 
         let c = &consul.summary;
-        assert_eq!(
-            c.sessions_lost.get("server_shutting_down"),
-            Some(&50),
-            "{:?} {:#?}",
-            c.sessions_lost,
-            c.errors
-        );
+        lost_all_50(c, "server_shutting_down");
         // The server kept its catalog, sessions and indexes: nothing to
         // register again, every stream resumed where it was.
         assert_eq!(c.counters["reregistrations"], 0);

@@ -24,7 +24,7 @@ use crate::conn::RpcIo;
 /// (`pool.RPCMultiplexV2`).
 pub const RPC_MULTIPLEX_V2: u8 = 0x04;
 
-/// Largest answer read (a 5,000-instance result is ≈6.8 MB of msgpack).
+/// Largest answer read (a 5,000-instance result is 6.8 MiB of msgpack).
 pub const MAX_ANSWER: usize = 64 << 20;
 
 /// The socket under yamux (counted when the session counts bytes).

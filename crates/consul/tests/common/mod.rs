@@ -1,6 +1,6 @@
 //! Helpers of the Consul integration tests: the embedded target on
-//! 127.0.0.1 (restartable on the same ports), configs, metrics, paused-time
-//! waits and one-session runs.
+//! 127.0.0.1 (restartable on the same ports), configs, metrics and
+//! one-session runs (states are waited for with `testkit::bounded::until`).
 
 #![allow(dead_code)]
 
@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use agent_sim_consul::http::HttpApi;
-use agent_sim_consul::{ConsulConfig, ConsulFactory, metrics_spec};
+use agent_sim_consul::{ConsulConfig, ConsulFactory, ProbeConfig, ProbeKind, metrics_spec};
 use agent_sim_fleet::{Agent, FleetConfig, FleetReport, FleetStatus, SessionCx, SessionEnd};
 use agent_sim_metrics::{Metrics, ProbeSummary};
 use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
@@ -108,25 +108,43 @@ pub fn config(t: &Target) -> ConsulConfig {
     }
 }
 
+/// A probe of `kind` every `every`, each change given up after `timeout`.
+pub fn probe(kind: ProbeKind, every: Duration, timeout: Duration) -> ProbeConfig {
+    ProbeConfig {
+        kind: Some(kind),
+        every,
+        timeout: Some(timeout),
+        ..ProbeConfig::default()
+    }
+}
+
+/// `agents` agents started at `per_second` (`None`: all at once), the run
+/// ending after `run`.
+pub fn fleet_of(agents: u64, per_second: Option<f64>, run: Duration) -> FleetConfig {
+    FleetConfig {
+        agents,
+        ramp: per_second.map(agent_sim_fleet::Rate::per_second),
+        duration: Some(run),
+        ..FleetConfig::default()
+    }
+}
+
+/// `config(t)` for an agent that only subscribes: no registration, no
+/// TTL session.
+pub fn subscriber(t: &Target) -> ConsulConfig {
+    ConsulConfig {
+        register: false,
+        session_ttl: None,
+        ..config(t)
+    }
+}
+
 pub fn metrics() -> Metrics {
     Metrics::new(&metrics_spec().merge(&agent_sim_fleet::metrics_spec()), 4)
 }
 
 pub fn counter(m: &Metrics, name: &str) -> u64 {
     m.snapshot().counter(name)
-}
-
-/// Checks `cond` every 10 ms of paused (virtual) time until it holds; panics
-/// after `limit`. The tests run on paused time, so no wall clock is waited on.
-pub async fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Runs one session of `agent` while `script` runs; `script` gets the
@@ -142,6 +160,21 @@ where
     let session = agent.run_session(&cx);
     let (end, ()) = tokio::join!(session, script(token));
     end
+}
+
+/// Runs one session of `agent` until `cond` holds (within `limit`), then
+/// ends it.
+pub async fn session_until<A: Agent>(
+    agent: &mut A,
+    m: &Metrics,
+    (limit, what): (Duration, &str),
+    cond: impl AsyncFnMut() -> bool,
+) -> SessionEnd {
+    with_session(agent, m, |token| async move {
+        agent_sim_testkit::bounded::until(limit, what, cond).await;
+        token.cancel();
+    })
+    .await
 }
 
 /// Runs a fleet of `cfg` (and its probe runner, if any) to the end of `f`;

@@ -13,9 +13,11 @@
 //! time; the configuration the run used (secrets were redacted when the
 //! summary was written).
 //!
-//! Parts: [`svg`] (the chart writer, and why it is our own), [`charts`]
-//! (run data to charts), `sections` (the HTML of each section), `server`
-//! (the observed servers' section). Input is a
+//! Parts, leaves first: [`svg`] (the chart writer, and why it is our own),
+//! `blocks` (a section's frame, figures, tables, notes), `charts` (run
+//! data to charts), `sections` (the headline, probes, the run over time,
+//! the simulator and its settings), `events` (disruptions, errors and
+//! warnings), `server` (the observed servers' section). Input is a
 //! [`Page`]: a summary (one run's, or merged), the verdicts, and latency
 //! windows from interval logs or from the run itself.
 //!
@@ -23,7 +25,9 @@
 //! 2,000), latency windows and probes, not with the number of agents: a
 //! probe's charts have at most 60 bars and one point per HDR bucket.
 
+mod blocks;
 mod charts;
+mod events;
 mod sections;
 mod server;
 pub mod svg;
@@ -148,8 +152,8 @@ pub fn render(page: &Page<'_>) -> String {
     server::server(&mut o, s);
     sections::rates(&mut o, s);
     sections::latency(&mut o, s, page.windows);
-    sections::disruptions(&mut o, s);
-    sections::errors(&mut o, s);
+    events::disruptions(&mut o, s);
+    events::errors(&mut o, s);
     sections::process(&mut o, s);
     sections::config(&mut o, s);
     let _ = write!(

@@ -1,102 +1,26 @@
-//! The sections of the report page, in page order; each writes one
-//! `<section>` with its tables and charts, or says why it has nothing.
+//! The sections of the report page on the run itself, in page order: the
+//! headline, the probes, sessions, rates and latency over time, the
+//! simulator process and the settings. Each writes one `<section>` with its
+//! tables and charts, or says why it has nothing.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::blocks::{
+    by_cause, close, disruption_marks, figure, kv, no_timeline, note, open, run_time, table,
+};
 use super::charts::{self, arrival_cdf, arrival_histogram, over_time, rate_points};
-use super::svg::{Axis, Chart, Mark, Scale, Series, Unit, label};
+use super::svg::{Axis, Chart, Scale, Series, Unit};
 use super::{Page, esc};
-use crate::summary::{KindEntry, LatencySummary, ProbeSummary, Summary};
+use crate::summary::{LatencySummary, ProbeSummary, Summary};
 use crate::timeline::LatencyWindow;
 use crate::units::{fmt_mib, fmt_us};
 
 /// Probes (and disruptions) drawn one by one up to this many; beyond it,
 /// the slowest few are drawn and every one is in the table.
-const MAX_DRAWN: usize = 12;
+pub(super) const MAX_DRAWN: usize = 12;
 /// How many of the slowest are drawn when there are more than [`MAX_DRAWN`].
 const SLOWEST_DRAWN: usize = 6;
-/// Error kinds with their own line in the errors chart; the rest are summed.
-const ERROR_LINES: usize = 5;
-
-pub(super) fn figure(o: &mut String, chart: Option<Chart>, caption: &str) {
-    if let Some(c) = chart {
-        let _ = writeln!(
-            o,
-            "<figure>{}<figcaption>{}</figcaption></figure>",
-            c.render(),
-            esc(caption)
-        );
-    }
-}
-
-pub(super) fn note(o: &mut String, text: &str) {
-    let _ = writeln!(o, "<p class=\"note\">{}</p>", esc(text));
-}
-
-pub(super) fn open(o: &mut String, id: &str, title: &str) {
-    let _ = writeln!(o, "<section id=\"{id}\">\n<h2>{}</h2>", esc(title));
-}
-
-pub(super) fn close(o: &mut String) {
-    o.push_str("</section>\n");
-}
-
-/// A table: header cells (a leading `>` marks a right-aligned, numeric
-/// column) and rows of already escaped cells.
-pub(super) fn table(o: &mut String, head: &[&str], rows: &[Vec<String>]) {
-    let numeric: Vec<bool> = head.iter().map(|h| h.starts_with('>')).collect();
-    o.push_str("<div class=\"wide\"><table><thead><tr>");
-    for h in head {
-        let (class, text) = match h.strip_prefix('>') {
-            Some(t) => (" class=\"n\"", t),
-            None => ("", *h),
-        };
-        let _ = write!(o, "<th{class}>{}</th>", esc(text));
-    }
-    o.push_str("</tr></thead><tbody>");
-    for r in rows {
-        o.push_str("<tr>");
-        for (i, c) in r.iter().enumerate() {
-            let class = if numeric.get(i).copied().unwrap_or(false) {
-                " class=\"n\""
-            } else {
-                ""
-            };
-            let _ = write!(o, "<td{class}>{c}</td>");
-        }
-        o.push_str("</tr>");
-    }
-    o.push_str("</tbody></table></div>\n");
-}
-
-pub(super) fn kv(o: &mut String, items: &[(&str, String)]) {
-    o.push_str("<dl class=\"kv\">");
-    for (k, v) in items {
-        let _ = write!(o, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(v));
-    }
-    o.push_str("</dl>\n");
-}
-
-fn run_time(s: f64) -> String {
-    if s < 60.0 {
-        format!("{s:.1}s")
-    } else {
-        label(Unit::RunTime, s)
-    }
-}
-
-fn by_cause(m: &BTreeMap<String, u64>) -> String {
-    if m.is_empty() {
-        return "none".into();
-    }
-    let mut v: Vec<_> = m.iter().collect();
-    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-    v.iter()
-        .map(|(k, n)| format!("{k} {n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// What the exit code means (the outcome contract, docs/results.md).
 fn exit_meaning(code: i32) -> &'static str {
@@ -448,23 +372,6 @@ fn probe_overview(s: &Summary) -> Option<Chart> {
     })
 }
 
-pub(super) fn disruption_marks(s: &Summary) -> Vec<Mark> {
-    s.disruptions
-        .iter()
-        .map(|d| Mark {
-            x: d.began_s,
-            label: format!("#{} {}", d.id, d.cause),
-        })
-        .collect()
-}
-
-fn no_timeline(o: &mut String) {
-    note(
-        o,
-        "This summary has no timeline (written by an older agent-sim, or the run ended before its first sample).",
-    );
-}
-
 /// Sessions held over the run, with the requested fleet and disruptions.
 pub(super) fn sessions(o: &mut String, s: &Summary) {
     open(o, "sessions", "Sessions over time");
@@ -618,203 +525,6 @@ pub(super) fn latency(o: &mut String, s: &Summary, windows: &[LatencyWindow]) {
             charts::latency_over_time(name, s.duration_s, &ws),
             &format!("{name}: p50, p90, p99 and max of each interval (log scale)."),
         );
-    }
-    close(o);
-}
-
-fn secs(v: Option<f64>) -> String {
-    v.map(|x| format!("{x:.2}s"))
-        .unwrap_or_else(|| "never".into())
-}
-
-/// Each disruption: what was lost, how fast it came back.
-pub(super) fn disruptions(o: &mut String, s: &Summary) {
-    open(o, "disruptions", "Disruptions and reconvergence");
-    if s.disruptions.is_empty() {
-        note(o, "No disruption in this run.");
-        close(o);
-        return;
-    }
-    // Consul's subscription figures only where a fleet had any.
-    let consul = s
-        .disruptions
-        .iter()
-        .any(|d| d.snapshots + d.resumes + d.resumes_silent > 0);
-    let rows: Vec<Vec<String>> = s
-        .disruptions
-        .iter()
-        .map(|d| {
-            let b = &d.back_after_s;
-            let mut row = vec![
-                d.id.to_string(),
-                esc(&format!("{} ({})", d.cause, d.fleet)),
-                run_time(d.began_s),
-                format!("{} / {}", d.back, d.sessions_lost),
-                format!(
-                    "{} / {} / {} / {}",
-                    secs(b.p50),
-                    secs(b.p90),
-                    secs(b.p99),
-                    secs(b.p100)
-                ),
-                format!(
-                    "{} / {}",
-                    fmt_us(d.reconnect_us.p50),
-                    fmt_us(d.reconnect_us.p99)
-                ),
-                d.attempts.to_string(),
-            ];
-            if consul {
-                row.push(format!(
-                    "{} / {} / {}",
-                    d.snapshots, d.resumes, d.resumes_silent
-                ));
-            }
-            row.push(esc(&by_cause(&d.missing_at_end)));
-            row
-        })
-        .collect();
-    let mut head = vec![
-        "#",
-        "cause (fleet)",
-        ">began",
-        ">back / lost",
-        ">50 / 90 / 99 / 100 % back after",
-        ">reconnect p50 / p99",
-        ">attempts",
-    ];
-    if consul {
-        head.push(">snapshots / resumes / silent");
-    }
-    head.push("missing at end");
-    table(o, &head, &rows);
-    for d in s.disruptions.iter().take(MAX_DRAWN) {
-        let Ok(h) = d.reconnect_us.histogram() else {
-            continue;
-        };
-        figure(
-            o,
-            arrival_cdf(
-                &format!("Disruption #{} ({}): agents back", d.id, d.cause),
-                &h,
-                &d.reconnect_us,
-                d.sessions_lost,
-                "loss to steady state again, log scale",
-            ),
-            &format!(
-                "Disruption #{} ({} at {}): share of the {} lost sessions back, by time from each loss.",
-                d.id,
-                d.cause,
-                run_time(d.began_s),
-                d.sessions_lost
-            ),
-        );
-    }
-    if s.disruptions.len() > MAX_DRAWN {
-        note(
-            o,
-            &format!("The first {MAX_DRAWN} disruptions are drawn; every one is in the table."),
-        );
-    }
-    close(o);
-}
-
-fn kinds_table(o: &mut String, m: &BTreeMap<String, KindEntry>) {
-    let mut v: Vec<(&String, &KindEntry)> = m.iter().collect();
-    v.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
-    let rows: Vec<Vec<String>> = v
-        .iter()
-        .map(|(k, e)| {
-            vec![
-                esc(k),
-                e.count.to_string(),
-                format!("{:.1}s", e.first_seen_s),
-                if e.heals { "yes" } else { "no" }.to_string(),
-                format!(
-                    "<span class=\"words\">{}</span>",
-                    esc(e.sample.as_deref().unwrap_or(""))
-                ),
-                esc(e.hint.as_deref().unwrap_or("")),
-            ]
-        })
-        .collect();
-    table(
-        o,
-        &[
-            "kind",
-            ">count",
-            ">first seen",
-            "heals",
-            "server said",
-            "check",
-        ],
-        &rows,
-    );
-}
-
-/// Errors by kind over time, with the server's words and what to check.
-pub(super) fn errors(o: &mut String, s: &Summary) {
-    open(o, "errors", "Errors");
-    let total = s.errors_total();
-    if total == 0 {
-        note(o, "No error.");
-    } else {
-        let mut kinds: Vec<(&String, u64)> = s.errors.iter().map(|(k, e)| (k, e.count)).collect();
-        kinds.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        let shown: Vec<&String> = kinds.iter().take(ERROR_LINES).map(|k| k.0).collect();
-        let mut series: Vec<Series> = shown
-            .iter()
-            .map(|k| Series {
-                name: (*k).clone(),
-                points: s
-                    .timeline
-                    .iter()
-                    .map(|t| (t.t_s, t.errors.get(*k).copied().unwrap_or(0) as f64))
-                    .collect(),
-                steps: false,
-            })
-            .collect();
-        if kinds.len() > ERROR_LINES {
-            series.push(Series {
-                name: "other kinds".into(),
-                points: s
-                    .timeline
-                    .iter()
-                    .map(|t| {
-                        let other: u64 = t
-                            .errors
-                            .iter()
-                            .filter(|(k, _)| !shown.contains(k))
-                            .map(|(_, v)| v)
-                            .sum();
-                        (t.t_s, other as f64)
-                    })
-                    .collect(),
-                steps: false,
-            });
-        }
-        if s.timeline.is_empty() {
-            no_timeline(o);
-        } else {
-            figure(
-                o,
-                over_time(
-                    "Errors by kind",
-                    s.duration_s,
-                    Unit::Count,
-                    "errors per sample interval",
-                    series,
-                ),
-                "Errors of each kind between samples.",
-            );
-        }
-        let _ = writeln!(o, "<p>{total} error(s) in all.</p>");
-        kinds_table(o, &s.errors);
-    }
-    if !s.warnings.is_empty() {
-        let _ = writeln!(o, "<h3>Warnings</h3>");
-        note(o, "What a real agent logs and carries on with.");
-        kinds_table(o, &s.warnings);
     }
     close(o);
 }

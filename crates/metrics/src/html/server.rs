@@ -2,9 +2,9 @@
 //! kept latencies over the run, on the sessions' time axis (disruptions
 //! marked), its baseline as the dashed line, and what each agent cost it.
 
+use super::blocks::{close, disruption_marks, figure, kv, note, open, table};
 use super::charts::over_time;
 use super::esc;
-use super::sections::{close, disruption_marks, figure, kv, note, open, table};
 use super::svg::{Series, Unit};
 use crate::server::ServerSummary;
 use crate::summary::Summary;
@@ -76,6 +76,36 @@ pub(super) fn server(o: &mut String, s: &Summary) {
         return;
     }
     open(o, "server", "Server");
+    sizing_table(o, s);
+    let one = (s.server.len() == 1).then(|| &s.server[0]);
+    level_chart(
+        o,
+        s,
+        ("Server CPU", Unit::Cores, "cores busy"),
+        |p| p.cpu_cores,
+        one.and_then(|x| x.sizing.cpu_cores.baseline)
+            .map(|b| (b, format!("baseline {b:.2}"))),
+        "CPU of each observed server per interval; the dashed line is its baseline before the \
+         first agent dialed; marks are disruptions.",
+    );
+    level_chart(
+        o,
+        s,
+        ("Server resident memory", Unit::Bytes, "RSS"),
+        |p| p.rss_bytes.map(|b| b as f64),
+        None,
+        "Resident memory of each observed server at each scrape.",
+    );
+    latency_charts(o, s);
+    for (i, srv) in s.server.iter().enumerate() {
+        details(o, i, srv);
+    }
+    close(o);
+}
+
+/// One row per server: scrapes, CPU and memory at baseline and steady, and
+/// what each agent cost it.
+fn sizing_table(o: &mut String, s: &Summary) {
     let rows: Vec<Vec<String>> = s
         .server
         .iter()
@@ -114,25 +144,10 @@ pub(super) fn server(o: &mut String, s: &Summary) {
         ],
         &rows,
     );
-    let one = (s.server.len() == 1).then(|| &s.server[0]);
-    level_chart(
-        o,
-        s,
-        ("Server CPU", Unit::Cores, "cores busy"),
-        |p| p.cpu_cores,
-        one.and_then(|x| x.sizing.cpu_cores.baseline)
-            .map(|b| (b, format!("baseline {b:.2}"))),
-        "CPU of each observed server per interval; the dashed line is its baseline before the \
-         first agent dialed; marks are disruptions.",
-    );
-    level_chart(
-        o,
-        s,
-        ("Server resident memory", Unit::Bytes, "RSS"),
-        |p| p.rss_bytes.map(|b| b as f64),
-        None,
-        "Resident memory of each observed server at each scrape.",
-    );
+}
+
+/// One chart per latency the servers keep: p50 and p99 of each server.
+fn latency_charts(o: &mut String, s: &Summary) {
     let mut names: Vec<&String> = s
         .server
         .iter()
@@ -180,55 +195,57 @@ pub(super) fn server(o: &mut String, s: &Summary) {
             ),
         );
     }
-    for (i, srv) in s.server.iter().enumerate() {
-        if !srv.latencies.is_empty() {
-            let rows: Vec<Vec<String>> = srv
-                .latencies
-                .iter()
-                .map(|(n, l)| {
-                    vec![
-                        esc(n),
-                        us(l.baseline_p50),
-                        us(l.baseline_p99),
-                        us(l.p50),
-                        us(l.p99),
-                        format!("{:.0}", l.count),
-                    ]
-                })
-                .collect();
-            let _ = std::fmt::Write::write_fmt(
-                o,
-                format_args!("<h3>#{} {}: latencies</h3>\n", i + 1, esc(&srv.kind)),
-            );
-            table(
-                o,
-                &[
-                    "latency",
-                    ">baseline p50",
-                    ">baseline p99",
-                    ">under load p50",
-                    ">under load p99",
-                    ">observations",
-                ],
-                &rows,
-            );
-        }
-        if let Some((a, b)) = srv.sizing.steady_s {
-            let label = format!("#{} {}: steady state", i + 1, srv.kind);
-            kv(
-                o,
-                &[(
-                    label.as_str(),
-                    format!(
-                        "{a:.1}s to {b:.1}s, {:.0} agent(s) held on average",
-                        srv.sizing.agents
-                    ),
-                )],
-            );
-        }
-        for n in &srv.notes {
-            note(o, n);
-        }
+}
+
+/// Server `i`'s latencies at baseline and under load, its steady state and
+/// its notes.
+fn details(o: &mut String, i: usize, srv: &ServerSummary) {
+    if !srv.latencies.is_empty() {
+        let rows: Vec<Vec<String>> = srv
+            .latencies
+            .iter()
+            .map(|(n, l)| {
+                vec![
+                    esc(n),
+                    us(l.baseline_p50),
+                    us(l.baseline_p99),
+                    us(l.p50),
+                    us(l.p99),
+                    format!("{:.0}", l.count),
+                ]
+            })
+            .collect();
+        let _ = std::fmt::Write::write_fmt(
+            o,
+            format_args!("<h3>#{} {}: latencies</h3>\n", i + 1, esc(&srv.kind)),
+        );
+        table(
+            o,
+            &[
+                "latency",
+                ">baseline p50",
+                ">baseline p99",
+                ">under load p50",
+                ">under load p99",
+                ">observations",
+            ],
+            &rows,
+        );
     }
-    close(o);
+    if let Some((a, b)) = srv.sizing.steady_s {
+        let label = format!("#{} {}: steady state", i + 1, srv.kind);
+        kv(
+            o,
+            &[(
+                label.as_str(),
+                format!(
+                    "{a:.1}s to {b:.1}s, {:.0} agent(s) held on average",
+                    srv.sizing.agents
+                ),
+            )],
+        );
+    }
+    for n in &srv.notes {
+        note(o, n);
+    }
 }
