@@ -32,19 +32,7 @@ const PENDING: &[&str] = &[
     "glob: crates/consul/src/conn.rs: tonic::Code::*",
     "glob: crates/consul/src/lib.rs: names::*",
     "glob: crates/dataplane/src/lib.rs: names::*",
-    "glob: crates/server/src/consul/http/catalog.rs: super::*",
-    "glob: crates/server/src/consul/http/config.rs: super::*",
-    "glob: crates/server/src/consul/http/mod.rs: catalog::*",
-    "glob: crates/server/src/consul/http/mod.rs: config::*",
-    "glob: crates/server/src/consul/http/mod.rs: read::*",
-    "glob: crates/server/src/consul/http/mod.rs: session_api::*",
-    "glob: crates/server/src/consul/http/mod.rs: txn::*",
-    "glob: crates/server/src/consul/http/read.rs: super::*",
-    "glob: crates/server/src/consul/http/session_api.rs: super::*",
-    "glob: crates/server/src/consul/http/txn.rs: super::*",
-    "glob: crates/server/src/faults/spec.rs: Action::*",
     "circle: consul: probe: board, stats",
-    "circle: server: consul: blocking, http",
 ];
 
 /// The code of a file without its tests and comments (literals blanked).

@@ -13,7 +13,6 @@ const MAX_FN_LINES: usize = 150;
 /// must still be over (the test fails on one that is not, so the list only
 /// shrinks); the lead empties it when those branches are merged.
 const PENDING: &[&str] = &[
-    "crates/server/src/consul/grpc.rs",
     "crates/sensu/src/session.rs",
     "crates/sensu/src/session.rs run",
     "crates/consul/src/agent/session.rs steady",
