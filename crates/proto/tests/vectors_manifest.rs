@@ -3,9 +3,10 @@
 //! project's shared data) are exactly what their manifest lists: every file
 //! present with its size and sha256, and no file the manifest does not name.
 //! The decoding tests of the protocol crates read the same directory.
-//! `consul/rpc/` holds this project's own capture (blocking queries over the
-//! multiplexed RPC port of a real Consul 1.20.1) with its own manifest,
-//! checked the same way.
+//! `consul/rpc/`, `consul/agent-rpc/` and `consul/agent-rpc-connect/` hold
+//! this project's own captures (blocking queries, and a real client agent's
+//! own calls, on the multiplexed RPC port of a real Consul 1.20.1), each
+//! with its own manifest, checked the same way.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -52,23 +53,25 @@ fn checked(root: &Path, manifest: &Path) -> BTreeSet<String> {
     listed
 }
 
+/// This project's own captures, kept across a refresh of the shared ones.
+const OWN_CAPTURES: [&str; 3] = ["consul/rpc", "consul/agent-rpc", "consul/agent-rpc-connect"];
+
 #[test]
 fn every_vector_matches_the_manifest() {
     let root = root();
     let shared = checked(&root, &root.join("manifest.json"));
     assert!(shared.len() > 90, "{} entries", shared.len());
-    let ours = checked(&root, &root.join("consul/rpc/manifest.json"));
-    assert!(ours.len() >= 10, "{} entries", ours.len());
     let mut on_disk = BTreeSet::new();
     files_under(&root, &root, &mut on_disk);
-    for f in [
-        "manifest.json",
-        "README.md",
-        "consul/rpc/manifest.json",
-        "consul/rpc/README.md",
-    ] {
-        on_disk.remove(f);
+    on_disk.remove("manifest.json");
+    on_disk.remove("README.md");
+    let mut listed = shared;
+    for dir in OWN_CAPTURES {
+        let ours = checked(&root, &root.join(dir).join("manifest.json"));
+        assert!(ours.len() >= 10, "{dir}: {} entries", ours.len());
+        listed.extend(ours);
+        on_disk.remove(&format!("{dir}/manifest.json"));
+        on_disk.remove(&format!("{dir}/README.md"));
     }
-    let listed: BTreeSet<String> = shared.union(&ours).cloned().collect();
     assert_eq!(on_disk, listed, "files on disk vs manifests");
 }
