@@ -30,9 +30,10 @@ use super::ConsulAgent;
 use super::session::{Watches, far_future};
 use super::subscriptions::{Arrival, Slot, Slots};
 use crate::conn::{self, Counted};
+use crate::rpc::mux::{CallError, Mux, RPC_MULTIPLEX_V2};
 use crate::watch::http::{HttpWatch, PollFuture};
 use crate::watch::msgpack::ServiceNodesArgs;
-use crate::watch::rpc::{self, CallError, CallFuture, Mux};
+use crate::watch::rpc::{self, CallFuture};
 use crate::watch::{self, WatchMode};
 
 type HttpConnect = Pin<
@@ -110,7 +111,7 @@ impl ConsulAgent {
             let dialer = &sh.dialers[(self.index as usize) % sh.dialers.len()];
             let t = Instant::now();
             let opened =
-                conn::within_session(cx, dialer.open(cx.bind_addr, rpc::RPC_MULTIPLEX_V2)).await;
+                conn::within_session(cx, dialer.open(cx.bind_addr, RPC_MULTIPLEX_V2)).await;
             let (io, s) = match opened {
                 Ok(o) => o,
                 Err(end) => return end,

@@ -5,15 +5,17 @@
 //!   `Catalog.Deregister`, `Catalog.NodeServiceList`, `Health.NodeChecks`);
 //! - [`session`]: `Session.Apply` and `Session.Renew`;
 //! - [`coordinate`]: the Vivaldi estimate and `Coordinate.Update`;
+//! - [`mux`]: the connection (`0x04`, yamux) and one call on a stream;
 //! - here: net/rpc's request and response headers, and `Status.Ping` (what
 //!   the agent's server router asks a server it moves to).
 //!
-//! Pure encode and decode, checked on bytes a real agent sent
-//! (`testdata/vectors/consul/agent-rpc/`); the connection and the calls'
-//! scheduling are the agent's.
+//! The codecs are pure encode and decode, checked on bytes a real agent
+//! sent (`testdata/vectors/consul/agent-rpc/`); the calls' scheduling is
+//! the agent's.
 
 pub mod catalog;
 pub mod coordinate;
+pub mod mux;
 pub mod session;
 
 use agent_sim_proto::msgpack::Writer;

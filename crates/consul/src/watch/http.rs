@@ -16,9 +16,10 @@ use http_body_util::Empty;
 
 use super::digest::Digest;
 use super::msgpack::Csn;
-use super::rpc::{Answer, CallError, MAX_ANSWER};
+use super::rpc::Answer;
 use crate::conn::{ByteCounters, CONNECT_TIMEOUT, Counted};
 use crate::http::HttpError;
+use crate::rpc::mux::{CallError, MAX_ANSWER};
 
 /// A kept-alive HTTP/1 connection to the API.
 pub struct HttpWatch {

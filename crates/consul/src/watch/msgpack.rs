@@ -120,19 +120,7 @@ pub fn encode_request(seq: u64, a: &ServiceNodesArgs<'_>, out: &mut Vec<u8>) {
 
 pub use agent_sim_proto::msgpack::{MsgpackError, Scanner, value_len};
 
-/// net/rpc's response header.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-pub struct ResponseHeader {
-    /// The method answered.
-    #[serde(rename = "ServiceMethod", default)]
-    pub service_method: String,
-    /// The call it answers.
-    #[serde(rename = "Seq", default)]
-    pub seq: u64,
-    /// What went wrong (`""`: nothing); the server's words.
-    #[serde(rename = "Error", default)]
-    pub error: String,
-}
+pub use crate::rpc::ResponseHeader;
 
 #[derive(Deserialize)]
 struct Indexed<'a> {
@@ -210,21 +198,22 @@ pub fn decode_response(
     header: &[u8],
     body: &[u8],
 ) -> Result<(ResponseHeader, Option<Digest>), MsgpackError> {
-    let h: ResponseHeader =
-        rmp_serde::from_slice(header).map_err(|e| MsgpackError(format!("response header: {e}")))?;
+    let h = crate::rpc::decode_header(header)?;
     if !h.error.is_empty() {
         return Ok((h, None));
     }
+    Ok((h, Some(decode_body(body)?)))
+}
+
+/// Decodes an answer's body (`IndexedCheckServiceNodes`) as a [`Digest`].
+pub fn decode_body(body: &[u8]) -> Result<Digest, MsgpackError> {
     let r: Indexed<'_> =
         rmp_serde::from_slice(body).map_err(|e| MsgpackError(format!("response body: {e}")))?;
     let items = r.nodes.unwrap_or_default().iter().map(Csn::item).collect();
-    Ok((
-        h,
-        Some(Digest {
-            index: r.index,
-            items,
-        }),
-    ))
+    Ok(Digest {
+        index: r.index,
+        items,
+    })
 }
 
 #[cfg(test)]

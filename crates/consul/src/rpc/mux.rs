@@ -1,0 +1,209 @@
+//! The agent's RPC connection: ONE connection opened with the multiplex
+//! byte `0x04` (after `0x03` + TLS for the TLS variant), yamux on it, and
+//! each call on a yamux stream as net/rpc with Consul's msgpack codec. A
+//! client agent keeps one stream for its own calls and one per blocking
+//! query, reusing each for the next call, as Consul's `agent/pool` keeps
+//! idle streams.
+//!
+//! The multiplexer is the `yamux` crate (libp2p's; the protocol hashicorp's
+//! yamux defined and Consul speaks): maintained, window management done, no
+//! task of its own (the session polls its connection). [`exchange`] is one
+//! call on a stream: the request written, the whole answer read (bounded)
+//! and split into its header and body.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_util::compat::{Compat, TokioAsyncReadCompatExt as _};
+
+use super::{AnswerScan, ResponseHeader, decode_header};
+use crate::conn::{Counted, RpcIo};
+
+/// First byte on a Consul RPC connection: yamux follows
+/// (`pool.RPCMultiplexV2`).
+pub const RPC_MULTIPLEX_V2: u8 = 0x04;
+
+/// Largest answer read (a 5,000-instance result is 6.8 MiB of msgpack).
+pub const MAX_ANSWER: usize = 64 << 20;
+
+/// Streams one connection holds at most: the agent's own, and one per
+/// watched service.
+const MAX_STREAMS: usize = 64;
+
+/// The socket under yamux (counted when the session counts bytes).
+pub type MuxIo = Compat<Counted<RpcIo>>;
+
+/// yamux over the RPC connection.
+pub struct Mux {
+    conn: yamux::Connection<MuxIo>,
+}
+
+impl std::fmt::Debug for Mux {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Mux")
+    }
+}
+
+/// How a call or the connection failed: a stable kind, and words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallError {
+    /// Error kind (`rpc_error`, `conn_closed`, `answer_too_large`, ...).
+    pub kind: &'static str,
+    /// What happened, in the server's words when it said any.
+    pub detail: String,
+}
+
+impl CallError {
+    /// A failure of `kind`.
+    pub fn new(kind: &'static str, detail: impl Into<String>) -> Self {
+        CallError {
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl Mux {
+    /// yamux in client mode on a connection whose `0x04` was written.
+    pub fn client(io: Counted<RpcIo>) -> Self {
+        let mut cfg = yamux::Config::default();
+        cfg.set_max_num_streams(MAX_STREAMS);
+        Mux {
+            conn: yamux::Connection::new(io.compat(), cfg, yamux::Mode::Client),
+        }
+    }
+
+    /// Drives the connection (frames in and out, window updates);
+    /// `Ready` when it closed or failed. A stream the server opens is not
+    /// expected and is dropped.
+    pub fn poll_driver(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), CallError>> {
+        loop {
+            match self.conn.poll_next_inbound(cx) {
+                Poll::Ready(Some(Ok(_unexpected))) => continue,
+                Poll::Ready(Some(Err(e))) => {
+                    return Poll::Ready(Err(CallError::new("conn_error", e.to_string())));
+                }
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// Opens a stream (lazily: its SYN goes with the first frame written).
+    pub fn poll_open(&mut self, cx: &mut Context<'_>) -> Poll<Result<yamux::Stream, CallError>> {
+        self.conn
+            .poll_new_outbound(cx)
+            .map_err(|e| CallError::new("conn_error", e.to_string()))
+    }
+
+    /// A stream now, if the connection has room for one (a new stream is
+    /// ready at once: its SYN goes with the first frame).
+    pub fn open_now(&mut self) -> Option<Result<yamux::Stream, CallError>> {
+        let waker = futures_util::task::noop_waker();
+        match self.poll_open(&mut Context::from_waker(&waker)) {
+            Poll::Ready(r) => Some(r),
+            Poll::Pending => None,
+        }
+    }
+}
+
+/// A whole answer: its header, and its body's bytes.
+#[derive(Debug)]
+pub struct Reply {
+    /// net/rpc's header (its `Error` is the server's words when not empty).
+    pub header: ResponseHeader,
+    /// The body (an empty struct when the server answered an error).
+    pub body: Vec<u8>,
+    /// The answer's size on the stream (header and body).
+    pub bytes: usize,
+}
+
+/// One call's future: the stream comes back for the next call unless the
+/// call broke it.
+pub type Exchange =
+    Pin<Box<dyn Future<Output = (Option<yamux::Stream>, Result<Reply, CallError>)> + Send>>;
+
+/// Writes `request` (a header and arguments, the call `seq`) on `stream`
+/// and reads the whole answer, at most `max` bytes. An answer to another
+/// call, or bytes after it, break the stream.
+pub fn exchange(mut stream: yamux::Stream, seq: u64, request: Vec<u8>, max: usize) -> Exchange {
+    Box::pin(async move {
+        if let Err(e) = async {
+            stream.write_all(&request).await?;
+            stream.flush().await
+        }
+        .await
+        {
+            let e = CallError::new("conn_error", format!("writing the call: {e}"));
+            return (None, Err(e));
+        }
+        drop(request);
+        match read_answer(&mut stream, seq, max).await {
+            Ok((reply, clean)) => (clean.then_some(stream), Ok(reply)),
+            Err(e) => (None, Err(e)),
+        }
+    })
+}
+
+/// Reads one answer to call `seq`; whether the stream ended with it.
+async fn read_answer(
+    stream: &mut yamux::Stream,
+    seq: u64,
+    max: usize,
+) -> Result<(Reply, bool), CallError> {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 4 * 1024];
+    let mut scan = AnswerScan::default();
+    loop {
+        match scan.scan(&buf) {
+            Err(e) => return Err(CallError::new("decode_answer", e.to_string())),
+            Ok(Some((h, end))) => {
+                let header = decode_header(&buf[..h])
+                    .map_err(|e| CallError::new("decode_answer", e.to_string()))?;
+                if header.seq != seq {
+                    return Err(CallError::new(
+                        "decode_answer",
+                        format!("an answer to call {} where {seq} was asked", header.seq),
+                    ));
+                }
+                // Bytes after the answer would belong to no call.
+                let clean = end == buf.len();
+                buf.truncate(end);
+                let body = buf.split_off(h);
+                return Ok((
+                    Reply {
+                        header,
+                        body,
+                        bytes: end,
+                    },
+                    clean,
+                ));
+            }
+            Ok(None) => {}
+        }
+        if buf.len() > max {
+            return Err(CallError::new(
+                "answer_too_large",
+                format!("an answer over {} MiB", max >> 20),
+            ));
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) => {
+                return Err(CallError::new(
+                    "stream_end",
+                    "the server closed the call's stream",
+                ));
+            }
+            Ok(n) => {
+                if buf.is_empty() && n == chunk.len() {
+                    // A big answer: read it in bigger pieces.
+                    chunk.resize(16 * 1024, 0);
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            Err(e) => return Err(CallError::new("conn_error", e.to_string())),
+        }
+    }
+}
