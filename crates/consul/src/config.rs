@@ -58,6 +58,9 @@ pub struct ConsulConfig {
     pub flap_rate: Option<Rate>,
     /// The propagation probe.
     pub probe: ProbeConfig,
+    /// What the agents write their catalog and sessions with: a client
+    /// agent's RPCs (the default) or the HTTP API.
+    pub agent: crate::modes::AgentWire,
     /// How each upstream is watched: `Subscribe` streams, blocking queries
     /// over the RPC port, or long polls of the HTTP API.
     pub watch: crate::modes::WatchMode,
@@ -87,6 +90,7 @@ impl Default for ConsulConfig {
             cluster_size: 0,
             flap_rate: None,
             probe: ProbeConfig::default(),
+            agent: crate::modes::AgentWire::default(),
             watch: crate::modes::WatchMode::default(),
             blocking_wait: crate::modes::DEFAULT_WAIT,
             seed: None,

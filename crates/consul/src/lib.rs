@@ -165,6 +165,21 @@ pub mod names {
     pub const WATCH_BYTES_RECEIVED: &str = "watch_bytes_received";
     /// Of `bytes_sent`, those on the watching connections.
     pub const WATCH_BYTES_SENT: &str = "watch_bytes_sent";
+    /// `Coordinate.Update` calls answered (`--consul-agent client`).
+    pub const COORDINATE_UPDATES: &str = "coordinate_updates";
+    /// The router's `Status.Ping` calls answered, one per rebalance.
+    pub const ROUTER_PINGS: &str = "router_pings";
+    /// A client agent's own RPCs, each method timed from the call written
+    /// to its whole answer read (`--consul-agent client`).
+    pub const RPC_LATENCIES: [&str; 7] = [
+        "rpc_catalog_register",
+        "rpc_node_services",
+        "rpc_node_checks",
+        "rpc_session_apply",
+        "rpc_session_renew",
+        "rpc_coordinate_update",
+        "rpc_status_ping",
+    ];
 }
 
 /// Counters whose per-second rate means something: the steady traffic of
@@ -181,6 +196,7 @@ pub const RATED_COUNTERS: &[&str] = &[
     names::BYTES_RECEIVED,
     names::BYTES_SENT,
     names::WATCH_BYTES_RECEIVED,
+    names::COORDINATE_UPDATES,
 ];
 
 /// Counters and latencies this crate records; merge into the run's spec.
@@ -211,15 +227,20 @@ pub fn metrics_spec() -> MetricsSpec {
             names::BYTES_SENT,
             names::WATCH_BYTES_RECEIVED,
             names::WATCH_BYTES_SENT,
+            names::COORDINATE_UPDATES,
+            names::ROUTER_PINGS,
         ],
-        latencies: vec![
+        latencies: [
             names::CONNECT,
             names::SUBSCRIBE_SNAPSHOT,
             names::SESSION_RENEW,
             names::PROPAGATION,
             names::PROBE_OVERHEAD,
             names::PROBE_WRITE,
-        ],
+        ]
+        .into_iter()
+        .chain(names::RPC_LATENCIES)
+        .collect(),
         errors: ERROR_KINDS.to_vec(),
     }
 }

@@ -1,7 +1,8 @@
-//! Values a Consul config names that other modules act on: how upstreams
-//! are watched ([`WatchMode`], [`crate::watch`]) and a service the run
-//! seeds ([`SeedService`], [`crate::seed`]). A leaf: it imports nothing
-//! of the crate.
+//! Values a Consul config names that other modules act on: what an agent
+//! writes its catalog and sessions with ([`AgentWire`]), how upstreams are
+//! watched ([`WatchMode`], [`crate::watch`]) and a service the run seeds
+//! ([`SeedService`], [`crate::seed`]). A leaf: it imports nothing of the
+//! crate.
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,6 +11,48 @@ use std::time::Duration;
 /// Consul's `default_query_time`: how long a blocking query is held when it
 /// changes nothing.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(300);
+
+/// What an agent writes its registration, anti-entropy, sessions and
+/// checks with (`--consul-agent`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AgentWire {
+    /// What a Consul 1.20 client agent sends: its own RPCs on the server's
+    /// multiplexed port (`0x04`: `Catalog.Register`, anti-entropy's reads,
+    /// `Session.Apply`/`Renew`, `Coordinate.Update`, `Status.Ping`).
+    #[default]
+    Client,
+    /// Registrations through the HTTP API (`/v1/txn`, `/v1/catalog`,
+    /// `/v1/session`), as an external-services monitor (consul-esm) or a
+    /// catalog sync writes them; no coordinates.
+    Api,
+}
+
+impl fmt::Display for AgentWire {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AgentWire::Client => "client",
+            AgentWire::Api => "api",
+        })
+    }
+}
+
+impl FromStr for AgentWire {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "client" => Ok(AgentWire::Client),
+            "api" => Ok(AgentWire::Api),
+            o => Err(format!("agent wire {o:?}: expected client or api")),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for AgentWire {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <String as serde::Deserialize>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 /// How each upstream is watched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

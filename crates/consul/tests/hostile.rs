@@ -330,6 +330,8 @@ async fn a_server_streaming_unknown_payloads_and_an_oversized_message_is_survive
             kind: None,
             ..ProbeConfig::default()
         },
+        // This server speaks only the streaming port (0x08).
+        agent: agent_sim_consul::modes::AgentWire::Api,
         ..ConsulConfig::default()
     };
     let m = common::metrics();

@@ -280,6 +280,7 @@ impl AgentFactory for ConsulFactory {
             session_id: None,
             renew_due: None,
             flaps: 0,
+            vivaldi: None,
         }
     }
 }

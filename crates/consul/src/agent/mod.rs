@@ -24,6 +24,7 @@
 //! flaps, the exit cleanup).
 
 mod factory;
+mod link;
 mod session;
 mod streaming;
 mod subscriptions;
@@ -43,6 +44,7 @@ use crate::config::{ConsulConfig, NamePattern};
 use crate::conn::{ByteCounters, Dialer};
 use crate::http::{self, HttpApi};
 use crate::probe::{Owed, ProbeBoard};
+use crate::rpc::coordinate::Vivaldi;
 use crate::txn::TxnBatcher;
 use crate::view::{View, ViewKind};
 use crate::{ConsulError, names};
@@ -82,6 +84,10 @@ pub(crate) struct Ids {
     bytes_tx: CounterId,
     watch_bytes_rx: CounterId,
     watch_bytes_tx: CounterId,
+    coordinate_updates: CounterId,
+    pings: CounterId,
+    /// A client agent's calls by method (`link::Rpc` order).
+    rpc: [LatencyId; 7],
 }
 
 impl Ids {
@@ -125,6 +131,9 @@ impl Ids {
             session_renew: m.latency(names::SESSION_RENEW),
             probe_overhead: m.latency(names::PROBE_OVERHEAD),
             arrivals_user_time: m.counter(names::ARRIVALS_USER_TIME),
+            coordinate_updates: m.counter(names::COORDINATE_UPDATES),
+            pings: m.counter(names::ROUTER_PINGS),
+            rpc: names::RPC_LATENCIES.map(|n| m.latency(n)),
         })
     }
 }
@@ -226,6 +235,9 @@ pub struct ConsulAgent {
     session_id: Option<Box<str>>,
     renew_due: Option<Instant>,
     flaps: u32,
+    /// The agent's network coordinate (the client wire sends it; a fresh
+    /// one until the first round trip moves it).
+    vivaldi: Option<Box<Vivaldi>>,
 }
 
 impl std::fmt::Debug for ConsulAgent {
@@ -249,6 +261,11 @@ impl ConsulAgent {
 
     fn node(&self) -> String {
         http::node_name(&self.shared.cfg.conn.name_prefix, self.index)
+    }
+
+    /// The server (its dialer) this agent's next session goes to.
+    fn server(&self) -> usize {
+        (self.index as usize) % self.shared.dialers.len()
     }
 }
 

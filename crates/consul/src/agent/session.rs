@@ -15,9 +15,11 @@ use agent_sim_fleet::wake::{self, Woke};
 use agent_sim_fleet::{Agent, Backoff, BoxFuture, Resync, SessionCx, SessionEnd};
 use tokio::time::Instant;
 
+use super::link::Link;
 use super::subscriptions::Slot;
-use super::upkeep::{HttpDone, HttpFuture, HttpSched};
+use super::upkeep::{Done, Sched, UpkeepCall};
 use super::{ConsulAgent, HTTP_BACKOFF};
+use crate::rpc::mux::{CallError, Mux};
 use crate::watch::WatchMode;
 
 /// A deadline that never comes within a session (the timer when nothing is
@@ -26,14 +28,29 @@ pub(super) fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(3600)
 }
 
+/// What woke the loop on its connections: the agent's RPC connection
+/// ended, or the watch mode's connection or a watch brought something.
+enum Either<Io> {
+    Link(Result<(), CallError>),
+    Watch(Io),
+}
+
 /// The connection of one session and the watches on it, as the session's
 /// loop drives them; `slots` are the watches' session state, one per
 /// subscription of the agent.
 pub(super) trait Watches {
     /// What the connection or a watch brought.
     type Io;
-    /// Starts what is due at the top of a turn; when the next thing is.
-    fn due(&mut self, agent: &mut ConsulAgent, slots: &mut [Slot], now: Instant) -> Instant;
+    /// Starts what is due at the top of a turn (blocking queries open
+    /// their streams on the agent's RPC connection, `mux`); when the next
+    /// thing is.
+    fn due(
+        &mut self,
+        agent: &mut ConsulAgent,
+        slots: &mut [Slot],
+        mux: Option<&mut Mux>,
+        now: Instant,
+    ) -> Instant;
     /// The connection, then every watch from `rotate` on (so that none
     /// starves the others).
     fn poll(&mut self, slots: &mut [Slot], rotate: usize, tcx: &mut Context<'_>) -> Poll<Self::Io>;
@@ -62,32 +79,49 @@ impl ConsulAgent {
     }
 
     /// The loop of a session started at `now`: `w`'s connection and
-    /// watches (their state in `slots`) with the catalog upkeep, until the
-    /// session ends; the watches are off the probe board when it returns.
+    /// watches (their state in `slots`) and the agent's RPC connection
+    /// (`link`, when the run's wire or watches use one) with the catalog
+    /// upkeep, until the session ends; the watches are off the probe board
+    /// when it returns.
     pub(super) async fn run_watches<W: Watches>(
         &mut self,
         cx: &SessionCx,
         now: Instant,
         slots: &mut [Slot],
         w: &mut W,
+        mut link: Option<Box<Link>>,
     ) -> SessionEnd {
         let (reconnect, mut hs) = self.session_sched(now);
-        let mut http_op: Option<HttpFuture> = None;
+        let mut call: Option<UpkeepCall> = None;
         let mut established = false;
         let mut timer = pin!(tokio::time::sleep_until(far_future()));
         let mut cancel = pin!(cx.cancel.cancelled());
         let mut rotate = 0usize;
         let end = loop {
             let now = Instant::now();
-            let due = w.due(self, slots, now);
-            let due = self.upkeep_due(&mut hs, &mut http_op, now, due);
+            if let Some(l) = link.as_mut()
+                && let Err(e) = l.refill()
+            {
+                break SessionEnd::lost_with(e.kind, e.detail);
+            }
+            let due = w.due(self, slots, link.as_mut().map(|l| &mut l.mux), now);
+            let due = self.upkeep_due(&mut hs, &mut call, link.as_deref(), now, due);
             wake::arm(timer.as_mut(), due);
             rotate = rotate.wrapping_add(1);
-            let io = |tcx: &mut Context<'_>| w.poll(slots, rotate, tcx);
-            let woke = wake::next(cancel.as_mut(), io, &mut http_op, Some(timer.as_mut())).await;
+            let io = |tcx: &mut Context<'_>| {
+                if let Some(l) = link.as_mut()
+                    && let Poll::Ready(r) = l.mux.poll_driver(tcx)
+                {
+                    return Poll::Ready(Either::Link(r));
+                }
+                w.poll(slots, rotate, tcx).map(Either::Watch)
+            };
+            let woke = wake::next(cancel.as_mut(), io, &mut call, Some(timer.as_mut())).await;
             let end = match woke {
                 Woke::Cancelled => Some(SessionEnd::Shutdown),
-                Woke::Io(io) => w.on_io(self, cx, slots, io),
+                Woke::Io(Either::Link(Ok(()))) => Some(SessionEnd::lost("conn_closed")),
+                Woke::Io(Either::Link(Err(e))) => Some(SessionEnd::lost_with(e.kind, e.detail)),
+                Woke::Io(Either::Watch(io)) => w.on_io(self, cx, slots, io),
                 Woke::Call(done) => {
                     self.on_upkeep(cx, &mut hs, slots, done);
                     None
@@ -106,19 +140,13 @@ impl ConsulAgent {
         end
     }
 
-    /// An HTTP call of the upkeep finished. Once the server answered a
-    /// sync, a watch still silent after its resubscribe (or its query
-    /// re-sent at its index) is live. Whether a stream resumed is known from
-    /// its first message (a new snapshot may still come from a slow server)
-    /// or, if none comes, when the session ends.
-    fn on_upkeep(
-        &mut self,
-        cx: &SessionCx,
-        hs: &mut HttpSched,
-        slots: &mut [Slot],
-        done: HttpDone,
-    ) {
-        self.on_http(cx, hs, done);
+    /// A call of the upkeep finished. Once the server answered a sync, a
+    /// watch still silent after its resubscribe (or its query re-sent at
+    /// its index) is live. Whether a stream resumed is known from its
+    /// first message (a new snapshot may still come from a slow server) or,
+    /// if none comes, when the session ends.
+    fn on_upkeep(&mut self, cx: &SessionCx, hs: &mut Sched, slots: &mut [Slot], done: Done) {
+        self.on_done(cx, hs, done);
         if hs.ae_answered {
             for (i, slot) in slots.iter_mut().enumerate() {
                 if slot.resume_pending && !slot.ready {
@@ -129,20 +157,22 @@ impl ConsulAgent {
         }
     }
 
-    /// Starts the next HTTP call (registration, session, flap, sync) when
-    /// none is in flight; `due` brought forward to when one is due.
+    /// Starts the upkeep's next call (registration, sync, session, flap,
+    /// coordinate, ping) when none is in flight; `due` brought forward to
+    /// when one is due.
     fn upkeep_due(
         &mut self,
-        hs: &mut HttpSched,
-        http_op: &mut Option<HttpFuture>,
+        hs: &mut Sched,
+        call: &mut Option<UpkeepCall>,
+        link: Option<&Link>,
         now: Instant,
         due: Instant,
     ) -> Instant {
-        if http_op.is_none() {
-            *http_op = self.next_http(hs, now);
+        if call.is_none() {
+            *call = self.next_call(hs, link.map(|l| &l.line), now);
         }
-        match self.http_due(hs) {
-            Some(t) if http_op.is_none() => due.min(t),
+        match self.upkeep_due_at(hs) {
+            Some(t) if call.is_none() => due.min(t),
             _ => due,
         }
     }
@@ -151,15 +181,18 @@ impl ConsulAgent {
     /// (`reconnect`): the server may have lost what we registered, and a
     /// silent resubscribe is confirmed only by a server answer (the first
     /// anti-entropy sync).
-    fn session_sched(&self, now: Instant) -> (bool, HttpSched) {
+    fn session_sched(&self, now: Instant) -> (bool, Sched) {
         let reconnect = self.registered || self.subs.iter().any(|s| s.ever_synced);
-        let mut hs = HttpSched {
+        let mut hs = Sched {
             retry_at: now,
             backoff: Backoff::new(HTTP_BACKOFF.0, HTTP_BACKOFF.1),
             flap_due: None,
             ae_due: self.first_sync(now, reconnect),
+            coord_due: None,
+            ping_due: None,
             ae_answered: false,
         };
+        self.client_schedule(&mut hs, now);
         if self.registered
             && let Some(iv) = self.shared.flap_interval
         {
@@ -181,7 +214,7 @@ impl ConsulAgent {
         slots: &[Slot],
         established: &mut bool,
         reconnect: bool,
-        hs: &HttpSched,
+        hs: &Sched,
         waiting: impl Fn(&Slot) -> bool,
     ) {
         if *established {

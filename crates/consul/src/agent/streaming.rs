@@ -16,10 +16,13 @@ use tonic::Status;
 use tonic::codec::Streaming;
 
 use super::ConsulAgent;
+use super::link::Link;
 use super::session::{Watches, far_future};
 use super::subscriptions::{Arrival, Slot, SlotState, Slots, grpc_kind};
 use crate::conn::{self, ConnDriver, GrpcClient, RpcConn};
 use crate::ended::{driver_failure, server_said};
+use crate::modes::AgentWire;
+use crate::rpc::mux::Mux;
 
 /// What the connection or a stream brought.
 pub(super) enum Io {
@@ -46,7 +49,8 @@ impl ConsulAgent {
     /// when the first bytes tell.
     pub(super) async fn stream_session(&mut self, cx: &SessionCx) -> SessionEnd {
         let sh = self.shared.clone();
-        let dialer = &sh.dialers[(self.index as usize) % sh.dialers.len()];
+        let server = self.server();
+        let dialer = &sh.dialers[server];
         let t = Instant::now();
         let conn = match dialer.connect_session(cx, Some(sh.bytes(true))).await {
             Ok(c) => c,
@@ -55,7 +59,15 @@ impl ConsulAgent {
         sh.metrics
             .record(sh.ids.connect, self.index as usize, t.elapsed());
         let first_bytes = conn.first_bytes.clone();
-        let (end, answered) = self.steady(cx, conn).await;
+        // A client agent also holds its RPC connection for its own calls.
+        let link = match sh.cfg.agent {
+            AgentWire::Client => match self.open_link(cx, server, false).await {
+                Ok(l) => Some(l),
+                Err(end) => return end,
+            },
+            AgentWire::Api => None,
+        };
+        let (end, answered) = self.steady(cx, conn, link).await;
         match end {
             // Ended before the server answered any call: say what was on
             // the other end when the first bytes tell (HTTP port, a
@@ -79,7 +91,12 @@ impl ConsulAgent {
 
     /// The session on an established connection; also whether the server
     /// answered any call.
-    async fn steady(&mut self, cx: &SessionCx, conn: RpcConn) -> (SessionEnd, bool) {
+    async fn steady(
+        &mut self,
+        cx: &SessionCx,
+        conn: RpcConn,
+        link: Option<Box<Link>>,
+    ) -> (SessionEnd, bool) {
         let RpcConn {
             grpc,
             driver,
@@ -101,7 +118,9 @@ impl ConsulAgent {
             stamp,
             answered: false,
         };
-        let end = self.run_watches(cx, now, &mut slots.v, &mut streams).await;
+        let end = self
+            .run_watches(cx, now, &mut slots.v, &mut streams, link)
+            .await;
         (end, streams.answered)
     }
 }
@@ -109,7 +128,13 @@ impl ConsulAgent {
 impl Watches for Streams {
     type Io = Io;
 
-    fn due(&mut self, _: &mut ConsulAgent, slots: &mut [Slot], _: Instant) -> Instant {
+    fn due(
+        &mut self,
+        _: &mut ConsulAgent,
+        slots: &mut [Slot],
+        _: Option<&mut Mux>,
+        _: Instant,
+    ) -> Instant {
         let mut due = far_future();
         for slot in slots.iter() {
             if let SlotState::Idle { at } = slot.state {

@@ -29,8 +29,8 @@ use tokio::time::Instant;
 use super::ConsulAgent;
 use super::session::{Watches, far_future};
 use super::subscriptions::{Arrival, Slot, Slots};
-use crate::conn::{self, Counted};
-use crate::rpc::mux::{CallError, Mux, RPC_MULTIPLEX_V2};
+use crate::modes::AgentWire;
+use crate::rpc::mux::{CallError, Mux};
 use crate::watch::http::{HttpWatch, PollFuture};
 use crate::watch::msgpack::ServiceNodesArgs;
 use crate::watch::rpc::{self, CallFuture};
@@ -68,10 +68,8 @@ struct Watch {
     index: u64,
 }
 
-/// What the connection or a watch brought.
+/// What a watch brought.
 enum Io {
-    /// The RPC connection ended.
-    Closed(Result<(), CallError>),
     Answer(
         usize,
         Instant,
@@ -90,10 +88,10 @@ enum Io {
     ),
 }
 
-/// The connection of a watching session (blocking: one RPC connection;
-/// HTTP: none, each watch makes its own) and its watches.
+/// The watches of a watching session (blocking: on the agent's RPC
+/// connection, which the session's loop holds; HTTP: each makes its own
+/// connection).
 struct Watching {
-    mux: Option<Mux>,
     watches: Vec<Watch>,
     /// Kernel receive stamps of the RPC connection.
     stamp: Option<RxStamp>,
@@ -105,31 +103,26 @@ impl ConsulAgent {
     /// A session watching with blocking queries or HTTP long polls.
     pub(super) async fn watch_session(&mut self, cx: &SessionCx) -> SessionEnd {
         let sh = self.shared.clone();
-        let mut mux = None;
-        let mut stamp = None;
-        if sh.cfg.watch == WatchMode::Blocking {
-            let dialer = &sh.dialers[(self.index as usize) % sh.dialers.len()];
-            let t = Instant::now();
-            let opened =
-                conn::within_session(cx, dialer.open(cx.bind_addr, RPC_MULTIPLEX_V2)).await;
-            let (io, s) = match opened {
-                Ok(o) => o,
+        // Blocking queries ride the agent's RPC connection, which a client
+        // agent holds for its own calls in any watch mode.
+        let blocking = sh.cfg.watch == WatchMode::Blocking;
+        let link = if blocking || sh.cfg.agent == AgentWire::Client {
+            match self.open_link(cx, self.server(), blocking).await {
+                Ok(l) => Some(l),
                 Err(end) => return end,
-            };
-            stamp = s;
-            mux = Some(Mux::client(Counted::new(io, Some(sh.bytes(true)))));
-            sh.metrics
-                .record(sh.ids.connect, self.index as usize, t.elapsed());
-        }
+            }
+        } else {
+            None
+        };
+        let stamp = link.as_ref().and_then(|l| l.stamp.clone());
         let now = Instant::now();
         let (mut slots, watches) = self.watch_slots(now, &stamp);
         let mut w = Watching {
-            mux,
             watches,
             stamp,
             bind: cx.bind_addr,
         };
-        self.run_watches(cx, now, &mut slots.v, &mut w).await
+        self.run_watches(cx, now, &mut slots.v, &mut w, link).await
     }
 
     /// Sends watch `i`'s next query (an HTTP watch without a connection
@@ -154,13 +147,10 @@ impl ConsulAgent {
                                 detail: "no connection".into(),
                             });
                         };
-                        // A new stream is ready at once (its SYN goes with
-                        // the first frame).
-                        let waker = futures_util::task::noop_waker();
-                        match m.poll_open(&mut Context::from_waker(&waker)) {
-                            Poll::Ready(Ok(s)) => s,
-                            Poll::Ready(Err(e)) => return Err(e),
-                            Poll::Pending => {
+                        match m.open_now() {
+                            Some(Ok(s)) => s,
+                            Some(Err(e)) => return Err(e),
+                            None => {
                                 w.call = Call::Idle {
                                     at: Instant::now() + Duration::from_millis(50),
                                 };
@@ -332,16 +322,17 @@ impl ConsulAgent {
 impl Watches for Watching {
     type Io = Io;
 
-    fn due(&mut self, agent: &mut ConsulAgent, _: &mut [Slot], now: Instant) -> Instant {
-        agent.start_due(&mut self.watches, self.mux.as_mut(), self.bind, now)
+    fn due(
+        &mut self,
+        agent: &mut ConsulAgent,
+        _: &mut [Slot],
+        mux: Option<&mut Mux>,
+        now: Instant,
+    ) -> Instant {
+        agent.start_due(&mut self.watches, mux, self.bind, now)
     }
 
     fn poll(&mut self, _: &mut [Slot], rotate: usize, tcx: &mut Context<'_>) -> Poll<Io> {
-        if let Some(m) = self.mux.as_mut()
-            && let Poll::Ready(r) = m.poll_driver(tcx)
-        {
-            return Poll::Ready(Io::Closed(r));
-        }
         poll_watches(&mut self.watches, rotate, tcx)
     }
 
@@ -354,8 +345,6 @@ impl Watches for Watching {
     ) -> Option<SessionEnd> {
         let watches = &mut self.watches;
         match io {
-            Io::Closed(Ok(())) => return Some(SessionEnd::lost("conn_closed")),
-            Io::Closed(Err(e)) => return Some(SessionEnd::lost_with(e.kind, e.detail)),
             Io::Answer(i, decoded, stream, r) => {
                 watches[i].stream = stream;
                 let kernel = self.stamp.as_ref().and_then(|s| s.instant(decoded));

@@ -362,8 +362,8 @@ pub struct RemoteCheck<'a> {
 
 #[derive(Deserialize)]
 struct NodeRef<'a> {
-    #[serde(rename = "Node", borrow, default)]
-    _node: Cow<'a, str>,
+    #[serde(rename = "Address", borrow, default)]
+    address: Cow<'a, str>,
 }
 
 #[derive(Deserialize)]
@@ -397,6 +397,8 @@ pub struct NodeServiceList<'a> {
     pub index: u64,
     /// Whether the catalog holds the node at all.
     pub node_known: bool,
+    /// The node's address in the catalog.
+    pub node_address: Option<Cow<'a, str>>,
     /// Its services.
     pub services: Vec<RemoteService<'a>>,
 }
@@ -412,6 +414,7 @@ pub fn decode_node_services(body: &[u8]) -> Result<NodeServiceList<'_>, MsgpackE
     Ok(NodeServiceList {
         index: r.index,
         node_known: ns.node.is_some(),
+        node_address: ns.node.map(|n| n.address),
         services: ns.services.unwrap_or_default(),
     })
 }

@@ -1,39 +1,77 @@
-//! Catalog upkeep of an agent: registration (batched), the TTL session and
-//! its renewals, check flaps, and the cleanup when the run ends.
+//! Catalog upkeep of an agent: registration, anti-entropy, the TTL session
+//! and its renewals, check flaps and, on a client agent's wire, its
+//! coordinate updates and its router's pings; and the cleanup when the run
+//! ends. One call at a time: what is due next is an [`Op`], made a call by
+//! the run's wire (`api`: the HTTP API; `rpc`: the agent's own RPCs), and
+//! its result ([`Done`]) handled the same for both.
+
+mod api;
+mod rpc;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use ::http::Method;
 use agent_sim_fleet::{Backoff, Failure, SessionCx};
-use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::link::CallLine;
 use super::{ConsulAgent, jitter};
 use crate::config;
 use crate::http::{self, Refusal, Registration};
-use crate::txn::TxnOps;
+use crate::modes::AgentWire;
+use crate::rpc::coordinate;
 
-pub(super) enum HttpDone {
+/// What the upkeep does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Op {
+    /// Register the node and its services (the first sync of a client agent).
+    Register,
+    /// Anti-entropy: compare the catalog's node with what the agent holds.
+    Sync,
+    /// Create the TTL session.
+    CreateSession,
+    /// Renew it.
+    Renew,
+    /// Flip an instance's check.
+    Flap,
+    /// Send the agent's network coordinate (client wire).
+    Coordinate,
+    /// Ask the server in front of the router's list whether it answers
+    /// (client wire, at each rebalance).
+    Ping,
+}
+
+/// How a call of the upkeep ended.
+pub(super) enum Done {
     Registered(Result<(), Refusal>),
     /// Anti-entropy: whether the catalog holds the node as registered (or,
     /// without registration, whether the server names a leader).
     Synced(Result<bool, Refusal>),
     SessionCreated(Result<String, Refusal>),
-    Renewed(Result<(), Refusal>, Duration),
+    /// A renewal; `Ok(false)`: the session is gone (expired, or the server
+    /// lost it).
+    Renewed(Result<bool, Refusal>, Duration),
     Flapped(Result<(), Refusal>),
+    /// A coordinate update and its round trip.
+    Coordinated(Result<(), Refusal>, Duration),
+    Pinged(Result<(), Refusal>),
 }
 
-pub(super) type HttpFuture = Pin<Box<dyn Future<Output = HttpDone> + Send>>;
+/// A call of the upkeep in flight.
+pub(super) type UpkeepCall = Pin<Box<dyn Future<Output = Done> + Send>>;
 
-/// Session-local HTTP scheduling.
-pub(super) struct HttpSched {
+/// Session-local scheduling of the upkeep.
+pub(super) struct Sched {
     pub(super) retry_at: Instant,
     pub(super) backoff: Backoff,
     pub(super) flap_due: Option<Instant>,
     /// Next anti-entropy sync.
     pub(super) ae_due: Option<Instant>,
+    /// Next coordinate update (client wire).
+    pub(super) coord_due: Option<Instant>,
+    /// Next rebalance of the router, with its ping (client wire).
+    pub(super) ping_due: Option<Instant>,
     /// A sync was answered in this session: the server is there and has a
     /// leader (resubscribed streams that stay silent are then resumed).
     pub(super) ae_answered: bool,
@@ -43,11 +81,14 @@ pub(super) use crate::config::AE_SERVER_UP;
 /// Consul's `retryFailInterval`: a failed sync is retried after this plus a
 /// random part of it (scaled).
 pub(super) const AE_RETRY: Duration = Duration::from_secs(15);
+/// The router's first rebalance after the agent starts (Consul's timer
+/// starts at its minimum delay, without jitter).
+pub(super) const FIRST_REBALANCE: Duration = agent_sim_fleet::servers::REBALANCE_MIN;
 
 /// A call the server refused: counted, and kept as the agent's last cause
 /// (a registration the server refuses keeps the agent from being
 /// connected); the next call after the backoff.
-fn refused(cx: &SessionCx, hs: &mut HttpSched, r: Refusal, now: Instant) {
+fn refused(cx: &SessionCx, hs: &mut Sched, r: Refusal, now: Instant) {
     cx.report(&Failure {
         kind: r.kind,
         detail: r.words,
@@ -61,8 +102,8 @@ pub(super) fn stagger(d: Duration, cluster: u64) -> Duration {
 }
 
 impl ConsulAgent {
-    /// When the next HTTP action is due (none when nothing is scheduled).
-    pub(super) fn http_due(&self, hs: &HttpSched) -> Option<Instant> {
+    /// When the next call is due (none when nothing is scheduled).
+    pub(super) fn upkeep_due_at(&self, hs: &Sched) -> Option<Instant> {
         let cfg = &self.shared.cfg;
         if cfg.register && !self.registered {
             return Some(hs.retry_at);
@@ -75,7 +116,7 @@ impl ConsulAgent {
         } else {
             None
         };
-        [renew, hs.flap_due, hs.ae_due]
+        [renew, hs.flap_due, hs.ae_due, hs.coord_due, hs.ping_due]
             .into_iter()
             .flatten()
             .min()
@@ -106,8 +147,17 @@ impl ConsulAgent {
         Some(now + iv + stagger(iv, sh.cfg.cluster_size))
     }
 
+    /// The client wire's own schedule in a new session: the first
+    /// coordinate one interval on, the router's rebalance at its minimum.
+    pub(super) fn client_schedule(&self, hs: &mut Sched, now: Instant) {
+        if self.shared.cfg.agent == AgentWire::Client {
+            hs.coord_due = Some(now + coordinate::update_interval(self.shared.cfg.cluster_size));
+            hs.ping_due = Some(now + FIRST_REBALANCE);
+        }
+    }
+
     /// The registration of this agent as the catalog should hold it.
-    fn with_registration<T>(&self, f: impl FnOnce(&Registration<'_>) -> T) -> T {
+    pub(super) fn with_registration<T>(&self, f: impl FnOnce(&Registration<'_>) -> T) -> T {
         let sh = &self.shared;
         let upstreams: Vec<String> = self.subs.iter().map(|s| s.name.to_string()).collect();
         let node = self.node();
@@ -124,95 +174,10 @@ impl ConsulAgent {
         })
     }
 
-    /// The HTTP call due at `now`, if any, in this order: registration,
-    /// anti-entropy sync, TTL session create, renew, check flap.
-    pub(super) fn next_http(&mut self, hs: &mut HttpSched, now: Instant) -> Option<HttpFuture> {
-        let due = self.http_due(hs)?;
-        if due > now {
-            return None;
-        }
-        let sh = self.shared.clone();
-        if sh.cfg.register && !self.registered {
-            let ops = self.with_registration(http::registration_ops);
-            self.maybe_registered = true;
-            return Some(Box::pin(async move {
-                HttpDone::Registered(sh.batcher().submit(TxnOps::new(ops)).await)
-            }));
-        }
-        if hs.ae_due.is_some_and(|t| t <= now) {
-            hs.ae_due = None;
-            return Some(self.sync_call());
-        }
-        if let Some((_, ttl)) = &sh.ttl
-            && self.session_id.is_none()
-        {
-            let body = Bytes::from(http::session_create_body(&self.node(), ttl));
-            return Some(Box::pin(async move {
-                let r = match sh.http.put("/v1/session/create", body).await {
-                    Ok(b) => serde_json::from_slice::<http::SessionCreated>(&b)
-                        .map(|s| s.id)
-                        .map_err(|_| Refusal::kind("http_decode")),
-                    Err(e) => Err(e.into()),
-                };
-                HttpDone::SessionCreated(r)
-            }));
-        }
-        if let (Some(id), Some(t)) = (&self.session_id, self.renew_due)
-            && t <= now
-        {
-            let path = format!("/v1/session/renew/{id}");
-            return Some(Box::pin(async move {
-                let start = Instant::now();
-                let r = sh
-                    .http
-                    .put(&path, Bytes::new())
-                    .await
-                    .map(|_| ())
-                    .map_err(Refusal::from);
-                HttpDone::Renewed(r, start.elapsed())
-            }));
-        }
-        if hs.flap_due.is_some_and(|t| t <= now) {
-            return Some(self.flap_call());
-        }
-        None
-    }
-
-    /// Anti-entropy: the catalog's node compared with the registration,
-    /// or, with nothing registered, whether the server has a leader.
-    fn sync_call(&self) -> HttpFuture {
-        let sh = self.shared.clone();
-        if !sh.cfg.register {
-            return Box::pin(async move {
-                let r = match sh
-                    .http
-                    .call(Method::GET, "/v1/status/leader", Bytes::new())
-                    .await
-                {
-                    Ok(b) => serde_json::from_slice::<String>(&b)
-                        .map(|l| !l.is_empty())
-                        .map_err(|_| Refusal::kind("http_decode")),
-                    Err(e) => Err(e.into()),
-                };
-                HttpDone::Synced(r)
-            });
-        }
-        let expected = self.with_registration(http::expected_services);
-        let address = http::node_address(self.index);
-        let path = format!("/v1/catalog/node/{}", self.node());
-        Box::pin(async move {
-            let r = match sh.http.call(Method::GET, &path, Bytes::new()).await {
-                Ok(b) => http::node_in_sync(&b, &address, &expected).map_err(Refusal::kind),
-                Err(e) => Err(e.into()),
-            };
-            HttpDone::Synced(r)
-        })
-    }
-
-    /// The next check flap: the agent's instances in turn, each to
-    /// `warning` and back to `passing`.
-    fn flap_call(&self) -> HttpFuture {
-        let sh = self.shared.clone();
+    /// The next check flap's instance and status: the agent's instances in
+    /// turn, each to `warning` and back to `passing`.
+    pub(super) fn next_flap(&self) -> (String, &'static str) {
+        let sh = &self.shared;
         let n = sh.cfg.services_per_agent.max(1);
         let k = self.flaps % n;
         let status = if (self.flaps / n).is_multiple_of(2) {
@@ -220,39 +185,86 @@ impl ConsulAgent {
         } else {
             "passing"
         };
-        let id = http::instance_id(&sh.cfg.service_name, self.index, k);
-        let body = Bytes::from(http::check_status_body(
-            &self.node(),
-            &http::node_address(self.index),
-            &id,
-            &sh.cfg.service_name,
+        (
+            http::instance_id(&sh.cfg.service_name, self.index, k),
             status,
-        ));
-        Box::pin(async move {
-            let r = sh
-                .http
-                .put("/v1/catalog/register", body)
-                .await
-                .map(|_| ())
-                .map_err(Refusal::from);
-            HttpDone::Flapped(r)
-        })
+        )
     }
 
-    /// An HTTP call finished: one handler per call.
-    pub(super) fn on_http(&mut self, cx: &SessionCx, hs: &mut HttpSched, done: HttpDone) {
+    /// The operation due at `now`, if any, in this order: registration,
+    /// anti-entropy sync, TTL session create, renew, check flap,
+    /// coordinate, ping.
+    fn next_op(&mut self, hs: &mut Sched, now: Instant) -> Option<Op> {
+        let due = self.upkeep_due_at(hs)?;
+        if due > now {
+            return None;
+        }
+        let sh = &self.shared;
+        let due_now = |t: Option<Instant>| t.is_some_and(|t| t <= now);
+        if sh.cfg.register && !self.registered {
+            self.maybe_registered = true;
+            return Some(Op::Register);
+        }
+        if due_now(hs.ae_due) {
+            hs.ae_due = None;
+            return Some(Op::Sync);
+        }
+        if sh.ttl.is_some() && self.session_id.is_none() {
+            return Some(Op::CreateSession);
+        }
+        if self.session_id.is_some() && due_now(self.renew_due) {
+            return Some(Op::Renew);
+        }
+        if due_now(hs.flap_due) {
+            return Some(Op::Flap);
+        }
+        if due_now(hs.coord_due) {
+            hs.coord_due = None;
+            return Some(Op::Coordinate);
+        }
+        if due_now(hs.ping_due) {
+            hs.ping_due = None;
+            return Some(Op::Ping);
+        }
+        None
+    }
+
+    /// The call due at `now`, if any, on the run's wire (`line`: the
+    /// agent's RPC call stream, on the client wire).
+    pub(super) fn next_call(
+        &mut self,
+        hs: &mut Sched,
+        line: Option<&CallLine>,
+        now: Instant,
+    ) -> Option<UpkeepCall> {
+        match (self.shared.cfg.agent, line) {
+            (AgentWire::Api, _) => {
+                let op = self.next_op(hs, now)?;
+                Some(self.api_call(op))
+            }
+            (AgentWire::Client, Some(line)) => {
+                let op = self.next_op(hs, now)?;
+                Some(self.rpc_call(op, line.clone()))
+            }
+            // The RPC connection is not there yet.
+            (AgentWire::Client, None) => None,
+        }
+    }
+
+    /// A call finished: one handler per call.
+    pub(super) fn on_done(&mut self, cx: &SessionCx, hs: &mut Sched, done: Done) {
         let now = Instant::now();
         match done {
-            HttpDone::Registered(Ok(())) => self.on_registered(hs, now),
-            HttpDone::Registered(Err(r)) => refused(cx, hs, r, now),
-            HttpDone::Synced(r) => self.on_synced(hs, r, now),
-            HttpDone::SessionCreated(Err(r)) if r.kind == "missing_node_registration" => {
+            Done::Registered(Ok(())) => self.on_registered(hs, now),
+            Done::Registered(Err(r)) => refused(cx, hs, r, now),
+            Done::Synced(r) => self.on_synced(hs, r, now),
+            Done::SessionCreated(Err(r)) if r.kind == "missing_node_registration" => {
                 // The server lost the node: sync at once (a real agent's
                 // anti-entropy registers it again), then create.
                 refused(cx, hs, r, now);
                 hs.ae_due = Some(now);
             }
-            HttpDone::SessionCreated(Ok(id)) => {
+            Done::SessionCreated(Ok(id)) => {
                 let sh = &self.shared;
                 sh.metrics.incr(sh.ids.sessions_created);
                 self.session_id = Some(id.into_boxed_str());
@@ -261,13 +273,15 @@ impl ConsulAgent {
                 }
                 hs.backoff.reset();
             }
-            HttpDone::SessionCreated(Err(r)) => refused(cx, hs, r, now),
-            HttpDone::Renewed(r, took) => self.on_renewed(hs, r, took, now),
-            HttpDone::Flapped(r) => self.on_flapped(hs, r, now),
+            Done::SessionCreated(Err(r)) => refused(cx, hs, r, now),
+            Done::Renewed(r, took) => self.on_renewed(hs, r, took, now),
+            Done::Flapped(r) => self.on_flapped(hs, r, now),
+            Done::Coordinated(r, rtt) => self.on_coordinated(hs, r, rtt, now),
+            Done::Pinged(r) => self.on_pinged(hs, r, now),
         }
     }
 
-    fn on_registered(&mut self, hs: &mut HttpSched, now: Instant) {
+    fn on_registered(&mut self, hs: &mut Sched, now: Instant) {
         let sh = self.shared.clone();
         self.registered = true;
         if std::mem::take(&mut self.repairing) {
@@ -284,7 +298,7 @@ impl ConsulAgent {
         }
     }
 
-    fn on_synced(&mut self, hs: &mut HttpSched, r: Result<bool, Refusal>, now: Instant) {
+    fn on_synced(&mut self, hs: &mut Sched, r: Result<bool, Refusal>, now: Instant) {
         let sh = self.shared.clone();
         let in_sync = match r {
             Ok(in_sync) => in_sync,
@@ -314,8 +328,8 @@ impl ConsulAgent {
 
     fn on_renewed(
         &mut self,
-        hs: &mut HttpSched,
-        r: Result<(), Refusal>,
+        hs: &mut Sched,
+        r: Result<bool, Refusal>,
         took: Duration,
         now: Instant,
     ) {
@@ -326,7 +340,7 @@ impl ConsulAgent {
             .map(|(t, _)| *t / 2)
             .unwrap_or(Duration::from_secs(15));
         match r {
-            Ok(()) => {
+            Ok(true) => {
                 sh.metrics.incr(sh.ids.sessions_renewed);
                 sh.metrics
                     .record(sh.ids.session_renew, self.index as usize, took);
@@ -335,11 +349,15 @@ impl ConsulAgent {
                 self.renew_due = Some(if next <= now { now + half } else { next });
                 hs.backoff.reset();
             }
-            Err(r) if r.kind == "http_404" => {
+            Ok(false) => {
                 // Expired, or the server lost its state: check the
                 // registration at once before a new session.
+                let words = self
+                    .session_id
+                    .as_ref()
+                    .map(|id| format!("Session id '{id}' not found"));
                 sh.metrics.incr(sh.ids.sessions_expired);
-                sh.metrics.warn("session_expired", r.words.as_deref());
+                sh.metrics.warn("session_expired", words.as_deref());
                 self.session_id = None;
                 self.renew_due = None;
                 if sh.cfg.register {
@@ -353,7 +371,7 @@ impl ConsulAgent {
         }
     }
 
-    fn on_flapped(&mut self, hs: &mut HttpSched, r: Result<(), Refusal>, now: Instant) {
+    fn on_flapped(&mut self, hs: &mut Sched, r: Result<(), Refusal>, now: Instant) {
         let sh = &self.shared;
         let iv = sh.flap_interval.unwrap_or(Duration::from_secs(60));
         match r {
@@ -367,12 +385,59 @@ impl ConsulAgent {
         hs.flap_due = Some(if next <= now { now + jitter(iv) } else { next });
     }
 
+    /// A coordinate update: its round trip moves the estimate (until the
+    /// agents gossip, the server is the one peer measured), the next one an
+    /// interval on.
+    fn on_coordinated(
+        &mut self,
+        hs: &mut Sched,
+        r: Result<(), Refusal>,
+        rtt: Duration,
+        now: Instant,
+    ) {
+        let sh = &self.shared;
+        match r {
+            Ok(()) => {
+                sh.metrics.incr(sh.ids.coordinate_updates);
+                self.vivaldi
+                    .get_or_insert_default()
+                    .observe(&coordinate::Coord::default(), rtt);
+            }
+            Err(r) => sh.metrics.error_with(r.kind, r.words.as_deref()),
+        }
+        hs.coord_due = Some(now + coordinate::update_interval(sh.cfg.cluster_size));
+    }
+
+    /// The router's ping: counted; the next rebalance after Consul's delay.
+    fn on_pinged(&mut self, hs: &mut Sched, r: Result<(), Refusal>, now: Instant) {
+        let sh = &self.shared;
+        match r {
+            Ok(()) => sh.metrics.incr(sh.ids.pings),
+            Err(r) => sh.metrics.error_with(r.kind, r.words.as_deref()),
+        }
+        let mut rng = fastrand::Rng::new();
+        let servers = sh.dialers.len();
+        let nodes = sh.cfg.cluster_size.max(1);
+        hs.ping_due = Some(
+            now + agent_sim_fleet::servers::rebalance_delay(
+                FIRST_REBALANCE,
+                servers,
+                nodes,
+                &mut rng,
+            ),
+        );
+    }
+
+    /// The end of the run (or a ramp-down): the node and the session go.
+    /// Until the agents gossip, the node's removal (what the leader does
+    /// when a client agent leaves) is written through the HTTP API on
+    /// either wire, batched over the fleet.
     pub(super) async fn finish_inner(&mut self) {
         let sh = self.shared.clone();
         let node = self.node();
         let dereg = async {
             if self.maybe_registered && !sh.cfg.keep_registrations {
-                let ops = TxnOps::new(vec![http::deregistration_op(&node)]);
+                let ops = crate::txn::TxnOps::new(vec![http::deregistration_op(&node)]);
                 match sh.batcher().submit(ops).await {
                     Ok(()) => {
                         sh.metrics.incr(sh.ids.deregistrations);
@@ -390,7 +455,7 @@ impl ConsulAgent {
         let destroy = async {
             if let Some(id) = &self.session_id {
                 let path = format!("/v1/session/destroy/{id}");
-                if let Err(e) = sh.http.put(&path, Bytes::new()).await {
+                if let Err(e) = sh.http.put(&path, bytes::Bytes::new()).await {
                     sh.metrics.error_with(e.kind, e.words().as_deref());
                 }
             }

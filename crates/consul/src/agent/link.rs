@@ -1,0 +1,161 @@
+//! The agent's RPC connection in a session: what a client agent's pool
+//! holds toward its server (`0x04`, yamux), shared by the agent's own calls
+//! (one stream they take turns on, as the pool reuses an idle stream) and
+//! its blocking queries (a stream each). The session's loop drives the
+//! connection; the calls of the upkeep borrow the call stream for one call
+//! at a time ([`CallLine`]).
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use agent_sim_fleet::{BoxFuture, SessionCx, SessionEnd};
+use agent_sim_net::RxStamp;
+use tokio::time::Instant;
+
+use super::{ConsulAgent, Shared};
+use crate::conn::{self, Counted};
+use crate::rpc::mux::{CallError, Exchange, Mux, RPC_MULTIPLEX_V2, Reply, exchange};
+
+/// Largest answer to an agent's own call: a node's services and checks
+/// (≈1 KiB each as Consul writes them; 256 KiB is a node with ~100
+/// sidecars). Over it: `answer_too_large`.
+pub(super) const MAX_AGENT_ANSWER: usize = 256 << 10;
+
+/// The stream of the agent's own calls, and their sequence numbers.
+#[derive(Default)]
+pub(super) struct Line {
+    stream: Option<yamux::Stream>,
+    seq: u64,
+}
+
+/// Shared by the session (which opens the stream) and the call in flight
+/// (which borrows it).
+pub(super) type CallLine = Arc<Mutex<Line>>;
+
+/// The RPC connection of one session.
+pub(super) struct Link {
+    pub(super) mux: Mux,
+    pub(super) line: CallLine,
+    /// Kernel receive stamps of the connection.
+    pub(super) stamp: Option<RxStamp>,
+}
+
+impl Link {
+    /// Gives the call line a stream when it has none (the first call, or
+    /// after a call broke its stream).
+    pub(super) fn refill(&mut self) -> Result<(), CallError> {
+        let mut line = self.line.lock().unwrap_or_else(PoisonError::into_inner);
+        if line.stream.is_none()
+            && let Some(opened) = self.mux.open_now()
+        {
+            line.stream = Some(opened?);
+        }
+        Ok(())
+    }
+}
+
+/// The next call on `line`: `request` written by `encode` with the call's
+/// sequence number; `None` while no stream is there (the session opens
+/// one before the next turn).
+pub(super) fn call(line: &CallLine, encode: impl FnOnce(u64, &mut Vec<u8>)) -> Option<Exchange> {
+    let (stream, seq) = {
+        let mut l = line.lock().unwrap_or_else(PoisonError::into_inner);
+        let stream = l.stream.take()?;
+        l.seq += 1;
+        (stream, l.seq)
+    };
+    let mut req = Vec::with_capacity(512);
+    encode(seq, &mut req);
+    Some(exchange(stream, seq, req, MAX_AGENT_ANSWER))
+}
+
+/// Puts a stream a call gave back where the next call finds it.
+pub(super) fn give_back(line: &CallLine, stream: Option<yamux::Stream>) {
+    if let Some(s) = stream {
+        line.lock().unwrap_or_else(PoisonError::into_inner).stream = Some(s);
+    }
+}
+
+/// The agent's own methods, each timed in a latency of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rpc {
+    Register,
+    NodeServices,
+    NodeChecks,
+    SessionApply,
+    SessionRenew,
+    CoordinateUpdate,
+    StatusPing,
+}
+
+/// Who calls on the line: the fleet's shared state (metrics) and the
+/// agent's shard key.
+pub(super) struct Caller {
+    pub(super) line: CallLine,
+    pub(super) sh: Arc<Shared>,
+    pub(super) key: usize,
+}
+
+impl Caller {
+    /// A call to its end, timed under its method: the answer, the server's
+    /// error words as a failure of their kind, or what broke.
+    pub(super) async fn call(
+        &self,
+        method: Rpc,
+        encode: impl FnOnce(u64, &mut Vec<u8>),
+    ) -> Result<Reply, CallError> {
+        let Some(call) = call(&self.line, encode) else {
+            return Err(CallError::new("conn_closed", "no stream for the call"));
+        };
+        let start = Instant::now();
+        let (stream, reply) = call.await;
+        give_back(&self.line, stream);
+        let reply = reply?;
+        self.sh
+            .metrics
+            .record(self.sh.ids.rpc[method as usize], self.key, start.elapsed());
+        if reply.header.error.is_empty() {
+            Ok(reply)
+        } else {
+            let kind = crate::http::cause_kind(&reply.header.error).unwrap_or("rpc_error");
+            Err(CallError::new(kind, reply.header.error))
+        }
+    }
+}
+
+impl ConsulAgent {
+    /// Dials the agent's server's RPC port with `0x04` and starts yamux on
+    /// it (within the session's connect budget); its bytes count as the
+    /// watches' when blocking queries share it (`watching`). Boxed, as the
+    /// connect step is: the session future stays small.
+    pub(super) fn open_link<'a>(
+        &'a self,
+        cx: &'a SessionCx,
+        server: usize,
+        watching: bool,
+    ) -> BoxFuture<'a, Result<Box<Link>, SessionEnd>> {
+        Box::pin(self.link_of(cx, server, watching))
+    }
+
+    async fn link_of(
+        &self,
+        cx: &SessionCx,
+        server: usize,
+        watching: bool,
+    ) -> Result<Box<Link>, SessionEnd> {
+        let sh = &self.shared;
+        let dialer = &sh.dialers[server];
+        let t = Instant::now();
+        let (io, stamp) =
+            conn::within_session(cx, dialer.open(cx.bind_addr, RPC_MULTIPLEX_V2)).await?;
+        sh.metrics
+            .record(sh.ids.connect, self.index as usize, t.elapsed());
+        let mut link = Box::new(Link {
+            mux: Mux::client(Counted::new(io, Some(sh.bytes(watching)))),
+            line: CallLine::default(),
+            stamp,
+        });
+        link.refill()
+            .map_err(|e| SessionEnd::lost_with(e.kind, e.detail))?;
+        Ok(link)
+    }
+}
