@@ -462,6 +462,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME", help_heading = heading::CONSUL)]
     pub probe_service: Option<String>,
 
+    /// Consul: what agents write their catalog and sessions with: client
+    /// (a Consul 1.20 client agent's own RPCs on the server RPC port:
+    /// anti-entropy, sessions, coordinates) or api (the HTTP API, as
+    /// consul-esm or a catalog sync) [default: client; api with --watch
+    /// http].
+    #[arg(long, value_name = "WIRE", help_heading = heading::CONSUL)]
+    pub consul_agent: Option<agent_sim_consul::modes::AgentWire>,
     /// Consul: how each upstream is watched: streaming (Subscribe on the
     /// RPC port), blocking (Health.ServiceNodes blocking queries on the RPC
     /// port, as agents with streaming off) or http (long polls of
@@ -643,7 +650,7 @@ macro_rules! with_run_args_fields {
                 password, subscriptions, encoding, deregister, event_rate, event_output_size,
                 insecure_skip_tls_verify, tls_server_name, http_target, token, upstreams, services_per_agent,
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
-                anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, watch,
+                anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, consul_agent, watch,
                 blocking_wait, seed_service, change_every,
                 embedded_check_interval, hlog_interval, metrics_addr, shard, seed, quiet,
                 progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,

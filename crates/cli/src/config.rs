@@ -447,6 +447,12 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     c.probe.service = a.probe_service.clone();
     c.probe.controller = shard.is_none_or(|s| s.index == 0);
     set!(c.watch, a.watch);
+    // A long-poll watcher is an HTTP API client (consul-template,
+    // Prometheus): the HTTP API is its wire unless told otherwise.
+    c.agent = a.consul_agent.unwrap_or(match c.watch {
+        agent_sim_consul::watch::WatchMode::Http => agent_sim_consul::modes::AgentWire::Api,
+        _ => agent_sim_consul::modes::AgentWire::Client,
+    });
     c.seed = a.seed_service.clone();
     if let Some(d) = a.change_every {
         c.probe.every = d.0;

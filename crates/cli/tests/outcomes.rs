@@ -183,7 +183,9 @@ fn consul_run(rpc: String, http: String, agents: u64) -> RunBuilder {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_per_ip_connection_cap_leaves_the_fleet_incomplete_with_a_hint_naming_it() {
     let (rpc, http, stop) = consul_backend(capped_at_100()).await;
-    let outcome = run_for(consul_run(rpc, http, 300), 4).await;
+    // On the HTTP API's wire an agent holds one RPC connection.
+    let api = consul_run(rpc, http, 300).args(|a| a.consul_agent = Some("api".parse().unwrap()));
+    let outcome = run_for(api, 4).await;
     stop.cancel();
     let s = &outcome.summary;
     assert_eq!(outcome.exit_code, 2, "{:?}", s.outcome);
@@ -229,6 +231,32 @@ async fn the_connection_cap_with_fail_fast_stops_quickly_with_exit_1() {
     assert!(
         reason.contains("rpc_closed_at_once") && reason.contains("rpc_max_conns_per_client"),
         "{reason}"
+    );
+}
+
+/// A client agent holds two RPC connections (streaming and its own calls):
+/// under a cap of 100 per client address, 100 agents cannot all be served
+/// (at most 50), and the report names the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_agent_counts_twice_against_the_per_ip_cap() {
+    let (rpc, http, stop) = consul_backend(capped_at_100()).await;
+    let outcome = run_for(consul_run(rpc, http, 100), 4).await;
+    stop.cancel();
+    let s = &outcome.summary;
+    assert_eq!(outcome.exit_code, 2, "{:?}", s.outcome);
+    assert!(s.agents.connected <= 50, "{:?}", s.outcome);
+    assert!(
+        s.outcome.missing.contains_key("rpc_closed_at_once"),
+        "{:?}",
+        s.outcome
+    );
+    let e = &s.errors["rpc_closed_at_once"];
+    assert!(
+        e.hint
+            .as_deref()
+            .unwrap()
+            .contains("limits.rpc_max_conns_per_client"),
+        "{e:?}"
     );
 }
 

@@ -232,8 +232,8 @@ fn describe(s: &Summary) -> String {
     format!(
         "{} run{}, {} agent(s), {:.0}s, {}",
         s.kind,
-        s.watch_mode()
-            .map(|w| format!(" (watching: {w})"))
+        s.consul_modes()
+            .map(|m| format!(" ({m})"))
             .unwrap_or_default(),
         s.agents.requested,
         s.duration_s,

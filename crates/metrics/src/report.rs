@@ -89,8 +89,8 @@ fn headline(out: &mut String, s: &Summary, opts: &TableOptions<'_>) {
             .as_ref()
             .map(|sh| format!(" (shard {sh})"))
             .unwrap_or_default(),
-        s.watch_mode()
-            .map(|w| format!(", watching: {w}"))
+        s.consul_modes()
+            .map(|m| format!(", {m}"))
             .unwrap_or_default()
     );
     let o = &s.outcome;

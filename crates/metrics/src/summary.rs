@@ -420,6 +420,22 @@ impl Summary {
         self.config.as_ref()?.get("watch")?.as_str()
     }
 
+    /// A Consul run's wire and watch mode in words (`wire: client,
+    /// watching: streaming`); only the watch mode for runs recorded before
+    /// the wire was a setting.
+    pub fn consul_modes(&self) -> Option<String> {
+        let watch = self.watch_mode()?;
+        let wire = self
+            .config
+            .as_ref()
+            .and_then(|c| c.get("consul-agent"))
+            .and_then(|w| w.as_str());
+        Some(match wire {
+            Some(w) => format!("wire: {w}, watching: {watch}"),
+            None => format!("watching: {watch}"),
+        })
+    }
+
     /// Reads a summary JSON file (v2, or v1 upgraded).
     pub fn read(path: &std::path::Path) -> Result<Self, MetricsError> {
         let text = std::fs::read_to_string(path)?;

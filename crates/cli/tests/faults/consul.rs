@@ -167,7 +167,7 @@ async fn rpc_connections_dropped_reset_or_delayed_at_accept() {
             ],
         )
         .await;
-        let s = &complete(&b, consul_run(&b, 10, 3.0)).await;
+        let s = &complete(&b, consul_api_run(&b, 10, 3.0)).await;
         assert_eq!(b.fault_stats().injected, 10);
         // Closed before a byte: what Consul's per-IP cap looks like too.
         let closed = error(s, "rpc_closed_at_once");
@@ -184,7 +184,7 @@ async fn live_rpc_connections_reset_at_a_time_lose_every_session() {
         let b = backend(false, true, &["consul.rpc=reset@at:1500ms"]).await;
         // Back = resubscribed and the registration confirmed by a sync,
         // which a reconnected agent runs within a staggered 3 s.
-        let s = &complete(&b, consul_run(&b, 10, 6.0)).await;
+        let s = &complete(&b, consul_api_run(&b, 10, 6.0)).await;
         assert_eq!(b.fault_stats().injected, 10);
         let lost: u64 = s.sessions_lost.values().sum();
         assert_eq!(lost, 10, "{:?}", s.sessions_lost);
@@ -196,6 +196,30 @@ async fn live_rpc_connections_reset_at_a_time_lose_every_session() {
         );
         assert!(error(s, "conn_error").sample.is_some());
         assert_eq!(s.counters["agents_reconnected"], 10);
+    })
+    .await;
+}
+
+/// A client agent holds two RPC connections (streaming and its own calls):
+/// both reset at once lose the session, which comes back with its
+/// registration confirmed over RPC; the calls' connection is dialed again
+/// with the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_agents_two_rpc_connections_reset_at_a_time_come_back() {
+    bounded(Duration::from_secs(20), async {
+        let b = backend(false, true, &["consul.rpc=reset@at:1500ms"]).await;
+        let s = &complete(&b, consul_run(&b, 10, 6.0)).await;
+        assert_eq!(b.fault_stats().injected, 20, "two connections per agent");
+        let lost: u64 = s.sessions_lost.values().sum();
+        assert_eq!(lost, 10, "{:?}", s.sessions_lost);
+        assert_eq!(s.counters["agents_reconnected"], 10);
+        let calls = b.consul_stats().unwrap().rpc_calls;
+        // Every agent synced after its reconnect: its node read twice at least.
+        assert!(calls["Catalog.NodeServiceList"] >= 20, "{calls:?}");
+        assert_eq!(
+            calls["Catalog.Register"], 20,
+            "node and service, once: {calls:?}"
+        );
     })
     .await;
 }
@@ -249,7 +273,7 @@ async fn http_refusals_and_broken_connections_are_retried_with_backoff() {
         .collect();
         let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
         let b = backend(false, true, &faults).await;
-        let o = consul_run(&b, 10, 5.0).run().await.unwrap();
+        let o = consul_api_run(&b, 10, 5.0).run().await.unwrap();
         let created = b.consul_stats().unwrap().sessions_created;
         b.stop().await;
         assert_complete(&o);
@@ -279,7 +303,7 @@ async fn a_stalled_http_request_times_out_and_is_retried() {
             &["consul.http=stall@100%,max:1,path:/v1/session/create"],
         )
         .await;
-        let s = &complete(&b, consul_run(&b, 2, 12.5)).await;
+        let s = &complete(&b, consul_api_run(&b, 2, 12.5)).await;
         assert_eq!(b.fault_stats().injected, 1);
         let t = error(s, "http_timeout");
         assert_eq!(t.count, 1);

@@ -94,6 +94,13 @@ pub fn consul_run(b: &Backend, agents: u64, secs: f64) -> RunBuilder {
         })
 }
 
+/// [`consul_run`] with the agents on the HTTP API (`--consul-agent api`):
+/// the rows of the matrix about that API's calls, and those that count one
+/// RPC connection per agent.
+pub fn consul_api_run(b: &Backend, agents: u64, secs: f64) -> RunBuilder {
+    consul_run(b, agents, secs).args(|a| a.consul_agent = Some("api".parse().unwrap()))
+}
+
 /// A recorder for the engine's names and a protocol's `spec`.
 pub fn metrics(spec: &MetricsSpec) -> Metrics {
     Metrics::new(&agent_sim_fleet::metrics_spec().merge(spec), 4)

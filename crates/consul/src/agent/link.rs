@@ -20,11 +20,13 @@ use crate::rpc::mux::{CallError, Exchange, Mux, RPC_MULTIPLEX_V2, Reply, exchang
 /// sidecars). Over it: `answer_too_large`.
 pub(super) const MAX_AGENT_ANSWER: usize = 256 << 10;
 
-/// The stream of the agent's own calls, and their sequence numbers.
+/// The stream of the agent's own calls, their sequence numbers, and
+/// whether the server ever answered one on this connection.
 #[derive(Default)]
 pub(super) struct Line {
     stream: Option<yamux::Stream>,
     seq: u64,
+    answered: bool,
 }
 
 /// Shared by the session (which opens the stream) and the call in flight
@@ -96,6 +98,27 @@ pub(super) struct Caller {
 }
 
 impl Caller {
+    /// A connection that broke before the server answered any call on it
+    /// was closed at once: what a server's per-client connection cap does.
+    fn closed_at_once(&self, e: CallError) -> CallError {
+        let answered = self
+            .line
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .answered;
+        match e.kind {
+            "conn_error" | "stream_end" | "conn_closed" if !answered => CallError::new(
+                "rpc_closed_at_once",
+                format!(
+                    "the server closed the connection right after accepting it, without \
+                     sending a byte ({}: {})",
+                    e.kind, e.detail
+                ),
+            ),
+            _ => e,
+        }
+    }
+
     /// A call to its end, timed under its method: the answer, the server's
     /// error words as a failure of their kind, or what broke.
     pub(super) async fn call(
@@ -109,7 +132,11 @@ impl Caller {
         let start = Instant::now();
         let (stream, reply) = call.await;
         give_back(&self.line, stream);
-        let reply = reply?;
+        let reply = reply.map_err(|e| self.closed_at_once(e))?;
+        self.line
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .answered = true;
         self.sh
             .metrics
             .record(self.sh.ids.rpc[method as usize], self.key, start.elapsed());
@@ -143,19 +170,51 @@ impl ConsulAgent {
         watching: bool,
     ) -> Result<Box<Link>, SessionEnd> {
         let sh = &self.shared;
-        let dialer = &sh.dialers[server];
         let t = Instant::now();
         let (io, stamp) =
-            conn::within_session(cx, dialer.open(cx.bind_addr, RPC_MULTIPLEX_V2)).await?;
+            conn::within_session(cx, sh.dialers[server].open(cx.bind_addr, RPC_MULTIPLEX_V2))
+                .await?;
         sh.metrics
             .record(sh.ids.connect, self.index as usize, t.elapsed());
-        let mut link = Box::new(Link {
-            mux: Mux::client(Counted::new(io, Some(sh.bytes(watching)))),
-            line: CallLine::default(),
-            stamp,
-        });
-        link.refill()
-            .map_err(|e| SessionEnd::lost_with(e.kind, e.detail))?;
-        Ok(link)
+        new_link(sh, io, stamp, watching).map_err(|e| SessionEnd::lost_with(e.kind, e.detail))
     }
+
+    /// The RPC connection dialed again inside a session (a client agent's
+    /// pool dials when a call needs a connection): within the connect
+    /// budget, from the session's source address.
+    pub(super) fn redial(
+        &self,
+        bind: Option<std::net::IpAddr>,
+    ) -> BoxFuture<'static, Result<Box<Link>, CallError>> {
+        let sh = self.shared.clone();
+        let server = self.server();
+        let key = self.index as usize;
+        Box::pin(async move {
+            let t = Instant::now();
+            let dial = sh.dialers[server].open(bind, RPC_MULTIPLEX_V2);
+            let (io, stamp) = match tokio::time::timeout(conn::CONNECT_TIMEOUT, dial).await {
+                Err(_) => return Err(CallError::new("connect_timeout", "no RPC connection")),
+                Ok(Err(e)) => return Err(CallError::new(e.kind, e.detail)),
+                Ok(Ok(c)) => c,
+            };
+            sh.metrics.record(sh.ids.connect, key, t.elapsed());
+            new_link(&sh, io, stamp, false)
+        })
+    }
+}
+
+/// yamux on a dialed RPC connection, with a stream for the agent's calls.
+fn new_link(
+    sh: &Shared,
+    io: crate::conn::RpcIo,
+    stamp: Option<RxStamp>,
+    watching: bool,
+) -> Result<Box<Link>, CallError> {
+    let mut link = Box::new(Link {
+        mux: Mux::client(Counted::new(io, Some(sh.bytes(watching)))),
+        line: CallLine::default(),
+        stamp,
+    });
+    link.refill()?;
+    Ok(link)
 }

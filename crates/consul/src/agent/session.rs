@@ -66,6 +66,12 @@ pub(super) trait Watches {
     fn on_timer(&mut self, agent: &mut ConsulAgent, slots: &mut [Slot]);
     /// Whether `slot` only waits for the agent's sync to count as ready.
     fn waiting(slot: &Slot) -> bool;
+    /// Whether the watches ride the agent's RPC connection (blocking
+    /// queries): its end is then the session's. Otherwise the session goes
+    /// on and the upkeep dials it again when a call needs it.
+    fn on_link(&self) -> bool {
+        false
+    }
 }
 
 impl ConsulAgent {
@@ -105,7 +111,7 @@ impl ConsulAgent {
                 break SessionEnd::lost_with(e.kind, e.detail);
             }
             let due = w.due(self, slots, link.as_mut().map(|l| &mut l.mux), now);
-            let due = self.upkeep_due(&mut hs, &mut call, link.as_deref(), now, due);
+            let due = self.upkeep_due(&mut hs, &mut call, link.as_deref(), cx.bind_addr, now, due);
             wake::arm(timer.as_mut(), due);
             rotate = rotate.wrapping_add(1);
             let io = |tcx: &mut Context<'_>| {
@@ -119,8 +125,19 @@ impl ConsulAgent {
             let woke = wake::next(cancel.as_mut(), io, &mut call, Some(timer.as_mut())).await;
             let end = match woke {
                 Woke::Cancelled => Some(SessionEnd::Shutdown),
-                Woke::Io(Either::Link(Ok(()))) => Some(SessionEnd::lost("conn_closed")),
-                Woke::Io(Either::Link(Err(e))) => Some(SessionEnd::lost_with(e.kind, e.detail)),
+                Woke::Io(Either::Link(r)) if w.on_link() => Some(match r {
+                    Ok(()) => SessionEnd::lost("conn_closed"),
+                    Err(e) => SessionEnd::lost_with(e.kind, e.detail),
+                }),
+                Woke::Io(Either::Link(_)) => {
+                    // A client agent's pool dials again on the next call.
+                    link = None;
+                    None
+                }
+                Woke::Call(Done::Redialed(Ok(l))) => {
+                    link = Some(l);
+                    None
+                }
                 Woke::Io(Either::Watch(io)) => w.on_io(self, cx, slots, io),
                 Woke::Call(done) => {
                     self.on_upkeep(cx, &mut hs, slots, done);
@@ -165,11 +182,12 @@ impl ConsulAgent {
         hs: &mut Sched,
         call: &mut Option<UpkeepCall>,
         link: Option<&Link>,
+        bind: Option<std::net::IpAddr>,
         now: Instant,
         due: Instant,
     ) -> Instant {
         if call.is_none() {
-            *call = self.next_call(hs, link.map(|l| &l.line), now);
+            *call = self.next_call(hs, link.map(|l| &l.line), bind, now);
         }
         match self.upkeep_due_at(hs) {
             Some(t) if call.is_none() => due.min(t),

@@ -93,6 +93,8 @@ enum Io {
 /// connection).
 struct Watching {
     watches: Vec<Watch>,
+    /// Blocking queries (on the agent's RPC connection), not long polls.
+    blocking: bool,
     /// Kernel receive stamps of the RPC connection.
     stamp: Option<RxStamp>,
     /// The session's source address.
@@ -119,6 +121,7 @@ impl ConsulAgent {
         let (mut slots, watches) = self.watch_slots(now, &stamp);
         let mut w = Watching {
             watches,
+            blocking,
             stamp,
             bind: cx.bind_addr,
         };
@@ -382,6 +385,11 @@ impl Watches for Watching {
     /// A query re-sent at its index waits only for the sync.
     fn waiting(s: &Slot) -> bool {
         s.resume_pending
+    }
+
+    /// Blocking queries ride the agent's RPC connection.
+    fn on_link(&self) -> bool {
+        self.blocking
     }
 }
 

@@ -41,8 +41,8 @@ pub(super) fn headline(o: &mut String, page: &Page<'_>) {
         o,
         "<section id=\"headline\">\n<h1>agent-sim {} run{}</h1>",
         esc(&s.kind),
-        s.watch_mode()
-            .map(|w| format!(" (watching: {})", esc(w)))
+        s.consul_modes()
+            .map(|m| format!(" ({})", esc(&m)))
             .unwrap_or_default()
     );
     let mut sub = vec![format!(

@@ -19,7 +19,8 @@ use super::ConsulState;
 use super::render::{check_json, node_json, service_json};
 use super::writes::{self, DeregisterBody, RegisterBody, SessionBody, lock_delay, nullable};
 
-/// Datacenter and token, which every call carries.
+/// Datacenter and token, which every call carries, and the node a write
+/// is about.
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct Common {
@@ -27,6 +28,11 @@ struct Common {
     datacenter: String,
     #[serde(rename = "Token", deserialize_with = "nullable")]
     token: String,
+    #[serde(rename = "Node", deserialize_with = "nullable")]
+    node: String,
+    /// `Session.Apply` names the node inside its session.
+    #[serde(rename = "Session")]
+    session: Option<Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -94,13 +100,35 @@ fn indexed(index: u64, key: &str, result: Value) -> Bytes {
     msgpack(&v)
 }
 
-/// What every call checks first: the token, then the datacenter.
-fn admitted(state: &ConsulState, args: &[u8]) -> Result<(), String> {
+/// What every call checks first: the token, then the datacenter. A write
+/// without a token is denied in Consul 1.20's words (the anonymous token);
+/// reads pass (what they may see is not filtered here).
+fn admitted(state: &ConsulState, method: &str, args: &[u8]) -> Result<(), String> {
     let c: Common = decode(args)?;
     match state.acl_check(&c.token) {
         Ok(()) => {}
-        Err(None) => return Err("Permission denied".into()),
         Err(Some(())) => return Err("ACL not found".into()),
+        Err(None) => {
+            let perm = match method {
+                "Catalog.NodeServiceList" | "Health.NodeChecks" | "Status.Ping" => None,
+                "Session.Apply" | "Session.Renew" => Some("session:write"),
+                _ => Some("node:write"),
+            };
+            if let Some(perm) = perm {
+                let node = c
+                    .session
+                    .as_ref()
+                    .and_then(|s| s.get("Node"))
+                    .and_then(Value::as_str)
+                    .unwrap_or(&c.node);
+                return Err(format!(
+                    "Permission denied: anonymous token lacks permission '{perm}' on \"{}\". \
+                     The anonymous token is used implicitly when a request does not specify a \
+                     token.",
+                    node
+                ));
+            }
+        }
     }
     let dc = state.store().datacenter.clone();
     if !c.datacenter.is_empty() && c.datacenter != dc {
@@ -122,7 +150,7 @@ pub(crate) fn answer(state: &ConsulState, method: &str, args: &[u8]) -> Option<A
         "Status.Ping" => return Some(empty()),
         _ => return None,
     };
-    Some(admitted(state, args).and_then(|()| f(state, args)))
+    Some(admitted(state, method, args).and_then(|()| f(state, args)))
 }
 
 fn register(state: &ConsulState, args: &[u8]) -> Answer {

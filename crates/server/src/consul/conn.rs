@@ -24,6 +24,9 @@ use crate::listen;
 
 /// How long open connections get to finish after shutdown.
 const CONNECTION_GRACE: Duration = Duration::from_millis(1500);
+/// How long streams get to end with their own words after shutdown, before
+/// their connection's graceful end begins.
+const LAST_WORDS: Duration = Duration::from_millis(200);
 /// How long a `serve_*` call waits for its connection tasks after shutdown.
 const SERVE_GRACE: Duration = Duration::from_secs(2);
 /// How long a client gets for its TLS handshake (Consul's
@@ -110,6 +113,13 @@ pub(super) async fn drive_connection<C>(
     tokio::select! {
         _ = conn.as_mut() => {}
         _ = shutdown.cancelled() => {
+            // Streams say their last words (the server is shutting down)
+            // before the connection's GOAWAY, as Consul stops its
+            // subscriptions before its gRPC server: with the GOAWAY first,
+            // a stream's status could lose the race to the close.
+            if tokio::time::timeout(LAST_WORDS, conn.as_mut()).await.is_ok() {
+                return;
+            }
             graceful(conn.as_mut());
             let _ = tokio::time::timeout(CONNECTION_GRACE, conn).await;
         }

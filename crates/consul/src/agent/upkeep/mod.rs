@@ -15,12 +15,13 @@ use std::time::Duration;
 use agent_sim_fleet::{Backoff, Failure, SessionCx};
 use tokio::time::Instant;
 
-use super::link::CallLine;
+use super::link::{CallLine, Link};
 use super::{ConsulAgent, jitter};
 use crate::config;
 use crate::http::{self, Refusal, Registration};
 use crate::modes::AgentWire;
 use crate::rpc::coordinate;
+use crate::rpc::mux::CallError;
 
 /// What the upkeep does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +43,10 @@ pub(super) enum Op {
     Ping,
 }
 
+/// The RPC connection dialed again (client wire), for the session's loop
+/// to hold.
+pub(super) type Redialed = Result<Box<Link>, CallError>;
+
 /// How a call of the upkeep ended.
 pub(super) enum Done {
     Registered(Result<(), Refusal>),
@@ -56,6 +61,9 @@ pub(super) enum Done {
     /// A coordinate update and its round trip.
     Coordinated(Result<(), Refusal>, Duration),
     Pinged(Result<(), Refusal>),
+    /// The RPC connection, dialed again after it closed under a session
+    /// whose streams went on.
+    Redialed(Redialed),
 }
 
 /// A call of the upkeep in flight.
@@ -230,11 +238,13 @@ impl ConsulAgent {
     }
 
     /// The call due at `now`, if any, on the run's wire (`line`: the
-    /// agent's RPC call stream, on the client wire).
+    /// agent's RPC call stream, on the client wire; without one, a call
+    /// that is due dials the RPC connection first, from `bind`).
     pub(super) fn next_call(
         &mut self,
         hs: &mut Sched,
         line: Option<&CallLine>,
+        bind: Option<std::net::IpAddr>,
         now: Instant,
     ) -> Option<UpkeepCall> {
         match (self.shared.cfg.agent, line) {
@@ -246,8 +256,13 @@ impl ConsulAgent {
                 let op = self.next_op(hs, now)?;
                 Some(self.rpc_call(op, line.clone()))
             }
-            // The RPC connection is not there yet.
-            (AgentWire::Client, None) => None,
+            (AgentWire::Client, None) => {
+                if self.upkeep_due_at(hs)? > now {
+                    return None;
+                }
+                let dial = self.redial(bind);
+                Some(Box::pin(async move { Done::Redialed(dial.await) }))
+            }
         }
     }
 
@@ -278,6 +293,10 @@ impl ConsulAgent {
             Done::Flapped(r) => self.on_flapped(hs, r, now),
             Done::Coordinated(r, rtt) => self.on_coordinated(hs, r, rtt, now),
             Done::Pinged(r) => self.on_pinged(hs, r, now),
+            // The session's loop takes a new connection; a failed dial
+            // waits the backoff.
+            Done::Redialed(Ok(_)) => hs.backoff.reset(),
+            Done::Redialed(Err(e)) => refused(cx, hs, e.into(), now),
         }
     }
 
