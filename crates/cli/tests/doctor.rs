@@ -57,7 +57,16 @@ fn a_run_that_fits_exits_0() {
 #[test]
 fn a_run_that_does_not_fit_exits_2_with_every_fix() {
     let root = fake_proc("nofit");
-    let consul_70k = ["--kind", "consul", "--agents", "70000", "--target"];
+    // On the HTTP API's wire: one RPC connection per agent.
+    let consul_70k = [
+        "--kind",
+        "consul",
+        "--consul-agent",
+        "api",
+        "--agents",
+        "70000",
+        "--target",
+    ];
     let (code, out) = doctor(
         &root,
         &[&consul_70k[..], &["10.1.2.3:8300", "--processes", "1"]].concat(),
@@ -87,6 +96,35 @@ fn a_run_that_does_not_fit_exits_2_with_every_fix() {
             && !out.contains("[FAIL] file descriptors"),
         "{out}"
     );
+}
+
+/// A client agent holds two RPC connections: the file descriptors, ports
+/// and shards a fleet needs are counted twice.
+#[test]
+fn a_client_agents_two_connections_are_counted() {
+    let root = fake_proc("client");
+    let (code, out) = doctor(
+        &root,
+        &[
+            "--kind",
+            "consul",
+            "--agents",
+            "70000",
+            "--target",
+            "10.1.2.3:8300",
+            "--processes",
+            "1",
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&root);
+    assert_eq!(code, 2, "{out}");
+    for want in [
+        "need 140,128 (70,000 agents)",
+        "--shard I/8",
+        "need 140,000 sessions per source address per target",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
 }
 
 #[test]

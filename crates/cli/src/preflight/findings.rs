@@ -118,8 +118,9 @@ fn fds(n: &Needs, host: &Host) -> Finding {
          or `* hard nofile {target}` in /etc/security/limits.conf)"
     ));
     let per_process = hard.saturating_sub(FD_OVERHEAD);
-    let fd_per_agent = if n.embedded { 2 } else { 1 };
-    let k = shards_for(n.agents * fd_per_agent, per_process, n.shards);
+    // Every connection the agents hold (two per client agent), and the
+    // in-process target's ends.
+    let k = shards_for(n.fds.saturating_sub(FD_OVERHEAD), per_process, n.shards);
     fixes.push(format!(
         "or split the run: --shard I/{k} (I = 0..{}), one process per shard, each ≈{} agents",
         k - 1,

@@ -73,6 +73,18 @@ fn consul_http_pool() -> u64 {
     agent_sim_consul::http::MAX_HTTP_CONNS as u64
 }
 
+/// Connections an agent holds to its server: a Consul client agent two
+/// (streaming, and its own calls; one when blocking queries share the
+/// calls' connection), every other kind one.
+fn conns_per_agent(p: &Protocol) -> u64 {
+    use agent_sim_consul::modes::AgentWire;
+    use agent_sim_consul::watch::WatchMode;
+    match p {
+        Protocol::Consul(c) if c.agent == AgentWire::Client && c.watch == WatchMode::Streaming => 2,
+        _ => 1,
+    }
+}
+
 /// What `cfg` asks of the host.
 pub fn needs(cfg: &RunConfig) -> Needs {
     let mut n = Needs {
@@ -98,6 +110,7 @@ pub fn needs(cfg: &RunConfig) -> Needs {
             Protocol::Consul(c) => c.conn.targets.iter().map(String::as_str).collect(),
             Protocol::Dataplane(d) => d.conn.targets.iter().map(String::as_str).collect(),
         };
+        let conns = conns_per_agent(&plan.protocol);
         let (targets, extra, per_agent, server, what) = match &plan.protocol {
             Protocol::Sensu(s) => (
                 s.targets.len().max(1) as u64,
@@ -126,12 +139,12 @@ pub fn needs(cfg: &RunConfig) -> Needs {
                 "dataplane sidecar".to_string(),
             ),
         };
-        let client = agents + extra;
+        let client = agents * conns + extra;
         n.agents += agents;
         n.connections += client;
         // The in-process target holds the other end of every connection.
         n.fds += if plan.embedded { client * 2 } else { client };
-        let per_target = agents.div_ceil(targets);
+        let per_target = (agents * conns).div_ceil(targets);
         let sources = plan.fleet.source_addrs.len() as u64;
         let pair = per_target.div_ceil(sources.max(1));
         if pair > n.worst_pair {
