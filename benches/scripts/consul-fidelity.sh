@@ -31,6 +31,9 @@ cat >"$OUT/server.hcl" <<'HCL'
 limits { rpc_max_conns_per_client = 0  http_max_conns_per_client = 0 }
 telemetry { prometheus_retention_time = "120s"  disable_hostname = true }
 HCL
+# EXTRA_HCL: more server configuration (e.g. a telemetry prefix_filter), in a second
+# file (Consul merges files; the same block twice in one file is refused).
+printf '%s\n' "${EXTRA_HCL:-}" >"$OUT/extra.hcl"
 echo '{"service":{"name":"app","port":8080}}' >"$OUT/svc.json"
 
 server_pid=
@@ -48,7 +51,7 @@ trap stop_all EXIT
 
 start_server() {
   "$CONSUL_BIN" agent -dev -client 127.0.0.1 -bind 127.0.0.1 -log-level warn \
-    -config-file "$OUT/server.hcl" -data-dir "$OUT/server" >"$OUT/server-$1.log" 2>&1 &
+    -config-file "$OUT/server.hcl" -config-file "$OUT/extra.hcl" -data-dir "$OUT/server" >"$OUT/server-$1.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 100); do
     curl -sf 127.0.0.1:8500/v1/status/leader | grep -q 8300 && return 0
@@ -59,12 +62,14 @@ start_server() {
 }
 
 # Counters and process CPU of the server at one moment, as JSON.
+# The whole exposition is kept in the file named by $1.
 snapshot() {
-  python3 - "$server_pid" <<'PY'
+  python3 - "$server_pid" "$1" <<'PY'
 import json, os, sys, urllib.request
 pid = int(sys.argv[1])
 body = urllib.request.urlopen(
     "http://127.0.0.1:8500/v1/agent/metrics?format=prometheus", timeout=10).read().decode()
+open(sys.argv[2], "w").write(body)
 want = ("consul_rpc_request", "consul_rpc_query", "consul_raft_apply",
         "consul_raft_commitTime_count", "consul_fsm_coordinate_batch_update_count",
         "consul_memberlist_udp_received", "consul_memberlist_udp_sent",
@@ -87,9 +92,9 @@ PY
 }
 
 measure() {
-  snapshot >"$OUT/$1-start.json"
+  snapshot "$OUT/$1-start.prom" >"$OUT/$1-start.json"
   sleep "$WINDOW"
-  snapshot >"$OUT/$1-end.json"
+  snapshot "$OUT/$1-end.prom" >"$OUT/$1-end.json"
 }
 
 members_alive() {
