@@ -61,6 +61,7 @@ pub fn render_with(s: &Summary, opts: &TableOptions<'_>) -> String {
     headline(&mut out, s, opts);
     probes(&mut out, s);
     crate::disruption::render(&mut out, &s.disruptions);
+    crate::spread::render(&mut out, &s.by_server);
     server(&mut out, s);
     latency(&mut out, s);
     rates(&mut out, s);

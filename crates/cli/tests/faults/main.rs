@@ -55,6 +55,7 @@ pub async fn backend(sensu: bool, consul: bool, faults: &[&str]) -> Backend {
             http: any(),
             grpc: None,
             cfg: ConsulTargetConfig::default(),
+            state: None,
         }),
         faults: specs(faults),
         faults_seed: 11,
