@@ -20,6 +20,11 @@ use crate::rpc::mux::{CallError, Exchange, Mux, RPC_MULTIPLEX_V2, Reply, exchang
 /// sidecars). Over it: `answer_too_large`.
 pub(super) const MAX_AGENT_ANSWER: usize = 256 << 10;
 
+/// Longest an agent's own call waits for its answer (none of them blocks
+/// on the server): a connection that went silent fails the call instead of
+/// holding the upkeep, as a real agent's pool gives up on a dead one.
+pub(super) const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The stream of the agent's own calls, their sequence numbers, and
 /// whether the server ever answered one on this connection.
 #[derive(Default)]
@@ -130,7 +135,13 @@ impl Caller {
             return Err(CallError::new("conn_closed", "no stream for the call"));
         };
         let start = Instant::now();
-        let (stream, reply) = call.await;
+        let Ok((stream, reply)) = tokio::time::timeout(CALL_TIMEOUT, call).await else {
+            // The stream went with the call: the next call opens another.
+            return Err(CallError::new(
+                "rpc_timeout",
+                format!("no answer within {}s", CALL_TIMEOUT.as_secs()),
+            ));
+        };
         give_back(&self.line, stream);
         let reply = reply.map_err(|e| self.closed_at_once(e))?;
         self.line
