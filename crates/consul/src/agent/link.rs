@@ -30,6 +30,10 @@ pub(super) const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 #[derive(Default)]
 pub(super) struct Line {
     stream: Option<yamux::Stream>,
+    /// A call holds the stream (a new one opened meanwhile would be
+    /// dropped unused when it comes back: a reset for a stream the server
+    /// never saw).
+    busy: bool,
     seq: u64,
     answered: bool,
 }
@@ -52,6 +56,7 @@ impl Link {
     pub(super) fn refill(&mut self) -> Result<(), CallError> {
         let mut line = self.line.lock().unwrap_or_else(PoisonError::into_inner);
         if line.stream.is_none()
+            && !line.busy
             && let Some(opened) = self.mux.open_now()
         {
             line.stream = Some(opened?);
@@ -67,6 +72,7 @@ pub(super) fn call(line: &CallLine, encode: impl FnOnce(u64, &mut Vec<u8>)) -> O
     let (stream, seq) = {
         let mut l = line.lock().unwrap_or_else(PoisonError::into_inner);
         let stream = l.stream.take()?;
+        l.busy = true;
         l.seq += 1;
         (stream, l.seq)
     };
@@ -75,10 +81,13 @@ pub(super) fn call(line: &CallLine, encode: impl FnOnce(u64, &mut Vec<u8>)) -> O
     Some(exchange(stream, seq, req, MAX_AGENT_ANSWER))
 }
 
-/// Puts a stream a call gave back where the next call finds it.
+/// Puts a stream a call gave back where the next call finds it (none: the
+/// call broke it, and the session opens another).
 pub(super) fn give_back(line: &CallLine, stream: Option<yamux::Stream>) {
-    if let Some(s) = stream {
-        line.lock().unwrap_or_else(PoisonError::into_inner).stream = Some(s);
+    let mut l = line.lock().unwrap_or_else(PoisonError::into_inner);
+    l.busy = false;
+    if stream.is_some() {
+        l.stream = stream;
     }
 }
 
@@ -137,6 +146,7 @@ impl Caller {
         let start = Instant::now();
         let Ok((stream, reply)) = tokio::time::timeout(CALL_TIMEOUT, call).await else {
             // The stream went with the call: the next call opens another.
+            give_back(&self.line, None);
             return Err(CallError::new(
                 "rpc_timeout",
                 format!("no answer within {}s", CALL_TIMEOUT.as_secs()),
