@@ -14,7 +14,7 @@ use agent_sim_observe::ObserveSpec;
 use agent_sim_sensu::Encoding;
 use clap::{Args, Parser, Subcommand};
 
-use crate::values::{AddrRange, Kind, List, Ramp, Secs, ShardSpec, Toggle};
+use crate::values::{AddrRange, Kind, List, Ramp, Secs, ServerDown, ShardSpec, Toggle};
 
 /// The `--faults` grammar, shown by `agent-sim serve --help`.
 pub const FAULTS_HELP: &str = "\
@@ -59,6 +59,8 @@ pub mod heading {
     pub const DATAPLANE: &str = "Consul dataplane (docs/dataplane.md)";
     /// Churn, storms, pauses, reconnect policies.
     pub const SCENARIOS: &str = "Scenarios (docs/scenarios.md)";
+    /// Several servers, one of them lost and back.
+    pub const FAILOVER: &str = "Failover (docs/failover.md)";
     /// Summary, hlog, Prometheus, assertions, the report page.
     pub const RESULTS: &str = "Results (docs/results.md)";
     /// Several processes and boxes.
@@ -552,6 +554,31 @@ pub struct RunArgs {
     #[arg(long, value_name = "POLICY", help_heading = heading::SCENARIOS)]
     pub reconnect: Option<ReconnectPolicy>,
 
+    // --- Failover (docs/failover.md) ---
+    /// Without --target: how many embedded servers to run (a Consul
+    /// cluster's servers share one catalog; each server its own ports).
+    #[arg(long, value_name = "N", help_heading = heading::FAILOVER)]
+    pub embedded_servers: Option<usize>,
+    /// Without --target: stop embedded server I at T, its connections
+    /// closed as a real server's are, and start it again D later
+    /// (repeatable): at=T,server=I,for=D.
+    #[serde(
+        rename = "server-down",
+        alias = "server-downs",
+        deserialize_with = "crate::values::one_or_many"
+    )]
+    #[arg(
+        long = "server-down",
+        value_name = "at=T,server=I,for=D",
+        help_heading = heading::FAILOVER
+    )]
+    pub server_downs: Vec<ServerDown>,
+    /// Consul: the router's shortest time between rebalances (Consul's 2m,
+    /// plus up to half of it at random; longer past 7,680 nodes per
+    /// server); shorten it to see a returned server get its share soon.
+    #[arg(long, value_name = "DURATION", help_heading = heading::FAILOVER)]
+    pub rebalance_min: Option<Secs>,
+
     /// Check schedule of the embedded Sensu target (demo mode only).
     #[arg(long, value_name = "DURATION", hide = true)]
     pub embedded_check_interval: Option<Secs>,
@@ -652,13 +679,13 @@ macro_rules! with_run_args_fields {
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
                 anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, consul_agent, watch,
                 blocking_wait, seed_service, change_every,
-                embedded_check_interval, hlog_interval, metrics_addr, shard, seed, quiet,
+                embedded_check_interval, embedded_servers, rebalance_min, hlog_interval, metrics_addr, shard, seed, quiet,
                 progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,
                 churn, max_session_length, ramp_down, reconnect, observe_every, observe_shard,
                 processes;
             paths: config, ca_file, cert_file, key_file, summary, hlog, report_html;
             vecs: targets, source_addrs, asserts,
-                storms, pauses, observe, observe_pid, observe_metric
+                storms, pauses, server_downs, observe, observe_pid, observe_metric
         )
     };
 }

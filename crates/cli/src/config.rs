@@ -225,6 +225,8 @@ pub fn resolve(
             f.max_dialing = f.max_dialing.div_ceil(s.count as usize).max(1);
         }
     }
+    let embedded_servers = top.embedded_servers.unwrap_or(1);
+    failover_flags(&top, embedded_servers, fleets.iter().any(|f| f.embedded))?;
     let observe = crate::observing::plan(&top, &fleets, shard)?;
     let effective = effective_settings(&top, &layers, &fleets);
     Ok(RunConfig {
@@ -242,6 +244,8 @@ pub fn resolve(
         progress_every: secs(top.progress_every),
         threads: top.threads,
         embedded_check_interval: secs(top.embedded_check_interval),
+        embedded_servers,
+        server_downs: top.server_downs.clone(),
         report_html: top.report_html.clone(),
         verbose: top.verbose.unwrap_or(false),
         observe,
@@ -249,6 +253,37 @@ pub fn resolve(
         local_child,
         effective,
     })
+}
+
+/// `--embedded-servers` and `--server-down` act on the embedded backend:
+/// refused with a target (against real servers, the user stops one), and a
+/// server down must be one of the run's.
+fn failover_flags(top: &RunArgs, servers: usize, embedded: bool) -> Result<(), UsageError> {
+    if top.embedded_servers.is_some() && !embedded {
+        return usage(
+            "--embedded-servers: the run has --target (against real servers, name them all in \
+             --target)",
+        );
+    }
+    if servers == 0 || servers > 16 {
+        return usage("--embedded-servers: 1 to 16");
+    }
+    for d in &top.server_downs {
+        if !embedded {
+            return usage(
+                "--server-down stops an embedded server: with --target, stop the real server \
+                 yourself (the run measures the failover the same way)",
+            );
+        }
+        if d.server >= servers {
+            return usage(format!(
+                "--server-down server={}: the run has {servers} embedded server(s), numbered from 0 \
+                 (--embedded-servers)",
+                d.server
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// One fleet from its fully layered arguments (defaults included).
@@ -447,6 +482,9 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     c.probe.service = a.probe_service.clone();
     c.probe.controller = shard.is_none_or(|s| s.index == 0);
     set!(c.watch, a.watch);
+    if let Some(d) = a.rebalance_min {
+        c.rebalance_min = d.0;
+    }
     // A long-poll watcher is an HTTP API client (consul-template,
     // Prometheus): the HTTP API is its wire unless told otherwise.
     c.agent = a.consul_agent.unwrap_or(match c.watch {

@@ -14,6 +14,8 @@ use agent_sim_fleet::FleetConfig;
 use agent_sim_metrics::assert::Assertion;
 use agent_sim_sensu::SensuConfig;
 
+use crate::values::ServerDown;
+
 /// A usage problem: printed as one line, exit code 64.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -113,6 +115,10 @@ pub struct RunConfig {
     pub threads: Option<usize>,
     /// Check schedule of the embedded Sensu target (demo and tests).
     pub embedded_check_interval: Duration,
+    /// Servers of the embedded backend (per protocol).
+    pub embedded_servers: usize,
+    /// Embedded servers stopped and started again during the run.
+    pub server_downs: Vec<ServerDown>,
     /// Report page path.
     pub report_html: Option<PathBuf>,
     /// Every counter in the final table.
@@ -143,5 +149,16 @@ impl RunConfig {
     /// Whether any fleet needs the in-process backend.
     pub fn embedded(&self) -> bool {
         self.fleets.iter().any(|f| f.embedded)
+    }
+}
+
+impl FleetPlan {
+    /// The fleet's servers (its targets, in order).
+    pub fn targets(&self) -> Vec<String> {
+        match &self.protocol {
+            Protocol::Sensu(s) => s.targets.clone(),
+            Protocol::Consul(c) => c.conn.targets.clone(),
+            Protocol::Dataplane(c) => c.conn.targets.clone(),
+        }
     }
 }

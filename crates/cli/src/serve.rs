@@ -146,6 +146,7 @@ fn backend_config(a: &ServeArgs, p: &ServePlan) -> BackendConfig {
                     xds_max_streams: a.xds_max_streams,
                     ..ConsulTargetConfig::default()
                 },
+                state: None,
             }),
         reuse_port: a.reuse_port,
         faults: p.faults.clone(),

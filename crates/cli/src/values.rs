@@ -7,7 +7,7 @@
 //!   number is seconds), parsed by [`agent_sim_fleet::parse_duration`].
 //! - [`Ramp`]: `500/s` or `all`; [`Toggle`]: a value or `off`.
 //! - [`List`]: comma-separated names (or a TOML array).
-//! - [`Kind`], [`ShardSpec`], [`AddrRange`].
+//! - [`Kind`], [`ShardSpec`], [`AddrRange`], [`ServerDown`].
 //!
 //! What it is not: no rule about what a protocol accepts (each protocol
 //! crate validates its own config) and no defaults (see [`crate::defaults`]).
@@ -381,6 +381,66 @@ where
         .iter()
         .map(|s| s.parse().map_err(serde::de::Error::custom))
         .collect()
+}
+
+/// `--server-down at=T,server=I,for=D`: the embedded backend's server `I`
+/// (0-based, of `--embedded-servers`) stops at `T`, its connections closed
+/// as a real server's are, and starts again `D` later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerDown {
+    /// When it stops, from the run's first dial.
+    pub at: Duration,
+    /// Which server.
+    pub server: usize,
+    /// How long it stays down.
+    pub down: Duration,
+}
+
+impl FromStr for ServerDown {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        use agent_sim_fleet::scenario::{duration_of, pairs};
+        let (mut at, mut server, mut down) = (None, None, None);
+        for (k, v) in pairs(s, &["at", "server", "for"])? {
+            match k {
+                "at" => at = Some(duration_of(k, v)?),
+                "server" => {
+                    server = Some(v.parse::<usize>().map_err(|_| {
+                        format!("server={v}: expected a server number (0, 1, ...)")
+                    })?);
+                }
+                _ => down = Some(duration_of(k, v)?),
+            }
+        }
+        let missing = |k: &str| format!("{s:?}: {k}= is missing (at=T,server=I,for=D)");
+        let down = down.ok_or_else(|| missing("for"))?;
+        if down.is_zero() {
+            return Err("for= must be above zero".into());
+        }
+        Ok(ServerDown {
+            at: at.ok_or_else(|| missing("at"))?,
+            server: server.ok_or_else(|| missing("server"))?,
+            down,
+        })
+    }
+}
+
+impl fmt::Display for ServerDown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "at={},server={},for={}",
+            humantime::format_duration(self.at),
+            self.server,
+            humantime::format_duration(self.down)
+        )
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ServerDown {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        from_text(d)
+    }
 }
 
 #[cfg(test)]

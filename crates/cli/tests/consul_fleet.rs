@@ -154,6 +154,7 @@ async fn a_seeded_service_with_a_changing_instance_watched_by_blocking_queries()
             http: any,
             grpc: None,
             cfg: agent_sim_server::consul::ConsulTargetConfig::default(),
+            state: None,
         }),
         ..BackendConfig::default()
     })

@@ -61,6 +61,9 @@ pub struct ConsulConfig {
     /// What the agents write their catalog and sessions with: a client
     /// agent's RPCs (the default) or the HTTP API.
     pub agent: crate::modes::AgentWire,
+    /// The router's shortest time between two rebalances (Consul's 2
+    /// minutes, plus up to half of it at random; tests shorten it).
+    pub rebalance_min: Duration,
     /// How each upstream is watched: `Subscribe` streams, blocking queries
     /// over the RPC port, or long polls of the HTTP API.
     pub watch: crate::modes::WatchMode,
@@ -91,6 +94,7 @@ impl Default for ConsulConfig {
             flap_rate: None,
             probe: ProbeConfig::default(),
             agent: crate::modes::AgentWire::default(),
+            rebalance_min: agent_sim_fleet::servers::REBALANCE_MIN,
             watch: crate::modes::WatchMode::default(),
             blocking_wait: crate::modes::DEFAULT_WAIT,
             seed: None,

@@ -340,6 +340,43 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             heals: true,
         },
         K {
+            kind: "rpc_error",
+            hint: "the server answered an RPC with an error; the sample is its words (an \
+                   ACL, a datacenter name, a server overloaded or restarting)",
+            heals: true,
+        },
+        K {
+            kind: "rpc_timeout",
+            hint: "an agent's own RPC got no answer within 10 s: the server is stalled or \
+                   overloaded; the call's stream is dropped and the next call opens another",
+            heals: true,
+        },
+        K {
+            kind: "decode_answer",
+            hint: "an RPC answer did not decode as Consul's msgpack (or answered another call): \
+                   is --target a Consul 1.20 server RPC port? The stream is opened again",
+            heals: true,
+        },
+        K {
+            kind: "answer_too_large",
+            hint: "an RPC answer was over its size limit (docs/hardening.md); a blocking \
+                   query's service may be too big to watch this way",
+            heals: true,
+        },
+        K {
+            kind: "watch_index_reset",
+            hint: "a blocking query's index went backwards (the server restarted without its \
+                   state, or another server answered): the watch starts over from 0, as \
+                   Consul's agent does",
+            heals: true,
+        },
+        K {
+            kind: "http_decode",
+            hint: "an HTTP API answer did not decode as Consul's JSON: is --http-target the \
+                   Consul HTTP API?",
+            heals: true,
+        },
+        K {
             kind: "wrong_port_http",
             hint: "--target is the HTTP API (8500/8501): agents subscribe on the server RPC port \
                    8300",

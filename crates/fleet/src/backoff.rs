@@ -111,6 +111,22 @@ impl Backoff {
         }
     }
 
+    /// The next delay after the server said it is overloaded (an HTTP 429):
+    /// as sensu-go's agent does, the start, the cap and the growth of the
+    /// backoff are doubled for it (the step at least twice the minimum,
+    /// the next one four times this one, both capped at twice the cap).
+    pub fn next_delay_overloaded(&mut self) -> Duration {
+        let cap = self.max.max(self.min) * 2;
+        let step = (self.current * 2).max(self.min * 2).min(cap);
+        self.current = (step * 4).min(cap);
+        match self.policy {
+            ReconnectPolicy::Exponential => step.mul_f64(0.5 + 0.5 * fastrand::f64()),
+            ReconnectPolicy::FullJitter => step.mul_f64(fastrand::f64()),
+            ReconnectPolicy::Fixed => self.min * 2,
+            ReconnectPolicy::None => Duration::ZERO,
+        }
+    }
+
     /// Back to the smallest step (after a session that worked).
     pub fn reset(&mut self) {
         self.current = self.min;
@@ -179,6 +195,23 @@ mod tests {
     fn fixed_and_none_do_not_jitter() {
         check(ReconnectPolicy::Fixed, |d, _| d == MIN);
         check(ReconnectPolicy::None, |d, _| d.is_zero());
+    }
+
+    #[test]
+    fn an_overloaded_server_doubles_start_cap_and_growth() {
+        let mut b = Backoff::with_policy(ReconnectPolicy::Fixed, MIN, MAX);
+        assert_eq!(b.next_delay_overloaded(), MIN * 2);
+        let mut b = Backoff::new(MIN, MAX);
+        // First: a step of twice the minimum.
+        let d = b.next_delay_overloaded();
+        assert!(d >= MIN && d <= MIN * 2, "{d:?}");
+        // Then four times that, where a plain failure would double it.
+        let d = b.next_delay();
+        assert!(d >= MIN * 4 && d <= MIN * 8, "{d:?}");
+        // Capped at twice the cap.
+        for _ in 0..20 {
+            assert!(b.next_delay_overloaded() <= MAX * 2);
+        }
     }
 
     #[test]

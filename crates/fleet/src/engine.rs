@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,8 +25,9 @@ use crate::ceiling::Ceilings;
 use crate::driver;
 use crate::freeze::{Freezer, Frozen};
 use crate::ledger::{Ledger, LedgerSetup, Next};
-use crate::outcome::{COUNTER_RECONNECT_ATTEMPTS, Stopped};
+use crate::outcome::{COUNTER_RECONNECT_ATTEMPTS, SessionEnd, Stopped};
 use crate::scenario::Scenario;
+use crate::servers::ServerBoard;
 use crate::session::{Agent, AgentFactory, SessionCx};
 use crate::units::Rate;
 
@@ -63,6 +64,9 @@ pub struct FleetConfig {
     pub scenario: Scenario,
     /// Name of the fleet in the disruption reports (its protocol, e.g. `sensu`).
     pub label: &'static str,
+    /// The run's servers (its targets, in order): with two or more, where
+    /// the sessions are is kept per server ([`FleetStatus::servers`]).
+    pub servers: Vec<String>,
 }
 
 impl Default for FleetConfig {
@@ -80,6 +84,7 @@ impl Default for FleetConfig {
             give_up_after: Duration::from_secs(10),
             scenario: Scenario::default(),
             label: "fleet",
+            servers: Vec::new(),
         }
     }
 }
@@ -135,6 +140,9 @@ pub struct FleetStatus {
     pub ramp_done: AtomicBool,
     /// Microseconds from the first start to the last (set with `ramp_done`).
     pub ramp_us: AtomicU64,
+    /// Sessions per server, when the run has several servers (set when the
+    /// run starts).
+    pub servers: std::sync::OnceLock<Arc<ServerBoard>>,
 }
 
 /// What [`run`] returns.
@@ -166,6 +174,8 @@ pub struct FleetReport {
     pub left: u64,
     /// Why the fleet stopped before the run's end, if it did.
     pub stopped: Option<Stopped>,
+    /// Sessions per server when shutdown began (runs with several servers).
+    pub servers: Option<crate::servers::ServerCounts>,
 }
 
 /// Runs a fleet until `shutdown` is cancelled or `cfg.duration` elapses, then
@@ -206,6 +216,12 @@ pub async fn run<F: AgentFactory>(
         &run_token,
     );
     let all_connected_at = watch_all_connected(status.clone(), cfg.agents, start, &run_token);
+    let servers = (cfg.servers.len() > 1).then(|| {
+        status
+            .servers
+            .get_or_init(|| Arc::new(ServerBoard::new(cfg.servers.clone())))
+            .clone()
+    });
     let template = AgentEnv {
         index: 0,
         ceilings: Arc::new(Ceilings::new(&cfg.source_addrs)),
@@ -220,6 +236,7 @@ pub async fn run<F: AgentFactory>(
         reconnect_attempts,
         grace: cfg.grace,
         ledger: ledger.clone(),
+        servers,
         n: 0,
     };
     let spawner = tokio::spawn(ramp(
@@ -245,6 +262,7 @@ pub async fn run<F: AgentFactory>(
         _ = ledger.stop.cancelled() => {}
     }
     let connected_at_end = status.connected.load(Ordering::Relaxed).max(0) as u64;
+    let servers_at_end = status.servers.get().map(|b| b.counts());
     let tally = ledger.tally();
     run_token.cancel();
     scenario.abort_all();
@@ -272,6 +290,7 @@ pub async fn run<F: AgentFactory>(
         sessions_lost: tally.sessions_lost,
         left: tally.left,
         stopped: ledger.stopped(),
+        servers: servers_at_end,
     }
 }
 
@@ -370,6 +389,7 @@ struct AgentEnv {
     reconnect_attempts: CounterId,
     grace: Duration,
     ledger: Arc<Ledger>,
+    servers: Option<Arc<ServerBoard>>,
     n: usize,
 }
 
@@ -436,6 +456,9 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
             was_established_before,
             ledger: Some((env.ledger.clone(), env.n)),
             ceilings: Some(env.ceilings.clone()),
+            servers: env.servers.clone(),
+            server: AtomicU32::new(u32::MAX),
+            overloaded: AtomicBool::new(false),
         };
         let end = Frozen::new(
             agent.run_session(&cx),
@@ -450,6 +473,9 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
             env.metrics.session_down();
             env.live.fetch_sub(1, Ordering::Relaxed);
             env.ceilings.down(env.bind_addr);
+            if let (Some(b), Some(s)) = (&env.servers, cx.server()) {
+                b.down(s);
+            }
             was_established_before = true;
             backoff.reset();
         }
@@ -477,6 +503,11 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
                     }
                     delay = None;
                 }
+                // A move to another server: the next session at once.
+                None if end == SessionEnd::Moved => delay = None,
+                None if cx.overloaded.load(Ordering::Relaxed) => {
+                    delay = Some(backoff.next_delay_overloaded());
+                }
                 None => delay = Some(backoff.next_delay()),
             },
         }
@@ -494,6 +525,9 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
         was_established_before: true,
         ledger: None,
         ceilings: None,
+        servers: None,
+        server: AtomicU32::new(u32::MAX),
+        overloaded: AtomicBool::new(false),
     };
     let _ = tokio::time::timeout(env.grace, agent.finish(&cx)).await;
 }
@@ -588,6 +622,101 @@ mod tests {
         assert_eq!(finished.load(Ordering::Relaxed), 100);
         assert_eq!(m.connected(), 0);
         assert_eq!(m.snapshot().peak_connected, 100);
+    }
+
+    /// An agent on two servers in turn: its first session moves (a
+    /// rebalance), its second is refused as overloaded, then it holds.
+    struct Mover {
+        turn: u32,
+        starts: Arc<Mutex<Vec<Duration>>>,
+        t0: Instant,
+    }
+
+    impl Agent for Mover {
+        fn run_session<'a>(&'a mut self, cx: &'a SessionCx) -> BoxFuture<'a, SessionEnd> {
+            Box::pin(async move {
+                self.starts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(self.t0.elapsed());
+                self.turn += 1;
+                cx.on_server((self.turn as usize) % 2);
+                match self.turn {
+                    1 => {
+                        cx.established();
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        SessionEnd::Moved
+                    }
+                    2 => {
+                        cx.overloaded();
+                        SessionEnd::lost("upgrade_429")
+                    }
+                    _ => {
+                        cx.established();
+                        cx.cancel.cancelled().await;
+                        SessionEnd::Shutdown
+                    }
+                }
+            })
+        }
+    }
+
+    struct MoverFactory(Arc<Mutex<Vec<Duration>>>, Instant);
+
+    impl AgentFactory for MoverFactory {
+        type Agent = Mover;
+        fn create(&self, _index: u64) -> Mover {
+            Mover {
+                turn: 0,
+                starts: self.0.clone(),
+                t0: self.1,
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_move_reconnects_at_once_an_overloaded_server_doubles_the_backoff() {
+        let m = metrics();
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let cfg = FleetConfig {
+            agents: 1,
+            ramp: None,
+            duration: Some(Duration::from_secs(10)),
+            backoff: Backoff::with_policy(
+                crate::ReconnectPolicy::Fixed,
+                Duration::from_millis(500),
+                Duration::from_secs(5),
+            ),
+            servers: vec!["a".into(), "b".into()],
+            ..Default::default()
+        };
+        let status = Arc::new(FleetStatus::default());
+        let report = run(
+            cfg,
+            Arc::new(MoverFactory(starts.clone(), Instant::now())),
+            m.clone(),
+            status.clone(),
+            CancellationToken::new(),
+        )
+        .await;
+        let starts = starts.lock().unwrap().clone();
+        assert_eq!(starts.len(), 3, "{starts:?}");
+        // The move: the next session at once, not after a backoff.
+        assert_eq!(starts[1] - starts[0], Duration::from_secs(1));
+        // The 429: twice the fixed backoff.
+        assert_eq!(starts[2] - starts[1], Duration::from_secs(1));
+        // Neither is a loss or an error of the move; the 429 is counted.
+        assert!(
+            report.sessions_lost.is_empty(),
+            "{:?}",
+            report.sessions_lost
+        );
+        assert_eq!(m.snapshot().errors.get("upgrade_429"), Some(&1));
+        // Where the sessions were: established on b, then (after the
+        // refused attempt on a) on b again, where it is at the end.
+        let counts = report.servers.expect("two servers kept");
+        assert_eq!(counts.held, vec![0, 1]);
+        assert_eq!(counts.connects, vec![0, 2]);
     }
 
     #[tokio::test(start_paused = true)]

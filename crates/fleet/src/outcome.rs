@@ -101,6 +101,9 @@ pub enum SessionEnd {
     /// The session cannot even be attempted (a local problem such as a TLS
     /// target without TLS settings); counted, and the agent stops.
     Fatal(Failure),
+    /// The agent moves to another server of the run (a Consul agent's
+    /// router rebalanced): not a loss, no error; the next session at once.
+    Moved,
 }
 
 impl SessionEnd {
@@ -125,7 +128,7 @@ impl SessionEnd {
     /// The failure, unless this is a shutdown.
     pub fn failure(&self) -> Option<&Failure> {
         match self {
-            SessionEnd::Shutdown => None,
+            SessionEnd::Shutdown | SessionEnd::Moved => None,
             SessionEnd::Lost(f) | SessionEnd::Fatal(f) => Some(f),
         }
     }

@@ -98,8 +98,9 @@ fn fmt_d(d: Duration) -> humantime::FormattedDuration {
     humantime::format_duration(d)
 }
 
-/// `key=value,key=value` pairs; every key must be one of `known`, once.
-fn pairs<'a>(s: &'a str, known: &[&str]) -> Result<Vec<(&'a str, &'a str)>, String> {
+/// `key=value,key=value` pairs; every key must be one of `known`, once
+/// (the form of every scenario flag, and of others that name a moment).
+pub fn pairs<'a>(s: &'a str, known: &[&str]) -> Result<Vec<(&'a str, &'a str)>, String> {
     let mut out: Vec<(&str, &str)> = Vec::new();
     for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let Some((k, v)) = item.split_once('=') else {
@@ -120,7 +121,8 @@ fn pairs<'a>(s: &'a str, known: &[&str]) -> Result<Vec<(&'a str, &'a str)>, Stri
     Ok(out)
 }
 
-fn duration_of(key: &str, v: &str) -> Result<Duration, String> {
+/// A pair's duration, refused in words that name the key.
+pub fn duration_of(key: &str, v: &str) -> Result<Duration, String> {
     parse_duration(v).map_err(|e| format!("{key}={v}: {e}"))
 }
 

@@ -13,7 +13,12 @@
 //!
 //! Both keep a few bytes per agent: the order is a seed and a cursor
 //! (Rotation) or a small permutation (Router), never the servers' names.
+//!
+//! [`ServerBoard`]: where the fleet's sessions are, per server (sessions
+//! held, and sessions established there), for the run's per-server view:
+//! a failover's surge on the survivors, the spread coming back even.
 
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Consul's shortest time between two rebalances.
@@ -123,6 +128,71 @@ pub fn rebalance_delay(
     jittered.max(per_nodes)
 }
 
+/// Sessions per server of a fleet (index = the run's target order).
+#[derive(Debug)]
+pub struct ServerBoard {
+    labels: Vec<String>,
+    held: Vec<AtomicI64>,
+    connects: Vec<AtomicU64>,
+}
+
+/// What a [`ServerBoard`] holds at one moment.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServerCounts {
+    /// Sessions held now, per server.
+    pub held: Vec<u64>,
+    /// Sessions established there so far, per server.
+    pub connects: Vec<u64>,
+}
+
+impl ServerBoard {
+    /// A board for the run's servers, named by `labels` (their targets).
+    pub fn new(labels: Vec<String>) -> Self {
+        let n = labels.len();
+        ServerBoard {
+            labels,
+            held: (0..n).map(|_| AtomicI64::new(0)).collect(),
+            connects: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The servers' names.
+    pub fn labels(&self) -> &[String] {
+        &self.labels
+    }
+
+    /// A session established on `server`.
+    pub fn up(&self, server: usize) {
+        if let (Some(h), Some(c)) = (self.held.get(server), self.connects.get(server)) {
+            h.fetch_add(1, Ordering::Relaxed);
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A session on `server` ended.
+    pub fn down(&self, server: usize) {
+        if let Some(h) = self.held.get(server) {
+            h.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The counts now.
+    pub fn counts(&self) -> ServerCounts {
+        ServerCounts {
+            held: self
+                .held
+                .iter()
+                .map(|h| h.load(Ordering::Relaxed).max(0) as u64)
+                .collect(),
+            connects: self
+                .connects
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +258,23 @@ mod tests {
         // A shortened minimum for tests keeps the shape.
         let d = rebalance_delay(Duration::from_secs(2), 3, 100, &mut rng);
         assert!(d >= Duration::from_secs(2) && d <= Duration::from_secs(3));
+    }
+
+    #[test]
+    fn the_board_counts_sessions_per_server() {
+        let b = ServerBoard::new(vec!["a".into(), "b".into()]);
+        b.up(0);
+        b.up(1);
+        b.up(1);
+        b.down(1);
+        b.up(9); // not a server of the run: ignored
+        assert_eq!(
+            b.counts(),
+            ServerCounts {
+                held: vec![1, 1],
+                connects: vec![1, 2]
+            }
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_sim_metrics::Metrics;
@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::ceiling::Ceilings;
 use crate::ledger::Ledger;
 use crate::outcome::{COUNTER_AGENTS_RECONNECTED, COUNTER_SESSIONS, Failure, SessionEnd};
+use crate::servers::ServerBoard;
 
 /// A boxed, sendable future (what [`Agent`] methods return).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -46,6 +47,13 @@ pub struct SessionCx {
     pub(crate) ledger: Option<(Arc<Ledger>, usize)>,
     /// The fleet's local ceilings (none standalone).
     pub(crate) ceilings: Option<Arc<Ceilings>>,
+    /// Where the fleet's sessions are, per server (none standalone).
+    pub(crate) servers: Option<Arc<ServerBoard>>,
+    /// The server this session is on ([`SessionCx::on_server`]; `u32::MAX`:
+    /// not said).
+    pub(crate) server: AtomicU32,
+    /// The server said it is overloaded ([`SessionCx::overloaded`]).
+    pub(crate) overloaded: AtomicBool,
 }
 
 impl std::fmt::Debug for SessionCx {
@@ -74,6 +82,29 @@ impl SessionCx {
             was_established_before: false,
             ledger: None,
             ceilings: None,
+            servers: None,
+            server: AtomicU32::new(u32::MAX),
+            overloaded: AtomicBool::new(false),
+        }
+    }
+
+    /// Which of the run's servers (its index in the targets) this session
+    /// is on: call before [`SessionCx::established`].
+    pub fn on_server(&self, server: usize) {
+        self.server.store(server as u32, Ordering::Relaxed);
+    }
+
+    /// The server answered that it is overloaded (Sensu: HTTP 429): the
+    /// next attempt waits a doubled backoff, as sensu-go's agent does.
+    pub fn overloaded(&self) {
+        self.overloaded.store(true, Ordering::Relaxed);
+    }
+
+    /// The server [`SessionCx::on_server`] named, if any.
+    pub(crate) fn server(&self) -> Option<usize> {
+        match self.server.load(Ordering::Relaxed) {
+            u32::MAX => None,
+            s => Some(s as usize),
         }
     }
 
@@ -96,6 +127,9 @@ impl SessionCx {
             }
             if let Some(c) = &self.ceilings {
                 c.up(self.bind_addr);
+            }
+            if let (Some(b), Some(s)) = (&self.servers, self.server()) {
+                b.up(s);
             }
         }
     }

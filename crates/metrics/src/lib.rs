@@ -48,6 +48,7 @@ pub mod prometheus;
 pub mod report;
 pub mod schema;
 pub mod server;
+pub mod spread;
 pub mod summary;
 pub mod timeline;
 pub mod units;

@@ -330,6 +330,36 @@ fn unix_s(started_at: &str) -> Option<f64> {
         .map(|d| d.as_secs_f64())
 }
 
+/// The per-server view of the parts (shards of one fleet share its
+/// servers): counts at the end summed by server, the rest from the merged
+/// timeline.
+fn merge_by_server(
+    parts: &[Summary],
+    timeline: &[crate::summary::TimelineSample],
+) -> Vec<crate::summary::ServerSpread> {
+    let Some(names) = parts
+        .iter()
+        .map(|p| &p.by_server)
+        .find(|b| !b.is_empty())
+        .map(|b| b.iter().map(|s| s.target.clone()).collect::<Vec<_>>())
+    else {
+        return Vec::new();
+    };
+    let mut end = crate::spread::ServerLevels {
+        held: vec![0; names.len()],
+        connects: vec![0; names.len()],
+    };
+    for p in parts {
+        for s in &p.by_server {
+            if let Some(i) = names.iter().position(|n| *n == s.target) {
+                end.held[i] += s.held_at_end;
+                end.connects[i] += s.connects;
+            }
+        }
+    }
+    crate::spread::spread(&names, timeline, &end)
+}
+
 /// The timelines (on the earliest start), configs and disruptions of the
 /// parts, into `out` (see [`crate::timeline::merge_timelines`],
 /// [`merge_configs`], [`crate::disruption::merge`]).
@@ -350,6 +380,7 @@ fn merge_over_time(parts: &[Summary], out: &mut Summary) -> Result<(), MetricsEr
         .map(|(n, p)| (offset(n), p.timeline.as_slice()))
         .collect();
     out.timeline = crate::timeline::merge_timelines(&timelines);
+    out.by_server = merge_by_server(parts, &out.timeline);
     out.config = merge_configs(parts.iter().map(|p| p.config.as_ref()));
     // A detected disruption (a backend restart) is one wall-clock event:
     // put every part's on the earliest start's clock before joining them. A
@@ -946,6 +977,7 @@ mod tests {
             cpu_s: 0.5,
             counters: [("keepalives_sent".to_string(), 10)].into(),
             errors: BTreeMap::new(),
+            ..TimelineSample::default()
         };
         let cfg = |shard: &str| {
             serde_json::json!({"agents": 10, "shard": shard})

@@ -12,7 +12,14 @@ use crate::units::{fmt_mib, fmt_us};
 
 /// Lines of error (or warning) kinds, most frequent first: count, when first
 /// seen, the server's words and the hint.
-fn kinds(out: &mut String, map: &std::collections::BTreeMap<String, crate::summary::KindEntry>) {
+/// Errors or warnings by kind with their sample, labelled `words` (the
+/// server's words for errors; a warning's sample is often agent-sim's own
+/// words, e.g. `probe_overhead_high`), and what to check.
+fn kinds(
+    out: &mut String,
+    map: &std::collections::BTreeMap<String, crate::summary::KindEntry>,
+    words: &str,
+) {
     let mut rows: Vec<_> = map.iter().collect();
     rows.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
     for (k, e) in rows {
@@ -28,7 +35,7 @@ fn kinds(out: &mut String, map: &std::collections::BTreeMap<String, crate::summa
             }
         );
         if let Some(sample) = &e.sample {
-            let _ = writeln!(out, "  {:<28} server said: {sample}", "");
+            let _ = writeln!(out, "  {:<28} {words}: {sample}", "");
         }
         if let Some(hint) = &e.hint {
             let _ = writeln!(out, "  {:<28} check: {hint}", "");
@@ -61,6 +68,7 @@ pub fn render_with(s: &Summary, opts: &TableOptions<'_>) -> String {
     headline(&mut out, s, opts);
     probes(&mut out, s);
     crate::disruption::render(&mut out, &s.disruptions);
+    crate::spread::render(&mut out, &s.by_server);
     server(&mut out, s);
     latency(&mut out, s);
     rates(&mut out, s);
@@ -256,11 +264,11 @@ fn wrapped(out: &mut String, label: &str, items: &[String]) {
 
 fn errors(out: &mut String, s: &Summary) {
     let _ = writeln!(out, "errors     {} total", s.errors_total());
-    kinds(out, &s.errors);
+    kinds(out, &s.errors, "server said");
     if !s.warnings.is_empty() {
         let total: u64 = s.warnings.values().map(|w| w.count).sum();
         let _ = writeln!(out, "warnings   {total} total");
-        kinds(out, &s.warnings);
+        kinds(out, &s.warnings, "details");
     }
 }
 

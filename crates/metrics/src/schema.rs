@@ -205,6 +205,7 @@ mod tests {
                 cpu_s: 0.5,
                 counters: [("keepalives_sent".to_string(), 4)].into(),
                 errors: [("connect_refused".to_string(), 1)].into(),
+                ..Default::default()
             }],
             config: Some(
                 serde_json::json!({"agents": 10, "password": "<redacted>"})

@@ -316,10 +316,41 @@ pub struct Summary {
     /// [`crate::timeline::MAX_SAMPLES`]; longer runs are downsampled).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<TimelineSample>,
+    /// Where the sessions were, per server, when the run had several
+    /// (failover: the surge on the survivors; the spread coming back even).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_server: Vec<ServerSpread>,
     /// The run's effective settings, in the config file's keys (kebab-case,
     /// `fleet` for `[[fleet]]` sections), secrets as `<redacted>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// One of the run's servers as its sessions saw it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ServerSpread {
+    /// The server (the target as given).
+    pub target: String,
+    /// Sessions held on it at the end.
+    pub held_at_end: u64,
+    /// Most sessions it held at once (over the timeline's samples).
+    pub peak_held: u64,
+    /// Sessions established on it over the run.
+    pub connects: u64,
+    /// Its highest rate of new sessions between two samples (per second):
+    /// the surge a server takes when another fails.
+    pub peak_connects_per_s: f64,
+    /// Seconds from the run start at which it went down (held nothing
+    /// after holding sessions), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down_at_s: Option<f64>,
+    /// When it took sessions again after being down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub back_at_s: Option<f64>,
+    /// Seconds from its return until every server held within 10 % of an
+    /// even share again (`None`: not within the run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub even_after_s: Option<f64>,
 }
 
 /// Times from the start of a disruption until a share of its lost sessions
@@ -408,6 +439,13 @@ pub struct TimelineSample {
     /// Errors by kind since the previous sample (zeroes left out).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub errors: BTreeMap<String, u64>,
+    /// Sessions held at `t_s` on each of the run's servers (the order of
+    /// `by_server`; empty with one server).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_by_server: Vec<u64>,
+    /// Sessions established on each server since the previous sample.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connects_by_server: Vec<u64>,
 }
 
 impl Summary {

@@ -22,6 +22,7 @@ use hdrhistogram::Histogram;
 use crate::Snapshot;
 use crate::hlog::{HlogContents, UNTAGGED};
 use crate::new_latency_histogram;
+use crate::spread::ServerLevels;
 use crate::summary::TimelineSample;
 
 /// Most timeline samples (and latency windows per name) kept: at the
@@ -40,6 +41,8 @@ pub struct TimelineRecorder {
     /// Cumulative counters and errors at the last kept sample.
     counters: BTreeMap<String, u64>,
     errors: BTreeMap<String, u64>,
+    /// Cumulative sessions established per server at the last kept sample.
+    connects: Vec<u64>,
     finished: bool,
 }
 
@@ -67,6 +70,16 @@ fn add_all(acc: &mut BTreeMap<String, u64>, more: &BTreeMap<String, u64>) {
     }
 }
 
+/// Adds `more` to `acc` element by element (per-server counts).
+fn add_each(acc: &mut Vec<u64>, more: &[u64]) {
+    if acc.len() < more.len() {
+        acc.resize(more.len(), 0);
+    }
+    for (a, m) in acc.iter_mut().zip(more) {
+        *a += m;
+    }
+}
+
 impl TimelineRecorder {
     /// A recorder keeping at most `max` samples (at least 2).
     pub fn new(max: usize) -> Self {
@@ -77,14 +90,23 @@ impl TimelineRecorder {
             offered: 0,
             counters: BTreeMap::new(),
             errors: BTreeMap::new(),
+            connects: Vec::new(),
             finished: false,
         }
     }
 
-    /// Offers the state at `t_s` seconds from the run start. Kept when on
-    /// the current stride, or when `last` (the end of the run, kept always;
+    /// Offers the state at `t_s` seconds from the run start (with the
+    /// sessions per server, when the run has several). Kept when on the
+    /// current stride, or when `last` (the end of the run, kept always;
     /// later observations are ignored).
-    pub fn observe(&mut self, t_s: f64, snap: &Snapshot, rss_bytes: u64, cpu_s: f64, last: bool) {
+    pub fn observe(
+        &mut self,
+        t_s: f64,
+        snap: &Snapshot,
+        (rss_bytes, cpu_s): (u64, f64),
+        servers: Option<&ServerLevels>,
+        last: bool,
+    ) {
         if self.finished {
             return;
         }
@@ -98,6 +120,9 @@ impl TimelineRecorder {
             .iter()
             .map(|(k, v)| (k.to_string(), *v))
             .collect();
+        let (held_by_server, connects) = servers
+            .map(|l| (l.held.clone(), l.connects.clone()))
+            .unwrap_or_default();
         let sample = TimelineSample {
             t_s,
             connected: snap.connected.max(0) as u64,
@@ -108,9 +133,16 @@ impl TimelineRecorder {
                 snap.errors.iter().map(|(k, v)| (k.clone(), *v)),
                 &self.errors,
             ),
+            held_by_server,
+            connects_by_server: connects
+                .iter()
+                .enumerate()
+                .map(|(i, c)| c.saturating_sub(self.connects.get(i).copied().unwrap_or(0)))
+                .collect(),
         };
         self.counters = counters;
         self.errors = snap.errors.clone();
+        self.connects = connects;
         self.samples.push(sample);
         if self.samples.len() >= self.max && !last {
             self.compact();
@@ -127,6 +159,7 @@ impl TimelineRecorder {
                 Some(mut b) => {
                     add_all(&mut b.counters, &a.counters);
                     add_all(&mut b.errors, &a.errors);
+                    add_each(&mut b.connects_by_server, &a.connects_by_server);
                     self.samples.push(b);
                 }
                 None => self.samples.push(a),
@@ -196,9 +229,12 @@ pub fn merge_timelines(parts: &[(f64, &[TimelineSample])]) -> Vec<TimelineSample
                         let (mut c, mut e) = (s.counters.clone(), s.errors.clone());
                         add_all(&mut c, &prev.counters);
                         add_all(&mut e, &prev.errors);
+                        let mut k = s.connects_by_server.clone();
+                        add_each(&mut k, &prev.connects_by_server);
                         *prev = TimelineSample {
                             counters: c,
                             errors: e,
+                            connects_by_server: k,
                             ..s
                         };
                     }
@@ -224,6 +260,7 @@ pub fn merge_timelines(parts: &[(f64, &[TimelineSample])]) -> Vec<TimelineSample
                 merged.t_s = merged.t_s.max(s.t_s);
                 add_all(&mut merged.counters, &s.counters);
                 add_all(&mut merged.errors, &s.errors);
+                add_each(&mut merged.connects_by_server, &s.connects_by_server);
             }
             if slot < first {
                 continue;
@@ -236,6 +273,7 @@ pub fn merge_timelines(parts: &[(f64, &[TimelineSample])]) -> Vec<TimelineSample
             if slot <= last {
                 merged.connected += s.connected;
                 merged.rss_bytes += s.rss_bytes;
+                add_each(&mut merged.held_by_server, &s.held_by_server);
             }
         }
         out.push(merged);
@@ -421,22 +459,22 @@ mod tests {
     #[test]
     fn samples_hold_levels_and_increments() {
         let mut r = TimelineRecorder::default();
-        r.observe(10.0, &snap(5, 50, &[]), 1_000, 0.5, false);
+        r.observe(10.0, &snap(5, 50, &[]), (1_000, 0.5), None, false);
         r.observe(
             20.0,
             &snap(4, 150, &[("connect_refused", 2)]),
-            2_000,
-            0.7,
+            (2_000, 0.7),
+            None,
             false,
         );
         r.observe(
             23.5,
             &snap(5, 160, &[("connect_refused", 3)]),
-            3_000,
-            0.9,
+            (3_000, 0.9),
+            None,
             true,
         );
-        r.observe(30.0, &snap(0, 999, &[]), 0, 9.0, false);
+        r.observe(30.0, &snap(0, 999, &[]), (0, 9.0), None, false);
         let t = r.into_samples();
         assert_eq!(t.len(), 3, "nothing after the last sample");
         assert_eq!((t[0].connected, t[0].counters["keepalives_sent"]), (5, 50));
@@ -457,7 +495,13 @@ mod tests {
         let mut r = TimelineRecorder::new(100);
         let n = 1_000u64;
         for i in 1..=n {
-            r.observe(i as f64, &snap(1, i * 3, &[("x", i)]), 0, 0.0, i == n);
+            r.observe(
+                i as f64,
+                &snap(1, i * 3, &[("x", i)]),
+                (0, 0.0),
+                None,
+                i == n,
+            );
         }
         let t = r.into_samples();
         assert!(t.len() <= 100 && t.len() >= 50, "{}", t.len());
@@ -479,6 +523,7 @@ mod tests {
             cpu_s,
             counters: [("k".to_string(), k)].into(),
             errors: BTreeMap::new(),
+            ..TimelineSample::default()
         }
     }
 

@@ -219,9 +219,14 @@ fn upgrade_error_kind(e: &tungstenite::Error) -> SessionEnd {
 }
 
 /// TCP + TLS + upgrade, bounded by the handshake timeout and cancellation.
-pub(crate) async fn connect(shared: &Shared, name: &str, cx: &SessionCx) -> Result<Ws, SessionEnd> {
+pub(crate) async fn connect(
+    shared: &Shared,
+    name: &str,
+    server: usize,
+    cx: &SessionCx,
+) -> Result<Ws, SessionEnd> {
     let cfg = &shared.cfg;
-    let target = &shared.targets[(cx.index as usize) % shared.targets.len()];
+    let target = &shared.targets[server % shared.targets.len()];
     let handshake = async {
         let addr = target.addr(cx.index).await?;
         let tcp = dial(addr, cx.bind_addr)
@@ -247,7 +252,15 @@ pub(crate) async fn connect(shared: &Shared, name: &str, cx: &SessionCx) -> Resu
             .map_err(|_| SessionEnd::fatal("bad_upgrade_request"))?;
         let (ws, resp) = crate::upgrade::upgrade(stream, req, ws_config())
             .await
-            .map_err(|e| upgrade_error_kind(&e))?;
+            .map_err(|e| {
+                let end = upgrade_error_kind(&e);
+                // An overloaded backend: sensu-go's agent doubles its
+                // backoff for the next attempt.
+                if end.failure().is_some_and(|f| f.kind == "upgrade_429") {
+                    cx.overloaded();
+                }
+                end
+            })?;
         // The backend answers in the encoding it chose; a mismatch would make
         // every frame undecodable.
         if resp

@@ -25,6 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_sim_fleet::servers::Rotation;
 use agent_sim_fleet::units::Rate;
 use agent_sim_fleet::{Agent, AgentFactory, BoxFuture, SessionCx, SessionEnd};
 use agent_sim_metrics::{CounterId, ErrorKindSpec, LatencyId, Metrics, MetricsSpec};
@@ -557,6 +558,11 @@ impl AgentFactory for SensuFactory {
         let name = messages::agent_name(&self.shared.cfg.name_prefix, index);
         SensuAgent {
             builder: MessageBuilder::new(self.shared.templates.clone(), name, index),
+            // Shuffled once per agent, as sensu-go's backend selector does.
+            backends: Rotation::new(
+                self.shared.targets.len(),
+                index.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ),
             shared: self.shared.clone(),
             checks: CheckState::default(),
         }
@@ -569,6 +575,8 @@ pub struct SensuAgent {
     shared: Arc<Shared>,
     builder: MessageBuilder,
     checks: CheckState,
+    /// The backends in this agent's order: the next on every attempt.
+    backends: Rotation,
 }
 
 impl Agent for SensuAgent {
@@ -577,6 +585,7 @@ impl Agent for SensuAgent {
             &self.shared,
             &mut self.builder,
             &mut self.checks,
+            self.backends.take(),
             cx,
         ))
     }
@@ -636,7 +645,7 @@ mod tests {
         let mut agent = f.create(1);
         let cx = SessionCx::standalone(1, m, tokio_util::sync::CancellationToken::new());
         let agent_size = std::mem::size_of_val(&agent);
-        let fut = session::run(&agent.shared, &mut agent.builder, &mut agent.checks, &cx);
+        let fut = session::run(&agent.shared, &mut agent.builder, &mut agent.checks, 0, &cx);
         let fut_size = std::mem::size_of_val(&fut);
         println!(
             "agent {agent_size} B, session future {fut_size} B, ws {} B",

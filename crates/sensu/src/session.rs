@@ -208,16 +208,18 @@ fn exp_interval(mean: Duration) -> Duration {
     mean.mul_f64(-(1.0 - u).ln()).min(mean * 100)
 }
 
-/// Runs one session to its end (see the module docs).
+/// Runs one session to its end on backend `server` (see the module docs).
 pub(crate) async fn run(
     shared: &Shared,
     builder: &mut MessageBuilder,
     checks: &mut CheckState,
+    server: usize,
     cx: &SessionCx,
 ) -> SessionEnd {
     let t0 = Instant::now();
+    cx.on_server(server);
     // Boxed: the handshake state machine is freed once the session is up.
-    let ws = match Box::pin(connect(shared, builder.name(), cx)).await {
+    let ws = match Box::pin(connect(shared, builder.name(), server, cx)).await {
         Ok(ws) => ws,
         Err(end) => return end,
     };

@@ -75,6 +75,10 @@ pub struct ConsulAddrs {
     pub grpc: Option<SocketAddr>,
     /// Settings of the server.
     pub cfg: ConsulTargetConfig,
+    /// The state to serve, when several servers share one (a cluster's
+    /// replicated catalog: each server its own listeners); `None`: a new
+    /// one from `cfg`.
+    pub state: Option<ConsulState>,
 }
 
 /// A running backend (clones share it).
@@ -168,9 +172,11 @@ impl Backend {
                     }
                     None => None,
                 };
-                let state = ConsulState::new(ConsulTargetConfig {
-                    faults: faults.clone(),
-                    ..c.cfg.clone()
+                let state = c.state.clone().unwrap_or_else(|| {
+                    ConsulState::new(ConsulTargetConfig {
+                        faults: faults.clone(),
+                        ..c.cfg.clone()
+                    })
                 });
                 (Some(at), grpc_at, Some(state))
             }

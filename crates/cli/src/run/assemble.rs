@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime};
 
 use agent_sim_fleet::FleetReport;
+use agent_sim_metrics::spread::ServerLevels;
 use agent_sim_metrics::summary::{AgentCounts, KindEntry, Outcome, SCHEMA_V2, TimelineSample};
 use agent_sim_metrics::units::rfc3339;
 use agent_sim_metrics::{KindReport, LatencySummary, Metrics, ProbeSummary, Summary};
@@ -24,11 +25,7 @@ pub(super) struct Finished<'a> {
 }
 
 fn targets_of(plan: &FleetPlan) -> Vec<String> {
-    match &plan.protocol {
-        Protocol::Sensu(s) => s.targets.clone(),
-        Protocol::Consul(c) => c.conn.targets.clone(),
-        Protocol::Dataplane(c) => c.conn.targets.clone(),
-    }
+    plan.targets()
 }
 
 /// Agents that held a session at least once, over every fleet.
@@ -101,6 +98,9 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         .collect();
     let ever = ever_connected(f.reports);
     let connected: u64 = f.reports.iter().map(|r| r.connected_at_end).sum();
+    let (server_names, at_end) = servers_at_end(f.cfg, f.reports);
+    let timeline = ended_at(f.timeline, connected, &at_end);
+    let by_server = agent_sim_metrics::spread::spread(&server_names, &timeline, &at_end);
     Summary {
         schema: SCHEMA_V2.into(),
         kind: f.cfg.kind().into(),
@@ -129,7 +129,8 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         process: agent_sim_metrics::process::stats(),
         probes: f.probes,
         shard: f.cfg.shard.map(|s| s.to_string()),
-        timeline: ended_at(f.timeline, connected),
+        timeline,
+        by_server,
         config: Some(f.cfg.effective.clone()),
         disruptions: f.metrics.disruptions().summaries(),
         // Filled in by the observer after the run, when it observed.
@@ -138,13 +139,35 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
 }
 
 /// The timeline's last sample is taken after shutdown (for its counters):
-/// its level is the sessions held when the run ended, not the zero the
+/// its levels are the sessions held when the run ended, not the zero the
 /// simulator's own shutdown leaves.
-fn ended_at(mut timeline: Vec<TimelineSample>, connected: u64) -> Vec<TimelineSample> {
+fn ended_at(
+    mut timeline: Vec<TimelineSample>,
+    connected: u64,
+    servers: &ServerLevels,
+) -> Vec<TimelineSample> {
     if let Some(last) = timeline.last_mut() {
         last.connected = connected;
+        if !last.held_by_server.is_empty() {
+            last.held_by_server = servers.held.clone();
+        }
     }
     timeline
+}
+
+/// The servers of the fleets that kept sessions per server (their targets
+/// one after the other), and the counts when shutdown began.
+fn servers_at_end(cfg: &RunConfig, reports: &[FleetReport]) -> (Vec<String>, ServerLevels) {
+    let mut names = Vec::new();
+    let mut levels = ServerLevels::default();
+    for (plan, report) in cfg.fleets.iter().zip(reports) {
+        if let Some(c) = &report.servers {
+            names.extend(targets_of(plan));
+            levels.held.extend(c.held.iter().copied());
+            levels.connects.extend(c.connects.iter().copied());
+        }
+    }
+    (names, levels)
 }
 
 /// Counters whose rate means something, as the fleets' protocols say.

@@ -1,129 +1,136 @@
 //! The embedded reference backends of a demo run (no `--target`): bound on
-//! 127.0.0.1:0 in this process, the fleets pointed at them, stopped and
-//! their counters read at the end.
+//! 127.0.0.1:0 in this process, `--embedded-servers` of them per protocol
+//! (a Consul cluster's servers share one catalog, as its replicated state;
+//! Sensu backends share nothing), the fleets pointed at all of them,
+//! stopped and their counters read at the end. A `--server-down` stops one
+//! for a while as a real server's connections close, and starts it again
+//! on the same ports.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
+use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
 use agent_sim_server::consul::{ConsulState, ConsulTargetConfig};
-use agent_sim_server::sensu::{CheckSpec, SensuTargetConfig, SensuTargetStats};
+use agent_sim_server::faults::RestartState;
+use agent_sim_server::sensu::{CheckSpec, SensuTargetConfig};
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use super::RunError;
 use crate::plan::{Protocol, RunConfig};
+use crate::values::ServerDown;
 
 /// The in-process backends of a demo run.
 pub(super) struct Embedded {
-    token: CancellationToken,
-    tasks: Vec<JoinHandle<()>>,
-    sensu_stats: Option<Arc<SensuTargetStats>>,
-    consul_state: Option<ConsulState>,
-    /// The embedded Consul's HTTP API and public gRPC port, once started.
-    consul_http: Option<SocketAddr>,
-    consul_grpc: Option<SocketAddr>,
+    sensu: Vec<Backend>,
+    consul: Vec<Backend>,
+    /// The scheduled `--server-down`s.
+    downs: Vec<JoinHandle<()>>,
+}
+
+fn any() -> SocketAddr {
+    ([127, 0, 0, 1], 0).into()
+}
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> RunError + '_ {
+    move |e| RunError::Io(format!("embedded {what} target: bind 127.0.0.1: {e}"))
+}
+
+/// `n` Sensu backends for a fleet of `s`'s settings.
+async fn sensu_backends(
+    s: &agent_sim_sensu::SensuConfig,
+    check_interval: Duration,
+    n: usize,
+) -> Result<Vec<Backend>, RunError> {
+    let tcfg = SensuTargetConfig {
+        namespaces: vec![s.namespace.clone()],
+        user: s.user.clone(),
+        password: s.password.clone(),
+        checks: vec![CheckSpec {
+            name: "agent-sim-check".into(),
+            command: "!sensu_test_check!".into(),
+            interval: check_interval,
+            subscriptions: s.subscriptions.clone(),
+        }],
+        ..SensuTargetConfig::default()
+    };
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let cfg = BackendConfig {
+            sensu: Some((any(), tcfg.clone())),
+            ..BackendConfig::default()
+        };
+        out.push(Backend::start(cfg).await.map_err(io("sensu"))?);
+    }
+    Ok(out)
+}
+
+/// `n` Consul servers sharing one catalog (with their public gRPC ports).
+async fn consul_servers(n: usize) -> Result<Vec<Backend>, RunError> {
+    let state = ConsulState::new(ConsulTargetConfig::default());
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let cfg = BackendConfig {
+            consul: Some(ConsulAddrs {
+                rpc: any(),
+                http: any(),
+                grpc: Some(any()),
+                cfg: ConsulTargetConfig::default(),
+                state: Some(state.clone()),
+            }),
+            ..BackendConfig::default()
+        };
+        out.push(Backend::start(cfg).await.map_err(io("consul"))?);
+    }
+    Ok(out)
 }
 
 pub(super) async fn start(cfg: &mut RunConfig) -> Result<Embedded, RunError> {
-    let token = CancellationToken::new();
+    let n = cfg.embedded_servers.max(1);
     let mut emb = Embedded {
-        token: token.clone(),
-        tasks: Vec::new(),
-        sensu_stats: None,
-        consul_state: None,
-        consul_http: None,
-        consul_grpc: None,
+        sensu: Vec::new(),
+        consul: Vec::new(),
+        downs: Vec::new(),
     };
-    let local: SocketAddr = ([127, 0, 0, 1], 0).into();
-    let cfg_check_interval = cfg.embedded_check_interval;
-    let bind = |what: &str| {
-        agent_sim_server::listen::bind(local, false)
-            .map_err(|e| RunError::Io(format!("embedded {what} target: bind 127.0.0.1: {e}")))
-    };
+    let check_interval = cfg.embedded_check_interval;
     for plan in cfg.fleets.iter_mut().filter(|p| p.embedded) {
         match &mut plan.protocol {
             Protocol::Sensu(s) => {
-                let listener = bind("sensu")?;
-                let addr = listener
-                    .local_addr()
-                    .map_err(|e| RunError::Io(e.to_string()))?;
-                let tcfg = SensuTargetConfig {
-                    namespaces: vec![s.namespace.clone()],
-                    user: s.user.clone(),
-                    password: s.password.clone(),
-                    checks: vec![CheckSpec {
-                        name: "agent-sim-check".into(),
-                        command: "!sensu_test_check!".into(),
-                        interval: cfg_check_interval,
-                        subscriptions: s.subscriptions.clone(),
-                    }],
-                    ..SensuTargetConfig::default()
-                };
-                let stats = Arc::new(SensuTargetStats::default());
-                emb.sensu_stats = Some(stats.clone());
-                let t = token.clone();
-                emb.tasks.push(tokio::spawn(async move {
-                    if let Err(e) = agent_sim_server::sensu::serve(listener, tcfg, stats, t).await {
-                        eprintln!("agent-sim: embedded sensu target: {e}");
-                    }
-                }));
-                s.targets = vec![format!("ws://{addr}/")];
+                if emb.sensu.is_empty() {
+                    emb.sensu = sensu_backends(s, check_interval, n).await?;
+                }
+                s.targets = emb
+                    .sensu
+                    .iter()
+                    .filter_map(Backend::sensu_addr)
+                    .map(|a| format!("ws://{a}/"))
+                    .collect();
             }
             Protocol::Consul(c) => {
-                let state = emb
-                    .consul_state
-                    .get_or_insert_with(|| ConsulState::new(ConsulTargetConfig::default()))
-                    .clone();
-                let rpc = bind("consul rpc")?;
-                let http = bind("consul http")?;
-                let rpc_addr = rpc.local_addr().map_err(|e| RunError::Io(e.to_string()))?;
-                let http_addr = http.local_addr().map_err(|e| RunError::Io(e.to_string()))?;
-                let (t1, t2, s2) = (token.clone(), token.clone(), state.clone());
-                emb.tasks.push(tokio::spawn(async move {
-                    if let Err(e) = agent_sim_server::consul::serve_rpc(rpc, state, t1).await {
-                        eprintln!("agent-sim: embedded consul rpc target: {e}");
-                    }
-                }));
-                emb.tasks.push(tokio::spawn(async move {
-                    if let Err(e) = agent_sim_server::consul::serve_http(http, s2, t2).await {
-                        eprintln!("agent-sim: embedded consul http target: {e}");
-                    }
-                }));
-                c.conn.targets = vec![rpc_addr.to_string()];
-                c.conn.http_target = http_addr.to_string();
-                emb.consul_http.get_or_insert(http_addr);
+                if emb.consul.is_empty() {
+                    emb.consul = consul_servers(n).await?;
+                }
+                let addrs: Vec<_> = emb
+                    .consul
+                    .iter()
+                    .filter_map(Backend::consul_addrs)
+                    .collect();
+                c.conn.targets = addrs.iter().map(|(rpc, _)| rpc.to_string()).collect();
+                if let Some((_, http)) = addrs.first() {
+                    c.conn.http_target = http.to_string();
+                }
             }
             Protocol::Dataplane(d) => {
-                let state = emb
-                    .consul_state
-                    .get_or_insert_with(|| ConsulState::new(ConsulTargetConfig::default()))
-                    .clone();
-                if emb.consul_http.is_none() {
-                    let http = bind("consul http")?;
-                    emb.consul_http =
-                        Some(http.local_addr().map_err(|e| RunError::Io(e.to_string()))?);
-                    let (t, s) = (token.clone(), state.clone());
-                    emb.tasks.push(tokio::spawn(async move {
-                        if let Err(e) = agent_sim_server::consul::serve_http(http, s, t).await {
-                            eprintln!("agent-sim: embedded consul http target: {e}");
-                        }
-                    }));
+                if emb.consul.is_empty() {
+                    emb.consul = consul_servers(n).await?;
                 }
-                if emb.consul_grpc.is_none() {
-                    let grpc = bind("consul grpc")?;
-                    emb.consul_grpc =
-                        Some(grpc.local_addr().map_err(|e| RunError::Io(e.to_string()))?);
-                    let t = token.clone();
-                    emb.tasks.push(tokio::spawn(async move {
-                        if let Err(e) = agent_sim_server::consul::serve_grpc(grpc, state, t).await {
-                            eprintln!("agent-sim: embedded consul grpc target: {e}");
-                        }
-                    }));
-                }
-                if let (Some(h), Some(g)) = (emb.consul_http, emb.consul_grpc) {
-                    d.conn.targets = vec![g.to_string()];
-                    d.conn.http_target = h.to_string();
+                d.conn.targets = emb
+                    .consul
+                    .iter()
+                    .filter_map(Backend::consul_grpc_addr)
+                    .map(|a| a.to_string())
+                    .collect();
+                if let Some((_, http)) = emb.consul.first().and_then(Backend::consul_addrs) {
+                    d.conn.http_target = http.to_string();
                 }
             }
         }
@@ -138,15 +145,40 @@ pub(super) type Counts = (
 );
 
 impl Embedded {
+    /// Schedules the run's `--server-down`s, times from `started`: the
+    /// server (of every protocol's set) stops, stays down, starts again.
+    pub(super) fn schedule_downs(&mut self, downs: &[ServerDown], started: tokio::time::Instant) {
+        for d in downs {
+            let servers = [&self.sensu, &self.consul]
+                .into_iter()
+                .filter_map(|set| set.get(d.server).cloned());
+            for b in servers {
+                let (at, down) = (d.at, d.down);
+                self.downs.push(tokio::spawn(async move {
+                    tokio::time::sleep_until(started + at).await;
+                    if let Err(e) = b.restart(down, RestartState::Keep).await {
+                        eprintln!("agent-sim: --server-down: starting the server again: {e}");
+                    }
+                }));
+            }
+        }
+    }
+
     /// Stops the backends (bounded) and returns what they counted.
     pub(super) async fn stop(self) -> Counts {
-        self.token.cancel();
-        for t in self.tasks {
-            let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
+        for d in self.downs {
+            d.abort();
         }
-        (
-            self.sensu_stats.as_ref().map(|s| s.snapshot()),
-            self.consul_state.as_ref().map(|s| s.stats()),
-        )
+        for b in self.sensu.iter().chain(&self.consul) {
+            b.stop().await;
+        }
+        let sensu = self
+            .sensu
+            .iter()
+            .filter_map(Backend::sensu_stats)
+            .reduce(|a, b| a.add(&b));
+        // One catalog: every Consul server reports the same counters.
+        let consul = self.consul.first().and_then(Backend::consul_stats);
+        (sensu, consul)
     }
 }

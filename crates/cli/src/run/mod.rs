@@ -224,6 +224,8 @@ async fn run_fleets(
         let mut fc = plan.fleet.clone();
         fc.duration = None;
         fc.grace = cfg.grace;
+        // With several servers, where the sessions are is kept per server.
+        fc.servers = plan.targets();
         let (m, s, t) = (metrics.clone(), status.clone(), end.clone());
         match b {
             Built::Sensu(f) => {
@@ -309,7 +311,7 @@ pub async fn execute(
 ) -> Result<RunOutcome, RunError> {
     let started_wall = SystemTime::now();
     let started = Instant::now();
-    let embedded = embedded::start(&mut cfg).await?;
+    let mut embedded = embedded::start(&mut cfg).await?;
 
     let threads = tokio::runtime::Handle::current().metrics().num_workers();
     let metrics = Metrics::new(&metrics_spec(&cfg), (threads * 4).max(4));
@@ -381,6 +383,8 @@ pub async fn execute(
         end: end.clone(),
     });
 
+    // A --server-down's time is from the fleets' first dial, as a storm's.
+    embedded.schedule_downs(&cfg.server_downs, tokio::time::Instant::now());
     let (reports, probes) = run_fleets(&cfg, built, &metrics, &statuses, &end).await;
 
     let recorded = reporter.finish().await;

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use agent_sim_fleet::FleetStatus;
 use agent_sim_metrics::Metrics;
 use agent_sim_metrics::hlog::HlogWriter;
+use agent_sim_metrics::spread::ServerLevels;
 use agent_sim_metrics::summary::TimelineSample;
 use agent_sim_metrics::timeline::{LatencyWindow, TimelineRecorder, WindowLog};
 use tokio::task::JoinHandle;
@@ -52,6 +53,19 @@ pub(super) struct ReporterSetup<'a> {
     /// Fires when the run ends and shutdown begins (a timeline sample is
     /// taken then, so the level before sessions close is on it).
     pub end: CancellationToken,
+}
+
+/// Sessions per server over the fleets that keep them (their servers one
+/// after the other), or `None` when none does.
+pub(super) fn server_levels(statuses: &[Arc<FleetStatus>]) -> Option<ServerLevels> {
+    let mut out: Option<ServerLevels> = None;
+    for b in statuses.iter().filter_map(|s| s.servers.get()) {
+        let c = b.counts();
+        let l = out.get_or_insert_with(ServerLevels::default);
+        l.held.extend(c.held);
+        l.connects.extend(c.connects);
+    }
+    out
 }
 
 impl Reporter {
@@ -101,7 +115,14 @@ impl Reporter {
                         .map(|(u, s)| u + s)
                         .unwrap_or(0.0);
                     let rss = agent_sim_metrics::process::rss_bytes();
-                    timeline.observe(now.as_secs_f64(), &snap, rss, cpu, stopping);
+                    let servers = server_levels(&statuses);
+                    timeline.observe(
+                        now.as_secs_f64(),
+                        &snap,
+                        (rss, cpu),
+                        servers.as_ref(),
+                        stopping,
+                    );
                     while next_sample <= now {
                         next_sample += sample_every;
                     }

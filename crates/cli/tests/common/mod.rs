@@ -8,6 +8,9 @@ pub fn temp_path(name: &str) -> std::path::PathBuf {
 
 /// Asserts that a run ended with exit code `code`; otherwise shows why it
 /// did not (the problem and every assertion's verdict).
+/// Every error and warning kind the run counted has its hint: a kind
+/// counted without one fails here (each kind is declared once, with what
+/// to check, by the crate that counts it).
 #[allow(dead_code)]
 pub fn assert_exit(o: &agent_sim::run::RunOutcome, code: i32) {
     assert_eq!(
@@ -15,6 +18,20 @@ pub fn assert_exit(o: &agent_sim::run::RunOutcome, code: i32) {
         "{:?} {:?} {:?}",
         o.problem, o.verdicts, o.summary.outcome
     );
+    assert_hinted(&o.summary);
+}
+
+/// Fails on an error or warning kind counted without a hint.
+#[allow(dead_code)]
+pub fn assert_hinted(s: &agent_sim_metrics::Summary) {
+    let bare: Vec<&String> = s
+        .errors
+        .iter()
+        .chain(&s.warnings)
+        .filter(|(_, e)| e.hint.is_none())
+        .map(|(k, _)| k)
+        .collect();
+    assert!(bare.is_empty(), "kinds counted without a hint: {bare:?}");
 }
 
 /// An embedded Consul backend serving on 127.0.0.1:0.

@@ -330,6 +330,8 @@ async fn a_stalled_rpc_connection_is_ended_by_the_keepalive() {
             // Connected again as soon as the streams are (no sync to wait for).
             register: false,
             session_ttl: None,
+            // One RPC connection per agent: the stalled one is the streams'.
+            agent: agent_sim_consul::modes::AgentWire::Api,
             ..ConsulConfig::default()
         };
         let m = metrics(&agent_sim_consul::metrics_spec());

@@ -55,6 +55,7 @@ pub async fn backend(sensu: bool, consul: bool, faults: &[&str]) -> Backend {
             http: any(),
             grpc: None,
             cfg: ConsulTargetConfig::default(),
+            state: None,
         }),
         faults: specs(faults),
         faults_seed: 11,
@@ -154,6 +155,15 @@ pub fn assert_complete(o: &agent_sim::run::RunOutcome) {
     let s = &o.summary;
     assert_eq!(o.exit_code, 0, "{:?} errors {:#?}", s.outcome, s.errors);
     assert_eq!(s.agents.connected, s.agents.requested, "{:?}", s.outcome);
+    // Every kind the faults made counted comes with what to check.
+    let bare: Vec<&String> = s
+        .errors
+        .iter()
+        .chain(&s.warnings)
+        .filter(|(_, e)| e.hint.is_none())
+        .map(|(k, _)| k)
+        .collect();
+    assert!(bare.is_empty(), "kinds counted without a hint: {bare:?}");
 }
 
 /// Runs `run` to its end, stops `b` and asserts the run ended complete;

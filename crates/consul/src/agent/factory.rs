@@ -4,6 +4,7 @@
 use std::sync::{Arc, OnceLock};
 
 use agent_sim_fleet::AgentFactory;
+use agent_sim_fleet::servers::Router;
 use agent_sim_metrics::Metrics;
 use agent_sim_proto::consul::subscribe::Topic;
 
@@ -281,6 +282,9 @@ impl AgentFactory for ConsulFactory {
             renew_due: None,
             flaps: 0,
             vivaldi: None,
+            router: Router::new(s.dialers.len(), index.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            session_server: 0,
+            moved: false,
         }
     }
 }

@@ -20,11 +20,20 @@ use crate::rpc::mux::{CallError, Exchange, Mux, RPC_MULTIPLEX_V2, Reply, exchang
 /// sidecars). Over it: `answer_too_large`.
 pub(super) const MAX_AGENT_ANSWER: usize = 256 << 10;
 
+/// Longest an agent's own call waits for its answer (none of them blocks
+/// on the server): a connection that went silent fails the call instead of
+/// holding the upkeep, as a real agent's pool gives up on a dead one.
+pub(super) const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The stream of the agent's own calls, their sequence numbers, and
 /// whether the server ever answered one on this connection.
 #[derive(Default)]
 pub(super) struct Line {
     stream: Option<yamux::Stream>,
+    /// A call holds the stream (a new one opened meanwhile would be
+    /// dropped unused when it comes back: a reset for a stream the server
+    /// never saw).
+    busy: bool,
     seq: u64,
     answered: bool,
 }
@@ -47,6 +56,7 @@ impl Link {
     pub(super) fn refill(&mut self) -> Result<(), CallError> {
         let mut line = self.line.lock().unwrap_or_else(PoisonError::into_inner);
         if line.stream.is_none()
+            && !line.busy
             && let Some(opened) = self.mux.open_now()
         {
             line.stream = Some(opened?);
@@ -62,6 +72,7 @@ pub(super) fn call(line: &CallLine, encode: impl FnOnce(u64, &mut Vec<u8>)) -> O
     let (stream, seq) = {
         let mut l = line.lock().unwrap_or_else(PoisonError::into_inner);
         let stream = l.stream.take()?;
+        l.busy = true;
         l.seq += 1;
         (stream, l.seq)
     };
@@ -70,10 +81,13 @@ pub(super) fn call(line: &CallLine, encode: impl FnOnce(u64, &mut Vec<u8>)) -> O
     Some(exchange(stream, seq, req, MAX_AGENT_ANSWER))
 }
 
-/// Puts a stream a call gave back where the next call finds it.
+/// Puts a stream a call gave back where the next call finds it (none: the
+/// call broke it, and the session opens another).
 pub(super) fn give_back(line: &CallLine, stream: Option<yamux::Stream>) {
-    if let Some(s) = stream {
-        line.lock().unwrap_or_else(PoisonError::into_inner).stream = Some(s);
+    let mut l = line.lock().unwrap_or_else(PoisonError::into_inner);
+    l.busy = false;
+    if stream.is_some() {
+        l.stream = stream;
     }
 }
 
@@ -130,7 +144,14 @@ impl Caller {
             return Err(CallError::new("conn_closed", "no stream for the call"));
         };
         let start = Instant::now();
-        let (stream, reply) = call.await;
+        let Ok((stream, reply)) = tokio::time::timeout(CALL_TIMEOUT, call).await else {
+            // The stream went with the call: the next call opens another.
+            give_back(&self.line, None);
+            return Err(CallError::new(
+                "rpc_timeout",
+                format!("no answer within {}s", CALL_TIMEOUT.as_secs()),
+            ));
+        };
         give_back(&self.line, stream);
         let reply = reply.map_err(|e| self.closed_at_once(e))?;
         self.line

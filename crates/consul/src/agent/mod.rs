@@ -44,6 +44,8 @@ use crate::config::{ConsulConfig, NamePattern};
 use crate::conn::{ByteCounters, Dialer};
 use crate::http::{self, HttpApi};
 use crate::probe::{Owed, ProbeBoard};
+use agent_sim_fleet::servers::Router;
+
 use crate::rpc::coordinate::Vivaldi;
 use crate::txn::TxnBatcher;
 use crate::view::{View, ViewKind};
@@ -238,6 +240,12 @@ pub struct ConsulAgent {
     /// The agent's network coordinate (the client wire sends it; a fresh
     /// one until the first round trip moves it).
     vivaldi: Option<Box<Vivaldi>>,
+    /// The run's servers in this agent's order (Consul's router).
+    router: Router,
+    /// The server of the current (or last) session.
+    session_server: usize,
+    /// The last session ended with a move to another server.
+    moved: bool,
 }
 
 impl std::fmt::Debug for ConsulAgent {
@@ -263,9 +271,9 @@ impl ConsulAgent {
         http::node_name(&self.shared.cfg.conn.name_prefix, self.index)
     }
 
-    /// The server (its dialer) this agent's next session goes to.
+    /// The server (its dialer) of this agent's session.
     fn server(&self) -> usize {
-        (self.index as usize) % self.shared.dialers.len()
+        self.session_server
     }
 }
 

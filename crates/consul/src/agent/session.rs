@@ -75,13 +75,24 @@ pub(super) trait Watches {
 }
 
 impl ConsulAgent {
-    /// One session, in the watch mode of the run.
+    /// One session, in the watch mode of the run, on the server in front
+    /// of the agent's router; a session lost there moves that server to the
+    /// end of the list (a real agent's next call goes to the next one).
     async fn session(&mut self, cx: &SessionCx) -> SessionEnd {
-        if self.shared.cfg.watch == WatchMode::Streaming {
+        let server = self.router.current();
+        self.session_server = server;
+        cx.on_server(server);
+        let end = if self.shared.cfg.watch == WatchMode::Streaming {
             self.stream_session(cx).await
         } else {
             self.watch_session(cx).await
+        };
+        match end {
+            SessionEnd::Lost(_) => self.router.failed(server),
+            SessionEnd::Moved => self.moved = true,
+            _ => {}
         }
+        end
     }
 
     /// The loop of a session started at `now`: `w`'s connection and
@@ -138,6 +149,7 @@ impl ConsulAgent {
                     link = Some(l);
                     None
                 }
+                Woke::Call(Done::Moved) => Some(SessionEnd::Moved),
                 Woke::Io(Either::Watch(io)) => w.on_io(self, cx, slots, io),
                 Woke::Call(done) => {
                     self.on_upkeep(cx, &mut hs, slots, done);
@@ -199,18 +211,27 @@ impl ConsulAgent {
     /// (`reconnect`): the server may have lost what we registered, and a
     /// silent resubscribe is confirmed only by a server answer (the first
     /// anti-entropy sync).
-    fn session_sched(&self, now: Instant) -> (bool, Sched) {
+    ///
+    /// After a move to another server (a rebalance), nothing was lost: no
+    /// staggered sync, but the router's ping of the new server at once,
+    /// whose answer confirms it as a sync's would.
+    fn session_sched(&mut self, now: Instant) -> (bool, Sched) {
+        let moved = std::mem::take(&mut self.moved);
         let reconnect = self.registered || self.subs.iter().any(|s| s.ever_synced);
         let mut hs = Sched {
             retry_at: now,
             backoff: Backoff::new(HTTP_BACKOFF.0, HTTP_BACKOFF.1),
             flap_due: None,
-            ae_due: self.first_sync(now, reconnect),
+            ae_due: self.first_sync(now, reconnect && !moved),
             coord_due: None,
             ping_due: None,
             ae_answered: false,
+            confirm_by_ping: moved,
         };
         self.client_schedule(&mut hs, now);
+        if moved {
+            hs.ping_due = Some(now);
+        }
         if self.registered
             && let Some(iv) = self.shared.flap_interval
         {

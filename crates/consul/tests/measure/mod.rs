@@ -50,6 +50,7 @@ pub async fn backend(grpc: bool) -> Backend {
         http: any(),
         grpc: grpc.then(any),
         cfg: ConsulTargetConfig::default(),
+        state: None,
     };
     let cfg = BackendConfig {
         consul: Some(consul),

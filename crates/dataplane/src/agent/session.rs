@@ -208,11 +208,14 @@ impl DataplaneAgent {
         {
             return end;
         }
-        // Start at this sidecar's server; after a failed session, the next
-        // one (a server at its stream cap said RESOURCE_EXHAUSTED).
+        // Start at this sidecar's server; after a lost or failed session,
+        // the next one (a server gone, or at its stream cap), as
+        // consul-dataplane moves to another server of its list.
         let sh = self.shared.clone();
         let n = sh.dialers.len();
-        let dialer = &sh.dialers[(self.index as usize + cx.attempt as usize) % n];
+        let server = (self.index as usize + cx.attempt as usize) % n;
+        cx.on_server(server);
+        let dialer = &sh.dialers[server];
         let t = Instant::now();
         let conn = match dialer.connect_session(cx, None).await {
             Ok(c) => c,

@@ -113,7 +113,9 @@ pub(super) fn disruptions(o: &mut String, s: &Summary) {
     close(o);
 }
 
-fn kinds_table(o: &mut String, m: &BTreeMap<String, KindEntry>) {
+/// Errors and warnings by kind; `words` heads the sample's column (the
+/// server's words for errors; a warning's sample is often agent-sim's own).
+fn kinds_table(o: &mut String, m: &BTreeMap<String, KindEntry>, words: &str) {
     let mut v: Vec<(&String, &KindEntry)> = m.iter().collect();
     v.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
     let rows: Vec<Vec<String>> = v
@@ -134,14 +136,7 @@ fn kinds_table(o: &mut String, m: &BTreeMap<String, KindEntry>) {
         .collect();
     table(
         o,
-        &[
-            "kind",
-            ">count",
-            ">first seen",
-            "heals",
-            "server said",
-            "check",
-        ],
+        &["kind", ">count", ">first seen", "heals", words, "check"],
         &rows,
     );
 }
@@ -203,12 +198,12 @@ pub(super) fn errors(o: &mut String, s: &Summary) {
             );
         }
         let _ = writeln!(o, "<p>{total} error(s) in all.</p>");
-        kinds_table(o, &s.errors);
+        kinds_table(o, &s.errors, "server said");
     }
     if !s.warnings.is_empty() {
         let _ = writeln!(o, "<h3>Warnings</h3>");
         note(o, "What a real agent logs and carries on with.");
-        kinds_table(o, &s.warnings);
+        kinds_table(o, &s.warnings, "details");
     }
     close(o);
 }

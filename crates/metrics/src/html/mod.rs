@@ -149,6 +149,7 @@ pub fn render(page: &Page<'_>) -> String {
     sections::headline(&mut o, page);
     sections::probes(&mut o, s);
     sections::sessions(&mut o, s);
+    sections::by_server(&mut o, s);
     server::server(&mut o, s);
     sections::rates(&mut o, s);
     sections::latency(&mut o, s, page.windows);
@@ -244,6 +245,7 @@ mod tests {
                 } else {
                     Default::default()
                 },
+                ..TimelineSample::default()
             });
         }
         assert_eq!(connected, 1_990);

@@ -420,6 +420,80 @@ pub(super) fn sessions(o: &mut String, s: &Summary) {
     close(o);
 }
 
+/// Sessions per server when the run had several: held over time (a
+/// failover's surge on the survivors, the return and the rebalance), and
+/// each server's figures.
+pub(super) fn by_server(o: &mut String, s: &Summary) {
+    if s.by_server.is_empty() {
+        return;
+    }
+    open(o, "servers", "Sessions per server");
+    let series = s
+        .by_server
+        .iter()
+        .enumerate()
+        .map(|(i, srv)| Series {
+            name: srv.target.clone(),
+            points: s
+                .timeline
+                .iter()
+                .filter(|t| !t.held_by_server.is_empty())
+                .map(|t| (t.t_s, t.held_by_server.get(i).copied().unwrap_or(0) as f64))
+                .collect(),
+            steps: false,
+        })
+        .collect();
+    let mut chart = over_time(
+        "Sessions held per server",
+        s.duration_s,
+        Unit::Count,
+        "sessions",
+        series,
+    );
+    if let Some(c) = chart.as_mut() {
+        c.marks = disruption_marks(s);
+    }
+    figure(
+        o,
+        chart,
+        "Sessions held on each server at each sample; marks are disruptions. A server that \
+         goes down sends its agents to the others; after it returns, rebalances bring its \
+         share back.",
+    );
+    let secs = |v: Option<f64>| v.map_or("–".to_string(), |x| format!("{x:.1} s"));
+    let rows: Vec<Vec<String>> = s
+        .by_server
+        .iter()
+        .map(|srv| {
+            vec![
+                srv.target.clone(),
+                srv.held_at_end.to_string(),
+                srv.peak_held.to_string(),
+                srv.connects.to_string(),
+                format!("{:.1}", srv.peak_connects_per_s),
+                secs(srv.down_at_s),
+                secs(srv.back_at_s),
+                secs(srv.even_after_s),
+            ]
+        })
+        .collect();
+    table(
+        o,
+        &[
+            "server",
+            "held at the end",
+            "peak held",
+            "sessions established",
+            "peak new sessions /s",
+            "down at",
+            "back at",
+            "even again after",
+        ],
+        &rows,
+    );
+    close(o);
+}
+
 /// Counters whose rate means something (those the run put in
 /// `rates_per_s`), per second over time.
 pub(super) fn rates(o: &mut String, s: &Summary) {

@@ -79,6 +79,37 @@ pub struct SensuTargetSnapshot {
     pub rejected_by_reason: BTreeMap<String, u64>,
 }
 
+impl SensuTargetSnapshot {
+    /// The counts of two backends together.
+    pub fn add(&self, o: &SensuTargetSnapshot) -> SensuTargetSnapshot {
+        let mut rejected_by_reason = self.rejected_by_reason.clone();
+        for (k, v) in &o.rejected_by_reason {
+            *rejected_by_reason.entry(k.clone()).or_insert(0) += v;
+        }
+        SensuTargetSnapshot {
+            upgrades_accepted: self.upgrades_accepted + o.upgrades_accepted,
+            upgrades_rejected: self.upgrades_rejected + o.upgrades_rejected,
+            rejected_namespace: self.rejected_namespace + o.rejected_namespace,
+            rejected_credentials: self.rejected_credentials + o.rejected_credentials,
+            handshake_errors: self.handshake_errors + o.handshake_errors,
+            accept_errors: self.accept_errors + o.accept_errors,
+            sessions_active: self.sessions_active + o.sessions_active,
+            session_errors: self.session_errors + o.session_errors,
+            keepalives_received: self.keepalives_received + o.keepalives_received,
+            events_received: self.events_received + o.events_received,
+            events_rejected: self.events_rejected + o.events_rejected,
+            entity_configs_sent: self.entity_configs_sent + o.entity_configs_sent,
+            check_requests_published: self.check_requests_published + o.check_requests_published,
+            check_requests_sent: self.check_requests_sent + o.check_requests_sent,
+            check_replies_received: self.check_replies_received + o.check_replies_received,
+            check_replies_current: self.check_replies_current + o.check_replies_current,
+            frames_invalid: self.frames_invalid + o.frames_invalid,
+            bytes_received: self.bytes_received + o.bytes_received,
+            rejected_by_reason,
+        }
+    }
+}
+
 impl SensuTargetStats {
     /// Copies every counter (each one atomically, not all at one instant).
     pub fn snapshot(&self) -> SensuTargetSnapshot {

@@ -3,6 +3,8 @@
 //! `/v1/catalog/node/<node>`, sessions through `/v1/session`, check flaps
 //! as catalog registrations that skip the node.
 
+use std::time::Duration;
+
 use ::http::Method;
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -54,8 +56,19 @@ impl ConsulAgent {
                 })
             }
             Op::Flap => self.api_flap(),
-            // Only the client wire schedules these.
-            Op::Coordinate | Op::Ping => Box::pin(async { Done::Pinged(Ok(())) }),
+            // The router's check of a server: whether it names a leader.
+            Op::Ping => Box::pin(async move {
+                let r = sh
+                    .http
+                    .call(Method::GET, "/v1/status/leader", Bytes::new())
+                    .await
+                    .map(|_| ())
+                    .map_err(Refusal::from);
+                Done::Pinged(r)
+            }),
+            // Only the client wire schedules coordinates.
+            Op::Coordinate => Box::pin(async { Done::Coordinated(Ok(()), Duration::ZERO) }),
+            Op::Move => Box::pin(async { Done::Moved }),
         }
     }
 

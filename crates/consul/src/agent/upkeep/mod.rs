@@ -39,8 +39,10 @@ pub(super) enum Op {
     /// Send the agent's network coordinate (client wire).
     Coordinate,
     /// Ask the server in front of the router's list whether it answers
-    /// (client wire, at each rebalance).
+    /// (client wire, at a rebalance that kept the agent's server).
     Ping,
+    /// A rebalance put another server in front: the agent moves there.
+    Move,
 }
 
 /// The RPC connection dialed again (client wire), for the session's loop
@@ -64,6 +66,8 @@ pub(super) enum Done {
     /// The RPC connection, dialed again after it closed under a session
     /// whose streams went on.
     Redialed(Redialed),
+    /// The agent moves to the server its rebalanced router put in front.
+    Moved,
 }
 
 /// A call of the upkeep in flight.
@@ -78,20 +82,20 @@ pub(super) struct Sched {
     pub(super) ae_due: Option<Instant>,
     /// Next coordinate update (client wire).
     pub(super) coord_due: Option<Instant>,
-    /// Next rebalance of the router, with its ping (client wire).
+    /// Next rebalance of the router (with its ping on the client wire).
     pub(super) ping_due: Option<Instant>,
     /// A sync was answered in this session: the server is there and has a
     /// leader (resubscribed streams that stay silent are then resumed).
     pub(super) ae_answered: bool,
+    /// The session follows a move: the router's ping answering confirms
+    /// the server as a sync would.
+    pub(super) confirm_by_ping: bool,
 }
 
 pub(super) use crate::config::AE_SERVER_UP;
 /// Consul's `retryFailInterval`: a failed sync is retried after this plus a
 /// random part of it (scaled).
 pub(super) const AE_RETRY: Duration = Duration::from_secs(15);
-/// The router's first rebalance after the agent starts (Consul's timer
-/// starts at its minimum delay, without jitter).
-pub(super) const FIRST_REBALANCE: Duration = agent_sim_fleet::servers::REBALANCE_MIN;
 
 /// A call the server refused: counted, and kept as the agent's last cause
 /// (a registration the server refuses keeps the agent from being
@@ -155,12 +159,17 @@ impl ConsulAgent {
         Some(now + iv + stagger(iv, sh.cfg.cluster_size))
     }
 
-    /// The client wire's own schedule in a new session: the first
-    /// coordinate one interval on, the router's rebalance at its minimum.
+    /// The router's schedule in a new session, and the client wire's
+    /// coordinates: the first coordinate one interval on; the first
+    /// rebalance after Consul's minimum delay (without jitter, as its
+    /// timer starts), on the client wire or with several servers.
     pub(super) fn client_schedule(&self, hs: &mut Sched, now: Instant) {
-        if self.shared.cfg.agent == AgentWire::Client {
-            hs.coord_due = Some(now + coordinate::update_interval(self.shared.cfg.cluster_size));
-            hs.ping_due = Some(now + FIRST_REBALANCE);
+        let cfg = &self.shared.cfg;
+        if cfg.agent == AgentWire::Client {
+            hs.coord_due = Some(now + coordinate::update_interval(cfg.cluster_size));
+        }
+        if cfg.agent == AgentWire::Client || self.shared.dialers.len() > 1 {
+            hs.ping_due = Some(now + cfg.rebalance_min);
         }
     }
 
@@ -232,6 +241,16 @@ impl ConsulAgent {
         }
         if due_now(hs.ping_due) {
             hs.ping_due = None;
+            if hs.confirm_by_ping {
+                // The server just moved to is pinged as it is.
+                return Some(Op::Ping);
+            }
+            // Consul's router: a new order, then a ping of the server in
+            // front (or a move there when it is another one).
+            self.router.rebalance(&mut fastrand::Rng::new());
+            if self.router.current() != self.session_server {
+                return Some(Op::Move);
+            }
             return Some(Op::Ping);
         }
         None
@@ -248,14 +267,14 @@ impl ConsulAgent {
         now: Instant,
     ) -> Option<UpkeepCall> {
         match (self.shared.cfg.agent, line) {
-            (AgentWire::Api, _) => {
-                let op = self.next_op(hs, now)?;
-                Some(self.api_call(op))
-            }
-            (AgentWire::Client, Some(line)) => {
-                let op = self.next_op(hs, now)?;
-                Some(self.rpc_call(op, line.clone()))
-            }
+            (AgentWire::Api, _) => match self.next_op(hs, now)? {
+                Op::Move => Some(Box::pin(async { Done::Moved })),
+                op => Some(self.api_call(op)),
+            },
+            (AgentWire::Client, Some(line)) => match self.next_op(hs, now)? {
+                Op::Move => Some(Box::pin(async { Done::Moved })),
+                op => Some(self.rpc_call(op, line.clone())),
+            },
             (AgentWire::Client, None) => {
                 if self.upkeep_due_at(hs)? > now {
                     return None;
@@ -293,9 +312,9 @@ impl ConsulAgent {
             Done::Flapped(r) => self.on_flapped(hs, r, now),
             Done::Coordinated(r, rtt) => self.on_coordinated(hs, r, rtt, now),
             Done::Pinged(r) => self.on_pinged(hs, r, now),
-            // The session's loop takes a new connection; a failed dial
-            // waits the backoff.
-            Done::Redialed(Ok(_)) => hs.backoff.reset(),
+            // The session's loop takes a new connection (and ends the
+            // session for a move); a failed dial waits the backoff.
+            Done::Redialed(Ok(_)) | Done::Moved => hs.backoff.reset(),
             Done::Redialed(Err(e)) => refused(cx, hs, e.into(), now),
         }
     }
@@ -427,22 +446,30 @@ impl ConsulAgent {
         hs.coord_due = Some(now + coordinate::update_interval(sh.cfg.cluster_size));
     }
 
-    /// The router's ping: counted; the next rebalance after Consul's delay.
+    /// The router's ping (or, on the API's wire, the rebalance that kept
+    /// the agent's server): the next rebalance after Consul's delay. A
+    /// server that does not answer moves to the end of the list.
     fn on_pinged(&mut self, hs: &mut Sched, r: Result<(), Refusal>, now: Instant) {
-        let sh = &self.shared;
-        match r {
-            Ok(()) => sh.metrics.incr(sh.ids.pings),
-            Err(r) => sh.metrics.error_with(r.kind, r.words.as_deref()),
+        let sh = self.shared.clone();
+        if r.is_ok() && std::mem::take(&mut hs.confirm_by_ping) {
+            hs.ae_answered = true;
         }
-        let mut rng = fastrand::Rng::new();
+        match r {
+            Ok(()) if sh.cfg.agent == AgentWire::Client => sh.metrics.incr(sh.ids.pings),
+            Ok(()) => {}
+            Err(r) => {
+                sh.metrics.error_with(r.kind, r.words.as_deref());
+                self.router.failed(self.session_server);
+            }
+        }
         let servers = sh.dialers.len();
         let nodes = sh.cfg.cluster_size.max(1);
         hs.ping_due = Some(
             now + agent_sim_fleet::servers::rebalance_delay(
-                FIRST_REBALANCE,
+                sh.cfg.rebalance_min,
                 servers,
                 nodes,
-                &mut rng,
+                &mut fastrand::Rng::new(),
             ),
         );
     }

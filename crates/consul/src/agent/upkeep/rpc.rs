@@ -319,6 +319,7 @@ impl ConsulAgent {
                 let r = c.call(Rpc::StatusPing, encode_ping).await;
                 Done::Pinged(r.map(|_| ()).map_err(Refusal::from))
             }),
+            Op::Move => Box::pin(async { Done::Moved }),
         }
     }
 }
