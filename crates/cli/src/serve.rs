@@ -167,6 +167,12 @@ fn stats_families(out: &mut String, protocol: &str, snapshot: serde_json::Value)
         return;
     };
     for (field, v) in fields {
+        // A map of counts (Consul's RPC calls by method): one family, a
+        // label per key.
+        if let Some(by) = v.as_object() {
+            labelled_family(out, protocol, field, by);
+            continue;
+        }
         let Some(v) = v.as_f64() else { continue };
         let (name, kind) = if is_gauge(field) {
             (format!("agent_sim_serve_{protocol}_{field}"), "gauge")
@@ -178,6 +184,34 @@ fn stats_families(out: &mut String, protocol: &str, snapshot: serde_json::Value)
         };
         let help = format!("agent-sim serve: {protocol} {}.", field.replace('_', " "));
         agent_sim_metrics::prometheus::scalar(out, &name, kind, &help, v);
+    }
+}
+
+/// `agent_sim_serve_<protocol>_<field>_total{<key>="..."}` for a map of
+/// counts (`rpc_calls` by `method`).
+fn labelled_family(
+    out: &mut String,
+    protocol: &str,
+    field: &str,
+    by: &serde_json::Map<String, serde_json::Value>,
+) {
+    use std::fmt::Write as _;
+    let name = format!("agent_sim_serve_{protocol}_{field}_total");
+    let label = match field {
+        "rpc_calls" => "method",
+        "rejected_by_reason" => "reason",
+        _ => "key",
+    };
+    let _ = writeln!(
+        out,
+        "# HELP {name} agent-sim serve: {protocol} {} by {label}.\n# TYPE {name} counter",
+        field.replace('_', " ")
+    );
+    for (k, v) in by {
+        if let Some(v) = v.as_f64() {
+            let k = k.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(out, "{name}{{{label}=\"{k}\"}} {v}");
+        }
     }
 }
 
@@ -298,6 +332,25 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+
+    #[test]
+    fn counts_by_method_are_one_labelled_family() {
+        let mut out = String::new();
+        stats_families(
+            &mut out,
+            "consul",
+            serde_json::json!({"rpc_calls": {"Coordinate.Update": 12, "Status.Ping": 3}, "rpc_errors": 1}),
+        );
+        assert!(
+            out.contains("agent_sim_serve_consul_rpc_calls_total{method=\"Coordinate.Update\"} 12"),
+            "{out}"
+        );
+        assert!(out.contains("# TYPE agent_sim_serve_consul_rpc_calls_total counter"));
+        assert!(
+            out.contains("agent_sim_serve_consul_rpc_errors_total 1"),
+            "{out}"
+        );
+    }
     use crate::args::{Cli, Command};
 
     fn consul_cfg(extra: &[&str]) -> ConsulTargetConfig {
