@@ -175,9 +175,10 @@ pub fn resolve(
         );
     }
     let file_top = overlay(file_top, defaults());
-    let top = overlay(cli.clone(), file_top.clone());
+    let mut top = overlay(cli.clone(), file_top.clone());
+    fill_wire(&mut top);
     // Sections beat the file's top level; flags and env beat both.
-    let layers: Vec<RunArgs> = if file_fleets.is_empty() {
+    let mut layers: Vec<RunArgs> = if file_fleets.is_empty() {
         vec![top.clone()]
     } else {
         file_fleets
@@ -185,6 +186,7 @@ pub fn resolve(
             .map(|section| overlay(cli.clone(), overlay(section, file_top.clone())))
             .collect()
     };
+    layers.iter_mut().for_each(fill_wire);
     let shard = parse_shard(top.shard, env)?;
     let duration = top.duration.map(|d| d.0);
     if duration == Some(Duration::ZERO) {
@@ -258,6 +260,15 @@ pub fn resolve(
 /// `--embedded-servers` and `--server-down` act on the embedded backend:
 /// refused with a target (against real servers, the user stops one), and a
 /// server down must be one of the run's.
+/// The Consul wire follows the watch mode unless set; filled in before the
+/// settings are read, so that the summary names the wire the run used.
+fn fill_wire(a: &mut RunArgs) {
+    if a.consul_agent.is_none() {
+        let watch = a.watch.unwrap_or_default();
+        a.consul_agent = Some(agent_sim_consul::modes::AgentWire::for_watch(watch));
+    }
+}
+
 fn failover_flags(top: &RunArgs, servers: usize, embedded: bool) -> Result<(), UsageError> {
     if top.embedded_servers.is_some() && !embedded {
         return usage(
@@ -485,12 +496,9 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     if let Some(d) = a.rebalance_min {
         c.rebalance_min = d.0;
     }
-    // A long-poll watcher is an HTTP API client (consul-template,
-    // Prometheus): the HTTP API is its wire unless told otherwise.
-    c.agent = a.consul_agent.unwrap_or(match c.watch {
-        agent_sim_consul::watch::WatchMode::Http => agent_sim_consul::modes::AgentWire::Api,
-        _ => agent_sim_consul::modes::AgentWire::Client,
-    });
+    c.agent = a
+        .consul_agent
+        .unwrap_or(agent_sim_consul::modes::AgentWire::for_watch(c.watch));
     c.seed = a.seed_service.clone();
     if let Some(d) = a.change_every {
         c.probe.every = d.0;
@@ -689,6 +697,31 @@ mod tests {
     }
 
     #[test]
+    fn the_wire_follows_the_watch_mode_unless_set_and_is_named() {
+        use agent_sim_consul::modes::AgentWire;
+        let wire = |watch: &str, set: Option<&str>| {
+            let c = resolve(
+                args(|a| {
+                    a.kind = Some(Kind::Consul);
+                    a.watch = Some(watch.parse().unwrap());
+                    a.consul_agent = set.map(|w| w.parse().unwrap());
+                }),
+                &no_env,
+            )
+            .unwrap();
+            let Protocol::Consul(cc) = &c.fleets[0].protocol else {
+                panic!()
+            };
+            (cc.agent, c.effective["consul-agent"].clone())
+        };
+        assert_eq!(wire("streaming", None), (AgentWire::Client, "client".into()));
+        assert_eq!(wire("blocking", None), (AgentWire::Client, "client".into()));
+        assert_eq!(wire("http", None), (AgentWire::Api, "api".into()));
+        assert_eq!(wire("http", Some("client")), (AgentWire::Client, "client".into()));
+        assert_eq!(wire("streaming", Some("api")), (AgentWire::Api, "api".into()));
+    }
+
+    #[test]
     fn source_address_ranges_expand_and_split_over_shards() {
         let c = resolve(
             args(|a| {
@@ -816,6 +849,8 @@ mod tests {
         assert_eq!(e["assert"], serde_json::json!(["errors.total == 0"]));
         assert_eq!(e["session-ttl"], "30s");
         assert_eq!(e["quiet"], false);
+        // The wire is named though not set: it follows the watch mode.
+        assert_eq!(e["consul-agent"], "client");
         assert!(
             !e.contains_key("keepalive-interval"),
             "a Sensu setting: {e:?}"

@@ -27,6 +27,18 @@ pub enum AgentWire {
     Api,
 }
 
+impl AgentWire {
+    /// The wire a run uses when not told: a long-poll watcher is an HTTP
+    /// API client (consul-template, Prometheus), every other agent a
+    /// client agent.
+    pub fn for_watch(watch: WatchMode) -> AgentWire {
+        match watch {
+            WatchMode::Http => AgentWire::Api,
+            _ => AgentWire::Client,
+        }
+    }
+}
+
 impl fmt::Display for AgentWire {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
