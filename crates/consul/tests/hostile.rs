@@ -4,7 +4,10 @@
 //! arbitrary bytes and on damaged copies of the captured Consul 1.20.1
 //! bytes. None panics, none allocates beyond its bound, and what we encode
 //! decodes back. A server streaming unknown payloads and an over-limit
-//! message is counted and survived (the session ends and is retried).
+//! message is counted and survived (the session ends and is retried). An
+//! RPC port answering an agent's own calls with garbage, another call's
+//! answer, a string where a struct is due, an endless answer or nothing is
+//! counted with its cause, and the agent calls again after its backoff.
 
 mod common;
 mod receive;
@@ -380,4 +383,204 @@ async fn a_server_streaming_unknown_payloads_and_an_oversized_message_is_survive
     assert!(sample("unknown_fields").contains("Event field 12"));
     assert!(sample("unknown_events").contains("Health"));
     assert!(s.counter("snapshots") >= 1);
+}
+
+// ------------------------------------------------ the agent's own RPC port
+
+/// How a hostile RPC port answers every call made on it.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    /// Bytes that are no msgpack (0xc1 is never used).
+    Garbage,
+    /// A well-formed answer to another call.
+    WrongSeq,
+    /// A header, then a string that says it is 2 GiB long, sent until the
+    /// client stops reading.
+    Endless,
+    /// The header, then a string where the method's struct is due.
+    StringForStruct,
+    /// Nothing at all.
+    Silent,
+}
+
+/// A server on 127.0.0.1 that reads `0x04`, speaks yamux and answers each
+/// of the agent's own calls as `answer` says (blocking queries are held).
+async fn hostile_rpc_port(answer: Answer) -> std::net::SocketAddr {
+    use tokio::io::AsyncReadExt as _;
+    use tokio_util::compat::TokioAsyncReadCompatExt as _;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = l.accept().await {
+            tokio::spawn(async move {
+                if tcp.read_u8().await.ok() != Some(0x04) {
+                    return;
+                }
+                let mut conn = yamux::Connection::new(
+                    tcp.compat(),
+                    yamux::Config::default(),
+                    yamux::Mode::Server,
+                );
+                let mut calls = tokio::task::JoinSet::new();
+                while let Some(Ok(stream)) =
+                    std::future::poll_fn(|cx| conn.poll_next_inbound(cx)).await
+                {
+                    calls.spawn(answer_calls(stream, answer));
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// net/rpc's request header, as much of it as the hostile port reads.
+#[derive(serde::Deserialize)]
+struct CallHeader {
+    #[serde(rename = "ServiceMethod")]
+    method: String,
+    #[serde(rename = "Seq")]
+    seq: u64,
+}
+
+/// Reads each call of `stream` (a header and its arguments) and answers it
+/// as `answer` says.
+async fn answer_calls(mut stream: yamux::Stream, answer: Answer) {
+    use agent_sim_proto::msgpack::{Scanner, write::Writer};
+    use futures_util::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let (mut head, mut args) = (Scanner::default(), Scanner::default());
+        let (h, end) = loop {
+            let scanned = head.scan(&buf).and_then(|h| match h {
+                Some(h) => Ok(args.scan(&buf[h..])?.map(|a| (h, h + a))),
+                None => Ok(None),
+            });
+            match scanned {
+                Ok(Some(done)) => break done,
+                Ok(None) if buf.len() < 1 << 20 => {}
+                _ => return,
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let call: CallHeader = rmp_serde::from_slice(&buf[..h]).unwrap();
+        buf.drain(..end);
+        if call.method == "Health.ServiceNodes" {
+            // A blocking query is held, as a server does with no change:
+            // what is counted comes from the agent's own calls.
+            let _ = stream.read(&mut chunk).await;
+            return;
+        }
+        let mut out = Vec::new();
+        let header = |out: &mut Vec<u8>, seq: u64| {
+            Writer(out)
+                .map(3)
+                .kv_str("ServiceMethod", &call.method)
+                .kv_uint("Seq", seq)
+                .kv_str("Error", "");
+        };
+        match answer {
+            Answer::Garbage => out.extend_from_slice(&[0xc1; 64]),
+            Answer::WrongSeq => {
+                header(&mut out, call.seq + 1000);
+                Writer(&mut out).nil();
+            }
+            Answer::StringForStruct => {
+                header(&mut out, call.seq);
+                Writer(&mut out).str("Permission denied");
+            }
+            Answer::Endless => {
+                header(&mut out, call.seq);
+                out.push(0xdb);
+                out.extend_from_slice(&0x7fff_ffffu32.to_be_bytes());
+                if stream.write_all(&out).await.is_err() {
+                    return;
+                }
+                // Until the client resets the stream (or 64 MiB: the test's
+                // own bound).
+                let filler = [b'a'; 16 * 1024];
+                for _ in 0..4096 {
+                    if stream.write_all(&filler).await.is_err() {
+                        return;
+                    }
+                }
+                return;
+            }
+            Answer::Silent => {
+                // Holds the stream open, answering nothing.
+                let _ = stream.read(&mut chunk).await;
+                return;
+            }
+        }
+        if stream.write_all(&out).await.is_err() || stream.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One client agent's session (blocking watches share its RPC connection)
+/// against a hostile port, until `kind` is counted `times`; what was
+/// counted.
+async fn agent_against(
+    answer: Answer,
+    kind: &'static str,
+    times: u64,
+) -> (SessionEnd, agent_sim_metrics::Metrics) {
+    let rpc = hostile_rpc_port(answer).await;
+    let cfg = ConsulConfig {
+        conn: agent_sim_consul::Connection {
+            targets: vec![rpc.to_string()],
+            http_target: "127.0.0.1:9".into(),
+            ..agent_sim_consul::Connection::to(&[])
+        },
+        upstreams: vec!["web".into()],
+        session_ttl: None,
+        anti_entropy: Some(Duration::from_secs(60)),
+        probe: ProbeConfig {
+            kind: None,
+            ..ProbeConfig::default()
+        },
+        watch: agent_sim_consul::watch::WatchMode::Blocking,
+        agent: agent_sim_consul::modes::AgentWire::Client,
+        ..ConsulConfig::default()
+    };
+    let m = common::metrics();
+    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let mut agent = factory.create(0);
+    let what = format!("{answer:?}: {kind} counted {times} times");
+    let end = common::session_until(&mut agent, &m, (Duration::from_secs(30), &what), async || {
+        m.snapshot().errors.get(kind).is_some_and(|&n| n >= times)
+    })
+    .await;
+    (end, m)
+}
+
+#[tokio::test]
+async fn an_rpc_port_answering_garbage_or_the_wrong_call_or_forever_is_counted_and_survived() {
+    // Twice: the call after a broken one is made on a new stream of the
+    // same connection (once for the silent port: 10 s per call).
+    let cases = [
+        (Answer::Garbage, "decode_answer", "msgpack", 2),
+        (Answer::WrongSeq, "decode_answer", "an answer to call", 2),
+        (Answer::StringForStruct, "decode_answer", "the answer did not decode", 2),
+        (Answer::Endless, "answer_too_large", "over 256 KiB", 2),
+        (Answer::Silent, "rpc_timeout", "no answer within 10s", 1),
+    ];
+    let runs = cases.map(|(answer, kind, words, times)| async move {
+        let (end, m) = agent_against(answer, kind, times).await;
+        (answer, kind, words, end, m)
+    });
+    for (answer, kind, words, end, m) in futures_util::future::join_all(runs).await {
+        // The session went on through the bad answers until the test ended it.
+        assert_eq!(end, SessionEnd::Shutdown, "{answer:?}: {end:?}");
+        let s = m.snapshot();
+        let sample = m.error_sample(kind).unwrap_or_default();
+        assert!(sample.contains(words), "{answer:?}: {kind} said {sample:?}");
+        // A failed call waits the backoff: no storm of retries.
+        let total: u64 = s.errors.values().sum();
+        assert!(total <= 12, "{answer:?}: {:?}", s.errors);
+    }
 }

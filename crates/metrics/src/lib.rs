@@ -448,9 +448,17 @@ impl Metrics {
     /// The words kept of warning `kind` (its sample), when it was seen with
     /// some.
     pub fn warning_sample(&self, kind: &str) -> Option<String> {
-        self.lock(&self.inner.warnings)
-            .get(kind)
-            .and_then(|s| s.sample.clone())
+        self.sample_of(&self.inner.warnings, kind)
+    }
+
+    /// The words kept of error `kind` (its sample), when it was seen with
+    /// some.
+    pub fn error_sample(&self, kind: &str) -> Option<String> {
+        self.sample_of(&self.inner.errors, kind)
+    }
+
+    fn sample_of(&self, map: &Mutex<BTreeMap<String, KindStat>>, kind: &str) -> Option<String> {
+        self.lock(map).get(kind).and_then(|s| s.sample.clone())
     }
 
     fn report_of(&self, map: &Mutex<BTreeMap<String, KindStat>>) -> Vec<KindReport> {

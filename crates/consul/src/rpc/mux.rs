@@ -186,7 +186,7 @@ async fn read_answer(
         if buf.len() > max {
             return Err(CallError::new(
                 "answer_too_large",
-                format!("an answer over {} MiB", max >> 20),
+                format!("an answer over {} KiB", max >> 10),
             ));
         }
         match stream.read(&mut chunk).await {

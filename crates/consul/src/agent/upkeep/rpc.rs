@@ -16,8 +16,20 @@ use crate::http::{self, META_PREFIX, Refusal};
 use crate::rpc::catalog::{
     self, CheckDef, NodeIdent, ServiceDef, ServiceKind, decode_node_services,
 };
+use crate::rpc::MsgpackError;
 use crate::rpc::mux::CallError;
 use crate::rpc::{encode_ping, session};
+
+/// An answer that is not what the method returns: counted with the
+/// decoder's words (what it found where).
+impl From<MsgpackError> for Refusal {
+    fn from(e: MsgpackError) -> Self {
+        Refusal {
+            kind: "decode_answer",
+            words: Some(format!("the answer did not decode: {e}")),
+        }
+    }
+}
 
 impl From<CallError> for Refusal {
     fn from(e: CallError) -> Self {
@@ -255,7 +267,7 @@ impl ConsulAgent {
                     let r = match c.call(Rpc::SessionApply, create).await {
                         Ok(reply) => session::decode_apply(&reply.body)
                             .map(|id| id.into_owned())
-                            .map_err(|_| Refusal::kind("decode_answer")),
+                            .map_err(Refusal::from),
                         Err(e) => Err(e.into()),
                     };
                     Done::SessionCreated(r)
@@ -273,7 +285,7 @@ impl ConsulAgent {
                         .await
                     {
                         Ok(reply) => session::decode_renew(&reply.body)
-                            .map_err(|_| Refusal::kind("decode_answer")),
+                            .map_err(Refusal::from),
                         Err(e) => Err(e.into()),
                     };
                     Done::Renewed(r, start.elapsed())
@@ -354,7 +366,7 @@ async fn read_node(c: &Caller, node: &Node) -> Result<Seen, Refusal> {
             catalog::encode_node_read(seq, catalog::NODE_SERVICE_LIST, &n, out)
         })
         .await?;
-    let list = decode_node_services(&reply.body).map_err(|_| Refusal::kind("decode_answer"))?;
+    let list = decode_node_services(&reply.body)?;
     let seen = Seen {
         node_ok: list.node_known && list.node_address.as_deref() == Some(n.address),
         services: list
@@ -368,7 +380,7 @@ async fn read_node(c: &Caller, node: &Node) -> Result<Seen, Refusal> {
             catalog::encode_node_read(seq, catalog::NODE_CHECKS, &n, out)
         })
         .await?;
-    catalog::decode_node_checks(&reply.body).map_err(|_| Refusal::kind("decode_answer"))?;
+    catalog::decode_node_checks(&reply.body)?;
     Ok(seen)
 }
 
