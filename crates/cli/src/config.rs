@@ -714,11 +714,20 @@ mod tests {
             };
             (cc.agent, c.effective["consul-agent"].clone())
         };
-        assert_eq!(wire("streaming", None), (AgentWire::Client, "client".into()));
+        assert_eq!(
+            wire("streaming", None),
+            (AgentWire::Client, "client".into())
+        );
         assert_eq!(wire("blocking", None), (AgentWire::Client, "client".into()));
         assert_eq!(wire("http", None), (AgentWire::Api, "api".into()));
-        assert_eq!(wire("http", Some("client")), (AgentWire::Client, "client".into()));
-        assert_eq!(wire("streaming", Some("api")), (AgentWire::Api, "api".into()));
+        assert_eq!(
+            wire("http", Some("client")),
+            (AgentWire::Client, "client".into())
+        );
+        assert_eq!(
+            wire("streaming", Some("api")),
+            (AgentWire::Api, "api".into())
+        );
     }
 
     #[test]

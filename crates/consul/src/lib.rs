@@ -169,6 +169,10 @@ pub mod names {
     pub const COORDINATE_UPDATES: &str = "coordinate_updates";
     /// The router's `Status.Ping` calls answered, one per rebalance.
     pub const ROUTER_PINGS: &str = "router_pings";
+    /// Rebalances that found the server they would move to not answering
+    /// (client wire: it goes to the end of the list and the next is
+    /// checked, as Consul's router does; the agent stays where it is).
+    pub const ROUTER_SKIPS: &str = "router_skips";
     /// A client agent's own RPCs, each method timed from the call written
     /// to its whole answer read (`--consul-agent client`).
     pub const RPC_LATENCIES: [&str; 7] = [
@@ -229,6 +233,7 @@ pub fn metrics_spec() -> MetricsSpec {
             names::WATCH_BYTES_SENT,
             names::COORDINATE_UPDATES,
             names::ROUTER_PINGS,
+            names::ROUTER_SKIPS,
         ],
         latencies: [
             names::CONNECT,

@@ -256,3 +256,76 @@ async fn a_failed_run_removes_the_nodes_it_registered() {
     assert!(report.ever_connected < 10);
     assert_eq!(dump(&t, &[]).await, before);
 }
+
+/// Three servers of one cluster (one state), as `--embedded-servers 3`.
+async fn three_servers() -> [Target; 3] {
+    let first = start_target().await;
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let second = Target::serve(first.state.clone(), any, any).await;
+    let third = Target::serve(first.state.clone(), any, any).await;
+    [first, second, third]
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failover_keeps_the_state_and_a_rebalance_checks_a_server_before_moving() {
+    let [first, second, third] = three_servers().await;
+    let mut cfg = config(&first);
+    cfg.conn.targets = [&first, &second, &third]
+        .map(|t| t.rpc.to_string())
+        .to_vec();
+    cfg.rebalance_min = Duration::from_secs(5);
+    let m = metrics();
+    let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
+    let status = Arc::new(FleetStatus::default());
+    let mut f = fleet(60, Duration::from_secs(40));
+    f.servers = [&first, &second, &third]
+        .map(|t| t.rpc.to_string())
+        .to_vec();
+    let fleet_run = tokio::spawn(agent_sim_fleet::run(
+        f,
+        Arc::new(factory),
+        m.clone(),
+        status,
+        CancellationToken::new(),
+    ));
+    until(Duration::from_secs(10), "60 connected", async || {
+        counter(&m, "sessions_established") == 60
+    })
+    .await;
+    // The third server goes away for good: its agents go to the next
+    // server of their lists, and rebalances that put it in front find it
+    // silent and keep their agents where they are.
+    third.stop.cancel();
+    until(
+        Duration::from_secs(10),
+        "every agent served again",
+        async || {
+            m.disruptions()
+                .summaries()
+                .first()
+                .is_some_and(|d| d.sessions_lost > 0 && d.back == d.sessions_lost)
+        },
+    )
+    .await;
+    let report = fleet_run.await.unwrap();
+    assert_eq!(report.connected_at_end, 60);
+    let held = report.servers.expect("three servers").held;
+    assert_eq!(held[2], 0, "{held:?}");
+    assert_eq!(held.iter().sum::<u64>(), 60, "{held:?}");
+    let s = m.snapshot();
+    assert!(
+        !s.errors.contains_key("connect_refused"),
+        "no move onto the dead server: {:?}",
+        s.errors
+    );
+    assert!(counter(&m, "router_skips") > 0);
+    // The cluster kept every agent's state: no sync after the failover
+    // (the periodic one is a minute away), the move confirmed by a ping.
+    assert_eq!(counter(&m, "anti_entropy_syncs"), 0);
+    assert_eq!(counter(&m, "reregistrations"), 0);
+    let d = &m.disruptions().summaries()[0];
+    assert!(
+        d.back_after_s.p100.is_some_and(|s| s < 3.0),
+        "back at once, not after a staggered sync: {d:?}"
+    );
+}

@@ -551,9 +551,12 @@ async fn agent_against(
     let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
     let mut agent = factory.create(0);
     let what = format!("{answer:?}: {kind} counted {times} times");
-    let end = common::session_until(&mut agent, &m, (Duration::from_secs(30), &what), async || {
-        m.snapshot().errors.get(kind).is_some_and(|&n| n >= times)
-    })
+    let end = common::session_until(
+        &mut agent,
+        &m,
+        (Duration::from_secs(30), &what),
+        async || m.snapshot().errors.get(kind).is_some_and(|&n| n >= times),
+    )
     .await;
     (end, m)
 }
@@ -565,7 +568,12 @@ async fn an_rpc_port_answering_garbage_or_the_wrong_call_or_forever_is_counted_a
     let cases = [
         (Answer::Garbage, "decode_answer", "msgpack", 2),
         (Answer::WrongSeq, "decode_answer", "an answer to call", 2),
-        (Answer::StringForStruct, "decode_answer", "the answer did not decode", 2),
+        (
+            Answer::StringForStruct,
+            "decode_answer",
+            "the answer did not decode",
+            2,
+        ),
         (Answer::Endless, "answer_too_large", "over 256 KiB", 2),
         (Answer::Silent, "rpc_timeout", "no answer within 10s", 1),
     ];

@@ -285,6 +285,7 @@ impl AgentFactory for ConsulFactory {
             router: Router::new(s.dialers.len(), index.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
             session_server: 0,
             moved: false,
+            moved_link: None,
         }
     }
 }

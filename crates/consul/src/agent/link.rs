@@ -6,6 +6,7 @@
 //! at a time ([`CallLine`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 
 use agent_sim_fleet::{BoxFuture, SessionCx, SessionEnd};
 use agent_sim_net::RxStamp;
@@ -51,6 +52,27 @@ pub(super) struct Link {
 }
 
 impl Link {
+    /// `call` on this connection while no session drives it (a rebalance's
+    /// check of a server): the connection polled beside the call.
+    pub(super) async fn driving<T>(
+        &mut self,
+        call: impl Future<Output = Result<T, CallError>>,
+    ) -> Result<T, CallError> {
+        let mut call = std::pin::pin!(call);
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = call.as_mut().poll(cx) {
+                return Poll::Ready(r);
+            }
+            self.mux.poll_driver(cx).map(|r| {
+                r.and(Err(CallError::new(
+                    "conn_closed",
+                    "the connection closed under the call",
+                )))
+            })
+        })
+        .await
+    }
+
     /// Gives the call line a stream when it has none (the first call, or
     /// after a call broke its stream).
     pub(super) fn refill(&mut self) -> Result<(), CallError> {
@@ -173,14 +195,18 @@ impl Caller {
 impl ConsulAgent {
     /// Dials the agent's server's RPC port with `0x04` and starts yamux on
     /// it (within the session's connect budget); its bytes count as the
-    /// watches' when blocking queries share it (`watching`). Boxed, as the
+    /// watches' when blocking queries share it (`watching`). After a
+    /// rebalance, the connection it checked the server on. Boxed, as the
     /// connect step is: the session future stays small.
     pub(super) fn open_link<'a>(
-        &'a self,
+        &'a mut self,
         cx: &'a SessionCx,
         server: usize,
         watching: bool,
     ) -> BoxFuture<'a, Result<Box<Link>, SessionEnd>> {
+        if let Some(checked) = self.moved_link.take() {
+            return Box::pin(std::future::ready(Ok(checked)));
+        }
         Box::pin(self.link_of(cx, server, watching))
     }
 
@@ -207,8 +233,19 @@ impl ConsulAgent {
         &self,
         bind: Option<std::net::IpAddr>,
     ) -> BoxFuture<'static, Result<Box<Link>, CallError>> {
+        self.dial_link(self.server(), bind, false)
+    }
+
+    /// The RPC connection to `server`, dialed from `bind` within the
+    /// connect budget; its bytes count as the watches' when blocking
+    /// queries will share it (`watching`).
+    pub(super) fn dial_link(
+        &self,
+        server: usize,
+        bind: Option<std::net::IpAddr>,
+        watching: bool,
+    ) -> BoxFuture<'static, Result<Box<Link>, CallError>> {
         let sh = self.shared.clone();
-        let server = self.server();
         let key = self.index as usize;
         Box::pin(async move {
             let t = Instant::now();
@@ -219,7 +256,7 @@ impl ConsulAgent {
                 Ok(Ok(c)) => c,
             };
             sh.metrics.record(sh.ids.connect, key, t.elapsed());
-            new_link(&sh, io, stamp, false)
+            new_link(&sh, io, stamp, watching)
         })
     }
 }

@@ -45,6 +45,7 @@ use crate::conn::{ByteCounters, Dialer};
 use crate::http::{self, HttpApi};
 use crate::probe::{Owed, ProbeBoard};
 use agent_sim_fleet::servers::Router;
+use link::Link;
 
 use crate::rpc::coordinate::Vivaldi;
 use crate::txn::TxnBatcher;
@@ -88,6 +89,7 @@ pub(crate) struct Ids {
     watch_bytes_tx: CounterId,
     coordinate_updates: CounterId,
     pings: CounterId,
+    skips: CounterId,
     /// A client agent's calls by method (`link::Rpc` order).
     rpc: [LatencyId; 7],
 }
@@ -135,6 +137,7 @@ impl Ids {
             arrivals_user_time: m.counter(names::ARRIVALS_USER_TIME),
             coordinate_updates: m.counter(names::COORDINATE_UPDATES),
             pings: m.counter(names::ROUTER_PINGS),
+            skips: m.counter(names::ROUTER_SKIPS),
             rpc: names::RPC_LATENCIES.map(|n| m.latency(n)),
         })
     }
@@ -244,8 +247,14 @@ pub struct ConsulAgent {
     router: Router,
     /// The server of the current (or last) session.
     session_server: usize,
-    /// The last session ended with a move to another server.
+    /// The last session ended with a move to another server, or was lost
+    /// and the router's next server is another one: the next session
+    /// syncs nothing (the cluster kept the agent's state) and confirms
+    /// its server by a ping at once.
     moved: bool,
+    /// The connection a rebalance checked the server it moved to on
+    /// (client wire): the next session's, as a real agent's pool keeps it.
+    moved_link: Option<Box<Link>>,
 }
 
 impl std::fmt::Debug for ConsulAgent {

@@ -88,7 +88,13 @@ impl ConsulAgent {
             self.watch_session(cx).await
         };
         match end {
-            SessionEnd::Lost(_) => self.router.failed(server),
+            SessionEnd::Lost(_) => {
+                // Failed over: the next server kept the agent's state (a
+                // real agent syncs when a server joins, not when it
+                // leaves one).
+                self.router.failed(server);
+                self.moved = self.router.current() != server;
+            }
             SessionEnd::Moved => self.moved = true,
             _ => {}
         }
@@ -149,7 +155,10 @@ impl ConsulAgent {
                     link = Some(l);
                     None
                 }
-                Woke::Call(Done::Moved) => Some(SessionEnd::Moved),
+                Woke::Call(Done::Moved(checked)) => {
+                    self.moved_link = checked;
+                    Some(SessionEnd::Moved)
+                }
                 Woke::Io(Either::Watch(io)) => w.on_io(self, cx, slots, io),
                 Woke::Call(done) => {
                     self.on_upkeep(cx, &mut hs, slots, done);
@@ -212,7 +221,8 @@ impl ConsulAgent {
     /// silent resubscribe is confirmed only by a server answer (the first
     /// anti-entropy sync).
     ///
-    /// After a move to another server (a rebalance), nothing was lost: no
+    /// After a move to another server (a rebalance, or a failover to the
+    /// router's next server), the cluster kept the agent's state: no
     /// staggered sync, but the router's ping of the new server at once,
     /// whose answer confirms it as a sync's would.
     fn session_sched(&mut self, now: Instant) -> (bool, Sched) {
@@ -227,6 +237,7 @@ impl ConsulAgent {
             ping_due: None,
             ae_answered: false,
             confirm_by_ping: moved,
+            checking: false,
         };
         self.client_schedule(&mut hs, now);
         if moved {

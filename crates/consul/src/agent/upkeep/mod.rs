@@ -41,7 +41,8 @@ pub(super) enum Op {
     /// Ask the server in front of the router's list whether it answers
     /// (client wire, at a rebalance that kept the agent's server).
     Ping,
-    /// A rebalance put another server in front: the agent moves there.
+    /// A rebalance put another server in front: the agent moves there
+    /// (on the client wire once that server answered a ping).
     Move,
 }
 
@@ -66,8 +67,12 @@ pub(super) enum Done {
     /// The RPC connection, dialed again after it closed under a session
     /// whose streams went on.
     Redialed(Redialed),
-    /// The agent moves to the server its rebalanced router put in front.
-    Moved,
+    /// The agent moves to the server its rebalanced router put in front,
+    /// with the connection the move checked it on (client wire).
+    Moved(Option<Box<Link>>),
+    /// The server a rebalance put in front did not answer its ping: it
+    /// goes to the end of the list and the next one is checked.
+    Skipped(usize),
 }
 
 /// A call of the upkeep in flight.
@@ -90,6 +95,9 @@ pub(super) struct Sched {
     /// The session follows a move: the router's ping answering confirms
     /// the server as a sync would.
     pub(super) confirm_by_ping: bool,
+    /// A rebalance goes on after a server it checked did not answer: the
+    /// next server in front is checked, without a new shuffle.
+    pub(super) checking: bool,
 }
 
 pub(super) use crate::config::AE_SERVER_UP;
@@ -246,8 +254,11 @@ impl ConsulAgent {
                 return Some(Op::Ping);
             }
             // Consul's router: a new order, then a ping of the server in
-            // front (or a move there when it is another one).
-            self.router.rebalance(&mut fastrand::Rng::new());
+            // front (or a move there when it is another one, once it
+            // answered its own ping).
+            if !std::mem::take(&mut hs.checking) {
+                self.router.rebalance(&mut fastrand::Rng::new());
+            }
             if self.router.current() != self.session_server {
                 return Some(Op::Move);
             }
@@ -268,11 +279,11 @@ impl ConsulAgent {
     ) -> Option<UpkeepCall> {
         match (self.shared.cfg.agent, line) {
             (AgentWire::Api, _) => match self.next_op(hs, now)? {
-                Op::Move => Some(Box::pin(async { Done::Moved })),
+                Op::Move => Some(Box::pin(async { Done::Moved(None) })),
                 op => Some(self.api_call(op)),
             },
             (AgentWire::Client, Some(line)) => match self.next_op(hs, now)? {
-                Op::Move => Some(Box::pin(async { Done::Moved })),
+                Op::Move => Some(self.check_move(bind)),
                 op => Some(self.rpc_call(op, line.clone())),
             },
             (AgentWire::Client, None) => {
@@ -314,9 +325,21 @@ impl ConsulAgent {
             Done::Pinged(r) => self.on_pinged(hs, r, now),
             // The session's loop takes a new connection (and ends the
             // session for a move); a failed dial waits the backoff.
-            Done::Redialed(Ok(_)) | Done::Moved => hs.backoff.reset(),
+            Done::Redialed(Ok(_)) | Done::Moved(_) => hs.backoff.reset(),
+            Done::Skipped(server) => self.on_skipped(hs, server, now),
             Done::Redialed(Err(e)) => refused(cx, hs, e.into(), now),
         }
+    }
+
+    /// A rebalance found the server in front not answering (as Consul's
+    /// router logs it, not an error): it goes to the end of the list, and
+    /// the next in front is checked at once (the agent's own server last).
+    fn on_skipped(&mut self, hs: &mut Sched, server: usize, now: Instant) {
+        let sh = &self.shared;
+        sh.metrics.incr(sh.ids.skips);
+        self.router.failed(server);
+        hs.checking = true;
+        hs.ping_due = Some(now);
     }
 
     fn on_registered(&mut self, hs: &mut Sched, now: Instant) {

@@ -13,10 +13,11 @@ use super::{Done, Op, UpkeepCall};
 use crate::agent::ConsulAgent;
 use crate::agent::link::{CallLine, Caller, Rpc};
 use crate::http::{self, META_PREFIX, Refusal};
+use crate::modes::WatchMode;
+use crate::rpc::MsgpackError;
 use crate::rpc::catalog::{
     self, CheckDef, NodeIdent, ServiceDef, ServiceKind, decode_node_services,
 };
-use crate::rpc::MsgpackError;
 use crate::rpc::mux::CallError;
 use crate::rpc::{encode_ping, session};
 
@@ -225,6 +226,42 @@ impl ConsulAgent {
         }
     }
 
+    /// A rebalance's check of the server it put in front, as Consul's
+    /// router pings a server before it takes it: the RPC connection to it
+    /// dialed from the session's source address, and `Status.Ping` on it.
+    /// Answered: the move, with that connection for the next session (a
+    /// real agent's pool keeps it); otherwise that server is skipped (not
+    /// an error: the agent stays where it is).
+    pub(super) fn check_move(&self, bind: Option<std::net::IpAddr>) -> UpkeepCall {
+        let server = self.router.current();
+        let watching = self.shared.cfg.watch == WatchMode::Blocking;
+        let dial = self.dial_link(server, bind, watching);
+        let caller = Caller {
+            line: CallLine::default(),
+            sh: self.shared.clone(),
+            key: self.index as usize,
+        };
+        Box::pin(async move {
+            let Ok(mut link) = dial.await else {
+                return Done::Skipped(server);
+            };
+            let caller = Caller {
+                line: link.line.clone(),
+                ..caller
+            };
+            match link
+                .driving(caller.call(Rpc::StatusPing, encode_ping))
+                .await
+            {
+                Ok(_) => {
+                    caller.sh.metrics.incr(caller.sh.ids.pings);
+                    Done::Moved(Some(link))
+                }
+                Err(_) => Done::Skipped(server),
+            }
+        })
+    }
+
     /// `op` on the agent's call stream.
     pub(super) fn rpc_call(&self, op: Op, line: CallLine) -> UpkeepCall {
         let sh = self.shared.clone();
@@ -284,8 +321,7 @@ impl ConsulAgent {
                         })
                         .await
                     {
-                        Ok(reply) => session::decode_renew(&reply.body)
-                            .map_err(Refusal::from),
+                        Ok(reply) => session::decode_renew(&reply.body).map_err(Refusal::from),
                         Err(e) => Err(e.into()),
                     };
                     Done::Renewed(r, start.elapsed())
@@ -331,7 +367,7 @@ impl ConsulAgent {
                 let r = c.call(Rpc::StatusPing, encode_ping).await;
                 Done::Pinged(r.map(|_| ()).map_err(Refusal::from))
             }),
-            Op::Move => Box::pin(async { Done::Moved }),
+            Op::Move => Box::pin(async { Done::Moved(None) }),
         }
     }
 }
