@@ -12,7 +12,7 @@ use agent_sim_consul::rpc::catalog::{
 };
 use agent_sim_consul::rpc::coordinate::{self, Coord};
 use agent_sim_consul::rpc::session::{self, NewSession};
-use agent_sim_consul::rpc::{AnswerScan, decode_header, encode_ping};
+use agent_sim_consul::rpc::{MessageScan, decode_header, encode_ping};
 use serde_json::Value;
 
 const DIR: &str = concat!(
@@ -354,7 +354,7 @@ fn coordinate_ping_and_sessions_are_the_agents_bytes() {
 /// The answer in a reply frame: its header, and its body's bytes.
 fn answer(file: &str) -> (agent_sim_consul::rpc::ResponseHeader, Vec<u8>) {
     let p = payload(file);
-    let (h, end) = AnswerScan::default()
+    let (h, end) = MessageScan::default()
         .scan(&p)
         .unwrap()
         .expect("a whole answer");

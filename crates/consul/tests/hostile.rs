@@ -308,6 +308,25 @@ async fn raw_rpc_server(body: Vec<u8>) -> std::net::SocketAddr {
     addr
 }
 
+/// An agent of one RPC port and no HTTP API (a closed port): one upstream,
+/// no session, no probe.
+fn one_port(rpc: std::net::SocketAddr) -> ConsulConfig {
+    ConsulConfig {
+        conn: agent_sim_consul::Connection {
+            targets: vec![rpc.to_string()],
+            http_target: "127.0.0.1:9".into(),
+            ..agent_sim_consul::Connection::to(&[])
+        },
+        upstreams: vec!["web".into()],
+        session_ttl: None,
+        probe: ProbeConfig {
+            kind: None,
+            ..ProbeConfig::default()
+        },
+        ..ConsulConfig::default()
+    }
+}
+
 #[tokio::test]
 async fn a_server_streaming_unknown_payloads_and_an_oversized_message_is_survived() {
     // A snapshot end carrying a newer payload field, an event with only an
@@ -320,22 +339,11 @@ async fn a_server_streaming_unknown_payloads_and_an_oversized_message_is_survive
     body.extend_from_slice(&((MAX_EVENT_MESSAGE + 1) as u32).to_be_bytes());
     let rpc = raw_rpc_server(body).await;
     let cfg = ConsulConfig {
-        conn: agent_sim_consul::Connection {
-            targets: vec![rpc.to_string()],
-            http_target: "127.0.0.1:9".into(),
-            ..agent_sim_consul::Connection::to(&[])
-        },
-        upstreams: vec!["web".into()],
         register: false,
-        session_ttl: None,
         anti_entropy: None,
-        probe: ProbeConfig {
-            kind: None,
-            ..ProbeConfig::default()
-        },
         // This server speaks only the streaming port (0x08).
         agent: agent_sim_consul::modes::AgentWire::Api,
-        ..ConsulConfig::default()
+        ..one_port(rpc)
     };
     let m = common::metrics();
     let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
@@ -445,18 +453,14 @@ struct CallHeader {
 /// Reads each call of `stream` (a header and its arguments) and answers it
 /// as `answer` says.
 async fn answer_calls(mut stream: yamux::Stream, answer: Answer) {
-    use agent_sim_proto::msgpack::{Scanner, write::Writer};
+    use agent_sim_proto::msgpack::{MessageScan, write::Writer};
     use futures_util::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
-        let (mut head, mut args) = (Scanner::default(), Scanner::default());
+        let mut scan = MessageScan::default();
         let (h, end) = loop {
-            let scanned = head.scan(&buf).and_then(|h| match h {
-                Some(h) => Ok(args.scan(&buf[h..])?.map(|a| (h, h + a))),
-                None => Ok(None),
-            });
-            match scanned {
+            match scan.scan(&buf) {
                 Ok(Some(done)) => break done,
                 Ok(None) if buf.len() < 1 << 20 => {}
                 _ => return,
@@ -531,21 +535,10 @@ async fn agent_against(
 ) -> (SessionEnd, agent_sim_metrics::Metrics) {
     let rpc = hostile_rpc_port(answer).await;
     let cfg = ConsulConfig {
-        conn: agent_sim_consul::Connection {
-            targets: vec![rpc.to_string()],
-            http_target: "127.0.0.1:9".into(),
-            ..agent_sim_consul::Connection::to(&[])
-        },
-        upstreams: vec!["web".into()],
-        session_ttl: None,
         anti_entropy: Some(Duration::from_secs(60)),
-        probe: ProbeConfig {
-            kind: None,
-            ..ProbeConfig::default()
-        },
         watch: agent_sim_consul::watch::WatchMode::Blocking,
         agent: agent_sim_consul::modes::AgentWire::Client,
-        ..ConsulConfig::default()
+        ..one_port(rpc)
     };
     let m = common::metrics();
     let factory = ConsulFactory::new(cfg, m.clone()).unwrap();

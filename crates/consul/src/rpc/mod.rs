@@ -19,7 +19,7 @@ pub mod mux;
 pub mod session;
 
 use agent_sim_proto::msgpack::Writer;
-pub use agent_sim_proto::msgpack::{MsgpackError, Scanner};
+pub use agent_sim_proto::msgpack::{MessageScan, MsgpackError, Scanner};
 use serde::Deserialize;
 
 /// `Status.Ping`.
@@ -51,33 +51,6 @@ pub struct ResponseHeader {
     /// What went wrong (`""`: nothing), in the server's words.
     #[serde(rename = "Error", default)]
     pub error: String,
-}
-
-/// Where a whole answer (header, then body) ends in `buf`, once it holds
-/// one: the header's end and the body's end.
-#[derive(Debug, Default)]
-pub struct AnswerScan {
-    head: Scanner,
-    body: Scanner,
-    header_end: Option<usize>,
-}
-
-impl AnswerScan {
-    /// `(header_end, end)` once `buf` (the same bytes as before, perhaps
-    /// more) holds the whole answer.
-    pub fn scan(&mut self, buf: &[u8]) -> Result<Option<(usize, usize)>, MsgpackError> {
-        let h = match self.header_end {
-            Some(h) => h,
-            None => match self.head.scan(buf)? {
-                Some(h) => {
-                    self.header_end = Some(h);
-                    h
-                }
-                None => return Ok(None),
-            },
-        };
-        Ok(self.body.scan(&buf[h..])?.map(|b| (h, h + b)))
-    }
 }
 
 /// Decodes a response header.

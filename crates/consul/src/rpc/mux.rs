@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use futures_util::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::compat::{Compat, TokioAsyncReadCompatExt as _};
 
-use super::{AnswerScan, ResponseHeader, decode_header};
+use super::{MessageScan, ResponseHeader, decode_header};
 use crate::conn::{Counted, RpcIo};
 
 /// First byte on a Consul RPC connection: yamux follows
@@ -155,7 +155,7 @@ async fn read_answer(
 ) -> Result<(Reply, bool), CallError> {
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 4 * 1024];
-    let mut scan = AnswerScan::default();
+    let mut scan = MessageScan::default();
     loop {
         match scan.scan(&buf) {
             Err(e) => return Err(CallError::new("decode_answer", e.to_string())),

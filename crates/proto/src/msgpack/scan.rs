@@ -43,6 +43,33 @@ impl Default for Scanner {
     }
 }
 
+/// Where one net/rpc message ends in a growing buffer: a header value,
+/// then a body value, back to back (a request or an answer alike).
+#[derive(Debug, Clone, Default)]
+pub struct MessageScan {
+    head: Scanner,
+    body: Scanner,
+    header_end: Option<usize>,
+}
+
+impl MessageScan {
+    /// `(header_end, end)` once `buf` (the same bytes as before, perhaps
+    /// more) holds the whole message.
+    pub fn scan(&mut self, buf: &[u8]) -> Result<Option<(usize, usize)>, MsgpackError> {
+        let h = match self.header_end {
+            Some(h) => h,
+            None => match self.head.scan(buf)? {
+                Some(h) => {
+                    self.header_end = Some(h);
+                    h
+                }
+                None => return Ok(None),
+            },
+        };
+        Ok(self.body.scan(&buf[h..])?.map(|b| (h, h + b)))
+    }
+}
+
 impl Scanner {
     /// The value's length once `buf` (the same bytes as before, perhaps
     /// more) holds all of it.

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::compat::TokioAsyncReadCompatExt as _;
 use tokio_util::sync::CancellationToken;
 
-use agent_sim_proto::msgpack::Scanner;
+use agent_sim_proto::msgpack::MessageScan;
 use bytes::Bytes;
 
 use super::blocking::{SERVICE_NODES, service_nodes};
@@ -102,13 +102,9 @@ async fn serve_stream(mut s: yamux::Stream, state: ConsulState, shutdown: Cancel
     let mut chunk = [0u8; 4096];
     loop {
         // Two values: the header, then the arguments.
-        let (mut head, mut args) = (Scanner::default(), Scanner::default());
+        let mut scan = MessageScan::default();
         let (h, end) = loop {
-            let scanned = head.scan(&buf).and_then(|h| match h {
-                Some(h) => Ok(args.scan(&buf[h..])?.map(|a| (h, h + a))),
-                None => Ok(None),
-            });
-            match scanned {
+            match scan.scan(&buf) {
                 Ok(Some(done)) => break done,
                 Ok(None) if buf.len() <= MAX_REQUEST => {}
                 // Not msgpack, or too long: the stream is closed.
