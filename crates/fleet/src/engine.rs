@@ -398,6 +398,7 @@ struct AgentEnv {
 async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
     let mut backoff = env.backoff;
     let mut attempt = 0u32;
+    let mut carried = false;
     let mut was_established_before = false;
     let mut delay: Option<Duration> = None;
     loop {
@@ -453,6 +454,7 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
             established: AtomicBool::new(false),
             ever: env.ever.clone(),
             live: env.live.clone(),
+            carried,
             was_established_before,
             ledger: Some((env.ledger.clone(), env.n)),
             ceilings: Some(env.ceilings.clone()),
@@ -469,9 +471,15 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
         .await;
         drop(cx.permit.lock().unwrap_or_else(|p| p.into_inner()).take());
         let was_up = cx.is_established();
+        // A move between servers keeps the agent counted connected until
+        // its next session answers (or fails): a handover, not a gap.
+        let moving = was_up && end == SessionEnd::Moved && !env.run.is_cancelled();
+        if (was_up || carried) && !moving {
+            env.live.fetch_sub(1, Ordering::Relaxed);
+        }
+        carried = moving;
         if was_up {
             env.metrics.session_down();
-            env.live.fetch_sub(1, Ordering::Relaxed);
             env.ceilings.down(env.bind_addr);
             if let (Some(b), Some(s)) = (&env.servers, cx.server()) {
                 b.down(s);
@@ -522,6 +530,7 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
         established: AtomicBool::new(true),
         ever: env.ever.clone(),
         live: env.live.clone(),
+        carried: false,
         was_established_before: true,
         ledger: None,
         ceilings: None,
@@ -717,6 +726,80 @@ mod tests {
         let counts = report.servers.expect("two servers kept");
         assert_eq!(counts.held, vec![0, 1]);
         assert_eq!(counts.connects, vec![0, 2]);
+    }
+
+    /// Agent 0 moves, and its next session has not answered when the run
+    /// ends; agent 1 moves and its next session fails at once (then waits
+    /// its backoff past the end).
+    struct Handover(u64, u32);
+
+    impl Agent for Handover {
+        fn run_session<'a>(&'a mut self, cx: &'a SessionCx) -> BoxFuture<'a, SessionEnd> {
+            Box::pin(async move {
+                self.1 += 1;
+                if self.1 == 1 {
+                    cx.established();
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    return SessionEnd::Moved;
+                }
+                if self.0 == 1 {
+                    return SessionEnd::lost("connect_refused");
+                }
+                cx.cancel.cancelled().await;
+                SessionEnd::Shutdown
+            })
+        }
+    }
+
+    struct HandoverFactory;
+
+    impl AgentFactory for HandoverFactory {
+        type Agent = Handover;
+        fn create(&self, index: u64) -> Handover {
+            Handover(index, 0)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_agent_in_a_move_is_connected_until_its_next_session_fails() {
+        let m = metrics();
+        let cfg = FleetConfig {
+            agents: 2,
+            ramp: None,
+            duration: Some(Duration::from_secs(5)),
+            backoff: Backoff::new(Duration::from_secs(10), Duration::from_secs(10)),
+            ..Default::default()
+        };
+        let status = Arc::new(FleetStatus::default());
+        let report = run(
+            cfg,
+            Arc::new(HandoverFactory),
+            m.clone(),
+            status,
+            CancellationToken::new(),
+        )
+        .await;
+        // Agent 0's handover is no gap; agent 1 is out since its failure.
+        assert_eq!(report.connected_at_end, 1);
+        assert_eq!(
+            report.missing.get("connect_refused"),
+            Some(&1),
+            "{:?}",
+            report.missing
+        );
+        assert_eq!(
+            report.missing.values().sum::<u64>(),
+            1,
+            "{:?}",
+            report.missing
+        );
+        // The failed handover is no lost session (the agent chose to move).
+        assert!(
+            report.sessions_lost.is_empty(),
+            "{:?}",
+            report.sessions_lost
+        );
+        assert_eq!(m.connected(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -387,11 +387,9 @@ impl Ledger {
             } else {
                 match end {
                     SessionEnd::Shutdown => (Next::Stop, None),
-                    SessionEnd::Moved => {
-                        // A move between servers is no outage.
-                        b.marks[n].up = false;
-                        (Next::Retry, None)
-                    }
+                    // A move between servers is no outage: the agent stays
+                    // up until its next session answers or fails.
+                    SessionEnd::Moved => (Next::Retry, None),
                     SessionEnd::Lost(f) | SessionEnd::Fatal(f) => {
                         self.metrics.error_with(f.kind, f.detail.as_deref());
                         b.marks[n].up = false;

@@ -42,6 +42,9 @@ pub struct SessionCx {
     pub(crate) established: AtomicBool,
     pub(crate) ever: Arc<AtomicU64>,
     pub(crate) live: Arc<AtomicI64>,
+    /// The agent's last session ended in a move to another server: it is
+    /// still counted connected (`live`) until this one answers or ends.
+    pub(crate) carried: bool,
     pub(crate) was_established_before: bool,
     /// The fleet's ledger and this agent's local number (none standalone).
     pub(crate) ledger: Option<(Arc<Ledger>, usize)>,
@@ -79,6 +82,7 @@ impl SessionCx {
             established: AtomicBool::new(false),
             ever: Arc::new(AtomicU64::new(0)),
             live: Arc::new(AtomicI64::new(0)),
+            carried: false,
             was_established_before: false,
             ledger: None,
             ceilings: None,
@@ -114,7 +118,9 @@ impl SessionCx {
         if !self.established.swap(true, Ordering::AcqRel) {
             self.permit.lock().unwrap_or_else(|p| p.into_inner()).take();
             self.metrics.session_up();
-            self.live.fetch_add(1, Ordering::Relaxed);
+            if !self.carried {
+                self.live.fetch_add(1, Ordering::Relaxed);
+            }
             self.metrics.incr(self.metrics.counter(COUNTER_SESSIONS));
             if self.was_established_before {
                 self.metrics

@@ -204,7 +204,9 @@ impl ConsulAgent {
         server: usize,
         watching: bool,
     ) -> BoxFuture<'a, Result<Box<Link>, SessionEnd>> {
-        if let Some(checked) = self.moved_link.take() {
+        if let Some((at, checked)) = self.moved_link.take()
+            && at == server
+        {
             return Box::pin(std::future::ready(Ok(checked)));
         }
         Box::pin(self.link_of(cx, server, watching))

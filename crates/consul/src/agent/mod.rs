@@ -253,8 +253,9 @@ pub struct ConsulAgent {
     /// its server by a ping at once.
     moved: bool,
     /// The connection a rebalance checked the server it moved to on
-    /// (client wire): the next session's, as a real agent's pool keeps it.
-    moved_link: Option<Box<Link>>,
+    /// (client wire), and that server: the next session's, as a real
+    /// agent's pool keeps it (dropped if that session goes elsewhere).
+    moved_link: Option<(usize, Box<Link>)>,
 }
 
 impl std::fmt::Debug for ConsulAgent {

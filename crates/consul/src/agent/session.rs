@@ -156,7 +156,7 @@ impl ConsulAgent {
                     None
                 }
                 Woke::Call(Done::Moved(checked)) => {
-                    self.moved_link = checked;
+                    self.moved_link = checked.map(|l| (self.router.current(), l));
                     Some(SessionEnd::Moved)
                 }
                 Woke::Io(Either::Watch(io)) => w.on_io(self, cx, slots, io),
