@@ -12,6 +12,8 @@
 //! The `consul.xds` rows (Delta ADS streams and responses) are tested
 //! against sidecars on paused time in `crates/dataplane/tests/faults.rs`.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod consul;
 mod restart;
 mod sensu;
@@ -156,14 +158,7 @@ pub fn assert_complete(o: &agent_sim::run::RunOutcome) {
     assert_eq!(o.exit_code, 0, "{:?} errors {:#?}", s.outcome, s.errors);
     assert_eq!(s.agents.connected, s.agents.requested, "{:?}", s.outcome);
     // Every kind the faults made counted comes with what to check.
-    let bare: Vec<&String> = s
-        .errors
-        .iter()
-        .chain(&s.warnings)
-        .filter(|(_, e)| e.hint.is_none())
-        .map(|(k, _)| k)
-        .collect();
-    assert!(bare.is_empty(), "kinds counted without a hint: {bare:?}");
+    common::assert_hinted(s);
 }
 
 /// Runs `run` to its end, stops `b` and asserts the run ended complete;
