@@ -340,7 +340,10 @@ mod tests {
     }
 
     fn tmp(name: &str) -> TmpPath {
-        let dir = std::env::temp_dir().join(format!("agent-sim-hlog-{}", std::process::id()));
+        // A folder per test: one test's drop removes its folder while
+        // another writes (a shared one went away under a write, 1 run in 5).
+        let dir =
+            std::env::temp_dir().join(format!("agent-sim-hlog-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         TmpPath(dir.join(name))
     }
