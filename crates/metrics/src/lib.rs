@@ -98,6 +98,18 @@ pub fn new_latency_histogram() -> Histogram<u64> {
         .expect("static histogram bounds are valid")
 }
 
+/// A shard's histogram: the same buckets, but its counts reach only as far
+/// as the largest value recorded in it. One with the full bounds holds
+/// 184 KiB of counts, and clearing it after each collect made every page
+/// resident: shards × latencies of them (15 MiB on 2 cores, 128 shards on
+/// 32 cores).
+fn new_shard_histogram() -> Histogram<u64> {
+    let mut h = Histogram::new_with_bounds(LATENCY_MIN_US, 2 * LATENCY_MIN_US, LATENCY_SIGFIG)
+        .expect("static histogram bounds are valid");
+    h.auto(true);
+    h
+}
+
 /// Names of the counters and latency histograms a run records, and what
 /// the protocols say about their error kinds.
 #[derive(Debug, Clone, Default)]
@@ -266,22 +278,21 @@ impl Metrics {
     /// (use about four per worker thread; at least one).
     pub fn new(spec: &MetricsSpec, shards: usize) -> Self {
         let shards = shards.max(1);
-        let hist_set = || {
-            spec.latencies
-                .iter()
-                .map(|_| new_latency_histogram())
-                .collect::<Vec<_>>()
-        };
+        let hist_set = |new: fn() -> Histogram<u64>| spec.latencies.iter().map(|_| new()).collect();
         Metrics {
             inner: Arc::new(Inner {
                 counter_names: spec.counters.clone(),
                 counters: spec.counters.iter().map(|_| AtomicU64::new(0)).collect(),
                 latency_names: spec.latencies.clone(),
                 shards: (0..shards)
-                    .map(|_| Mutex::new(Shard { hists: hist_set() }))
+                    .map(|_| {
+                        Mutex::new(Shard {
+                            hists: hist_set(new_shard_histogram),
+                        })
+                    })
                     .collect(),
                 clamped: AtomicU64::new(0),
-                cumulative: Mutex::new(hist_set()),
+                cumulative: Mutex::new(hist_set(new_latency_histogram)),
                 errors: Mutex::new(BTreeMap::new()),
                 warnings: Mutex::new(BTreeMap::new()),
                 kinds: spec.errors.clone(),
