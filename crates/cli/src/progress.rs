@@ -65,6 +65,9 @@ pub const COUNTERS_READ: &[&str] = &[
     agent_sim_fleet::COUNTER_RECONNECT_ATTEMPTS,
 ];
 
+/// How early a line may be printed: half the reporter's 1 s tick.
+const TICK_SLACK: Duration = Duration::from_millis(500);
+
 /// Progress printer state.
 #[derive(Debug)]
 pub struct Progress {
@@ -131,7 +134,10 @@ impl Progress {
         let due = match self.last_print {
             None => true,
             Some(_) if self.tty => true,
-            Some(t) => now.saturating_sub(t) >= self.every,
+            // Half a tick of slack: the reporter wakes every second, a
+            // hair early or late, and a line due at 5 s seen at 4.999 s
+            // waited for 6 s (lines every 5, 6, 5, 6 s).
+            Some(t) => now + TICK_SLACK >= t + self.every,
         };
         if last {
             // Sessions are closed by now: keep the last live figures on screen.
@@ -207,5 +213,22 @@ mod tests {
             l.ends_with("storm (sensu) at 20.0s: lost 2000, back 1234"),
             "{l}"
         );
+    }
+
+    #[test]
+    fn lines_come_at_the_interval_asked_when_the_tick_wakes_a_hair_early() {
+        let mut p = Progress::new(10, false, Duration::from_secs(5), "sensu");
+        let snap = Snapshot::default();
+        let mut printed = Vec::new();
+        for s in 1..=30u64 {
+            // The 1 s tick, 1 ms early every other second.
+            let now = Duration::from_secs(s) - Duration::from_millis(s % 2);
+            let before = p.last_print;
+            p.tick(now, &snap, 10, false);
+            if p.last_print != before {
+                printed.push(s);
+            }
+        }
+        assert_eq!(printed, vec![1, 6, 11, 16, 21, 26], "{printed:?}");
     }
 }
