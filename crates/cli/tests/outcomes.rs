@@ -237,12 +237,14 @@ async fn the_connection_cap_with_fail_fast_stops_quickly_with_exit_1() {
 }
 
 /// A client agent holds two RPC connections (streaming and its own calls):
-/// under a cap of 100 per client address, 100 agents cannot all be served
-/// (at most 50), and the report names the cap.
+/// under a cap of 100 per client address, 60 agents cannot all be served
+/// (at most 50), and the report names the cap. (60, not 100: while the cap
+/// is full, at least 40 of 60 agents hold both connections; 100 agents can
+/// each hold one and none be served, exit 1, as one CI run saw.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_agent_counts_twice_against_the_per_ip_cap() {
     let (rpc, http, stop) = consul_backend(capped_at_100()).await;
-    let outcome = run_for(consul_run(rpc, http, 100), 4).await;
+    let outcome = run_for(consul_run(rpc, http, 60), 4).await;
     stop.cancel();
     let s = &outcome.summary;
     assert_eq!(outcome.exit_code, 2, "{:?}", s.outcome);
