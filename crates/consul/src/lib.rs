@@ -288,6 +288,17 @@ pub const ACL_NOT_FOUND: agent_sim_metrics::ErrorKindSpec = agent_sim_metrics::E
     heals: false,
 };
 
+/// The load box was too busy to time probe deliveries ([`check_overhead`];
+/// the dataplane sidecars' probes are timed alike).
+pub const PROBE_OVERHEAD_HIGH: agent_sim_metrics::ErrorKindSpec =
+    agent_sim_metrics::ErrorKindSpec {
+        kind: "probe_overhead_high",
+        hint: "the simulator took long to process probe events after the kernel received \
+               them (probe_overhead p99): the load box is saturated and propagation figures \
+               are suspect; use fewer agents per process or more cores",
+        heals: true,
+    };
+
 /// A registration transaction rolled back (the dataplane sidecars register
 /// through the same batcher).
 pub const TXN_ROLLBACK: agent_sim_metrics::ErrorKindSpec = agent_sim_metrics::ErrorKindSpec {
@@ -337,13 +348,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    another --probe-service",
             heals: false,
         },
-        K {
-            kind: "probe_overhead_high",
-            hint: "the simulator took long to process probe events after the kernel received \
-                   them (probe_overhead p99): the load box is saturated and propagation \
-                   figures are suspect; use fewer agents per process or more cores",
-            heals: true,
-        },
+        PROBE_OVERHEAD_HIGH,
         K {
             kind: "rpc_error",
             hint: "the server answered an RPC with an error; the sample is its words (an \

@@ -192,6 +192,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             heals: true,
         },
         agent_sim_consul::TXN_ROLLBACK,
+        agent_sim_consul::PROBE_OVERHEAD_HIGH,
         K {
             kind: "tls_handshake",
             hint: "TLS to the gRPC port failed: --ca-file, --tls-server-name, --cert-file / \
@@ -200,3 +201,21 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
         },
     ]
 };
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn a_saturated_box_warns_with_what_to_check() {
+        let m = agent_sim_metrics::Metrics::new(&super::metrics_spec(), 1);
+        let id = m.latency(super::names::PROBE_OVERHEAD);
+        m.record(id, 0, Duration::from_millis(50));
+        m.collect();
+        agent_sim_consul::check_overhead(&m);
+        let warned = m.snapshot().warnings;
+        assert!(warned.contains_key("probe_overhead_high"), "{warned:?}");
+        let spec = m.error_kind("probe_overhead_high").expect("declared");
+        assert!(spec.hint.contains("saturated"), "{spec:?}");
+    }
+}
