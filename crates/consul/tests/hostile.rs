@@ -409,6 +409,9 @@ enum Answer {
     StringForStruct,
     /// Nothing at all.
     Silent,
+    /// An error in the server's words for every call, as a server without a
+    /// leader answers.
+    Refuse,
 }
 
 /// A server on 127.0.0.1 that reads `0x04`, speaks yamux and answers each
@@ -513,6 +516,15 @@ async fn answer_calls(mut stream: yamux::Stream, answer: Answer) {
                 }
                 return;
             }
+            Answer::Refuse => {
+                Writer(&mut out)
+                    .map(3)
+                    .kv_str("ServiceMethod", &call.method)
+                    .kv_uint("Seq", call.seq)
+                    .kv_str("Error", "No cluster leader");
+                // net/rpc answers an error with an empty struct.
+                Writer(&mut out).map(0);
+            }
             Answer::Silent => {
                 // Holds the stream open, answering nothing.
                 let _ = stream.read(&mut chunk).await;
@@ -584,4 +596,50 @@ async fn an_rpc_port_answering_garbage_or_the_wrong_call_or_forever_is_counted_a
         let total: u64 = s.errors.values().sum();
         assert!(total <= 12, "{answer:?}: {:?}", s.errors);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_refusing_every_call_is_left_for_the_next_after_a_failed_call() {
+    // Two servers: one answers every call with an error, the other is a
+    // cluster. Agents whose router puts the first in front register there,
+    // fail, and (as Consul's client moves a failed server to the end of
+    // its list) make their next calls on the other; their watches stay.
+    let refusing = hostile_rpc_port(Answer::Refuse).await;
+    let t = common::start_target().await;
+    let cfg = ConsulConfig {
+        conn: agent_sim_consul::Connection {
+            targets: vec![refusing.to_string(), t.rpc.to_string()],
+            http_target: t.http.to_string(),
+            ..agent_sim_consul::Connection::to(&[])
+        },
+        upstreams: vec!["web".into()],
+        session_ttl: None,
+        probe: ProbeConfig {
+            kind: None,
+            ..ProbeConfig::default()
+        },
+        watch: agent_sim_consul::watch::WatchMode::Http,
+        agent: agent_sim_consul::modes::AgentWire::Client,
+        ..ConsulConfig::default()
+    };
+    let m = common::metrics();
+    let fleet = agent_sim_fleet::FleetConfig {
+        agents: 20,
+        ramp: Some(agent_sim_fleet::Rate::per_second(1000.0)),
+        duration: Some(Duration::from_secs(6)),
+        grace: Duration::from_secs(5),
+        ..agent_sim_fleet::FleetConfig::default()
+    };
+    let (report, _) = common::run_fleet(cfg, fleet, &m).await;
+    assert_eq!(report.connected_at_end, 20, "{:?}", report.missing);
+    assert_eq!(common::counter(&m, "registrations"), 20);
+    // Each agent fails at most its first call there (20 agents: some start
+    // on each server), and none of its sessions was lost for it.
+    let refused = m.snapshot().errors.values().sum::<u64>();
+    assert!((1..=20).contains(&refused), "{:?}", m.snapshot().errors);
+    assert!(
+        report.sessions_lost.is_empty(),
+        "{:?}",
+        report.sessions_lost
+    );
 }

@@ -49,6 +49,8 @@ pub(super) struct Link {
     pub(super) line: CallLine,
     /// Kernel receive stamps of the connection.
     pub(super) stamp: Option<RxStamp>,
+    /// The server it is connected to.
+    pub(super) server: usize,
 }
 
 impl Link {
@@ -225,17 +227,19 @@ impl ConsulAgent {
                 .await?;
         sh.metrics
             .record(sh.ids.connect, self.index as usize, t.elapsed());
-        new_link(sh, io, stamp, watching).map_err(|e| SessionEnd::lost_with(e.kind, e.detail))
+        new_link(sh, io, stamp, watching, server)
+            .map_err(|e| SessionEnd::lost_with(e.kind, e.detail))
     }
 
     /// The RPC connection dialed again inside a session (a client agent's
-    /// pool dials when a call needs a connection): within the connect
-    /// budget, from the session's source address.
+    /// pool dials when a call needs a connection): to the server in front
+    /// of the router (the session's, unless a failed call moved it), within
+    /// the connect budget, from the session's source address.
     pub(super) fn redial(
         &self,
         bind: Option<std::net::IpAddr>,
     ) -> BoxFuture<'static, Result<Box<Link>, CallError>> {
-        self.dial_link(self.server(), bind, false)
+        self.dial_link(self.router.current(), bind, false)
     }
 
     /// The RPC connection to `server`, dialed from `bind` within the
@@ -258,22 +262,25 @@ impl ConsulAgent {
                 Ok(Ok(c)) => c,
             };
             sh.metrics.record(sh.ids.connect, key, t.elapsed());
-            new_link(&sh, io, stamp, watching)
+            new_link(&sh, io, stamp, watching, server)
         })
     }
 }
 
-/// yamux on a dialed RPC connection, with a stream for the agent's calls.
+/// yamux on a dialed RPC connection to `server`, with a stream for the
+/// agent's calls.
 fn new_link(
     sh: &Shared,
     io: crate::conn::RpcIo,
     stamp: Option<RxStamp>,
     watching: bool,
+    server: usize,
 ) -> Result<Box<Link>, CallError> {
     let mut link = Box::new(Link {
         mux: Mux::client(Counted::new(io, Some(sh.bytes(watching)))),
         line: CallLine::default(),
         stamp,
+        server,
     });
     link.refill()?;
     Ok(link)

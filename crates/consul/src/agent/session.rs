@@ -147,12 +147,20 @@ impl ConsulAgent {
                     Err(e) => SessionEnd::lost_with(e.kind, e.detail),
                 }),
                 Woke::Io(Either::Link(_)) => {
-                    // A client agent's pool dials again on the next call.
-                    link = None;
+                    // A client agent's pool dials again on the next call,
+                    // to the next server if this one was in front.
+                    if let Some(l) = link.take() {
+                        self.router.failed(l.server);
+                    }
                     None
                 }
                 Woke::Call(Done::Redialed(Ok(l))) => {
                     link = Some(l);
+                    None
+                }
+                Woke::Call(done @ Done::Redialed(Err(_))) => {
+                    self.router.failed(self.router.current());
+                    self.on_upkeep(cx, &mut hs, slots, done);
                     None
                 }
                 Woke::Call(Done::Moved(checked)) => {
@@ -161,6 +169,17 @@ impl ConsulAgent {
                 }
                 Woke::Io(Either::Watch(io)) => w.on_io(self, cx, slots, io),
                 Woke::Call(done) => {
+                    if done.failed_call().is_some()
+                        && let Some(server) = link.as_ref().map(|l| l.server)
+                    {
+                        // Consul's client: a failed RPC moves its server to
+                        // the end of the list, and the next call goes to the
+                        // one in front (the streams stay where they are).
+                        self.router.failed(server);
+                        if !w.on_link() && self.router.current() != server {
+                            link = None;
+                        }
+                    }
                     self.on_upkeep(cx, &mut hs, slots, done);
                     None
                 }

@@ -75,6 +75,25 @@ pub(super) enum Done {
     Skipped(usize),
 }
 
+impl Done {
+    /// The server's refusal (or what broke) of an RPC the agent made; not
+    /// an answer that did not decode (Consul's client gives that back to
+    /// its caller without blaming the server).
+    pub(super) fn failed_call(&self) -> Option<&Refusal> {
+        let r = match self {
+            Done::Registered(Err(r))
+            | Done::Synced(Err(r))
+            | Done::SessionCreated(Err(r))
+            | Done::Renewed(Err(r), _)
+            | Done::Flapped(Err(r))
+            | Done::Coordinated(Err(r), _)
+            | Done::Pinged(Err(r)) => r,
+            _ => return None,
+        };
+        (r.kind != "decode_answer").then_some(r)
+    }
+}
+
 /// A call of the upkeep in flight.
 pub(super) type UpkeepCall = Pin<Box<dyn Future<Output = Done> + Send>>;
 
