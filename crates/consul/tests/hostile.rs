@@ -612,15 +612,9 @@ async fn a_server_refusing_every_call_is_left_for_the_next_after_a_failed_call()
             http_target: t.http.to_string(),
             ..agent_sim_consul::Connection::to(&[])
         },
-        upstreams: vec!["web".into()],
-        session_ttl: None,
-        probe: ProbeConfig {
-            kind: None,
-            ..ProbeConfig::default()
-        },
         watch: agent_sim_consul::watch::WatchMode::Http,
         agent: agent_sim_consul::modes::AgentWire::Client,
-        ..ConsulConfig::default()
+        ..one_port(refusing)
     };
     let m = common::metrics();
     let fleet = agent_sim_fleet::FleetConfig {
