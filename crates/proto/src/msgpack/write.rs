@@ -50,6 +50,13 @@ impl Writer<'_> {
 
     /// A string: fixstr, str16 or str32 (no str8, as Go's old-spec codec).
     pub fn str(&mut self, s: &str) -> &mut Self {
+        self.raw(s.as_bytes())
+    }
+
+    /// Bytes as the old spec's raw type (a Go `[]byte` under a handle
+    /// without `WriteExt`, as memberlist's and serf's codecs write them):
+    /// the same markers as [`Writer::str`].
+    pub fn raw(&mut self, s: &[u8]) -> &mut Self {
         let n = s.len();
         if n < 32 {
             self.0.push(0xa0 | n as u8);
@@ -60,7 +67,7 @@ impl Writer<'_> {
             self.0.push(0xdb);
             self.0.extend_from_slice(&(n as u32).to_be_bytes());
         }
-        self.0.extend_from_slice(s.as_bytes());
+        self.0.extend_from_slice(s);
         self
     }
 
