@@ -7,14 +7,106 @@
 //! - `pool`: the members of one process sharing one membership view, its
 //!   sockets and the timers that make servers see what N real members would
 //!   send them (probes, gossip, push-pulls, leaves).
-//! - [`serf`]: serf's messages, tags and the coordinate in a probe's ack.
+//! - [`serf`]: serf's messages and tags; [`coordinate`]: serf's Vivaldi
+//!   estimate and the coordinate in a probe's ack.
 //! - [`wire`]: memberlist's messages and the layers around them (label,
 //!   encryption, CRC, compression, compound).
 //!
 //! What it is not: a full memberlist. The simulated members do not gossip
 //! among themselves on the network; see docs/gossip.md for the model.
 
+pub mod coordinate;
 pub mod serf;
 pub mod wire;
 
 pub use wire::{Keyring, Security, WireError};
+
+pub mod pool;
+
+pub use pool::{Pool, PoolConfig, PoolError, Timings};
+
+use agent_sim_metrics::{ErrorKindSpec, MetricsSpec};
+
+/// Counter names a pool adds to.
+pub mod names {
+    /// Members joined (their join push-pull answered).
+    pub const JOINS: &str = "gossip_joins";
+    /// Members that left.
+    pub const LEAVES: &str = "gossip_leaves";
+    /// Probes of our members answered.
+    pub const ACKS_SENT: &str = "gossip_acks_sent";
+    /// Probes our members sent to servers.
+    pub const PROBES: &str = "gossip_probes";
+    /// Of those, unanswered in the probe timeout.
+    pub const PROBE_TIMEOUTS: &str = "gossip_probe_timeouts";
+    /// State exchanges (joins, periodic, the servers' own, closing).
+    pub const PUSH_PULLS: &str = "gossip_push_pulls";
+    /// UDP packets sent.
+    pub const PACKETS_SENT: &str = "gossip_packets_sent";
+    /// UDP packets received.
+    pub const PACKETS_RECEIVED: &str = "gossip_packets_received";
+    /// Gossip bytes sent (UDP and TCP).
+    pub const BYTES_SENT: &str = "gossip_bytes_sent";
+    /// Gossip bytes received (UDP and TCP).
+    pub const BYTES_RECEIVED: &str = "gossip_bytes_received";
+    /// Ticks of the pool's timers that came late (a busy load box).
+    pub const LATE_TICKS: &str = "gossip_late_ticks";
+}
+
+/// A member's join push-pull failed.
+pub const JOIN_FAILED: ErrorKindSpec = ErrorKindSpec {
+    kind: "gossip_join_failed",
+    hint: "the servers' serf LAN port (--gossip-join, default each target host on 8301) did not \
+           take the join: is it reachable from here, and do --gossip-key and --gossip-label match \
+           the cluster's?",
+    heals: true,
+};
+/// Gossip bytes that could not be read.
+pub const BAD_PACKET: ErrorKindSpec = ErrorKindSpec {
+    kind: "gossip_bad_packet",
+    hint: "a packet or stream on the gossip port was malformed, truncated or too large (the \
+           sample names the cause and sender)",
+    heals: true,
+};
+/// Encrypted traffic this pool cannot open, or plain traffic where it encrypts.
+pub const BAD_KEY: ErrorKindSpec = ErrorKindSpec {
+    kind: "gossip_encryption",
+    hint: "--gossip-key must be the cluster's `encrypt` key (consul keygen, base64), and is \
+           needed when the cluster encrypts and refused when it does not",
+    heals: false,
+};
+/// A label other than this pool's.
+pub const BAD_LABEL: ErrorKindSpec = ErrorKindSpec {
+    kind: "gossip_label",
+    hint: "--gossip-label must be the cluster's gossip label",
+    heals: false,
+};
+/// The pool's own timers ran late.
+pub const ACKED_LATE: ErrorKindSpec = ErrorKindSpec {
+    kind: "gossip_acked_late",
+    hint: "the load box was too busy to answer the servers' probes within 500 ms: members will \
+           flap as suspect or failed as real agents on a saturated host would; use fewer agents \
+           per process or more cores",
+    heals: true,
+};
+
+/// What a pool records.
+pub fn metrics_spec() -> MetricsSpec {
+    MetricsSpec {
+        counters: vec![
+            names::JOINS,
+            names::LEAVES,
+            names::ACKS_SENT,
+            names::PROBES,
+            names::PROBE_TIMEOUTS,
+            names::PUSH_PULLS,
+            names::PACKETS_SENT,
+            names::PACKETS_RECEIVED,
+            names::BYTES_SENT,
+            names::BYTES_RECEIVED,
+            names::LATE_TICKS,
+        ],
+        latencies: Vec::new(),
+        errors: vec![JOIN_FAILED, BAD_PACKET, BAD_KEY, BAD_LABEL, ACKED_LATE],
+    }
+}

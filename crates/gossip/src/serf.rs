@@ -1,7 +1,7 @@
 //! serf's part of the gossip: its messages travel as memberlist user
 //! messages (type byte 8, then serf's own type byte and a msgpack map), its
-//! tags are a node's memberlist metadata, and the ack of a probe carries the
-//! answering node's network coordinate.
+//! tags are a node's memberlist metadata (the coordinate an ack carries is
+//! in [`crate::coordinate`]).
 
 use agent_sim_proto::msgpack::Writer;
 
@@ -26,8 +26,6 @@ pub mod kind_serf {
 
 /// The byte in front of msgpack-encoded tags.
 pub const TAGS_MAGIC: u8 = 0xff;
-/// The ack payload's version byte.
-pub const PING_VERSION: u8 = 1;
 
 /// Tags as serf writes them into a node's metadata.
 pub fn encode_tags(tags: &[(&str, &str)]) -> Vec<u8> {
@@ -160,63 +158,6 @@ impl<'a> SerfState<'a> {
     }
 }
 
-/// A network coordinate (serf's Vivaldi: 8 dimensions, error, adjustment,
-/// height; seconds).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Coordinate {
-    /// The position.
-    pub vec: [f64; 8],
-    /// Its estimated error.
-    pub error: f64,
-    /// The adjustment term.
-    pub adjustment: f64,
-    /// The height (access link) term.
-    pub height: f64,
-}
-
-impl Coordinate {
-    /// The payload of an ack: version byte and the coordinate.
-    pub fn ack_payload(&self, out: &mut Vec<u8>) {
-        out.push(PING_VERSION);
-        let mut w = Writer(out);
-        w.map(4).str("Vec").array(8);
-        for v in self.vec {
-            w.f64(v);
-        }
-        w.str("Error").f64(self.error);
-        w.str("Adjustment").f64(self.adjustment);
-        w.str("Height").f64(self.height);
-    }
-
-    /// From an ack's payload.
-    pub fn from_ack_payload(p: &[u8]) -> Result<Self, WireError> {
-        let (&v, rest) = p.split_first().ok_or(WireError::Truncated)?;
-        if v != PING_VERSION {
-            return Err(WireError::Unknown(v));
-        }
-        let mut c = Coordinate::default();
-        Reader::new(rest).fields(|k, r| {
-            match k {
-                "Vec" => {
-                    let n = r.array()?;
-                    for i in 0..n {
-                        let x = r.float()?;
-                        if let Some(slot) = c.vec.get_mut(i) {
-                            *slot = x;
-                        }
-                    }
-                }
-                "Error" => c.error = r.float()?,
-                "Adjustment" => c.adjustment = r.float()?,
-                "Height" => c.height = r.float()?,
-                _ => r.skip()?,
-            }
-            Ok(())
-        })?;
-        Ok(c)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,14 +183,5 @@ mod tests {
         b.clear();
         s.encode(&mut b);
         assert_eq!(SerfState::decode(&b).unwrap(), s);
-        let c = Coordinate {
-            vec: [0.001; 8],
-            error: 1.5,
-            adjustment: 0.0,
-            height: 1e-5,
-        };
-        b.clear();
-        c.ack_payload(&mut b);
-        assert_eq!(Coordinate::from_ack_payload(&b).unwrap(), c);
     }
 }

@@ -1,0 +1,295 @@
+//! A pool of simulated gossip members in one process: they share one
+//! [`view::View`], a few sockets (each endpoint an address both UDP and TCP
+//! listen on, shared by the members that advertise it: a probe names the
+//! member it is for), and one ticker that sends the servers what N real
+//! members would: probes at each member's share of the probe rate,
+//! broadcasts until each server had them memberlist's retransmit limit of
+//! times, push-pulls at the scaled interval, and leaves in serf's order.
+//!
+//! Parts: `view` (the shared state), `net` (packets and streams in and
+//! out), `tick` (the model's timers).
+
+pub mod view;
+
+mod net;
+mod tick;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_sim_metrics::{CounterId, Metrics};
+use tokio::net::UdpSocket;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::coordinate::Coord;
+use crate::names;
+use crate::wire::Security;
+use view::{Phase, View};
+
+/// memberlist's LAN timings (Consul's defaults).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timings {
+    /// Each member probes one member this often.
+    pub probe_interval: Duration,
+    /// An ack later than this is a failed probe.
+    pub probe_timeout: Duration,
+    /// Members with broadcasts gossip this often...
+    pub gossip_interval: Duration,
+    /// ...to this many members.
+    pub gossip_nodes: u32,
+    /// Each member's state exchange, before scaling with the pool's size.
+    pub push_pull_interval: Duration,
+    /// Sends of a broadcast: this times log10 of the pool's size.
+    pub retransmit_mult: u32,
+    /// Suspicion lasts this times log10 of the pool's size probe intervals.
+    pub suspicion_mult: u32,
+    /// A stream's deadline.
+    pub tcp_timeout: Duration,
+    /// How long a closing pool lets its leave broadcasts travel.
+    pub leave_wait: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            probe_interval: Duration::from_secs(1),
+            probe_timeout: Duration::from_millis(500),
+            gossip_interval: Duration::from_millis(200),
+            gossip_nodes: 3,
+            push_pull_interval: Duration::from_secs(30),
+            retransmit_mult: 4,
+            suspicion_mult: 4,
+            tcp_timeout: Duration::from_secs(10),
+            leave_wait: Duration::from_secs(5),
+        }
+    }
+}
+
+/// memberlist's push-pull interval for a pool of `n` members (doubling
+/// steps past 32 members).
+pub fn push_pull_scale(interval: Duration, n: usize) -> Duration {
+    if n <= 32 {
+        return interval;
+    }
+    let mult = ((n as f64).log2() - 32f64.log2()).ceil() + 1.0;
+    interval.mul_f64(mult)
+}
+
+/// What a pool is given.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// Addresses to listen on (UDP and TCP, the same port); port 0 takes
+    /// one port for the first and the same on the others.
+    pub bind: Vec<SocketAddr>,
+    /// The servers' serf LAN addresses (`--gossip-join`).
+    pub join: Vec<SocketAddr>,
+    /// Label and keyring.
+    pub security: Security,
+    /// The tags every member carries (`id` is added per member).
+    pub tags: Vec<(String, String)>,
+    /// memberlist's timings.
+    pub timings: Timings,
+}
+
+/// Why a pool cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// An endpoint cannot be bound.
+    #[error("gossip: cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// No address to listen on or to join.
+    #[error("gossip: {0}")]
+    Config(String),
+}
+
+/// Counter ids the pool adds to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ids {
+    joins: CounterId,
+    leaves: CounterId,
+    acks_sent: CounterId,
+    probes: CounterId,
+    probe_timeouts: CounterId,
+    push_pulls: CounterId,
+    packets_tx: CounterId,
+    packets_rx: CounterId,
+    bytes_tx: CounterId,
+    bytes_rx: CounterId,
+    late_ticks: CounterId,
+}
+
+/// What every task of a pool shares.
+pub(crate) struct Inner {
+    cfg: PoolConfig,
+    view: Mutex<View>,
+    udp: Vec<Arc<UdpSocket>>,
+    seq: AtomicU32,
+    /// Probes and relayed pings waiting for their ack.
+    waiting: Mutex<std::collections::HashMap<u32, tick::Waiting>>,
+    metrics: Metrics,
+    ids: Ids,
+    joins: Semaphore,
+    streams: Semaphore,
+    stop: CancellationToken,
+    warned_late: AtomicBool,
+}
+
+/// A pool of simulated members; cheap to clone.
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("join", &self.inner.cfg.join)
+            .finish()
+    }
+}
+
+/// Joins one simulated member may have in flight at once across the pool
+/// (each reads the server's whole member list).
+const JOINS_AT_ONCE: usize = 32;
+/// Streams served at once (memberlist's own bound).
+const STREAMS_AT_ONCE: usize = 128;
+
+impl Pool {
+    /// Binds the endpoints and starts the pool's tasks. `metrics` must
+    /// declare [`crate::metrics_spec`].
+    pub async fn start(cfg: PoolConfig, metrics: Metrics) -> Result<Pool, PoolError> {
+        if cfg.bind.is_empty() {
+            return Err(PoolError::Config("no address to listen on".into()));
+        }
+        if cfg.join.is_empty() {
+            return Err(PoolError::Config(
+                "no server to join (--gossip-join)".into(),
+            ));
+        }
+        let (udp, tcp, endpoints) = net::bind(&cfg.bind).await?;
+        let ids = Ids {
+            joins: metrics.counter(names::JOINS),
+            leaves: metrics.counter(names::LEAVES),
+            acks_sent: metrics.counter(names::ACKS_SENT),
+            probes: metrics.counter(names::PROBES),
+            probe_timeouts: metrics.counter(names::PROBE_TIMEOUTS),
+            push_pulls: metrics.counter(names::PUSH_PULLS),
+            packets_tx: metrics.counter(names::PACKETS_SENT),
+            packets_rx: metrics.counter(names::PACKETS_RECEIVED),
+            bytes_tx: metrics.counter(names::BYTES_SENT),
+            bytes_rx: metrics.counter(names::BYTES_RECEIVED),
+            late_ticks: metrics.counter(names::LATE_TICKS),
+        };
+        let view = View {
+            endpoints,
+            tags: cfg.tags.clone(),
+            ..View::default()
+        };
+        let inner = Arc::new(Inner {
+            cfg,
+            view: Mutex::new(view),
+            udp: udp.into_iter().map(Arc::new).collect(),
+            seq: AtomicU32::new(fastrand::u32(..)),
+            waiting: Mutex::new(Default::default()),
+            metrics,
+            ids,
+            joins: Semaphore::new(JOINS_AT_ONCE),
+            streams: Semaphore::new(STREAMS_AT_ONCE),
+            stop: CancellationToken::new(),
+            warned_late: AtomicBool::new(false),
+        });
+        for (i, sock) in inner.udp.iter().enumerate() {
+            tokio::spawn(net::packets(inner.clone(), i, sock.clone()));
+        }
+        for l in tcp {
+            tokio::spawn(net::streams(inner.clone(), l));
+        }
+        tokio::spawn(tick::run(inner.clone()));
+        Ok(Pool { inner })
+    }
+
+    /// The addresses members advertise (one per endpoint).
+    pub fn endpoints(&self) -> Vec<SocketAddr> {
+        self.inner.lock().endpoints.clone()
+    }
+
+    /// Adds a member (not yet joined): its slot, and the address it
+    /// advertises (the agent's catalog address must be that IP, or the
+    /// leader's reconcile would move the node's address back and forth).
+    pub fn add(&self, name: &str, node_id: &str) -> (usize, SocketAddr) {
+        let mut v = self.inner.lock();
+        let ep = (v.locals.len() % v.endpoints.len()) as u16;
+        let slot = v.add_local(name, node_id, ep);
+        (slot, v.endpoints[usize::from(ep)])
+    }
+
+    /// Joins member `slot` through a server (a push-pull with `Join` set,
+    /// as `consul agent -retry-join` does); the error in words on failure
+    /// (counted `gossip_join_failed`; the caller may retry later).
+    pub async fn join(&self, slot: usize) -> Result<(), String> {
+        net::join(&self.inner, slot).await
+    }
+
+    /// Starts member `slot`'s leave (its leave intent, then its dead
+    /// message, gossiped as a real agent's `consul leave`).
+    pub fn leave(&self, slot: usize) {
+        let i = &self.inner;
+        let mut v = i.lock();
+        let limit = v.retransmit_limit(i.cfg.timings.retransmit_mult);
+        if v.locals.get(slot).is_some_and(|l| l.phase == Phase::Alive) {
+            i.metrics.incr(i.ids.leaves);
+        }
+        v.leave(slot, limit, tokio::time::Instant::now());
+    }
+
+    /// Member `slot`'s coordinate.
+    pub fn coordinate(&self, slot: usize) -> Coord {
+        self.inner.lock().locals[slot].vivaldi.coord().clone()
+    }
+
+    /// Moves member `slot`'s coordinate by a round trip to a peer at the
+    /// origin (the agent's RPC round trips, between its probes).
+    pub fn observe(&self, slot: usize, rtt: Duration) {
+        self.inner.lock().locals[slot]
+            .vivaldi
+            .observe(&Coord::default(), rtt);
+    }
+
+    /// Members alive, joining, and gone.
+    pub fn census(&self) -> (usize, usize, usize) {
+        let v = self.inner.lock();
+        let joining = v
+            .locals
+            .iter()
+            .filter(|l| l.phase == Phase::Joining)
+            .count();
+        (v.alive, joining, v.locals.len() - v.alive - joining)
+    }
+
+    /// Leaves every member still in, lets the broadcasts travel (at most
+    /// `leave_wait`), then tells each server the whole pool's leave in two
+    /// push-pulls (intents, then leaves: serf marks a member left only if
+    /// its intent came first), and stops.
+    pub async fn close(&self) {
+        net::close(&self.inner).await;
+        self.inner.stop.cancel();
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, View> {
+        self.view.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn next_seq(&self) -> u32 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,536 @@
+//! The pool's packets and streams: binding endpoints, the UDP loop that
+//! answers probes and takes in gossip, the TCP loop that answers
+//! push-pulls and fallback pings, and the exchanges the pool starts (a
+//! member's join, a periodic push-pull, the closing ones).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+use super::view::{Phase, Who, socket_addr};
+use super::{Inner, PoolError, tick};
+use crate::serf;
+use crate::wire::msgs::{self, Ack, Alive, IndirectPing, Nack, Ping, PushPull, Verdict, state};
+use crate::wire::{self, MAX_STATE_BYTES, UDP_BUFFER, kind};
+
+/// Binds UDP and TCP on each address (port 0: the first bound port is
+/// tried on the others).
+pub(super) async fn bind(
+    addrs: &[SocketAddr],
+) -> Result<(Vec<UdpSocket>, Vec<TcpListener>, Vec<SocketAddr>), PoolError> {
+    let (mut udp, mut tcp, mut eps) = (Vec::new(), Vec::new(), Vec::new());
+    let mut port = 0u16;
+    for a in addrs {
+        let mut want = *a;
+        if want.port() == 0 && port != 0 {
+            want.set_port(port);
+        }
+        let err = |source| PoolError::Bind { addr: want, source };
+        // TCP first: its port is then taken for UDP too.
+        let l = match TcpListener::bind(want).await {
+            Ok(l) => l,
+            Err(_) if a.port() == 0 && want.port() != 0 => {
+                TcpListener::bind(*a).await.map_err(err)?
+            }
+            Err(e) => return Err(err(e)),
+        };
+        let local = l.local_addr().map_err(err)?;
+        let u = UdpSocket::bind(local).await.map_err(err)?;
+        port = local.port();
+        udp.push(u);
+        tcp.push(l);
+        eps.push(local);
+    }
+    Ok((udp, tcp, eps))
+}
+
+/// Sends a message to `to` from endpoint `ep`, with broadcasts for that
+/// member piggybacked when it is a server (as memberlist fills any packet).
+pub(super) fn send(inner: &Inner, ep: usize, to: SocketAddr, msg: &[u8]) {
+    let extra = {
+        let mut v = inner.lock();
+        match v.remotes.iter().position(|r| r.server && r.addr == to) {
+            Some(s) => v.take_broadcasts(s, UDP_BUFFER.saturating_sub(msg.len() + 2)),
+            None => Vec::new(),
+        }
+    };
+    let packet = if extra.is_empty() {
+        inner.cfg.security.seal_packet(msg)
+    } else {
+        let mut parts: Vec<&[u8]> = vec![msg];
+        parts.extend(extra.iter().map(|m| &m[..]));
+        inner.cfg.security.seal_packet(&wire::compound(&parts))
+    };
+    let sock = &inner.udp[ep % inner.udp.len()];
+    if sock.try_send_to(&packet, to).is_ok() {
+        inner.metrics.incr(inner.ids.packets_tx);
+        inner.metrics.add(inner.ids.bytes_tx, packet.len() as u64);
+    }
+}
+
+/// Counts bytes that could not be read as a cause.
+fn bad(inner: &Inner, e: &wire::WireError, from: SocketAddr) {
+    let kind = match e {
+        wire::WireError::Crypt(_) | wire::WireError::Key(_) => crate::BAD_KEY.kind,
+        wire::WireError::Label { .. } => crate::BAD_LABEL.kind,
+        _ => crate::BAD_PACKET.kind,
+    };
+    inner
+        .metrics
+        .error_with(kind, Some(&format!("{} from {from}: {e}", e.cause())));
+}
+
+/// The UDP loop of endpoint `ep`.
+pub(super) async fn packets(inner: Arc<Inner>, ep: usize, sock: Arc<UdpSocket>) {
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        let r = tokio::select! {
+            r = sock.recv_from(&mut buf) => r,
+            () = inner.stop.cancelled() => return,
+        };
+        let Ok((n, from)) = r else { continue };
+        inner.metrics.incr(inner.ids.packets_rx);
+        inner.metrics.add(inner.ids.bytes_rx, n as u64);
+        let msg = match inner.cfg.security.open_packet(&buf[..n]) {
+            Ok(m) => m.into_owned(),
+            Err(e) => {
+                bad(&inner, &e, from);
+                continue;
+            }
+        };
+        let mut parts: Vec<(u8, Vec<u8>)> = Vec::new();
+        let walked = wire::each_message(&msg, &mut |t, b| parts.push((t, b.to_vec())));
+        if let Err(e) = walked {
+            bad(&inner, &e, from);
+        }
+        for (t, body) in parts {
+            if let Err(e) = on_message(&inner, ep, from, t, &body) {
+                bad(&inner, &e, from);
+            }
+        }
+    }
+}
+
+/// The server (remote index) a packet came from, if it is one.
+fn server_at(inner: &Inner, from: SocketAddr) -> Option<usize> {
+    inner
+        .lock()
+        .remotes
+        .iter()
+        .position(|r| r.server && r.addr == from)
+}
+
+/// One message of a packet.
+fn on_message(
+    inner: &Inner,
+    ep: usize,
+    from: SocketAddr,
+    t: u8,
+    body: &[u8],
+) -> Result<(), wire::WireError> {
+    let limit = inner
+        .lock()
+        .retransmit_limit(inner.cfg.timings.retransmit_mult);
+    match t {
+        kind::PING => {
+            let p = Ping::decode(body)?;
+            let to = socket_addr(p.source_addr, p.source_port).unwrap_or(from);
+            if let Some(out) = ack_for(inner, p.node, p.seq) {
+                send(inner, ep, to, &out);
+            }
+        }
+        kind::INDIRECT_PING => indirect(inner, ep, from, &IndirectPing::decode(body)?),
+        kind::ACK => tick::on_ack(inner, &Ack::decode(body)?),
+        kind::NACK => {
+            Nack::decode(body)?;
+        }
+        kind::ALIVE => {
+            let a = Alive::decode(body)?;
+            let s = server_at(inner, from);
+            inner.lock().on_alive(&a, s, limit);
+        }
+        kind::SUSPECT | kind::DEAD => {
+            let v = Verdict::decode(body)?;
+            let s = server_at(inner, from);
+            inner.lock().on_verdict(t, &v, s, limit);
+        }
+        kind::USER => on_user(inner, from, body, limit)?,
+        other => return Err(wire::WireError::Unknown(other)),
+    }
+    Ok(())
+}
+
+fn on_user(inner: &Inner, from: SocketAddr, body: &[u8], limit: u8) -> Result<(), wire::WireError> {
+    if let Some((_, ltime, node)) = serf::decode_intent(body)? {
+        let s = server_at(inner, from);
+        let mut raw = Vec::with_capacity(body.len() + 1);
+        raw.push(kind::USER);
+        raw.extend_from_slice(body);
+        inner.lock().on_intent(ltime, node, &raw, s, limit);
+    }
+    Ok(())
+}
+
+/// The ack member `node` sends for probe `seq`, if it is one of ours and
+/// in the pool (a member that left no longer answers).
+fn ack_for(inner: &Inner, node: &str, seq: u32) -> Option<Vec<u8>> {
+    let v = inner.lock();
+    let Some(Who::Local(slot)) = v.names.get(node).copied() else {
+        return None;
+    };
+    let l = &v.locals[slot];
+    if !matches!(l.phase, Phase::Alive | Phase::Leaving(_)) {
+        return None;
+    }
+    let mut payload = Vec::with_capacity(100);
+    l.vivaldi.coord().ack_payload(&mut payload);
+    drop(v);
+    let mut out = Vec::with_capacity(120);
+    Ack {
+        seq,
+        payload: &payload,
+    }
+    .encode(&mut out);
+    inner.metrics.incr(inner.ids.acks_sent);
+    Some(out)
+}
+
+/// "Probe `node` for me": a member of ours answers at once (it is as alive
+/// as the pool is); another member is probed and its ack relayed.
+fn indirect(inner: &Inner, ep: usize, from: SocketAddr, ind: &IndirectPing<'_>) {
+    let reply_to = socket_addr(ind.source_addr, ind.source_port).unwrap_or(from);
+    let who = inner.lock().names.get(ind.node).copied();
+    match who {
+        Some(Who::Local(_)) => {
+            if ack_for(inner, ind.node, ind.seq).is_some() {
+                let mut out = Vec::new();
+                Ack {
+                    seq: ind.seq,
+                    payload: &[],
+                }
+                .encode(&mut out);
+                send(inner, ep, reply_to, &out);
+            } else if ind.nack {
+                let mut out = Vec::new();
+                Nack { seq: ind.seq }.encode(&mut out);
+                send(inner, ep, reply_to, &out);
+            }
+        }
+        _ => {
+            let Some(target) = socket_addr(ind.target, ind.port) else {
+                return;
+            };
+            let seq = inner.next_seq();
+            let me = inner.lock().endpoints[ep % inner.udp.len()];
+            let ip = match me {
+                SocketAddr::V4(v) => v.ip().octets().to_vec(),
+                SocketAddr::V6(v) => v.ip().octets().to_vec(),
+            };
+            let mut out = Vec::new();
+            Ping {
+                seq,
+                node: ind.node,
+                source_addr: &ip,
+                source_port: me.port(),
+                source_node: "",
+            }
+            .encode(&mut out);
+            tick::wait_relay(inner, seq, reply_to, ind.seq, ind.nack);
+            send(inner, ep, target, &out);
+        }
+    }
+}
+
+/// The TCP loop of one endpoint.
+pub(super) async fn streams(inner: Arc<Inner>, l: TcpListener) {
+    loop {
+        let r = tokio::select! {
+            r = l.accept() => r,
+            () = inner.stop.cancelled() => return,
+        };
+        let Ok((conn, from)) = r else {
+            // Out of descriptors or similar: do not spin.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let inner2 = inner.clone();
+        tokio::spawn(async move {
+            // memberlist drops streams past its bound too.
+            let Ok(_permit) = inner2.streams.try_acquire() else {
+                return;
+            };
+            let t = inner2.cfg.timings.tcp_timeout;
+            if let Ok(Err(e)) = tokio::time::timeout(t, serve_stream(&inner2, conn)).await {
+                bad(&inner2, &e, from);
+            }
+        });
+    }
+}
+
+/// Reads one whole stream message (after the label preamble): at most
+/// [`MAX_STATE_BYTES`] and a little.
+async fn read_msg(
+    inner: &Inner,
+    conn: &mut TcpStream,
+    buf: &mut Vec<u8>,
+) -> Result<Vec<u8>, wire::WireError> {
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut tried_at = 0usize;
+    loop {
+        if buf.len() >= tried_at {
+            if let Some((msg, used)) = inner.cfg.security.open_stream(buf)? {
+                buf.drain(..used);
+                return Ok(msg);
+            }
+            // Parse again once half as much again has come.
+            tried_at = buf.len() + buf.len() / 2;
+        }
+        let n = conn
+            .read(&mut chunk)
+            .await
+            .map_err(|_| wire::WireError::Truncated)?;
+        if n == 0 {
+            return inner
+                .cfg
+                .security
+                .open_stream(buf)?
+                .map(|(m, _)| m)
+                .ok_or(wire::WireError::Truncated);
+        }
+        inner.metrics.add(inner.ids.bytes_rx, n as u64);
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.len() > MAX_STATE_BYTES + 64 * 1024 {
+            return Err(wire::WireError::TooLarge(MAX_STATE_BYTES));
+        }
+    }
+}
+
+/// Strips and checks a stream's label header.
+async fn preamble(
+    inner: &Inner,
+    conn: &mut TcpStream,
+    buf: &mut Vec<u8>,
+) -> Result<(), wire::WireError> {
+    let mut chunk = [0u8; 512];
+    while buf.len() < 2 {
+        let n = conn
+            .read(&mut chunk)
+            .await
+            .map_err(|_| wire::WireError::Truncated)?;
+        if n == 0 {
+            return Err(wire::WireError::Truncated);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    if buf[0] == kind::HAS_LABEL {
+        let need = 2 + usize::from(buf[1]);
+        while buf.len() < need {
+            let n = conn
+                .read(&mut chunk)
+                .await
+                .map_err(|_| wire::WireError::Truncated)?;
+            if n == 0 {
+                return Err(wire::WireError::Truncated);
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+    let (label, rest) = wire::split_label(buf)?;
+    if label != inner.cfg.security.label {
+        return Err(wire::WireError::Label {
+            got: label.into(),
+            want: inner.cfg.security.label.clone(),
+        });
+    }
+    let used = buf.len() - rest.len();
+    buf.drain(..used);
+    Ok(())
+}
+
+async fn write_msg(
+    inner: &Inner,
+    conn: &mut TcpStream,
+    msg: &[u8],
+    first: bool,
+) -> Result<(), wire::WireError> {
+    let mut out = if first {
+        inner.cfg.security.stream_preamble()
+    } else {
+        Vec::new()
+    };
+    out.extend_from_slice(&inner.cfg.security.seal_stream(msg));
+    conn.write_all(&out)
+        .await
+        .map_err(|_| wire::WireError::Truncated)?;
+    inner.metrics.add(inner.ids.bytes_tx, out.len() as u64);
+    Ok(())
+}
+
+/// A stream a server opened: a push-pull, a fallback ping or a user message.
+async fn serve_stream(inner: &Inner, mut conn: TcpStream) -> Result<(), wire::WireError> {
+    let mut buf = Vec::new();
+    preamble(inner, &mut conn, &mut buf).await?;
+    let msg = read_msg(inner, &mut conn, &mut buf).await?;
+    let (&t, body) = msg.split_first().ok_or(wire::WireError::Truncated)?;
+    let from = conn.peer_addr().ok();
+    match t {
+        kind::PUSH_PULL => {
+            let pp = PushPull::decode(body)?;
+            let reply = inner.lock().push_pull(pp.join, state::ALIVE);
+            write_msg(inner, &mut conn, &reply, true).await?;
+            inner.metrics.incr(inner.ids.push_pulls);
+            let limit = inner
+                .lock()
+                .retransmit_limit(inner.cfg.timings.retransmit_mult);
+            let s = from.and_then(|f| server_by_ip(inner, f));
+            inner.lock().merge(&pp, s, limit);
+        }
+        kind::PING => {
+            let p = Ping::decode(body)?;
+            if let Some(out) = ack_for(inner, p.node, p.seq) {
+                let mut plain = Vec::new();
+                Ack::decode(&out[1..])?.encode(&mut plain);
+                write_msg(inner, &mut conn, &plain, true).await?;
+            }
+        }
+        kind::USER => {
+            let mut r = wire::read::Reader::new(body);
+            r.skip()?;
+            let limit = inner
+                .lock()
+                .retransmit_limit(inner.cfg.timings.retransmit_mult);
+            on_user(
+                inner,
+                from.unwrap_or(([0, 0, 0, 0], 0).into()),
+                r.rest(),
+                limit,
+            )?;
+        }
+        other => return Err(wire::WireError::Unknown(other)),
+    }
+    Ok(())
+}
+
+/// A server a stream came from (streams come from any port of its host).
+fn server_by_ip(inner: &Inner, from: SocketAddr) -> Option<usize> {
+    inner
+        .lock()
+        .remotes
+        .iter()
+        .position(|r| r.server && r.addr.ip() == from.ip())
+}
+
+/// A push-pull with `to`: sends `msg`, reads the answer (a push-pull, or
+/// an error message in the server's words).
+pub(super) async fn exchange(inner: &Inner, to: SocketAddr, msg: &[u8]) -> Result<Vec<u8>, String> {
+    let t = inner.cfg.timings.tcp_timeout;
+    let work = async {
+        let mut conn = TcpStream::connect(to)
+            .await
+            .map_err(|e| format!("connect {to}: {e}"))?;
+        write_msg(inner, &mut conn, msg, true)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        let answer = read_msg(inner, &mut conn, &mut buf)
+            .await
+            .map_err(|e| format!("{to}: {e}"))?;
+        match answer.first() {
+            Some(&kind::PUSH_PULL) => Ok(answer),
+            Some(&kind::ERR) => Err(format!(
+                "{to} said: {}",
+                msgs::decode_err(&answer[1..]).unwrap_or_default()
+            )),
+            _ => Err(format!("{to}: not a push-pull answer")),
+        }
+    };
+    match tokio::time::timeout(t, work).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("{to}: no answer in {t:?}")),
+    }
+}
+
+/// A member's join.
+pub(super) async fn join(inner: &Inner, slot: usize) -> Result<(), String> {
+    let _permit = inner
+        .joins
+        .acquire()
+        .await
+        .map_err(|_| "pool closed".to_string())?;
+    let to = inner.cfg.join[slot % inner.cfg.join.len()];
+    let msg = inner.lock().join_push_pull(slot);
+    let r = exchange(inner, to, &msg).await;
+    let answer = match r {
+        Ok(a) => a,
+        Err(e) => {
+            inner.metrics.error_with(crate::JOIN_FAILED.kind, Some(&e));
+            return Err(e);
+        }
+    };
+    let pp = PushPull::decode(&answer[1..]).map_err(|e| format!("{to}: {e}"))?;
+    let mut v = inner.lock();
+    v.refresh_size();
+    let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);
+    // Every join brings the server's whole list: merged while it is news
+    // (the pool's first joins), cheap to skip once the pool knows as many.
+    if pp.nodes.len() > v.remotes.len() + v.alive || v.live_servers().is_empty() {
+        v.merge(&pp, None, limit);
+    }
+    if v.locals[slot].phase == Phase::Joining {
+        v.joined(slot, limit);
+    }
+    inner.metrics.incr(inner.ids.joins);
+    inner.metrics.incr(inner.ids.push_pulls);
+    Ok(())
+}
+
+/// The closing of a pool: every member leaves, the broadcasts get up to
+/// `leave_wait` to reach the servers, then two push-pulls to each server.
+pub(super) async fn close(inner: &Inner) {
+    let now = tokio::time::Instant::now();
+    {
+        let mut v = inner.lock();
+        let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);
+        for slot in 0..v.locals.len() {
+            if v.locals[slot].phase == Phase::Alive {
+                inner.metrics.incr(inner.ids.leaves);
+                v.leave(slot, limit, now);
+            }
+        }
+    }
+    let deadline = now + inner.cfg.timings.leave_wait;
+    while tokio::time::Instant::now() < deadline {
+        let empty = inner.lock().queues.values().all(|q| q.is_empty());
+        if empty {
+            break;
+        }
+        tokio::time::sleep(inner.cfg.timings.gossip_interval).await;
+    }
+    let servers: Vec<SocketAddr> = {
+        let v = inner.lock();
+        v.live_servers()
+            .iter()
+            .map(|&s| v.remotes[s].addr)
+            .collect()
+    };
+    for as_state in [state::ALIVE, state::LEFT] {
+        let msg = inner.lock().push_pull(false, as_state);
+        for s in &servers {
+            if exchange(inner, *s, &msg).await.is_ok() {
+                inner.metrics.incr(inner.ids.push_pulls);
+            }
+        }
+        // Let serf take in the intents before the leaves arrive.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut v = inner.lock();
+    let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);
+    while let Some(slot) = v.leaving.pop_front() {
+        if matches!(v.locals[slot].phase, Phase::Leaving(_)) {
+            v.leave_done(slot, limit);
+        }
+    }
+}

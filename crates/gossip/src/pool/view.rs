@@ -1,0 +1,728 @@
+//! The one membership view every simulated member of a process shares:
+//! the local members (the simulated agents), the remote ones (servers and
+//! any other member the servers told of), serf's clock, and for each
+//! server the broadcasts it still has to receive. Pure state: no sockets,
+//! no clock reads (callers pass `now`).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::coordinate::{Coord, Vivaldi};
+use crate::serf::{self, SerfState};
+use crate::wire::kind;
+use crate::wire::msgs::{Alive, NodeState, PushPull, Verdict, state};
+
+/// memberlist and serf versions a Consul 1.20 agent speaks: protocol min,
+/// max, current; delegate (serf) min, max, current.
+pub const VSN: [u8; 6] = [1, 5, 2, 2, 5, 4];
+/// Broadcasts waiting for one server at most (serf's queue depth); older
+/// ones are dropped first.
+pub const QUEUE_MAX: usize = 4096;
+
+/// A simulated member's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Not yet joined (or its join failed).
+    Joining,
+    /// A member.
+    Alive,
+    /// Its leave intent is out; its leave (dead from itself) follows.
+    Leaving(Instant),
+    /// Gone.
+    Left,
+}
+
+/// One simulated member.
+#[derive(Debug)]
+pub struct Local {
+    /// Node name.
+    pub name: Arc<str>,
+    /// Node ID (the `id` tag; the catalog's node ID).
+    pub id: Box<str>,
+    /// Which of the pool's endpoints it advertises.
+    pub endpoint: u16,
+    /// Raised to refute a suspicion.
+    pub incarnation: u32,
+    /// Its serf status time (its join or leave intent).
+    pub status_ltime: u64,
+    /// Where it is in its life.
+    pub phase: Phase,
+    /// Its coordinate client.
+    pub vivaldi: Vivaldi,
+}
+
+/// A member this process does not simulate.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    /// Node name.
+    pub name: Arc<str>,
+    /// Its gossip address.
+    pub addr: SocketAddr,
+    /// Its metadata (serf tags).
+    pub meta: Vec<u8>,
+    /// Its versions.
+    pub vsn: [u8; 6],
+    /// Its incarnation.
+    pub incarnation: u32,
+    /// memberlist state (`msgs::state`).
+    pub state: u8,
+    /// serf's status time.
+    pub status_ltime: u64,
+    /// A Consul server (`role=consul`): the members the model sends to.
+    pub server: bool,
+    /// Its coordinate, from its last ack.
+    pub coord: Coord,
+}
+
+/// Where a name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who {
+    /// A simulated member's slot.
+    Local(usize),
+    /// A remote member's index.
+    Remote(usize),
+}
+
+/// A message waiting to be sent to one server, with the sends it has left.
+#[derive(Debug, Clone)]
+pub struct Queued {
+    /// The encoded message (type byte first), shared by every server's queue.
+    pub msg: Arc<[u8]>,
+    /// Sends left.
+    pub left: u8,
+}
+
+/// What the servers should hear of.
+#[derive(Debug, Default)]
+pub struct View {
+    /// Simulated members by slot.
+    pub locals: Vec<Local>,
+    /// Other members.
+    pub remotes: Vec<Remote>,
+    /// Every name.
+    pub names: HashMap<Arc<str>, Who>,
+    /// serf's member clock.
+    pub clock: u64,
+    /// Broadcasts owed, by remote index of a server.
+    pub queues: HashMap<usize, VecDeque<Queued>>,
+    /// Broadcasts dropped from a full queue.
+    pub dropped: u64,
+    /// Suspicions of a local member refuted.
+    pub refuted: u64,
+    /// The advertised address of each endpoint.
+    pub endpoints: Vec<SocketAddr>,
+    /// The tags every member shares, `id` apart.
+    pub tags: Vec<(String, String)>,
+    /// Simulated members alive.
+    pub alive: usize,
+    /// Members believed alive, as of the last [`View::refresh_size`].
+    pub size: usize,
+    /// Members whose leave intent is out, in the order they left.
+    pub leaving: VecDeque<usize>,
+}
+
+fn ip_bytes(a: &SocketAddr) -> Vec<u8> {
+    match a {
+        SocketAddr::V4(v) => v.ip().octets().to_vec(),
+        SocketAddr::V6(v) => v.ip().octets().to_vec(),
+    }
+}
+
+/// An address from a message's `Addr` and port.
+pub fn socket_addr(ip: &[u8], port: u16) -> Option<SocketAddr> {
+    match ip.len() {
+        4 => Some(SocketAddr::from((<[u8; 4]>::try_from(ip).ok()?, port))),
+        16 => {
+            let v6 = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(ip).ok()?);
+            let ip = v6
+                .to_ipv4_mapped()
+                .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4);
+            Some(SocketAddr::new(ip, port))
+        }
+        _ => None,
+    }
+}
+
+impl View {
+    /// Counts the members believed alive (simulated and remote) into
+    /// [`View::size`]; the ticker calls it, so messages need not walk the view.
+    pub fn refresh_size(&mut self) {
+        self.size = self.alive
+            + self
+                .remotes
+                .iter()
+                .filter(|r| r.state == state::ALIVE || r.state == state::SUSPECT)
+                .count();
+    }
+
+    /// Remote indexes of servers not known to be dead or gone.
+    pub fn live_servers(&self) -> Vec<usize> {
+        (0..self.remotes.len())
+            .filter(|&i| {
+                let r = &self.remotes[i];
+                r.server && (r.state == state::ALIVE || r.state == state::SUSPECT)
+            })
+            .collect()
+    }
+
+    /// memberlist's retransmit limit for the pool's size.
+    pub fn retransmit_limit(&self, mult: u32) -> u8 {
+        let n = self.size.max(1) as f64;
+        (mult as f64 * (n + 1.0).log10().ceil()).clamp(1.0, 255.0) as u8
+    }
+
+    /// The metadata of local member `slot` (serf's tags with its `id`).
+    pub fn meta(&self, slot: usize) -> Vec<u8> {
+        let l = &self.locals[slot];
+        let mut tags: Vec<(&str, &str)> = self.tags.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+        tags.push(("id", &l.id));
+        serf::encode_tags(&tags)
+    }
+
+    /// Adds a simulated member (phase `Joining`); returns its slot.
+    pub fn add_local(&mut self, name: &str, id: &str, endpoint: u16) -> usize {
+        let name: Arc<str> = name.into();
+        let slot = self.locals.len();
+        self.names.insert(name.clone(), Who::Local(slot));
+        self.locals.push(Local {
+            name,
+            id: id.into(),
+            endpoint,
+            // memberlist starts at 1: a server takes an alive at 0 as no
+            // newer than the node it has just created, and drops it.
+            incarnation: 1,
+            status_ltime: 0,
+            phase: Phase::Joining,
+            vivaldi: Vivaldi::default(),
+        });
+        slot
+    }
+
+    /// `slot`'s alive message.
+    pub fn alive_msg(&self, slot: usize) -> Vec<u8> {
+        let l = &self.locals[slot];
+        let ep = self.endpoints[usize::from(l.endpoint)];
+        let (ip, meta) = (ip_bytes(&ep), self.meta(slot));
+        let mut out = Vec::with_capacity(64 + meta.len());
+        Alive {
+            incarnation: l.incarnation,
+            node: &l.name,
+            addr: &ip,
+            port: ep.port(),
+            meta: &meta,
+            vsn: &VSN,
+        }
+        .encode(&mut out);
+        out
+    }
+
+    /// Queues `msg` for every live server but those in `except` (the one
+    /// that told us, the one it is about).
+    pub fn broadcast(&mut self, msg: Vec<u8>, limit: u8, except: &[Option<usize>]) {
+        let msg: Arc<[u8]> = msg.into();
+        for s in self.live_servers() {
+            if except.contains(&Some(s)) {
+                continue;
+            }
+            let q = self.queues.entry(s).or_default();
+            if q.len() >= QUEUE_MAX {
+                q.pop_front();
+                self.dropped += 1;
+            }
+            q.push_back(Queued {
+                msg: msg.clone(),
+                left: limit,
+            });
+        }
+    }
+
+    /// Broadcasts for one packet to `server`, at most `room` bytes with
+    /// compound overhead: each sent one goes to the back with a send less.
+    pub fn take_broadcasts(&mut self, server: usize, room: usize) -> Vec<Arc<[u8]>> {
+        let Some(q) = self.queues.get_mut(&server) else {
+            return Vec::new();
+        };
+        let (mut out, mut used) = (Vec::new(), 0usize);
+        for _ in 0..q.len() {
+            let Some(mut b) = q.pop_front() else { break };
+            if used + b.msg.len() + 2 > room || out.len() == 255 {
+                q.push_front(b);
+                break;
+            }
+            used += b.msg.len() + 2;
+            out.push(b.msg.clone());
+            b.left -= 1;
+            if b.left > 0 {
+                q.push_back(b);
+            }
+        }
+        out
+    }
+
+    /// Marks `slot` joined: alive, with its join intent's time.
+    pub fn joined(&mut self, slot: usize, limit: u8) {
+        self.clock += 1;
+        let ltime = self.clock;
+        let l = &mut self.locals[slot];
+        l.phase = Phase::Alive;
+        l.status_ltime = ltime;
+        self.alive += 1;
+        let name = l.name.clone();
+        let alive = self.alive_msg(slot);
+        self.broadcast(alive, limit, &[]);
+        let mut intent = Vec::new();
+        serf::intent(false, ltime, &name, &mut intent);
+        self.broadcast(intent, limit, &[]);
+    }
+
+    /// Starts `slot`'s leave: its leave intent goes out first; the leave
+    /// itself ([`View::leave_done`]) once the intent has had time to.
+    pub fn leave(&mut self, slot: usize, limit: u8, now: Instant) {
+        if self.locals[slot].phase != Phase::Alive {
+            self.locals[slot].phase = Phase::Left;
+            return;
+        }
+        self.clock += 1;
+        let ltime = self.clock;
+        let l = &mut self.locals[slot];
+        l.status_ltime = ltime;
+        l.phase = Phase::Leaving(now);
+        self.alive -= 1;
+        self.leaving.push_back(slot);
+        let mut intent = Vec::new();
+        serf::intent(true, ltime, &l.name.clone(), &mut intent);
+        self.broadcast(intent, limit, &[]);
+    }
+
+    /// The memberlist leave of `slot` (a dead message from itself).
+    pub fn leave_done(&mut self, slot: usize, limit: u8) {
+        let l = &mut self.locals[slot];
+        l.phase = Phase::Left;
+        let name = l.name.clone();
+        let mut out = Vec::new();
+        Verdict {
+            incarnation: l.incarnation,
+            node: &name,
+            from: &name,
+        }
+        .encode(kind::DEAD, &mut out);
+        self.broadcast(out, limit, &[]);
+    }
+
+    /// A suspicion or death of a local member from someone else: refuted
+    /// with a higher incarnation, as a live member does.
+    fn refute(&mut self, slot: usize, incarnation: u32, limit: u8) {
+        let l = &mut self.locals[slot];
+        if !matches!(l.phase, Phase::Alive | Phase::Leaving(_)) || incarnation < l.incarnation {
+            return;
+        }
+        l.incarnation = incarnation + 1;
+        self.refuted += 1;
+        let alive = self.alive_msg(slot);
+        self.broadcast(alive, limit, &[]);
+    }
+
+    /// Applies a remote member's alive (from a message or a push-pull);
+    /// true when it was news (to be passed on).
+    pub fn on_alive(&mut self, a: &Alive<'_>, from_server: Option<usize>, limit: u8) -> bool {
+        let Some(addr) = socket_addr(a.addr, a.port) else {
+            return false;
+        };
+        match self.names.get(a.node).copied() {
+            Some(Who::Local(slot)) => {
+                // Someone announces one of ours with a newer incarnation.
+                if a.incarnation > self.locals[slot].incarnation {
+                    self.refute(slot, a.incarnation, limit);
+                }
+                false
+            }
+            Some(Who::Remote(i)) => {
+                let r = &mut self.remotes[i];
+                let newer = a.incarnation > r.incarnation;
+                let revived = a.incarnation == r.incarnation
+                    && r.state != state::ALIVE
+                    && r.state != state::LEFT;
+                if !(newer || revived || r.state == state::LEFT && a.incarnation > r.incarnation) {
+                    return false;
+                }
+                r.incarnation = a.incarnation;
+                r.state = state::ALIVE;
+                r.addr = addr;
+                r.meta = a.meta.to_vec();
+                self.pass_on(a, &[from_server, Some(i)], limit);
+                true
+            }
+            None => {
+                let name: Arc<str> = a.node.into();
+                let server = serf::decode_tags(a.meta)
+                    .map(|t| t.iter().any(|(k, v)| k == "role" && v == "consul"))
+                    .unwrap_or(false);
+                let mut vsn = VSN;
+                if a.vsn.len() == 6 {
+                    vsn.copy_from_slice(a.vsn);
+                }
+                self.names
+                    .insert(name.clone(), Who::Remote(self.remotes.len()));
+                self.remotes.push(Remote {
+                    name,
+                    addr,
+                    meta: a.meta.to_vec(),
+                    vsn,
+                    incarnation: a.incarnation,
+                    state: state::ALIVE,
+                    status_ltime: 0,
+                    server,
+                    coord: Coord::default(),
+                });
+                let i = self.remotes.len() - 1;
+                self.pass_on(a, &[from_server, Some(i)], limit);
+                true
+            }
+        }
+    }
+
+    fn pass_on(&mut self, a: &Alive<'_>, except: &[Option<usize>], limit: u8) {
+        let mut out = Vec::new();
+        a.encode(&mut out);
+        self.broadcast(out, limit, except);
+    }
+
+    /// Applies a suspect or dead message; true when it was news.
+    pub fn on_verdict(&mut self, t: u8, v: &Verdict<'_>, from: Option<usize>, limit: u8) -> bool {
+        match self.names.get(v.node).copied() {
+            Some(Who::Local(slot)) => {
+                self.refute(slot, v.incarnation, limit);
+                false
+            }
+            Some(Who::Remote(i)) => {
+                let r = &mut self.remotes[i];
+                if v.incarnation < r.incarnation || r.state == state::LEFT || r.state == state::DEAD
+                {
+                    return false;
+                }
+                let new = match t {
+                    kind::SUSPECT if r.state == state::ALIVE => state::SUSPECT,
+                    kind::DEAD if v.node == v.from => state::LEFT,
+                    kind::DEAD => state::DEAD,
+                    _ => return false,
+                };
+                r.state = new;
+                r.incarnation = v.incarnation;
+                let mut out = Vec::new();
+                v.encode(t, &mut out);
+                self.broadcast(out, limit, &[from, Some(i)]);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Applies a serf join or leave intent (both move the member's status
+    /// time; memberlist's own messages carry the state); true when news.
+    pub fn on_intent(
+        &mut self,
+        ltime: u64,
+        node: &str,
+        raw: &[u8],
+        from: Option<usize>,
+        limit: u8,
+    ) -> bool {
+        self.clock = self.clock.max(ltime);
+        let Some(Who::Remote(i)) = self.names.get(node).copied() else {
+            return false;
+        };
+        let r = &mut self.remotes[i];
+        if ltime <= r.status_ltime {
+            return false;
+        }
+        r.status_ltime = ltime;
+        self.broadcast(raw.to_vec(), limit, &[from, Some(i)]);
+        true
+    }
+
+    /// Merges a peer's push-pull: its members, and serf's clocks and left
+    /// members.
+    pub fn merge(&mut self, pp: &PushPull<'_>, from: Option<usize>, limit: u8) {
+        for n in &pp.nodes {
+            let a = Alive {
+                incarnation: n.incarnation,
+                node: n.name,
+                addr: n.addr,
+                port: n.port,
+                meta: n.meta,
+                vsn: n.vsn,
+            };
+            match n.state {
+                state::ALIVE => {
+                    self.on_alive(&a, from, limit);
+                }
+                s => {
+                    if !self.names.contains_key(n.name) {
+                        // Learn the member first, then its state.
+                        self.on_alive(&a, from, limit);
+                    }
+                    let (t, by) = match s {
+                        state::LEFT => (kind::DEAD, n.name),
+                        state::DEAD => (kind::DEAD, ""),
+                        _ => (kind::SUSPECT, ""),
+                    };
+                    self.on_verdict(
+                        t,
+                        &Verdict {
+                            incarnation: n.incarnation,
+                            node: n.name,
+                            from: by,
+                        },
+                        from,
+                        limit,
+                    );
+                }
+            }
+        }
+        if let Ok(s) = SerfState::decode(pp.user_state) {
+            self.clock = self.clock.max(s.ltime);
+            for (name, t) in s.status {
+                if let Some(Who::Remote(i)) = self.names.get(name).copied() {
+                    let r = &mut self.remotes[i];
+                    r.status_ltime = r.status_ltime.max(t);
+                }
+            }
+        }
+    }
+
+    /// This process's whole state as a push-pull: every member, and serf's
+    /// part. `leaving_as` says how members in their leave are shown (alive
+    /// while their intents travel, then left).
+    pub fn push_pull(&self, join: bool, leaving_as: u8) -> Vec<u8> {
+        let mut metas: Vec<Vec<u8>> = Vec::with_capacity(self.locals.len());
+        let mut ips: Vec<Vec<u8>> = Vec::with_capacity(self.endpoints.len());
+        for e in &self.endpoints {
+            ips.push(ip_bytes(e));
+        }
+        let mut shown = Vec::new();
+        for (slot, l) in self.locals.iter().enumerate() {
+            let st = match l.phase {
+                Phase::Joining => continue,
+                Phase::Alive => state::ALIVE,
+                Phase::Leaving(_) => leaving_as,
+                Phase::Left => state::LEFT,
+            };
+            metas.push(self.meta(slot));
+            shown.push((slot, st));
+        }
+        let remote_ips: Vec<Vec<u8>> = self.remotes.iter().map(|r| ip_bytes(&r.addr)).collect();
+        let mut nodes: Vec<NodeState<'_>> = Vec::with_capacity(shown.len() + self.remotes.len());
+        for ((slot, st), meta) in shown.iter().zip(&metas) {
+            let l = &self.locals[*slot];
+            let ep = self.endpoints[usize::from(l.endpoint)];
+            nodes.push(NodeState {
+                name: &l.name,
+                addr: &ips[usize::from(l.endpoint)],
+                port: ep.port(),
+                meta,
+                incarnation: l.incarnation,
+                state: *st,
+                vsn: &VSN,
+            });
+        }
+        for (r, ip) in self.remotes.iter().zip(&remote_ips) {
+            nodes.push(NodeState {
+                name: &r.name,
+                addr: ip,
+                port: r.addr.port(),
+                meta: &r.meta,
+                incarnation: r.incarnation,
+                state: r.state,
+                vsn: &r.vsn,
+            });
+        }
+        let mut status: Vec<(&str, u64)> = Vec::with_capacity(nodes.len());
+        let mut left: Vec<&str> = Vec::new();
+        for (slot, _) in &shown {
+            let l = &self.locals[*slot];
+            status.push((&l.name, l.status_ltime));
+            if matches!(l.phase, Phase::Leaving(_) | Phase::Left) {
+                left.push(&l.name);
+            }
+        }
+        for r in &self.remotes {
+            status.push((&r.name, r.status_ltime));
+            if r.state == state::LEFT {
+                left.push(&r.name);
+            }
+        }
+        let mut user = Vec::new();
+        SerfState {
+            ltime: self.clock,
+            status,
+            left,
+            event_ltime: 0,
+            query_ltime: 0,
+        }
+        .encode(&mut user);
+        let mut out = Vec::with_capacity(nodes.len() * 200 + user.len());
+        PushPull {
+            join,
+            nodes,
+            user_state: &user,
+        }
+        .encode(&mut out);
+        out
+    }
+
+    /// A joining member's push-pull: only itself, as a fresh agent knows
+    /// no one else.
+    pub fn join_push_pull(&self, slot: usize) -> Vec<u8> {
+        let l = &self.locals[slot];
+        let ep = self.endpoints[usize::from(l.endpoint)];
+        let (ip, meta) = (ip_bytes(&ep), self.meta(slot));
+        let mut user = Vec::new();
+        SerfState {
+            ltime: self.clock,
+            status: vec![(&l.name, self.clock)],
+            left: Vec::new(),
+            event_ltime: 0,
+            query_ltime: 0,
+        }
+        .encode(&mut user);
+        let mut out = Vec::new();
+        PushPull {
+            join: true,
+            nodes: vec![NodeState {
+                name: &l.name,
+                addr: &ip,
+                port: ep.port(),
+                meta: &meta,
+                incarnation: l.incarnation,
+                state: state::ALIVE,
+                vsn: &VSN,
+            }],
+            user_state: &user,
+        }
+        .encode(&mut out);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::each_message;
+
+    fn view() -> View {
+        View {
+            endpoints: vec!["127.0.0.1:7946".parse().unwrap()],
+            tags: vec![("role".into(), "node".into()), ("dc".into(), "dc1".into())],
+            ..View::default()
+        }
+    }
+
+    fn server(v: &mut View, name: &str) -> usize {
+        let meta = serf::encode_tags(&[("role", "consul"), ("dc", "dc1")]);
+        let a = Alive {
+            incarnation: 1,
+            node: name,
+            addr: &[127, 0, 0, 1],
+            port: 8301,
+            meta: &meta,
+            vsn: &VSN,
+        };
+        assert!(v.on_alive(&a, None, 3));
+        v.remotes.len() - 1
+    }
+
+    #[test]
+    fn a_join_queues_alive_and_intent_for_each_server_limit_times() {
+        let mut v = view();
+        let s1 = server(&mut v, "s1");
+        let s2 = server(&mut v, "s2");
+        v.queues.clear();
+        let a = v.add_local("agent-1", "id-1", 0);
+        v.joined(a, 2);
+        for s in [s1, s2] {
+            let mut kinds = Vec::new();
+            for _ in 0..3 {
+                for m in v.take_broadcasts(s, 1400) {
+                    each_message(&m, &mut |t, _| kinds.push(t)).unwrap();
+                }
+            }
+            assert_eq!(
+                kinds,
+                vec![kind::ALIVE, kind::USER, kind::ALIVE, kind::USER]
+            );
+        }
+    }
+
+    #[test]
+    fn a_suspicion_of_a_member_is_refuted_with_a_higher_incarnation() {
+        let mut v = view();
+        server(&mut v, "s1");
+        let a = v.add_local("agent-1", "id-1", 0);
+        v.joined(a, 1);
+        v.on_verdict(
+            kind::SUSPECT,
+            &Verdict {
+                incarnation: 0,
+                node: "agent-1",
+                from: "s1",
+            },
+            Some(0),
+            1,
+        );
+        assert_eq!(v.locals[a].incarnation, 1);
+        assert_eq!(v.refuted, 1);
+    }
+
+    #[test]
+    fn a_leave_sends_the_intent_before_the_dead_message() {
+        let mut v = view();
+        let s = server(&mut v, "s1");
+        let a = v.add_local("agent-1", "id-1", 0);
+        v.joined(a, 1);
+        v.take_broadcasts(s, 1400);
+        v.leave(a, 1, Instant::now());
+        v.leave_done(a, 1);
+        let mut kinds = Vec::new();
+        for m in v.take_broadcasts(s, 1400) {
+            each_message(&m, &mut |t, _| kinds.push(t)).unwrap();
+        }
+        assert_eq!(kinds, vec![kind::USER, kind::DEAD]);
+        assert_eq!(v.locals[a].phase, Phase::Left);
+    }
+
+    #[test]
+    fn a_push_pull_lists_every_member_and_reads_back() {
+        let mut v = view();
+        server(&mut v, "s1");
+        for i in 0..3 {
+            let a = v.add_local(&format!("agent-{i}"), "id", 0);
+            v.joined(a, 1);
+        }
+        v.leave(2, 1, Instant::now());
+        let b = v.push_pull(false, state::ALIVE);
+        let pp = PushPull::decode(&b[1..]).unwrap();
+        assert_eq!(pp.nodes.len(), 4);
+        let s = SerfState::decode(pp.user_state).unwrap();
+        assert_eq!(s.left, vec!["agent-2"]);
+        let left = v.push_pull(false, state::LEFT);
+        let pp = PushPull::decode(&left[1..]).unwrap();
+        assert_eq!(
+            pp.nodes.iter().find(|n| n.name == "agent-2").unwrap().state,
+            state::LEFT
+        );
+    }
+
+    #[test]
+    fn queues_are_bounded() {
+        let mut v = view();
+        let s = server(&mut v, "s1");
+        for _ in 0..QUEUE_MAX + 10 {
+            v.broadcast(vec![kind::USER, 0], 3, &[]);
+        }
+        assert_eq!(v.queues[&s].len(), QUEUE_MAX);
+        assert!(v.dropped >= 10);
+    }
+}
