@@ -471,6 +471,26 @@ pub struct RunArgs {
     /// http].
     #[arg(long, value_name = "WIRE", help_heading = heading::CONSUL)]
     pub consul_agent: Option<agent_sim_consul::modes::AgentWire>,
+    /// Consul: each client agent is a member of the LAN gossip pool (serf
+    /// and memberlist, as a real one: probes, push-pulls, leave)
+    /// [default: true with --consul-agent client].
+    #[arg(long, help_heading = heading::CONSUL, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub gossip: Option<bool>,
+    /// Consul: the servers' serf LAN addresses to join (repeatable)
+    /// [default: each target host, port 8301].
+    #[arg(long = "gossip-join", value_name = "HOST:PORT", value_delimiter = ',', help_heading = heading::CONSUL)]
+    pub gossip_join: Vec<String>,
+    /// Consul: where the members listen, UDP and TCP (repeatable; IP or
+    /// IP:PORT) [default: the local address toward the first server].
+    #[arg(long = "gossip-bind", value_name = "IP[:PORT]", value_delimiter = ',', help_heading = heading::CONSUL)]
+    pub gossip_bind: Vec<String>,
+    /// Consul: the cluster's gossip encryption key (`encrypt`, base64 as
+    /// `consul keygen` prints it); several, comma-separated, primary first.
+    #[arg(long, value_name = "KEY", env = "CONSUL_GOSSIP_KEY", hide_env_values = true, help_heading = heading::CONSUL)]
+    pub gossip_key: Option<String>,
+    /// Consul: the cluster's gossip label.
+    #[arg(long, value_name = "LABEL", help_heading = heading::CONSUL)]
+    pub gossip_label: Option<String>,
     /// Consul: how each upstream is watched: streaming (Subscribe on the
     /// RPC port), blocking (Health.ServiceNodes blocking queries on the RPC
     /// port, as agents with streaming off) or http (long polls of
@@ -677,14 +697,14 @@ macro_rules! with_run_args_fields {
                 password, subscriptions, encoding, deregister, event_rate, event_output_size,
                 insecure_skip_tls_verify, tls_server_name, http_target, token, upstreams, services_per_agent,
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
-                anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, consul_agent, watch,
+                anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, consul_agent, gossip, gossip_key, gossip_label, watch,
                 blocking_wait, seed_service, change_every,
                 embedded_check_interval, embedded_servers, rebalance_min, hlog_interval, metrics_addr, shard, seed, quiet,
                 progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,
                 churn, max_session_length, ramp_down, reconnect, observe_every, observe_shard,
                 processes;
             paths: config, ca_file, cert_file, key_file, summary, hlog, report_html;
-            vecs: targets, source_addrs, asserts,
+            vecs: targets, source_addrs, asserts, gossip_join, gossip_bind,
                 storms, pauses, server_downs, observe, observe_pid, observe_metric
         )
     };

@@ -499,6 +499,25 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     c.agent = a
         .consul_agent
         .unwrap_or(agent_sim_consul::modes::AgentWire::for_watch(c.watch));
+    if a.gossip.unwrap_or(true) && c.agent == agent_sim_consul::modes::AgentWire::Client {
+        c.gossip = Some(agent_sim_consul::gossip::GossipConfig {
+            join: if a.gossip_join.is_empty() {
+                agent_sim_consul::gossip::derived_join(&c.conn.targets)
+            } else {
+                a.gossip_join.clone()
+            },
+            join_given: !a.gossip_join.is_empty(),
+            bind: a.gossip_bind.clone(),
+            keys: a
+                .gossip_key
+                .iter()
+                .flat_map(|k| k.split(','))
+                .map(|k| k.trim().to_string())
+                .filter(|k| !k.is_empty())
+                .collect(),
+            label: a.gossip_label.clone().unwrap_or_default(),
+        });
+    }
     c.seed = a.seed_service.clone();
     if let Some(d) = a.change_every {
         c.probe.every = d.0;

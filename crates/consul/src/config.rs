@@ -73,6 +73,8 @@ pub struct ConsulConfig {
     /// A service the run registers before its agents start and removes
     /// after them ([`crate::seed`]).
     pub seed: Option<crate::modes::SeedService>,
+    /// The agents' gossip membership (client wire only; `None`: off).
+    pub gossip: Option<crate::gossip::GossipConfig>,
 }
 
 impl Default for ConsulConfig {
@@ -95,6 +97,7 @@ impl Default for ConsulConfig {
             probe: ProbeConfig::default(),
             agent: crate::modes::AgentWire::default(),
             rebalance_min: agent_sim_fleet::servers::REBALANCE_MIN,
+            gossip: None,
             watch: crate::modes::WatchMode::default(),
             blocking_wait: crate::modes::DEFAULT_WAIT,
             seed: None,

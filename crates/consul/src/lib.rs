@@ -34,6 +34,7 @@ pub mod codec;
 pub mod config;
 pub mod conn;
 pub mod ended;
+pub mod gossip;
 pub mod http;
 pub mod modes;
 pub mod probe;
@@ -248,6 +249,11 @@ pub fn metrics_spec() -> MetricsSpec {
         .collect(),
         errors: ERROR_KINDS.to_vec(),
     }
+    .merge(&agent_sim_gossip::metrics_spec())
+    .merge(&MetricsSpec {
+        errors: vec![gossip::GOSSIP_OFF],
+        ..MetricsSpec::default()
+    })
 }
 
 /// `probe_overhead` p99 above this makes the run warn that the load box

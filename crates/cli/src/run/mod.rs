@@ -266,6 +266,9 @@ async fn run_fleets(
         }
     }
     for f in &seeded {
+        f.close_gossip().await;
+    }
+    for f in &seeded {
         if let Err(e) = f.unseed().await {
             seed_failed(metrics, "removing", &e);
         }
@@ -319,7 +322,12 @@ pub async fn execute(
     for plan in &cfg.fleets {
         match &plan.protocol {
             Protocol::Sensu(s) => metrics.add_secret(&s.password),
-            Protocol::Consul(c) => metrics.add_secret(c.conn.token.as_deref().unwrap_or_default()),
+            Protocol::Consul(c) => {
+                metrics.add_secret(c.conn.token.as_deref().unwrap_or_default());
+                for k in c.gossip.iter().flat_map(|g| &g.keys) {
+                    metrics.add_secret(k);
+                }
+            }
             Protocol::Dataplane(c) => {
                 metrics.add_secret(c.conn.token.as_deref().unwrap_or_default())
             }

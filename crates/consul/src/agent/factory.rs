@@ -90,6 +90,13 @@ impl ConsulFactory {
             })
             .collect();
         let ttl = cfg.session_ttl.map(|d| (d, config::go_duration(d)));
+        let gossip = match (&cfg.gossip, cfg.agent) {
+            (Some(g), crate::modes::AgentWire::Client) => Some(
+                crate::gossip::Gossip::new(g.clone(), &cfg.conn.datacenter, metrics.clone())
+                    .map_err(ConsulError::Config)?,
+            ),
+            _ => None,
+        };
         let flap_interval = cfg.flap_rate.map(|r| r.interval());
         Ok(ConsulFactory {
             shared: Arc::new(Shared {
@@ -105,8 +112,18 @@ impl ConsulFactory {
                 ttl,
                 flap_interval,
                 watch_api,
+                gossip,
             }),
         })
+    }
+
+    /// Ends the agents' gossip at the end of the run, after every agent has
+    /// finished: the members still in leave (unless registrations are
+    /// kept), and the pool stops.
+    pub async fn close_gossip(&self) {
+        if let Some(g) = &self.shared.gossip {
+            g.close(self.shared.cfg.keep_registrations).await;
+        }
     }
 
     /// The probe controller, when a probe kind is set and this process is
@@ -282,6 +299,7 @@ impl AgentFactory for ConsulFactory {
             renew_due: None,
             flaps: 0,
             vivaldi: None,
+            gossip_slot: None,
             router: Router::new(s.dialers.len(), index.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
             session_server: 0,
             moved: false,

@@ -158,6 +158,8 @@ pub(crate) struct Shared {
     flap_interval: Option<Duration>,
     /// Where `--watch http` long polls go.
     watch_api: WatchApi,
+    /// The agents' gossip pool (client wire with `--gossip on`).
+    gossip: Option<crate::gossip::Gossip>,
 }
 
 /// The HTTP API as `--watch http` dials it: a connection per watched
@@ -243,6 +245,8 @@ pub struct ConsulAgent {
     /// The agent's network coordinate (the client wire sends it; a fresh
     /// one until the first round trip moves it).
     vivaldi: Option<Box<Vivaldi>>,
+    /// Its slot in the gossip pool (`usize::MAX`: gossip is off).
+    gossip_slot: Option<usize>,
     /// The run's servers in this agent's order (Consul's router).
     router: Router,
     /// The server of the current (or last) session.
@@ -279,6 +283,39 @@ impl ConsulAgent {
 
     fn node(&self) -> String {
         http::node_name(&self.shared.cfg.conn.name_prefix, self.index)
+    }
+
+    /// The node's address in the catalog: the one its gossip member
+    /// advertises, or (without gossip) a made-up one of its index.
+    fn node_address(&self) -> String {
+        match &self.shared.gossip {
+            Some(g) => g.address(self.index).to_string(),
+            None => http::node_address(self.index),
+        }
+    }
+
+    /// Makes this agent a gossip member on its first session (it joins in
+    /// the background, as `retry_join` does, every 30 s until it is in).
+    async fn ensure_member(&mut self) {
+        let Some(g) = &self.shared.gossip else { return };
+        if self.gossip_slot.is_some() {
+            return;
+        }
+        let Some(pool) = g.pool().await else {
+            self.gossip_slot = Some(usize::MAX);
+            return;
+        };
+        let node = self.node();
+        let (slot, _) = pool.add(&node, &upkeep::node_id(&node), self.index);
+        self.gossip_slot = Some(slot);
+        pool.join_retrying(slot, crate::gossip::RETRY_JOIN);
+    }
+
+    /// This agent's gossip member, when it has one.
+    fn member(&self) -> Option<(&agent_sim_gossip::Pool, usize)> {
+        let g = self.shared.gossip.as_ref()?;
+        let slot = self.gossip_slot.filter(|s| *s != usize::MAX)?;
+        Some((g.started()?, slot))
     }
 
     /// The server (its dialer) of this agent's session.

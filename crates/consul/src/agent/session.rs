@@ -79,6 +79,7 @@ impl ConsulAgent {
     /// of the agent's router; a session lost there moves that server to the
     /// end of the list (a real agent's next call goes to the next one).
     async fn session(&mut self, cx: &SessionCx) -> SessionEnd {
+        self.ensure_member().await;
         let server = self.router.current();
         self.session_server = server;
         cx.on_server(server);

@@ -108,6 +108,10 @@ pub enum PoolError {
     /// No address to listen on or to join.
     #[error("gossip: {0}")]
     Config(String),
+    /// The first server's push-pull did not answer (refused, wrong key or
+    /// label, not a gossip port): the words of the failure.
+    #[error("gossip: {0}")]
+    Hello(String),
 }
 
 /// Counter ids the pool adds to.
@@ -212,6 +216,10 @@ impl Pool {
         for l in tcp {
             tokio::spawn(net::streams(inner.clone(), l));
         }
+        if let Err(e) = net::hello(&inner).await {
+            inner.stop.cancel();
+            return Err(PoolError::Hello(e));
+        }
         tokio::spawn(tick::run(inner.clone()));
         Ok(Pool { inner })
     }
@@ -221,12 +229,13 @@ impl Pool {
         self.inner.lock().endpoints.clone()
     }
 
-    /// Adds a member (not yet joined): its slot, and the address it
-    /// advertises (the agent's catalog address must be that IP, or the
-    /// leader's reconcile would move the node's address back and forth).
-    pub fn add(&self, name: &str, node_id: &str) -> (usize, SocketAddr) {
+    /// Adds a member (not yet joined) on endpoint `hint` (modulo their
+    /// number): its slot, and the address it advertises (the agent's catalog
+    /// address must be that IP, or the leader's reconcile would move the
+    /// node's address back and forth).
+    pub fn add(&self, name: &str, node_id: &str, hint: u64) -> (usize, SocketAddr) {
         let mut v = self.inner.lock();
-        let ep = (v.locals.len() % v.endpoints.len()) as u16;
+        let ep = (hint % v.endpoints.len() as u64) as u16;
         let slot = v.add_local(name, node_id, ep);
         (slot, v.endpoints[usize::from(ep)])
     }
@@ -248,6 +257,15 @@ impl Pool {
             i.metrics.incr(i.ids.leaves);
         }
         v.leave(slot, limit, tokio::time::Instant::now());
+    }
+
+    /// Whether member `slot` has joined and not left.
+    pub fn is_member(&self, slot: usize) -> bool {
+        self.inner
+            .lock()
+            .locals
+            .get(slot)
+            .is_some_and(|l| l.phase == Phase::Alive)
     }
 
     /// Member `slot`'s coordinate.
@@ -281,6 +299,32 @@ impl Pool {
     pub async fn close(&self) {
         net::close(&self.inner).await;
         self.inner.stop.cancel();
+    }
+
+    /// Stops at once: no leave (the servers will find the members failed).
+    pub fn stop(&self) {
+        self.inner.stop.cancel();
+    }
+
+    /// Joins `slot` in the background, again every `retry` while it fails
+    /// (Consul's `retry_join`), until it is in or the pool stops.
+    pub fn join_retrying(&self, slot: usize, retry: Duration) {
+        let pool = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let stopped = pool.inner.stop.clone();
+                if pool.join(slot).await.is_ok() {
+                    return;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(retry) => {}
+                    () = stopped.cancelled() => return,
+                }
+                if pool.inner.lock().locals[slot].phase != Phase::Joining {
+                    return;
+                }
+            }
+        });
     }
 }
 

@@ -453,6 +453,39 @@ pub(super) async fn exchange(inner: &Inner, to: SocketAddr, msg: &[u8]) -> Resul
     }
 }
 
+/// The pool's first exchange, before any member joins: a push-pull with
+/// no node (as a member that knows no one) with the first server, which
+/// answers with the whole cluster: the servers are known, and the
+/// datacenter when none was given (a member of another one is refused).
+pub(super) async fn hello(inner: &Inner) -> Result<(), String> {
+    let to = inner.cfg.join[0];
+    let msg = inner.lock().push_pull(false, state::ALIVE);
+    let answer = exchange(inner, to, &msg).await?;
+    let pp = PushPull::decode(&answer[1..]).map_err(|e| format!("{to}: {e}"))?;
+    let mut v = inner.lock();
+    v.merge(&pp, None, 1);
+    v.queues.clear();
+    let server_dc = v.remotes.iter().filter(|r| r.server).find_map(|r| {
+        serf::decode_tags(&r.meta)
+            .ok()?
+            .into_iter()
+            .find(|(k, _)| k == "dc")
+            .map(|(_, dc)| dc)
+    });
+    if let (Some(dc), Some(t)) = (server_dc, v.tags.iter_mut().find(|(k, _)| k == "dc")) {
+        if t.1.is_empty() {
+            t.1 = dc;
+        }
+    }
+    if v.live_servers().is_empty() {
+        return Err(format!(
+            "{to} answered, but lists no Consul server (role=consul)"
+        ));
+    }
+    inner.metrics.incr(inner.ids.push_pulls);
+    Ok(())
+}
+
 /// A member's join.
 pub(super) async fn join(inner: &Inner, slot: usize) -> Result<(), String> {
     let _permit = inner

@@ -120,6 +120,7 @@ pub(super) struct Sched {
 }
 
 pub(super) use crate::config::AE_SERVER_UP;
+pub(super) use rpc::node_id;
 /// Consul's `retryFailInterval`: a failed sync is retried after this plus a
 /// random part of it (scaled).
 pub(super) const AE_RETRY: Duration = Duration::from_secs(15);
@@ -205,7 +206,7 @@ impl ConsulAgent {
         let sh = &self.shared;
         let upstreams: Vec<String> = self.subs.iter().map(|s| s.name.to_string()).collect();
         let node = self.node();
-        let address = http::node_address(self.index);
+        let address = self.node_address();
         f(&Registration {
             node: &node,
             address: &address,
@@ -479,9 +480,13 @@ impl ConsulAgent {
         match r {
             Ok(()) => {
                 sh.metrics.incr(sh.ids.coordinate_updates);
-                self.vivaldi
-                    .get_or_insert_default()
-                    .observe(&coordinate::Coord::default(), rtt);
+                match self.member() {
+                    Some((pool, slot)) => pool.observe(slot, rtt),
+                    None => self
+                        .vivaldi
+                        .get_or_insert_default()
+                        .observe(&coordinate::Coord::default(), rtt),
+                }
             }
             Err(r) => sh.metrics.error_with(r.kind, r.words.as_deref()),
         }
@@ -528,8 +533,17 @@ impl ConsulAgent {
     pub(super) async fn finish_inner(&mut self) {
         let sh = self.shared.clone();
         let node = self.node();
+        // A gossip member leaves, and the leader removes its node, as for
+        // a real agent's `consul leave`.
+        let left = match self.member() {
+            Some((pool, slot)) if !sh.cfg.keep_registrations && pool.is_member(slot) => {
+                pool.leave(slot);
+                true
+            }
+            _ => false,
+        };
         let dereg = async {
-            if self.maybe_registered && !sh.cfg.keep_registrations {
+            if self.maybe_registered && !sh.cfg.keep_registrations && !left {
                 let ops = crate::txn::TxnOps::new(vec![http::deregistration_op(&node)]);
                 match sh.batcher().submit(ops).await {
                     Ok(()) => {

@@ -172,7 +172,7 @@ impl ConsulAgent {
         let ident = Ident {
             datacenter: sh.cfg.conn.datacenter.clone(),
             id: node_id(&node),
-            address: http::node_address(self.index),
+            address: self.node_address(),
             node,
             prefix: sh.cfg.conn.name_prefix.clone(),
             token: sh.token.clone(),
@@ -346,10 +346,13 @@ impl ConsulAgent {
             }
             Op::Coordinate => {
                 let node = self.node();
-                let coord = self
-                    .vivaldi
-                    .as_ref()
-                    .map_or_else(Default::default, |v| v.coord().clone());
+                let coord = match self.member() {
+                    Some((pool, slot)) => pool.coordinate(slot),
+                    None => self
+                        .vivaldi
+                        .as_ref()
+                        .map_or_else(Default::default, |v| v.coord().clone()),
+                };
                 Box::pin(async move {
                     let start = Instant::now();
                     let dc = &sh.cfg.conn.datacenter;

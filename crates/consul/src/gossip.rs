@@ -1,0 +1,242 @@
+//! The agents' gossip membership (`--gossip`, on with the client wire):
+//! the run's [`agent_sim_gossip::Pool`], started by the first agent that
+//! needs it, and what an agent asks of it (its member, its catalog address,
+//! its coordinate). The pool's first push-pull checks the join address
+//! once: when the default one (each target host, port 8301) does not
+//! answer as a gossip port, gossip is off for the run with one warning,
+//! rather than every agent's join failing.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use agent_sim_gossip::{Keyring, Pool, PoolConfig, Security, Timings};
+use agent_sim_metrics::{ErrorKindSpec, Metrics};
+
+/// The gossip settings of a fleet.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GossipConfig {
+    /// The servers' serf LAN addresses (`HOST:PORT`, resolved when the
+    /// agents are built).
+    pub join: Vec<String>,
+    /// Whether `join` was given (`--gossip-join`) rather than derived from
+    /// the targets: a given one that refuses is an error, a derived one a
+    /// warning that turns gossip off.
+    pub join_given: bool,
+    /// Where the members listen (UDP and TCP: `IP` or `IP:PORT`); empty:
+    /// the local address that routes to the first server, any port.
+    pub bind: Vec<String>,
+    /// `--gossip-key`: the cluster's `encrypt` keys, the primary first.
+    pub keys: Vec<String>,
+    /// `--gossip-label`.
+    pub label: String,
+}
+
+/// Serf's LAN port, where a derived join address points.
+pub const SERF_LAN_PORT: u16 = 8301;
+
+/// Nothing answered on the derived join address.
+pub const GOSSIP_OFF: ErrorKindSpec = ErrorKindSpec {
+    kind: "gossip_off",
+    hint: "nothing listens on the servers' serf LAN port where agent-sim looked (each target \
+           host, port 8301): the agents are not gossip members in this run, and the servers \
+           see less than real agents cost them; name the port with --gossip-join HOST:PORT, \
+           or say --gossip off",
+    heals: false,
+};
+
+/// A Consul 1.20.1 client agent's serf tags, `id` apart (captured from
+/// `consul members -detailed` of a real one).
+pub fn client_tags(datacenter: &str) -> Vec<(String, String)> {
+    [
+        ("role", "node"),
+        ("dc", datacenter),
+        ("segment", ""),
+        ("vsn", "2"),
+        ("vsn_min", "2"),
+        ("vsn_max", "3"),
+        ("build", "1.20.1:"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+impl GossipConfig {
+    /// Checks the keys (a wrong one is refused in plain words before any
+    /// agent starts).
+    pub fn security(&self) -> Result<Security, String> {
+        let keyring = if self.keys.is_empty() {
+            None
+        } else {
+            Some(Keyring::from_base64(&self.keys).map_err(|e| format!("--gossip-key: {e}"))?)
+        };
+        if self.label.len() > 255 {
+            return Err("--gossip-label: at most 255 bytes".into());
+        }
+        Ok(Security {
+            label: self.label.clone(),
+            keyring,
+        })
+    }
+
+    /// The join addresses, resolved.
+    pub fn join_addrs(&self) -> Result<Vec<SocketAddr>, String> {
+        use std::net::ToSocketAddrs;
+        self.join
+            .iter()
+            .map(|j| {
+                j.to_socket_addrs()
+                    .map_err(|e| format!("--gossip-join {j}: {e}"))?
+                    .next()
+                    .ok_or_else(|| format!("--gossip-join {j}: no address"))
+            })
+            .collect()
+    }
+
+    /// The addresses to listen on: the given ones, or the local address
+    /// that routes to the first server.
+    pub fn bind_addrs(&self, join: &[SocketAddr]) -> Result<Vec<SocketAddr>, String> {
+        if !self.bind.is_empty() {
+            return self
+                .bind
+                .iter()
+                .map(|b| {
+                    b.parse::<SocketAddr>()
+                        .or_else(|_| b.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 0)))
+                        .map_err(|_| format!("--gossip-bind {b}: not an IP or IP:PORT"))
+                })
+                .collect();
+        }
+        let ip = join
+            .first()
+            .and_then(|j| {
+                let s = std::net::UdpSocket::bind((unspecified(j.ip()), 0)).ok()?;
+                s.connect(j).ok()?;
+                Some(s.local_addr().ok()?.ip())
+            })
+            .unwrap_or(IpAddr::from([127, 0, 0, 1]));
+        Ok(vec![SocketAddr::new(ip, 0)])
+    }
+}
+
+/// The join addresses derived from the agents' targets: each host on
+/// serf's LAN port.
+pub fn derived_join(targets: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for t in targets {
+        let host = match t.rsplit_once(':') {
+            Some((h, p)) if p.parse::<u16>().is_ok() => h,
+            _ => t.as_str(),
+        };
+        let j = format!("{host}:{SERF_LAN_PORT}");
+        if !out.contains(&j) {
+            out.push(j);
+        }
+    }
+    out
+}
+
+fn unspecified(like: IpAddr) -> IpAddr {
+    match like {
+        IpAddr::V4(_) => IpAddr::from([0, 0, 0, 0]),
+        IpAddr::V6(_) => IpAddr::from([0u16; 8]),
+    }
+}
+
+/// The run's gossip: settings, and the pool once started.
+pub(crate) struct Gossip {
+    cfg: GossipConfig,
+    security: Security,
+    join: Vec<SocketAddr>,
+    bind: Vec<SocketAddr>,
+    datacenter: String,
+    pool: tokio::sync::OnceCell<Option<Pool>>,
+    metrics: Metrics,
+}
+
+impl Gossip {
+    pub(crate) fn new(
+        cfg: GossipConfig,
+        datacenter: &str,
+        metrics: Metrics,
+    ) -> Result<Self, String> {
+        let security = cfg.security()?;
+        let join = cfg.join_addrs()?;
+        if join.is_empty() {
+            return Err("gossip: no server to join (--gossip-join)".into());
+        }
+        let bind = cfg.bind_addrs(&join)?;
+        Ok(Gossip {
+            cfg,
+            security,
+            join,
+            bind,
+            datacenter: datacenter.into(),
+            pool: tokio::sync::OnceCell::new(),
+            metrics,
+        })
+    }
+
+    /// The address agent `index` advertises, and so registers in the
+    /// catalog (the leader's reconcile writes the member's address).
+    pub(crate) fn address(&self, index: u64) -> IpAddr {
+        self.bind[(index % self.bind.len() as u64) as usize].ip()
+    }
+
+    /// The pool, started on first use; `None` when gossip is off for the
+    /// run (the derived join address refused).
+    pub(crate) async fn pool(&self) -> Option<&Pool> {
+        self.pool.get_or_init(|| self.start()).await.as_ref()
+    }
+
+    async fn start(&self) -> Option<Pool> {
+        let first = *self.join.first()?;
+        let cfg = PoolConfig {
+            bind: self.bind.clone(),
+            join: self.join.clone(),
+            security: self.security.clone(),
+            tags: client_tags(&self.datacenter),
+            timings: Timings::default(),
+        };
+        match Pool::start(cfg, self.metrics.clone()).await {
+            Ok(p) => Some(p),
+            Err(e) if !self.cfg.join_given => {
+                self.metrics.warn(
+                    GOSSIP_OFF.kind,
+                    Some(&format!(
+                        "{e} (the default join address {first}): gossip is off for this run"
+                    )),
+                );
+                None
+            }
+            Err(e) => {
+                self.metrics
+                    .error_with(agent_sim_gossip::JOIN_FAILED.kind, Some(&e.to_string()));
+                None
+            }
+        }
+    }
+
+    /// Leaves every member still in and stops the pool (the end of the
+    /// run); with `keep`, the members stop without leaving (the servers
+    /// mark them failed, as after a killed agent, and the nodes stay).
+    pub(crate) async fn close(&self, keep: bool) {
+        if let Some(Some(p)) = self.pool.get() {
+            if keep {
+                p.stop();
+            } else {
+                p.close().await;
+            }
+        }
+    }
+}
+
+/// Consul's `retry_interval`: a failed join is tried again this much later.
+pub const RETRY_JOIN: Duration = Duration::from_secs(30);
+
+impl Gossip {
+    /// The pool, if it has started.
+    pub(crate) fn started(&self) -> Option<&Pool> {
+        self.pool.get().and_then(|p| p.as_ref())
+    }
+}
