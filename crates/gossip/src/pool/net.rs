@@ -258,7 +258,7 @@ pub(super) async fn streams(inner: Arc<Inner>, l: TcpListener) {
         };
         let inner2 = inner.clone();
         tokio::spawn(async move {
-            // memberlist drops streams past its bound too.
+            // Bound: STREAMS_AT_ONCE; memberlist drops streams past its bound too.
             let Ok(_permit) = inner2.streams.try_acquire() else {
                 return;
             };

@@ -225,6 +225,7 @@ fn probe(inner: &Inner, owed: &mut Owed, dt: Duration, now: Instant) {
 /// pings with no ack get their nack.
 fn expire(inner: &Inner, now: Instant) {
     let timeout = inner.cfg.timings.probe_timeout;
+    // Bound: what waits is at most one probe timeout old (swept here).
     let mut gone = Vec::new();
     inner
         .waiting

@@ -228,6 +228,7 @@ impl View {
                 continue;
             }
             let q = self.queues.entry(s).or_default();
+            // Bound: QUEUE_MAX broadcasts per server, the oldest dropped.
             if q.len() >= QUEUE_MAX {
                 q.pop_front();
                 self.dropped += 1;
