@@ -66,7 +66,7 @@ async fn members_join_are_alive_and_leave_as_left() {
             "00000000-0000-4000-8000-{:012x}",
             std::process::id() as u64 * 1000 + i
         );
-        slots.push(pool.add(&name, &id, 0).0);
+        slots.push(pool.add(&name, &id, i).0);
     }
     for &s in &slots {
         pool.join(s).await.unwrap();

@@ -299,7 +299,6 @@ impl AgentFactory for ConsulFactory {
             renew_due: None,
             flaps: 0,
             vivaldi: None,
-            gossip_slot: None,
             router: Router::new(s.dialers.len(), index.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
             session_server: 0,
             moved: false,

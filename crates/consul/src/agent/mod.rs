@@ -245,8 +245,6 @@ pub struct ConsulAgent {
     /// The agent's network coordinate (the client wire sends it; a fresh
     /// one until the first round trip moves it).
     vivaldi: Option<Box<Vivaldi>>,
-    /// Its slot in the gossip pool (`usize::MAX`: gossip is off).
-    gossip_slot: Option<usize>,
     /// The run's servers in this agent's order (Consul's router).
     router: Router,
     /// The server of the current (or last) session.
@@ -296,26 +294,21 @@ impl ConsulAgent {
 
     /// Makes this agent a gossip member on its first session (it joins in
     /// the background, as `retry_join` does, every 30 s until it is in).
-    async fn ensure_member(&mut self) {
+    async fn ensure_member(&self) {
         let Some(g) = &self.shared.gossip else { return };
-        if self.gossip_slot.is_some() {
+        let Some(pool) = g.pool().await else { return };
+        if pool.slot(self.index).is_some() {
             return;
         }
-        let Some(pool) = g.pool().await else {
-            self.gossip_slot = Some(usize::MAX);
-            return;
-        };
         let node = self.node();
         let (slot, _) = pool.add(&node, &upkeep::node_id(&node), self.index);
-        self.gossip_slot = Some(slot);
         pool.join_retrying(slot, crate::gossip::RETRY_JOIN);
     }
 
     /// This agent's gossip member, when it has one.
     fn member(&self) -> Option<(&agent_sim_gossip::Pool, usize)> {
-        let g = self.shared.gossip.as_ref()?;
-        let slot = self.gossip_slot.filter(|s| *s != usize::MAX)?;
-        Some((g.started()?, slot))
+        let pool = self.shared.gossip.as_ref()?.started()?;
+        Some((pool, pool.slot(self.index)?))
     }
 
     /// The server (its dialer) of this agent's session.

@@ -137,7 +137,7 @@ pub(crate) struct Inner {
     udp: Vec<Arc<UdpSocket>>,
     seq: AtomicU32,
     /// Probes and relayed pings waiting for their ack.
-    waiting: Mutex<std::collections::HashMap<u32, tick::Waiting>>,
+    waiting: Mutex<std::collections::HashMap<u32, net::Waiting>>,
     metrics: Metrics,
     ids: Ids,
     joins: Semaphore,
@@ -229,14 +229,15 @@ impl Pool {
         self.inner.lock().endpoints.clone()
     }
 
-    /// Adds a member (not yet joined) on endpoint `hint` (modulo their
-    /// number): its slot, and the address it advertises (the agent's catalog
-    /// address must be that IP, or the leader's reconcile would move the
-    /// node's address back and forth).
-    pub fn add(&self, name: &str, node_id: &str, hint: u64) -> (usize, SocketAddr) {
+    /// Adds agent `index`'s member (not yet joined), on endpoint `index`
+    /// modulo their number: its slot, and the address it advertises (the
+    /// agent's catalog address must be that IP, or the leader's reconcile
+    /// would move the node's address back and forth).
+    pub fn add(&self, name: &str, node_id: &str, index: u64) -> (usize, SocketAddr) {
         let mut v = self.inner.lock();
-        let ep = (hint % v.endpoints.len() as u64) as u16;
+        let ep = (index % v.endpoints.len() as u64) as u16;
         let slot = v.add_local(name, node_id, ep);
+        v.by_index.insert(index, slot);
         (slot, v.endpoints[usize::from(ep)])
     }
 
@@ -257,6 +258,11 @@ impl Pool {
             i.metrics.incr(i.ids.leaves);
         }
         v.leave(slot, limit, tokio::time::Instant::now());
+    }
+
+    /// The member of agent `index`, once added.
+    pub fn slot(&self, index: u64) -> Option<usize> {
+        self.inner.lock().by_index.get(&index).copied()
     }
 
     /// Whether member `slot` has joined and not left.

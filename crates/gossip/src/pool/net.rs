@@ -11,10 +11,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 use super::view::{Phase, Who, socket_addr};
-use super::{Inner, PoolError, tick};
+use super::{Inner, PoolError};
+use crate::coordinate::Coord;
 use crate::serf;
 use crate::wire::msgs::{self, Ack, Alive, IndirectPing, Nack, Ping, PushPull, Verdict, state};
 use crate::wire::{self, MAX_STATE_BYTES, UDP_BUFFER, kind};
+use tokio::time::Instant;
 
 /// Binds UDP and TCP on each address (port 0: the first bound port is
 /// tried on the others).
@@ -143,7 +145,7 @@ fn on_message(
             }
         }
         kind::INDIRECT_PING => indirect(inner, ep, from, &IndirectPing::decode(body)?),
-        kind::ACK => tick::on_ack(inner, &Ack::decode(body)?),
+        kind::ACK => on_ack(inner, &Ack::decode(body)?),
         kind::NACK => {
             Nack::decode(body)?;
         }
@@ -238,7 +240,7 @@ fn indirect(inner: &Inner, ep: usize, from: SocketAddr, ind: &IndirectPing<'_>) 
                 source_node: "",
             }
             .encode(&mut out);
-            tick::wait_relay(inner, seq, reply_to, ind.seq, ind.nack);
+            wait_relay(inner, seq, reply_to, ind.seq, ind.nack);
             send(inner, ep, target, &out);
         }
     }
@@ -472,10 +474,10 @@ pub(super) async fn hello(inner: &Inner) -> Result<(), String> {
             .find(|(k, _)| k == "dc")
             .map(|(_, dc)| dc)
     });
-    if let (Some(dc), Some(t)) = (server_dc, v.tags.iter_mut().find(|(k, _)| k == "dc")) {
-        if t.1.is_empty() {
-            t.1 = dc;
-        }
+    if let (Some(dc), Some(t)) = (server_dc, v.tags.iter_mut().find(|(k, _)| k == "dc"))
+        && t.1.is_empty()
+    {
+        t.1 = dc;
     }
     if v.live_servers().is_empty() {
         return Err(format!(
@@ -565,5 +567,75 @@ pub(super) async fn close(inner: &Inner) {
         if matches!(v.locals[slot].phase, Phase::Leaving(_)) {
             v.leave_done(slot, limit);
         }
+    }
+}
+
+/// What an ack is awaited for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Waiting {
+    /// A member's probe of a server.
+    Probe {
+        /// The member.
+        slot: usize,
+        /// The server (remote index).
+        server: usize,
+        /// When it was sent.
+        sent: Instant,
+    },
+    /// A ping sent for a server's indirect probe: its ack goes back there.
+    Relay {
+        /// The asker.
+        to: SocketAddr,
+        /// The asker's sequence number.
+        seq: u32,
+        /// Whether it wants a nack.
+        nack: bool,
+        /// When it was sent.
+        sent: Instant,
+    },
+}
+
+/// Registers a relayed ping.
+pub(super) fn wait_relay(inner: &Inner, local: u32, to: SocketAddr, seq: u32, nack: bool) {
+    let w = Waiting::Relay {
+        to,
+        seq,
+        nack,
+        sent: Instant::now(),
+    };
+    inner
+        .waiting
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(local, w);
+}
+
+/// An ack: a probe's round trip moves the member's coordinate; a relayed
+/// one goes back to its asker.
+pub(super) fn on_ack(inner: &Inner, ack: &Ack<'_>) {
+    let w = inner
+        .waiting
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&ack.seq);
+    match w {
+        Some(Waiting::Probe { slot, server, sent }) => {
+            let rtt = sent.elapsed();
+            let peer = Coord::from_ack_payload(ack.payload).ok();
+            let mut v = inner.lock();
+            if let (Some(c), Some(r)) = (&peer, v.remotes.get_mut(server)) {
+                r.coord = c.clone();
+            }
+            let other = peer.unwrap_or_default();
+            if let Some(l) = v.locals.get_mut(slot) {
+                l.vivaldi.observe(&other, rtt);
+            }
+        }
+        Some(Waiting::Relay { to, seq, .. }) => {
+            let mut out = Vec::new();
+            Ack { seq, payload: &[] }.encode(&mut out);
+            send(inner, 0, to, &out);
+        }
+        None => {}
     }
 }

@@ -1,4 +1,5 @@
-//! The model's timers, on one task: each tick sends the servers their
+//! The model's timers, on one task (what they send goes out through
+//! `net`): each tick sends the servers their
 //! share of what the pool's members would send them (probes, gossip,
 //! push-pulls), times out probes, completes leaves, and notices when the
 //! process itself was too busy to tick on time.
@@ -11,86 +12,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::net::Waiting;
 use super::view::Phase;
 use super::{Inner, net, push_pull_scale};
-use crate::coordinate::Coord;
-use crate::wire::msgs::{Ack, Nack, Ping, Verdict, state};
+use crate::wire::msgs::{Nack, Ping, Verdict, state};
 use crate::wire::{UDP_BUFFER, compound, kind};
 
 /// The ticker's period.
 const TICK: Duration = Duration::from_millis(100);
 /// A tick this late means the process could not answer probes in time.
 const LATE: Duration = Duration::from_millis(250);
-
-/// What an ack is awaited for.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Waiting {
-    /// A member's probe of a server.
-    Probe {
-        /// The member.
-        slot: usize,
-        /// The server (remote index).
-        server: usize,
-        /// When it was sent.
-        sent: Instant,
-    },
-    /// A ping sent for a server's indirect probe: its ack goes back there.
-    Relay {
-        /// The asker.
-        to: SocketAddr,
-        /// The asker's sequence number.
-        seq: u32,
-        /// Whether it wants a nack.
-        nack: bool,
-        /// When it was sent.
-        sent: Instant,
-    },
-}
-
-/// Registers a relayed ping.
-pub(super) fn wait_relay(inner: &Inner, local: u32, to: SocketAddr, seq: u32, nack: bool) {
-    let w = Waiting::Relay {
-        to,
-        seq,
-        nack,
-        sent: Instant::now(),
-    };
-    inner
-        .waiting
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(local, w);
-}
-
-/// An ack: a probe's round trip moves the member's coordinate; a relayed
-/// one goes back to its asker.
-pub(super) fn on_ack(inner: &Inner, ack: &Ack<'_>) {
-    let w = inner
-        .waiting
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&ack.seq);
-    match w {
-        Some(Waiting::Probe { slot, server, sent }) => {
-            let rtt = sent.elapsed();
-            let peer = Coord::from_ack_payload(ack.payload).ok();
-            let mut v = inner.lock();
-            if let (Some(c), Some(r)) = (&peer, v.remotes.get_mut(server)) {
-                r.coord = c.clone();
-            }
-            let other = peer.unwrap_or_default();
-            if let Some(l) = v.locals.get_mut(slot) {
-                l.vivaldi.observe(&other, rtt);
-            }
-        }
-        Some(Waiting::Relay { to, seq, .. }) => {
-            let mut out = Vec::new();
-            Ack { seq, payload: &[] }.encode(&mut out);
-            net::send(inner, 0, to, &out);
-        }
-        None => {}
-    }
-}
 
 /// Per-server fractions of a send owed.
 #[derive(Default)]

@@ -120,6 +120,8 @@ pub struct View {
     pub alive: usize,
     /// Members believed alive, as of the last [`View::refresh_size`].
     pub size: usize,
+    /// The slot of each agent index (`Pool::add`'s).
+    pub by_index: HashMap<u64, usize>,
     /// Members whose leave intent is out, in the order they left.
     pub leaving: VecDeque<usize>,
 }
