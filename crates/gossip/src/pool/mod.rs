@@ -287,6 +287,25 @@ impl Pool {
             .observe(&Coord::default(), rtt);
     }
 
+    /// Probes and relayed pings awaiting an ack.
+    pub fn waiting(&self) -> usize {
+        self.inner
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    /// Servers this pool suspects or believes dead (their probes failed).
+    pub fn suspected_servers(&self) -> usize {
+        self.inner
+            .lock()
+            .remotes
+            .iter()
+            .filter(|r| r.server && r.state != crate::wire::msgs::state::ALIVE)
+            .count()
+    }
+
     /// Members alive, joining, and gone.
     pub fn census(&self) -> (usize, usize, usize) {
         let v = self.inner.lock();

@@ -668,15 +668,23 @@ mod tests {
         v.on_verdict(
             kind::SUSPECT,
             &Verdict {
-                incarnation: 0,
+                incarnation: 1,
                 node: "agent-1",
                 from: "s1",
             },
             Some(0),
             1,
         );
-        assert_eq!(v.locals[a].incarnation, 1);
+        assert_eq!(v.locals[a].incarnation, 2);
         assert_eq!(v.refuted, 1);
+        // An old suspicion (of an incarnation already refuted) changes nothing.
+        let old = Verdict {
+            incarnation: 1,
+            node: "agent-1",
+            from: "s1",
+        };
+        v.on_verdict(kind::SUSPECT, &old, Some(0), 1);
+        assert_eq!((v.locals[a].incarnation, v.refuted), (2, 1));
     }
 
     #[test]
