@@ -144,6 +144,8 @@ pub(crate) struct Inner {
     streams: Semaphore,
     stop: CancellationToken,
     warned_late: AtomicBool,
+    /// The pool is closing: no more joins.
+    closing: AtomicBool,
 }
 
 /// A pool of simulated members; cheap to clone.
@@ -209,6 +211,7 @@ impl Pool {
             streams: Semaphore::new(STREAMS_AT_ONCE),
             stop: CancellationToken::new(),
             warned_late: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
         });
         for (i, sock) in inner.udp.iter().enumerate() {
             tokio::spawn(net::packets(inner.clone(), i, sock.clone()));
@@ -338,7 +341,7 @@ impl Pool {
         tokio::spawn(async move {
             loop {
                 let stopped = pool.inner.stop.clone();
-                if pool.join(slot).await.is_ok() {
+                if pool.inner.closing.load(Ordering::Acquire) || pool.join(slot).await.is_ok() {
                     return;
                 }
                 tokio::select! {

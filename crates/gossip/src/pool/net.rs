@@ -176,17 +176,17 @@ fn on_user(inner: &Inner, from: SocketAddr, body: &[u8], limit: u8) -> Result<()
     Ok(())
 }
 
-/// The ack member `node` sends for probe `seq`, if it is one of ours and
-/// in the pool (a member that left no longer answers).
+/// The ack member `node` sends for probe `seq`, if it is one of ours. A
+/// member answers from the moment its join went out (a real agent's
+/// memberlist is up before its join completes) until the pool stops (a
+/// server that still probes a member after its leave has not heard of the
+/// leave yet; a real agent waits for its leave to travel before it stops).
 fn ack_for(inner: &Inner, node: &str, seq: u32) -> Option<Vec<u8>> {
     let v = inner.lock();
     let Some(Who::Local(slot)) = v.names.get(node).copied() else {
         return None;
     };
     let l = &v.locals[slot];
-    if !matches!(l.phase, Phase::Alive | Phase::Leaving(_)) {
-        return None;
-    }
     let mut payload = Vec::with_capacity(100);
     l.vivaldi.coord().ack_payload(&mut payload);
     drop(v);
@@ -429,26 +429,31 @@ fn server_by_ip(inner: &Inner, from: SocketAddr) -> Option<usize> {
 /// an error message in the server's words).
 pub(super) async fn exchange(inner: &Inner, to: SocketAddr, msg: &[u8]) -> Result<Vec<u8>, String> {
     let t = inner.cfg.timings.tcp_timeout;
-    let work = async {
-        let mut conn = TcpStream::connect(to)
-            .await
-            .map_err(|e| format!("connect {to}: {e}"))?;
-        write_msg(inner, &mut conn, msg, true)
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut buf = Vec::new();
-        let answer = read_msg(inner, &mut conn, &mut buf)
-            .await
-            .map_err(|e| format!("{to}: {e}"))?;
-        match answer.first() {
-            Some(&kind::PUSH_PULL) => Ok(answer),
-            Some(&kind::ERR) => Err(format!(
-                "{to} said: {}",
-                msgs::decode_err(&answer[1..]).unwrap_or_default()
-            )),
-            _ => Err(format!("{to}: not a push-pull answer")),
-        }
-    };
+    let work =
+        async {
+            let mut conn = TcpStream::connect(to)
+                .await
+                .map_err(|e| format!("connect {to}: {e}"))?;
+            write_msg(inner, &mut conn, msg, true)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut buf = Vec::new();
+            let answer = read_msg(inner, &mut conn, &mut buf).await.map_err(|e| match e {
+            wire::WireError::Truncated => format!(
+                "{to} closed the push-pull without a whole answer (memberlist drops push-pulls \
+                 past 128 pending: a join storm, or the server is saturated)"
+            ),
+            e => format!("{to}: {e}"),
+        })?;
+            match answer.first() {
+                Some(&kind::PUSH_PULL) => Ok(answer),
+                Some(&kind::ERR) => Err(format!(
+                    "{to} said: {}",
+                    msgs::decode_err(&answer[1..]).unwrap_or_default()
+                )),
+                _ => Err(format!("{to}: not a push-pull answer")),
+            }
+        };
     match tokio::time::timeout(t, work).await {
         Ok(r) => r,
         Err(_) => Err(format!("{to}: no answer in {t:?}")),
@@ -497,6 +502,9 @@ pub(super) async fn join(inner: &Inner, slot: usize) -> Result<(), String> {
         .map_err(|_| "pool closed".to_string())?;
     let to = inner.cfg.join[slot % inner.cfg.join.len()];
     let msg = inner.lock().join_push_pull(slot);
+    if inner.closing.load(std::sync::atomic::Ordering::Acquire) {
+        return Err("the run is ending".into());
+    }
     let r = exchange(inner, to, &msg).await;
     let answer = match r {
         Ok(a) => a,
@@ -525,6 +533,12 @@ pub(super) async fn join(inner: &Inner, slot: usize) -> Result<(), String> {
 /// The closing of a pool: every member leaves, the broadcasts get up to
 /// `leave_wait` to reach the servers, then two push-pulls to each server.
 pub(super) async fn close(inner: &Inner) {
+    // No join starts from here on, and those in flight end first (a join
+    // the server took is a member that must leave).
+    inner
+        .closing
+        .store(true, std::sync::atomic::Ordering::Release);
+    let _all = inner.joins.acquire_many(super::JOINS_AT_ONCE as u32).await;
     let now = tokio::time::Instant::now();
     {
         let mut v = inner.lock();
