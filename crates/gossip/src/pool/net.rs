@@ -522,6 +522,18 @@ pub(super) async fn join(inner: &Inner, slot: usize) -> Result<(), String> {
     if pp.nodes.len() > v.remotes.len() + v.alive || v.live_servers().is_empty() {
         v.merge(&pp, None, limit);
     }
+    // A node of this name the server still holds (an earlier run's, failed
+    // or left) is outrun: the member's first alive has a higher incarnation,
+    // as a restarted agent refutes its old self.
+    let name = v.locals[slot].name.clone();
+    if let Some(old) = pp.nodes.iter().find(|n| n.name == &*name) {
+        let l = &mut v.locals[slot];
+        if old.incarnation >= l.incarnation
+            && (old.state != state::ALIVE || old.incarnation > l.incarnation)
+        {
+            l.incarnation = old.incarnation + 1;
+        }
+    }
     if v.locals[slot].phase == Phase::Joining {
         v.joined(slot, limit);
     }
@@ -572,8 +584,10 @@ pub(super) async fn close(inner: &Inner) {
                 inner.metrics.incr(inner.ids.push_pulls);
             }
         }
-        // Let serf take in the intents before the leaves arrive.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Let serf take in the intents before the leaves arrive (a server
+        // merges a push-pull after answering it: a thousand intents take
+        // it a while on a busy box).
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let mut v = inner.lock();
     let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);

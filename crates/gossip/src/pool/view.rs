@@ -95,6 +95,43 @@ pub struct Queued {
     pub left: u8,
 }
 
+/// One server's broadcasts by how often each was sent: memberlist sends
+/// the least-sent first, so news goes out before the tail of old news.
+#[derive(Debug, Default)]
+pub struct Queue {
+    /// `by_sent[k]`: those sent `k` times, oldest first.
+    by_sent: Vec<VecDeque<Queued>>,
+    len: usize,
+}
+
+impl Queue {
+    /// Broadcasts waiting.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn push(&mut self, sent: usize, q: Queued) {
+        if self.by_sent.len() <= sent {
+            self.by_sent.resize_with(sent + 1, VecDeque::new);
+        }
+        self.by_sent[sent].push_back(q);
+        self.len += 1;
+    }
+
+    /// Drops the most-sent, oldest broadcast (a full queue).
+    fn drop_one(&mut self) {
+        if let Some(level) = self.by_sent.iter_mut().rev().find(|l| !l.is_empty()) {
+            level.pop_front();
+            self.len -= 1;
+        }
+    }
+}
+
 /// What the servers should hear of.
 #[derive(Debug, Default)]
 pub struct View {
@@ -107,7 +144,7 @@ pub struct View {
     /// serf's member clock.
     pub clock: u64,
     /// Broadcasts owed, by remote index of a server.
-    pub queues: HashMap<usize, VecDeque<Queued>>,
+    pub queues: HashMap<usize, Queue>,
     /// Broadcasts dropped from a full queue.
     pub dropped: u64,
     /// Suspicions of a local member refuted.
@@ -230,37 +267,48 @@ impl View {
                 continue;
             }
             let q = self.queues.entry(s).or_default();
-            // Bound: QUEUE_MAX broadcasts per server, the oldest dropped.
+            // Bound: QUEUE_MAX broadcasts per server, the most sent dropped.
             if q.len() >= QUEUE_MAX {
-                q.pop_front();
+                q.drop_one();
                 self.dropped += 1;
             }
-            q.push_back(Queued {
-                msg: msg.clone(),
-                left: limit,
-            });
+            q.push(
+                0,
+                Queued {
+                    msg: msg.clone(),
+                    left: limit,
+                },
+            );
         }
     }
 
     /// Broadcasts for one packet to `server`, at most `room` bytes with
-    /// compound overhead: each sent one goes to the back with a send less.
+    /// compound overhead, the least-sent first; each goes one level up
+    /// with a send less (and out when it has none left).
     pub fn take_broadcasts(&mut self, server: usize, room: usize) -> Vec<Arc<[u8]>> {
         let Some(q) = self.queues.get_mut(&server) else {
             return Vec::new();
         };
-        let (mut out, mut used) = (Vec::new(), 0usize);
-        for _ in 0..q.len() {
-            let Some(mut b) = q.pop_front() else { break };
-            if used + b.msg.len() + 2 > room || out.len() == 255 {
-                q.push_front(b);
-                break;
+        let (mut out, mut used, mut resend) = (Vec::new(), 0usize, Vec::new());
+        'levels: for sent in 0..q.by_sent.len() {
+            while let Some(b) = q.by_sent[sent].front() {
+                if used + b.msg.len() + 2 > room || out.len() == 255 {
+                    break 'levels;
+                }
+                let Some(mut b) = q.by_sent[sent].pop_front() else {
+                    break;
+                };
+                q.len -= 1;
+                used += b.msg.len() + 2;
+                out.push(b.msg.clone());
+                b.left -= 1;
+                if b.left > 0 {
+                    resend.push((sent + 1, b));
+                }
             }
-            used += b.msg.len() + 2;
-            out.push(b.msg.clone());
-            b.left -= 1;
-            if b.left > 0 {
-                q.push_back(b);
-            }
+        }
+        for (sent, b) in resend {
+            q.push(sent, b);
         }
         out
     }
@@ -724,6 +772,22 @@ mod tests {
             pp.nodes.iter().find(|n| n.name == "agent-2").unwrap().state,
             state::LEFT
         );
+    }
+
+    #[test]
+    fn news_goes_out_before_the_tail_of_old_news() {
+        let mut v = view();
+        let s = server(&mut v, "s1");
+        for i in 0..100u8 {
+            v.broadcast(vec![kind::USER, i], 5, &[]);
+        }
+        // Every old one sent once: 20 packets of 5.
+        for _ in 0..20 {
+            assert_eq!(v.take_broadcasts(s, 20).len(), 5);
+        }
+        v.broadcast(vec![kind::USER, 200], 5, &[]);
+        let first = v.take_broadcasts(s, 20);
+        assert_eq!(&first[0][..], &[kind::USER, 200]);
     }
 
     #[test]
