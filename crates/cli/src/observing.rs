@@ -1,13 +1,15 @@
 //! `--observe`, `--observe-pid`, `--observe-every`, `--observe-metric` and
 //! `--observe-shard` onto the run's [`ObserveConfig`]: the shorthands
 //! `consul` and `sensu` expand to every server of the run's own fleets,
-//! with the run's token and TLS; only one shard observes.
+//! with the run's token and TLS; only one shard observes. When Consul
+//! fleets gossip, their name prefixes go along, so that the first Consul
+//! server observed is also asked for its view of the run's members.
 
 use std::time::Duration;
 
 use agent_sim_net::ClientTls;
 use agent_sim_observe::target::{SENSU_API_PORT, check_pid, host_of};
-use agent_sim_observe::{Endpoint, ObserveConfig, ObserveSpec, Target};
+use agent_sim_observe::{Endpoint, GossipWatch, ObserveConfig, ObserveSpec, Target};
 
 use crate::args::RunArgs;
 use crate::plan::{FleetPlan, Protocol, Shard, UsageError, usage};
@@ -27,6 +29,28 @@ fn consul_conns(fleets: &[FleetPlan]) -> Vec<&agent_sim_consul::Connection> {
             Protocol::Sensu(_) => None,
         })
         .collect()
+}
+
+/// The members of the run's gossiping Consul fleets: their name prefixes,
+/// and whether they leave at the end (not when registrations are kept).
+fn gossip_watch(fleets: &[FleetPlan]) -> Option<GossipWatch> {
+    let gossiping: Vec<&agent_sim_consul::ConsulConfig> = fleets
+        .iter()
+        .filter_map(|f| match &f.protocol {
+            Protocol::Consul(c) if c.gossip.is_some() => Some(c),
+            _ => None,
+        })
+        .collect();
+    let mut prefixes: Vec<String> = gossiping
+        .iter()
+        .map(|c| c.conn.name_prefix.clone())
+        .collect();
+    prefixes.sort();
+    prefixes.dedup();
+    (!prefixes.is_empty()).then(|| GossipWatch {
+        prefixes,
+        expect_left: gossiping.iter().all(|c| !c.keep_registrations),
+    })
 }
 
 /// Each Consul server of a fleet: its HTTP API on every target's host
@@ -196,5 +220,6 @@ pub fn plan(
         targets,
         every,
         extra: a.observe_metric.clone(),
+        gossip: gossip_watch(fleets),
     }))
 }

@@ -27,9 +27,10 @@
 //! | `server.cores_per_1000_agents`, `server.rss_per_agent_kib` | what each agent cost the server at steady state, above its baseline | number |
 //! | `server.<latency>.<p50\|p99\|mean\|baseline_p50\|baseline_p99>` | a kept server latency under load or at baseline (`consul_raft_commit_time`, `etcd_disk_wal_fsync_duration_seconds`, ...) | duration |
 //! | `server.<series>.<max\|mean\|last\|baseline>` | a kept gauge, or a counter's rate (`<name>_per_s`) | number |
+//! | `gossip.failed_ever` `gossip.failed_turns` `gossip.critical_ever` `gossip.alive_max` `gossip.failed_max` `gossip.critical_max` `gossip.not_left_at_end` | the run's gossip members as the observed Consul server saw them (members ever failed, turns to failed, nodes ever with `serfHealth` critical, the most at one poll, not left at the last poll) | number |
 //!
-//! With several observed servers a `server.*` path takes the highest value
-//! among them (the worst, for the usual `<` thresholds).
+//! With several observed servers a `server.*` or `gossip.*` path takes the
+//! highest value among them (the worst, for the usual `<` thresholds).
 //!
 //! Numbers may use `_` separators (`10_000`). `propagation.<stat>` falls back
 //! to the probes' merged histograms when the summary has no `propagation`
@@ -51,6 +52,7 @@ use std::fmt::Write as _;
 use std::str::FromStr;
 
 use crate::new_latency_histogram;
+use crate::server::GOSSIP_FIELDS;
 use crate::summary::{LatencySummary, Summary};
 use crate::units::{fmt_mib, fmt_us};
 
@@ -141,6 +143,7 @@ enum Metric {
     CpuSys,
     DurationS,
     Server { name: String, stat: String },
+    Gossip(&'static str),
 }
 
 impl Metric {
@@ -155,7 +158,8 @@ impl Metric {
             | Metric::ErrorsTotal
             | Metric::Error(_)
             | Metric::Warning(_)
-            | Metric::Counter(_) => Unit::Count,
+            | Metric::Counter(_)
+            | Metric::Gossip(_) => Unit::Count,
             Metric::Rate(_) => Unit::PerSecond,
             Metric::ProbesDeliveredRatio => Unit::Ratio,
             Metric::PeakRss => Unit::Bytes,
@@ -270,6 +274,11 @@ fn parse_path(path: &str) -> Result<Metric, String> {
                  server.cores_per_1000_agents, server.rss_per_agent_kib, \
                  server.<latency>.p99, server.<series>.max)"
             ));
+        }
+        ["gossip", f] => {
+            Metric::Gossip(GOSSIP_FIELDS.into_iter().find(|x| x == f).ok_or_else(|| {
+                format!("unknown gossip field {f:?} ({})", GOSSIP_FIELDS.join(", "))
+            })?)
         }
         [name] => Metric::Counter((*name).to_owned()),
         [name, stat] => Metric::Latency {
@@ -625,6 +634,7 @@ fn actual(m: &Metric, s: &Summary) -> Result<f64, String> {
         Metric::CpuUser => s.process.cpu_user_s,
         Metric::CpuSys => s.process.cpu_sys_s,
         Metric::DurationS => s.duration_s,
+        Metric::Gossip(f) => gossip_stat(s, f)?,
         Metric::Server { name, stat } => {
             if s.server.is_empty() {
                 return Err("no server was observed (--observe)".into());
@@ -661,6 +671,20 @@ fn actual(m: &Metric, s: &Summary) -> Result<f64, String> {
                 })?
         }
     })
+}
+
+/// The highest `gossip.<field>` among the observed servers.
+fn gossip_stat(s: &Summary, field: &str) -> Result<f64, String> {
+    s.server
+        .iter()
+        .filter_map(|srv| srv.gossip.as_ref()?.stat(field))
+        .max()
+        .map(|v| v as f64)
+        .ok_or_else(|| {
+            "no observed Consul server reported the run's gossip members (a fleet that \
+             gossips and --observe consul)"
+                .to_string()
+        })
 }
 
 fn fmt_value(unit: Unit, v: f64) -> String {
@@ -1003,5 +1027,49 @@ mod tests {
             &summary(),
         );
         assert_eq!(r[0].expected, "== 10000 (requested)");
+    }
+
+    #[test]
+    fn gossip_paths_read_the_servers_view_of_the_members() {
+        use crate::server::{GossipSample, GossipSummary, ServerSummary};
+        let asserts: Vec<Assertion> = [
+            "gossip.failed_ever == 0",
+            "gossip.critical_ever <= 1",
+            "gossip.alive_max >= 2",
+            "gossip.not_left_at_end == 0",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        let none = evaluate(&asserts[..1], &summary());
+        assert!(!none[0].passed);
+        assert!(
+            none[0].note.as_deref().unwrap().contains("gossip members"),
+            "{none:?}"
+        );
+        let mut s = summary();
+        let at = GossipSample::at;
+        s.server.push(ServerSummary {
+            gossip: Some(GossipSummary {
+                samples: vec![at(5.0, 2, 0, 0), at(10.0, 1, 0, 1), at(15.0, 0, 2, 0)],
+                failed_ever: 1,
+                failed_turns: 1,
+                critical_ever: 1,
+                ..GossipSummary::default()
+            }),
+            ..ServerSummary::default()
+        });
+        let v = evaluate(&asserts, &s);
+        assert_eq!(
+            v.iter().map(|x| x.passed).collect::<Vec<_>>(),
+            [false, true, true, true],
+            "{v:?}"
+        );
+        assert_eq!(v[0].actual, Some(1.0));
+        let e = "gossip.suspect == 0".parse::<Assertion>().unwrap_err();
+        assert!(
+            e.contains("unknown gossip field") && e.contains("failed_ever"),
+            "{e}"
+        );
     }
 }

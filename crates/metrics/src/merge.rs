@@ -421,6 +421,9 @@ fn merge_servers(parts: &[Summary], offset: impl Fn(usize) -> f64) -> Vec<Server
             for x in std::iter::once(&mut srv.baseline).chain(srv.samples.iter_mut()) {
                 x.t_s += shift;
             }
+            if let Some(g) = srv.gossip.as_mut() {
+                g.shift(shift);
+            }
             if let Some((a, b)) = srv.sizing.steady_s.as_mut().map(|w| (&mut w.0, &mut w.1)) {
                 *a += shift;
                 *b += shift;

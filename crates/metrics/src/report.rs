@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use crate::assert::Verdict;
 use crate::summary::Summary;
-use crate::units::{fmt_mib, fmt_us};
+use crate::units::{fmt_count, fmt_mib, fmt_us};
 
 /// Lines of error (or warning) kinds, most frequent first: count, when first
 /// seen, the server's words and the hint.
@@ -388,6 +388,75 @@ fn server(out: &mut String, s: &Summary) {
         for n in &srv.notes {
             let _ = writeln!(out, "  note     {n}");
         }
+        if let Some(g) = &srv.gossip {
+            gossip(out, g);
+        }
+    }
+}
+
+/// The server's view of the run's gossip members in one line: by status at
+/// the poll with the most alive, the members and nodes ever failed or
+/// critical, and what it listed at the end.
+fn gossip(out: &mut String, g: &crate::server::GossipSummary) {
+    let n = fmt_count;
+    let peak = g.peak().copied().unwrap_or_default();
+    let when = |first: Option<f64>, last: Option<f64>| match (first, last) {
+        (Some(a), Some(b)) if b > a => format!(" (first at {a:.1}s, last at {b:.1}s)"),
+        (Some(a), _) => format!(" (at {a:.1}s)"),
+        _ => String::new(),
+    };
+    let turns = if g.failed_turns > g.failed_ever {
+        format!(", {} turns to failed", n(g.failed_turns))
+    } else {
+        String::new()
+    };
+    let end = g.at_end().copied().unwrap_or_default();
+    let after: Vec<String> = [
+        (end.left, "left"),
+        (end.alive, "alive"),
+        (end.leaving, "leaving"),
+        (end.failed, "failed"),
+    ]
+    .iter()
+    .filter(|(c, _)| *c > 0)
+    .map(|(c, what)| format!("{} {what}", n(*c)))
+    .collect();
+    let _ = writeln!(
+        out,
+        "gossip     server sees {} alive, {} leaving, {} failed, {} left at peak; {} ever failed{}{turns}; \
+         {} serfHealth ever critical{}; after: {}",
+        n(peak.alive),
+        n(peak.leaving),
+        n(peak.failed),
+        n(peak.left),
+        n(g.failed_ever),
+        when(g.first_failed_s, g.last_failed_s),
+        n(g.critical_ever),
+        when(g.first_critical_s, g.last_critical_s),
+        if after.is_empty() {
+            "none listed".to_string()
+        } else {
+            after.join(", ")
+        }
+    );
+    let mut notes = Vec::new();
+    if g.stale > 0 {
+        notes.push(format!(
+            "{} member(s) of {} were listed before the run, not alive (an earlier run's): \
+             counted once their status changed",
+            n(g.stale),
+            g.prefixes.join(", ")
+        ));
+    }
+    if g.failed_polls > 0 {
+        notes.push(format!(
+            "{} of {} member polls failed (warning observe_failed)",
+            n(g.failed_polls),
+            n(g.polls + g.failed_polls)
+        ));
+    }
+    for note in notes {
+        let _ = writeln!(out, "           {note}");
     }
 }
 
@@ -498,5 +567,60 @@ mod tests {
             "sessions_established averaged when asked: {v}"
         );
         assert!(v.find("outcome").unwrap() < v.find("counters").unwrap());
+    }
+
+    #[test]
+    fn the_servers_view_of_the_gossip_members_is_one_line() {
+        use crate::server::{GossipSample, GossipSummary, ServerSummary};
+        let at = GossipSample::at;
+        let mut g = GossipSummary {
+            prefixes: vec!["agent-sim".into()],
+            polls: 4,
+            samples: vec![
+                at(5.0, 1000, 0, 0),
+                at(10.0, 1000, 0, 0),
+                at(15.0, 0, 1000, 0),
+            ],
+            ..GossipSummary::default()
+        };
+        let table = |g: &GossipSummary| {
+            render(&Summary {
+                server: vec![ServerSummary {
+                    gossip: Some(g.clone()),
+                    ..ServerSummary::default()
+                }],
+                ..Summary::default()
+            })
+        };
+        let t = table(&g);
+        assert!(
+            t.contains(
+                "gossip     server sees 1,000 alive, 0 leaving, 0 failed, 0 left at peak; \
+                 0 ever failed; 0 serfHealth ever critical; after: 1,000 left\n"
+            ),
+            "{t}"
+        );
+        g.samples = vec![
+            at(5.0, 1000, 0, 0),
+            at(10.0, 990, 0, 10),
+            at(15.0, 995, 0, 5),
+        ];
+        (g.failed_ever, g.failed_turns, g.critical_ever) = (12, 15, 10);
+        (g.first_failed_s, g.last_failed_s) = (Some(10.0), Some(15.0));
+        g.first_critical_s = Some(10.0);
+        (g.stale, g.failed_polls) = (40, 1);
+        let t = table(&g);
+        assert!(
+            t.contains(
+                "12 ever failed (first at 10.0s, last at 15.0s), 15 turns to failed; \
+                 10 serfHealth ever critical (at 10.0s); after: 995 alive, 5 failed\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("40 member(s) of agent-sim were listed before the run"),
+            "{t}"
+        );
+        assert!(t.contains("1 of 5 member polls failed"), "{t}");
     }
 }

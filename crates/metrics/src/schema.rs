@@ -279,14 +279,42 @@ mod tests {
                 )]
                 .into(),
                 notes: vec!["a note".into()],
+                gossip: Some(crate::server::GossipSummary {
+                    prefixes: vec!["agent-sim".into()],
+                    polls: 3,
+                    stale: 2,
+                    samples: vec![crate::server::GossipSample {
+                        t_s: 5.0,
+                        alive: 98,
+                        failed: 2,
+                        critical: 2,
+                        ..Default::default()
+                    }],
+                    failed_ever: 2,
+                    failed_turns: 3,
+                    first_failed_s: Some(4.5),
+                    last_failed_s: Some(5.0),
+                    critical_ever: 2,
+                    first_critical_s: Some(5.0),
+                    ..Default::default()
+                }),
             }],
             ..populated()
         };
         let v = serde_json::to_value(&s).unwrap();
         validate_summary_json(&v).unwrap();
         assert_eq!(crate::Summary::from_json(&v.to_string()).unwrap(), s);
-        let mut bad = v;
+        let mut bad = v.clone();
         bad["server"][0]["source"] = serde_json::json!("guessed");
+        assert!(validate_summary_json(&bad).is_err());
+        let mut bad = v.clone();
+        bad["server"][0]["gossip"]["samples"][0]["suspect"] = serde_json::json!(1);
+        assert!(validate_summary_json(&bad).is_err());
+        let mut bad = v;
+        bad["server"][0]["gossip"]
+            .as_object_mut()
+            .unwrap()
+            .remove("failed_ever");
         assert!(validate_summary_json(&bad).is_err());
     }
 

@@ -1,7 +1,9 @@
 //! The summary's `server` section: what each observed server did during
 //! the run (`--observe`), on the run's time axis, and what each agent cost
-//! it. Written by `agent-sim-observe`, read by the table, the page, the
-//! assertions and `report compare`. A model only: nothing here computes.
+//! it; for a Consul server while the fleet gossips, its own view of the
+//! run's members ([`GossipSummary`]). Written by `agent-sim-observe`, read
+//! by the table, the page, the assertions and `report compare`. A model
+//! only: nothing here computes but a few readings of its own fields.
 //!
 //! Units: CPU in cores (1 = one core busy), memory in bytes, latencies in
 //! microseconds whatever the server's own unit (Consul's and Sensu's
@@ -42,6 +44,147 @@ pub struct ServerSummary {
     /// a series asked for that the server does not expose).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The run's gossip members as this Consul server saw them (its
+    /// `/v1/agent/members` and `serfHealth` checks), when the fleet gossips.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gossip: Option<GossipSummary>,
+}
+
+/// The run's gossip members as one Consul server saw them: its
+/// `/v1/agent/members` (serf's status of each member) and its critical
+/// `serfHealth` checks, polled with the metrics. A member is the run's
+/// when its name is a run prefix followed by `-`; one already listed before
+/// the run (left or failed by an earlier run of the same prefix) counts
+/// from the first time its status changes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GossipSummary {
+    /// The name prefixes of the run's members.
+    pub prefixes: Vec<String>,
+    /// Polls that answered.
+    pub polls: u64,
+    /// Polls that failed (warnings `observe_failed` say why).
+    pub failed_polls: u64,
+    /// Members of the prefixes already listed, not alive, before the run.
+    #[serde(default)]
+    pub stale: u64,
+    /// The counts at every poll, in time order (at most 2,000).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<GossipSample>,
+    /// Distinct members seen `failed` at some poll.
+    pub failed_ever: u64,
+    /// Times a member was seen going `failed` (a member that came back and
+    /// failed again counts again).
+    pub failed_turns: u64,
+    /// Seconds from the run start when the first member was seen failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_failed_s: Option<f64>,
+    /// When the last member seen failed was first seen so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed_s: Option<f64>,
+    /// Distinct nodes whose `serfHealth` check was seen critical.
+    pub critical_ever: u64,
+    /// When the first node was seen with `serfHealth` critical.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_critical_s: Option<f64>,
+    /// When the last of them was first seen critical.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_critical_s: Option<f64>,
+}
+
+/// The run's members by serf status at one poll, and its nodes with a
+/// critical `serfHealth`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct GossipSample {
+    /// Seconds from the run start.
+    pub t_s: f64,
+    /// Status 1: alive (a suspected member stays alive until declared dead).
+    pub alive: u64,
+    /// Status 2: leaving (its leave intent seen, its leave not yet).
+    pub leaving: u64,
+    /// Status 3: left.
+    pub left: u64,
+    /// Status 4: failed.
+    pub failed: u64,
+    /// Nodes whose `serfHealth` check is critical.
+    pub critical: u64,
+}
+
+impl GossipSample {
+    /// A poll's counts without leaving members or critical nodes (tests).
+    #[cfg(test)]
+    pub(crate) fn at(t_s: f64, alive: u64, left: u64, failed: u64) -> Self {
+        GossipSample {
+            t_s,
+            alive,
+            left,
+            failed,
+            ..GossipSample::default()
+        }
+    }
+
+    /// Members not left (alive, leaving or failed).
+    pub fn not_left(&self) -> u64 {
+        self.alive + self.leaving + self.failed
+    }
+}
+
+/// Fields `gossip.<field>` of an assertion, read by [`GossipSummary::stat`].
+pub const GOSSIP_FIELDS: [&str; 7] = [
+    "failed_ever",
+    "failed_turns",
+    "critical_ever",
+    "alive_max",
+    "failed_max",
+    "critical_max",
+    "not_left_at_end",
+];
+
+impl GossipSummary {
+    /// The poll with the most members alive (the earliest of equals).
+    pub fn peak(&self) -> Option<&GossipSample> {
+        self.samples
+            .iter()
+            .reduce(|best, x| if x.alive > best.alive { x } else { best })
+    }
+
+    /// The last poll (after the last agent left).
+    pub fn at_end(&self) -> Option<&GossipSample> {
+        self.samples.last()
+    }
+
+    /// One of [`GOSSIP_FIELDS`]; `None` for another name, or for a level
+    /// when nothing was polled.
+    pub fn stat(&self, field: &str) -> Option<u64> {
+        let most = |f: fn(&GossipSample) -> u64| self.samples.iter().map(f).max();
+        match field {
+            "failed_ever" => Some(self.failed_ever),
+            "failed_turns" => Some(self.failed_turns),
+            "critical_ever" => Some(self.critical_ever),
+            "alive_max" => most(|x| x.alive),
+            "failed_max" => most(|x| x.failed),
+            "critical_max" => most(|x| x.critical),
+            "not_left_at_end" => self.at_end().map(GossipSample::not_left),
+            _ => None,
+        }
+    }
+
+    /// Moves every time by `by` seconds (a merge onto another clock).
+    pub fn shift(&mut self, by: f64) {
+        for x in &mut self.samples {
+            x.t_s += by;
+        }
+        for t in [
+            &mut self.first_failed_s,
+            &mut self.last_failed_s,
+            &mut self.first_critical_s,
+            &mut self.last_critical_s,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *t += by;
+        }
+    }
 }
 
 /// The server at one scrape; rates and latencies are over the interval

@@ -19,6 +19,19 @@ pub fn fmt_mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
+/// Formats a count with thousands separators (`1,000`, `12,345,678`).
+pub fn fmt_count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Counts by name as `name count, ...`, most first (ties by name).
 pub fn by_count(m: &std::collections::BTreeMap<String, u64>) -> String {
     let mut v: Vec<_> = m.iter().collect();
@@ -52,6 +65,10 @@ mod tests {
         assert_eq!(fmt_us(12_340), "12.3ms");
         assert_eq!(fmt_us(4_200_000), "4.20s");
         assert_eq!(fmt_mib(3 * 1024 * 1024 / 2), "1.5 MiB");
+        assert_eq!(fmt_count(0), "0");
+        assert_eq!(fmt_count(999), "999");
+        assert_eq!(fmt_count(1_000), "1,000");
+        assert_eq!(fmt_count(12_345_678), "12,345,678");
     }
 
     #[test]

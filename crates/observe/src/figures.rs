@@ -236,7 +236,7 @@ pub fn sample(prev: Option<(&Reading, f64)>, cur: &Reading, run: RunState) -> Se
 
 /// Drops every other sample (first and last kept) once there are more
 /// than [`MAX_SAMPLES`].
-pub fn bound(samples: &mut Vec<ServerSample>) {
+pub fn bound<T>(samples: &mut Vec<T>) {
     if samples.len() <= MAX_SAMPLES {
         return;
     }

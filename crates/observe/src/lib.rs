@@ -20,22 +20,28 @@
 //! - [`figures`]: readings to the summary's `server` section: per-interval
 //!   rates and quantiles, the baseline, the steady state, cores per 1,000
 //!   agents, RSS per agent, latencies under load vs at baseline.
+//! - [`members`]: a Consul server's own view of the run's gossip members
+//!   (`/v1/agent/members` by serf status, critical `serfHealth` checks),
+//!   polled with the metrics when the fleet gossips: the section's `gossip`.
 //! - [`Observer`]: the task. A baseline before the first agent dials, a
 //!   scrape every interval on its own task (a timeout below the interval,
 //!   never two at once, parsing off the async workers), a last one after
 //!   the last agent left. A failed scrape is a warning with the server's
-//!   words; it never fails or delays the run.
+//!   words; it never fails or delays the run. Members the server marked
+//!   failed are a warning too (`gossip_members_failed`).
 //!
 //! What it is not: it loads nothing and knows no protocol of the agents.
 
 mod fetch;
 pub mod figures;
 pub mod kinds;
+pub mod members;
 mod observer;
 pub mod reading;
 pub mod target;
 
 pub use kinds::ServerKind;
+pub use members::GossipWatch;
 pub use observer::{ObserveConfig, Observer, RunView, warning_kinds};
 pub use target::{Endpoint, ObserveSpec, Target};
 
@@ -77,4 +83,14 @@ pub enum ObserveError {
     /// The GET failed (dial, TLS, HTTP, the answer's size).
     #[error(transparent)]
     Http(#[from] agent_sim_net::http::Error),
+    /// An answer that is not the JSON expected.
+    #[error("not {what} ({bytes} bytes): {source}")]
+    Answer {
+        /// What was expected (`a list of members`).
+        what: &'static str,
+        /// The answer's size.
+        bytes: usize,
+        /// Why it does not parse.
+        source: serde_json::Error,
+    },
 }

@@ -6,6 +6,14 @@
 //! is still out is skipped, never queued; parsing runs on the blocking
 //! pool, off the workers that drive the agents. A failed scrape is a
 //! warning with the server's words (`observe_failed`), never an error.
+//!
+//! When the fleet gossips, the first Consul server observed is also asked
+//! for its members and critical `serfHealth` checks at every scrape (the
+//! same timeout, on a task of its own, never two at once); after the last
+//! scrape, while members it lists are still alive or leaving, it is asked
+//! again every 500 ms for up to 2 s, so the summary's end is after the
+//! leaves arrived. Members it marked failed are one warning
+//! (`gossip_members_failed`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -22,6 +30,7 @@ use crate::ObserveError;
 use crate::fetch;
 use crate::figures::{self, RunState};
 use crate::kinds::{self, ServerKind};
+use crate::members::{self, GossipWatch, MembersTrack, Polled};
 use crate::reading::{self, Reading};
 use crate::target::{Endpoint, Target};
 
@@ -29,6 +38,13 @@ use crate::target::{Endpoint, Target};
 pub const WARN_FAILED: &str = "observe_failed";
 /// Warning kind of a Consul server without Prometheus metrics.
 pub const WARN_NO_PROMETHEUS: &str = "observe_consul_no_prometheus";
+/// Warning kind of members an observed Consul server marked failed.
+pub const WARN_MEMBERS_FAILED: &str = "gossip_members_failed";
+
+/// Time between the polls that wait for the members' leaves to arrive.
+const SETTLE_EVERY: Duration = Duration::from_millis(500);
+/// Longest wait for the members' leaves after the last scrape.
+const SETTLE_FOR: Duration = Duration::from_secs(2);
 
 /// The warning kinds the observer counts, with what to check.
 pub fn warning_kinds() -> Vec<ErrorKindSpec> {
@@ -47,6 +63,16 @@ pub fn warning_kinds() -> Vec<ErrorKindSpec> {
                    the server's host for those)",
             heals: true,
         },
+        ErrorKindSpec {
+            kind: WARN_MEMBERS_FAILED,
+            hint: "a Consul server declared some of the run's gossip members dead while the \
+                   run went on: when gossip_acked_late is counted too, the load box was too \
+                   busy to answer probes in time (fewer agents per process, or more cores); \
+                   otherwise UDP between the servers and the members' gossip addresses is \
+                   dropped (firewall, conntrack table, --gossip-bind). The summary's server \
+                   gossip part says when and how many",
+            heals: true,
+        },
     ]
 }
 
@@ -59,6 +85,9 @@ pub struct ObserveConfig {
     pub every: Duration,
     /// Series kept besides each kind's defaults (`--observe-metric`).
     pub extra: Vec<String>,
+    /// The run's gossip members, when a fleet gossips: the first Consul
+    /// target is asked for its view of them.
+    pub gossip: Option<GossipWatch>,
 }
 
 /// What the observer reads of the run at each scrape.
@@ -101,7 +130,32 @@ struct Track {
     out: ServerSummary,
     units: BTreeMap<String, &'static str>,
     seen: BTreeSet<String>,
+    gossip: Option<Gossip>,
 }
+
+/// What a track asks a Consul server of the run's members.
+struct Gossip {
+    watch: GossipWatch,
+    members_url: String,
+    critical_url: String,
+    track: MembersTrack,
+}
+
+impl Gossip {
+    /// Asks the server at `ep` (its API base: the URL before `/v1/`).
+    fn new(ep: &Endpoint, watch: GossipWatch) -> Gossip {
+        let base = ep.url.split("/v1/").next().unwrap_or(&ep.url);
+        Gossip {
+            members_url: format!("{base}{}", members::MEMBERS_PATH),
+            critical_url: format!("{base}{}", members::CRITICAL_PATH),
+            track: MembersTrack::new(&watch),
+            watch,
+        }
+    }
+}
+
+/// A members poll's answers and the run then, or why it failed.
+type Poll = Result<(Polled, RunState), String>;
 
 /// What one scrape of one target brought.
 enum Scraped {
@@ -167,7 +221,17 @@ impl Observer {
                 prev: None,
                 units: BTreeMap::new(),
                 seen: BTreeSet::new(),
+                gossip: None,
             });
+        }
+        if let Some(watch) = cfg.gossip {
+            let consul = tracks.iter_mut().find_map(|t| match &t.target {
+                Target::Http(e) if e.kind == Some(ServerKind::Consul) => Some((e.clone(), t)),
+                _ => None,
+            });
+            if let Some((e, t)) = consul {
+                t.gossip = Some(Gossip::new(&e, watch));
+            }
         }
         let shared = Arc::new(Shared {
             metrics,
@@ -206,9 +270,24 @@ impl Observer {
             return Vec::new();
         };
         scrape_all(&self.shared, &mut tracks, Some(Phase::Run)).await;
+        settle(&self.shared, &mut tracks).await;
         tracks
             .into_iter()
             .map(|mut t| {
+                t.out.gossip = t.gossip.map(|g| {
+                    let out = g.track.finish();
+                    if let (n @ 1.., Some(first)) = (out.failed_ever, out.first_failed_s) {
+                        self.shared.metrics.warn(
+                            WARN_MEMBERS_FAILED,
+                            Some(&format!(
+                                "the server marked {n} members failed (first at {first:.1}s): \
+                                 the load box may be saturated (see gossip_acked_late) or the \
+                                 network drops UDP"
+                            )),
+                        );
+                    }
+                    out
+                });
                 for name in &self.shared.extra {
                     if !t.seen.contains(name) && !t.seen.contains(&kinds::normalize(name)) {
                         t.out.notes.push(format!(
@@ -248,6 +327,13 @@ async fn scrape_all(shared: &Arc<Shared>, tracks: &mut [Track], phase: Option<Ph
             tokio::spawn(async move { scrape(&sh, &target, tls.as_ref(), json).await })
         })
         .collect();
+    let polls: Vec<Option<JoinHandle<Poll>>> = tracks
+        .iter()
+        .map(|t| match (&t.target, &t.gossip, phase) {
+            (Target::Http(ep), Some(g), Some(_)) => Some(spawn_poll(shared, ep, t.tls.clone(), g)),
+            _ => None,
+        })
+        .collect();
     for (t, h) in tracks.iter_mut().zip(handles) {
         let mut got = h
             .await
@@ -282,6 +368,123 @@ async fn scrape_all(shared: &Arc<Shared>, tracks: &mut [Track], phase: Option<Ph
             Scraped::Failed(why) => fail(shared, t, why),
         }
     }
+    for (t, h) in tracks.iter_mut().zip(polls) {
+        if let (Some(h), Some(phase)) = (h, phase) {
+            let got = h
+                .await
+                .unwrap_or_else(|e| Err(format!("members poll task: {e}")));
+            polled(shared, t, got, phase);
+        }
+    }
+}
+
+/// Polls the members on a task of its own, bounded by the scrape timeout.
+fn spawn_poll(
+    shared: &Arc<Shared>,
+    ep: &Endpoint,
+    tls: Option<Arc<ClientConfig>>,
+    g: &Gossip,
+) -> JoinHandle<Poll> {
+    let (sh, ep, watch) = (shared.clone(), ep.clone(), g.watch.clone());
+    let urls = (g.members_url.clone(), g.critical_url.clone());
+    tokio::spawn(async move {
+        let work = poll_members(&sh, &ep, tls.as_ref(), &urls, watch);
+        match tokio::time::timeout(sh.timeout, work).await {
+            Ok(p) => p,
+            Err(_) => Err(format!(
+                "GET {}: no answer within {:?} (the scrape timeout, 80 % of --observe-every)",
+                urls.0, sh.timeout
+            )),
+        }
+    })
+}
+
+/// Records a members poll in the track (a failure is `observe_failed`).
+fn polled(shared: &Shared, t: &mut Track, got: Poll, phase: Phase) {
+    let Some(g) = t.gossip.as_mut() else {
+        return;
+    };
+    match got {
+        Ok((p, _)) if phase == Phase::Baseline => g.track.baseline(p),
+        Ok((p, run)) => g.track.record(run.t_s, p),
+        Err(why) => {
+            g.track.failed();
+            shared.metrics.warn(WARN_FAILED, Some(&why));
+        }
+    }
+}
+
+/// After the last scrape: while the server still lists members alive or
+/// leaving, and they were to leave, asks again (bounded: see the consts).
+async fn settle(shared: &Arc<Shared>, tracks: &mut [Track]) {
+    let until = tokio::time::Instant::now() + SETTLE_FOR;
+    for t in tracks.iter_mut() {
+        while let (Target::Http(ep), Some(g)) = (&t.target, &t.gossip) {
+            if !g.watch.expect_left || !g.track.unsettled() {
+                break;
+            }
+            if tokio::time::Instant::now() + SETTLE_EVERY > until {
+                break;
+            }
+            tokio::time::sleep(SETTLE_EVERY).await;
+            let h = spawn_poll(shared, ep, t.tls.clone(), g);
+            let got = h
+                .await
+                .unwrap_or_else(|e| Err(format!("members poll task: {e}")));
+            polled(shared, t, got, Phase::Run);
+        }
+    }
+}
+
+/// GETs the members and the critical checks at once, and parses them off
+/// the async workers.
+async fn poll_members(
+    shared: &Shared,
+    ep: &Endpoint,
+    tls: Option<&Arc<ClientConfig>>,
+    (members_url, critical_url): &(String, String),
+    watch: GossipWatch,
+) -> Poll {
+    let (m, c) = tokio::join!(
+        fetch_ok(ep, members_url, tls),
+        fetch_ok(ep, critical_url, tls)
+    );
+    let (m, c) = (m?, c?);
+    let run = shared.view.now();
+    let parsed = tokio::task::spawn_blocking(move || {
+        Ok::<_, ObserveError>(Polled {
+            members: members::parse_members(&m, &watch)?,
+            critical: members::parse_critical(&c, &watch)?,
+        })
+    })
+    .await
+    .map_err(|e| format!("members parse task: {e}"))?;
+    parsed
+        .map(|p| (p, run))
+        .map_err(|e| format!("GET {members_url} or {critical_url}: {e}"))
+}
+
+/// A GET that answered 200, its body; else the server's words.
+async fn fetch_ok(
+    ep: &Endpoint,
+    url: &str,
+    tls: Option<&Arc<ClientConfig>>,
+) -> Result<bytes::Bytes, String> {
+    let answer = fetch::get(ep, url, tls)
+        .await
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    if answer.status != http::StatusCode::OK {
+        return Err(refused(url, &answer));
+    }
+    Ok(answer.body)
+}
+
+/// `GET url: HTTP 403: <the server's first words>`.
+fn refused(url: &str, answer: &agent_sim_net::http::Answer) -> String {
+    let words = String::from_utf8_lossy(&answer.body[..answer.body.len().min(200)])
+        .trim()
+        .to_string();
+    format!("GET {url}: HTTP {}: {words}", answer.status.as_u16())
 }
 
 fn fail(shared: &Shared, t: &mut Track, why: String) {
@@ -371,13 +574,7 @@ async fn scrape_http(
     };
     let run = shared.view.now();
     if answer.status != http::StatusCode::OK {
-        let words = String::from_utf8_lossy(&answer.body[..answer.body.len().min(200)])
-            .trim()
-            .to_string();
-        return Scraped::Failed(format!(
-            "GET {url}: HTTP {}: {words}",
-            answer.status.as_u16()
-        ));
+        return Scraped::Failed(refused(&url, &answer));
     }
     if answer.body.iter().all(u8::is_ascii_whitespace) {
         return Scraped::Empty;

@@ -1,6 +1,7 @@
 //! The page's "Server" section: each observed server's CPU, memory and
 //! kept latencies over the run, on the sessions' time axis (disruptions
-//! marked), its baseline as the dashed line, and what each agent cost it.
+//! marked), its baseline as the dashed line, and what each agent cost it;
+//! a Consul server's view of the run's gossip members ([`super::gossip`]).
 
 use super::blocks::{close, disruption_marks, figure, kv, note, open, table};
 use super::charts::over_time;
@@ -97,6 +98,9 @@ pub(super) fn server(o: &mut String, s: &Summary) {
         "Resident memory of each observed server at each scrape.",
     );
     latency_charts(o, s);
+    for (i, srv) in s.server.iter().enumerate() {
+        super::gossip::gossip(o, s, i, srv);
+    }
     for (i, srv) in s.server.iter().enumerate() {
         details(o, i, srv);
     }
