@@ -146,6 +146,9 @@ fn unspecified(like: IpAddr) -> IpAddr {
 /// The run's gossip: settings, and the pool once started.
 pub(crate) struct Gossip {
     cfg: GossipConfig,
+    /// The agents' RPC targets: a derived join must find them among the
+    /// pool's servers.
+    rpc: Vec<SocketAddr>,
     security: Security,
     join: Vec<SocketAddr>,
     bind: Vec<SocketAddr>,
@@ -157,6 +160,7 @@ pub(crate) struct Gossip {
 impl Gossip {
     pub(crate) fn new(
         cfg: GossipConfig,
+        rpc: Vec<SocketAddr>,
         datacenter: &str,
         metrics: Metrics,
     ) -> Result<Self, String> {
@@ -168,6 +172,7 @@ impl Gossip {
         let bind = cfg.bind_addrs(&join)?;
         Ok(Gossip {
             cfg,
+            rpc,
             security,
             join,
             bind,
@@ -199,6 +204,18 @@ impl Gossip {
             timings: Timings::default(),
         };
         match Pool::start(cfg, self.metrics.clone()).await {
+            Ok(p) if !self.cfg.join_given && !self.same_cluster(&p) => {
+                p.stop();
+                self.metrics.warn(
+                    GOSSIP_OFF.kind,
+                    Some(&format!(
+                        "the gossip pool at {first} (the default join address) lists no server \
+                         at the agents' targets {:?}: another cluster's; gossip is off for this run",
+                        self.rpc
+                    )),
+                );
+                None
+            }
             Ok(p) => Some(p),
             Err(e) if !self.cfg.join_given => {
                 self.metrics.warn(
@@ -215,6 +232,20 @@ impl Gossip {
                 None
             }
         }
+    }
+
+    /// Whether a server of the pool is one the agents call: its address
+    /// and its `port` tag (the RPC port) are a target's.
+    fn same_cluster(&self, pool: &Pool) -> bool {
+        pool.servers().iter().any(|(addr, tags)| {
+            let port = tags
+                .iter()
+                .find(|(k, _)| k == "port")
+                .map(|(_, v)| v.as_str());
+            self.rpc
+                .iter()
+                .any(|t| t.ip() == addr.ip() && port == Some(&t.port().to_string()))
+        })
     }
 
     /// Leaves every member still in and stops the pool (the end of the

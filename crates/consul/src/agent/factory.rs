@@ -92,8 +92,13 @@ impl ConsulFactory {
         let ttl = cfg.session_ttl.map(|d| (d, config::go_duration(d)));
         let gossip = match (&cfg.gossip, cfg.agent) {
             (Some(g), crate::modes::AgentWire::Client) => Some(
-                crate::gossip::Gossip::new(g.clone(), &cfg.conn.datacenter, metrics.clone())
-                    .map_err(ConsulError::Config)?,
+                crate::gossip::Gossip::new(
+                    g.clone(),
+                    v.rpc_addrs.clone(),
+                    &cfg.conn.datacenter,
+                    metrics.clone(),
+                )
+                .map_err(ConsulError::Config)?,
             ),
             _ => None,
         };

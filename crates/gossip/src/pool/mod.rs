@@ -290,6 +290,22 @@ impl Pool {
             .observe(&Coord::default(), rtt);
     }
 
+    /// The Consul servers the pool knows: gossip address and serf tags.
+    pub fn servers(&self) -> Vec<(SocketAddr, Vec<(String, String)>)> {
+        self.inner
+            .lock()
+            .remotes
+            .iter()
+            .filter(|r| r.server)
+            .map(|r| {
+                (
+                    r.addr,
+                    crate::serf::decode_tags(&r.meta).unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
     /// Probes and relayed pings awaiting an ack.
     pub fn waiting(&self) -> usize {
         self.inner
