@@ -70,3 +70,14 @@ printf '\x04{"Kind":"service-intentions","Name":"web","Sources":[{"Name":"a","Ac
     > "$C/consul_server_http/config-intentions"
 
 for t in "$C"/*; do echo "$(basename "$t"): $(ls "$t" | wc -l) seeds"; done
+
+# Gossip: UDP payloads as packets, TCP directions as streams (plain ones;
+# the encrypted packets exercise the key the receive module also holds).
+mk gossip_packet
+mk gossip_stream
+for f in "$V"/consul/gossip/plain/udp-*.bin "$V"/consul/gossip/encrypted/udp-*.bin; do
+    cp "$f" "$C/gossip_packet/$(basename "$(dirname "$f")")-$(basename "$f")"
+done
+for f in "$V"/consul/gossip/plain/tcp-*.bin; do
+    cp "$f" "$C/gossip_stream/"
+done

@@ -187,17 +187,17 @@ impl Vivaldi {
 
 impl Coord {
     /// The payload of an ack: version byte and the coordinate (fields in
-    /// the order of serf's struct).
+    /// sorted order, as a real agent's acks have them).
     pub fn ack_payload(&self, out: &mut Vec<u8>) {
         out.push(PING_VERSION);
         let mut w = Writer(out);
-        w.map(4).str("Vec").array(DIMENSIONS as u32);
+        w.map(4).str("Adjustment").f64(self.adjustment);
+        w.str("Error").f64(self.error);
+        w.str("Height").f64(self.height);
+        w.str("Vec").array(DIMENSIONS as u32);
         for v in self.vec {
             w.f64(v);
         }
-        w.str("Error").f64(self.error);
-        w.str("Adjustment").f64(self.adjustment);
-        w.str("Height").f64(self.height);
     }
 
     /// From an ack's payload.

@@ -24,6 +24,10 @@ pub mod kind_serf {
     pub const QUERY_RESPONSE: u8 = 5;
 }
 
+/// serf's event buffer (`EventBuffer`): its push-pull state always carries
+/// this many entries.
+pub const EVENT_BUFFER: usize = 512;
+
 /// The byte in front of msgpack-encoded tags.
 pub const TAGS_MAGIC: u8 = 0xff;
 
@@ -105,23 +109,32 @@ pub struct SerfState<'a> {
 }
 
 impl<'a> SerfState<'a> {
-    /// serf's type byte and map (no events: this pool sends none).
+    /// serf's type byte and map, fields in sorted order (an empty event
+    /// buffer: this pool sends no events).
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.push(kind_serf::PUSH_PULL);
         let mut w = Writer(out);
-        w.map(6).kv_uint("LTime", self.ltime).str("StatusLTimes");
-        w.map(self.status.len() as u32);
-        for (n, t) in &self.status {
-            w.str(n).uint(*t);
+        w.map(6)
+            .kv_uint("EventLTime", self.event_ltime)
+            .str("Events")
+            .array(EVENT_BUFFER as u32);
+        // serf sends its whole event buffer: a slot per Lamport time, nil
+        // where no event is kept (all of them, for this pool).
+        for _ in 0..EVENT_BUFFER {
+            w.nil();
         }
-        w.str("LeftMembers").array(self.left.len() as u32);
+        w.kv_uint("LTime", self.ltime)
+            .str("LeftMembers")
+            .array(self.left.len() as u32);
         for n in &self.left {
             w.str(n);
         }
-        w.kv_uint("EventLTime", self.event_ltime)
-            .str("Events")
-            .nil()
-            .kv_uint("QueryLTime", self.query_ltime);
+        w.kv_uint("QueryLTime", self.query_ltime)
+            .str("StatusLTimes")
+            .map(self.status.len() as u32);
+        for (n, t) in &self.status {
+            w.str(n).uint(*t);
+        }
     }
 
     /// From a push-pull's user state (serf's type byte first).

@@ -1,7 +1,8 @@
-//! memberlist's messages. Each is written as Go's codec writes its struct
-//! (a map of the field names in declaration order, `omitempty` fields left
-//! out when empty, `[]byte` as raw) after its type byte, and read back from
-//! a map in any order, unknown fields skipped.
+//! memberlist's messages. Each is written as the Go codec memberlist uses
+//! (hashicorp/go-msgpack 0.5) writes its struct: a map of the field names
+//! in sorted order (checked on a real agent's packets), `omitempty` fields
+//! left out when empty, `[]byte` as raw; after its type byte. They are read
+//! back from a map in any order, unknown fields skipped.
 
 use agent_sim_proto::msgpack::Writer;
 
@@ -39,12 +40,12 @@ impl<'a> Ping<'a> {
         let full = !self.source_addr.is_empty();
         let mut w = start(out, kind::PING);
         w.map(if full { 5 } else { 2 })
-            .kv_uint("SeqNo", u64::from(self.seq))
-            .kv_str("Node", self.node);
+            .kv_str("Node", self.node)
+            .kv_uint("SeqNo", u64::from(self.seq));
         if full {
             w.str("SourceAddr").raw(self.source_addr);
-            w.kv_uint("SourcePort", u64::from(self.source_port));
             w.kv_str("SourceNode", self.source_node);
+            w.kv_uint("SourcePort", u64::from(self.source_port));
         }
     }
 
@@ -93,17 +94,16 @@ impl<'a> IndirectPing<'a> {
         let full = !self.source_addr.is_empty();
         let mut w = start(out, kind::INDIRECT_PING);
         w.map(if full { 8 } else { 5 })
-            .kv_uint("SeqNo", u64::from(self.seq))
-            .str("Target")
-            .raw(self.target)
-            .kv_uint("Port", u64::from(self.port))
+            .kv_bool("Nack", self.nack)
             .kv_str("Node", self.node)
-            .kv_bool("Nack", self.nack);
+            .kv_uint("Port", u64::from(self.port))
+            .kv_uint("SeqNo", u64::from(self.seq));
         if full {
             w.str("SourceAddr").raw(self.source_addr);
-            w.kv_uint("SourcePort", u64::from(self.source_port));
             w.kv_str("SourceNode", self.source_node);
+            w.kv_uint("SourcePort", u64::from(self.source_port));
         }
+        w.str("Target").raw(self.target);
     }
 
     /// From a body.
@@ -141,14 +141,13 @@ impl<'a> Ack<'a> {
     /// Type byte and body.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let mut w = start(out, kind::ACK);
-        w.map(2)
-            .kv_uint("SeqNo", u64::from(self.seq))
-            .str("Payload");
+        w.map(2).str("Payload");
         if self.payload.is_empty() {
             w.nil();
         } else {
             w.raw(self.payload);
         }
+        w.kv_uint("SeqNo", u64::from(self.seq));
     }
 
     /// From a body.
@@ -213,9 +212,9 @@ impl<'a> Verdict<'a> {
     pub fn encode(&self, t: u8, out: &mut Vec<u8>) {
         start(out, t)
             .map(3)
+            .kv_str("From", self.from)
             .kv_uint("Incarnation", u64::from(self.incarnation))
-            .kv_str("Node", self.node)
-            .kv_str("From", self.from);
+            .kv_str("Node", self.node);
     }
 
     /// From a body.
@@ -256,13 +255,13 @@ impl<'a> Alive<'a> {
     pub fn encode(&self, out: &mut Vec<u8>) {
         start(out, kind::ALIVE)
             .map(6)
-            .kv_uint("Incarnation", u64::from(self.incarnation))
-            .kv_str("Node", self.node)
             .str("Addr")
             .raw(self.addr)
-            .kv_uint("Port", u64::from(self.port))
+            .kv_uint("Incarnation", u64::from(self.incarnation))
             .str("Meta")
             .raw(self.meta)
+            .kv_str("Node", self.node)
+            .kv_uint("Port", u64::from(self.port))
             .str("Vsn")
             .raw(self.vsn);
     }
@@ -314,9 +313,9 @@ impl PushPullHeader {
     pub fn encode(&self, out: &mut Vec<u8>) {
         start(out, kind::PUSH_PULL)
             .map(3)
+            .kv_bool("Join", self.join)
             .kv_uint("Nodes", self.nodes as u64)
-            .kv_uint("UserStateLen", self.user_state_len as u64)
-            .kv_bool("Join", self.join);
+            .kv_uint("UserStateLen", self.user_state_len as u64);
     }
 
     /// Reads the header; `nodes` is checked against what is left.
@@ -379,13 +378,13 @@ impl<'a> NodeState<'a> {
     pub fn encode(&self, out: &mut Vec<u8>) {
         Writer(out)
             .map(7)
-            .kv_str("Name", self.name)
             .str("Addr")
             .raw(self.addr)
-            .kv_uint("Port", u64::from(self.port))
+            .kv_uint("Incarnation", u64::from(self.incarnation))
             .str("Meta")
             .raw(self.meta)
-            .kv_uint("Incarnation", u64::from(self.incarnation))
+            .kv_str("Name", self.name)
+            .kv_uint("Port", u64::from(self.port))
             .kv_uint("State", u64::from(self.state))
             .str("Vsn")
             .raw(self.vsn);
