@@ -139,7 +139,15 @@ pub fn needs(cfg: &RunConfig) -> Needs {
                 "dataplane sidecar".to_string(),
             ),
         };
-        let client = agents * conns + extra;
+        // Gossip: a UDP socket and a listener per endpoint, the joins in
+        // flight and the servers' streams (a few).
+        let gossip = match &plan.protocol {
+            Protocol::Consul(c) if agents > 0 => c.gossip.as_ref().map_or(0, |g| {
+                2 * g.bind.len().max(1) as u64 + agent_sim_gossip::pool::JOINS_AT_ONCE as u64 + 8
+            }),
+            _ => 0,
+        };
+        let client = agents * conns + extra + gossip;
         n.agents += agents;
         n.connections += client;
         // The in-process target holds the other end of every connection.

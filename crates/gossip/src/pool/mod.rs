@@ -162,9 +162,9 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-/// Joins one simulated member may have in flight at once across the pool
-/// (each reads the server's whole member list).
-const JOINS_AT_ONCE: usize = 32;
+/// Joins the pool has in flight at once (each reads the server's whole
+/// member list: memory, and the server's 128 concurrent push-pulls).
+pub const JOINS_AT_ONCE: usize = 32;
 /// Streams served at once (memberlist's own bound).
 const STREAMS_AT_ONCE: usize = 128;
 
