@@ -267,6 +267,12 @@ fn fill_wire(a: &mut RunArgs) {
         let watch = a.watch.unwrap_or_default();
         a.consul_agent = Some(agent_sim_consul::modes::AgentWire::for_watch(watch));
     }
+    if a.consul_agent != Some(agent_sim_consul::modes::AgentWire::Client) {
+        // Only a client agent gossips.
+        a.gossip = Some(false);
+    } else if a.gossip.is_none() {
+        a.gossip = Some(true);
+    }
 }
 
 fn failover_flags(top: &RunArgs, servers: usize, embedded: bool) -> Result<(), UsageError> {

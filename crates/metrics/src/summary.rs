@@ -468,8 +468,18 @@ impl Summary {
             .as_ref()
             .and_then(|c| c.get("consul-agent"))
             .and_then(|w| w.as_str());
+        let gossip = match self.config.as_ref().and_then(|c| c.get("gossip")) {
+            Some(g) if g == "true" || g == &serde_json::Value::Bool(true) => {
+                match self.counters.get("gossip_joins").copied().unwrap_or(0) {
+                    0 => ", gossip: none joined".to_string(),
+                    n => format!(", gossip: {n} joined"),
+                }
+            }
+            Some(_) => ", gossip: off".to_string(),
+            None => String::new(),
+        };
         Some(match wire {
-            Some(w) => format!("wire: {w}, watching: {watch}"),
+            Some(w) => format!("wire: {w}{gossip}, watching: {watch}"),
             None => format!("watching: {watch}"),
         })
     }
