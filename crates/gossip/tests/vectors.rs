@@ -27,17 +27,17 @@ fn manifest() -> Value {
 fn leaves(v: &Value, out: &mut Vec<(u64, Value)>) {
     match v {
         Value::Object(m) => {
-            if let (Some(t), Some(name)) = (m.get("type").and_then(Value::as_u64), m.get("name")) {
-                if name != "compound" {
-                    // serf's messages keep theirs one level down.
-                    let fields = m
-                        .get("fields")
-                        .or_else(|| m.get("serf").and_then(|s| s.get("fields")))
-                        .cloned()
-                        .unwrap_or(Value::Null);
-                    out.push((t, fields));
-                    return;
-                }
+            if let (Some(t), Some(name)) = (m.get("type").and_then(Value::as_u64), m.get("name"))
+                && name != "compound"
+            {
+                // serf's messages keep theirs one level down.
+                let fields = m
+                    .get("fields")
+                    .or_else(|| m.get("serf").and_then(|s| s.get("fields")))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                out.push((t, fields));
+                return;
             }
             for k in ["inner", "parts"] {
                 if let Some(x) = m.get(k) {

@@ -222,17 +222,24 @@ impl View {
     }
 
     /// Adds a simulated member (phase `Joining`); returns its slot.
+    /// A node of that name the servers still hold (an earlier run's, failed
+    /// or left) is outrun: the member starts one incarnation above it, as
+    /// a restarted agent refutes its old self, and the old entry is no
+    /// longer this pool's to tell of.
     pub fn add_local(&mut self, name: &str, id: &str, endpoint: u16) -> usize {
         let name: Arc<str> = name.into();
         let slot = self.locals.len();
-        self.names.insert(name.clone(), Who::Local(slot));
+        // memberlist starts at 1: a server takes an alive at 0 as no newer
+        // than the node it has just created, and drops it.
+        let mut incarnation = 1;
+        if let Some(Who::Remote(i)) = self.names.insert(name.clone(), Who::Local(slot)) {
+            incarnation = self.remotes[i].incarnation + 1;
+        }
         self.locals.push(Local {
             name,
             id: id.into(),
             endpoint,
-            // memberlist starts at 1: a server takes an alive at 0 as no
-            // newer than the node it has just created, and drops it.
-            incarnation: 1,
+            incarnation,
             status_ltime: 0,
             phase: Phase::Joining,
             vivaldi: Vivaldi::default(),
@@ -579,7 +586,11 @@ impl View {
                 vsn: &VSN,
             });
         }
+        let shadowed = |r: &Remote| matches!(self.names.get(&r.name), Some(Who::Local(_)));
         for (r, ip) in self.remotes.iter().zip(&remote_ips) {
+            if shadowed(r) {
+                continue;
+            }
             nodes.push(NodeState {
                 name: &r.name,
                 addr: ip,
@@ -599,7 +610,7 @@ impl View {
                 left.push(&l.name);
             }
         }
-        for r in &self.remotes {
+        for r in self.remotes.iter().filter(|r| !shadowed(r)) {
             status.push((&r.name, r.status_ltime));
             if r.state == state::LEFT {
                 left.push(&r.name);
@@ -788,6 +799,29 @@ mod tests {
         v.broadcast(vec![kind::USER, 200], 5, &[]);
         let first = v.take_broadcasts(s, 20);
         assert_eq!(&first[0][..], &[kind::USER, 200]);
+    }
+
+    #[test]
+    fn a_member_named_as_an_old_node_starts_above_it() {
+        let mut v = view();
+        server(&mut v, "s1");
+        let old = Alive {
+            incarnation: 7,
+            node: "agent-1",
+            addr: &[127, 0, 0, 1],
+            port: 7946,
+            meta: &[],
+            vsn: &VSN,
+        };
+        v.on_alive(&old, None, 1);
+        let a = v.add_local("agent-1", "id-1", 0);
+        assert_eq!(v.locals[a].incarnation, 8);
+        v.joined(a, 1);
+        let pp = v.push_pull(false, state::ALIVE);
+        let pp = PushPull::decode(&pp[1..]).unwrap();
+        let named: Vec<_> = pp.nodes.iter().filter(|n| n.name == "agent-1").collect();
+        assert_eq!(named.len(), 1);
+        assert_eq!(named[0].incarnation, 8);
     }
 
     #[test]
