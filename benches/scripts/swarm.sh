@@ -9,7 +9,8 @@
 #
 #   bash benches/scripts/swarm.sh [SHARDS] [AGENTS] [SECONDS]     # default 3 30000 60
 #
-# Needs a dockerd (Debian: apt-get install docker.io). A host in no swarm gets
+# Needs a dockerd (Debian: apt-get install docker.io; in a container with no
+# init system, start it by hand: dockerd &). A host in no swarm gets
 # a one-node swarm (docker swarm init --advertise-addr 127.0.0.1) that is left
 # at the end; a manager's swarm is used and kept. The image is built here with
 # no registry (scripts/image.sh). AGENT_SIM_BIN=PATH runs that binary instead
@@ -29,7 +30,7 @@ OUT=$(cd "${OUT:-target/bench-swarm}" && pwd)
 say() { echo "swarm.sh: $*" >&2; }
 
 if ! timeout 20 docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; then
-    say "no dockerd answers (docker info): install and start one (Debian: apt-get install docker.io)"
+    say "no dockerd answers (docker info): install and start one (Debian: apt-get install docker.io; no init system: dockerd &)"
     exit 1
 fi
 if docker stack ls --format '{{.Name}}' 2>/dev/null | grep -qx -e "$STACK" -e "$STACK-merge"; then
