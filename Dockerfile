@@ -5,7 +5,9 @@
 #   docker build -t agent-sim:latest .
 #   docker run --rm agent-sim:latest --agents 200 --duration 10s
 #
-# configs/kubernetes/ and configs/nomad/ run this image.
+# configs/kubernetes/, configs/nomad/ and configs/swarm/ run this image. A host
+# that reaches no registry builds the same image FROM scratch with
+# scripts/image.sh (Dockerfile.scratch): same entrypoint, same user id.
 
 # --- build ---------------------------------------------------------------
 FROM rust:1.95-bookworm AS build

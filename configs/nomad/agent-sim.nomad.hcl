@@ -26,7 +26,9 @@ job "agent-sim" {
     }
 
     task "agent-sim" {
-      # The image built from the repository's Dockerfile (docs/running.md#container-image).
+      # The image built from the repository's Dockerfile, or with no registry
+      # by scripts/image.sh (docs/running.md#container-image), pushed where
+      # the clients pull from.
       driver = "docker"
 
       config {

@@ -613,7 +613,12 @@ pub struct RunArgs {
     )]
     pub summary: Option<PathBuf>,
     /// Write every histogram as tagged HdrHistogram log intervals here.
-    #[arg(long, value_name = "PATH", help_heading = heading::RESULTS)]
+    #[arg(
+        long,
+        value_name = "PATH",
+        help_heading = heading::RESULTS,
+        env = "AGENT_SIM_HLOG"
+    )]
     pub hlog: Option<PathBuf>,
     /// Interval of --hlog records.
     #[arg(long, value_name = "DURATION", help_heading = heading::RESULTS)]
@@ -626,7 +631,9 @@ pub struct RunArgs {
     #[arg(long = "assert", value_name = "EXPR", help_heading = heading::RESULTS)]
     pub asserts: Vec<Assertion>,
     /// This process is shard I of N (I in 0..N): a disjoint slice of agents.
-    /// Defaults from JOB_COMPLETION_INDEX / NOMAD_ALLOC_INDEX when set.
+    /// With N alone, I comes from AGENT_SIM_SHARD_SLOT (a slot from 1:
+    /// Docker Swarm's {{.Task.Slot}}), JOB_COMPLETION_INDEX (Kubernetes) or
+    /// NOMAD_ALLOC_INDEX (Nomad).
     #[arg(
         long,
         value_name = "I/N",

@@ -22,7 +22,7 @@ use crate::plan::usage;
 use crate::plan::{FleetPlan, Protocol, RunConfig, Shard, UsageError};
 use crate::scenario::ScenarioSection;
 use crate::settings::effective_settings;
-use crate::values::{AddrRange, Kind, Secs, ShardSpec};
+use crate::values::{AddrRange, Kind, Secs};
 
 /// Merges two layers: `hi` wins where it has a value.
 fn overlay(hi: RunArgs, lo: RunArgs) -> RunArgs {
@@ -88,37 +88,6 @@ fn read_file(path: &std::path::Path) -> Result<FileLayers, UsageError> {
         .try_into::<RunArgs>()
         .or_else(|e| usage(format!("--config {}: {}", path.display(), one_line(e))))?;
     Ok((top, fleets, scenarios))
-}
-
-/// Resolves `--shard`: `I/N` as given, or the index from
-/// `JOB_COMPLETION_INDEX` (Kubernetes Indexed Job) or `NOMAD_ALLOC_INDEX`.
-pub fn parse_shard(
-    spec: Option<ShardSpec>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<Shard>, UsageError> {
-    let Some(spec) = spec else { return Ok(None) };
-    let index = match spec.index {
-        Some(i) => i,
-        None => {
-            let Some(s) = env("JOB_COMPLETION_INDEX").or_else(|| env("NOMAD_ALLOC_INDEX")) else {
-                return usage(format!(
-                    "--shard {spec}: no index: use I/N, or set JOB_COMPLETION_INDEX or NOMAD_ALLOC_INDEX"
-                ));
-            };
-            s.trim().parse::<u64>().or_else(|_| {
-                usage(format!(
-                    "shard index from environment {s:?} is not a number"
-                ))
-            })?
-        }
-    };
-    if index >= spec.count {
-        return usage(format!("--shard {index}/{}: need 0 <= I < N", spec.count));
-    }
-    Ok(Some(Shard {
-        index,
-        count: spec.count,
-    }))
 }
 
 /// The flag that sets a protocol or engine config field, for messages.
@@ -187,7 +156,10 @@ pub fn resolve(
             .collect()
     };
     layers.iter_mut().for_each(fill_wire);
-    let shard = parse_shard(top.shard, env)?;
+    let (shard, shard_from) = match crate::shard::resolve(top.shard, env)? {
+        Some((s, from)) => (Some(s), from),
+        None => (None, None),
+    };
     let duration = top.duration.map(|d| d.0);
     if duration == Some(Duration::ZERO) {
         return usage("--duration must be greater than zero");
@@ -241,6 +213,7 @@ pub fn resolve(
         metrics_addr: top.metrics_addr,
         asserts: top.asserts.clone(),
         shard,
+        shard_from,
         seed: top.seed,
         quiet: top.quiet.unwrap_or(false),
         progress_every: secs(top.progress_every),
@@ -619,6 +592,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.shard, Some(Shard { index: 2, count: 4 }));
+        let from = c.shard_from.as_ref().map(ToString::to_string);
+        assert_eq!(
+            from.as_deref(),
+            Some("JOB_COMPLETION_INDEX=2 (Kubernetes Indexed Job)")
+        );
         assert_eq!(
             (c.fleets[0].fleet.first_index, c.fleets[0].fleet.agents),
             (5, 2)

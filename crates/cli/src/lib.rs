@@ -7,7 +7,8 @@
 //! [`plan`] (the validated run: fleets, shard, usage errors), [`scenario`]
 //! (scenario flags and `[[scenario]]` sections onto each fleet),
 //! [`settings`] (the effective settings for the summary), [`observing`]
-//! (the servers `--observe` reads), [`results`] (the one merge → report
+//! (the servers `--observe` reads), [`shard`] (the shard index from
+//! `--shard` or the engine's variable), [`results`] (the one merge → report
 //! path: summaries and hlogs of several processes as one summary and one
 //! page, result files written whole), [`local`] (a run as local processes
 //! when one cannot hold it), [`config`]
@@ -48,6 +49,7 @@ pub mod run;
 pub mod scenario;
 pub mod serve;
 pub mod settings;
+pub mod shard;
 pub mod values;
 
 use std::time::Duration;

@@ -49,6 +49,24 @@ impl std::fmt::Display for Shard {
     }
 }
 
+/// Where `--shard N` found this process's index: a variable the engine
+/// that started the process set (see [`crate::shard`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexSource {
+    /// The variable read, e.g. `JOB_COMPLETION_INDEX`.
+    pub variable: &'static str,
+    /// Who sets it, in people's words, e.g. `Kubernetes Indexed Job`.
+    pub engine: &'static str,
+    /// Its value as read (a slot for a slot variable: the index + 1).
+    pub value: u64,
+}
+
+impl std::fmt::Display for IndexSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={} ({})", self.variable, self.value, self.engine)
+    }
+}
+
 /// The protocol of one fleet with its settings.
 #[derive(Debug, Clone)]
 pub enum Protocol {
@@ -105,6 +123,8 @@ pub struct RunConfig {
     pub asserts: Vec<Assertion>,
     /// Shard of a multi-process run.
     pub shard: Option<Shard>,
+    /// Where the shard's index came from, when an engine's variable gave it.
+    pub shard_from: Option<IndexSource>,
     /// Seed for stable randomness.
     pub seed: Option<u64>,
     /// No live progress.

@@ -17,10 +17,21 @@ fn is_json(path: &Path) -> Result<bool, String> {
     Ok(text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{'))
 }
 
+/// Whether `a` and `b` name the same file, which may not exist yet.
+fn same_file(a: &Path, b: &Path) -> bool {
+    let dir = |p: &Path| {
+        let d = p.parent().filter(|d| !d.as_os_str().is_empty());
+        std::fs::canonicalize(d.unwrap_or(Path::new("."))).ok()
+    };
+    a.file_name() == b.file_name() && dir(a).is_some() && dir(a) == dir(b)
+}
+
 /// The files a list of arguments names: a directory stands for the summary
 /// files (`*.json`) directly in it, in name order, so a merge step needs no
-/// shell to expand a glob (the container image has none).
-fn expand(args: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+/// shell to expand a glob (the container image has none); but not for
+/// `output`, the summary this merge writes (a merge run again into the
+/// same folder must not count its last result as a shard).
+fn expand(args: &[PathBuf], output: Option<&Path>) -> Result<Vec<PathBuf>, String> {
     let mut out = Vec::new();
     for a in args {
         if a.is_dir() {
@@ -28,6 +39,7 @@ fn expand(args: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
                 .map_err(|e| format!("{}: {e}", a.display()))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
+                .filter(|p| !output.is_some_and(|o| same_file(p, o)))
                 .collect();
             if found.is_empty() {
                 return Err(format!(
@@ -54,9 +66,10 @@ struct Loaded {
     files: Vec<PathBuf>,
 }
 
-/// Loads summaries and hlogs (directories: their summaries) and merges them.
-fn load(args: &[PathBuf]) -> Result<Loaded, String> {
-    let files = expand(args)?;
+/// Loads summaries and hlogs (directories: their summaries, `output` aside)
+/// and merges them.
+fn load(args: &[PathBuf], output: Option<&Path>) -> Result<Loaded, String> {
+    let files = expand(args, output)?;
     let mut summaries = Vec::new();
     let mut hlogs = Vec::new();
     for f in &files {
@@ -77,7 +90,7 @@ fn load(args: &[PathBuf]) -> Result<Loaded, String> {
 /// Loads summaries and hlogs (directories: their summaries) and merges them
 /// into one summary.
 pub fn load_and_merge(args: &[PathBuf]) -> Result<Summary, String> {
-    load(args).map(|l| l.summary)
+    load(args, None).map(|l| l.summary)
 }
 
 /// The run's own assertions, from its recorded config (`assert`); ones
@@ -104,7 +117,7 @@ fn recorded_asserts(s: &Summary) -> Vec<Assertion> {
 /// one run, or of several merged (their sum); latency over time from the
 /// hlogs given. Verdicts: the assertions given, else the run's own.
 pub fn html(files: &[PathBuf], out: &Path, asserts: &[Assertion]) -> i32 {
-    let loaded = match load(files) {
+    let loaded = match load(files, None) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("agent-sim: {e}");
@@ -172,8 +185,8 @@ pub fn show(file: &Path, verbose: bool) -> i32 {
 
 /// `report merge FILE|DIR... [--summary PATH] [--assert EXPR]`.
 pub fn merge(files: &[PathBuf], summary: Option<&Path>, asserts: &[Assertion]) -> i32 {
-    let merged = match load_and_merge(files) {
-        Ok(s) => s,
+    let merged = match load(files, summary) {
+        Ok(l) => l.summary,
         Err(e) => {
             eprintln!("agent-sim: {e}");
             return exit::FAILURE;

@@ -248,7 +248,7 @@ impl fmt::Display for Kind {
 }
 
 /// `--shard I/N`, or `N` / `/N` / `auto/N` with the index taken from the
-/// environment when the run is resolved (see [`crate::config::parse_shard`]).
+/// environment when the run is resolved (see [`crate::shard::resolve`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShardSpec {
     /// This process's index, if given.

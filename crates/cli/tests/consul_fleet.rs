@@ -138,6 +138,14 @@ fn merged_shard_summaries_validate_and_add_up() {
     let from_dir = agent_sim::report_cmd::load_and_merge(std::slice::from_ref(&dir)).unwrap();
     assert_eq!(from_dir.agents.requested, 40);
     assert_eq!(from_dir.agents.connected, merged.agents.connected);
+    // The merge step of the orchestrator configs writes into the folder it
+    // reads: run again, it does not count its own last result.
+    let out = dir.join("merged.json");
+    for _ in 0..2 {
+        let code = agent_sim::report_cmd::merge(std::slice::from_ref(&dir), Some(&out), &[]);
+        assert_eq!(code, 0);
+        assert_eq!(agent_sim::Summary::read(&out).unwrap().agents.requested, 40);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -95,7 +95,10 @@ fn headline(out: &mut String, s: &Summary, opts: &TableOptions<'_>) {
         },
         s.shard
             .as_ref()
-            .map(|sh| format!(" (shard {sh})"))
+            .map(|sh| match &s.shard_from {
+                Some(from) => format!(" (shard {sh} from {from})"),
+                None => format!(" (shard {sh})"),
+            })
             .unwrap_or_default(),
         s.consul_modes()
             .map(|m| format!(", {m}"))
@@ -513,6 +516,22 @@ mod tests {
         assert!(t.contains("server said: dial: connection refused"), "{t}");
         assert!(t.contains("check: is the server listening?"), "{t}");
         assert!(t.contains("1.5ms"), "{t}");
+    }
+
+    #[test]
+    fn the_headline_names_the_shard_and_where_its_index_came_from() {
+        let mut s = Summary {
+            kind: "sensu".into(),
+            shard: Some("1/3".into()),
+            ..Default::default()
+        };
+        assert!(render(&s).lines().next().unwrap().ends_with("(shard 1/3)"));
+        s.shard_from = Some("AGENT_SIM_SHARD_SLOT=2 (Docker Swarm task slot)".into());
+        let first = render(&s).lines().next().unwrap().to_string();
+        assert!(
+            first.ends_with("(shard 1/3 from AGENT_SIM_SHARD_SLOT=2 (Docker Swarm task slot))"),
+            "{first}"
+        );
     }
 
     #[test]

@@ -133,6 +133,7 @@ mod tests {
                 },
             ],
             shard: Some("0/2".into()),
+            shard_from: Some("AGENT_SIM_SHARD_SLOT=1 (Docker Swarm task slot)".into()),
             disruptions: disruptions(),
             ..Default::default()
         }
@@ -172,6 +173,7 @@ mod tests {
         let mut s = populated();
         s.probes.clear();
         s.shard = None;
+        s.shard_from = None;
         let mut v = serde_json::to_value(s).unwrap();
         v.as_object_mut().unwrap().remove("rates_per_s");
         validate_summary_json(&v).unwrap();

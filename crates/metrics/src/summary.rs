@@ -298,6 +298,11 @@ pub struct Summary {
     /// Shard `I/N` of a multi-process run, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
+    /// Where the shard's index came from when an engine set it: the
+    /// variable, its value and the engine, e.g.
+    /// `AGENT_SIM_SHARD_SLOT=2 (Docker Swarm task slot)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_from: Option<String>,
 
     // --- disruptions (written by the scenarios, read by the report) ---
     /// Every disruption of the run (storm, churn, pause, max session

@@ -130,11 +130,15 @@ fn writable(path: &Path) -> std::io::Result<()> {
 /// For a fleet whose targets are all on this host's loopback (or in this
 /// process), with no `--source-addr`: when its sessions to one target need
 /// more ports than one source address has left, dial from as many
-/// 127.0.0.x addresses as needed (all of 127/8 is local). Returns what was
-/// done, in words, for each fleet spread.
+/// 127.0.0.x addresses as needed (all of 127/8 is local). A shard does so
+/// always, from addresses of its own (shard I of addresses k each:
+/// 127.0.0.(I·k+1) on): the shards of a fleet on one host share its ports,
+/// and none knows how many the others will hold. Returns what was done, in
+/// words, for each fleet spread.
 pub fn spread_loopback(cfg: &mut RunConfig, host: &Host) -> Vec<String> {
     let mut notes = Vec::new();
     let (_, budget) = host.port_budget();
+    let shard = cfg.shard;
     for plan in &mut cfg.fleets {
         if !plan.fleet.source_addrs.is_empty() {
             continue;
@@ -155,20 +159,39 @@ pub fn spread_loopback(cfg: &mut RunConfig, host: &Host) -> Vec<String> {
             .max()
             .unwrap_or(0);
         let usable = budget.saturating_sub(held).max(1);
-        if per_target <= usable {
+        let k = per_target.div_ceil(usable).clamp(1, 254);
+        if k == 1 && shard.is_none() {
             continue;
         }
-        let k = per_target.div_ceil(usable).min(254);
-        plan.fleet.source_addrs = (1..=k)
-            .map(|i| IpAddr::from([127, 0, 0, i as u8]))
+        let first = shard.map_or(0, |s| s.index * k);
+        plan.fleet.source_addrs = (0..k)
+            .map(|i| IpAddr::from([127, 0, 0, ((first + i) % 254 + 1) as u8]))
             .collect();
-        notes.push(format!(
-            "{} {} sessions per target exceed the {} ports one source address has left: dialing \
-             from 127.0.0.1-127.0.0.{k} (loopback)",
-            count(per_target),
-            plan.protocol.kind(),
-            count(usable)
-        ));
+        let from = match (
+            plan.fleet.source_addrs.first(),
+            plan.fleet.source_addrs.last(),
+        ) {
+            (Some(a), Some(b)) if a != b => format!("{a}-{b}"),
+            (Some(a), _) => a.to_string(),
+            _ => String::new(),
+        };
+        notes.push(match shard {
+            Some(s) => format!(
+                "shard {s} of a fleet on this host's loopback dials from {from}: the shards on \
+                 one host share its ports, so each takes addresses of its own ({} {} sessions \
+                 per target, {} ports per address)",
+                count(per_target),
+                plan.protocol.kind(),
+                count(usable)
+            ),
+            None => format!(
+                "{} {} sessions per target exceed the {} ports one source address has left: \
+                 dialing from {from} (loopback)",
+                count(per_target),
+                plan.protocol.kind(),
+                count(usable)
+            ),
+        });
     }
     notes
 }
@@ -423,6 +446,47 @@ mod tests {
             vec!["127.0.0.1:8081".into()],
             vec!["127.0.0.9".into()],
         );
+        assert!(spread_loopback(&mut c, &h).is_empty());
+    }
+
+    #[test]
+    fn shards_on_one_host_dial_from_addresses_of_their_own() {
+        let h = Host {
+            nofile: (1024, 1_000_000),
+            ..host()
+        };
+        let sharded = |agents: u64, shard: &str| {
+            let a = RunArgs {
+                agents: Some(agents),
+                targets: vec!["127.0.0.1:8081".into()],
+                shard: Some(shard.parse().unwrap()),
+                ..Default::default()
+            };
+            resolve(a, &|_| None).unwrap()
+        };
+        // 30,000 agents as 3 shards: 10,000 each fit one address, but the
+        // three together would not (28,000 ports toward the target).
+        let mut from = Vec::new();
+        for i in 0..3 {
+            let mut c = sharded(30_000, &format!("{i}/3"));
+            let notes = spread_loopback(&mut c, &h);
+            assert_eq!(notes.len(), 1, "{notes:?}");
+            assert!(notes[0].starts_with(&format!("shard {i}/3 ")), "{notes:?}");
+            from.extend(c.fleets[0].fleet.source_addrs.clone());
+        }
+        let want: Vec<IpAddr> = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(from, want);
+        // A shard that needs two addresses takes the next two after the
+        // shards before it.
+        let mut c = sharded(120_000, "1/3");
+        let notes = spread_loopback(&mut c, &h);
+        assert!(notes[0].contains("127.0.0.3-127.0.0.4"), "{notes:?}");
+        // Addresses given by hand are kept.
+        let mut c = sharded(30_000, "1/3");
+        c.fleets[0].fleet.source_addrs = vec!["127.0.0.9".parse().unwrap()];
         assert!(spread_loopback(&mut c, &h).is_empty());
     }
 

@@ -129,6 +129,7 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         process: agent_sim_metrics::process::stats(),
         probes: f.probes,
         shard: f.cfg.shard.map(|s| s.to_string()),
+        shard_from: f.cfg.shard_from.as_ref().map(ToString::to_string),
         timeline,
         by_server,
         config: Some(f.cfg.effective.clone()),

@@ -54,7 +54,10 @@ pub(super) fn headline(o: &mut String, page: &Page<'_>) {
         }
     )];
     if let Some(sh) = &s.shard {
-        sub.push(format!("shard {sh}"));
+        sub.push(match &s.shard_from {
+            Some(from) => format!("shard {sh} from {from}"),
+            None => format!("shard {sh}"),
+        });
     }
     if page.sources.len() > 1 {
         sub.push(format!("merged from {} files", page.sources.len()));
