@@ -206,6 +206,21 @@ pub struct ServeArgs {
     /// Delta xDS), e.g. 127.0.0.1:8502; with --consul-rpc and --consul-http.
     #[arg(long = "consul-grpc", value_name = "ADDR")]
     pub consul_grpc: Option<SocketAddr>,
+    /// Consul serf LAN port, UDP and TCP on one address (e.g.
+    /// 127.0.0.1:8301): the server is a gossip member that probes the
+    /// agents, answers their push-pulls, keeps serfHealth in its catalog
+    /// and lists them at /v1/agent/members; with --consul-rpc and
+    /// --consul-http.
+    #[arg(long = "consul-serf", value_name = "ADDR")]
+    pub consul_serf: Option<SocketAddr>,
+    /// Consul: the gossip key of --consul-serf (the agents' --gossip-key:
+    /// base64 of 16 or 32 bytes, as consul keygen prints; repeatable, the
+    /// first encrypts, every one decrypts).
+    #[arg(long = "consul-serf-key", value_name = "KEY")]
+    pub consul_serf_keys: Vec<String>,
+    /// Consul: the gossip label of --consul-serf (the agents' --gossip-label).
+    #[arg(long = "consul-serf-label", value_name = "LABEL")]
+    pub consul_serf_label: Option<String>,
     /// Consul: how long the xDS server waits after a catalog change before
     /// it rebuilds a proxy's resources (Consul coalesces for 200ms).
     #[arg(long, value_name = "DURATION", default_value = "200ms")]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
-use agent_sim_server::consul::ConsulTargetConfig;
+use agent_sim_server::consul::{ConsulTargetConfig, SerfConfig};
 use agent_sim_server::faults::{FaultSpec, Protocol, Target};
 use agent_sim_server::sensu::{CheckSpec, SensuTargetConfig};
 use tokio_util::sync::CancellationToken;
@@ -26,6 +26,8 @@ pub struct ServePlan {
     faults: Vec<FaultSpec>,
     /// Their dice.
     faults_seed: u64,
+    /// The serf LAN port, when served.
+    consul_serf: Option<SerfConfig>,
 }
 
 /// Validates `serve` flags (exit 64 on error).
@@ -71,13 +73,38 @@ pub fn plan(a: &ServeArgs) -> Result<ServePlan, UsageError> {
         }
     };
     let faults = fault_specs(a)?;
+    let consul_serf = serf_config(a)?;
     Ok(ServePlan {
         args_check_interval: check,
         stats_every,
         consul_tls,
         faults,
         faults_seed: a.faults_seed.unwrap_or_else(|| fastrand::u64(..)),
+        consul_serf,
     })
+}
+
+/// The serf LAN port's settings from `--consul-serf*`.
+fn serf_config(a: &ServeArgs) -> Result<Option<SerfConfig>, UsageError> {
+    let Some(bind) = a.consul_serf else {
+        if !a.consul_serf_keys.is_empty() || a.consul_serf_label.is_some() {
+            return Err(UsageError(
+                "serve: --consul-serf-key and --consul-serf-label need --consul-serf".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    if a.consul_rpc.is_none() {
+        return Err(UsageError(
+            "serve: --consul-serf needs --consul-rpc and --consul-http (its tags name the RPC \
+             port, its catalog is the HTTP API's)"
+                .into(),
+        ));
+    }
+    let label = a.consul_serf_label.clone().unwrap_or_default();
+    let cfg = SerfConfig::secured(bind, &a.consul_serf_keys, label)
+        .map_err(|e| UsageError(format!("serve --consul-serf: {e}")))?;
+    Ok(Some(cfg))
 }
 
 /// Parses every `--faults` spec and checks that its protocol is served.
@@ -144,6 +171,7 @@ fn backend_config(a: &ServeArgs, p: &ServePlan) -> BackendConfig {
                         .into_option()
                         .map_or(0.0, |r| r.as_per_second()),
                     xds_max_streams: a.xds_max_streams,
+                    serf: p.consul_serf.clone(),
                     ..ConsulTargetConfig::default()
                 },
                 state: None,
@@ -157,7 +185,10 @@ fn backend_config(a: &ServeArgs, p: &ServePlan) -> BackendConfig {
 
 /// Counters of the backend's stats that are levels, not totals.
 fn is_gauge(field: &str) -> bool {
-    field.ends_with("_active") || field.ends_with("_open") || field == "raft_index"
+    field.ends_with("_active")
+        || field.ends_with("_open")
+        || field == "raft_index"
+        || field.starts_with("serf_members_")
 }
 
 /// The backend's stats (a serialized snapshot) as Prometheus families
@@ -197,10 +228,10 @@ fn labelled_family(
 ) {
     use std::fmt::Write as _;
     let name = format!("agent_sim_serve_{protocol}_{field}_total");
+    // `<what>_by_<label>` (`serf_received_by_type`, `rejected_by_reason`).
     let label = match field {
         "rpc_calls" => "method",
-        "rejected_by_reason" => "reason",
-        _ => "key",
+        f => f.rsplit_once("_by_").map_or("key", |(_, l)| l),
     };
     let _ = writeln!(
         out,
@@ -276,6 +307,9 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
             ""
         };
         eprintln!("agent-sim serve: consul rpc on {rpc}, http on {http}{tls}");
+        if let Some(serf) = backend.consul_serf_addr() {
+            eprintln!("agent-sim serve: consul serf LAN on {serf} (udp and tcp)");
+        }
         if let Some(grpc) = backend.consul_grpc_addr() {
             eprintln!(
                 "agent-sim serve: consul grpc (dataplane, delta xDS; coalescing {:?}, updates at \
@@ -370,6 +404,77 @@ mod tests {
         };
         let p = plan(&a).unwrap();
         backend_config(&a, &p).consul.unwrap().cfg
+    }
+
+    fn serve_plan(argv: &[&str]) -> Result<ServePlan, UsageError> {
+        let argv = [&["agent-sim", "serve"][..], argv].concat();
+        let Some(Command::Serve(a)) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("serve");
+        };
+        plan(&a)
+    }
+
+    #[test]
+    fn the_serf_port_takes_its_key_and_label_and_needs_the_consul_ports() {
+        let key = "pUqJrVyVRj5jsiYEkM/tFQYfWyJIv4s3XkvDwy7Cu5s=";
+        let cfg = consul_cfg(&[
+            "--consul-serf",
+            "127.0.0.1:0",
+            "--consul-serf-key",
+            key,
+            "--consul-serf-label",
+            "prod",
+        ])
+        .serf
+        .unwrap();
+        assert_eq!(cfg.security.label, "prod");
+        assert!(cfg.security.keyring.is_some());
+        assert!(consul_cfg(&[]).serf.is_none());
+        let e = serve_plan(&["--consul-serf", "127.0.0.1:0"]).unwrap_err().0;
+        assert!(e.contains("--consul-rpc"), "{e}");
+        let e = serve_plan(&[
+            "--consul-http",
+            "127.0.0.1:0",
+            "--consul-rpc",
+            "127.0.0.1:0",
+            "--consul-serf-key",
+            key,
+        ])
+        .unwrap_err()
+        .0;
+        assert!(e.contains("need --consul-serf"), "{e}");
+        let e = serve_plan(&[
+            "--consul-http",
+            "127.0.0.1:0",
+            "--consul-rpc",
+            "127.0.0.1:0",
+            "--consul-serf",
+            "127.0.0.1:0",
+            "--consul-serf-key",
+            "not base64!",
+        ])
+        .unwrap_err()
+        .0;
+        assert!(e.contains("not base64"), "{e}");
+    }
+
+    #[test]
+    fn serf_counts_by_type_and_cause_are_labelled_and_members_are_gauges() {
+        let mut out = String::new();
+        stats_families(
+            &mut out,
+            "consul",
+            serde_json::json!({"serf_received_by_type": {"ping": 4}, "serf_bad_by_cause": {"label": 1}, "serf_members_alive": 3}),
+        );
+        assert!(
+            out.contains("agent_sim_serve_consul_serf_received_by_type_total{type=\"ping\"} 4"),
+            "{out}"
+        );
+        assert!(out.contains("agent_sim_serve_consul_serf_bad_by_cause_total{cause=\"label\"} 1"));
+        assert!(
+            out.contains("# TYPE agent_sim_serve_consul_serf_members_alive gauge"),
+            "{out}"
+        );
     }
 
     #[test]

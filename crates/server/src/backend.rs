@@ -1,5 +1,6 @@
 //! One embedded backend as a unit: the Sensu endpoint and/or the Consul RPC
-//! port, HTTP API and (optionally) public gRPC port on their addresses, the faults they inject, and
+//! port, HTTP API and (optionally) public gRPC port and serf LAN port on
+//! their addresses, the faults they inject, and
 //! restarts (stop, stay down, start again on the same ports, with or
 //! without the state) — what `agent-sim serve` runs, and what a test starts
 //! in-process to restart it from the test.
@@ -102,6 +103,9 @@ struct Inner {
     consul: Option<(SocketAddr, SocketAddr)>,
     #[cfg(feature = "consul")]
     consul_grpc: Option<SocketAddr>,
+    /// The serf LAN port (UDP and TCP), bound.
+    #[cfg(feature = "consul")]
+    consul_serf: Option<SocketAddr>,
     #[cfg(feature = "consul")]
     consul_state: Mutex<Option<ConsulState>>,
     reuse_port: bool,
@@ -128,6 +132,8 @@ struct Bound {
     consul: Option<(TcpListener, TcpListener)>,
     #[cfg(feature = "consul")]
     consul_grpc: Option<TcpListener>,
+    #[cfg(feature = "consul")]
+    consul_serf: Option<(tokio::net::UdpSocket, TcpListener)>,
 }
 
 impl Backend {
@@ -157,7 +163,7 @@ impl Backend {
             None => None,
         };
         #[cfg(feature = "consul")]
-        let (consul, consul_grpc, consul_state) = match &cfg.consul {
+        let (consul, consul_grpc, consul_serf, consul_state) = match &cfg.consul {
             Some(c) => {
                 let rpc = bind(c.rpc, "consul rpc")?;
                 let http = bind(c.http, "consul http")?;
@@ -172,15 +178,28 @@ impl Backend {
                     }
                     None => None,
                 };
+                let serf_at = match &c.cfg.serf {
+                    Some(serf) => {
+                        serf.validate()
+                            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                        let (udp, tcp) = crate::consul::bind_serf(serf.bind).map_err(|e| {
+                            io::Error::new(e.kind(), format!("consul serf {}: {e}", serf.bind))
+                        })?;
+                        let at = tcp.local_addr()?;
+                        bound.consul_serf = Some((udp, tcp));
+                        Some(at)
+                    }
+                    None => None,
+                };
                 let state = c.state.clone().unwrap_or_else(|| {
                     ConsulState::new(ConsulTargetConfig {
                         faults: faults.clone(),
                         ..c.cfg.clone()
                     })
                 });
-                (Some(at), grpc_at, Some(state))
+                (Some(at), grpc_at, serf_at, Some(state))
             }
-            None => (None, None, None),
+            None => (None, None, None, None),
         };
         faults.start();
         let backend = Backend {
@@ -193,6 +212,8 @@ impl Backend {
                 consul,
                 #[cfg(feature = "consul")]
                 consul_grpc,
+                #[cfg(feature = "consul")]
+                consul_serf,
                 #[cfg(feature = "consul")]
                 consul_state: Mutex::new(consul_state),
                 reuse_port: cfg.reuse_port,
@@ -221,6 +242,14 @@ impl Backend {
         }
         #[cfg(feature = "consul")]
         if let (Some((rpc, http)), Some(state)) = (bound.consul, self.consul_state()) {
+            let grpc_at = bound.consul_grpc.as_ref().and_then(|l| l.local_addr().ok());
+            state.note_listeners(rpc.local_addr().ok(), grpc_at);
+            if let Some((udp, tcp)) = bound.consul_serf {
+                let (s4, t4) = (state.clone(), token.clone());
+                tasks.push(tokio::spawn(async move {
+                    let _ = crate::consul::serve_serf(udp, tcp, s4, t4).await;
+                }));
+            }
             let (s1, t1) = (state.clone(), token.clone());
             tasks.push(tokio::spawn(async move {
                 let _ = crate::consul::serve_rpc(rpc, s1, t1).await;
@@ -352,6 +381,10 @@ impl Backend {
         if let Some(grpc) = self.inner.consul_grpc {
             b.consul_grpc = Some(bind(grpc)?);
         }
+        #[cfg(feature = "consul")]
+        if let Some(serf) = self.inner.consul_serf {
+            b.consul_serf = Some(crate::consul::bind_serf(serf)?);
+        }
         Ok(b)
     }
 
@@ -388,6 +421,12 @@ impl Backend {
     #[cfg(feature = "consul")]
     pub fn consul_grpc_addr(&self) -> Option<SocketAddr> {
         self.inner.consul_grpc
+    }
+
+    /// Where the Consul serf LAN port (UDP and TCP) listens.
+    #[cfg(feature = "consul")]
+    pub fn consul_serf_addr(&self) -> Option<SocketAddr> {
+        self.inner.consul_serf
     }
 
     /// The Consul server's state now (a restart that lost it replaces it).

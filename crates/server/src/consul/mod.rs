@@ -16,7 +16,7 @@
 //!   `/v1/config`; reads `/v1/catalog/nodes|node/:node|service/:name`,
 //!   `/v1/session/list|node/:node|info/:id`, `/v1/config/:kind/:name`,
 //!   `/v1/health/service/:name` (a blocking query with `?index=&wait=`),
-//!   `/v1/status/leader`. Bodies and error texts follow Consul 1.20 (see
+//!   `/v1/health/node/:node`, `/v1/status/leader`, `/v1/agent/members`. Bodies and error texts follow Consul 1.20 (see
 //!   `testdata/vectors/consul/http`).
 //! - [`serve_grpc`]: the public gRPC port (8502; TLS 8503 with a TLS config)
 //!   that consul-dataplane uses: `DataplaneService/GetEnvoyBootstrapParams`
@@ -27,6 +27,10 @@
 //!   server-wide pacing of proxy updates (`xds.update_max_per_second`), an
 //!   optional per-server stream cap answered with `RESOURCE_EXHAUSTED`;
 //!   faults on streams and responses, `consul.xds`).
+//! - [`serve_serf`] (`--consul-serf`): the serf LAN port, UDP and TCP: the
+//!   server is a memberlist/serf member that answers, probes, gossips and
+//!   push-pulls, reconciles the pool into its catalog with `serfHealth`
+//!   checks, and lists it at `/v1/agent/members` ([`SerfConfig`]).
 //! - [`ConsulState`]: the shared catalog (cheap to clone), its counters
 //!   ([`ConsulState::stats`]), test hooks ([`ConsulState::abort_subscriptions`])
 //!   and the state a restart starts with ([`ConsulState::restarted`]).
@@ -37,7 +41,8 @@
 //!   oversized gRPC messages; HTTP requests delayed, stalled, dropped, reset
 //!   or answered with a status.
 //!
-//! Not here: KV, agent endpoints, listeners/routes (LDS, RDS),
+//! Not here: KV, agent endpoints other than `/v1/agent/members`,
+//! listeners/routes (LDS, RDS), the WAN pool,
 //! clustering, persistence. Internals: `state` (catalog + fan-out),
 //! `events` (event encoding), `conn` (what every port does with a
 //! connection: accept, TLS handshake, HTTP/2 settings, graceful end), `rpc`,
@@ -45,7 +50,7 @@
 //! they share), `http` (the API, one file per endpoint family), `render`
 //! (the catalog in Consul's JSON), `sessions`, `grpc` (the public gRPC
 //! port, one file per service) and `xds` (Envoy resources from the
-//! catalog).
+//! catalog) and `serf` (the LAN pool).
 
 mod agent_rpc;
 mod blocking;
@@ -56,6 +61,7 @@ mod http;
 mod mux;
 mod render;
 mod rpc;
+mod serf;
 mod sessions;
 mod state;
 mod writes;
@@ -72,6 +78,7 @@ use tokio::sync::watch;
 pub use grpc::serve_grpc;
 pub use http::{ApiRequest, dispatch, serve_http};
 pub use rpc::serve_rpc;
+pub use serf::{SerfConfig, SerfConfigError, SerfMember, SerfSnapshot, bind_serf, serve_serf};
 
 use crate::faults::{Faults, RestartState};
 use sessions::Sessions;
@@ -122,6 +129,10 @@ pub struct ConsulTargetConfig {
     /// Faults to inject (`consul.rpc`, `consul.subscribe`, `consul.frame`,
     /// `consul.http`); none by default.
     pub faults: Faults,
+    /// The serf LAN port (`--consul-serf`): where and how the server is a
+    /// gossip member; `None`: not served (`/v1/agent/members` lists the
+    /// server alone).
+    pub serf: Option<SerfConfig>,
 }
 
 /// Consul's proxycfg coalescing delay.
@@ -144,6 +155,7 @@ impl Default for ConsulTargetConfig {
             xds_update_rate: XDS_UPDATE_RATE,
             xds_max_streams: 0,
             faults: Faults::default(),
+            serf: None,
         }
     }
 }
@@ -232,6 +244,9 @@ pub struct ConsulTargetSnapshot {
     pub rpc_calls: std::collections::BTreeMap<String, u64>,
     /// Of those, the calls answered with an error.
     pub rpc_errors: u64,
+    /// The serf LAN port's counters (`serf_*`).
+    #[serde(flatten)]
+    pub serf: SerfSnapshot,
 }
 
 #[derive(Default)]
@@ -272,6 +287,7 @@ struct Counters {
     coordinate_updates: AtomicU64,
     rpc_calls: [AtomicU64; RPC_METHODS.len() + 1],
     rpc_errors: AtomicU64,
+    serf: Arc<serf::SerfCounters>,
 }
 
 /// The methods whose calls are counted by name (the rest as `other`).
@@ -337,6 +353,10 @@ struct Inner {
     /// Encoded health results shared by the blocking queries one change
     /// wakes. Lock order: `results`, then `store`.
     results: blocking::ResultCache,
+    /// The server's node ID (its serf `id` tag).
+    node_id: String,
+    /// The LAN pool as this server sees it.
+    serf: Arc<serf::Serf>,
 }
 
 /// One RPC connection counted against its client IP's cap; uncounted on drop.
@@ -441,6 +461,15 @@ impl ConsulState {
             .expect("the node was just added");
         store.commit(idx, t);
         let rate = cfg.xds_update_rate;
+        let node_id = uuid::Uuid::new_v4().to_string();
+        let serf = serf::Serf::new(
+            cfg.serf.clone().unwrap_or_default(),
+            &cfg.node_name,
+            &cfg.datacenter,
+            &node_id,
+            serf::server_meta(&cfg, &node_id, 8300, None),
+            counters.serf.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 cfg,
@@ -454,6 +483,8 @@ impl ConsulState {
                 grpc_addr: Mutex::new(None),
                 xds_pacer: Mutex::new(grpc::Pacer::new(rate)),
                 results: blocking::ResultCache::default(),
+                node_id,
+                serf: Arc::new(serf),
             }),
         }
     }
@@ -511,6 +542,7 @@ impl ConsulState {
                 .filter(|(_, n)| *n > 0)
                 .collect(),
             rpc_errors: get(&c.rpc_errors),
+            serf: self.inner.serf.snapshot(),
         }
     }
 
@@ -576,6 +608,17 @@ impl ConsulState {
 
     fn set_rpc_addr(&self, addr: SocketAddr) {
         *lock(&self.inner.rpc_addr) = Some(addr);
+    }
+
+    /// Where the RPC and public gRPC ports listen, known before they serve
+    /// (the serf tags name them).
+    pub(crate) fn note_listeners(&self, rpc: Option<SocketAddr>, grpc: Option<SocketAddr>) {
+        if let Some(a) = rpc {
+            self.set_rpc_addr(a);
+        }
+        if let Some(a) = grpc {
+            *lock(&self.inner.grpc_addr) = Some(a);
+        }
     }
 
     /// What `/v1/status/leader` names: the RPC listener when it is bound to a

@@ -1,11 +1,15 @@
 //! Catalog endpoints: register, deregister (applied by `consul::writes`,
-//! which the RPC port shares), and the health of a service.
+//! which the RPC port shares), and the health of a service and of a node
+//! (its checks, `serfHealth` among them).
 
 use hyper::{Response, StatusCode};
 
-use super::{Body, decode, json_bytes, ok_true, with_index};
+use serde_json::Value;
+
+use super::{Body, decode, json_bytes, json_response, ok_true, with_index};
 use crate::consul::ConsulState;
 use crate::consul::blocking::{Encoding, result};
+use crate::consul::render::check_json;
 use crate::consul::writes::{self, DeregisterBody, RegisterBody};
 
 // ---------------------------------------------------------------- catalog
@@ -31,4 +35,15 @@ pub(super) fn health_service(
 ) -> Response<Body> {
     let (index, body) = result(state, name, passing_only, Encoding::Json);
     with_index(json_bytes(StatusCode::OK, body), index)
+}
+
+/// `GET /v1/health/node/:node`: the node's checks (`[]` for an unknown node).
+pub(super) fn health_node(state: &ConsulState, node: &str) -> Response<Body> {
+    let store = state.store();
+    let checks: Vec<Value> = store
+        .nodes
+        .get(node)
+        .map(|n| n.checks.values().map(|c| check_json(node, c)).collect())
+        .unwrap_or_default();
+    with_index(json_response(StatusCode::OK, &checks), store.raft_index)
 }

@@ -1,5 +1,6 @@
 //! The HTTP API subset (HTTP/1.1 keep-alive, hyper): catalog, txn, sessions,
-//! config entries, health and leader. Bodies and error texts follow Consul
+//! config entries, health (of services and nodes), leader and the LAN
+//! members. Bodies and error texts follow Consul
 //! 1.20: `true` for writes, pretty-printed JSON (4-space indent, no trailing
 //! newline, as a `-dev` agent prints it), errors as `text/plain` with the
 //! status Consul uses (RPC errors are 500). One [`sweep_sessions`] task per
@@ -9,9 +10,10 @@
 //! and answers ACL checks and faults; it also holds the response helpers
 //! the endpoint families share. The families live apart: `catalog`
 //! (register, deregister, health), `read` (catalog and session listings),
-//! `txn`, `session_api` (create, renew, destroy) and `config` (config
-//! entries). The JSON views of the catalog are `consul::render`'s.
+//! `txn`, `session_api` (create, renew, destroy), `config` (config
+//! entries) and `agent` (`/v1/agent/members`). The JSON views of the catalog are `consul::render`'s.
 
+mod agent;
 mod catalog;
 mod config;
 mod read;
@@ -35,7 +37,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use catalog::{catalog_deregister, catalog_register, health_service};
+use agent::agent_members;
+use catalog::{catalog_deregister, catalog_register, health_node, health_service};
 use config::{config_delete, config_get, config_put};
 use read::{catalog_node, catalog_nodes, catalog_service, coordinate_nodes, session_list};
 use session_api::{session_create, session_destroy, session_renew};
@@ -460,7 +463,11 @@ pub fn dispatch(state: &ConsulState, req: &ApiRequest<'_>) -> Response<Body> {
                 .any(|kv| kv == "passing" || kv.starts_with("passing="));
             health_service(state, &t["service/".len()..], passing)
         }
+        ("health", t) if method == Method::GET && t.starts_with("node/") => {
+            health_node(state, &t["node/".len()..])
+        }
         ("coordinate", "nodes") if method == Method::GET => coordinate_nodes(state),
+        ("agent", "members") if method == Method::GET => agent_members(state, token),
         ("status", "leader") => {
             if method != Method::GET {
                 return not_allowed();

@@ -1,0 +1,144 @@
+//! What the server has to gossip: memberlist's verdicts (alive, suspect,
+//! dead) and serf's intents, each sent a limited number of times
+//! (memberlist's `retransmitMult × ceil(log10(n + 1))`), fewest sends
+//! first and newest first among equals, a newer message about a member
+//! replacing the older one, as memberlist's transmit-limited queue does.
+//!
+//! What it is not: no sockets; `probe`'s gossip task sends what it takes.
+
+use std::sync::Arc;
+
+/// What a message is about: a newer one with the same key replaces it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Key {
+    /// memberlist's word on a member.
+    Member(Arc<str>),
+    /// serf's join or leave intent of a member.
+    Intent(Arc<str>),
+}
+
+#[derive(Debug)]
+struct Item {
+    key: Key,
+    msg: Vec<u8>,
+    sends: u32,
+    id: u64,
+}
+
+/// The queue, bounded: beyond `cap` messages the most sent goes.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    items: Vec<Item>,
+    next_id: u64,
+    cap: usize,
+}
+
+impl Queue {
+    /// An empty queue of at most `cap` messages.
+    pub(crate) fn new(cap: usize) -> Self {
+        Queue {
+            items: Vec::new(),
+            next_id: 0,
+            cap: cap.max(1),
+        }
+    }
+
+    /// Messages waiting.
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Queues `msg` (type byte first), replacing any about the same key.
+    pub(crate) fn push(&mut self, key: Key, msg: Vec<u8>) {
+        self.items.retain(|i| i.key != key);
+        if self.items.len() >= self.cap
+            && let Some(worst) = self
+                .items
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, i)| (i.sends, std::cmp::Reverse(i.id)))
+                .map(|(at, _)| at)
+        {
+            self.items.swap_remove(worst);
+        }
+        self.next_id += 1;
+        self.items.push(Item {
+            key,
+            msg,
+            sends: 0,
+            id: self.next_id,
+        });
+    }
+
+    /// Messages for one packet: as many as fit `budget` bytes, each
+    /// costing `overhead` more, fewest sends first. Each taken counts a
+    /// send; one sent `limit` times leaves the queue.
+    pub(crate) fn take(&mut self, budget: usize, overhead: usize, limit: u32) -> Vec<Vec<u8>> {
+        self.items
+            .sort_unstable_by_key(|i| (i.sends, std::cmp::Reverse(i.id)));
+        let mut left = budget;
+        let mut out = Vec::new();
+        for item in &mut self.items {
+            let cost = item.msg.len() + overhead;
+            if cost > left {
+                continue;
+            }
+            left -= cost;
+            item.sends += 1;
+            out.push(item.msg.clone());
+            if out.len() == usize::from(u8::MAX) {
+                break;
+            }
+        }
+        self.items.retain(|i| i.sends < limit.max(1));
+        out
+    }
+}
+
+/// memberlist's `retransmitLimit`: `mult × ceil(log10(n + 1))`.
+pub(crate) fn retransmit_limit(mult: u32, n: usize) -> u32 {
+    mult * ((n as f64 + 1.0).log10().ceil() as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(n: &str) -> Key {
+        Key::Member(n.into())
+    }
+
+    #[test]
+    fn newest_replaces_and_fewest_sends_go_first() {
+        let mut q = Queue::new(10);
+        q.push(member("a"), vec![1; 10]);
+        q.push(member("b"), vec![2; 10]);
+        q.push(member("a"), vec![3; 10]);
+        assert_eq!(q.len(), 2);
+        // Newest first among equals; the budget holds one.
+        assert_eq!(q.take(12, 2, 3), vec![vec![3; 10]]);
+        assert_eq!(q.take(12, 2, 3), vec![vec![2; 10]]);
+        assert_eq!(q.take(100, 2, 2), vec![vec![3; 10], vec![2; 10]]);
+        assert_eq!(q.len(), 0, "each went twice: the limit");
+        q.push(Key::Intent("a".into()), vec![4]);
+        q.push(member("a"), vec![5]);
+        assert_eq!(
+            q.len(),
+            2,
+            "an intent and a verdict about one member both stay"
+        );
+    }
+
+    #[test]
+    fn the_queue_is_bounded_and_the_limit_grows_with_the_pool() {
+        let mut q = Queue::new(3);
+        for i in 0..10u8 {
+            q.push(member(&i.to_string()), vec![i]);
+        }
+        assert_eq!(q.len(), 3);
+        assert_eq!(retransmit_limit(4, 1), 4);
+        assert_eq!(retransmit_limit(4, 9), 4);
+        assert_eq!(retransmit_limit(4, 10), 8);
+        assert_eq!(retransmit_limit(4, 10_000), 20);
+    }
+}

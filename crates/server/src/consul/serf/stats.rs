@@ -1,0 +1,292 @@
+//! What the serf port counted: packets, streams and bytes each way,
+//! messages and their bytes by memberlist type, probes and their
+//! outcomes, push-pulls, transitions of members, catalog writes of the
+//! reconcile, and bad input by cause. Flattened into the server's
+//! [`crate::consul::ConsulTargetSnapshot`] as its `serf_*` fields (maps
+//! become one labelled family each in `serve --metrics-addr`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+use super::view::Census;
+
+/// Names of memberlist's message types, by type byte.
+const KINDS: [&str; 14] = [
+    "ping",
+    "indirect_ping",
+    "ack",
+    "suspect",
+    "alive",
+    "dead",
+    "push_pull",
+    "compound",
+    "user",
+    "compress",
+    "encrypt",
+    "nack",
+    "has_crc",
+    "err",
+];
+
+/// Causes of refused input (a wire error's `cause()` and the server's own).
+const CAUSES: [&str; 17] = [
+    "truncated",
+    "malformed",
+    "unknown_type",
+    "compression",
+    "oversized",
+    "crc",
+    "label",
+    "encryption",
+    "timeout",
+    "too_many_members",
+    "wrong_dc",
+    "conflicting_id",
+    "bad_address",
+    "address_conflict",
+    "unexpected_node",
+    "busy",
+    "io",
+];
+
+/// The counters (shared by the server's restarts).
+#[derive(Debug)]
+pub(crate) struct SerfCounters {
+    received: [AtomicU64; KINDS.len() + 1],
+    received_bytes: [AtomicU64; KINDS.len() + 1],
+    sent: [AtomicU64; KINDS.len() + 1],
+    sent_bytes: [AtomicU64; KINDS.len() + 1],
+    bad: [AtomicU64; CAUSES.len() + 1],
+    pub(crate) udp_packets_received: AtomicU64,
+    pub(crate) udp_bytes_received: AtomicU64,
+    pub(crate) udp_packets_sent: AtomicU64,
+    pub(crate) udp_bytes_sent: AtomicU64,
+    pub(crate) tcp_accepted: AtomicU64,
+    pub(crate) tcp_dialed: AtomicU64,
+    pub(crate) tcp_bytes_received: AtomicU64,
+    pub(crate) tcp_bytes_sent: AtomicU64,
+    pub(crate) push_pulls_answered: AtomicU64,
+    pub(crate) push_pulls_sent: AtomicU64,
+    pub(crate) push_pulls_failed: AtomicU64,
+    pub(crate) probes: AtomicU64,
+    pub(crate) probes_indirect: AtomicU64,
+    pub(crate) probes_tcp: AtomicU64,
+    pub(crate) probes_failed: AtomicU64,
+    pub(crate) acks_late: AtomicU64,
+    pub(crate) acks_unexpected: AtomicU64,
+    pub(crate) relayed: AtomicU64,
+    pub(crate) joins: AtomicU64,
+    pub(crate) suspicions: AtomicU64,
+    pub(crate) failures: AtomicU64,
+    pub(crate) leaves: AtomicU64,
+    pub(crate) refutations: AtomicU64,
+    pub(crate) reconcile_writes: AtomicU64,
+    pub(crate) reconcile_skipped: AtomicU64,
+}
+
+impl Default for SerfCounters {
+    fn default() -> Self {
+        SerfCounters {
+            received: std::array::from_fn(|_| AtomicU64::new(0)),
+            received_bytes: std::array::from_fn(|_| AtomicU64::new(0)),
+            sent: std::array::from_fn(|_| AtomicU64::new(0)),
+            sent_bytes: std::array::from_fn(|_| AtomicU64::new(0)),
+            bad: std::array::from_fn(|_| AtomicU64::new(0)),
+            udp_packets_received: AtomicU64::new(0),
+            udp_bytes_received: AtomicU64::new(0),
+            udp_packets_sent: AtomicU64::new(0),
+            udp_bytes_sent: AtomicU64::new(0),
+            tcp_accepted: AtomicU64::new(0),
+            tcp_dialed: AtomicU64::new(0),
+            tcp_bytes_received: AtomicU64::new(0),
+            tcp_bytes_sent: AtomicU64::new(0),
+            push_pulls_answered: AtomicU64::new(0),
+            push_pulls_sent: AtomicU64::new(0),
+            push_pulls_failed: AtomicU64::new(0),
+            probes: AtomicU64::new(0),
+            probes_indirect: AtomicU64::new(0),
+            probes_tcp: AtomicU64::new(0),
+            probes_failed: AtomicU64::new(0),
+            acks_late: AtomicU64::new(0),
+            acks_unexpected: AtomicU64::new(0),
+            relayed: AtomicU64::new(0),
+            joins: AtomicU64::new(0),
+            suspicions: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            leaves: AtomicU64::new(0),
+            refutations: AtomicU64::new(0),
+            reconcile_writes: AtomicU64::new(0),
+            reconcile_skipped: AtomicU64::new(0),
+        }
+    }
+}
+
+fn slot(t: u8) -> usize {
+    usize::from(t).min(KINDS.len())
+}
+
+impl SerfCounters {
+    /// Adds one.
+    pub(crate) fn bump(&self, c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds `n`.
+    pub(crate) fn add(&self, c: &AtomicU64, n: usize) {
+        c.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// A message of type `t` received, `len` bytes with its type byte.
+    pub(crate) fn received(&self, t: u8, len: usize) {
+        self.bump(&self.received[slot(t)]);
+        self.add(&self.received_bytes[slot(t)], len);
+    }
+
+    /// A message of type `t` sent.
+    pub(crate) fn sent(&self, t: u8, len: usize) {
+        self.bump(&self.sent[slot(t)]);
+        self.add(&self.sent_bytes[slot(t)], len);
+    }
+
+    /// Refused input, by cause (unknown causes as `other`).
+    pub(crate) fn bad(&self, cause: &str) {
+        let i = CAUSES
+            .iter()
+            .position(|c| *c == cause)
+            .unwrap_or(CAUSES.len());
+        self.bump(&self.bad[i]);
+    }
+
+    /// A copy, with the members by state from the table.
+    pub(crate) fn snapshot(&self, census: Census) -> SerfSnapshot {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let by = |names: &[&str], counts: &[AtomicU64]| -> BTreeMap<String, u64> {
+            names
+                .iter()
+                .chain(&["other"])
+                .zip(counts)
+                .map(|(n, c)| (n.to_string(), get(c)))
+                .filter(|(_, c)| *c > 0)
+                .collect()
+        };
+        SerfSnapshot {
+            serf_members_alive: census.alive,
+            serf_members_suspect: census.suspect,
+            serf_members_leaving: census.leaving,
+            serf_members_left: census.left,
+            serf_members_failed: census.failed,
+            serf_udp_packets_received: get(&self.udp_packets_received),
+            serf_udp_bytes_received: get(&self.udp_bytes_received),
+            serf_udp_packets_sent: get(&self.udp_packets_sent),
+            serf_udp_bytes_sent: get(&self.udp_bytes_sent),
+            serf_tcp_streams_accepted: get(&self.tcp_accepted),
+            serf_tcp_streams_dialed: get(&self.tcp_dialed),
+            serf_tcp_bytes_received: get(&self.tcp_bytes_received),
+            serf_tcp_bytes_sent: get(&self.tcp_bytes_sent),
+            serf_received_by_type: by(&KINDS, &self.received),
+            serf_received_bytes_by_type: by(&KINDS, &self.received_bytes),
+            serf_sent_by_type: by(&KINDS, &self.sent),
+            serf_sent_bytes_by_type: by(&KINDS, &self.sent_bytes),
+            serf_push_pulls_answered: get(&self.push_pulls_answered),
+            serf_push_pulls_sent: get(&self.push_pulls_sent),
+            serf_push_pulls_failed: get(&self.push_pulls_failed),
+            serf_probes_sent: get(&self.probes),
+            serf_probes_indirect: get(&self.probes_indirect),
+            serf_probes_tcp: get(&self.probes_tcp),
+            serf_probes_failed: get(&self.probes_failed),
+            serf_acks_late: get(&self.acks_late),
+            serf_acks_unexpected: get(&self.acks_unexpected),
+            serf_indirect_relayed: get(&self.relayed),
+            serf_joins: get(&self.joins),
+            serf_suspicions: get(&self.suspicions),
+            serf_failures: get(&self.failures),
+            serf_leaves: get(&self.leaves),
+            serf_refutations: get(&self.refutations),
+            serf_reconcile_writes: get(&self.reconcile_writes),
+            serf_reconcile_skipped: get(&self.reconcile_skipped),
+            serf_bad_by_cause: by(&CAUSES, &self.bad),
+        }
+    }
+}
+
+/// The counters of the serf port at one moment (`serf_members_*` are
+/// gauges, the rest totals).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SerfSnapshot {
+    /// Members alive now, this server included (gauge).
+    pub serf_members_alive: u64,
+    /// Members suspected now (gauge; `/v1/agent/members` shows them alive).
+    pub serf_members_suspect: u64,
+    /// Members that sent their leave intent and are still alive (gauge).
+    pub serf_members_leaving: u64,
+    /// Members that left, until reaped (gauge).
+    pub serf_members_left: u64,
+    /// Members failed, until reaped or back (gauge).
+    pub serf_members_failed: u64,
+    /// UDP packets received on the serf port.
+    pub serf_udp_packets_received: u64,
+    /// Their bytes (as received: labelled, encrypted).
+    pub serf_udp_bytes_received: u64,
+    /// UDP packets sent.
+    pub serf_udp_packets_sent: u64,
+    /// Their bytes.
+    pub serf_udp_bytes_sent: u64,
+    /// TCP streams accepted (push-pulls, TCP pings, user messages).
+    pub serf_tcp_streams_accepted: u64,
+    /// TCP streams this server opened (its push-pulls and TCP pings).
+    pub serf_tcp_streams_dialed: u64,
+    /// Bytes read from TCP streams.
+    pub serf_tcp_bytes_received: u64,
+    /// Bytes written to them.
+    pub serf_tcp_bytes_sent: u64,
+    /// Messages received by memberlist type (compound and compressed
+    /// layers opened: the messages inside are counted).
+    pub serf_received_by_type: BTreeMap<String, u64>,
+    /// Their bytes (type byte and body).
+    pub serf_received_bytes_by_type: BTreeMap<String, u64>,
+    /// Messages sent by type.
+    pub serf_sent_by_type: BTreeMap<String, u64>,
+    /// Their bytes.
+    pub serf_sent_bytes_by_type: BTreeMap<String, u64>,
+    /// Push-pulls answered.
+    pub serf_push_pulls_answered: u64,
+    /// Push-pulls this server started (every push-pull interval).
+    pub serf_push_pulls_sent: u64,
+    /// Of those, the ones that failed (no connection, no answer, bad answer).
+    pub serf_push_pulls_failed: u64,
+    /// Probes started (one per probe interval).
+    pub serf_probes_sent: u64,
+    /// Indirect probes asked of other members (after a missed ack).
+    pub serf_probes_indirect: u64,
+    /// TCP fallback pings (after a missed ack).
+    pub serf_probes_tcp: u64,
+    /// Probes that got no ack at all (the member is then suspected).
+    pub serf_probes_failed: u64,
+    /// Acks that came after the probe timeout (500 ms).
+    pub serf_acks_late: u64,
+    /// Acks for no probe in flight (very late, or never asked for).
+    pub serf_acks_unexpected: u64,
+    /// Indirect probes done for other members.
+    pub serf_indirect_relayed: u64,
+    /// Members joining (or coming back).
+    pub serf_joins: u64,
+    /// Suspicions raised (by this server or heard).
+    pub serf_suspicions: u64,
+    /// Members declared failed.
+    pub serf_failures: u64,
+    /// Members that left.
+    pub serf_leaves: u64,
+    /// Accusations of this server refuted.
+    pub serf_refutations: u64,
+    /// Catalog writes of the reconcile (registrations, `serfHealth`
+    /// changes, deregistrations).
+    pub serf_reconcile_writes: u64,
+    /// Alive members not registered (no `build` tag, as Consul skips them)
+    /// or not stored (catalog full).
+    pub serf_reconcile_skipped: u64,
+    /// Input refused, by cause (the wire's causes, `timeout`,
+    /// `too_many_members`, `wrong_dc`, `busy`, ...).
+    pub serf_bad_by_cause: BTreeMap<String, u64>,
+}

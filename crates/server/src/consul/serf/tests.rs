@@ -1,0 +1,325 @@
+//! The member table's rules on their own (no sockets): memberlist's
+//! incarnations, suspicions and refutations, serf's statuses and intents,
+//! Consul's merge rules, push-pulls both ways, reaping.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sim_gossip::serf::{SerfState, encode_tags, intent};
+use agent_sim_gossip::wire::kind;
+use agent_sim_gossip::wire::msgs::{Alive, NodeState, PushPull, Verdict, state};
+use tokio::time::Instant;
+
+use super::members::{Liveness, Refused, Rules, Status, Table, VSN};
+use super::queue::Key;
+
+fn rules() -> Rules {
+    Rules {
+        me: "server".into(),
+        datacenter: "dc1".into(),
+        node_id: "00000000-0000-0000-0000-000000000001".into(),
+        probe_interval: Duration::from_secs(1),
+        suspicion_mult: 4,
+        suspicion_max_mult: 6,
+        retransmit_mult: 4,
+        gossip_to_the_dead: Duration::from_secs(30),
+        reap_left: Duration::from_secs(3600),
+        reap_failed: Duration::from_secs(7200),
+        max_members: 100,
+    }
+}
+
+fn table() -> Table {
+    Table::new(rules(), encode_tags(&[("role", "consul")]), Arc::default())
+}
+
+fn meta(id: &str) -> Vec<u8> {
+    encode_tags(&[
+        ("role", "node"),
+        ("dc", "dc1"),
+        ("id", id),
+        ("build", "1.20.1:"),
+    ])
+}
+
+fn alive<'a>(name: &'a str, inc: u32, meta: &'a [u8]) -> Alive<'a> {
+    Alive {
+        incarnation: inc,
+        node: name,
+        addr: &[127, 0, 0, 2],
+        port: 8301,
+        meta,
+        vsn: &VSN,
+    }
+}
+
+fn verdict<'a>(node: &'a str, inc: u32, from: &'a str) -> Verdict<'a> {
+    Verdict {
+        incarnation: inc,
+        node,
+        from,
+    }
+}
+
+fn status(t: &Table, name: &str) -> (Liveness, Status) {
+    let m = &t.members[name];
+    (m.liveness, m.status)
+}
+
+#[tokio::test(start_paused = true)]
+async fn alive_joins_stale_news_is_ignored_and_a_suspicion_runs_out() {
+    let mut t = table();
+    let now = Instant::now();
+    let m = meta("a");
+    t.alive(&alive("a", 1, &m), now).unwrap();
+    assert_eq!(status(&t, "a"), (Liveness::Alive, Status::Alive));
+    assert_eq!(t.take_dirty(), vec![Arc::<str>::from("a")]);
+    t.suspect(&verdict("a", 0, "x"), now);
+    assert_eq!(status(&t, "a").0, Liveness::Alive, "older incarnation");
+    t.suspect(&verdict("a", 1, "server"), now);
+    assert_eq!(status(&t, "a"), (Liveness::Suspect, Status::Alive));
+    // Two members: no confirmations expected, the minimum: 4 × 1 × 1 s.
+    assert_eq!(t.next_deadline(), Some(now + Duration::from_secs(4)));
+    assert_eq!(t.expire(now + Duration::from_millis(3999)), 0);
+    assert_eq!(t.expire(now + Duration::from_secs(4)), 1);
+    assert_eq!(status(&t, "a"), (Liveness::Dead, Status::Failed));
+    assert_eq!(t.take_dirty().len(), 1);
+    // Back with a higher incarnation: alive again.
+    t.alive(&alive("a", 2, &m), now).unwrap();
+    assert_eq!(status(&t, "a"), (Liveness::Alive, Status::Alive));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refutation_clears_a_suspicion() {
+    let mut t = table();
+    let now = Instant::now();
+    let m = meta("a");
+    t.alive(&alive("a", 1, &m), now).unwrap();
+    t.suspect(&verdict("a", 1, "server"), now);
+    t.alive(&alive("a", 1, &m), now).unwrap();
+    assert_eq!(
+        status(&t, "a").0,
+        Liveness::Suspect,
+        "same incarnation refutes nothing"
+    );
+    t.alive(&alive("a", 2, &m), now).unwrap();
+    assert_eq!(status(&t, "a").0, Liveness::Alive);
+    assert_eq!(t.next_deadline(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn accusations_of_the_server_are_refuted() {
+    let mut t = table();
+    let now = Instant::now();
+    let before = t.me().incarnation;
+    t.suspect(&verdict("server", before + 4, "a"), now);
+    assert_eq!(t.me().incarnation, before + 5);
+    assert_eq!(t.me().liveness, Liveness::Alive);
+    t.dead(&verdict("server", before + 5, "a"), now);
+    assert_eq!(t.me().incarnation, before + 6);
+    let msgs = t.queue.take(1400, 2, 10);
+    assert_eq!(msgs.len(), 1, "one alive about itself, the newest");
+    let a = Alive::decode(&msgs[0][1..]).unwrap();
+    assert_eq!(
+        (msgs[0][0], a.node, a.incarnation),
+        (kind::ALIVE, "server", before + 6)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn leaving_then_dead_is_left_and_dead_alone_is_failed_until_the_intent() {
+    let mut t = table();
+    let now = Instant::now();
+    let (ma, mb) = (meta("a"), meta("b"));
+    t.alive(&alive("a", 1, &ma), now).unwrap();
+    t.alive(&alive("b", 1, &mb), now).unwrap();
+    assert!(t.intent(true, 5, "a", now));
+    assert_eq!(status(&t, "a"), (Liveness::Alive, Status::Leaving));
+    assert!(!t.intent(true, 5, "a", now), "not newer");
+    t.dead(&verdict("a", 1, "a"), now);
+    assert_eq!(status(&t, "a"), (Liveness::Left, Status::Left));
+    // serf calls a member dead without its leave intent failed, then left.
+    t.dead(&verdict("b", 1, "b"), now);
+    assert_eq!(status(&t, "b"), (Liveness::Left, Status::Failed));
+    assert!(t.intent(true, 7, "b", now));
+    assert_eq!(status(&t, "b").1, Status::Left);
+    // An intent about a member not known yet waits for it.
+    assert!(t.intent(true, 9, "c", now));
+    let mc = meta("c");
+    t.alive(&alive("c", 1, &mc), now).unwrap();
+    assert_eq!(status(&t, "c"), (Liveness::Alive, Status::Leaving));
+    assert!(t.clock > 9, "the clock witnessed the intents");
+}
+
+#[tokio::test(start_paused = true)]
+async fn merge_rules_refuse_other_datacenters_and_stolen_ids() {
+    let mut t = table();
+    let now = Instant::now();
+    let other = encode_tags(&[("role", "node"), ("dc", "dc2")]);
+    assert_eq!(t.alive(&alive("x", 1, &other), now), Err(Refused::WrongDc));
+    let stolen = meta("00000000-0000-0000-0000-000000000001");
+    assert_eq!(
+        t.alive(&alive("y", 1, &stolen), now),
+        Err(Refused::ConflictingId)
+    );
+    let m = meta("a");
+    let mut bad = alive("a", 1, &m);
+    bad.addr = &[1, 2, 3];
+    assert_eq!(t.alive(&bad, now), Err(Refused::BadAddress));
+    bad = alive("a", 1, &m);
+    bad.vsn = &[];
+    assert_eq!(t.alive(&bad, now), Err(Refused::BadVersion));
+    assert_eq!(t.len(), 1);
+    // A join whose members share an ID is refused whole.
+    let node = |name| NodeState {
+        name,
+        addr: &[127, 0, 0, 3],
+        port: 8301,
+        meta: &m,
+        incarnation: 1,
+        state: state::ALIVE,
+        vsn: &VSN,
+    };
+    let pp = PushPull {
+        join: true,
+        nodes: vec![node("p"), node("q")],
+        user_state: &[],
+    };
+    assert_eq!(t.merge(&pp, None, now), Err(Refused::ConflictingId));
+    assert_eq!(t.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn push_pulls_merge_both_layers_and_the_answer_reads_back() {
+    let mut t = table();
+    let now = Instant::now();
+    let (ma, mb, mc) = (meta("a"), meta("b"), meta("c"));
+    let node = |name, meta: &'static [u8], st| NodeState {
+        name,
+        addr: &[127, 0, 0, 3],
+        port: 8301,
+        meta,
+        incarnation: 1,
+        state: st,
+        vsn: &VSN,
+    };
+    let (ma, mb, mc): (&'static [u8], &'static [u8], &'static [u8]) =
+        (ma.leak(), mb.leak(), mc.leak());
+    let serf = SerfState {
+        ltime: 40,
+        status: vec![("a", 3), ("b", 4), ("c", 5)],
+        left: vec!["b"],
+        event_ltime: 2,
+        query_ltime: 3,
+    };
+    let pp = PushPull {
+        join: true,
+        nodes: vec![
+            node("a", ma, state::ALIVE),
+            node("b", mb, state::ALIVE),
+            node("c", mc, state::ALIVE),
+        ],
+        user_state: &[],
+    };
+    assert_eq!(t.merge(&pp, Some(&serf), now), Ok(vec![]));
+    assert_eq!(status(&t, "a"), (Liveness::Alive, Status::Alive));
+    assert_eq!(status(&t, "b"), (Liveness::Alive, Status::Leaving));
+    let left = PushPull {
+        join: false,
+        nodes: vec![node("b", mb, state::LEFT), node("c", mc, state::DEAD)],
+        user_state: &[],
+    };
+    t.merge(&left, None, now).unwrap();
+    assert_eq!(status(&t, "b"), (Liveness::Left, Status::Left));
+    assert_eq!(
+        status(&t, "c").0,
+        Liveness::Suspect,
+        "dead in a push-pull: suspected"
+    );
+    assert_eq!(t.clock, 40);
+
+    let answer = t.local_state(false, now);
+    assert_eq!(answer[0], kind::PUSH_PULL);
+    let back = PushPull::decode(&answer[1..]).unwrap();
+    let mut names: Vec<(&str, u8)> = back.nodes.iter().map(|n| (n.name, n.state)).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        vec![
+            ("a", state::ALIVE),
+            ("b", state::LEFT),
+            ("c", state::SUSPECT),
+            ("server", state::ALIVE),
+        ]
+    );
+    let s = SerfState::decode(back.user_state).unwrap();
+    assert_eq!((s.ltime, s.left, s.event_ltime), (40, vec!["b"], 2));
+    // Dead long enough, a member is forgotten by memberlist (not by serf).
+    let later = now + Duration::from_secs(31);
+    assert_eq!(
+        PushPull::decode(&t.local_state(false, later)[1..])
+            .unwrap()
+            .nodes
+            .len(),
+        3
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn reaping_removes_long_gone_members_for_the_catalog_to_follow() {
+    let mut t = table();
+    let now = Instant::now();
+    let (ma, mb) = (meta("a"), meta("b"));
+    t.alive(&alive("a", 1, &ma), now).unwrap();
+    t.alive(&alive("b", 1, &mb), now).unwrap();
+    t.dead(&verdict("a", 1, "server"), now);
+    t.intent(true, 3, "b", now);
+    t.dead(&verdict("b", 1, "b"), now);
+    t.take_dirty();
+    t.reap(now + Duration::from_secs(3600));
+    assert!(!t.members.contains_key("b"), "left: gone after reap_left");
+    assert!(t.members.contains_key("a"), "failed: kept longer");
+    t.reap(now + Duration::from_secs(7200));
+    assert!(!t.members.contains_key("a"));
+    let mut dirty = t.take_dirty();
+    dirty.sort();
+    assert_eq!(dirty, vec![Arc::<str>::from("a"), Arc::from("b")]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn probes_go_round_the_pool_and_skip_the_dead() {
+    let mut t = table();
+    let now = Instant::now();
+    let metas: Vec<Vec<u8>> = (0..5).map(|i| meta(&format!("m{i}"))).collect();
+    let names: Vec<String> = (0..5).map(|i| format!("m{i}")).collect();
+    for (n, m) in names.iter().zip(&metas) {
+        t.alive(&alive(n, 1, m), now).unwrap();
+    }
+    t.dead(&verdict("m0", 1, "server"), now);
+    let mut seen: Vec<String> = (0..4)
+        .map(|_| t.next_probe(now).unwrap().name.to_string())
+        .collect();
+    seen.sort();
+    assert_eq!(seen, vec!["m1", "m2", "m3", "m4"]);
+    assert!(t.next_probe(now).is_some(), "wraps around");
+    let peers = t.indirect_peers(3, "m1");
+    assert_eq!(peers.len(), 3);
+    assert!(t.gossip_targets(10, now).len() <= 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gossiped_intent_is_passed_on_once() {
+    let mut t = table();
+    let now = Instant::now();
+    let m = meta("a");
+    t.alive(&alive("a", 1, &m), now).unwrap();
+    t.queue.take(1400, 2, 1);
+    assert!(t.intent(true, 4, "a", now));
+    let sent = t.queue.take(1400, 2, 10);
+    let mut want = Vec::new();
+    intent(true, 4, "a", &mut want);
+    assert_eq!(sent, vec![want]);
+    assert!(!t.intent(true, 4, "a", now));
+    t.queue.push(Key::Member("z".into()), vec![kind::ALIVE]);
+    assert_eq!(t.queue.len(), 2);
+}
