@@ -15,7 +15,8 @@ use std::time::Duration;
 use agent_sim_gossip::serf::{decode_tags, intent};
 use agent_sim_gossip::wire::msgs::{Ack, IndirectPing, Nack, PushPull, PushPullHeader, Verdict};
 use agent_sim_gossip::wire::{compound, kind};
-use agent_sim_gossip::{Keyring, Security};
+use agent_sim_gossip::{Keyring, Pool, PoolConfig, Security, Timings};
+use agent_sim_metrics::Metrics;
 use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
 use agent_sim_server::consul::{ConsulTargetConfig, ConsulTargetSnapshot, SerfConfig};
 use agent_sim_testkit::bounded::until;
@@ -395,5 +396,91 @@ async fn hostile_packets_and_streams_are_counted_by_cause() {
     // Still a member that answers.
     let m = Member::start("agent-1", Security::default()).await;
     assert!(m.push_pull(to, true).await.is_some());
+    b.stop().await;
+}
+
+/// The tags of a Consul 1.20 client (the pool adds `id`).
+fn client_tags() -> Vec<(String, String)> {
+    [
+        ("role", "node"),
+        ("dc", "dc1"),
+        ("segment", ""),
+        ("vsn", "2"),
+        ("vsn_min", "2"),
+        ("vsn_max", "3"),
+        ("build", "1.20.1:"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn agent_sim_s_own_pool_joins_stays_alive_and_leaves_as_left() {
+    let b = start(SerfConfig::default()).await;
+    let metrics = Metrics::new(&agent_sim_gossip::metrics_spec(), 1);
+    let pool = Pool::start(
+        PoolConfig {
+            bind: vec!["127.0.0.1:0".parse().unwrap()],
+            join: vec![serf_addr(&b)],
+            security: Security::default(),
+            tags: client_tags(),
+            timings: Timings::default(),
+        },
+        metrics.clone(),
+    )
+    .await
+    .unwrap();
+    let n = 20;
+    for i in 0..n {
+        let id = format!("00000000-0000-4000-8000-{i:012x}");
+        let (slot, _) = pool.add(&format!("sim-{i}"), &id, i);
+        pool.join(slot).await.unwrap();
+    }
+    let sims = async || -> Vec<u64> {
+        let all = get(&b, "/v1/agent/members").await;
+        all.as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["Name"].as_str().unwrap().starts_with("sim-"))
+            .map(|m| m["Status"].as_u64().unwrap())
+            .collect()
+    };
+    until(LIMIT, "every member alive", async || {
+        sims().await == vec![1; n as usize]
+    })
+    .await;
+    for i in 0..n {
+        wait_serf_health(&b, &format!("sim-{i}"), "passing").await;
+    }
+    // A minute of probes both ways, gossip and push-pulls: nobody flaps.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(sims().await, vec![1; n as usize]);
+    let s = stats(&b).serf;
+    assert!(s.serf_probes_sent >= 50, "{s:?}");
+    assert_eq!(
+        (s.serf_probes_failed, s.serf_suspicions, s.serf_failures),
+        (0, 0, 0),
+        "{s:?}"
+    );
+    pool.close().await;
+    until(LIMIT, "every member left", async || {
+        sims().await == vec![3; n as usize]
+    })
+    .await;
+    until(LIMIT, "every node deregistered", async || {
+        get(&b, "/v1/catalog/node/sim-0").await.is_null()
+            && get(&b, &format!("/v1/catalog/node/sim-{}", n - 1))
+                .await
+                .is_null()
+    })
+    .await;
+    assert_eq!(stats(&b).serf.serf_bad_by_cause, Default::default());
+    assert_eq!(
+        metrics.snapshot().errors_total(),
+        0,
+        "{:?}",
+        metrics.error_report()
+    );
     b.stop().await;
 }

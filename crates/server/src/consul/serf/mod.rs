@@ -52,7 +52,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use agent_sim_gossip::serf::{Coordinate, encode_tags};
+use agent_sim_gossip::coordinate::Coord;
+use agent_sim_gossip::serf::encode_tags;
 use agent_sim_gossip::{Keyring, Security};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{Notify, Semaphore, mpsc};
@@ -260,15 +261,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The coordinate a new serf member starts with (origin, error 1.5,
 /// height 10 µs), as an ack's payload.
 fn ack_payload() -> Vec<u8> {
-    let start = Coordinate {
-        vec: [0.0; 8],
-        error: 1.5,
-        adjustment: 0.0,
-        height: 1e-5,
-    };
     let mut out = Vec::with_capacity(128);
-    start.ack_payload(&mut out);
+    Coord::default().ack_payload(&mut out);
     out
+}
+
+/// The address a server bound to `ip` advertises: that one, or for a
+/// wildcard the local address that routes to private networks (memberlist
+/// picks a private address), else loopback.
+fn advertise(ip: IpAddr) -> IpAddr {
+    if !ip.is_unspecified() {
+        return ip;
+    }
+    let routed = std::net::UdpSocket::bind(("0.0.0.0", 0))
+        .and_then(|s| s.connect(("10.255.255.254", 9)).map(|()| s))
+        .and_then(|s| s.local_addr());
+    match routed {
+        Ok(a) if !a.ip().is_unspecified() => a.ip(),
+        _ => IpAddr::from([127, 0, 0, 1]),
+    }
 }
 
 impl Serf {
@@ -414,11 +425,7 @@ pub async fn serve_serf(
 ) -> io::Result<()> {
     let serf = state.serf().clone();
     let at = tcp.local_addr()?;
-    let ip = if at.ip().is_unspecified() {
-        IpAddr::from([127, 0, 0, 1])
-    } else {
-        at.ip()
-    };
+    let ip = advertise(at.ip());
     let meta = state.serf_meta();
     serf.with_table(|t| t.set_me(ip, at.port(), meta));
     let udp = Arc::new(udp);

@@ -109,7 +109,7 @@ fn header(body: &[u8], max_members: usize) -> Result<PushPullHeader, Cause> {
 
 impl Serf {
     /// Merges a peer's push-pull (body after the type byte).
-    fn merge_push_pull(&self, body: &[u8]) -> Result<(), Cause> {
+    pub(super) fn merge_push_pull(&self, body: &[u8]) -> Result<(), Cause> {
         header(body, self.cfg.max_members)?;
         let pp = PushPull::decode(body).map_err(wire)?;
         let serf = match pp.user_state {
@@ -213,7 +213,7 @@ async fn write_message<W: AsyncWrite + Unpin>(
 /// decompressed (type byte first), at most `max` bytes of it.
 // Bound: `max_stream_bytes` per message (8 MiB), read in READ_CHUNK pieces;
 // `max_tcp_handlers` streams at once, each for `tcp_timeout` at most.
-async fn read_message<R: AsyncRead + Unpin>(
+pub(super) async fn read_message<R: AsyncRead + Unpin>(
     r: &mut R,
     sec: &Security,
     max: usize,

@@ -323,3 +323,224 @@ async fn a_gossiped_intent_is_passed_on_once() {
     t.queue.push(Key::Member("z".into()), vec![kind::ALIVE]);
     assert_eq!(t.queue.len(), 2);
 }
+
+mod hostile {
+    //! Arbitrary bytes and damaged copies of every message the serf port
+    //! takes, through the same code a socket's bytes go through: nothing
+    //! panics, the table keeps the server and its bounds.
+
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+
+    use agent_sim_gossip::serf::{SerfState, encode_tags, intent};
+    use agent_sim_gossip::wire::msgs::{
+        Ack, Alive, IndirectPing, Nack, NodeState, Ping, PushPull, Verdict, state,
+    };
+    use agent_sim_gossip::wire::{compound, kind};
+    use agent_sim_gossip::{Keyring, Security};
+    use agent_sim_testkit::hostile::mutated;
+    use proptest::prelude::*;
+
+    use super::super::members::VSN;
+    use super::super::stream::read_message;
+    use super::super::{Serf, SerfConfig, lock};
+
+    const KEY: &str = "pUqJrVyVRj5jsiYEkM/tFQYfWyJIv4s3XkvDwy7Cu5s=";
+
+    fn serf(keyed: bool) -> Arc<Serf> {
+        let security = Security {
+            label: String::new(),
+            keyring: keyed.then(|| Keyring::from_base64(&[KEY]).unwrap()),
+        };
+        let cfg = SerfConfig {
+            security,
+            max_members: 64,
+            ..SerfConfig::default()
+        };
+        Arc::new(Serf::new(
+            cfg,
+            "server",
+            "dc1",
+            "id",
+            Vec::new(),
+            Arc::default(),
+        ))
+    }
+
+    /// One of each message a member sends, type byte first.
+    fn messages() -> Vec<Vec<u8>> {
+        let meta = encode_tags(&[
+            ("role", "node"),
+            ("dc", "dc1"),
+            ("id", "x"),
+            ("build", "1.20.1:"),
+        ]);
+        let mut out = Vec::new();
+        let mut m = Vec::new();
+        Ping {
+            seq: 1,
+            node: "server",
+            source_addr: &[127, 0, 0, 1],
+            source_port: 9,
+            source_node: "a",
+        }
+        .encode(&mut m);
+        out.push(std::mem::take(&mut m));
+        IndirectPing {
+            seq: 2,
+            target: &[127, 0, 0, 1],
+            port: 9,
+            node: "b",
+            nack: true,
+            ..Default::default()
+        }
+        .encode(&mut m);
+        out.push(std::mem::take(&mut m));
+        Ack {
+            seq: 3,
+            payload: &[1, 0x80],
+        }
+        .encode(&mut m);
+        out.push(std::mem::take(&mut m));
+        Nack { seq: 4 }.encode(&mut m);
+        out.push(std::mem::take(&mut m));
+        Alive {
+            incarnation: 1,
+            node: "a",
+            addr: &[127, 0, 0, 2],
+            port: 9,
+            meta: &meta,
+            vsn: &VSN,
+        }
+        .encode(&mut m);
+        out.push(std::mem::take(&mut m));
+        for t in [kind::SUSPECT, kind::DEAD] {
+            Verdict {
+                incarnation: 1,
+                node: "a",
+                from: "b",
+            }
+            .encode(t, &mut m);
+            out.push(std::mem::take(&mut m));
+        }
+        intent(true, 5, "a", &mut m);
+        out.push(std::mem::take(&mut m));
+        let parts: Vec<&[u8]> = out.iter().map(Vec::as_slice).collect();
+        let all = compound(&parts);
+        out.push(all);
+        out
+    }
+
+    fn push_pull() -> Vec<u8> {
+        let meta = encode_tags(&[("role", "node"), ("dc", "dc1"), ("build", "1.20.1:")]);
+        let mut user = Vec::new();
+        SerfState {
+            ltime: 3,
+            status: vec![("a", 2)],
+            left: vec!["a"],
+            event_ltime: 1,
+            query_ltime: 1,
+        }
+        .encode(&mut user);
+        let node = |name| NodeState {
+            name,
+            addr: &[127, 0, 0, 2],
+            port: 9,
+            meta: &meta,
+            incarnation: 1,
+            state: state::ALIVE,
+            vsn: &VSN,
+        };
+        let mut out = Vec::new();
+        PushPull {
+            join: true,
+            nodes: vec![node("a"), node("b")],
+            user_state: &user,
+        }
+        .encode(&mut out);
+        out
+    }
+
+    fn packets(keyed: bool) -> Vec<Vec<u8>> {
+        let sec = serf(keyed).cfg.security.clone();
+        messages().iter().map(|m| sec.seal_packet(m)).collect()
+    }
+
+    fn streams(keyed: bool) -> Vec<Vec<u8>> {
+        let sec = serf(keyed).cfg.security.clone();
+        let mut ping = Vec::new();
+        Ping {
+            seq: 1,
+            node: "server",
+            ..Default::default()
+        }
+        .encode(&mut ping);
+        vec![sec.seal_stream(&push_pull()), sec.seal_stream(&ping)]
+    }
+
+    fn from() -> SocketAddr {
+        "127.0.0.1:9".parse().unwrap()
+    }
+
+    fn survive_packet(s: &Arc<Serf>, bytes: &[u8]) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(s.on_packet(bytes, from()));
+        let t = lock(&s.table);
+        assert!(t.len() <= 64);
+        assert_eq!(&*t.me().addr_raw, &[127, 0, 0, 1]);
+    }
+
+    fn survive_stream(s: &Arc<Serf>, bytes: &[u8]) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut r = bytes;
+            let sec = s.cfg.security.clone();
+            if let Ok(msg) = read_message(&mut r, &sec, 1 << 20, false, &s.counters).await
+                && msg[0] == kind::PUSH_PULL
+            {
+                let _ = s.merge_push_pull(&msg[1..]);
+            }
+        });
+        assert!(lock(&s.table).len() <= 64);
+    }
+
+    #[test]
+    fn the_seeds_are_taken_whole() {
+        let s = serf(false);
+        for p in packets(false) {
+            survive_packet(&s, &p);
+        }
+        for p in streams(false) {
+            survive_stream(&s, &p);
+        }
+        assert!(lock(&s.table).len() >= 2, "members from the seeds");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn damaged_packets_never_panic(p in mutated(packets(false)), q in mutated(packets(true))) {
+            survive_packet(&serf(false), &p);
+            survive_packet(&serf(true), &q);
+        }
+
+        #[test]
+        fn arbitrary_packets_never_panic(p in proptest::collection::vec(any::<u8>(), 0..512)) {
+            survive_packet(&serf(false), &p);
+            survive_packet(&serf(true), &p);
+        }
+
+        #[test]
+        fn damaged_streams_never_panic(p in mutated(streams(false)), q in mutated(streams(true))) {
+            survive_stream(&serf(false), &p);
+            survive_stream(&serf(true), &q);
+        }
+    }
+}
