@@ -401,18 +401,10 @@ async fn hostile_packets_and_streams_are_counted_by_cause() {
 
 /// The tags of a Consul 1.20 client (the pool adds `id`).
 fn client_tags() -> Vec<(String, String)> {
-    [
-        ("role", "node"),
-        ("dc", "dc1"),
-        ("segment", ""),
-        ("vsn", "2"),
-        ("vsn_min", "2"),
-        ("vsn_max", "3"),
-        ("build", "1.20.1:"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
+    gossip_member::CLIENT_TAGS
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 #[tokio::test(start_paused = true)]

@@ -301,19 +301,11 @@ fn msg_len(buf: &[u8]) -> Result<usize, WireError> {
             return Ok(1 + r.position() + h.user_state_len);
         }
         kind::USER => {
-            let mut len = 0usize;
-            r.fields(|k, r| {
-                if k == "UserMsgLen" {
-                    len = r.uint_as()?;
-                } else {
-                    r.skip()?;
-                }
-                Ok(())
-            })?;
-            if r.rest().len() < len {
+            let (at, len) = msgs::user_header(&buf[1..])?;
+            if buf.len() - 1 - at < len {
                 return Err(WireError::Truncated);
             }
-            return Ok(1 + r.position() + len);
+            return Ok(1 + at + len);
         }
         t => return Err(WireError::Unknown(t)),
     }

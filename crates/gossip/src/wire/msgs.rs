@@ -478,6 +478,45 @@ pub fn user_stream(msg: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(msg);
 }
 
+/// A user stream message's header (body after the type byte): the bytes
+/// it takes, and the length of the serf message after it.
+pub(super) fn user_header(body: &[u8]) -> Result<(usize, usize), WireError> {
+    let mut r = Reader::new(body);
+    let mut len = 0usize;
+    r.fields(|k, r| {
+        if k == "UserMsgLen" {
+            len = r.uint_as()?;
+        } else {
+            r.skip()?;
+        }
+        Ok(())
+    })?;
+    Ok((r.position(), len))
+}
+
+/// A user message sent alone on a stream, read back: the serf message
+/// after the header [`user_stream`] writes (body after the type byte).
+pub fn decode_user_stream(body: &[u8]) -> Result<&[u8], WireError> {
+    let (at, len) = user_header(body)?;
+    body.get(at..at.saturating_add(len))
+        .ok_or(WireError::Truncated)
+}
+
+impl<'a> NodeState<'a> {
+    /// The alive message a pushed state of a member stands for (memberlist
+    /// merges an alive state as one).
+    pub fn alive(&self) -> Alive<'a> {
+        Alive {
+            incarnation: self.incarnation,
+            node: self.name,
+            addr: self.addr,
+            port: self.port,
+            meta: self.meta,
+            vsn: self.vsn,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -532,6 +571,31 @@ mod tests {
         };
         pp.encode(&mut b);
         assert_eq!(PushPull::decode(&b[1..]).unwrap(), pp);
+    }
+
+    #[test]
+    fn a_user_stream_and_a_pushed_state_read_back() {
+        let mut b = Vec::new();
+        user_stream(b"serf", &mut b);
+        assert_eq!(decode_user_stream(&b[1..]), Ok(&b"serf"[..]));
+        assert_eq!(
+            decode_user_stream(&b[1..b.len() - 1]),
+            Err(WireError::Truncated)
+        );
+        let n = NodeState {
+            name: "n1",
+            addr: &[127, 0, 0, 1],
+            port: 8301,
+            meta: &[0xff, 0x80],
+            incarnation: 4,
+            state: state::ALIVE,
+            vsn: &[1, 5, 2, 2, 5, 4],
+        };
+        let a = n.alive();
+        assert_eq!(
+            (a.node, a.incarnation, a.port, a.vsn),
+            (n.name, 4, 8301, n.vsn)
+        );
     }
 
     #[test]

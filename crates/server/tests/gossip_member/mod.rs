@@ -21,18 +21,22 @@ use tokio::task::JoinHandle;
 /// memberlist and serf versions of a Consul 1.20 agent.
 pub const VSN: [u8; 6] = [1, 5, 2, 2, 5, 4];
 
-/// The tags a Consul 1.20 client agent sets.
+/// The tags a Consul 1.20 client agent sets, but its `id`.
+pub const CLIENT_TAGS: [(&str, &str); 7] = [
+    ("build", "1.20.1:"),
+    ("dc", "dc1"),
+    ("role", "node"),
+    ("segment", ""),
+    ("vsn", "2"),
+    ("vsn_max", "3"),
+    ("vsn_min", "2"),
+];
+
+/// Those tags with `id`, encoded.
 pub fn client_meta(id: &str) -> Vec<u8> {
-    encode_tags(&[
-        ("build", "1.20.1:"),
-        ("dc", "dc1"),
-        ("id", id),
-        ("role", "node"),
-        ("segment", ""),
-        ("vsn", "2"),
-        ("vsn_max", "3"),
-        ("vsn_min", "2"),
-    ])
+    let mut tags = CLIENT_TAGS.to_vec();
+    tags.push(("id", id));
+    encode_tags(&tags)
 }
 
 /// Messages heard: (type, body).

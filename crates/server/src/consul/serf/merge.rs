@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use agent_sim_gossip::serf::{self as serf_wire, SerfState};
-use agent_sim_gossip::wire::msgs::{Alive, PushPull, Verdict, state};
+use agent_sim_gossip::wire::msgs::{PushPull, Verdict, state};
 use tokio::time::Instant;
 
 use super::members::{INTENT_TIMEOUT, Refused, Status, Table};
@@ -44,15 +44,7 @@ impl Table {
         for n in &pp.nodes {
             match n.state {
                 state::ALIVE => {
-                    let a = Alive {
-                        incarnation: n.incarnation,
-                        node: n.name,
-                        addr: n.addr,
-                        port: n.port,
-                        meta: n.meta,
-                        vsn: n.vsn,
-                    };
-                    if let Err(e) = self.alive(&a, now) {
+                    if let Err(e) = self.alive(&n.alive(), now) {
                         refused.push(e);
                     }
                 }

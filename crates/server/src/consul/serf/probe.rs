@@ -103,7 +103,9 @@ impl Serf {
         let answered = tokio::time::timeout_at(direct_until, acked(&mut rx))
             .await
             .is_ok()
-            || self.probe_further(&target, seq, deadline, &mut rx).await;
+            || self
+                .probe_further(&target, &ping, seq, deadline, &mut rx)
+                .await;
         lock(&self.waiters).remove(&seq);
         if answered {
             return;
@@ -117,11 +119,12 @@ impl Serf {
         self.with_table(|t| t.suspect(&accused, Instant::now()));
     }
 
-    /// After a missed ack: indirect pings and a TCP ping, waiting until
-    /// `deadline` for any ack.
+    /// After a missed ack: indirect pings and a TCP ping (`ping` again),
+    /// waiting until `deadline` for any ack.
     async fn probe_further(
         self: &Arc<Self>,
         target: &Target,
+        ping: &[u8],
         seq: u32,
         deadline: Instant,
         rx: &mut mpsc::Receiver<Reply>,
@@ -147,16 +150,7 @@ impl Serf {
         }
         let tcp = (target.pmax >= 3).then(|| {
             c.bump(&c.probes_tcp);
-            let mut ping = Vec::with_capacity(64 + target.name.len());
-            Ping {
-                seq,
-                node: &target.name,
-                source_addr: &my_addr,
-                source_port: my_port,
-                source_node: &self.me,
-            }
-            .encode(&mut ping);
-            let (serf, to) = (self.clone(), target.to);
+            let (serf, to, ping) = (self.clone(), target.to, ping.to_vec());
             tokio::spawn(async move { serf.tcp_ping(to, &ping, seq, deadline).await })
         });
         if tokio::time::timeout_at(deadline, acked(rx)).await.is_ok() {

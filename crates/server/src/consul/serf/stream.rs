@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use agent_sim_gossip::serf::SerfState;
-use agent_sim_gossip::wire::msgs::{Ack, Ping, PushPull, PushPullHeader};
+use agent_sim_gossip::wire::msgs::{Ack, Ping, PushPull, PushPullHeader, decode_user_stream};
 use agent_sim_gossip::wire::read::Reader;
 use agent_sim_gossip::wire::{kind, split_label};
 use agent_sim_gossip::{Security, WireError};
@@ -79,18 +79,7 @@ async fn answer(serf: &Serf, stream: &mut TcpStream) -> Result<(), Cause> {
             ack
         }
         kind::USER => {
-            let mut r = Reader::new(body);
-            let mut len = 0usize;
-            r.fields(|k, r| {
-                if k == "UserMsgLen" {
-                    len = r.uint_as()?;
-                } else {
-                    r.skip()?;
-                }
-                Ok(())
-            })
-            .map_err(wire)?;
-            let user = r.rest().get(..len).ok_or("truncated")?;
+            let user = decode_user_stream(body).map_err(wire)?;
             return serf.on_user(user, Instant::now()).map_err(wire);
         }
         other => return Err(wire(WireError::Unknown(other))),
