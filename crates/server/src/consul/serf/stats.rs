@@ -10,8 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-use super::view::Census;
-
 /// Names of memberlist's message types, by type byte.
 const KINDS: [&str; 14] = [
     "ping",
@@ -50,6 +48,16 @@ const CAUSES: [&str; 17] = [
     "busy",
     "io",
 ];
+
+/// Members by state, for the gauges (counted by the table).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Census {
+    pub(crate) alive: u64,
+    pub(crate) suspect: u64,
+    pub(crate) leaving: u64,
+    pub(crate) left: u64,
+    pub(crate) failed: u64,
+}
 
 /// The counters (shared by the server's restarts).
 #[derive(Debug)]

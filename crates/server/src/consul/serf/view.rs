@@ -14,6 +14,7 @@ use agent_sim_gossip::wire::msgs::{NodeState, PushPull};
 use tokio::time::Instant;
 
 use super::members::{Liveness, Member, Status, Table};
+use super::stats::Census;
 
 /// A member to probe.
 #[derive(Debug, Clone)]
@@ -37,16 +38,6 @@ pub(crate) struct Row {
     pub(crate) meta: Vec<u8>,
     pub(crate) status: Status,
     pub(crate) vsn: [u8; 6],
-}
-
-/// Members by state, for the gauges.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Census {
-    pub(crate) alive: u64,
-    pub(crate) suspect: u64,
-    pub(crate) leaving: u64,
-    pub(crate) left: u64,
-    pub(crate) failed: u64,
 }
 
 fn socket_of(m: &Member) -> SocketAddr {
