@@ -214,9 +214,9 @@ pub struct ServeArgs {
     #[arg(long = "consul-serf", value_name = "ADDR")]
     pub consul_serf: Option<SocketAddr>,
     /// Consul: the gossip key of --consul-serf (the agents' --gossip-key:
-    /// base64 of 16 or 32 bytes, as consul keygen prints; repeatable, the
-    /// first encrypts, every one decrypts).
-    #[arg(long = "consul-serf-key", value_name = "KEY")]
+    /// base64 of 16 or 32 bytes, as consul keygen prints; several,
+    /// comma-separated or repeated, primary first).
+    #[arg(long = "consul-serf-key", value_name = "KEY", value_delimiter = ',')]
     pub consul_serf_keys: Vec<String>,
     /// Consul: the gossip label of --consul-serf (the agents' --gossip-label).
     #[arg(long = "consul-serf-label", value_name = "LABEL")]

@@ -185,6 +185,10 @@ impl SerfConfig {
     }
 }
 
+/// memberlist's UDP receive buffer: 2 MiB (halved until the kernel takes
+/// it), so a burst of gossip is not dropped before it is read.
+const UDP_RECV_BUFFER: usize = 2 << 20;
+
 /// Binds the serf port: TCP, then UDP on the port TCP got (retried on
 /// another port when that one is taken for UDP and any port will do).
 pub fn bind_serf(addr: SocketAddr) -> io::Result<(UdpSocket, TcpListener)> {
@@ -193,15 +197,27 @@ pub fn bind_serf(addr: SocketAddr) -> io::Result<(UdpSocket, TcpListener)> {
         tries += 1;
         let tcp = crate::listen::bind(addr, false)?;
         let at = tcp.local_addr()?;
-        match std::net::UdpSocket::bind(at) {
-            Ok(udp) => {
-                udp.set_nonblocking(true)?;
-                return Ok((UdpSocket::from_std(udp)?, tcp));
-            }
+        match bind_udp(at) {
+            Ok(udp) => return Ok((udp, tcp)),
             Err(_) if addr.port() == 0 && tries < 8 => continue,
             Err(e) => return Err(e),
         }
     }
+}
+
+fn bind_udp(at: SocketAddr) -> io::Result<UdpSocket> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(at),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    let mut size = UDP_RECV_BUFFER;
+    while size > 0 && s.set_recv_buffer_size(size).is_err() {
+        size /= 2;
+    }
+    s.set_nonblocking(true)?;
+    s.bind(&at.into())?;
+    UdpSocket::from_std(s.into())
 }
 
 /// What an ack or nack for a sequence number goes to.
