@@ -126,6 +126,35 @@ async fn joined(b: &Backend, name: &str) -> Member {
     m
 }
 
+/// `/v1/agent/members` of a real Consul 1.20.1 server, captured.
+fn real_members() -> Value {
+    let path =
+        agent_sim_testkit::hostile::vectors_dir().join("consul/members/agent-members-1.20.1.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Every row has a real row's fields, and the server's tags
+/// are a real server's (but the WAN port and the TLS gRPC port).
+fn same_shape_as_a_real_server(ours: &Value) {
+    let real = real_members();
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    let want = keys(&real[0]);
+    for row in ours.as_array().unwrap() {
+        assert_eq!(keys(row), want, "{row}");
+    }
+    let role = |rows: &Value, r: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["Tags"]["role"] == r)
+            .cloned()
+            .unwrap()
+    };
+    let mut real_tags = keys(&role(&real, "consul")["Tags"]);
+    real_tags.retain(|k| k != "wan_join_port" && k != "grpc_port" && k != "grpc_tls_port");
+    assert_eq!(keys(&role(ours, "consul")["Tags"]), real_tags);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_member_joining_by_push_pull_is_alive_in_members_and_in_the_catalog() {
     let b = start(SerfConfig::default()).await;
@@ -174,6 +203,7 @@ async fn a_member_joining_by_push_pull_is_alive_in_members_and_in_the_catalog() 
 
     let check = wait_serf_health(&b, "agent-1", "passing").await;
     assert_eq!(check["Name"], "Serf Health Status");
+    same_shape_as_a_real_server(&get(&b, "/v1/agent/members").await);
     assert_eq!(check["Output"], "Agent alive and reachable");
     let node = get(&b, "/v1/catalog/node/agent-1").await;
     assert_eq!(node["Node"]["Address"], "127.0.0.1");
@@ -214,6 +244,12 @@ async fn a_member_that_stops_answering_is_suspected_then_failed() {
     );
     let check = wait_serf_health(&b, "agent-1", "critical").await;
     assert_eq!(check["Output"], "Agent not live or unreachable");
+    let critical = get(&b, "/v1/health/state/critical").await;
+    assert_eq!(critical.as_array().unwrap().len(), 1);
+    assert_eq!(
+        (&critical[0]["Node"], &critical[0]["CheckID"]),
+        (&Value::from("agent-1"), &Value::from("serfHealth"))
+    );
     let s = stats(&b).serf;
     assert!(s.serf_probes_failed >= 1 && s.serf_probes_tcp >= 1);
     assert_eq!((s.serf_members_failed, s.serf_failures), (1, 1));

@@ -16,7 +16,8 @@
 //!   `/v1/config`; reads `/v1/catalog/nodes|node/:node|service/:name`,
 //!   `/v1/session/list|node/:node|info/:id`, `/v1/config/:kind/:name`,
 //!   `/v1/health/service/:name` (a blocking query with `?index=&wait=`),
-//!   `/v1/health/node/:node`, `/v1/status/leader`, `/v1/agent/members`. Bodies and error texts follow Consul 1.20 (see
+//!   `/v1/health/node/:node`, `/v1/health/state/:state`, `/v1/status/leader`,
+//!   `/v1/agent/members`. Bodies and error texts follow Consul 1.20 (see
 //!   `testdata/vectors/consul/http`).
 //! - [`serve_grpc`]: the public gRPC port (8502; TLS 8503 with a TLS config)
 //!   that consul-dataplane uses: `DataplaneService/GetEnvoyBootstrapParams`

@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use agent::agent_members;
-use catalog::{catalog_deregister, catalog_register, health_node, health_service};
+use catalog::{catalog_deregister, catalog_register, health_node, health_service, health_state};
 use config::{config_delete, config_get, config_put};
 use read::{catalog_node, catalog_nodes, catalog_service, coordinate_nodes, session_list};
 use session_api::{session_create, session_destroy, session_renew};
@@ -465,6 +465,9 @@ pub fn dispatch(state: &ConsulState, req: &ApiRequest<'_>) -> Response<Body> {
         }
         ("health", t) if method == Method::GET && t.starts_with("node/") => {
             health_node(state, &t["node/".len()..])
+        }
+        ("health", t) if method == Method::GET && t.starts_with("state/") => {
+            health_state(state, &t["state/".len()..])
         }
         ("coordinate", "nodes") if method == Method::GET => coordinate_nodes(state),
         ("agent", "members") if method == Method::GET => agent_members(state, token),
