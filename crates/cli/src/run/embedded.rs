@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
-use agent_sim_server::consul::{ConsulState, ConsulTargetConfig};
+use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, SerfConfig};
 use agent_sim_server::faults::RestartState;
 use agent_sim_server::sensu::{CheckSpec, SensuTargetConfig};
 use tokio::task::JoinHandle;
@@ -64,9 +64,22 @@ async fn sensu_backends(
     Ok(out)
 }
 
-/// `n` Consul servers sharing one catalog (with their public gRPC ports).
-async fn consul_servers(n: usize) -> Result<Vec<Backend>, RunError> {
+/// `n` Consul servers sharing one catalog (with their public gRPC ports),
+/// each a gossip member on a serf LAN port of its own when the agents
+/// gossip (with their key and label).
+async fn consul_servers(
+    n: usize,
+    gossip: Option<&agent_sim_consul::gossip::GossipConfig>,
+) -> Result<Vec<Backend>, RunError> {
     let state = ConsulState::new(ConsulTargetConfig::default());
+    let serf = match gossip {
+        Some(g) => Some(SerfConfig {
+            bind: any(),
+            security: g.security().map_err(RunError::Setup)?,
+            ..SerfConfig::default()
+        }),
+        None => None,
+    };
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         let cfg = BackendConfig {
@@ -74,7 +87,10 @@ async fn consul_servers(n: usize) -> Result<Vec<Backend>, RunError> {
                 rpc: any(),
                 http: any(),
                 grpc: Some(any()),
-                cfg: ConsulTargetConfig::default(),
+                cfg: ConsulTargetConfig {
+                    serf: serf.clone(),
+                    ..ConsulTargetConfig::default()
+                },
                 state: Some(state.clone()),
             }),
             ..BackendConfig::default()
@@ -107,7 +123,17 @@ pub(super) async fn start(cfg: &mut RunConfig) -> Result<Embedded, RunError> {
             }
             Protocol::Consul(c) => {
                 if emb.consul.is_empty() {
-                    emb.consul = consul_servers(n).await?;
+                    emb.consul = consul_servers(n, c.gossip.as_ref()).await?;
+                }
+                if let Some(g) = &mut c.gossip {
+                    // The agents join the embedded servers' serf ports.
+                    g.join = emb
+                        .consul
+                        .iter()
+                        .filter_map(Backend::consul_serf_addr)
+                        .map(|a| a.to_string())
+                        .collect();
+                    g.join_given = true;
                 }
                 let addrs: Vec<_> = emb
                     .consul
@@ -121,7 +147,7 @@ pub(super) async fn start(cfg: &mut RunConfig) -> Result<Embedded, RunError> {
             }
             Protocol::Dataplane(d) => {
                 if emb.consul.is_empty() {
-                    emb.consul = consul_servers(n).await?;
+                    emb.consul = consul_servers(n, None).await?;
                 }
                 d.conn.targets = emb
                     .consul

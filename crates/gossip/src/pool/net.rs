@@ -564,8 +564,9 @@ pub(super) async fn close(inner: &Inner) {
     }
     let deadline = now + inner.cfg.timings.leave_wait;
     while tokio::time::Instant::now() < deadline {
-        let empty = inner.lock().queues.values().all(|q| q.is_empty());
-        if empty {
+        // Every leave sent at least once; the rest is the push-pulls' work.
+        let sent = inner.lock().queues.values().all(|q| q.unsent() == 0);
+        if sent {
             break;
         }
         tokio::time::sleep(inner.cfg.timings.gossip_interval).await;
@@ -584,10 +585,12 @@ pub(super) async fn close(inner: &Inner) {
                 inner.metrics.incr(inner.ids.push_pulls);
             }
         }
-        // Let serf take in the intents before the leaves arrive (a server
-        // merges a push-pull after answering it: a thousand intents take
-        // it a while on a busy box).
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        if as_state == state::ALIVE {
+            // Let serf take in the intents before the leaves arrive (a
+            // server merges a push-pull after answering it: a thousand
+            // intents take it a while on a busy box).
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
     }
     let mut v = inner.lock();
     let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);

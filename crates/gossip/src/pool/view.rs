@@ -115,6 +115,11 @@ impl Queue {
         self.len == 0
     }
 
+    /// Broadcasts not sent even once yet.
+    pub fn unsent(&self) -> usize {
+        self.by_sent.first().map_or(0, VecDeque::len)
+    }
+
     fn push(&mut self, sent: usize, q: Queued) {
         if self.by_sent.len() <= sent {
             self.by_sent.resize_with(sent + 1, VecDeque::new);
