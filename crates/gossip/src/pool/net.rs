@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
-use super::view::{Phase, Who, socket_addr};
+use super::view::{Phase, Shown, Who, socket_addr};
 use super::{Inner, PoolError};
 use crate::coordinate::Coord;
 use crate::serf;
@@ -381,7 +381,7 @@ async fn serve_stream(inner: &Inner, mut conn: TcpStream) -> Result<(), wire::Wi
     match t {
         kind::PUSH_PULL => {
             let pp = PushPull::decode(body)?;
-            let reply = inner.lock().push_pull(pp.join, state::ALIVE);
+            let reply = inner.lock().push_pull(pp.join, Shown::Now);
             write_msg(inner, &mut conn, &reply, true).await?;
             inner.metrics.incr(inner.ids.push_pulls);
             let limit = inner
@@ -466,7 +466,7 @@ pub(super) async fn exchange(inner: &Inner, to: SocketAddr, msg: &[u8]) -> Resul
 /// datacenter when none was given (a member of another one is refused).
 pub(super) async fn hello(inner: &Inner) -> Result<(), String> {
     let to = inner.cfg.join[0];
-    let msg = inner.lock().push_pull(false, state::ALIVE);
+    let msg = inner.lock().push_pull(false, Shown::Now);
     let answer = exchange(inner, to, &msg).await?;
     let pp = PushPull::decode(&answer[1..]).map_err(|e| format!("{to}: {e}"))?;
     let mut v = inner.lock();
@@ -578,14 +578,14 @@ pub(super) async fn close(inner: &Inner) {
             .map(|&s| v.remotes[s].addr)
             .collect()
     };
-    for as_state in [state::ALIVE, state::LEFT] {
-        let msg = inner.lock().push_pull(false, as_state);
+    for shown in [Shown::Intents, Shown::Leaves] {
+        let msg = inner.lock().push_pull(false, shown);
         for s in &servers {
             if exchange(inner, *s, &msg).await.is_ok() {
                 inner.metrics.incr(inner.ids.push_pulls);
             }
         }
-        if as_state == state::ALIVE {
+        if shown == Shown::Intents {
             // Let serf take in the intents before the leaves arrive (a
             // server merges a push-pull after answering it: a thousand
             // intents take it a while on a busy box).

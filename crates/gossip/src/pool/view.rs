@@ -22,6 +22,21 @@ pub const VSN: [u8; 6] = [1, 5, 2, 2, 5, 4];
 /// ones are dropped first.
 pub const QUEUE_MAX: usize = 4096;
 
+/// How a push-pull shows the members in their leave. serf marks a member
+/// left only when its leave intent came before memberlist's leave (else
+/// failed, then left), and a push-pull's memberlist part is merged first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    /// Any exchange: a member whose intent may still be travelling is
+    /// shown alive, one whose leave went out as left.
+    Now,
+    /// The pool's closing, first: every member leaving or left shown alive,
+    /// their intents in serf's part.
+    Intents,
+    /// The pool's closing, then: every one of them left.
+    Leaves,
+}
+
 /// A simulated member's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -557,9 +572,8 @@ impl View {
     }
 
     /// This process's whole state as a push-pull: every member, and serf's
-    /// part. `leaving_as` says how members in their leave are shown (alive
-    /// while their intents travel, then left).
-    pub fn push_pull(&self, join: bool, leaving_as: u8) -> Vec<u8> {
+    /// part, members in their leave shown as `shown` says.
+    pub fn push_pull(&self, join: bool, shown_as: Shown) -> Vec<u8> {
         let mut metas: Vec<Vec<u8>> = Vec::with_capacity(self.locals.len());
         let mut ips: Vec<Vec<u8>> = Vec::with_capacity(self.endpoints.len());
         for e in &self.endpoints {
@@ -570,7 +584,9 @@ impl View {
             let st = match l.phase {
                 Phase::Joining => continue,
                 Phase::Alive => state::ALIVE,
-                Phase::Leaving(_) => leaving_as,
+                Phase::Leaving(_) if shown_as == Shown::Leaves => state::LEFT,
+                Phase::Leaving(_) => state::ALIVE,
+                Phase::Left if shown_as == Shown::Intents => state::ALIVE,
                 Phase::Left => state::LEFT,
             };
             metas.push(self.meta(slot));
@@ -777,17 +793,28 @@ mod tests {
             v.joined(a, 1);
         }
         v.leave(2, 1, Instant::now());
-        let b = v.push_pull(false, state::ALIVE);
+        let b = v.push_pull(false, Shown::Now);
         let pp = PushPull::decode(&b[1..]).unwrap();
         assert_eq!(pp.nodes.len(), 4);
         let s = SerfState::decode(pp.user_state).unwrap();
         assert_eq!(s.left, vec!["agent-2"]);
-        let left = v.push_pull(false, state::LEFT);
+        let left = v.push_pull(false, Shown::Leaves);
         let pp = PushPull::decode(&left[1..]).unwrap();
         assert_eq!(
             pp.nodes.iter().find(|n| n.name == "agent-2").unwrap().state,
             state::LEFT
         );
+        // Once its leave went out, it is left, except in the closing's
+        // first push-pull, which carries the intents before the leaves.
+        v.leave_done(2, 1);
+        let state_of = |v: &View, shown| {
+            let b = v.push_pull(false, shown);
+            let pp = PushPull::decode(&b[1..]).unwrap();
+            pp.nodes.iter().find(|n| n.name == "agent-2").unwrap().state
+        };
+        assert_eq!(state_of(&v, Shown::Now), state::LEFT);
+        assert_eq!(state_of(&v, Shown::Intents), state::ALIVE);
+        assert_eq!(state_of(&v, Shown::Leaves), state::LEFT);
     }
 
     #[test]
@@ -822,7 +849,7 @@ mod tests {
         let a = v.add_local("agent-1", "id-1", 0);
         assert_eq!(v.locals[a].incarnation, 8);
         v.joined(a, 1);
-        let pp = v.push_pull(false, state::ALIVE);
+        let pp = v.push_pull(false, Shown::Now);
         let pp = PushPull::decode(&pp[1..]).unwrap();
         let named: Vec<_> = pp.nodes.iter().filter(|n| n.name == "agent-1").collect();
         assert_eq!(named.len(), 1);

@@ -3,7 +3,7 @@
 //! every layer and decoder, and the shared view taking in whatever decoded.
 
 use agent_sim_gossip::coordinate::Coord;
-use agent_sim_gossip::pool::view::View;
+use agent_sim_gossip::pool::view::{Shown, View};
 use agent_sim_gossip::serf::{self, SerfState};
 use agent_sim_gossip::wire::msgs::{Ack, Alive, IndirectPing, Nack, Ping, PushPull, Verdict};
 use agent_sim_gossip::wire::{self, Keyring, Security, kind, lzw};
@@ -74,7 +74,7 @@ pub fn stream(bytes: &[u8]) {
         && let Ok(pp) = PushPull::decode(body)
     {
         v.merge(&pp, None, 3);
-        let _ = v.push_pull(false, 0);
+        let _ = v.push_pull(false, Shown::Now);
     }
     let _ = SerfState::decode(bytes);
 }
