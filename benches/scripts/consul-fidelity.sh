@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
 # What one real Consul server spends on N client agents: N real Consul client
-# agents, then N agent-sim agents, each against a fresh `-dev` server on
-# 127.0.0.1, the same steady-state window measured at the server (its
-# Prometheus counters and its /proc CPU). Prints one row per fleet and the
-# ratio agent-sim / real (the fidelity table of BENCHMARKS.md).
+# agents, then N agent-sim agents, each against a fresh `-dev` server, the same
+# steady-state window measured at the server (its Prometheus counters and its
+# /proc CPU). Prints one row per figure, with the ratio agent-sim / real (the
+# fidelity tables of BENCHMARKS.md): RPC, raft, CPU and the gossip the server
+# sees (memberlist UDP and TCP, probes, serf messages and member events), then
+# what became of the members: their serf status at the window's end and after
+# the fleet stopped, and the members the server marked failed.
 #
 #   CONSUL_BIN=/path/to/consul bash benches/scripts/consul-fidelity.sh [N] [SECONDS] [FLEETS] [-- agent-sim flags]
 #
-# FLEETS: "real sim" (default), or one of them. CONSUL_BIN is a Consul 1.20.1
-# binary you built (docs/real-servers.md); nothing of Consul is in this
-# repository. Real agents run on 127.0.0.11 upward, one service each
-# ({"service":{"name":"app","port":8080}}), ~100 MiB of RSS apiece. The
-# window starts WARMUP seconds (default 45) after the last agent joined.
+# FLEETS: "real sim" (default), or one of them, or a fleet twice ("real sim sim":
+# the ratio is against the first real). CONSUL_BIN is a Consul 1.20.1 binary you
+# built (docs/real-servers.md); nothing of Consul is in this repository. Real
+# agents run on 127.0.0.12 upward (SERVER_IP and 127.0.0.200 skipped), one
+# service each ({"service":{"name":"app","port":8080}}), ~100 MiB of RSS apiece.
+# The window starts WARMUP seconds (default 45) after the last agent registered.
 # Extra flags after `--` go to agent-sim (e.g. `--consul-agent api`).
+# SERVER_IP: the server's address (default 127.0.0.1; ports 8300, 8301, 8500,
+# 8502, 8600 there must be free). GOSSIP_KEY: a gossip encryption key (`consul
+# keygen`; "new" makes one) set as `encrypt` on the server and the real agents
+# and given to agent-sim as --gossip-key. REPORT_ONLY=1: print the table again
+# from the files of an earlier run in OUT (same N, SECONDS, FLEETS), run nothing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-100}
@@ -22,71 +31,92 @@ shift $(($# < 3 ? $# : 3))
 [ "${1:-}" = "--" ] && shift
 SIM_FLAGS=("$@")
 WARMUP=${WARMUP:-45}
+SERVER_IP=${SERVER_IP:-127.0.0.1}
 CONSUL_BIN=${CONSUL_BIN:?set CONSUL_BIN to a consul 1.20.1 binary}
 OUT=${OUT:-target/bench-consul-fidelity}
-rm -rf "$OUT" && mkdir -p "$OUT"
-cargo build --release -p agent-sim 2>/dev/null
-BIN=$PWD/target/release/agent-sim
-cat >"$OUT/server.hcl" <<'HCL'
-limits { rpc_max_conns_per_client = 0  http_max_conns_per_client = 0 }
-telemetry { prometheus_retention_time = "120s"  disable_hostname = true }
-HCL
-# EXTRA_HCL: more server configuration (e.g. a telemetry prefix_filter), in a second
-# file (Consul merges files; the same block twice in one file is refused).
-printf '%s\n' "${EXTRA_HCL:-}" >"$OUT/extra.hcl"
-echo '{"service":{"name":"app","port":8080}}' >"$OUT/svc.json"
+HTTP=$SERVER_IP:8500
+[ -n "${REPORT_ONLY:-}" ] && FLEETS_RUN= || FLEETS_RUN=$FLEETS
+[ -n "${REPORT_ONLY:-}" ] || { rm -rf "$OUT" && mkdir -p "$OUT"; }
+if [ -z "${REPORT_ONLY:-}" ]; then
+  nice cargo build --release -p agent-sim 2>/dev/null
+  BIN=$PWD/target/release/agent-sim
+  # A counter go-metrics has not touched for the retention time leaves the
+  # exposition (serf's member joins, for one): keep them for the whole run.
+  printf '%s\n' 'limits { rpc_max_conns_per_client = 0  http_max_conns_per_client = 0 }' \
+    'telemetry { prometheus_retention_time = "900s"  disable_hostname = true }' >"$OUT/server.hcl"
+  # EXTRA_HCL: more server configuration (e.g. a telemetry prefix_filter), in a second
+  # file (Consul merges files; the same block twice in one file is refused).
+  printf '%s\n' "${EXTRA_HCL:-}" >"$OUT/extra.hcl"
+  echo '{"service":{"name":"app","port":8080}}' >"$OUT/svc.json"
+  : >"$OUT/gossip.hcl"
+  if [ -n "${GOSSIP_KEY:-}" ]; then
+    [ "$GOSSIP_KEY" = new ] && GOSSIP_KEY=$("$CONSUL_BIN" keygen)
+    printf 'encrypt = "%s"\n' "$GOSSIP_KEY" >"$OUT/gossip.hcl"
+    SIM_FLAGS+=(--gossip-key "$GOSSIP_KEY")
+  fi
+fi
 
 server_pid=
-stop_all() {
-  pkill -TERM -f "consul agent -data-dir $OUT/" 2>/dev/null || true
-  [ -n "$server_pid" ] && kill -TERM "$server_pid" 2>/dev/null || true
-  for _ in $(seq 50); do
-    pgrep -f "$OUT/" >/dev/null || break
+fleet_pids=()
+# Ends what this script started, by process id.
+stop_pids() {
+  [ $# -gt 0 ] || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  for _ in $(seq 100); do
+    local alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && return 0
     sleep 0.2
   done
-  pkill -KILL -f "$OUT/" 2>/dev/null || true
+  kill -KILL "$@" 2>/dev/null || true
+}
+stop_all() {
+  stop_pids "${fleet_pids[@]}"
+  fleet_pids=()
+  [ -n "$server_pid" ] && stop_pids "$server_pid"
   server_pid=
 }
 trap stop_all EXIT
 
 start_server() {
-  "$CONSUL_BIN" agent -dev -client 127.0.0.1 -bind 127.0.0.1 -log-level warn \
-    -config-file "$OUT/server.hcl" -config-file "$OUT/extra.hcl" -data-dir "$OUT/server" >"$OUT/server-$1.log" 2>&1 &
+  "$CONSUL_BIN" agent -dev -client "$SERVER_IP" -bind "$SERVER_IP" -log-level info \
+    -config-file "$OUT/server.hcl" -config-file "$OUT/extra.hcl" -config-file "$OUT/gossip.hcl" \
+    -data-dir "$OUT/server" >"$OUT/server-$1.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 100); do
-    curl -sf 127.0.0.1:8500/v1/status/leader | grep -q 8300 && return 0
+    curl -sf "$HTTP/v1/status/leader" | grep -q 8300 && return 0
     sleep 0.2
   done
   echo "the dev server did not elect itself" >&2
   exit 1
 }
 
-# Counters and process CPU of the server at one moment, as JSON.
-# The whole exposition is kept in the file named by $1.
+# Counters and process CPU of the server at one moment, as JSON: every
+# series summed over its labels (a summary's _count and _sum, no quantiles).
+# The whole exposition is kept in the file named by $1; the server log's
+# length then is kept too (to tell what it logged inside the window).
 snapshot() {
-  python3 - "$server_pid" "$1" <<'PY'
+  python3 - "$server_pid" "$1" "$HTTP" "$OUT/server-$tag.log" <<'PY'
 import json, os, sys, urllib.request
-pid = int(sys.argv[1])
+pid, prom, http, log = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 body = urllib.request.urlopen(
-    "http://127.0.0.1:8500/v1/agent/metrics?format=prometheus", timeout=10).read().decode()
-open(sys.argv[2], "w").write(body)
-want = ("consul_rpc_request", "consul_rpc_query", "consul_raft_apply",
-        "consul_raft_commitTime_count", "consul_fsm_coordinate_batch_update_count",
-        "consul_memberlist_udp_received", "consul_memberlist_udp_sent",
-        "consul_memberlist_tcp_accept", "consul_memberlist_probeNode_count",
-        "consul_serf_coordinate_adjustment_ms_count", "consul_api_http_count",
-        "consul_catalog_register_count", "consul_rpc_accept_conn")
+    f"http://{http}/v1/agent/metrics?format=prometheus", timeout=10).read().decode()
+open(prom, "w").write(body)
 out = {}
 for line in body.splitlines():
-    if line.startswith("#"):
+    if line.startswith("#") or "quantile=" in line:
         continue
     name, _, value = line.rpartition(" ")
     base = name.split("{")[0]
-    if base in want:
-        out[base] = out.get(base, 0.0) + float(value)
+    if base.startswith(("consul_", "process_")):
+        try:
+            out[base] = out.get(base, 0.0) + float(value)
+        except ValueError:
+            pass
 ticks = os.sysconf("SC_CLK_TCK")
 f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
 out["cpu_s"] = (int(f[11]) + int(f[12])) / ticks
+out["log_lines"] = sum(1 for _ in open(log, errors="replace"))
 print(json.dumps(out))
 PY
 }
@@ -95,71 +125,176 @@ measure() {
   snapshot "$OUT/$1-start.prom" >"$OUT/$1-start.json"
   sleep "$WINDOW"
   snapshot "$OUT/$1-end.prom" >"$OUT/$1-end.json"
+  members_status >"$OUT/$1-members-window.json"
 }
 
-members_alive() {
-  curl -sf 127.0.0.1:8500/v1/catalog/service/app | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'
+registered() {
+  curl -sf "$HTTP/v1/catalog/service/app" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'
 }
 
-for fleet in $FLEETS; do
-  start_server "$fleet"
+# The server's serf view of the other members, by status, as JSON.
+members_status() {
+  curl -sf "$HTTP/v1/agent/members" | python3 -c '
+import json, sys
+names = {0: "none", 1: "alive", 2: "leaving", 3: "left", 4: "failed"}
+out = {}
+for m in json.load(sys.stdin):
+    if m.get("Tags", {}).get("role") == "consul":
+        continue
+    s = names.get(m["Status"], str(m["Status"]))
+    out[s] = out.get(s, 0) + 1
+print(json.dumps(out))'
+}
+
+# Waits (at most 60 s) until no member is alive or leaving, then keeps the statuses.
+after_leave() {
+  local t0=$SECONDS s
+  for _ in $(seq 120); do
+    s=$(members_status)
+    echo "$s" | grep -qE '"(alive|leaving)"' || break
+    sleep 0.5
+  done
+  echo "$s" | python3 -c "import json,sys; d=json.load(sys.stdin); d['settled_s']=$((SECONDS - t0)); print(json.dumps(d))" \
+    >"$OUT/$1-members-after.json"
+}
+
+wait_registered() {
+  for _ in $(seq 300); do
+    [ "$(registered 2>/dev/null || echo 0)" -ge "$N" ] && break
+    sleep 1
+  done
+  echo "$1: $(registered) of $N registered" >&2
+}
+
+run=0
+for fleet in $FLEETS_RUN; do
+  run=$((run + 1))
+  tag=$fleet$run
+  start_server "$tag"
   case "$fleet" in
   real)
+    a=11
     for i in $(seq 1 "$N"); do
-      a=$((10 + i))
-      ip="127.0.$((a / 250)).$((a % 250 + 1))"
-      "$CONSUL_BIN" agent -data-dir "$OUT/a$i" -node "real-$i" -bind "$ip" -client "$ip" \
-        -retry-join 127.0.0.1 -config-file "$OUT/svc.json" -log-level warn >"$OUT/a$i.log" 2>&1 &
+      while :; do
+        a=$((a + 1))
+        ip="127.0.$((a / 256)).$((a % 256))"
+        [ "$ip" != "$SERVER_IP" ] && [ "$ip" != 127.0.0.200 ] && [ $((a % 256)) -ne 0 ] && break
+      done
+      "$CONSUL_BIN" agent -data-dir "$OUT/$tag/a$i" -node "real-$i" -bind "$ip" -client "$ip" \
+        -retry-join "$SERVER_IP" -config-file "$OUT/svc.json" -config-file "$OUT/gossip.hcl" \
+        -log-level warn >"$OUT/$tag-a$i.log" 2>&1 &
+      fleet_pids+=($!)
     done
-    for _ in $(seq 300); do
-      [ "$(members_alive 2>/dev/null || echo 0)" -ge "$N" ] && break
-      sleep 1
-    done
-    echo "real: $(members_alive) of $N registered" >&2
+    wait_registered real
+    snapshot "$OUT/$tag-joined.prom" >"$OUT/$tag-joined.json"
     sleep "$WARMUP"
-    measure real
+    measure "$tag"
+    stop_pids "${fleet_pids[@]}"
+    fleet_pids=()
     ;;
   sim)
-    "$BIN" --kind consul --agents "$N" --target 127.0.0.1:8300 --http-target 127.0.0.1:8500 \
+    "$BIN" --kind consul --agents "$N" --target "$SERVER_IP:8300" --http-target "$HTTP" \
       --upstreams web --probe off --session-ttl off --services-per-agent 1 --ramp 50/s \
-      --duration "$((WARMUP + WINDOW + 30))s" --quiet --summary "$OUT/sim.json" \
-      "${SIM_FLAGS[@]}" >"$OUT/sim.txt" 2>&1 &
-    sim_pid=$!
-    sleep "$((WARMUP + N / 50 + 2))"
-    measure sim
-    wait "$sim_pid" || true
+      --duration "$((WARMUP + WINDOW + N / 50 + 20))s" --quiet --summary "$OUT/sim$run.json" \
+      "${SIM_FLAGS[@]}" >"$OUT/sim$run.txt" 2>&1 &
+    fleet_pids=($!)
+    wait_registered sim
+    snapshot "$OUT/$tag-joined.prom" >"$OUT/$tag-joined.json"
+    sleep "$WARMUP"
+    measure "$tag"
+    wait "${fleet_pids[0]}" || echo "agent-sim exited $?" >&2
+    fleet_pids=()
     ;;
   *) echo "unknown fleet $fleet (real or sim)" >&2; exit 64 ;;
   esac
+  after_leave "$tag"
+  snapshot "$OUT/$tag-after.prom" >"$OUT/$tag-after.json"
   stop_all
   sleep 2
 done
 
-python3 - "$OUT" "$WINDOW" "$FLEETS" <<'PY'
-import json, sys
-d, window, fleets = sys.argv[1], float(sys.argv[2]), sys.argv[3].split()
-rows = [("server CPU (s over the window)", "cpu_s", 1.0),
-        ("rpc requests /s", "consul_rpc_request", window),
-        ("rpc queries /s", "consul_rpc_query", window),
-        ("raft applies /s", "consul_raft_apply", window),
-        ("raft commits /s", "consul_raft_commitTime_count", window),
-        ("coordinate batch updates /s", "consul_fsm_coordinate_batch_update_count", window),
-        ("memberlist UDP in (B/s)", "consul_memberlist_udp_received", window),
-        ("memberlist UDP out (B/s)", "consul_memberlist_udp_sent", window),
-        ("memberlist probes /s", "consul_memberlist_probeNode_count", window),
-        ("serf coordinate adjustments /s", "consul_serf_coordinate_adjustment_ms_count", window),
-        ("HTTP API requests /s", "consul_api_http_count", window)]
-delta = {}
-for f in fleets:
-    a = json.load(open(f"{d}/{f}-start.json"))
-    b = json.load(open(f"{d}/{f}-end.json"))
-    delta[f] = {k: b.get(k, 0.0) - a.get(k, 0.0) for k in set(a) | set(b)}
-print(f"{'the server saw':<34}" + "".join(f"{f:>12}" for f in fleets)
-      + (f"{'sim/real':>10}" if len(fleets) == 2 else ""))
-for label, key, div in rows:
-    vals = [delta[f].get(key, 0.0) / div for f in fleets]
-    line = f"{label:<34}" + "".join(f"{v:>12.2f}" for v in vals)
-    if len(fleets) == 2:
-        line += f"{(vals[1] / vals[0]) if vals[0] else float('nan'):>10.2f}"
+python3 - "$OUT" "$WINDOW" "$WARMUP" "$FLEETS" <<'PY'
+import json, re, sys
+d, window, warmup, fleets = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4].split()
+runs = [f"{f}{i + 1}" for i, f in enumerate(fleets)]
+per_s = window
+span = window + warmup
+# (label, series, divisor, snapshots: window = start..end, span = joined..end)
+rows = [("server CPU (s over the window)", "cpu_s", 1.0, "window"),
+        ("rpc requests /s", "consul_rpc_request", per_s, "window"),
+        ("rpc queries /s", "consul_rpc_query", per_s, "window"),
+        ("raft applies /s", "consul_raft_apply", per_s, "window"),
+        ("raft commits /s", "consul_raft_commitTime_count", per_s, "window"),
+        ("coordinate batch updates /s", "consul_fsm_coordinate_batch_update_count", per_s, "window"),
+        ("HTTP API requests /s", "consul_api_http_count", per_s, "window"),
+        ("memberlist UDP in (B/s)", "consul_memberlist_udp_received", per_s, "window"),
+        ("memberlist UDP out (B/s)", "consul_memberlist_udp_sent", per_s, "window"),
+        ("memberlist probes /s", "consul_memberlist_probeNode_count", per_s, "window"),
+        ("serf coordinate adjustments /s", "consul_serf_coordinate_adjustment_ms_count", per_s, "window"),
+        ("memberlist gossip rounds /s", "consul_memberlist_gossip_count", per_s, "window"),
+        ("serf msgs received /s", "consul_serf_msgs_received_count", per_s, "window"),
+        ("serf msgs received (B/s)", "consul_serf_msgs_received_sum", per_s, "window"),
+        ("serf msgs sent /s", "consul_serf_msgs_sent_count", per_s, "window"),
+        ("TCP accepts (push-pulls in), window", "consul_memberlist_tcp_accept", 1.0, "window"),
+        ("TCP connects (push-pulls out), window", "consul_memberlist_tcp_connect", 1.0, "window"),
+        ("TCP sent (B), window", "consul_memberlist_tcp_sent", 1.0, "window"),
+        ("TCP accepts /min, warmup+window", "consul_memberlist_tcp_accept", span / 60, "span"),
+        ("TCP connects /min, warmup+window", "consul_memberlist_tcp_connect", span / 60, "span"),
+        ("TCP sent (B/s), warmup+window", "consul_memberlist_tcp_sent", span, "span"),
+        ("server push-pulls, warmup+window", "consul_memberlist_pushPullNode_count", 1.0, "span"),
+        ("msg alive, warmup+window", "consul_memberlist_msg_alive", 1.0, "span"),
+        ("msg suspect, warmup+window", "consul_memberlist_msg_suspect", 1.0, "span"),
+        ("msg dead, warmup+window", "consul_memberlist_msg_dead", 1.0, "span"),
+        ("serf member join, warmup+window", "consul_serf_member_join", 1.0, "span"),
+        ("serf member failed, warmup+window", "consul_serf_member_failed", 1.0, "span"),
+        ("serf member update, warmup+window", "consul_serf_member_update", 1.0, "span"),
+        ("serf member left, at the leave", "consul_serf_member_left", 1.0, "leave"),
+        ("join: memberlist UDP in (B)", "consul_memberlist_udp_received", 1.0, "join"),
+        ("join: memberlist UDP out (B)", "consul_memberlist_udp_sent", 1.0, "join"),
+        ("join: serf msgs received", "consul_serf_msgs_received_count", 1.0, "join"),
+        ("join: TCP accepts", "consul_memberlist_tcp_accept", 1.0, "join"),
+        ("join: serf member join", "consul_serf_member_join", 1.0, "join")]
+snaps = {}
+for r in runs:
+    snaps[r] = {k: json.load(open(f"{d}/{r}-{k}.json")) for k in ("joined", "start", "end", "after")}
+# join: from the server's start (counters at zero) until every agent registered.
+pairs = {"window": ("start", "end"), "span": ("joined", "end"), "leave": ("end", "after"),
+         "join": ("zero", "joined")}
+def delta(r, key, kind):
+    a, b = (snaps[r].get(p, {}) for p in pairs[kind])
+    return b.get(key, 0.0) - a.get(key, 0.0)
+ref = runs[fleets.index("real")] if "real" in fleets else None
+width = max(len(r) for r in runs) + 4
+print(f"{'the server saw':<40}" + "".join(f"{r:>{max(width, 12)}}" for r in runs)
+      + "".join(f"{r + '/' + ref:>{max(width, 12)}}" for r in runs if ref and r != ref))
+for label, key, div, kind in rows:
+    vals = [delta(r, key, kind) / div for r in runs]
+    line = f"{label:<40}" + "".join(f"{v:>{max(width, 12)}.2f}" for v in vals)
+    if ref:
+        base = vals[runs.index(ref)]
+        for r, v in zip(runs, vals):
+            if r != ref:
+                line += f"{(v / base) if base else float('nan'):>{max(width, 12)}.2f}"
     print(line)
+print()
+for r in runs:
+    win = json.load(open(f"{d}/{r}-members-window.json"))
+    after = json.load(open(f"{d}/{r}-members-after.json"))
+    lines = open(f"{d}/server-{r}.log", errors="replace").read().splitlines()
+    s0, s1 = int(snaps[r]["start"]["log_lines"]), int(snaps[r]["end"]["log_lines"])
+    failed = [l for l in lines if "EventMemberFailed" in l]
+    failed_win = [l for l in lines[s0:s1] if "EventMemberFailed" in l]
+    ml = [re.sub(r"^\S+ ", "", l) for l in lines
+          if re.search(r"\[(WARN|ERROR)\].*memberlist", l)]
+    print(f"{r}: members at the window's end {win}; after the fleet stopped {after}")
+    print(f"{r}: EventMemberFailed in the window {len(failed_win)}, in the whole run {len(failed)}")
+    for l in failed[:5]:
+        print("   ", l[:160])
+    kinds = {}
+    for l in ml:
+        k = re.sub(r"[0-9a-f.:]{6,}|real-\d+|\S+-\d+", "#", l)[:140]
+        kinds[k] = kinds.get(k, 0) + 1
+    print(f"{r}: memberlist WARN/ERROR lines {len(ml)}")
+    for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:6]:
+        print(f"    {n} x {k}")
 PY
