@@ -14,7 +14,7 @@ use super::view::{Phase, Shown, Who, socket_addr};
 use super::{Inner, PoolError};
 use crate::coordinate::Coord;
 use crate::serf;
-use crate::wire::msgs::{self, Ack, Alive, IndirectPing, Nack, Ping, PushPull, Verdict, state};
+use crate::wire::msgs::{self, Ack, Alive, IndirectPing, Nack, Ping, PushPull, Verdict};
 use crate::wire::{self, MAX_STATE_BYTES, UDP_BUFFER, kind};
 use tokio::time::Instant;
 
@@ -279,11 +279,21 @@ async fn read_msg(
     conn: &mut TcpStream,
     buf: &mut Vec<u8>,
 ) -> Result<Vec<u8>, wire::WireError> {
+    read_frame(inner, conn, buf).await?.message()
+}
+
+/// [`read_msg`], the message left compressed (a join's answer is read off
+/// the wire and decompressed only when it is merged).
+async fn read_frame(
+    inner: &Inner,
+    conn: &mut TcpStream,
+    buf: &mut Vec<u8>,
+) -> Result<wire::Frame, wire::WireError> {
     let mut chunk = vec![0u8; 64 * 1024];
     let mut tried_at = 0usize;
     loop {
         if buf.len() >= tried_at {
-            if let Some((msg, used)) = inner.cfg.security.open_stream(buf)? {
+            if let Some((msg, used)) = inner.cfg.security.open_stream_frame(buf)? {
                 buf.drain(..used);
                 return Ok(msg);
             }
@@ -298,7 +308,7 @@ async fn read_msg(
             return inner
                 .cfg
                 .security
-                .open_stream(buf)?
+                .open_stream_frame(buf)?
                 .map(|(m, _)| m)
                 .ok_or(wire::WireError::Truncated);
         }
@@ -425,9 +435,22 @@ fn server_by_ip(inner: &Inner, from: SocketAddr) -> Option<usize> {
         .position(|r| r.server && r.addr.ip() == from.ip())
 }
 
-/// A push-pull with `to`: sends `msg`, reads the answer (a push-pull, or
-/// an error message in the server's words).
+/// A push-pull with `to`: sends `msg`, reads the whole answer (a
+/// push-pull, type byte first; or an error in the server's words).
 pub(super) async fn exchange(inner: &Inner, to: SocketAddr, msg: &[u8]) -> Result<Vec<u8>, String> {
+    exchange_frame(inner, to, msg)
+        .await?
+        .message()
+        .map_err(|e| format!("{to}: {e}"))
+}
+
+/// A push-pull with `to`: sends `msg`, reads the answer (a push-pull,
+/// still compressed if it came so; or an error in the server's words).
+pub(super) async fn exchange_frame(
+    inner: &Inner,
+    to: SocketAddr,
+    msg: &[u8],
+) -> Result<wire::Frame, String> {
     let t = inner.cfg.timings.tcp_timeout;
     let work =
         async {
@@ -438,19 +461,22 @@ pub(super) async fn exchange(inner: &Inner, to: SocketAddr, msg: &[u8]) -> Resul
                 .await
                 .map_err(|e| e.to_string())?;
             let mut buf = Vec::new();
-            let answer = read_msg(inner, &mut conn, &mut buf).await.map_err(|e| match e {
+            let answer = read_frame(inner, &mut conn, &mut buf).await.map_err(|e| match e {
             wire::WireError::Truncated => format!(
                 "{to} closed the push-pull without a whole answer (memberlist drops push-pulls \
                  past 128 pending: a join storm, or the server is saturated)"
             ),
             e => format!("{to}: {e}"),
         })?;
-            match answer.first() {
-                Some(&kind::PUSH_PULL) => Ok(answer),
-                Some(&kind::ERR) => Err(format!(
-                    "{to} said: {}",
-                    msgs::decode_err(&answer[1..]).unwrap_or_default()
-                )),
+            match answer.kind() {
+                Ok(kind::PUSH_PULL) => Ok(answer),
+                Ok(kind::ERR) => {
+                    let words = answer.message().map_err(|e| format!("{to}: {e}"))?;
+                    Err(format!(
+                        "{to} said: {}",
+                        msgs::decode_err(&words[1..]).unwrap_or_default()
+                    ))
+                }
                 _ => Err(format!("{to}: not a push-pull answer")),
             }
         };
@@ -505,35 +531,18 @@ pub(super) async fn join(inner: &Inner, slot: usize) -> Result<(), String> {
     if inner.closing.load(std::sync::atomic::Ordering::Acquire) {
         return Err("the run is ending".into());
     }
-    let r = exchange(inner, to, &msg).await;
-    let answer = match r {
-        Ok(a) => a,
-        Err(e) => {
-            inner.metrics.error_with(crate::JOIN_FAILED.kind, Some(&e));
-            return Err(e);
-        }
-    };
-    let pp = PushPull::decode(&answer[1..]).map_err(|e| format!("{to}: {e}"))?;
+    let r = exchange_frame(inner, to, &msg).await;
+    if let Err(e) = r {
+        inner.metrics.error_with(crate::JOIN_FAILED.kind, Some(&e));
+        return Err(e);
+    }
+    // Every join brings the server's whole member list, read off the wire
+    // whole, but left compressed: the pool learnt the cluster at its hello
+    // and keeps learning it from its periodic push-pulls, and a node of a
+    // member's name the servers still hold was outrun when it was added.
     let mut v = inner.lock();
     v.refresh_size();
     let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);
-    // Every join brings the server's whole list: merged while it is news
-    // (the pool's first joins), cheap to skip once the pool knows as many.
-    if pp.nodes.len() > v.remotes.len() + v.alive || v.live_servers().is_empty() {
-        v.merge(&pp, None, limit);
-    }
-    // A node of this name the server still holds (an earlier run's, failed
-    // or left) is outrun: the member's first alive has a higher incarnation,
-    // as a restarted agent refutes its old self.
-    let name = v.locals[slot].name.clone();
-    if let Some(old) = pp.nodes.iter().find(|n| n.name == &*name) {
-        let l = &mut v.locals[slot];
-        if old.incarnation >= l.incarnation
-            && (old.state != state::ALIVE || old.incarnation > l.incarnation)
-        {
-            l.incarnation = old.incarnation + 1;
-        }
-    }
     if v.locals[slot].phase == Phase::Joining {
         v.joined(slot, limit);
     }

@@ -159,7 +159,17 @@ fn finish(mut bits: Bits) -> Vec<u8> {
 /// up to where it stops (Go's reader reports it after returning the data;
 /// a truncated compressed message then fails its own decoding).
 pub fn decompress(input: &[u8], limit: usize) -> Result<Vec<u8>, WireError> {
-    let mut out: Vec<u8> = Vec::with_capacity((input.len() * 3).min(limit));
+    decompress_upto(input, limit, usize::MAX)
+}
+
+/// The first `n` bytes of a stream's output (fewer if it holds fewer),
+/// without decompressing the rest: a message's type, cheaply.
+pub fn decompress_prefix(input: &[u8], n: usize) -> Result<Vec<u8>, WireError> {
+    decompress_upto(input, usize::MAX, n)
+}
+
+fn decompress_upto(input: &[u8], limit: usize, stop: usize) -> Result<Vec<u8>, WireError> {
+    let mut out: Vec<u8> = Vec::with_capacity((input.len() * 3).min(limit).min(stop));
     // prefix[c], suffix[c]: the string of code c is prefix's string + suffix.
     let mut prefix = [0u16; 1 << MAX_WIDTH];
     let mut suffix = [0u8; 1 << MAX_WIDTH];
@@ -206,6 +216,10 @@ pub fn decompress(input: &[u8], limit: usize) -> Result<Vec<u8>, WireError> {
             return Err(WireError::TooLarge(limit));
         }
         out.extend_from_slice(&scratch);
+        if out.len() >= stop {
+            out.truncate(stop);
+            return Ok(out);
+        }
         if let Some(l) = last {
             suffix[usize::from(hi)] = head;
             prefix[usize::from(hi)] = l;
@@ -274,6 +288,17 @@ mod tests {
             assert_eq!((z.len(), crc32fast::hash(&z)), (len, crc));
             assert_eq!(decompress(&z, 1 << 20).unwrap(), input);
         }
+    }
+
+    #[test]
+    fn a_prefix_is_the_start_of_the_whole() {
+        let mut x = 7;
+        let text = lcg(50_000, true, &mut x);
+        let z = compress(&text);
+        for n in [0, 1, 5, 4_000] {
+            assert_eq!(decompress_prefix(&z, n).unwrap(), &text[..n]);
+        }
+        assert_eq!(decompress_prefix(&z, 1 << 20).unwrap(), text);
     }
 
     #[test]

@@ -233,6 +233,16 @@ impl Security {
     /// preamble): `Ok(None)` until they hold all of it; then the message
     /// (decrypted and decompressed, type byte first) and the bytes used.
     pub fn open_stream(&self, buf: &[u8]) -> Result<Option<(Vec<u8>, usize)>, WireError> {
+        match self.open_stream_frame(buf)? {
+            Some((f, used)) => Ok(Some((f.message()?, used))),
+            None => Ok(None),
+        }
+    }
+
+    /// As [`Security::open_stream`], but the message stays compressed
+    /// until asked for: a join's answer (the server's whole member list)
+    /// is read off the wire, and decompressed only when the pool merges it.
+    pub fn open_stream_frame(&self, buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
         let Some(&first) = buf.first() else {
             return Ok(None);
         };
@@ -270,17 +280,51 @@ impl Security {
     }
 }
 
-/// A plain stream message, decompressed if it is: `Ok(None)` while its
+/// One stream message as read (and decrypted): plain, or still compressed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// The message, type byte first.
+    Plain(Vec<u8>),
+    /// A compress message's body (its msgpack map).
+    Compressed(Vec<u8>),
+}
+
+impl Frame {
+    /// The message's type, decompressing no more than its first byte.
+    pub fn kind(&self) -> Result<u8, WireError> {
+        match self {
+            Frame::Plain(m) => m.first().copied().ok_or(WireError::Truncated),
+            Frame::Compressed(body) => {
+                let (algo, data) = compressed_parts(body)?;
+                if algo != 0 {
+                    return Err(WireError::Algo(algo));
+                }
+                let head = lzw::decompress_prefix(data, 1)?;
+                head.first().copied().ok_or(WireError::Truncated)
+            }
+        }
+    }
+
+    /// The whole message, type byte first.
+    pub fn message(self) -> Result<Vec<u8>, WireError> {
+        match self {
+            Frame::Plain(m) => Ok(m),
+            Frame::Compressed(body) => decompress_msg(&body),
+        }
+    }
+}
+
+/// A plain stream message, left compressed if it is: `Ok(None)` while its
 /// bytes are incomplete.
-fn complete_plain(buf: &[u8]) -> Result<Option<(Vec<u8>, usize)>, WireError> {
+fn complete_plain(buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
     let Some(&first) = buf.first() else {
         return Ok(None);
     };
     match msg_len(buf) {
         Err(WireError::Truncated) => Ok(None),
         Err(e) => Err(e),
-        Ok(n) if first == kind::COMPRESS => Ok(Some((decompress_msg(&buf[1..n])?, n))),
-        Ok(n) => Ok(Some((buf[..n].to_vec(), n))),
+        Ok(n) if first == kind::COMPRESS => Ok(Some((Frame::Compressed(buf[1..n].to_vec()), n))),
+        Ok(n) => Ok(Some((Frame::Plain(buf[..n].to_vec()), n))),
     }
 }
 
@@ -339,8 +383,8 @@ pub fn compress_msg(msg: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The message inside a compress message's body (after its type byte).
-pub fn decompress_msg(body: &[u8]) -> Result<Vec<u8>, WireError> {
+/// A compress message's algorithm and data.
+fn compressed_parts(body: &[u8]) -> Result<(u64, &[u8]), WireError> {
     let (mut algo, mut data) = (0u64, &[][..]);
     Reader::new(body).fields(|k, r| {
         match k {
@@ -350,6 +394,12 @@ pub fn decompress_msg(body: &[u8]) -> Result<Vec<u8>, WireError> {
         }
         Ok(())
     })?;
+    Ok((algo, data))
+}
+
+/// The message inside a compress message's body (after its type byte).
+pub fn decompress_msg(body: &[u8]) -> Result<Vec<u8>, WireError> {
+    let (algo, data) = compressed_parts(body)?;
     if algo != 0 {
         return Err(WireError::Algo(algo));
     }
