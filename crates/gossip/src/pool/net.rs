@@ -391,7 +391,7 @@ async fn serve_stream(inner: &Inner, mut conn: TcpStream) -> Result<(), wire::Wi
     match t {
         kind::PUSH_PULL => {
             let pp = PushPull::decode(body)?;
-            let reply = inner.lock().push_pull(pp.join, Shown::Now);
+            let reply = inner.lock().push_pull(pp.join, Shown::Intents);
             write_msg(inner, &mut conn, &reply, true).await?;
             inner.metrics.incr(inner.ids.push_pulls);
             let limit = inner
@@ -492,7 +492,7 @@ pub(super) async fn exchange_frame(
 /// datacenter when none was given (a member of another one is refused).
 pub(super) async fn hello(inner: &Inner) -> Result<(), String> {
     let to = inner.cfg.join[0];
-    let msg = inner.lock().push_pull(false, Shown::Now);
+    let msg = inner.lock().push_pull(false, Shown::Intents);
     let answer = exchange(inner, to, &msg).await?;
     let pp = PushPull::decode(&answer[1..]).map_err(|e| format!("{to}: {e}"))?;
     let mut v = inner.lock();

@@ -272,7 +272,7 @@ fn push_pulls(inner: &Arc<Inner>, owed: &mut Owed, dt: Duration) {
         *o -= 1.0;
         let inner = inner.clone();
         tokio::spawn(async move {
-            let msg = inner.lock().push_pull(false, super::view::Shown::Now);
+            let msg = inner.lock().push_pull(false, super::view::Shown::Intents);
             if let Ok(answer) = net::exchange(&inner, addr, &msg).await {
                 inner.metrics.incr(inner.ids.push_pulls);
                 if let Ok(pp) = crate::wire::msgs::PushPull::decode(&answer[1..]) {

@@ -18,6 +18,10 @@ use crate::wire::msgs::{Alive, NodeState, PushPull, Verdict, state};
 /// memberlist and serf versions a Consul 1.20 agent speaks: protocol min,
 /// max, current; delegate (serf) min, max, current.
 pub const VSN: [u8; 6] = [1, 5, 2, 2, 5, 4];
+/// How long a member that left stays in this pool's push-pulls: a server
+/// forgets a left node after memberlist's gossip-to-the-dead time (30 s on
+/// a LAN); listed after that, it would come back as a new member.
+pub const FORGOTTEN_AFTER: std::time::Duration = std::time::Duration::from_secs(25);
 /// Broadcasts waiting for one server at most (serf's queue depth); older
 /// ones are dropped first.
 pub const QUEUE_MAX: usize = 4096;
@@ -27,13 +31,13 @@ pub const QUEUE_MAX: usize = 4096;
 /// failed, then left), and a push-pull's memberlist part is merged first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shown {
-    /// Any exchange: a member whose intent may still be travelling is
-    /// shown alive, one whose leave went out as left.
-    Now,
-    /// The pool's closing, first: every member leaving or left shown alive,
-    /// their intents in serf's part.
+    /// Every exchange but the closing's last: a member leaving or left is
+    /// shown alive (memberlist ignores an alive no newer than the leave it
+    /// has), its intent in serf's part; its leave travels as a gossiped
+    /// dead message, after its intent. One that left [`FORGOTTEN_AFTER`]
+    /// ago is no longer listed.
     Intents,
-    /// The pool's closing, then: every one of them left.
+    /// The pool's closing, last: every one of them left.
     Leaves,
 }
 
@@ -46,8 +50,8 @@ pub enum Phase {
     Alive,
     /// Its leave intent is out; its leave (dead from itself) follows.
     Leaving(Instant),
-    /// Gone.
-    Left,
+    /// Gone: since when (`None`: it never joined).
+    Left(Option<Instant>),
 }
 
 /// One simulated member.
@@ -360,7 +364,7 @@ impl View {
     /// itself ([`View::leave_done`]) once the intent has had time to.
     pub fn leave(&mut self, slot: usize, limit: u8, now: Instant) {
         if self.locals[slot].phase != Phase::Alive {
-            self.locals[slot].phase = Phase::Left;
+            self.locals[slot].phase = Phase::Left(None);
             return;
         }
         self.clock += 1;
@@ -378,7 +382,7 @@ impl View {
     /// The memberlist leave of `slot` (a dead message from itself).
     pub fn leave_done(&mut self, slot: usize, limit: u8) {
         let l = &mut self.locals[slot];
-        l.phase = Phase::Left;
+        l.phase = Phase::Left(Some(Instant::now()));
         let name = l.name.clone();
         let mut out = Vec::new();
         Verdict {
@@ -580,14 +584,20 @@ impl View {
             ips.push(ip_bytes(e));
         }
         let mut shown = Vec::new();
+        let now = Instant::now();
         for (slot, l) in self.locals.iter().enumerate() {
+            let recent = match l.phase {
+                Phase::Left(Some(at)) => now.saturating_duration_since(at) < FORGOTTEN_AFTER,
+                _ => true,
+            };
             let st = match l.phase {
-                Phase::Joining => continue,
+                Phase::Joining | Phase::Left(None) => continue,
+                // Gone long enough for the servers to have forgotten it:
+                // listed at all, it would come back as a new member.
+                Phase::Left(_) if !recent => continue,
                 Phase::Alive => state::ALIVE,
-                Phase::Leaving(_) if shown_as == Shown::Leaves => state::LEFT,
-                Phase::Leaving(_) => state::ALIVE,
-                Phase::Left if shown_as == Shown::Intents => state::ALIVE,
-                Phase::Left => state::LEFT,
+                Phase::Leaving(_) | Phase::Left(_) if shown_as == Shown::Leaves => state::LEFT,
+                Phase::Leaving(_) | Phase::Left(_) => state::ALIVE,
             };
             metas.push(self.meta(slot));
             shown.push((slot, st));
@@ -627,7 +637,7 @@ impl View {
         for (slot, _) in &shown {
             let l = &self.locals[*slot];
             status.push((&l.name, l.status_ltime));
-            if matches!(l.phase, Phase::Leaving(_) | Phase::Left) {
+            if matches!(l.phase, Phase::Leaving(_) | Phase::Left(_)) {
                 left.push(&l.name);
             }
         }
@@ -781,7 +791,7 @@ mod tests {
             each_message(&m, &mut |t, _| kinds.push(t)).unwrap();
         }
         assert_eq!(kinds, vec![kind::USER, kind::DEAD]);
-        assert_eq!(v.locals[a].phase, Phase::Left);
+        assert!(matches!(v.locals[a].phase, Phase::Left(Some(_))));
     }
 
     #[test]
@@ -793,7 +803,7 @@ mod tests {
             v.joined(a, 1);
         }
         v.leave(2, 1, Instant::now());
-        let b = v.push_pull(false, Shown::Now);
+        let b = v.push_pull(false, Shown::Intents);
         let pp = PushPull::decode(&b[1..]).unwrap();
         assert_eq!(pp.nodes.len(), 4);
         let s = SerfState::decode(pp.user_state).unwrap();
@@ -804,15 +814,15 @@ mod tests {
             pp.nodes.iter().find(|n| n.name == "agent-2").unwrap().state,
             state::LEFT
         );
-        // Once its leave went out, it is left, except in the closing's
-        // first push-pull, which carries the intents before the leaves.
+        // Even once its leave went out, it is left only in the closing's
+        // last push-pull: the others carry its intent, never a leave that
+        // could overtake it.
         v.leave_done(2, 1);
         let state_of = |v: &View, shown| {
             let b = v.push_pull(false, shown);
             let pp = PushPull::decode(&b[1..]).unwrap();
             pp.nodes.iter().find(|n| n.name == "agent-2").unwrap().state
         };
-        assert_eq!(state_of(&v, Shown::Now), state::LEFT);
         assert_eq!(state_of(&v, Shown::Intents), state::ALIVE);
         assert_eq!(state_of(&v, Shown::Leaves), state::LEFT);
     }
@@ -849,11 +859,29 @@ mod tests {
         let a = v.add_local("agent-1", "id-1", 0);
         assert_eq!(v.locals[a].incarnation, 8);
         v.joined(a, 1);
-        let pp = v.push_pull(false, Shown::Now);
+        let pp = v.push_pull(false, Shown::Intents);
         let pp = PushPull::decode(&pp[1..]).unwrap();
         let named: Vec<_> = pp.nodes.iter().filter(|n| n.name == "agent-1").collect();
         assert_eq!(named.len(), 1);
         assert_eq!(named[0].incarnation, 8);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_gone_long_enough_is_no_longer_listed() {
+        let mut v = view();
+        server(&mut v, "s1");
+        let a = v.add_local("agent-1", "id-1", 0);
+        v.joined(a, 1);
+        v.leave(a, 1, Instant::now());
+        v.leave_done(a, 1);
+        let listed = |v: &View| {
+            let b = v.push_pull(false, Shown::Intents);
+            let pp = PushPull::decode(&b[1..]).unwrap();
+            pp.nodes.iter().any(|n| n.name == "agent-1")
+        };
+        assert!(listed(&v));
+        tokio::time::advance(FORGOTTEN_AFTER).await;
+        assert!(!listed(&v));
     }
 
     #[test]

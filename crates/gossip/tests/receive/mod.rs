@@ -74,7 +74,7 @@ pub fn stream(bytes: &[u8]) {
         && let Ok(pp) = PushPull::decode(body)
     {
         v.merge(&pp, None, 3);
-        let _ = v.push_pull(false, Shown::Now);
+        let _ = v.push_pull(false, Shown::Intents);
     }
     let _ = SerfState::decode(bytes);
 }
