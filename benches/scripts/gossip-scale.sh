@@ -8,12 +8,15 @@
 # peak RSS and what gossip added per agent (BENCHMARKS.md "Gossip at scale").
 #
 #   bash benches/scripts/gossip-scale.sh [N] [SECONDS]
+#
+# MODES="on" runs only the gossiping fleet (the memory line then needs an
+# earlier run's off.rss in OUT).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-10000}
 SECS=${2:-120}
 OUT=${OUT:-target/bench-gossip-scale}
-rm -rf "$OUT" && mkdir -p "$OUT"
+mkdir -p "$OUT"
 cargo build --release -p agent-sim 2>/dev/null
 BIN=$PWD/target/release/agent-sim
 RPC=127.0.0.1:18300 HTTP=127.0.0.1:18500 SERF=127.0.0.1:18301
@@ -33,7 +36,7 @@ print(c.get(1, 0), c.get(2, 0), c.get(3, 0), c.get(4, 0))' "$1"
 }
 
 printf '%-7s %8s %8s %8s %10s %12s %12s %10s\n' gossip joined alive_max failed_max left_after rss_MiB sec_wall cpu_s
-for mode in on off; do
+for mode in ${MODES:-on off}; do
     prefix=scale-$mode
     /usr/bin/time -f '%M %e %U %S' -o "$OUT/$mode.time" \
         "$BIN" --kind consul --agents "$N" --target $RPC --http-target "http://$HTTP" \
@@ -58,5 +61,6 @@ for mode in on off; do
         "$(echo "$rss/1024" | bc -l)" "$wall" "$(echo "$user+$sys" | bc -l)"
     echo "$rss" >"$OUT/$mode.rss"
 done
+[ -f "$OUT/on.rss" ] && [ -f "$OUT/off.rss" ] || exit 0
 on=$(cat "$OUT/on.rss") off=$(cat "$OUT/off.rss")
 echo "gossip adds $(echo "($on-$off)/$N" | bc -l | cut -c1-5) KiB per agent (peak RSS, $N agents)"

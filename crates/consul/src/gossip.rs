@@ -44,23 +44,6 @@ pub const GOSSIP_OFF: ErrorKindSpec = ErrorKindSpec {
     heals: false,
 };
 
-/// A Consul 1.20.1 client agent's serf tags, `id` apart (captured from
-/// `consul members -detailed` of a real one).
-pub fn client_tags(datacenter: &str) -> Vec<(String, String)> {
-    [
-        ("role", "node"),
-        ("dc", datacenter),
-        ("segment", ""),
-        ("vsn", "2"),
-        ("vsn_min", "2"),
-        ("vsn_max", "3"),
-        ("build", "1.20.1:"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
-}
-
 impl GossipConfig {
     /// Checks the keys (a wrong one is refused in plain words before any
     /// agent starts).
@@ -200,7 +183,7 @@ impl Gossip {
             bind: self.bind.clone(),
             join: self.join.clone(),
             security: self.security.clone(),
-            tags: client_tags(&self.datacenter),
+            tags: agent_sim_gossip::serf::client_tags(&self.datacenter),
             timings: Timings::default(),
         };
         match Pool::start(cfg, self.metrics.clone()).await {

@@ -31,6 +31,24 @@ pub const EVENT_BUFFER: usize = 512;
 /// The byte in front of msgpack-encoded tags.
 pub const TAGS_MAGIC: u8 = 0xff;
 
+/// A Consul 1.20.1 client agent's serf tags, `id` apart (the eight keys a
+/// real one sends: `role`, `dc`, `segment`, `id`, `vsn`, `vsn_min`,
+/// `vsn_max`, `build`; an empty `dc` is learned from the servers).
+pub fn client_tags(datacenter: &str) -> Vec<(String, String)> {
+    [
+        ("role", "node"),
+        ("dc", datacenter),
+        ("segment", ""),
+        ("vsn", "2"),
+        ("vsn_min", "2"),
+        ("vsn_max", "3"),
+        ("build", "1.20.1:"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
 /// Tags as serf writes them into a node's metadata.
 pub fn encode_tags(tags: &[(&str, &str)]) -> Vec<u8> {
     let mut out = vec![TAGS_MAGIC];

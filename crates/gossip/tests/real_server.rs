@@ -42,18 +42,7 @@ async fn members_join_are_alive_and_leave_as_left() {
         bind: vec!["127.0.0.1:0".parse().unwrap()],
         join: vec![serf],
         security: Security::default(),
-        tags: [
-            ("role", "node"),
-            ("dc", "dc1"),
-            ("segment", ""),
-            ("vsn", "2"),
-            ("vsn_min", "2"),
-            ("vsn_max", "3"),
-            ("build", "1.20.1:"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect(),
+        tags: agent_sim_gossip::serf::client_tags("dc1"),
         timings: Timings::default(),
     };
     let pool = Pool::start(cfg, metrics.clone()).await.unwrap();

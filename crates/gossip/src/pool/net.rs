@@ -320,14 +320,15 @@ async fn read_frame(
     }
 }
 
-/// Strips and checks a stream's label header.
-async fn preamble(
-    inner: &Inner,
+/// Reads until `buf` holds `need` bytes (a peer that closes first sent a
+/// truncated message).
+async fn read_at_least(
     conn: &mut TcpStream,
     buf: &mut Vec<u8>,
+    need: usize,
 ) -> Result<(), wire::WireError> {
     let mut chunk = [0u8; 512];
-    while buf.len() < 2 {
+    while buf.len() < need {
         let n = conn
             .read(&mut chunk)
             .await
@@ -337,18 +338,18 @@ async fn preamble(
         }
         buf.extend_from_slice(&chunk[..n]);
     }
+    Ok(())
+}
+
+/// Strips and checks a stream's label header.
+async fn preamble(
+    inner: &Inner,
+    conn: &mut TcpStream,
+    buf: &mut Vec<u8>,
+) -> Result<(), wire::WireError> {
+    read_at_least(conn, buf, 2).await?;
     if buf[0] == kind::HAS_LABEL {
-        let need = 2 + usize::from(buf[1]);
-        while buf.len() < need {
-            let n = conn
-                .read(&mut chunk)
-                .await
-                .map_err(|_| wire::WireError::Truncated)?;
-            if n == 0 {
-                return Err(wire::WireError::Truncated);
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        }
+        read_at_least(conn, buf, 2 + usize::from(buf[1])).await?;
     }
     let (label, rest) = wire::split_label(buf)?;
     if label != inner.cfg.security.label {
@@ -562,15 +563,19 @@ pub(super) async fn close(inner: &Inner) {
     let _all = inner.joins.acquire_many(super::JOINS_AT_ONCE as u32).await;
     let now = tokio::time::Instant::now();
     {
+        // The members still in leave by the two push-pulls below, not by
+        // gossip: thousands of intents at once would overflow a server's
+        // queue (serf's too), and a leave whose intent was dropped is a
+        // failure to a server.
         let mut v = inner.lock();
-        let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);
         for slot in 0..v.locals.len() {
             if v.locals[slot].phase == Phase::Alive {
                 inner.metrics.incr(inner.ids.leaves);
-                v.leave(slot, limit, now);
+                v.leave_quietly(slot, now);
             }
         }
     }
+    // Leaves already on their way (earlier members') go out first.
     let deadline = now + inner.cfg.timings.leave_wait;
     while tokio::time::Instant::now() < deadline {
         // Every leave sent at least once; the rest is the push-pulls' work.

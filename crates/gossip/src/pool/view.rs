@@ -379,6 +379,19 @@ impl View {
         self.broadcast(intent, limit, &[]);
     }
 
+    /// Starts `slot`'s leave without gossiping it: the pool's closing tells
+    /// the servers in its push-pulls instead.
+    pub fn leave_quietly(&mut self, slot: usize, now: Instant) {
+        if self.locals[slot].phase != Phase::Alive {
+            return;
+        }
+        self.clock += 1;
+        let l = &mut self.locals[slot];
+        l.status_ltime = self.clock;
+        l.phase = Phase::Leaving(now);
+        self.alive -= 1;
+    }
+
     /// The memberlist leave of `slot` (a dead message from itself).
     pub fn leave_done(&mut self, slot: usize, limit: u8) {
         let l = &mut self.locals[slot];
