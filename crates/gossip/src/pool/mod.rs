@@ -146,6 +146,8 @@ pub(crate) struct Inner {
     warned_late: AtomicBool,
     /// The pool is closing: no more joins.
     closing: AtomicBool,
+    /// A batch of quiet leaves is under way.
+    batching: AtomicBool,
 }
 
 /// A pool of simulated members; cheap to clone.
@@ -165,6 +167,8 @@ impl std::fmt::Debug for Pool {
 /// Joins the pool has in flight at once (each reads the server's whole
 /// member list: memory, and the server's 128 concurrent push-pulls).
 pub const JOINS_AT_ONCE: usize = 32;
+/// Leaves gossiped at once; more go by a batch of push-pulls.
+pub const GOSSIPED_LEAVES: usize = 256;
 /// Streams served at once (memberlist's own bound).
 const STREAMS_AT_ONCE: usize = 128;
 
@@ -212,6 +216,7 @@ impl Pool {
             stop: CancellationToken::new(),
             warned_late: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            batching: AtomicBool::new(false),
         });
         for (i, sock) in inner.udp.iter().enumerate() {
             tokio::spawn(net::packets(inner.clone(), i, sock.clone()));
@@ -260,7 +265,15 @@ impl Pool {
         if v.locals.get(slot).is_some_and(|l| l.phase == Phase::Alive) {
             i.metrics.incr(i.ids.leaves);
         }
-        v.leave(slot, limit, tokio::time::Instant::now());
+        let now = tokio::time::Instant::now();
+        // Beyond what gossip carries in time (a server's queue would drop
+        // intents, and a leave without its intent is a failure), the
+        // leaves go by a batch of push-pulls (the ticker starts one).
+        if v.leaving.len() >= GOSSIPED_LEAVES {
+            v.leave_quietly(slot, now);
+        } else {
+            v.leave(slot, limit, now);
+        }
     }
 
     /// The member of agent `index`, once added.

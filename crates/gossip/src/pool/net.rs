@@ -585,6 +585,28 @@ pub(super) async fn close(inner: &Inner) {
         }
         tokio::time::sleep(inner.cfg.timings.gossip_interval).await;
     }
+    // A batch of leaves under way finishes first; this one takes the rest.
+    while inner.batching.load(std::sync::atomic::Ordering::Acquire)
+        && tokio::time::Instant::now() < deadline + inner.cfg.timings.tcp_timeout * 3
+    {
+        tokio::time::sleep(inner.cfg.timings.gossip_interval).await;
+    }
+    leave_batch(inner).await;
+    let mut v = inner.lock();
+    let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);
+    while let Some(slot) = v.leaving.pop_front() {
+        if matches!(v.locals[slot].phase, Phase::Leaving(_)) {
+            v.leave_done(slot, limit);
+        }
+    }
+}
+
+/// The members that left quietly ([`super::view::View::leave_quietly`]:
+/// more at once than gossip carries in time, or the pool's closing) leave
+/// by two push-pulls to each server: every member in its leave shown alive
+/// with its intent, then (serf having taken the intents) left.
+pub(super) async fn leave_batch(inner: &Inner) {
+    let batch: Vec<usize> = std::mem::take(&mut inner.lock().quiet);
     let servers: Vec<SocketAddr> = {
         let v = inner.lock();
         v.live_servers()
@@ -607,10 +629,10 @@ pub(super) async fn close(inner: &Inner) {
         }
     }
     let mut v = inner.lock();
-    let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);
-    while let Some(slot) = v.leaving.pop_front() {
+    let now = tokio::time::Instant::now();
+    for slot in batch {
         if matches!(v.locals[slot].phase, Phase::Leaving(_)) {
-            v.leave_done(slot, limit);
+            v.locals[slot].phase = Phase::Left(Some(now));
         }
     }
 }

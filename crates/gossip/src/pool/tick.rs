@@ -56,6 +56,7 @@ pub(super) async fn run(inner: Arc<Inner>) {
             since_gossip = Duration::ZERO;
             gossip(&inner);
             finish_leaves(&inner, now);
+            start_batch(&inner);
         }
         push_pulls(&inner, &mut owed, dt);
     }
@@ -235,6 +236,18 @@ fn gossip(inner: &Inner) {
             }
         }
     }
+}
+
+/// Quiet leaves waiting: a batch of push-pulls takes them (one at a time).
+fn start_batch(inner: &Arc<Inner>) {
+    if inner.lock().quiet.is_empty() || inner.batching.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        net::leave_batch(&inner).await;
+        inner.batching.store(false, Ordering::Release);
+    });
 }
 
 /// Members whose leave intent has had two gossip rounds to travel send

@@ -183,6 +183,8 @@ pub struct View {
     pub size: usize,
     /// The slot of each agent index (`Pool::add`'s).
     pub by_index: HashMap<u64, usize>,
+    /// Members leaving quietly, for the next batch of push-pulls.
+    pub quiet: Vec<usize>,
     /// Members whose leave intent is out, in the order they left.
     pub leaving: VecDeque<usize>,
 }
@@ -379,8 +381,8 @@ impl View {
         self.broadcast(intent, limit, &[]);
     }
 
-    /// Starts `slot`'s leave without gossiping it: the pool's closing tells
-    /// the servers in its push-pulls instead.
+    /// Starts `slot`'s leave without gossiping it: the next batch of
+    /// push-pulls tells the servers ([`View::quiet`]).
     pub fn leave_quietly(&mut self, slot: usize, now: Instant) {
         if self.locals[slot].phase != Phase::Alive {
             return;
@@ -390,6 +392,7 @@ impl View {
         l.status_ltime = self.clock;
         l.phase = Phase::Leaving(now);
         self.alive -= 1;
+        self.quiet.push(slot);
     }
 
     /// The memberlist leave of `slot` (a dead message from itself).
