@@ -145,7 +145,7 @@ fn escape(s: &str) -> String {
 /// The headers a KV read carries (a leader answering, as a dev agent).
 fn query_meta(mut r: Response<Body>, index: u64) -> Response<Body> {
     let h = r.headers_mut();
-    h.insert("X-Consul-Index", HeaderValue::from(index.max(1)));
+    h.insert("X-Consul-Index", HeaderValue::from(index));
     h.insert("X-Consul-Knownleader", HeaderValue::from_static("true"));
     h.insert("X-Consul-Lastcontact", HeaderValue::from_static("0"));
     h.insert(
@@ -219,21 +219,26 @@ fn kv_get(state: &ConsulState, key: &str, p: &Params, token: &str) -> Response<B
     if let Some(r) = acl_key(state, token, "key:read", key) {
         // A listing filters what the token may not read: nothing is left.
         return if recurse {
-            not_found(state.store().kv.table_index())
+            not_found(state.store().kv.table_index().max(1))
         } else {
             r
         };
     }
+    let fault = state.kv_read_fault(key);
     let store = state.store();
-    let (index, entries): (u64, Vec<&DirEntry>) = if recurse {
+    let (index, mut entries): (u64, Vec<&DirEntry>) = if recurse {
         (store.kv.list_index(key), store.kv.range(key).collect())
     } else {
         let (i, e) = store.kv.get_index(key);
         (i, e.into_iter().collect())
     };
-    let index = state.faults_kv_index(index);
+    let index = fault.index(index);
     if entries.is_empty() {
         return not_found(index);
+    }
+    let huge = fault.entry(entries[0]);
+    if let Some(h) = &huge {
+        entries[0] = h;
     }
     if p.has("raw") && !recurse {
         let mut r = Response::new(Full::new(entries[0].value.clone()));
@@ -249,14 +254,7 @@ fn kv_get(state: &ConsulState, key: &str, p: &Params, token: &str) -> Response<B
         );
         return query_meta(r, index);
     }
-    let body = match state.faults_kv_value() {
-        Some(huge) => {
-            let mut e = entries[0].clone();
-            e.value = huge;
-            pretty(&[EntryJson::of(&e)])
-        }
-        None => pretty(&entries.iter().map(|e| EntryJson::of(e)).collect::<Vec<_>>()),
-    };
+    let body = pretty(&entries.iter().map(|e| EntryJson::of(e)).collect::<Vec<_>>());
     drop(store);
     query_meta(json_bytes(StatusCode::OK, Bytes::from(body)), index)
 }
@@ -269,8 +267,9 @@ fn kv_keys(state: &ConsulState, prefix: &str, p: &Params, token: &str) -> Respon
         p.get("seperator")
     };
     state.kv_read();
+    let fault = state.kv_read_fault(prefix);
     let store = state.store();
-    let index = state.faults_kv_index(store.kv.list_index(prefix));
+    let index = fault.index(store.kv.list_index(prefix));
     let keys = if state.acl_check(token).is_ok() {
         store.kv.list_keys(prefix, sep)
     } else {
@@ -373,11 +372,14 @@ impl ConsulState {
             c.bump(&c.kv_lock_refused);
             return Ok(false);
         }
-        if verb == Verb::Lock && self.faults_lock_stuck() {
+        let idx = store.next_index();
+        if verb == Verb::Lock && !r.session.is_empty() && self.kv_lock_stuck(&r.key) {
+            self.take_for_good(&mut store.kv, idx, &r.key);
+            store.kv.notify();
+            c.bump(&c.kv_writes);
             c.bump(&c.kv_lock_refused);
             return Ok(false);
         }
-        let idx = store.next_index();
         let sessions = self.sessions();
         let applied = kv::apply(&mut store.kv, &sessions, idx, verb, r);
         drop(sessions);

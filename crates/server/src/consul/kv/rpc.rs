@@ -214,9 +214,9 @@ impl Pack {
         if name == "Entries" {
             p.key(name);
             result(&mut p);
-            p.key("Index").uint(index.max(1));
+            p.key("Index").uint(index);
         } else {
-            p.key("Index").uint(index.max(1));
+            p.key("Index").uint(index);
             p.key(name);
             result(&mut p);
         }
@@ -277,17 +277,16 @@ async fn read(
     };
     wait(state, q, req.min_query_index, wait_for, Some(shutdown)).await;
     state.kv_read();
-    let huge = state.faults_kv_value();
+    let fault = state.kv_read_fault(match q {
+        Query::Key(k) | Query::Prefix(k) => k,
+    });
     let store = state.store();
     let kv = &store.kv;
     match method {
         "KVS.Get" => {
             let (index, e) = kv.get_index(&req.key);
-            let mut e = e.cloned();
-            if let (Some(e), Some(v)) = (&mut e, huge) {
-                e.value = v;
-            }
-            let index = state.faults_kv_index(index);
+            let e = e.map(|e| fault.entry(e).unwrap_or_else(|| e.clone()));
+            let index = fault.index(index);
             Ok(Pack::indexed(index, "Entries", |p| match &e {
                 Some(e) => {
                     p.array(1).entry(e);
@@ -298,8 +297,12 @@ async fn read(
             }))
         }
         "KVS.List" => {
-            let index = state.faults_kv_index(kv.list_index(&req.key));
-            let entries: Vec<&DirEntry> = kv.range(&req.key).collect();
+            let index = fault.index(kv.list_index(&req.key));
+            let mut entries: Vec<&DirEntry> = kv.range(&req.key).collect();
+            let huge = entries.first().and_then(|e| fault.entry(e));
+            if let Some(h) = &huge {
+                entries[0] = h;
+            }
             Ok(Pack::indexed(index, "Entries", |p| {
                 if entries.is_empty() {
                     p.nil();
@@ -312,7 +315,7 @@ async fn read(
             }))
         }
         _ => {
-            let index = state.faults_kv_index(kv.list_index(&req.prefix));
+            let index = fault.index(kv.list_index(&req.prefix));
             let keys = kv.list_keys(&req.prefix, &req.separator);
             Ok(Pack::indexed(index, "Keys", |p| {
                 if keys.is_empty() {
