@@ -61,6 +61,7 @@ pub(super) struct Params(Vec<(String, String)>);
 
 impl Params {
     pub(super) fn parse(query: &str) -> Self {
+        // Bound: one pair per `&` of a query the request line carried.
         Self(
             query
                 .split('&')
@@ -107,17 +108,19 @@ impl Params {
     }
 }
 
-/// Percent-decoding (`+` as a space in a query).
+/// Percent-decoding (`+` as a space in a query); a `%` not followed by
+/// two hex digits is kept as it is.
 pub(super) fn unescape(s: &str, query: bool) -> String {
     let b = s.as_bytes();
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%'
-            && i + 3 <= b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+            && let (Some(&h), Some(&l)) = (b.get(i + 1), b.get(i + 2))
+            && let (Some(h), Some(l)) = (hex(h), hex(l))
         {
-            out.push(v);
+            out.push(h << 4 | l);
             i += 3;
             continue;
         }
@@ -451,4 +454,33 @@ pub(super) fn too_large(
     r.headers_mut()
         .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
     Some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_decode_and_encode_as_go_does() {
+        let p = Params::parse("recurse&cas=3&acquire=a%20b+c&x=%zz&y=%aé");
+        assert!(p.has("recurse") && !p.has("keys"));
+        assert_eq!(p.get("acquire"), "a b c");
+        assert_eq!(p.get("x"), "%zz");
+        assert_eq!(p.get("y"), "%aé");
+        assert_eq!(
+            p.encode(),
+            "acquire=a+b+c&cas=3&recurse=&x=%25zz&y=%25a%C3%A9"
+        );
+        assert_eq!(p.uint("cas"), Ok(3));
+        assert_eq!(
+            p.uint("recurse"),
+            Err("strconv.ParseUint: parsing \"\": invalid syntax".into())
+        );
+        let big = Params::parse("cas=99999999999999999999");
+        assert_eq!(
+            big.uint("cas"),
+            Err("strconv.ParseUint: parsing \"99999999999999999999\": value out of range".into())
+        );
+        assert_eq!(unescape("a%2Fb%", false), "a/b%");
+    }
 }
