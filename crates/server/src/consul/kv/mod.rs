@@ -23,7 +23,6 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use store::{DirEntry, KV_FULL, KvStore};
 
 use super::sessions::{Session, Sessions};
-use super::state::Store;
 use super::{ConsulState, Gauge, blocking};
 
 /// Consul's default `limits.kv_max_value_size` (raft's suggested largest
@@ -320,19 +319,6 @@ pub(crate) fn invalidate(kv: &mut KvStore, idx: u64, s: &Session, now: Instant) 
             kv.put(&key, Some(e), idx);
         }
         kv.delay_lock(&key, now, delay);
-    }
-}
-
-impl ConsulState {
-    /// Invalidates sessions already removed from the session table: one
-    /// raft index each, their keys released or deleted, readers woken.
-    pub(crate) fn sessions_gone(&self, store: &mut Store, gone: &[Session]) {
-        let now = Instant::now();
-        for s in gone {
-            let idx = store.next_index();
-            invalidate(&mut store.kv, idx, s, now);
-        }
-        store.kv.notify();
     }
 }
 

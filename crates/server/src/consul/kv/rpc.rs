@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use agent_sim_proto::msgpack::Writer;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
@@ -106,126 +107,48 @@ fn bin_or_str<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
     d.deserialize_any(V)
 }
 
-/// The msgpack a 1.20.1 server writes, by hand: maps with their keys in
-/// sorted order (Consul's codec is canonical) and `[]byte` as a str
-/// (seen on a real server: `Value` arrives as str, not bin).
-#[derive(Default)]
-struct Pack(Vec<u8>);
-
-impl Pack {
-    fn map(&mut self, n: u8) -> &mut Self {
-        // Every map here has fewer than 16 keys: a fixmap.
-        self.0.push(0x80 | n);
-        self
+/// One `DirEntry` as a 1.20.1 server writes it: keys sorted (Consul's
+/// codec is canonical), `[]byte` as the old spec's raw (str) type (seen on
+/// a real server: `Value` arrives as str, not bin), nil when empty.
+fn write_entry(w: &mut Writer<'_>, e: &DirEntry) {
+    w.map(7);
+    w.kv_uint("CreateIndex", e.create_index);
+    w.kv_uint("Flags", e.flags);
+    w.kv_str("Key", &e.key);
+    w.kv_uint("LockIndex", e.lock_index);
+    w.kv_uint("ModifyIndex", e.modify_index);
+    w.kv_str("Session", &e.session);
+    w.str("Value");
+    if e.value.is_empty() {
+        w.nil();
+    } else {
+        w.raw(&e.value);
     }
+}
 
-    fn array(&mut self, n: usize) -> &mut Self {
-        match n {
-            0..=15 => self.0.push(0x90 | n as u8),
-            16..=0xffff => {
-                self.0.push(0xdc);
-                self.0.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            _ => {
-                self.0.push(0xdd);
-                self.0.extend_from_slice(&(n as u32).to_be_bytes());
-            }
-        }
-        self
+/// `IndexedDirEntries` or `IndexedKeyList`: `QueryMeta` and the result
+/// under `name` (`Entries` or `Keys`, written by `result`), keys sorted.
+fn indexed(index: u64, name: &str, result: impl FnOnce(&mut Writer<'_>)) -> Bytes {
+    let mut buf = Vec::with_capacity(256);
+    let mut w = Writer(&mut buf);
+    w.map(8);
+    w.kv_uint("Backend", 0);
+    w.kv_str("ConsistencyLevel", "");
+    // Sorted: "Entries" < "Index" < "Keys" < "KnownLeader".
+    if name == "Entries" {
+        w.str(name);
+        result(&mut w);
+        w.kv_uint("Index", index);
+    } else {
+        w.kv_uint("Index", index);
+        w.str(name);
+        result(&mut w);
     }
-
-    fn str(&mut self, b: &[u8]) -> &mut Self {
-        let n = b.len();
-        match n {
-            0..=31 => self.0.push(0xa0 | n as u8),
-            32..=0xff => self.0.extend_from_slice(&[0xd9, n as u8]),
-            0x100..=0xffff => {
-                self.0.push(0xda);
-                self.0.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            _ => {
-                self.0.push(0xdb);
-                self.0.extend_from_slice(&(n as u32).to_be_bytes());
-            }
-        }
-        self.0.extend_from_slice(b);
-        self
-    }
-
-    fn uint(&mut self, v: u64) -> &mut Self {
-        match v {
-            0..=0x7f => self.0.push(v as u8),
-            0x80..=0xff => self.0.extend_from_slice(&[0xcc, v as u8]),
-            0x100..=0xffff => {
-                self.0.push(0xcd);
-                self.0.extend_from_slice(&(v as u16).to_be_bytes());
-            }
-            0x1_0000..=0xffff_ffff => {
-                self.0.push(0xce);
-                self.0.extend_from_slice(&(v as u32).to_be_bytes());
-            }
-            _ => {
-                self.0.push(0xcf);
-                self.0.extend_from_slice(&v.to_be_bytes());
-            }
-        }
-        self
-    }
-
-    fn bool(&mut self, v: bool) -> &mut Self {
-        self.0.push(if v { 0xc3 } else { 0xc2 });
-        self
-    }
-
-    fn nil(&mut self) -> &mut Self {
-        self.0.push(0xc0);
-        self
-    }
-
-    fn key(&mut self, k: &str) -> &mut Self {
-        self.str(k.as_bytes())
-    }
-
-    /// One `DirEntry` (`Value` nil when empty, as Go's nil slice).
-    fn entry(&mut self, e: &DirEntry) -> &mut Self {
-        self.map(7);
-        self.key("CreateIndex").uint(e.create_index);
-        self.key("Flags").uint(e.flags);
-        self.key("Key").str(e.key.as_bytes());
-        self.key("LockIndex").uint(e.lock_index);
-        self.key("ModifyIndex").uint(e.modify_index);
-        self.key("Session").str(e.session.as_bytes());
-        self.key("Value");
-        if e.value.is_empty() {
-            self.nil()
-        } else {
-            self.str(&e.value)
-        }
-    }
-
-    /// `IndexedDirEntries` or `IndexedKeyList`: `QueryMeta` and the result
-    /// under `name`, written by `result`, in sorted key order.
-    fn indexed(index: u64, name: &str, result: impl FnOnce(&mut Pack)) -> Bytes {
-        let mut p = Pack::default();
-        p.map(8);
-        p.key("Backend").uint(0);
-        p.key("ConsistencyLevel").str(b"");
-        // Sorted: "Entries" < "Index" < "Keys" < "KnownLeader".
-        if name == "Entries" {
-            p.key(name);
-            result(&mut p);
-            p.key("Index").uint(index);
-        } else {
-            p.key("Index").uint(index);
-            p.key(name);
-            result(&mut p);
-        }
-        p.key("KnownLeader").bool(true);
-        p.key("LastContact").uint(0);
-        p.key("NotModified").bool(false);
-        p.key("ResultsFilteredByACLs").bool(false);
-        Bytes::from(p.0)
-    }
+    w.kv_bool("KnownLeader", true);
+    w.kv_uint("LastContact", 0);
+    w.kv_bool("NotModified", false);
+    w.kv_bool("ResultsFilteredByACLs", false);
+    Bytes::from(buf)
 }
 
 fn encode_bool(v: bool) -> Bytes {
@@ -287,12 +210,10 @@ async fn read(
             let (index, e) = kv.get_index(&req.key);
             let e = e.map(|e| fault.entry(e).unwrap_or_else(|| e.clone()));
             let index = fault.index(index);
-            Ok(Pack::indexed(index, "Entries", |p| match &e {
-                Some(e) => {
-                    p.array(1).entry(e);
-                }
+            Ok(indexed(index, "Entries", |w| match &e {
+                Some(e) => write_entry(w.array(1), e),
                 None => {
-                    p.nil();
+                    w.nil();
                 }
             }))
         }
@@ -303,13 +224,13 @@ async fn read(
             if let Some(h) = &huge {
                 entries[0] = h;
             }
-            Ok(Pack::indexed(index, "Entries", |p| {
+            Ok(indexed(index, "Entries", |w| {
                 if entries.is_empty() {
-                    p.nil();
+                    w.nil();
                 } else {
-                    p.array(entries.len());
+                    w.array(entries.len() as u32);
                     for e in entries {
-                        p.entry(e);
+                        write_entry(w, e);
                     }
                 }
             }))
@@ -317,13 +238,13 @@ async fn read(
         _ => {
             let index = fault.index(kv.list_index(&req.prefix));
             let keys = kv.list_keys(&req.prefix, &req.separator);
-            Ok(Pack::indexed(index, "Keys", |p| {
+            Ok(indexed(index, "Keys", |w| {
                 if keys.is_empty() {
-                    p.nil();
+                    w.nil();
                 } else {
-                    p.array(keys.len());
+                    w.array(keys.len() as u32);
                     for k in &keys {
-                        p.str(k.as_bytes());
+                        w.str(k);
                     }
                 }
             }))

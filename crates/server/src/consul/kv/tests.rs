@@ -258,3 +258,40 @@ async fn a_blocking_read_wakes_on_its_key_and_ends_at_its_wait() {
         "{waited:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_session_releases_its_lock_at_a_raft_index_of_its_own() {
+    let state = ConsulState::new(ConsulTargetConfig::default());
+    let mut s = session("ttl", "release", Duration::from_secs(15));
+    s.ttl_duration = Some(Duration::from_secs(10));
+    s.touch(Instant::now());
+    state.sessions().insert(s);
+    assert!(
+        state
+            .kv_apply(Verb::Lock, &with_session("l", "x", "ttl"))
+            .unwrap()
+    );
+    let before = state.raft_index();
+    tokio::time::advance(Duration::from_secs(21)).await;
+    let gone = state.sessions().sweep(Instant::now());
+    state.sessions_expired(gone);
+    let e = state.store().kv.get("l").cloned().unwrap();
+    assert_eq!((e.session.as_str(), e.modify_index), ("", before + 1));
+    assert_eq!(state.stats().sessions_expired, 1);
+    // Within its lock-delay no other session takes it (no raft write).
+    state
+        .sessions()
+        .insert(session("next", "release", Duration::ZERO));
+    assert!(
+        !state
+            .kv_apply(Verb::Lock, &with_session("l", "y", "next"))
+            .unwrap()
+    );
+    assert_eq!(state.raft_index(), before + 1);
+    tokio::time::advance(Duration::from_secs(15)).await;
+    assert!(
+        state
+            .kv_apply(Verb::Lock, &with_session("l", "y", "next"))
+            .unwrap()
+    );
+}
