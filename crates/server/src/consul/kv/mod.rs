@@ -5,14 +5,17 @@
 //! reads held until the key's or prefix's index passes the caller's
 //! ([`wait`]).
 //!
-//! Parts: `store` (the table, tombstones, lock-delays, watchers), `rpc`
-//! (`KVS.Get`, `KVS.List`, `KVS.ListKeys`, `KVS.Apply` on the RPC port).
-//! The HTTP API is `http::kv`, the txn ops `http::txn_kv`. Errors keep
+//! Parts: `store` (the table, tombstones, lock-delays, watchers), `txn`
+//! (KV ops in a transaction), `rpc` (`KVS.Get`, `KVS.List`,
+//! `KVS.ListKeys`, `KVS.Apply`, `Txn.Apply`, `Txn.Read` on the RPC port),
+//! `faults` (`consul.kv`). The HTTP API is `http::kv`, its txn ops
+//! `http::txn_kv`. Errors keep
 //! Consul's words (`agent/consul/state/kvs.go`, `state/txn.go`).
 
 mod faults;
 pub(crate) mod rpc;
 mod store;
+pub(crate) mod txn;
 
 use std::time::Duration;
 
