@@ -267,7 +267,8 @@ pub struct ConsulTargetSnapshot {
     /// Lock acquires answered `false` (held by another session, within a
     /// lock-delay, or by a `consul.kv` fault).
     pub kv_lock_refused: u64,
-    /// `/v1/txn` calls (and `Txn.Apply`) with KV operations.
+    /// `/v1/txn` calls with KV operations, and `Txn.Apply`/`Txn.Read`
+    /// calls, that applied.
     pub kv_txns: u64,
     /// Keys held now (gauge).
     pub kv_keys: u64,
@@ -323,7 +324,7 @@ struct Counters {
 }
 
 /// The methods whose calls are counted by name (the rest as `other`).
-const RPC_METHODS: [&str; 13] = [
+const RPC_METHODS: [&str; 15] = [
     "Health.ServiceNodes",
     "Catalog.Register",
     "Catalog.Deregister",
@@ -337,6 +338,8 @@ const RPC_METHODS: [&str; 13] = [
     "KVS.List",
     "KVS.ListKeys",
     "KVS.Apply",
+    "Txn.Apply",
+    "Txn.Read",
 ];
 
 impl Counters {
