@@ -20,6 +20,7 @@ use super::{ApiRequest, Body, json_bytes, json_response, server_error, text};
 use crate::consul::ConsulState;
 use crate::consul::kv::{self, DirEntry, KvRequest, Verb};
 use crate::consul::render::pretty;
+use crate::consul::timing::Timed;
 
 /// A `DirEntry` as the HTTP API prints it (`Value` in base64, `null` when
 /// empty; `Session` only when held).
@@ -369,6 +370,13 @@ impl ConsulState {
     /// lock is asked within the key's lock-delay; otherwise applied at the
     /// next raft index (a CAS or lock that loses still takes one).
     pub(crate) fn kv_apply(&self, verb: Verb, r: &KvRequest) -> Result<bool, String> {
+        let started = std::time::Instant::now();
+        let answer = self.kv_apply_untimed(verb, r);
+        self.timed(Timed::KvsApply, started);
+        answer
+    }
+
+    fn kv_apply_untimed(&self, verb: Verb, r: &KvRequest) -> Result<bool, String> {
         let c = &self.inner.counters;
         let mut store = self.store();
         if verb == Verb::Lock && store.kv.lock_delayed(&r.key, Instant::now()) {

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{DirEntry, KvRequest, Query, Verb, txn, wait};
 use crate::consul::ConsulState;
+use crate::consul::timing::TxnTimer;
 use crate::consul::writes::nullable;
 
 /// `KeyRequest` and `KeyListRequest` (the fields this server reads).
@@ -356,6 +357,8 @@ fn txn(state: &ConsulState, method: &str, args: &[u8]) -> Result<Bytes, String> 
             Err(what) => errors.push((i, what)),
         }
     }
+    let writes = !read;
+    let _timer = TxnTimer::start(state, writes);
     let mut store = state.store();
     let now = tokio::time::Instant::now();
     if errors.is_empty() {
