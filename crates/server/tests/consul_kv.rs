@@ -692,3 +692,33 @@ async fn agent_metrics_time_kv_and_txn_applies_under_consuls_names() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_deregistered_node_releases_its_sessions_locks_in_the_same_write() {
+    let t = start(ConsulTargetConfig::default()).await;
+    within(async {
+        let reg = put(
+            &t,
+            "/v1/catalog/register",
+            r#"{"Node":"n1","Address":"10.0.0.1"}"#,
+        )
+        .await;
+        assert_eq!(reg.status, 200, "{}", reg.text());
+        let s = session(&t, r#"{"Node":"n1","NodeChecks":[]}"#).await;
+        let r = call(&t, "PUT", &format!("/v1/kv/lk?acquire={s}"), "x").await;
+        assert_eq!(r.text(), "true");
+        put(&t, "/v1/catalog/deregister", r#"{"Node":"n1"}"#).await;
+        let raft = t.state.stats().raft_index;
+        let e = get(&t, "/v1/kv/lk").await.json();
+        assert!(e[0].get("Session").is_none(), "{e}");
+        assert_eq!(
+            e[0]["ModifyIndex"], raft,
+            "released at the deregistration's index"
+        );
+        assert_eq!(
+            get(&t, &format!("/v1/session/info/{s}")).await.json(),
+            json!([])
+        );
+    })
+    .await;
+}

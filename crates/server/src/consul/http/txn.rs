@@ -446,7 +446,7 @@ fn catalog_pass(
             gone.extend(sessions.remove_node(n));
         }
         drop(sessions);
-        state.sessions_gone(store, &gone);
+        state.sessions_gone(store, &gone, Some(idx));
     }
     let c = &state.inner.counters;
     let ord = std::sync::atomic::Ordering::Relaxed;
