@@ -36,6 +36,7 @@ pub mod conn;
 pub mod ended;
 pub mod gossip;
 pub mod http;
+pub mod kv;
 pub mod modes;
 pub mod probe;
 pub mod rpc;
