@@ -505,6 +505,7 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     if let Some(d) = a.blocking_wait {
         c.blocking_wait = d.0;
     }
+    c.watch_kv = a.watch_kv.clone();
     // TLS when any TLS setting is given, or the HTTP API is https://.
     let insecure = a.insecure_skip_tls_verify.unwrap_or(false);
     let wants_tls = a.ca_file.is_some()

@@ -75,6 +75,9 @@ pub struct ConsulConfig {
     pub seed: Option<crate::modes::SeedService>,
     /// The agents' gossip membership (client wire only; `None`: off).
     pub gossip: Option<crate::gossip::GossipConfig>,
+    /// KV prefixes every agent watches as consul-template does
+    /// (`--watch-kv`; `{i}`/`{i%N}` patterns; [`crate::kv`]).
+    pub watch_kv: Vec<String>,
 }
 
 impl Default for ConsulConfig {
@@ -101,6 +104,7 @@ impl Default for ConsulConfig {
             watch: crate::modes::WatchMode::default(),
             blocking_wait: crate::modes::DEFAULT_WAIT,
             seed: None,
+            watch_kv: Vec::new(),
         }
     }
 }
@@ -291,6 +295,9 @@ pub enum ProbeKind {
     /// Write a `service-intentions` config entry, timed on `ServiceIntentions`
     /// subscriptions.
     Intentions,
+    /// Write the run's own KV key (`<name-prefix>/probe/kv`), timed on every
+    /// agent's KV watch (`--watch-kv`).
+    Kv,
 }
 
 impl fmt::Display for ProbeKind {
@@ -298,6 +305,7 @@ impl fmt::Display for ProbeKind {
         f.write_str(match self {
             ProbeKind::Catalog => "catalog",
             ProbeKind::Intentions => "intentions",
+            ProbeKind::Kv => "kv",
         })
     }
 }
@@ -308,7 +316,10 @@ impl std::str::FromStr for ProbeKind {
         match s.trim() {
             "catalog" => Ok(ProbeKind::Catalog),
             "intentions" => Ok(ProbeKind::Intentions),
-            o => Err(format!("probe kind {o:?}: expected catalog or intentions")),
+            "kv" => Ok(ProbeKind::Kv),
+            o => Err(format!(
+                "probe kind {o:?}: expected catalog, intentions or kv"
+            )),
         }
     }
 }
@@ -523,6 +534,9 @@ pub(crate) struct Validated {
     pub upstreams: Vec<NamePattern>,
     /// Probe service name (when a probe kind is set).
     pub probe_service: Option<String>,
+    /// The KV prefixes watched (`--watch-kv`, or the run's own with
+    /// `--probe kv`).
+    pub watch_kv: Vec<NamePattern>,
 }
 
 impl ConsulConfig {
@@ -540,12 +554,21 @@ impl ConsulConfig {
     /// without resolving names or opening sockets. The first problem is
     /// returned as [`ConsulError::Invalid`] naming the field.
     pub fn validate(&self) -> Result<(), ConsulError> {
-        self.checked().map(|_| ())
+        self.checked()?;
+        crate::kv::check(self).map_err(|reason| ConsulError::Invalid {
+            field: "watch_kv",
+            reason,
+        })?;
+        Ok(())
     }
 
     /// [`ConsulConfig::validate`], then resolves the addresses.
     pub(crate) fn prepare(&self) -> Result<Validated, ConsulError> {
         let (upstreams, probe_service) = self.checked()?;
+        let watch_kv = crate::kv::check(self).map_err(|reason| ConsulError::Invalid {
+            field: "watch_kv",
+            reason,
+        })?;
         let r = self.conn.resolved()?;
         Ok(Validated {
             rpc_addrs: r.targets,
@@ -555,6 +578,7 @@ impl ConsulConfig {
             https: r.https,
             upstreams,
             probe_service,
+            watch_kv,
         })
     }
 

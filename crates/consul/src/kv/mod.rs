@@ -16,6 +16,8 @@ pub mod rpc;
 
 use std::time::Duration;
 
+use crate::config::{ConsulConfig, NamePattern, ProbeKind};
+
 /// What a KV watch answer is reduced to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KvDigest {
@@ -122,9 +124,94 @@ pub fn rate_limit(took: Duration) -> Duration {
     }
 }
 
+/// consul-template's retry after a failed read (its `retry` defaults:
+/// `backoff = 250ms`, doubled each time, `max_backoff = 1m`); it gives up
+/// after 12 attempts, a load tool goes on at the cap.
+pub fn retry_wait(failures: u32) -> Duration {
+    let n = failures.saturating_sub(1).min(16);
+    (Duration::from_millis(250) * (1u32 << n)).min(Duration::from_secs(60))
+}
+
+/// Most prefixes one agent watches.
+pub const MAX_PREFIXES: usize = 16;
+
+/// Whether the prefix `p` (the same for every agent) holds the probe key.
+pub fn holds(p: &NamePattern, key: &str) -> bool {
+    p.is_fixed() && key.starts_with(normal_prefix(&p.expand(0)))
+}
+
+/// The prefixes of `cfg` an agent watches, checked: `--watch-kv`'s, or the
+/// run's own with `--probe kv` and none given. With `--probe kv` every
+/// agent is timed on its first prefix that holds the probe key (one the
+/// same for every agent); a run where none does is refused, saying why.
+pub fn check(cfg: &ConsulConfig) -> Result<Vec<NamePattern>, String> {
+    let probe = cfg.probe.kind == Some(ProbeKind::Kv);
+    let own = own_prefix(&cfg.conn.name_prefix);
+    let raw: Vec<String> = match (&cfg.watch_kv[..], probe) {
+        ([], true) => vec![own.clone()],
+        (given, _) => given.to_vec(),
+    };
+    if raw.len() > MAX_PREFIXES {
+        return Err(format!(
+            "{} prefixes: at most {MAX_PREFIXES} per agent",
+            raw.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(raw.len());
+    for r in &raw {
+        if r.contains(['?', '#', ' ']) {
+            return Err(format!("prefix {r:?}: no '?', '#' or space in a KV path"));
+        }
+        out.push(NamePattern::parse(r).map_err(|e| format!("prefix {r:?}: {e}"))?);
+    }
+    let key = probe_key(&cfg.conn.name_prefix);
+    if probe && !out.iter().any(|p| holds(p, &key)) {
+        return Err(format!(
+            "--probe kv changes {key}, outside every watched prefix ({}): watch one that \
+             holds it, the same for every agent (e.g. --watch-kv {own})",
+            raw.join(", ")
+        ));
+    }
+    if probe && !cfg.probe.controller {
+        return Err(
+            "--probe kv is timed by the process that writes the key: not in a sharded run's \
+             other processes yet"
+                .into(),
+        );
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probe_key_outside_a_watched_prefix_is_refused() {
+        let mut c = ConsulConfig::default();
+        c.conn.name_prefix = "run".into();
+        assert!(check(&c).unwrap().is_empty(), "no watch, no probe");
+        c.probe.kind = Some(ProbeKind::Kv);
+        let own = check(&c).unwrap();
+        assert_eq!(own.len(), 1);
+        assert_eq!(own[0].expand(3), "run/", "the run's own prefix by default");
+        c.watch_kv = vec!["run/probe".into(), "/".into(), "/run".into()];
+        assert_eq!(check(&c).unwrap().len(), 3);
+        c.watch_kv = vec!["config/".into(), "run/{i%4}/".into()];
+        let e = check(&c).unwrap_err();
+        assert!(
+            e.contains("outside every watched prefix (config/, run/{i%4}/)"),
+            "{e}"
+        );
+        c.watch_kv.push("run/probe/".into());
+        assert_eq!(check(&c).unwrap().len(), 3, "one holds it");
+        c.probe.kind = None;
+        assert_eq!(check(&c).unwrap()[0].expand(6), "run/2/");
+        c.watch_kv = vec!["a?b".into()];
+        assert!(check(&c).is_err());
+        c.watch_kv = vec!["p".into(); MAX_PREFIXES + 1];
+        assert!(check(&c).is_err());
+    }
 
     #[test]
     fn an_index_that_goes_backwards_starts_over_and_zero_reads_as_one() {
@@ -134,6 +221,16 @@ mod tests {
         assert_eq!(next_index(24, 7), 0, "backwards: from 0 again");
         assert_eq!(next_index(0, 0), 1, "zero: blocks next time");
         assert_eq!(next_index(5, 0), 0, "zero after 5 went backwards");
+    }
+
+    #[test]
+    fn failed_reads_retry_as_consul_template_does() {
+        let ms = Duration::from_millis;
+        assert_eq!(retry_wait(1), ms(250));
+        assert_eq!(retry_wait(2), ms(500));
+        assert_eq!(retry_wait(5), ms(4_000));
+        assert_eq!(retry_wait(9), ms(60_000));
+        assert_eq!(retry_wait(1_000), ms(60_000));
     }
 
     #[test]
