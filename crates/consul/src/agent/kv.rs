@@ -316,7 +316,10 @@ impl ConsulAgent {
                 true,
             );
             let token = (!sh.token.is_empty()).then(|| sh.token.clone());
-            c.call = Call::Http(kv::http::read(conn, path, token, probe_key, sh.kv.max));
+            let deadline = kv::read_deadline(sh.kv.wait);
+            c.call = Call::Http(kv::http::read(
+                conn, path, token, probe_key, sh.kv.max, deadline,
+            ));
         }
         c.sent = now;
         sh.metrics.incr(sh.ids.kv.calls);

@@ -90,22 +90,24 @@ pub fn answer(got: Got, probe_key: Option<&str>, max: usize) -> KvAnswer {
     KvAnswer { result, bytes }
 }
 
-/// One read on `w`.
+/// One read on `w`, answered within `deadline` (see
+/// [`super::read_deadline`]) or lost.
 pub fn read(
     w: HttpWatch,
     path: String,
     token: Option<String>,
     probe_key: Option<std::sync::Arc<str>>,
     max: usize,
+    deadline: std::time::Duration,
 ) -> ReadFuture<HttpWatch> {
     let get = watch_http::get(w, path, token, max);
-    Box::pin(async move {
+    Box::pin(super::bounded(deadline, async move {
         let (w, got) = get.await;
         match got {
             Ok(got) => (w, Ok(answer(got, probe_key.as_deref(), max))),
             Err(e) => (w, Err(e)),
         }
-    })
+    }))
 }
 
 #[cfg(test)]

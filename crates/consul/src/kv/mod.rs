@@ -132,6 +132,33 @@ pub fn retry_wait(failures: u32) -> Duration {
     (Duration::from_millis(250) * (1u32 << n)).min(Duration::from_secs(60))
 }
 
+/// How long a read may stay unanswered before it counts as lost
+/// (`rpc_timeout`): the server holds it `wait` plus up to `wait/16` of
+/// jitter; 5 s more for the trip. A server that never answers costs a
+/// watch this long, never more.
+pub fn read_deadline(wait: Duration) -> Duration {
+    wait + wait / 16 + Duration::from_secs(5)
+}
+
+/// Bounds `read` by `deadline`: past it the read is lost and its stream
+/// or connection with it.
+pub(crate) async fn bounded<S>(
+    deadline: Duration,
+    read: impl std::future::Future<
+        Output = (Option<S>, Result<rpc::KvAnswer, crate::rpc::mux::CallError>),
+    >,
+) -> (Option<S>, Result<rpc::KvAnswer, crate::rpc::mux::CallError>) {
+    tokio::time::timeout(deadline, read)
+        .await
+        .unwrap_or_else(|_| {
+            let e = crate::rpc::mux::CallError::new(
+                "rpc_timeout",
+                format!("no answer to a KV read within {:.0?}", deadline),
+            );
+            (None, Err(e))
+        })
+}
+
 /// Most prefixes one agent watches.
 pub const MAX_PREFIXES: usize = 16;
 

@@ -13,6 +13,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use agent_sim_proto::msgpack::Writer;
 use serde::Deserialize;
@@ -118,7 +119,8 @@ pub fn call(
     let mut req = Vec::with_capacity(256);
     encode_list(seq, &args, &mut req);
     let call = exchange(stream, seq, req, max);
-    Box::pin(async move {
+    let deadline = super::read_deadline(Duration::from_nanos(args.max_query_time_ns));
+    Box::pin(super::bounded(deadline, async move {
         let (stream, reply) = call.await;
         let reply = match reply {
             Ok(r) => r,
@@ -141,7 +143,7 @@ pub fn call(
             ),
             Err(e) => (None, Err(e)),
         }
-    })
+    }))
 }
 
 #[cfg(test)]
