@@ -88,14 +88,18 @@ impl KvShared {
         }
     }
 
-    /// Agent `index`'s watches; the probe is timed on the first prefix
-    /// that holds its key.
-    pub(super) fn watches(&self, index: u64) -> Box<[KvWatch]> {
+    /// Agent `index`'s watches (`None`: none); the probe is timed on the
+    /// first prefix that holds its key.
+    pub(super) fn watches(&self, index: u64) -> Option<Box<Box<[KvWatch]>>> {
+        if self.prefixes.is_empty() {
+            return None;
+        }
         let timed = self
             .probe_key
             .as_ref()
             .and_then(|k| self.prefixes.iter().position(|(p, _)| kv::holds(p, k)));
-        self.prefixes
+        let watches = self
+            .prefixes
             .iter()
             .enumerate()
             .map(|(i, (p, fixed))| KvWatch {
@@ -109,7 +113,8 @@ impl KvShared {
                 probe_seen: 0,
                 owed: Owed::default(),
             })
-            .collect()
+            .collect::<Box<[KvWatch]>>();
+        Some(Box::new(watches))
     }
 }
 
@@ -215,6 +220,14 @@ impl KvSession {
 }
 
 impl ConsulAgent {
+    fn kv_watches(&self) -> &[KvWatch] {
+        self.kv.as_deref().map_or(&[], |w| &w[..])
+    }
+
+    fn kv_watches_mut(&mut self) -> &mut [KvWatch] {
+        self.kv.as_deref_mut().map_or(&mut [], |w| &mut w[..])
+    }
+
     /// The KV watches of a session starting at `now`, each at its index.
     pub(super) fn kv_session(
         &self,
@@ -224,7 +237,7 @@ impl ConsulAgent {
     ) -> KvSession {
         KvSession {
             calls: self
-                .kv
+                .kv_watches()
                 .iter()
                 .map(|_| KvCall {
                     call: Call::Idle { at: now },
@@ -275,7 +288,7 @@ impl ConsulAgent {
         now: Instant,
     ) -> Result<(), CallError> {
         let sh = self.shared.clone();
-        let (w, c) = (&self.kv[i], &mut s.calls[i]);
+        let (w, c) = (&self.kv_watches()[i], &mut s.calls[i]);
         let probe_key = w.probe.then(|| sh.kv.probe_key.clone()).flatten();
         if s.rpc {
             let stream = match c.stream.take() {
@@ -384,7 +397,7 @@ impl ConsulAgent {
     fn kv_result(&mut self, i: usize, c: &mut KvCall, arrival: Arrival, d: KvDigest) {
         let sh = self.shared.clone();
         let agent = self.index as usize;
-        let w = &mut self.kv[i];
+        let w = &mut self.kv_watches_mut()[i];
         c.failures = 0;
         let wait = if w.first {
             Duration::ZERO
@@ -434,7 +447,7 @@ impl ConsulAgent {
         let Some(b) = self.shared.board.clone() else {
             return;
         };
-        for (w, c) in self.kv.iter_mut().zip(&mut s.calls) {
+        for (w, c) in self.kv_watches_mut().iter_mut().zip(&mut s.calls) {
             if let Some(mark) = c.mark.take() {
                 b.sub_down(mark, &mut w.owed);
             }

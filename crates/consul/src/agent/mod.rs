@@ -262,9 +262,11 @@ pub struct ConsulAgent {
     /// The connection a rebalance checked the server it moved to on
     /// (client wire), and that server: the next session's, as a real
     /// agent's pool keeps it (dropped if that session goes elsewhere).
-    moved_link: Option<(usize, Box<Link>)>,
-    /// The agent's KV watches (`--watch-kv`).
-    kv: Box<[kv::KvWatch]>,
+    /// (Its server is the link's own.)
+    moved_link: Option<Box<Link>>,
+    /// The agent's KV watches (`--watch-kv`; a thin pointer, `None`
+    /// without any: the agent struct stays within 128 bytes).
+    kv: Option<Box<Box<[kv::KvWatch]>>>,
 }
 
 impl std::fmt::Debug for ConsulAgent {

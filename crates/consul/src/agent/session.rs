@@ -174,7 +174,8 @@ impl ConsulAgent {
                     None
                 }
                 Woke::Call(Done::Moved(checked)) => {
-                    self.moved_link = checked.map(|l| (self.router.current(), l));
+                    // The rebalance dialed the router's new current server.
+                    self.moved_link = checked.filter(|l| l.server == self.router.current());
                     Some(SessionEnd::Moved)
                 }
                 Woke::Io(Either::Watch(io)) => w.on_io(self, cx, slots, io),

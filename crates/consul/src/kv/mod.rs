@@ -233,7 +233,7 @@ mod tests {
         c.watch_kv.push("run/probe/".into());
         assert_eq!(check(&c).unwrap().len(), 3, "one holds it");
         c.probe.kind = None;
-        assert_eq!(check(&c).unwrap()[0].expand(6), "run/2/");
+        assert_eq!(check(&c).unwrap()[1].expand(6), "run/2/");
         c.watch_kv = vec!["a?b".into()];
         assert!(check(&c).is_err());
         c.watch_kv = vec!["p".into(); MAX_PREFIXES + 1];

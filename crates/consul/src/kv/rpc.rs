@@ -88,7 +88,7 @@ pub fn decode_list(body: &[u8], probe_key: Option<&str>) -> Result<KvDigest, Cal
         .map_err(|e| CallError::new("decode_answer", format!("KVS.List answer: {e}")))?;
     let mut d = DigestBuilder::new(r.index, probe_key);
     for e in r.entries.iter().flatten() {
-        d.entry(&e.key, e.modify, || e.value.and_then(|v| probe_value(v)));
+        d.entry(&e.key, e.modify, || e.value.and_then(probe_value));
     }
     Ok(d.finish())
 }
