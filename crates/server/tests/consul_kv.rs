@@ -317,7 +317,7 @@ async fn cas_and_delete_cas_follow_the_modify_index() {
 async fn locks_are_held_released_and_lost_with_the_session() {
     let t = start(ConsulTargetConfig::default()).await;
     within(async {
-        let s1 = session(&t, r#"{"TTL":"10s","LockDelay":"1ms"}"#).await;
+        let s1 = session(&t, r#"{"TTL":"10s"}"#).await;
         let s2 = session(&t, r#"{"TTL":"10s"}"#).await;
         let acquire = |s: &str| format!("/v1/kv/lk?acquire={s}");
         assert_eq!(call(&t, "PUT", &acquire(&s1), "me").await.text(), "true");
@@ -423,6 +423,233 @@ async fn value_size_limit_answers_like_the_agent() {
         );
         let r = call(&t, "PUT", "/v1/kv/big", vec![b'a'; 16]).await;
         assert_eq!(r.text(), "true");
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------- txn
+
+/// `/v1/txn` answers of a real 1.20.1 agent: status and the errors' words.
+#[tokio::test]
+async fn txn_kv_ops_answer_like_a_real_agent() {
+    let t = start(ConsulTargetConfig::default()).await;
+    within(async {
+        let set = r#"[{"KV":{"Verb":"set","Key":"t/a","Value":"aGk=","Flags":3}},
+            {"KV":{"Verb":"get","Key":"t/a"}},{"KV":{"Verb":"get-tree","Key":"t/"}},
+            {"KV":{"Verb":"check-not-exists","Key":"t/zz"}}]"#;
+        let r = put(&t, "/v1/txn", set).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-consul-index"), "", "a write txn has no index header");
+        let v = r.json();
+        let results = v["Results"].as_array().unwrap();
+        assert_eq!(results.len(), 3, "{v}");
+        // A write's result has no value; a read's has it.
+        assert_eq!(results[0]["KV"]["Value"], Value::Null);
+        assert_eq!(results[0]["KV"]["Flags"], 3);
+        assert_eq!(results[1]["KV"]["Value"], "aGk=");
+        assert_eq!(results[2]["KV"]["Key"], "t/a");
+        assert_eq!(v["Errors"], Value::Null);
+        assert!(r.text().starts_with("{\n    \"Results\": ["), "Consul's order");
+
+        // Reads only: the query meta in the body, leader headers.
+        let r = put(&t, "/v1/txn", r#"[{"KV":{"Verb":"get","Key":"t/none"}}]"#).await;
+        assert_eq!(r.status, 409);
+        assert_eq!(r.header("x-consul-knownleader"), "true");
+        let v = r.json();
+        assert_eq!(v["Errors"][0]["What"], "key \"t/none\" doesn't exist");
+        assert_eq!((v["Index"].clone(), v["KnownLeader"].clone()), (json!(1), json!(true)));
+        assert_eq!(v["Results"], Value::Null);
+
+        // Every failing op listed, in Consul's words; nothing applied.
+        let m = get(&t, "/v1/kv/t/a").await.json()[0]["ModifyIndex"].as_u64().unwrap();
+        let bad = r#"[{"KV":{"Verb":"cas","Key":"t/a","Value":"eA==","Index":1}},
+            {"KV":{"Verb":"check-index","Key":"t/a","Index":1}},
+            {"KV":{"Verb":"delete-cas","Key":"t/a","Index":1}},
+            {"KV":{"Verb":"check-not-exists","Key":"t/a"}},
+            {"KV":{"Verb":"check-session","Key":"t/a","Session":"abc"}},
+            {"KV":{"Verb":"lock","Key":"t/a","Session":"abc"}},
+            {"KV":{"Verb":"unlock","Key":"t/a","Session":"abc"}},
+            {"KV":{"Verb":"lock","Key":"t/a"}},
+            {"KV":{"Verb":"check-index","Key":"t/q","Index":2}},
+            {"KV":{"Verb":"check-session","Key":"t/q"}},
+            {"KV":{"Verb":"set","Key":"t/new","Value":"eA=="}}]"#;
+        let r = put(&t, "/v1/txn", bad).await;
+        assert_eq!(r.status, 409);
+        let whats: Vec<String> = r.json()["Errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{} {}", e["OpIndex"], e["What"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            whats,
+            vec![
+                "0 failed to set key \"t/a\", index is stale".to_owned(),
+                format!("1 failed index check for key \"t/a\", current modify index {m} != 1"),
+                "2 failed to delete key \"t/a\", index is stale".into(),
+                "3 key \"t/a\" exists".into(),
+                "4 failed session check for key \"t/a\", current session \"\" != \"abc\"".into(),
+                "5 invalid session \"abc\"".into(),
+                "6 failed to unlock key \"t/a\", lock isn't held, or is held by another session"
+                    .into(),
+                "7 missing session".into(),
+                "8 failed to check index, key \"t/q\" doesn't exist".into(),
+                "9 failed to check session, key \"t/q\" doesn't exist".into(),
+            ]
+        );
+        assert_eq!(get(&t, "/v1/kv/t/new").await.status, 404, "rolled back");
+
+        // Checked before anything is applied: only these errors.
+        let r = put(
+            &t,
+            "/v1/txn",
+            r#"[{"KV":{"Verb":"set","Key":"t/x"}},{"KV":{"Verb":"bogus","Key":"t/a"}}]"#,
+        )
+        .await;
+        assert_eq!(r.text(), "{\n    \"Results\": null,\n    \"Errors\": [\n        {\n            \"OpIndex\": 1,\n            \"What\": \"unknown KV operation: bogus\"\n        }\n    ]\n}");
+        let r = put(&t, "/v1/txn", r#"[{"KV":{"Verb":"set","Key":"","Value":"eA=="}}]"#).await;
+        assert_eq!(r.json()["Errors"][0]["What"], "Must provide key");
+
+        // get-or-empty of an absent key, deletes with no results: `[]`.
+        let r = put(&t, "/v1/txn", r#"[{"KV":{"Verb":"get-or-empty","Key":"t/zz"}},{"KV":{"Verb":"set","Key":"t/q","Value":"eA=="}}]"#).await;
+        let v = r.json();
+        assert_eq!(v["Results"][0]["KV"]["CreateIndex"], 0);
+        assert_eq!(v["Results"][0]["KV"]["Value"], Value::Null);
+        let r = put(&t, "/v1/txn", r#"[{"KV":{"Verb":"delete-tree","Key":"t/"}},{"KV":{"Verb":"delete","Key":"t/b"}}]"#).await;
+        assert_eq!(r.text(), "{\n    \"Results\": [],\n    \"Errors\": null\n}");
+        assert_eq!(get(&t, "/v1/kv/t?recurse").await.status, 404);
+        let stats = t.state.stats();
+        assert_eq!(stats.kv_txns, 3);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn txn_limits_answer_like_a_real_agent() {
+    let t = start(ConsulTargetConfig {
+        kv_max_value_size: 8,
+        ..ConsulTargetConfig::default()
+    })
+    .await;
+    within(async {
+        let ops: Vec<Value> = (0..129)
+            .map(|_| json!({"KV": {"Verb": "get", "Key": "a"}}))
+            .collect();
+        let r = call(&t, "PUT", "/v1/txn", serde_json::to_vec(&ops).unwrap()).await;
+        assert_eq!(r.status, 413);
+        assert_eq!(
+            r.text(),
+            "Transaction contains too many operations (129 > 128)"
+        );
+        // "123456789" in base64: one byte over the limit.
+        let big = r#"[{"KV":{"Verb":"set","Key":"big","Value":"MTIzNDU2Nzg5"}}]"#;
+        let r = put(&t, "/v1/txn", big).await;
+        assert_eq!(r.status, 413);
+        assert_eq!(r.text(), "Value for key \"big\" is too large (9 > 8 bytes)");
+        let r = call(&t, "GET", "/v1/txn", Bytes::new()).await;
+        assert_eq!(r.status, 405);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn txn_locks_take_the_lock_delay_and_check_the_session() {
+    let t = start(ConsulTargetConfig::default()).await;
+    within(async {
+        let s = session(&t, r#"{"LockDelay":"15s"}"#).await;
+        let lock = format!(r#"[{{"KV":{{"Verb":"lock","Key":"l","Value":"eA==","Session":"{s}"}}}},{{"KV":{{"Verb":"check-session","Key":"l","Session":"{s}"}}}}]"#);
+        let r = call(&t, "PUT", "/v1/txn", lock).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["Results"][0]["KV"]["LockIndex"], 1);
+        assert_eq!(v["Results"][1]["KV"]["Session"], s.as_str());
+        put_s(&t, "/v1/session/destroy/", &s).await;
+        let s2 = session(&t, "{}").await;
+        let lock = format!(r#"[{{"KV":{{"Verb":"lock","Key":"l","Session":"{s2}"}}}}]"#);
+        let r = call(&t, "PUT", "/v1/txn", lock).await;
+        assert_eq!(r.status, 409);
+        assert_eq!(
+            r.json()["Errors"][0]["What"],
+            "failed to lock key \"l\" due to lock delay"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_txn_body_over_the_limit_is_refused_before_it_is_read() {
+    let t = start(ConsulTargetConfig::default()).await;
+    within(async {
+        let r = call(&t, "PUT", "/v1/txn", vec![b' '; 533_389]).await;
+        assert_eq!(r.status, 413);
+        assert_eq!(
+            r.text(),
+            "Request body(533389 bytes) too large, max size: 524288 bytes. See \
+             https://www.consul.io/docs/agent/config/config-files#txn_max_req_len."
+        );
+        assert_eq!(r.header("connection"), "close");
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------- faults
+
+fn with_faults(specs: &[&str]) -> ConsulTargetConfig {
+    let specs = specs.iter().map(|s| s.parse().unwrap()).collect();
+    ConsulTargetConfig {
+        faults: agent_sim_server::faults::Faults::new(specs, 7),
+        ..ConsulTargetConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn kv_read_faults_send_indexes_back_or_to_zero_and_huge_values() {
+    let t = start(with_faults(&[
+        "consul.kv=index-back@100%,path:/v1/kv/back/",
+        "consul.kv=index-zero@100%,path:/v1/kv/zero",
+        "consul.kv=huge-value@100%,path:/v1/kv/huge",
+    ]))
+    .await;
+    within(async {
+        for k in ["back/a", "zero", "huge", "plain"] {
+            call(&t, "PUT", &format!("/v1/kv/{k}"), "v").await;
+        }
+        let m = get(&t, "/v1/kv/plain").await.index();
+        assert!(m >= 4, "{m}");
+        let back = get(&t, "/v1/kv/back/a").await;
+        let true_index = back.json()[0]["ModifyIndex"].as_u64().unwrap();
+        assert_eq!(back.index(), (true_index / 2).max(1));
+        assert!(back.index() < true_index, "the index goes backwards");
+        let zero = get(&t, "/v1/kv/zero?recurse").await;
+        assert_eq!(zero.header("x-consul-index"), "0");
+        let huge = get(&t, "/v1/kv/huge?raw").await;
+        assert_eq!(huge.body.len(), 8 * 1024 * 1024);
+        let huge = get(&t, "/v1/kv/huge").await.json();
+        let b64 = huge[0]["Value"].as_str().unwrap().len();
+        assert_eq!(b64, (8usize * 1024 * 1024).div_ceil(3) * 4);
+        // The store itself is untouched.
+        assert_eq!(get(&t, "/v1/kv/plain?raw").await.text(), "v");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn lock_stuck_takes_the_key_for_good() {
+    let t = start(with_faults(&["consul.kv=lock-stuck@100%,max:1"])).await;
+    within(async {
+        let s = session(&t, r#"{"TTL":"10s"}"#).await;
+        let acquire = format!("/v1/kv/vault/core/lock?acquire={s}");
+        assert_eq!(call(&t, "PUT", &acquire, "me").await.text(), "false");
+        let e = get(&t, "/v1/kv/vault/core/lock").await.json();
+        let holder = e[0]["Session"].as_str().unwrap().to_owned();
+        assert_ne!(holder, s);
+        assert_eq!(e[0]["LockIndex"], 1);
+        let info = get(&t, &format!("/v1/session/info/{holder}")).await.json();
+        assert_eq!(info[0]["Name"], "agent-sim lock-stuck");
+        assert_eq!(info[0]["TTL"], "");
+        // The fault is spent (max:1); the lock stays held.
+        assert_eq!(call(&t, "PUT", &acquire, "me").await.text(), "false");
+        assert_eq!(t.state.stats().kv_lock_refused, 2);
     })
     .await;
 }

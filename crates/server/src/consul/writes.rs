@@ -13,8 +13,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::sessions::{self, Renewal, Session};
-use super::state::{CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Touched, WriteError};
-use super::{ConsulState, lock};
+use super::state::{
+    CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Store, Touched, WriteError,
+};
+use super::{ConsulState, kv, lock};
 
 /// Go's `null` read as the type's empty value.
 pub(crate) fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
@@ -430,6 +432,18 @@ pub(crate) fn destroy_session(state: &ConsulState, id: &str) {
 }
 
 impl ConsulState {
+    /// Invalidates sessions already removed from the session table: one
+    /// raft index each, their keys released or deleted (`kv::invalidate`),
+    /// KV readers woken.
+    pub(crate) fn sessions_gone(&self, store: &mut Store, gone: &[Session]) {
+        let now = Instant::now();
+        for s in gone {
+            let idx = store.next_index();
+            kv::invalidate(&mut store.kv, idx, s, now);
+        }
+        store.kv.notify();
+    }
+
     /// Counts expired sessions, already out of the session table; each
     /// expiry is a raft write that releases (or deletes) the keys the
     /// session held.

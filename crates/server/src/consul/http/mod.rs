@@ -20,6 +20,7 @@ mod kv;
 mod read;
 mod session_api;
 mod txn;
+mod txn_kv;
 
 use std::convert::Infallible;
 use std::io;
@@ -306,28 +307,24 @@ async fn handle(
     }
     let query = req.uri().query().unwrap_or("").to_owned();
     let token = token_of(&req);
-    // A blocking read: held until the service changes or the wait ends.
+    // A blocking read (`?index=N`): held until the service's (or the KV
+    // key's or prefix's) index passes N or the wait ends.
     if method == Method::GET
-        && let Some(service) = path.strip_prefix("/v1/health/service/")
         && let Some(min) = query_param(&query, "index").and_then(|v| v.parse::<u64>().ok())
     {
         let wait = query_param(&query, "wait")
             .and_then(go_duration)
             .unwrap_or(Duration::ZERO);
-        block(state, service, min, wait, None).await;
-    }
-    // A blocking KV read: held until the key's (or prefix's) index passes.
-    if method == Method::GET
-        && let Some(key) = path.strip_prefix("/v1/kv/")
-        && let Some(min) = query_param(&query, "index").and_then(|v| v.parse::<u64>().ok())
-    {
-        let wait = query_param(&query, "wait")
-            .and_then(go_duration)
-            .unwrap_or(Duration::ZERO);
-        kv::hold(state, key, &query, min, wait).await;
+        if let Some(service) = path.strip_prefix("/v1/health/service/") {
+            block(state, service, min, wait, None).await;
+        } else if let Some(key) = path.strip_prefix("/v1/kv/") {
+            kv::hold(state, key, &query, min, wait).await;
+        }
     }
     let is_kv_put = method == Method::PUT && path.starts_with("/v1/kv/");
-    if is_kv_put && let Some(refused) = kv::too_large(state, &req) {
+    if (is_kv_put || path == "/v1/txn")
+        && let Some(refused) = kv::too_large(state, &req)
+    {
         return refused;
     }
     // Bound: a request body is read up to MAX_BODY (a KV value up to

@@ -5,14 +5,17 @@
 //! reads held until the key's or prefix's index passes the caller's
 //! ([`wait`]).
 //!
-//! Parts: `store` (the table, tombstones, lock-delays, watchers), `rpc`
-//! (`KVS.Get`, `KVS.List`, `KVS.ListKeys`, `KVS.Apply` on the RPC port).
-//! The HTTP API is `http::kv`, the txn ops `http::txn_kv`. Errors keep
+//! Parts: `store` (the table, tombstones, lock-delays, watchers), `txn`
+//! (KV ops in a transaction), `rpc` (`KVS.Get`, `KVS.List`,
+//! `KVS.ListKeys`, `KVS.Apply`, `Txn.Apply`, `Txn.Read` on the RPC port),
+//! `faults` (`consul.kv`). The HTTP API is `http::kv`, its txn ops
+//! `http::txn_kv`. Errors keep
 //! Consul's words (`agent/consul/state/kvs.go`, `state/txn.go`).
 
 mod faults;
 pub(crate) mod rpc;
 mod store;
+pub(crate) mod txn;
 
 use std::time::Duration;
 
@@ -23,7 +26,6 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use store::{DirEntry, KV_FULL, KvStore};
 
 use super::sessions::{Session, Sessions};
-use super::state::Store;
 use super::{ConsulState, Gauge, blocking};
 
 /// Consul's default `limits.kv_max_value_size` (raft's suggested largest
@@ -31,7 +33,6 @@ use super::{ConsulState, Gauge, blocking};
 pub const KV_MAX_VALUE_SIZE: usize = 512 * 1024;
 
 /// A KV operation (`api.KVOp`).
-#[allow(dead_code)] // the read verbs: txn ops (next commit)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verb {
     Set,
@@ -49,7 +50,6 @@ pub(crate) enum Verb {
     CheckNotExists,
 }
 
-#[allow(dead_code)] // txn ops (next commit)
 impl Verb {
     pub(crate) fn parse(s: &str) -> Option<Self> {
         Some(match s {
@@ -101,7 +101,6 @@ pub(crate) struct KvRequest {
 /// CAS or lock that lost), and the entries a txn lists for it.
 pub(crate) struct Applied {
     pub ok: bool,
-    #[allow(dead_code)] // txn results (next commit)
     pub entries: Vec<DirEntry>,
 }
 
@@ -323,19 +322,6 @@ pub(crate) fn invalidate(kv: &mut KvStore, idx: u64, s: &Session, now: Instant) 
             kv.put(&key, Some(e), idx);
         }
         kv.delay_lock(&key, now, delay);
-    }
-}
-
-impl ConsulState {
-    /// Invalidates sessions already removed from the session table: one
-    /// raft index each, their keys released or deleted, readers woken.
-    pub(crate) fn sessions_gone(&self, store: &mut Store, gone: &[Session]) {
-        let now = Instant::now();
-        for s in gone {
-            let idx = store.next_index();
-            invalidate(&mut store.kv, idx, s, now);
-        }
-        store.kv.notify();
     }
 }
 
