@@ -1,11 +1,10 @@
 //! KV watchers (`--watch-kv`) and the KV probe (`--probe kv`) against the
-//! embedded server's HTTP KV on paused time: the probe's key reaches every
+//! embedded server's KV (RPC and HTTP) on paused time: the probe's key reaches every
 //! watcher and is gone after the run (and after `cleanup`), an index that
 //! went backwards starts the watch over, an index of 0 is read as 1 (the
 //! next read blocks), and bad answers (too large, garbage, none at all)
-//! are bounded and counted. `KVS.List` on the RPC wire is proven on a real
-//! 1.20.1's bytes (`kv_vectors.rs`); the embedded server does not answer
-//! it yet.
+//! are bounded and counted. `KVS.List`'s bytes are proven on a real
+//! 1.20.1's (`kv_vectors.rs`); here it runs against the embedded server's.
 
 mod common;
 use common::*;
@@ -46,36 +45,45 @@ async fn kv_status(t: &Target, key: &str) -> Option<u16> {
 
 #[tokio::test(start_paused = true)]
 async fn the_kv_probe_reaches_every_watcher_and_leaves_no_key() {
-    let t = start_target().await;
-    let m = metrics();
-    let cfg = ConsulConfig {
-        probe: probe(
-            ProbeKind::Kv,
-            Duration::from_secs(2),
-            Duration::from_secs(1),
-        ),
-        // A second prefix per agent, outside the probe's: watched, not timed.
-        ..kv_watching(&t, &["agent-sim/", "other/{i%4}/"], Duration::from_secs(60))
-    };
-    let (report, probes) =
-        run_fleet(cfg, fleet_of(20, Some(1000.0), Duration::from_secs(9)), &m).await;
-    assert_eq!(report.ever_connected, 20);
-    assert!(probes.len() >= 3, "{probes:?}");
-    for p in &probes {
-        assert_eq!(p.kind, "kv");
-        assert_eq!((p.delivered, p.expected), (20, 20), "{p:?}");
+    // KVS.List on the agents' RPC connection (the client wire), then long
+    // polls of the HTTP API.
+    for mode in [WatchMode::Blocking, WatchMode::Http] {
+        let t = start_target().await;
+        let m = metrics();
+        let cfg = ConsulConfig {
+            probe: probe(
+                ProbeKind::Kv,
+                Duration::from_secs(2),
+                Duration::from_secs(1),
+            ),
+            watch: mode,
+            // A second prefix per agent, outside the probe's: watched, not
+            // timed.
+            ..kv_watching(&t, &["agent-sim/", "other/{i%4}/"], Duration::from_secs(60))
+        };
+        let f = fleet_of(20, Some(1000.0), Duration::from_secs(9));
+        let (report, probes) = run_fleet(cfg, f, &m).await;
+        assert_eq!(report.ever_connected, 20, "{mode}");
+        assert!(probes.len() >= 3, "{mode}: {probes:?}");
+        for p in &probes {
+            assert_eq!(p.kind, "kv");
+            assert_eq!((p.delivered, p.expected), (20, 20), "{mode}: {p:?}");
+        }
+        let s = m.snapshot();
+        assert!(s.errors.is_empty(), "{mode}: {:?}", s.errors);
+        // Every probe changed every agent's probe prefix once.
+        let n = probes.len() as u64;
+        assert!(counter(&m, "kv_watch_results_changed") >= 20 * n, "{mode}");
+        assert!(counter(&m, "kv_watch_answers") >= 40 + 20 * n, "{mode}");
+        assert!(counter(&m, "kv_watch_bytes") > 0);
+        let rpc_lists = t.state.stats().rpc_calls.get("KVS.List").copied();
+        match mode {
+            WatchMode::Blocking => assert!(rpc_lists >= Some(40 + 20 * n), "{rpc_lists:?}"),
+            _ => assert!(rpc_lists.unwrap_or(0) == 0, "{rpc_lists:?}"),
+        }
+        let key = kv_status(&t, "agent-sim/probe/kv").await;
+        assert_eq!(key, Some(404), "{mode}: deleted");
     }
-    let s = m.snapshot();
-    assert!(s.errors.is_empty(), "{:?}", s.errors);
-    // Every probe changed every agent's probe prefix once.
-    assert!(counter(&m, "kv_watch_results_changed") >= 20 * probes.len() as u64);
-    assert!(counter(&m, "kv_watch_answers") >= 40 + 20 * probes.len() as u64);
-    assert!(counter(&m, "kv_watch_bytes") > 0);
-    assert_eq!(
-        kv_status(&t, "agent-sim/probe/kv").await,
-        Some(404),
-        "deleted"
-    );
 }
 
 #[tokio::test(start_paused = true)]
