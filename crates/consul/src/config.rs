@@ -386,6 +386,11 @@ enum Part {
 }
 
 impl NamePattern {
+    /// Whether this prefix (the same for every agent) holds `key`.
+    pub fn holds(&self, key: &str) -> bool {
+        self.is_fixed() && key.starts_with(crate::modes::kv_normal_prefix(&self.expand(0)))
+    }
+
     /// Parses a name; `{i}` is the agent index, `{i%N}` the index modulo `N`.
     pub fn parse(s: &str) -> Result<Self, String> {
         let mut parts = Vec::new();
@@ -555,17 +560,61 @@ impl ConsulConfig {
     /// returned as [`ConsulError::Invalid`] naming the field.
     pub fn validate(&self) -> Result<(), ConsulError> {
         self.checked()?;
-        crate::kv::check(self).map_err(|reason| ConsulError::Invalid {
+        self.kv_prefixes().map_err(|reason| ConsulError::Invalid {
             field: "watch_kv",
             reason,
         })?;
         Ok(())
     }
 
+    /// The prefixes of `cfg` an agent watches, checked: `--watch-kv`'s, or the
+    /// run's own with `--probe kv` and none given. With `--probe kv` every
+    /// agent is timed on its first prefix that holds the probe key (one the
+    /// same for every agent); a run where none does is refused, saying why.
+    pub fn kv_prefixes(&self) -> Result<Vec<NamePattern>, String> {
+        use crate::modes::{KV_MAX_PREFIXES, kv_own_prefix, kv_probe_key};
+        let cfg = self;
+        let probe = cfg.probe.kind == Some(ProbeKind::Kv);
+        let own = kv_own_prefix(&cfg.conn.name_prefix);
+        let raw: Vec<String> = match (&cfg.watch_kv[..], probe) {
+            ([], true) => vec![own.clone()],
+            (given, _) => given.to_vec(),
+        };
+        if raw.len() > KV_MAX_PREFIXES {
+            return Err(format!(
+                "{} prefixes: at most {KV_MAX_PREFIXES} per agent",
+                raw.len()
+            ));
+        }
+        let mut out = Vec::with_capacity(raw.len());
+        for r in &raw {
+            if r.contains(['?', '#', ' ']) {
+                return Err(format!("prefix {r:?}: no '?', '#' or space in a KV path"));
+            }
+            out.push(NamePattern::parse(r).map_err(|e| format!("prefix {r:?}: {e}"))?);
+        }
+        let key = kv_probe_key(&cfg.conn.name_prefix);
+        if probe && !out.iter().any(|p| p.holds(&key)) {
+            return Err(format!(
+                "--probe kv changes {key}, outside every watched prefix ({}): watch one that \
+                 holds it, the same for every agent (e.g. --watch-kv {own})",
+                raw.join(", ")
+            ));
+        }
+        if probe && !cfg.probe.controller {
+            return Err(
+                "--probe kv is timed by the process that writes the key: not in a sharded run's \
+                 other processes yet"
+                    .into(),
+            );
+        }
+        Ok(out)
+    }
+
     /// [`ConsulConfig::validate`], then resolves the addresses.
     pub(crate) fn prepare(&self) -> Result<Validated, ConsulError> {
         let (upstreams, probe_service) = self.checked()?;
-        let watch_kv = crate::kv::check(self).map_err(|reason| ConsulError::Invalid {
+        let watch_kv = self.kv_prefixes().map_err(|reason| ConsulError::Invalid {
             field: "watch_kv",
             reason,
         })?;

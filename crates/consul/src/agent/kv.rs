@@ -23,7 +23,6 @@ use tokio::time::Instant;
 
 use super::ConsulAgent;
 use super::subscriptions::{Arrival, delivered};
-use super::watching::HttpConnect;
 use crate::config::{ConsulConfig, NamePattern, ProbeKind};
 use crate::kv::rpc::{KvAnswer, ListArgs, ReadFuture};
 use crate::kv::{self, KvDigest};
@@ -32,6 +31,10 @@ use crate::names;
 use crate::probe::{Expect, Owed, ProbeBoard};
 use crate::rpc::mux::{CallError, MAX_ANSWER, Mux};
 use crate::watch::http::HttpWatch;
+
+/// An HTTP connection being made (as `watching` makes them).
+type HttpConnect =
+    std::pin::Pin<Box<dyn Future<Output = Result<(HttpWatch, Option<RxStamp>), CallError>> + Send>>;
 
 /// The KV counters, resolved once.
 #[derive(Debug, Clone, Copy)]
@@ -97,7 +100,7 @@ impl KvShared {
         let timed = self
             .probe_key
             .as_ref()
-            .and_then(|k| self.prefixes.iter().position(|(p, _)| kv::holds(p, k)));
+            .and_then(|k| self.prefixes.iter().position(|(p, _)| p.holds(k)));
         let watches = self
             .prefixes
             .iter()
@@ -263,7 +266,8 @@ impl ConsulAgent {
         mut mux: Option<&mut Mux>,
         now: Instant,
     ) -> Instant {
-        let mut next = super::session::far_future();
+        // Nothing due within a session: an hour on.
+        let mut next = now + Duration::from_secs(3600);
         for i in 0..s.calls.len() {
             if let Call::Idle { at } = s.calls[i].call
                 && at <= now

@@ -16,7 +16,10 @@ pub mod rpc;
 
 use std::time::Duration;
 
-use crate::config::{ConsulConfig, NamePattern, ProbeKind};
+pub use crate::modes::{
+    KV_MAX_PREFIXES as MAX_PREFIXES, kv_normal_prefix as normal_prefix,
+    kv_own_prefix as own_prefix, kv_probe_key as probe_key,
+};
 
 /// What a KV watch answer is reduced to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -80,24 +83,6 @@ pub fn probe_value(raw: &[u8]) -> Option<u64> {
     std::str::from_utf8(raw).ok()?.trim().parse().ok()
 }
 
-/// The key `--probe kv` changes: `<name-prefix>/probe/kv`, inside the
-/// run's own part of the KV store.
-pub fn probe_key(name_prefix: &str) -> String {
-    format!("{name_prefix}/probe/kv")
-}
-
-/// The prefix every agent watches with `--probe kv` and no `--watch-kv`:
-/// the run's own, `<name-prefix>/`.
-pub fn own_prefix(name_prefix: &str) -> String {
-    format!("{name_prefix}/")
-}
-
-/// A watched prefix as a path (`/v1/kv/<prefix>`) and `KVS.List`'s `Key`
-/// take it: without a leading `/` (Consul's HTTP handler strips it).
-pub fn normal_prefix(prefix: &str) -> &str {
-    prefix.trim_start_matches('/')
-}
-
 /// The index the next read asks past, after an answer at `answered` when
 /// the last asked past `previous`. Matched on consul-template's view
 /// (`watch/view.go`): an index lower than the last one starts over at 0.
@@ -159,59 +144,14 @@ pub(crate) async fn bounded<S>(
         })
 }
 
-/// Most prefixes one agent watches.
-pub const MAX_PREFIXES: usize = 16;
-
-/// Whether the prefix `p` (the same for every agent) holds the probe key.
-pub fn holds(p: &NamePattern, key: &str) -> bool {
-    p.is_fixed() && key.starts_with(normal_prefix(&p.expand(0)))
-}
-
-/// The prefixes of `cfg` an agent watches, checked: `--watch-kv`'s, or the
-/// run's own with `--probe kv` and none given. With `--probe kv` every
-/// agent is timed on its first prefix that holds the probe key (one the
-/// same for every agent); a run where none does is refused, saying why.
-pub fn check(cfg: &ConsulConfig) -> Result<Vec<NamePattern>, String> {
-    let probe = cfg.probe.kind == Some(ProbeKind::Kv);
-    let own = own_prefix(&cfg.conn.name_prefix);
-    let raw: Vec<String> = match (&cfg.watch_kv[..], probe) {
-        ([], true) => vec![own.clone()],
-        (given, _) => given.to_vec(),
-    };
-    if raw.len() > MAX_PREFIXES {
-        return Err(format!(
-            "{} prefixes: at most {MAX_PREFIXES} per agent",
-            raw.len()
-        ));
-    }
-    let mut out = Vec::with_capacity(raw.len());
-    for r in &raw {
-        if r.contains(['?', '#', ' ']) {
-            return Err(format!("prefix {r:?}: no '?', '#' or space in a KV path"));
-        }
-        out.push(NamePattern::parse(r).map_err(|e| format!("prefix {r:?}: {e}"))?);
-    }
-    let key = probe_key(&cfg.conn.name_prefix);
-    if probe && !out.iter().any(|p| holds(p, &key)) {
-        return Err(format!(
-            "--probe kv changes {key}, outside every watched prefix ({}): watch one that \
-             holds it, the same for every agent (e.g. --watch-kv {own})",
-            raw.join(", ")
-        ));
-    }
-    if probe && !cfg.probe.controller {
-        return Err(
-            "--probe kv is timed by the process that writes the key: not in a sharded run's \
-             other processes yet"
-                .into(),
-        );
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{ConsulConfig, ProbeKind};
+
+    fn check(c: &ConsulConfig) -> Result<Vec<crate::config::NamePattern>, String> {
+        c.kv_prefixes()
+    }
 
     #[test]
     fn a_probe_key_outside_a_watched_prefix_is_refused() {
