@@ -653,3 +653,72 @@ async fn lock_stuck_takes_the_key_for_good() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn agent_metrics_time_kv_and_txn_applies_under_consuls_names() {
+    let t = start(ConsulTargetConfig::default()).await;
+    within(async {
+        put(&t, "/v1/kv/m/a", "1").await;
+        call(&t, "DELETE", "/v1/kv/m/a", Bytes::new()).await;
+        put(
+            &t,
+            "/v1/txn",
+            r#"[{"KV":{"Verb":"set","Key":"m/b","Value":"eA=="}}]"#,
+        )
+        .await;
+        put(&t, "/v1/txn", r#"[{"KV":{"Verb":"get","Key":"m/b"}}]"#).await;
+        let r = get(&t, "/v1/agent/metrics?format=prometheus").await;
+        assert_eq!(r.status, 200);
+        let text = r.text();
+        for line in [
+            "# TYPE consul_kvs_apply summary",
+            "consul_kvs_apply_count 2",
+            "consul_txn_apply_count 1",
+            "consul_txn_read_count 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in {text}");
+        }
+        let json = get(&t, "/v1/agent/metrics").await.json();
+        let names: Vec<&str> = json["Samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["Name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["consul.kvs.apply", "consul.txn.apply", "consul.txn.read"]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_deregistered_node_releases_its_sessions_locks_in_the_same_write() {
+    let t = start(ConsulTargetConfig::default()).await;
+    within(async {
+        let reg = put(
+            &t,
+            "/v1/catalog/register",
+            r#"{"Node":"n1","Address":"10.0.0.1"}"#,
+        )
+        .await;
+        assert_eq!(reg.status, 200, "{}", reg.text());
+        let s = session(&t, r#"{"Node":"n1","NodeChecks":[]}"#).await;
+        let r = call(&t, "PUT", &format!("/v1/kv/lk?acquire={s}"), "x").await;
+        assert_eq!(r.text(), "true");
+        put(&t, "/v1/catalog/deregister", r#"{"Node":"n1"}"#).await;
+        let raft = t.state.stats().raft_index;
+        let e = get(&t, "/v1/kv/lk").await.json();
+        assert!(e[0].get("Session").is_none(), "{e}");
+        assert_eq!(
+            e[0]["ModifyIndex"], raft,
+            "released at the deregistration's index"
+        );
+        assert_eq!(
+            get(&t, &format!("/v1/session/info/{s}")).await.json(),
+            json!([])
+        );
+    })
+    .await;
+}

@@ -359,3 +359,123 @@ async fn a_blocking_kvs_list_wakes_when_its_prefix_changes() {
     .await
     .expect("bounded");
 }
+
+#[derive(Serialize)]
+struct TxnReq<'a> {
+    #[serde(rename = "Datacenter")]
+    datacenter: &'a str,
+    #[serde(rename = "Ops")]
+    ops: Vec<TxnOpReq<'a>>,
+}
+
+#[derive(Serialize)]
+struct TxnOpReq<'a> {
+    #[serde(rename = "KV")]
+    kv: TxnKvReq<'a>,
+}
+
+#[derive(Serialize)]
+struct TxnKvReq<'a> {
+    #[serde(rename = "Verb")]
+    verb: &'a str,
+    #[serde(rename = "DirEnt")]
+    dir_ent: DirEnt<'a>,
+}
+
+fn txn_op<'a>(verb: &'a str, key: &'a str, value: &'a [u8]) -> TxnOpReq<'a> {
+    TxnOpReq {
+        kv: TxnKvReq {
+            verb,
+            dir_ent: apply(verb, key, value, "", 0).dir_ent,
+        },
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct TxnResp {
+    #[serde(rename = "Results")]
+    results: Option<Vec<TxnRes>>,
+    #[serde(rename = "Errors")]
+    errors: Option<Vec<TxnErr>>,
+    #[serde(rename = "Index", default)]
+    index: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TxnRes {
+    #[serde(rename = "KV")]
+    kv: Option<Entry>,
+    #[serde(rename = "Node")]
+    node: Option<()>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TxnErr {
+    #[serde(rename = "OpIndex")]
+    op_index: u64,
+    #[serde(rename = "What")]
+    what: String,
+}
+
+/// `Txn.Apply` and `Txn.Read` in the layout a 1.20.1 server answered the
+/// same calls with: `{Errors, Results}` (a read's with its `QueryMeta`),
+/// each result `{Check: nil, KV, Node: nil, Service: nil}`, keys sorted.
+#[tokio::test]
+async fn txn_apply_and_read_answer_as_a_real_server_does() {
+    let t = start().await;
+    tokio::time::timeout(BOUND, async {
+        let w = TxnReq {
+            datacenter: "dc1",
+            ops: vec![txn_op("set", "tx/a", b"one"), txn_op("get", "tx/a", b"")],
+        };
+        let (err, body) = call(t.rpc, "Txn.Apply", &w).await;
+        assert_eq!(err, "");
+        let mut head = vec![0x82, 0xa6];
+        head.extend_from_slice(b"Errors");
+        head.extend_from_slice(&[0xc0, 0xa7]);
+        head.extend_from_slice(b"Results");
+        head.extend_from_slice(&[0x92, 0x84, 0xa5]);
+        head.extend_from_slice(b"Check");
+        head.extend_from_slice(&[0xc0, 0xa2]);
+        head.extend_from_slice(b"KV");
+        assert_eq!(&body[..head.len()], &head[..]);
+        let resp: TxnResp = rmp_serde::from_slice(&body).unwrap();
+        let results = resp.results.unwrap();
+        let (set, got) = (
+            results[0].kv.as_ref().unwrap(),
+            results[1].kv.as_ref().unwrap(),
+        );
+        assert!(set.value.0.is_empty(), "a write's result has no value");
+        assert_eq!(got.value.0, b"one");
+        assert!(results[0].node.is_none());
+        // Reads only: the query meta beside; an absent key is its op's error.
+        let r = TxnReq {
+            datacenter: "dc1",
+            ops: vec![txn_op("get", "tx/a", b""), txn_op("get", "tx/none", b"")],
+        };
+        let (err, body) = call(t.rpc, "Txn.Read", &r).await;
+        assert_eq!(err, "");
+        let resp: TxnResp = rmp_serde::from_slice(&body).unwrap();
+        assert!(resp.results.is_none());
+        let e = &resp.errors.unwrap()[0];
+        assert_eq!(
+            (e.op_index, e.what.as_str()),
+            (1, "key \"tx/none\" doesn't exist")
+        );
+        assert_eq!(resp.index, Some(1));
+        let b = TxnReq {
+            datacenter: "dc1",
+            ops: vec![txn_op("bogus", "tx/a", b"")],
+        };
+        let (_, body) = call(t.rpc, "Txn.Apply", &b).await;
+        let resp: TxnResp = rmp_serde::from_slice(&body).unwrap();
+        assert_eq!(resp.errors.unwrap()[0].what, "unknown KV operation: bogus");
+        let calls = t.state.stats().rpc_calls;
+        assert_eq!(
+            (calls.get("Txn.Apply"), calls.get("Txn.Read")),
+            (Some(&2), Some(&1))
+        );
+    })
+    .await
+    .expect("bounded");
+}

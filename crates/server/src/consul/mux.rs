@@ -3,7 +3,7 @@
 //! msgpack values back to back (one yamux frame per answer, as a real
 //! server writes it). Calls are answered one after another per stream:
 //! blocking queries (`Health.ServiceNodes`, [`super::blocking`]), KV
-//! reads and writes (`KVS.*`, `super::kv::rpc`) and a
+//! reads and writes (`KVS.*`, `Txn.*`, `super::kv::rpc`) and a
 //! client agent's own calls ([`super::agent_rpc`]); any other method gets
 //! net/rpc's words for it. Faults (`consul.rpc`) delay, stall, refuse or
 //! close calls.

@@ -267,7 +267,7 @@ pub(crate) fn deregister(state: &ConsulState, b: DeregisterBody) -> Result<(), W
     if node_removed {
         // A node's sessions die with it, and their locks.
         let gone = state.sessions().remove_node(&b.node);
-        state.sessions_gone(&mut store, &gone);
+        state.sessions_gone(&mut store, &gone, Some(idx));
     }
     drop(store);
     let c = &state.inner.counters;
@@ -424,7 +424,7 @@ pub(crate) fn destroy_session(state: &ConsulState, id: &str) {
     let mut store = state.store();
     let gone = state.sessions().remove(id);
     match gone {
-        Some(s) => state.sessions_gone(&mut store, &[s]),
+        Some(s) => state.sessions_gone(&mut store, &[s], None),
         None => {
             store.next_index();
         }
@@ -432,14 +432,15 @@ pub(crate) fn destroy_session(state: &ConsulState, id: &str) {
 }
 
 impl ConsulState {
-    /// Invalidates sessions already removed from the session table: one
-    /// raft index each, their keys released or deleted (`kv::invalidate`),
-    /// KV readers woken.
-    pub(crate) fn sessions_gone(&self, store: &mut Store, gone: &[Session]) {
+    /// Invalidates sessions already removed from the session table, their
+    /// keys released or deleted (`kv::invalidate`), KV readers woken: at
+    /// `idx` (the write that removed them, a node's deregistration), or at
+    /// a raft index of each one's own (a destroy, an expiry).
+    pub(crate) fn sessions_gone(&self, store: &mut Store, gone: &[Session], idx: Option<u64>) {
         let now = Instant::now();
         for s in gone {
-            let idx = store.next_index();
-            kv::invalidate(&mut store.kv, idx, s, now);
+            let at = idx.unwrap_or_else(|| store.next_index());
+            kv::invalidate(&mut store.kv, at, s, now);
         }
         store.kv.notify();
     }
@@ -455,7 +456,7 @@ impl ConsulState {
         c.sessions_expired
             .fetch_add(gone.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let mut store = self.store();
-        self.sessions_gone(&mut store, &gone);
+        self.sessions_gone(&mut store, &gone, None);
     }
 }
 

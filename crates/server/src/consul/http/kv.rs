@@ -14,7 +14,6 @@ use http_body_util::Full;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Response, StatusCode};
 use serde::Serialize;
-use tokio::time::Instant;
 
 use super::{ApiRequest, Body, json_bytes, json_response, server_error, text};
 use crate::consul::ConsulState;
@@ -355,49 +354,6 @@ fn kv_delete(state: &ConsulState, key: &str, p: &Params, token: &str) -> Respons
     match state.kv_apply(verb, &r) {
         Ok(ok) => json_response(StatusCode::OK, &(ok || verb != Verb::DeleteCas)),
         Err(e) => server_error(format!("raft apply failed: {e}")),
-    }
-}
-
-impl ConsulState {
-    /// Counts a KV read.
-    pub(crate) fn kv_read(&self) {
-        let c = &self.inner.counters;
-        c.bump(&c.kv_reads);
-    }
-
-    /// `KVS.Apply` of one write: refused (`false`, no raft write) when a
-    /// lock is asked within the key's lock-delay; otherwise applied at the
-    /// next raft index (a CAS or lock that loses still takes one).
-    pub(crate) fn kv_apply(&self, verb: Verb, r: &KvRequest) -> Result<bool, String> {
-        let c = &self.inner.counters;
-        let mut store = self.store();
-        if verb == Verb::Lock && store.kv.lock_delayed(&r.key, Instant::now()) {
-            c.bump(&c.kv_lock_refused);
-            return Ok(false);
-        }
-        let idx = store.next_index();
-        if verb == Verb::Lock && !r.session.is_empty() && self.kv_lock_stuck(&r.key) {
-            self.take_for_good(&mut store.kv, idx, &r.key);
-            store.kv.notify();
-            c.bump(&c.kv_writes);
-            c.bump(&c.kv_lock_refused);
-            return Ok(false);
-        }
-        let sessions = self.sessions();
-        let applied = kv::apply(&mut store.kv, &sessions, idx, verb, r);
-        drop(sessions);
-        store.kv.notify();
-        drop(store);
-        c.bump(&c.kv_writes);
-        let ok = applied?.ok;
-        if verb == Verb::Lock {
-            c.bump(if ok {
-                &c.kv_lock_acquires
-            } else {
-                &c.kv_lock_refused
-            });
-        }
-        Ok(ok)
     }
 }
 

@@ -39,7 +39,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use agent::agent_members;
+use agent::{agent_members, agent_metrics};
 use catalog::{catalog_deregister, catalog_register, health_node, health_service, health_state};
 use config::{config_delete, config_get, config_put};
 use read::{catalog_node, catalog_nodes, catalog_service, coordinate_nodes, session_list};
@@ -490,6 +490,7 @@ pub fn dispatch(state: &ConsulState, req: &ApiRequest<'_>) -> Response<Body> {
         ("kv", key) => kv::kv_endpoint(state, req, key),
         ("coordinate", "nodes") if method == Method::GET => coordinate_nodes(state),
         ("agent", "members") if method == Method::GET => agent_members(state, token),
+        ("agent", "metrics") if method == Method::GET => agent_metrics(state, query),
         ("status", "leader") => {
             if method != Method::GET {
                 return not_allowed();

@@ -17,6 +17,7 @@ use crate::consul::render::{check_json, node_json, service_json};
 use crate::consul::state::{
     CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Store, Touched, WriteError,
 };
+use crate::consul::timing::TxnTimer;
 use crate::consul::writes::{
     CheckBody, NodeBody, ServiceBody, check_def, node_def, nullable, service_def,
 };
@@ -254,6 +255,7 @@ pub(super) fn txn(state: &ConsulState, body: &[u8]) -> Response<Body> {
         }
     }
     let writes = ops.iter().any(Op::is_write);
+    let _timer = TxnTimer::start(state, writes);
     let mut store = state.store();
     if errors.is_empty() {
         errors = validate(&store, &ops);
@@ -444,7 +446,7 @@ fn catalog_pass(
             gone.extend(sessions.remove_node(n));
         }
         drop(sessions);
-        state.sessions_gone(store, &gone);
+        state.sessions_gone(store, &gone, Some(idx));
     }
     let c = &state.inner.counters;
     let ord = std::sync::atomic::Ordering::Relaxed;

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use store::{DirEntry, KV_FULL, KvStore};
 
 use super::sessions::{Session, Sessions};
+use super::timing::Timed;
 use super::{ConsulState, Gauge, blocking};
 
 /// Consul's default `limits.kv_max_value_size` (raft's suggested largest
@@ -322,6 +323,56 @@ pub(crate) fn invalidate(kv: &mut KvStore, idx: u64, s: &Session, now: Instant) 
             kv.put(&key, Some(e), idx);
         }
         kv.delay_lock(&key, now, delay);
+    }
+}
+
+impl ConsulState {
+    /// Counts a KV read.
+    pub(crate) fn kv_read(&self) {
+        let c = &self.inner.counters;
+        c.bump(&c.kv_reads);
+    }
+
+    /// `KVS.Apply` of one write: refused (`false`, no raft write) when a
+    /// lock is asked within the key's lock-delay; otherwise applied at the
+    /// next raft index (a CAS or lock that loses still takes one).
+    pub(crate) fn kv_apply(&self, verb: Verb, r: &KvRequest) -> Result<bool, String> {
+        let started = std::time::Instant::now();
+        let answer = self.kv_apply_untimed(verb, r);
+        self.timed(Timed::KvsApply, started);
+        answer
+    }
+
+    fn kv_apply_untimed(&self, verb: Verb, r: &KvRequest) -> Result<bool, String> {
+        let c = &self.inner.counters;
+        let mut store = self.store();
+        if verb == Verb::Lock && store.kv.lock_delayed(&r.key, Instant::now()) {
+            c.bump(&c.kv_lock_refused);
+            return Ok(false);
+        }
+        let idx = store.next_index();
+        if verb == Verb::Lock && !r.session.is_empty() && self.kv_lock_stuck(&r.key) {
+            self.take_for_good(&mut store.kv, idx, &r.key);
+            store.kv.notify();
+            c.bump(&c.kv_writes);
+            c.bump(&c.kv_lock_refused);
+            return Ok(false);
+        }
+        let sessions = self.sessions();
+        let applied = apply(&mut store.kv, &sessions, idx, verb, r);
+        drop(sessions);
+        store.kv.notify();
+        drop(store);
+        c.bump(&c.kv_writes);
+        let ok = applied?.ok;
+        if verb == Verb::Lock {
+            c.bump(if ok {
+                &c.kv_lock_acquires
+            } else {
+                &c.kv_lock_refused
+            });
+        }
+        Ok(ok)
     }
 }
 

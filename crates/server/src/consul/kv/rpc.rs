@@ -2,8 +2,9 @@
 //! the calls a client agent forwards for consul-template or Vault:
 //! `KVS.Get` and `KVS.List` (`KeyRequest` → `IndexedDirEntries`),
 //! `KVS.ListKeys` (`KeyListRequest` → `IndexedKeyList`), each a blocking
-//! query on `MinQueryIndex`/`MaxQueryTime`, and `KVS.Apply` (`KVSRequest`
-//! → a bool). Requests are decoded by field name (any order, unknown
+//! query on `MinQueryIndex`/`MaxQueryTime`, `KVS.Apply` (`KVSRequest`
+//! → a bool), and `Txn.Apply` / `Txn.Read` with KV ops (`TxnRequest` →
+//! `TxnResponse`, what an agent forwards for `/v1/txn`). Requests are decoded by field name (any order, unknown
 //! fields ignored, a `Value` as msgpack bin or str); answers are written
 //! as a 1.20.1 server writes them (checked against one): keys sorted,
 //! `Value` as a msgpack str, `Entries`/`Keys` nil when empty, the
@@ -17,8 +18,9 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use tokio_util::sync::CancellationToken;
 
-use super::{DirEntry, KvRequest, Query, Verb, wait};
+use super::{DirEntry, KvRequest, Query, Verb, txn, wait};
 use crate::consul::ConsulState;
+use crate::consul::timing::TxnTimer;
 use crate::consul::writes::nullable;
 
 /// `KeyRequest` and `KeyListRequest` (the fields this server reads).
@@ -71,6 +73,48 @@ struct DirEnt {
     session: String,
     #[serde(rename = "ModifyIndex", deserialize_with = "nullable")]
     modify_index: u64,
+}
+
+/// `TxnRequest` / `TxnReadRequest` (the fields this server reads).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct TxnRequest {
+    #[serde(rename = "Datacenter", deserialize_with = "nullable")]
+    datacenter: String,
+    #[serde(rename = "Ops", deserialize_with = "nullable")]
+    ops: Vec<TxnOp>,
+    #[serde(rename = "Token", deserialize_with = "nullable")]
+    token: String,
+}
+
+/// `TxnOp`: a KV op is served; any other kind is named only.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct TxnOp {
+    #[serde(rename = "KV")]
+    kv: Option<TxnKvOp>,
+}
+
+/// `TxnKVOp`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct TxnKvOp {
+    #[serde(rename = "Verb", deserialize_with = "nullable")]
+    verb: String,
+    #[serde(rename = "DirEnt", deserialize_with = "nullable")]
+    dir_ent: DirEnt,
+}
+
+impl DirEnt {
+    fn request(self) -> KvRequest {
+        KvRequest {
+            key: self.key,
+            flags: self.flags,
+            value: Bytes::from(self.value),
+            session: self.session,
+            index: self.modify_index,
+        }
+    }
 }
 
 /// Go's `[]byte`: msgpack bin (or str, or nil).
@@ -180,6 +224,7 @@ pub(crate) async fn answer(
     Some(match method {
         "KVS.Get" | "KVS.List" | "KVS.ListKeys" => read(state, method, args, shutdown).await,
         "KVS.Apply" => apply(state, args),
+        "Txn.Apply" | "Txn.Read" => txn(state, method, args),
         _ => return None,
     })
 }
@@ -276,14 +321,7 @@ fn apply(state: &ConsulState, args: &[u8]) -> Result<Bytes, String> {
             req.op
         ));
     }
-    let d = req.dir_ent;
-    let r = KvRequest {
-        key: d.key,
-        flags: d.flags,
-        value: Bytes::from(d.value),
-        session: d.session,
-        index: d.modify_index,
-    };
+    let r = req.dir_ent.request();
     let ok = state
         .kv_apply(verb, &r)
         .map_err(|e| format!("raft apply failed: {e}"))?;
@@ -294,4 +332,112 @@ fn apply(state: &ConsulState, args: &[u8]) -> Result<Bytes, String> {
         Verb::Cas | Verb::Lock | Verb::Unlock | Verb::DeleteCas
     );
     Ok(encode_bool(answers && ok))
+}
+
+/// `Txn.Apply` (a raft write, whatever its ops) and `Txn.Read` (reads
+/// only): `TxnResponse` (`Results`, `Errors`), the read's with its
+/// `QueryMeta`. Only KV ops are served; another kind is that op's error.
+fn txn(state: &ConsulState, method: &str, args: &[u8]) -> Result<Bytes, String> {
+    let req: TxnRequest = decode(args)?;
+    admitted(state, &req.token, &req.datacenter)?;
+    let read = method == "Txn.Read";
+    let mut ops = Vec::with_capacity(req.ops.len());
+    let mut errors = Vec::new();
+    for (i, op) in req.ops.into_iter().enumerate() {
+        let Some(kv) = op.kv else {
+            errors.push((i, NOT_KV.to_owned()));
+            continue;
+        };
+        let r = kv.dir_ent.request();
+        match txn::check(&kv.verb, &r) {
+            Ok(verb) if read && verb.is_write() => {
+                errors.push((i, format!("{} in a read-only transaction", kv.verb)));
+            }
+            Ok(verb) => ops.push((i, verb, r)),
+            Err(what) => errors.push((i, what)),
+        }
+    }
+    let writes = !read;
+    let _timer = TxnTimer::start(state, writes);
+    let mut store = state.store();
+    let now = tokio::time::Instant::now();
+    if errors.is_empty() {
+        errors = ops
+            .iter()
+            .filter_map(|(i, verb, r)| txn::delayed(&store.kv, *verb, r, now).map(|w| (*i, w)))
+            .collect();
+    }
+    let outcome = if errors.is_empty() {
+        let idx = if read {
+            store.raft_index
+        } else {
+            store.next_index()
+        };
+        let sessions = state.sessions();
+        let kv_ops = ops.iter().map(|(i, verb, r)| (*i, *verb, r));
+        let applied = txn::apply_all(state, &mut store.kv, &sessions, idx, kv_ops);
+        drop(sessions);
+        applied
+    } else {
+        Err(errors)
+    };
+    drop(store);
+    if outcome.is_ok() {
+        let c = &state.inner.counters;
+        c.bump(&c.kv_txns);
+    }
+    Ok(txn_response(read, &outcome))
+}
+
+/// Words for a non-KV op of a txn on the RPC port.
+const NOT_KV: &str = "agent-sim serve: only KV operations are served in a txn over RPC";
+
+/// `TxnResponse` (and `TxnReadResponse`, its `QueryMeta` beside it),
+/// keys sorted.
+fn txn_response(read: bool, outcome: &Result<Vec<(usize, DirEntry)>, Vec<txn::OpError>>) -> Bytes {
+    let mut buf = Vec::with_capacity(256);
+    let mut w = Writer(&mut buf);
+    w.map(if read { 9 } else { 2 });
+    if read {
+        w.kv_uint("Backend", 0);
+        w.kv_str("ConsistencyLevel", "");
+    }
+    w.str("Errors");
+    match outcome {
+        Err(errors) => {
+            w.array(errors.len() as u32);
+            for (i, what) in errors {
+                w.map(2).kv_uint("OpIndex", *i as u64).kv_str("What", what);
+            }
+        }
+        Ok(_) => {
+            w.nil();
+        }
+    }
+    if read {
+        w.kv_uint("Index", 1);
+        w.kv_bool("KnownLeader", true);
+        w.kv_uint("LastContact", 0);
+        w.kv_bool("NotModified", false);
+    }
+    w.str("Results");
+    match outcome {
+        Ok(results) => {
+            w.array(results.len() as u32);
+            // Every kind's field is written, the others nil (as a real
+            // server writes a `TxnResult`).
+            for (_, e) in results {
+                w.map(4).str("Check").nil().str("KV");
+                write_entry(&mut w, e);
+                w.str("Node").nil().str("Service").nil();
+            }
+        }
+        Err(_) => {
+            w.nil();
+        }
+    }
+    if read {
+        w.kv_bool("ResultsFilteredByACLs", false);
+    }
+    Bytes::from(buf)
 }
