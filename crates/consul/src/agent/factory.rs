@@ -70,6 +70,11 @@ impl ConsulFactory {
             host: v.http_addr.to_string(),
         };
         let board = match (cfg.probe.kind, &v.probe_service) {
+            (Some(ProbeKind::Kv), _) => Some(Arc::new(ProbeBoard::new(
+                ProbeKind::Kv,
+                &crate::kv::probe_key(&cfg.conn.name_prefix),
+                &cfg.conn.name_prefix,
+            ))),
             (Some(kind), Some(svc)) if cfg.probe.controller => {
                 Some(Arc::new(ProbeBoard::new(kind, svc, &cfg.conn.name_prefix)))
             }
@@ -103,6 +108,7 @@ impl ConsulFactory {
             _ => None,
         };
         let flap_interval = cfg.flap_rate.map(|r| r.interval());
+        let kv = super::kv::KvShared::new(&cfg, v.watch_kv);
         Ok(ConsulFactory {
             shared: Arc::new(Shared {
                 token: cfg.conn.token.clone().unwrap_or_default(),
@@ -118,6 +124,7 @@ impl ConsulFactory {
                 flap_interval,
                 watch_api,
                 gossip,
+                kv,
             }),
         })
     }
@@ -308,6 +315,7 @@ impl AgentFactory for ConsulFactory {
             session_server: 0,
             moved: false,
             moved_link: None,
+            kv: s.kv.watches(index),
         }
     }
 }

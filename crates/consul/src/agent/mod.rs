@@ -24,6 +24,7 @@
 //! flaps, the exit cleanup).
 
 mod factory;
+mod kv;
 mod link;
 mod session;
 mod streaming;
@@ -92,6 +93,7 @@ pub(crate) struct Ids {
     skips: CounterId,
     /// A client agent's calls by method (`link::Rpc` order).
     rpc: [LatencyId; 7],
+    kv: kv::KvIds,
 }
 
 impl Ids {
@@ -139,6 +141,7 @@ impl Ids {
             pings: m.counter(names::ROUTER_PINGS),
             skips: m.counter(names::ROUTER_SKIPS),
             rpc: names::RPC_LATENCIES.map(|n| m.latency(n)),
+            kv: kv::KvIds::resolve(m),
         })
     }
 }
@@ -160,6 +163,8 @@ pub(crate) struct Shared {
     watch_api: WatchApi,
     /// The agents' gossip pool (client wire with `--gossip on`).
     gossip: Option<crate::gossip::Gossip>,
+    /// The KV prefixes watched (`--watch-kv`), and the probe key.
+    kv: kv::KvShared,
 }
 
 /// The HTTP API as `--watch http` dials it: a connection per watched
@@ -257,7 +262,11 @@ pub struct ConsulAgent {
     /// The connection a rebalance checked the server it moved to on
     /// (client wire), and that server: the next session's, as a real
     /// agent's pool keeps it (dropped if that session goes elsewhere).
-    moved_link: Option<(usize, Box<Link>)>,
+    /// (Its server is the link's own.)
+    moved_link: Option<Box<Link>>,
+    /// The agent's KV watches (`--watch-kv`; a thin pointer, `None`
+    /// without any: the agent struct stays within 128 bytes).
+    kv: Option<Box<Box<[kv::KvWatch]>>>,
 }
 
 impl std::fmt::Debug for ConsulAgent {
