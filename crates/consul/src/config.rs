@@ -75,6 +75,9 @@ pub struct ConsulConfig {
     pub seed: Option<crate::modes::SeedService>,
     /// The agents' gossip membership (client wire only; `None`: off).
     pub gossip: Option<crate::gossip::GossipConfig>,
+    /// Simulated Vault servers storing in the cluster (`--vault-nodes`;
+    /// run by the probe's controller process only).
+    pub vault: Option<Box<crate::vault::VaultConfig>>,
 }
 
 impl Default for ConsulConfig {
@@ -101,6 +104,7 @@ impl Default for ConsulConfig {
             watch: crate::modes::WatchMode::default(),
             blocking_wait: crate::modes::DEFAULT_WAIT,
             seed: None,
+            vault: None,
         }
     }
 }
@@ -566,6 +570,9 @@ impl ConsulConfig {
             .check("no RPC target (host:port of a server's port 8300)")
         {
             return bad(field, reason);
+        }
+        if let Some(v) = &self.vault {
+            v.validate(&self.conn.name_prefix)?;
         }
         if self.upstreams.is_empty() {
             return bad("upstreams", "needs at least one service".into());

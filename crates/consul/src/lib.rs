@@ -25,6 +25,8 @@
 //!   process, [`ProbeObserver`] in the others, [`probe::ProbeBoard`]).
 //! - [`ConsulFactory`] / [`ConsulAgent`]: the `agent_sim_fleet` agent.
 //! - [`cleanup`]: removes what a killed run left (`agent-sim cleanup`).
+//! - [`vault`]: simulated Vault servers storing in the cluster
+//!   ([`vault::VaultRunner`], `--vault-nodes`).
 //!
 //! What it is not: a Consul server (see `agent-sim-server`), nor a CLI; it
 //! prints nothing.
@@ -41,6 +43,7 @@ pub mod probe;
 pub mod rpc;
 pub mod seed;
 pub mod txn;
+pub mod vault;
 pub mod view;
 pub mod watch;
 
