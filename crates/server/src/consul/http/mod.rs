@@ -16,6 +16,7 @@
 mod agent;
 mod catalog;
 mod config;
+mod kv;
 mod read;
 mod session_api;
 mod txn;
@@ -54,8 +55,12 @@ use crate::faults::{self, Action, ConnCtl, INJECTED_WORDS, RETRY_ELSEWHERE, RETR
 
 /// Consul's `txn_max_req_len` default; used as the body limit everywhere.
 const MAX_BODY: usize = 512 * 1024;
-/// Most operations in one `/v1/txn`.
+/// Most operations in one `/v1/txn` (`maxTxnOps`).
 const MAX_TXN_OPS: usize = 128;
+/// Most bytes of a KV `PUT` body read without a `Content-Length` (a real
+/// agent checks `kv_max_value_size` against the header only, and took a
+/// chunked 8 MiB value).
+const MAX_KV_BODY: usize = 16 * 1024 * 1024;
 
 type Body = Full<Bytes>;
 
@@ -311,9 +316,25 @@ async fn handle(
             .unwrap_or(Duration::ZERO);
         block(state, service, min, wait, None).await;
     }
-    // Bound: a request body is read up to MAX_BODY, then refused (413).
+    // A blocking KV read: held until the key's (or prefix's) index passes.
+    if method == Method::GET
+        && let Some(key) = path.strip_prefix("/v1/kv/")
+        && let Some(min) = query_param(&query, "index").and_then(|v| v.parse::<u64>().ok())
+    {
+        let wait = query_param(&query, "wait")
+            .and_then(go_duration)
+            .unwrap_or(Duration::ZERO);
+        kv::hold(state, key, &query, min, wait).await;
+    }
+    let is_kv_put = method == Method::PUT && path.starts_with("/v1/kv/");
+    if is_kv_put && let Some(refused) = kv::too_large(state, &req) {
+        return refused;
+    }
+    // Bound: a request body is read up to MAX_BODY (a KV value up to
+    // MAX_KV_BODY), then refused (413).
+    let limit = if is_kv_put { MAX_KV_BODY } else { MAX_BODY };
     let body = if method == Method::PUT || method == Method::POST {
-        match read_body(req.into_body()).await {
+        match read_body(req.into_body(), limit).await {
             Ok(b) => b,
             Err(r) => return r.into(),
         }
@@ -469,6 +490,7 @@ pub fn dispatch(state: &ConsulState, req: &ApiRequest<'_>) -> Response<Body> {
         ("health", t) if method == Method::GET && t.starts_with("state/") => {
             health_state(state, &t["state/".len()..])
         }
+        ("kv", key) => kv::kv_endpoint(state, req, key),
         ("coordinate", "nodes") if method == Method::GET => coordinate_nodes(state),
         ("agent", "members") if method == Method::GET => agent_members(state, token),
         ("status", "leader") => {
@@ -490,12 +512,12 @@ impl From<Reject> for Response<Body> {
     }
 }
 
-async fn read_body(body: Incoming) -> Result<Bytes, Reject> {
-    match Limited::new(body, MAX_BODY).collect().await {
+async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, Reject> {
+    match Limited::new(body, limit).collect().await {
         Ok(b) => Ok(b.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Reject(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("Request body too large, max size: {MAX_BODY} bytes"),
+            format!("Request body too large, max size: {limit} bytes"),
         )),
         Err(e) => Err(Reject(
             StatusCode::BAD_REQUEST,

@@ -328,10 +328,13 @@ pub(super) fn txn(state: &ConsulState, body: &[u8]) -> Response<Body> {
         store.commit(idx, t);
     }
     if !removed_nodes.is_empty() {
+        let mut gone = Vec::new();
         let mut sessions = state.sessions();
         for n in &removed_nodes {
-            sessions.remove_node(n);
+            gone.extend(sessions.remove_node(n));
         }
+        drop(sessions);
+        state.sessions_gone(&mut store, &gone);
     }
     drop(store);
     let c = &state.inner.counters;

@@ -1,0 +1,1 @@
+//! `KVS.*` calls on the multiplexed RPC port (filled in next).

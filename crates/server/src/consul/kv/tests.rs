@@ -1,0 +1,1 @@
+//! Unit tests of the KV operations (filled in next).
