@@ -426,3 +426,168 @@ async fn value_size_limit_answers_like_the_agent() {
     })
     .await;
 }
+
+// ---------------------------------------------------------------- txn
+
+/// `/v1/txn` answers of a real 1.20.1 agent: status and the errors' words.
+#[tokio::test]
+async fn txn_kv_ops_answer_like_a_real_agent() {
+    let t = start(ConsulTargetConfig::default()).await;
+    within(async {
+        let set = r#"[{"KV":{"Verb":"set","Key":"t/a","Value":"aGk=","Flags":3}},
+            {"KV":{"Verb":"get","Key":"t/a"}},{"KV":{"Verb":"get-tree","Key":"t/"}},
+            {"KV":{"Verb":"check-not-exists","Key":"t/zz"}}]"#;
+        let r = put(&t, "/v1/txn", set).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-consul-index"), "", "a write txn has no index header");
+        let v = r.json();
+        let results = v["Results"].as_array().unwrap();
+        assert_eq!(results.len(), 3, "{v}");
+        // A write's result has no value; a read's has it.
+        assert_eq!(results[0]["KV"]["Value"], Value::Null);
+        assert_eq!(results[0]["KV"]["Flags"], 3);
+        assert_eq!(results[1]["KV"]["Value"], "aGk=");
+        assert_eq!(results[2]["KV"]["Key"], "t/a");
+        assert_eq!(v["Errors"], Value::Null);
+        assert!(r.text().starts_with("{\n    \"Results\": ["), "Consul's order");
+
+        // Reads only: the query meta in the body, leader headers.
+        let r = put(&t, "/v1/txn", r#"[{"KV":{"Verb":"get","Key":"t/none"}}]"#).await;
+        assert_eq!(r.status, 409);
+        assert_eq!(r.header("x-consul-knownleader"), "true");
+        let v = r.json();
+        assert_eq!(v["Errors"][0]["What"], "key \"t/none\" doesn't exist");
+        assert_eq!((v["Index"].clone(), v["KnownLeader"].clone()), (json!(1), json!(true)));
+        assert_eq!(v["Results"], Value::Null);
+
+        // Every failing op listed, in Consul's words; nothing applied.
+        let m = get(&t, "/v1/kv/t/a").await.json()[0]["ModifyIndex"].as_u64().unwrap();
+        let bad = r#"[{"KV":{"Verb":"cas","Key":"t/a","Value":"eA==","Index":1}},
+            {"KV":{"Verb":"check-index","Key":"t/a","Index":1}},
+            {"KV":{"Verb":"delete-cas","Key":"t/a","Index":1}},
+            {"KV":{"Verb":"check-not-exists","Key":"t/a"}},
+            {"KV":{"Verb":"check-session","Key":"t/a","Session":"abc"}},
+            {"KV":{"Verb":"lock","Key":"t/a","Session":"abc"}},
+            {"KV":{"Verb":"unlock","Key":"t/a","Session":"abc"}},
+            {"KV":{"Verb":"lock","Key":"t/a"}},
+            {"KV":{"Verb":"check-index","Key":"t/q","Index":2}},
+            {"KV":{"Verb":"check-session","Key":"t/q"}},
+            {"KV":{"Verb":"set","Key":"t/new","Value":"eA=="}}]"#;
+        let r = put(&t, "/v1/txn", bad).await;
+        assert_eq!(r.status, 409);
+        let whats: Vec<String> = r.json()["Errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{} {}", e["OpIndex"], e["What"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            whats,
+            vec![
+                "0 failed to set key \"t/a\", index is stale".to_owned(),
+                format!("1 failed index check for key \"t/a\", current modify index {m} != 1"),
+                "2 failed to delete key \"t/a\", index is stale".into(),
+                "3 key \"t/a\" exists".into(),
+                "4 failed session check for key \"t/a\", current session \"\" != \"abc\"".into(),
+                "5 invalid session \"abc\"".into(),
+                "6 failed to unlock key \"t/a\", lock isn't held, or is held by another session"
+                    .into(),
+                "7 missing session".into(),
+                "8 failed to check index, key \"t/q\" doesn't exist".into(),
+                "9 failed to check session, key \"t/q\" doesn't exist".into(),
+            ]
+        );
+        assert_eq!(get(&t, "/v1/kv/t/new").await.status, 404, "rolled back");
+
+        // Checked before anything is applied: only these errors.
+        let r = put(
+            &t,
+            "/v1/txn",
+            r#"[{"KV":{"Verb":"set","Key":"t/x"}},{"KV":{"Verb":"bogus","Key":"t/a"}}]"#,
+        )
+        .await;
+        assert_eq!(r.text(), "{\n    \"Results\": null,\n    \"Errors\": [\n        {\n            \"OpIndex\": 1,\n            \"What\": \"unknown KV operation: bogus\"\n        }\n    ]\n}");
+        let r = put(&t, "/v1/txn", r#"[{"KV":{"Verb":"set","Key":"","Value":"eA=="}}]"#).await;
+        assert_eq!(r.json()["Errors"][0]["What"], "Must provide key");
+
+        // get-or-empty of an absent key, deletes with no results: `[]`.
+        let r = put(&t, "/v1/txn", r#"[{"KV":{"Verb":"get-or-empty","Key":"t/zz"}},{"KV":{"Verb":"set","Key":"t/q","Value":"eA=="}}]"#).await;
+        let v = r.json();
+        assert_eq!(v["Results"][0]["KV"]["CreateIndex"], 0);
+        assert_eq!(v["Results"][0]["KV"]["Value"], Value::Null);
+        let r = put(&t, "/v1/txn", r#"[{"KV":{"Verb":"delete-tree","Key":"t/"}},{"KV":{"Verb":"delete","Key":"t/b"}}]"#).await;
+        assert_eq!(r.text(), "{\n    \"Results\": [],\n    \"Errors\": null\n}");
+        assert_eq!(get(&t, "/v1/kv/t?recurse").await.status, 404);
+        let stats = t.state.stats();
+        assert_eq!(stats.kv_txns, 3);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn txn_limits_answer_like_a_real_agent() {
+    let t = start(ConsulTargetConfig {
+        kv_max_value_size: 8,
+        ..ConsulTargetConfig::default()
+    })
+    .await;
+    within(async {
+        let ops: Vec<Value> = (0..129)
+            .map(|_| json!({"KV": {"Verb": "get", "Key": "a"}}))
+            .collect();
+        let r = call(&t, "PUT", "/v1/txn", serde_json::to_vec(&ops).unwrap()).await;
+        assert_eq!(r.status, 413);
+        assert_eq!(
+            r.text(),
+            "Transaction contains too many operations (129 > 128)"
+        );
+        // "123456789" in base64: one byte over the limit.
+        let big = r#"[{"KV":{"Verb":"set","Key":"big","Value":"MTIzNDU2Nzg5"}}]"#;
+        let r = put(&t, "/v1/txn", big).await;
+        assert_eq!(r.status, 413);
+        assert_eq!(r.text(), "Value for key \"big\" is too large (9 > 8 bytes)");
+        let r = call(&t, "GET", "/v1/txn", Bytes::new()).await;
+        assert_eq!(r.status, 405);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn txn_locks_take_the_lock_delay_and_check_the_session() {
+    let t = start(ConsulTargetConfig::default()).await;
+    within(async {
+        let s = session(&t, r#"{"LockDelay":"15s"}"#).await;
+        let lock = format!(r#"[{{"KV":{{"Verb":"lock","Key":"l","Value":"eA==","Session":"{s}"}}}},{{"KV":{{"Verb":"check-session","Key":"l","Session":"{s}"}}}}]"#);
+        let r = call(&t, "PUT", "/v1/txn", lock).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["Results"][0]["KV"]["LockIndex"], 1);
+        assert_eq!(v["Results"][1]["KV"]["Session"], s.as_str());
+        put_s(&t, "/v1/session/destroy/", &s).await;
+        let s2 = session(&t, "{}").await;
+        let lock = format!(r#"[{{"KV":{{"Verb":"lock","Key":"l","Session":"{s2}"}}}}]"#);
+        let r = call(&t, "PUT", "/v1/txn", lock).await;
+        assert_eq!(r.status, 409);
+        assert_eq!(
+            r.json()["Errors"][0]["What"],
+            "failed to lock key \"l\" due to lock delay"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_txn_body_over_the_limit_is_refused_before_it_is_read() {
+    let t = start(ConsulTargetConfig::default()).await;
+    within(async {
+        let r = call(&t, "PUT", "/v1/txn", vec![b' '; 533_389]).await;
+        assert_eq!(r.status, 413);
+        assert_eq!(
+            r.text(),
+            "Request body(533389 bytes) too large, max size: 524288 bytes. See \
+             https://www.consul.io/docs/agent/config/config-files#txn_max_req_len."
+        );
+        assert_eq!(r.header("connection"), "close");
+    })
+    .await;
+}

@@ -24,31 +24,31 @@ use crate::consul::render::pretty;
 /// A `DirEntry` as the HTTP API prints it (`Value` in base64, `null` when
 /// empty; `Session` only when held).
 #[derive(Serialize)]
-pub(crate) struct EntryJson<'a> {
+pub(crate) struct EntryJson {
     #[serde(rename = "LockIndex")]
     lock_index: u64,
     #[serde(rename = "Key")]
-    key: &'a str,
+    key: String,
     #[serde(rename = "Flags")]
     flags: u64,
     #[serde(rename = "Value")]
     value: Option<String>,
-    #[serde(rename = "Session", skip_serializing_if = "str::is_empty")]
-    session: &'a str,
+    #[serde(rename = "Session", skip_serializing_if = "String::is_empty")]
+    session: String,
     #[serde(rename = "CreateIndex")]
     create_index: u64,
     #[serde(rename = "ModifyIndex")]
     modify_index: u64,
 }
 
-impl<'a> EntryJson<'a> {
-    pub(crate) fn of(e: &'a DirEntry) -> Self {
+impl EntryJson {
+    pub(crate) fn of(e: &DirEntry) -> Self {
         Self {
             lock_index: e.lock_index,
-            key: &e.key,
+            key: e.key.clone(),
             flags: e.flags,
             value: (!e.value.is_empty()).then(|| STANDARD.encode(&e.value)),
-            session: &e.session,
+            session: e.session.clone(),
             create_index: e.create_index,
             modify_index: e.modify_index,
         }
@@ -415,13 +415,20 @@ pub(super) async fn hold(
     kv::wait(state, q, min, wait, None).await;
 }
 
-/// A KV `PUT` whose `Content-Length` is over `kv_max_value_size`: 413 in
-/// the agent's words, and the connection closed (the body is not read).
+/// A KV `PUT` whose `Content-Length` is over `kv_max_value_size`, or a
+/// `/v1/txn` whose is over `txn_max_req_len` (512 KiB, or the KV limit
+/// when larger): 413 in the agent's words, the connection closed (the
+/// body is not read).
 pub(super) fn too_large(
     state: &ConsulState,
     req: &hyper::Request<hyper::body::Incoming>,
 ) -> Option<Response<Body>> {
-    let max = state.inner.cfg.kv_max_value_size;
+    let kv_max = state.inner.cfg.kv_max_value_size;
+    let (max, setting) = if req.uri().path() == "/v1/txn" {
+        (kv_max.max(super::MAX_BODY), "txn_max_req_len")
+    } else {
+        (kv_max, "kv_max_value_size")
+    };
     let len: u64 = req
         .headers()
         .get(hyper::header::CONTENT_LENGTH)?
@@ -436,7 +443,7 @@ pub(super) fn too_large(
         StatusCode::PAYLOAD_TOO_LARGE,
         format!(
             "Request body({len} bytes) too large, max size: {max} bytes. See \
-             https://www.consul.io/docs/agent/config/config-files#kv_max_value_size."
+             https://www.consul.io/docs/agent/config/config-files#{setting}."
         ),
     );
     r.headers_mut()

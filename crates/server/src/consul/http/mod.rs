@@ -20,6 +20,7 @@ mod kv;
 mod read;
 mod session_api;
 mod txn;
+mod txn_kv;
 
 use std::convert::Infallible;
 use std::io;
@@ -327,7 +328,9 @@ async fn handle(
         kv::hold(state, key, &query, min, wait).await;
     }
     let is_kv_put = method == Method::PUT && path.starts_with("/v1/kv/");
-    if is_kv_put && let Some(refused) = kv::too_large(state, &req) {
+    if (is_kv_put || path == "/v1/txn")
+        && let Some(refused) = kv::too_large(state, &req)
+    {
         return refused;
     }
     // Bound: a request body is read up to MAX_BODY (a KV value up to

@@ -31,7 +31,6 @@ use super::{ConsulState, Gauge, blocking};
 pub const KV_MAX_VALUE_SIZE: usize = 512 * 1024;
 
 /// A KV operation (`api.KVOp`).
-#[allow(dead_code)] // the read verbs: txn ops (next commit)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verb {
     Set,
@@ -49,7 +48,6 @@ pub(crate) enum Verb {
     CheckNotExists,
 }
 
-#[allow(dead_code)] // txn ops (next commit)
 impl Verb {
     pub(crate) fn parse(s: &str) -> Option<Self> {
         Some(match s {
@@ -101,7 +99,6 @@ pub(crate) struct KvRequest {
 /// CAS or lock that lost), and the entries a txn lists for it.
 pub(crate) struct Applied {
     pub ok: bool,
-    #[allow(dead_code)] // txn results (next commit)
     pub entries: Vec<DirEntry>,
 }
 

@@ -47,7 +47,6 @@ pub(crate) struct DirEntry {
 }
 
 /// What a transaction undoes, newest last.
-#[allow(dead_code)] // txn ops (next commit)
 enum Undo {
     Entry(String, Option<DirEntry>),
     Tomb(String, Option<u64>),
@@ -279,19 +278,16 @@ impl KvStore {
     // ------------------------------------------------------------ txns
 
     /// Starts recording what [`KvStore::rollback`] undoes.
-    #[allow(dead_code)] // txn ops (next commit)
     pub(crate) fn begin(&mut self) {
         self.journal = Some(Vec::new());
     }
 
     /// Keeps the changes since [`KvStore::begin`].
-    #[allow(dead_code)] // txn ops (next commit)
     pub(crate) fn keep(&mut self) {
         self.journal = None;
     }
 
     /// Undoes the changes since [`KvStore::begin`].
-    #[allow(dead_code)] // txn ops (next commit)
     pub(crate) fn rollback(&mut self) {
         let Some(journal) = self.journal.take() else {
             return;
