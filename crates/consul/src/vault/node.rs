@@ -22,6 +22,8 @@ use super::{VaultConfig, names};
 
 /// Most due renewals or revocations started per tick.
 const DUE_PER_TICK: usize = 2_000;
+/// Handovers kept for the summary (the count is in the counters).
+const MAX_HANDOVERS: usize = 100;
 /// The active node's scheduling tick.
 const TICK: Duration = Duration::from_millis(10);
 /// Longest wait for a term's calls in flight once it ends.
@@ -189,8 +191,12 @@ pub(super) async fn run(sh: Arc<Shared>, n: usize, end: CancellationToken) {
         let standby = CancellationToken::new();
         let poll = tokio::spawn(leader_checks(sh.clone(), standby.clone()));
         let held = lock::acquire(&sh, &session, uuid.as_bytes(), &end).await;
+        if held {
+            // Believes itself active as soon as the server said so.
+            sh.board.set(n, Some(session.id.clone()));
+        }
         standby.cancel();
-        let _ = poll.await;
+        poll.abort();
         if !held {
             session.close().await;
             return;
@@ -205,8 +211,13 @@ pub(super) async fn run(sh: Arc<Shared>, n: usize, end: CancellationToken) {
             sh.metrics.error_with(r.kind, r.words.as_deref());
         }
         session.close().await;
-        *sh.last.lock().unwrap_or_else(|e| e.into_inner()) = (Some(n), Some(Instant::now()));
         if stopped || end.is_cancelled() {
+            return;
+        }
+        // Simplified: a node that lost the lock waits before competing
+        // again, so a server refusing every write cannot make the nodes
+        // trade the lock thousands of times a second.
+        if !lock::pause(super::LOCK_RETRY, &end).await {
             return;
         }
     }
@@ -262,15 +273,14 @@ async fn active(
         }
         if let Some(since) = since {
             let gap = now.saturating_duration_since(since).as_secs_f64();
-            sh.handovers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(gap);
+            let mut h = sh.handovers.lock().unwrap_or_else(|e| e.into_inner());
+            if h.len() < MAX_HANDOVERS {
+                h.push(gap);
+            }
         }
         let mut first = sh.first_active.lock().unwrap_or_else(|e| e.into_inner());
         first.get_or_insert(now.duration_since(sh.started).as_secs_f64());
     }
-    sh.board.set(n, Some(session.id.clone()));
     let term = Arc::new(Term {
         sh: sh.clone(),
         session: session.id.clone(),
@@ -290,6 +300,7 @@ async fn active(
     let stopped = term.work(end).await;
     // Believes itself active no longer, then cleans up as Vault steps down.
     sh.board.set(n, None);
+    *sh.last.lock().unwrap_or_else(|e| e.into_inner()) = (Some(n), Some(Instant::now()));
     term.lost.cancel();
     let _ = monitor.await;
     let t = Instant::now();

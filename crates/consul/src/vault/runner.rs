@@ -205,6 +205,10 @@ async fn check(sh: Arc<Shared>, end: CancellationToken) -> LockCheck {
                 (Some(b), Some(h)) if b == h => c.agree += 1,
                 (None, None) => c.none_held += 1,
                 (None, Some(h)) if !sh.sessions_ever(h) => c.held_by_other += 1,
+                (b, h) if settles(&sh, gen0, &end).await => {
+                    let _ = (b, h);
+                    c.in_transition += 1;
+                }
                 (b, h) => {
                     c.mismatch += 1;
                     sh.metrics.error_with(
@@ -220,6 +224,27 @@ async fn check(sh: Arc<Shared>, end: CancellationToken) -> LockCheck {
         }
     }
 }
+
+/// Whether the nodes' beliefs change within [`SETTLE`] of a read that
+/// disagreed with them: the read fell between the server's answer to an
+/// acquire (or a loss) and the node learning it.
+async fn settles(sh: &Shared, gen0: u64, end: &CancellationToken) -> bool {
+    let until = Instant::now() + SETTLE;
+    while Instant::now() < until {
+        if sh.board.generation.load(Ordering::SeqCst) != gen0 {
+            return true;
+        }
+        if !super::lock::pause(std::time::Duration::from_millis(10), end).await {
+            return true;
+        }
+    }
+    false
+}
+
+/// How long a disagreement may last before it counts as a mismatch: the
+/// round trip in which a node learns the server's answer (a monitor's
+/// blocking read returns at once on a change).
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Removes every key under `path` and every session named for it, then
 /// checks that none is left.
