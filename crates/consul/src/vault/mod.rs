@@ -281,6 +281,15 @@ impl VaultConfig {
                 format!("{path:?}: letters, digits, '/', '-', '_', '.' (no '//'), at most 200"),
             ));
         }
+        if !path.starts_with(&format!("{prefix}/")) {
+            return Err(invalid(
+                "vault.path",
+                format!(
+                    "{path:?}: the run removes everything under its Vault path at the end, so \
+                     the path must be the run's own, under its name prefix ({prefix}/...)"
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -502,11 +511,24 @@ mod tests {
         );
         assert!(
             e(VaultConfig {
-                path: "a b".into(),
+                path: "p/a b".into(),
                 ..ok.clone()
             })
             .starts_with("vault.path:")
         );
+        assert!(
+            e(VaultConfig {
+                path: "vault/".into(),
+                ..ok.clone()
+            })
+            .contains("under its name prefix")
+        );
+        VaultConfig {
+            path: "p/v2".into(),
+            ..ok.clone()
+        }
+        .validate("p")
+        .unwrap();
         assert!(
             e(VaultConfig {
                 tokens_per_s: f64::NAN,
