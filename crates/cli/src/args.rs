@@ -102,7 +102,8 @@ pub enum Command {
     Report(ReportCommand),
     /// Remove what a killed Consul run left: its nodes (services, checks,
     /// sessions) and probe objects, selected by --name-prefix and the node
-    /// meta agent-sim-prefix every run sets. Takes the run's flags
+    /// meta agent-sim-prefix every run sets, and its Vault servers' keys
+    /// (under --vault-path) and lock sessions. Takes the run's flags
     /// (--kind consul, --target, --http-target, --token, TLS, --config).
     Cleanup(Box<CleanupArgs>),
     /// Check whether this host can hold a run, before running it: file

@@ -131,4 +131,20 @@ fn the_config_file_sets_the_vault_servers() {
     assert_eq!(v.path_for("vlt"), "vlt/vault/");
     assert_eq!(c.effective["vault-nodes"], 3);
     let _ = std::fs::remove_dir_all(&dir);
+    // The scenario's config reads as the flags say.
+    let scenario =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/vault-on-consul.toml");
+    let c = resolve(
+        RunArgs {
+            config: Some(scenario),
+            ..RunArgs::default()
+        },
+        &|_: &str| None,
+    )
+    .unwrap();
+    let Protocol::Consul(cc) = &c.fleets[0].protocol else {
+        panic!("a consul fleet")
+    };
+    assert_eq!(cc.vault.as_ref().map(|v| v.nodes), Some(3));
+    assert_eq!(c.asserts.len(), 1);
 }
