@@ -22,6 +22,8 @@ use super::{VaultConfig, names};
 
 /// Most due renewals or revocations started per tick.
 const DUE_PER_TICK: usize = 2_000;
+/// Most token operations of a term waiting for a permit at once.
+const MAX_BACKLOG: usize = 50_000;
 /// Handovers kept for the summary (the count is in the counters).
 const MAX_HANDOVERS: usize = 100;
 /// The active node's scheduling tick.
@@ -126,6 +128,22 @@ pub(super) struct BurstState {
     pub fired: AtomicBool,
     pub created: AtomicU64,
     pub done_at: Mutex<Option<Duration>>,
+    /// Creates fired but not yet started (the backlog was full).
+    pub unspawned: AtomicU64,
+}
+
+impl BurstState {
+    /// Takes up to `n` of the creates not yet started.
+    fn take(&self, n: u64) -> u64 {
+        let mut got = 0;
+        let _ = self
+            .unspawned
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                got = left.min(n);
+                Some(left - got)
+            });
+        got
+    }
 }
 
 /// What the nodes of a run share.
@@ -473,31 +491,37 @@ impl Term {
             {
                 break true;
             }
-            if sh.cfg.tokens_per_s > 0.0 {
-                let due = (now.duration_since(began).as_secs_f64() * sh.cfg.tokens_per_s) as u64;
-                while steady < due {
-                    let intended =
-                        began + Duration::from_secs_f64(steady as f64 / sh.cfg.tokens_per_s);
-                    tasks.spawn(self.clone().create(intended, None));
-                    steady += 1;
-                }
-            }
-            for (i, b) in sh.bursts.iter().enumerate() {
-                if run_t >= b.at && !b.fired.swap(true, Ordering::SeqCst) {
-                    let intended = sh.started + b.at;
-                    for _ in 0..b.tokens {
-                        tasks.spawn(self.clone().create(intended, Some(i)));
-                    }
-                }
-            }
-            let due = sh.registry.due(now, sh.cfg.token_ttl, DUE_PER_TICK);
+            while tasks.try_join_next().is_some() {}
+            // Bounded: at most MAX_BACKLOG operations wait for permits;
+            // the rest wait their turn here, timed from their slot.
+            let room = |t: &JoinSet<()>| MAX_BACKLOG.saturating_sub(t.len());
+            let due = sh
+                .registry
+                .due(now, sh.cfg.token_ttl, DUE_PER_TICK.min(room(&tasks) / 2));
             for id in due.renew {
                 tasks.spawn(self.clone().renew(id, now));
             }
             for id in due.revoke {
                 tasks.spawn(self.clone().revoke(id, now));
             }
-            while tasks.try_join_next().is_some() {}
+            for (i, b) in sh.bursts.iter().enumerate() {
+                if run_t >= b.at && !b.fired.swap(true, Ordering::SeqCst) {
+                    b.unspawned.store(u64::from(b.tokens), Ordering::SeqCst);
+                }
+                let take = b.take(room(&tasks) as u64);
+                for _ in 0..take {
+                    tasks.spawn(self.clone().create(sh.started + b.at, Some(i)));
+                }
+            }
+            if sh.cfg.tokens_per_s > 0.0 {
+                let due = (now.duration_since(began).as_secs_f64() * sh.cfg.tokens_per_s) as u64;
+                while steady < due && room(&tasks) > 0 {
+                    let intended =
+                        began + Duration::from_secs_f64(steady as f64 / sh.cfg.tokens_per_s);
+                    tasks.spawn(self.clone().create(intended, None));
+                    steady += 1;
+                }
+            }
         };
         // Calls in flight finish (a lost lock fences them), bounded.
         let _ =

@@ -42,6 +42,7 @@ impl VaultRunner {
                 fired: AtomicBool::new(false),
                 created: AtomicU64::new(0),
                 done_at: Mutex::new(None),
+                unspawned: AtomicU64::new(0),
             })
             .collect();
         let ids = Ids::resolve(&metrics);
