@@ -556,6 +556,11 @@ pub struct RunArgs {
     /// (an upgrade's restart): the lock's handover is measured.
     #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
     pub vault_stop_active_at: Option<Secs>,
+    /// Consul: the active Vault server dies at this time (no release, its
+    /// session left to expire): the handover waits for the session's TTL
+    /// and the server's lock-delay.
+    #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
+    pub vault_kill_active_at: Option<Secs>,
 
     // --- Consul dataplane ---
     /// Dataplane: take over existing proxies instead of registering, by
@@ -751,6 +756,7 @@ macro_rules! with_run_args_fields {
                 anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, consul_agent, gossip, gossip_key, gossip_label, watch,
                 blocking_wait, seed_service, change_every,
                 vault_nodes, vault_tokens, vault_token_ttl, vault_path, vault_stop_active_at,
+                vault_kill_active_at,
                 embedded_check_interval, embedded_servers, rebalance_min, hlog_interval, metrics_addr, shard, seed, quiet,
                 progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,
                 churn, max_session_length, ramp_down, reconnect, observe_every, observe_shard,

@@ -455,6 +455,7 @@ fn vault_config(a: &RunArgs) -> Option<agent_sim_consul::vault::VaultConfig> {
     }
     set!(v.path, a.vault_path);
     v.stop_active_at = a.vault_stop_active_at.map(|d| d.0);
+    v.kill_active_at = a.vault_kill_active_at.map(|d| d.0);
     Some(v)
 }
 

@@ -27,6 +27,10 @@ pub struct LockCheck {
     pub none_held: u64,
     /// Held by a session not of the run (another Vault, a killed run).
     pub held_by_other: u64,
+    /// Held by the session of a node the run killed
+    /// (`--vault-kill-active-at`), until the server expires it.
+    #[serde(default)]
+    pub held_by_dead: u64,
     /// Reads that failed.
     pub unread: u64,
 }
@@ -145,7 +149,7 @@ impl VaultSummary {
             format!(
                 "vault lock  {} acquisitions, {} leadership changes, {} fenced writes; checked {}: \
                  {} one holder, {} split-brain, {} mismatched, {} in transition, {} free, {} \
-                 held by another",
+                 held by another, {} by a killed node",
                 self.lock_acquisitions,
                 self.leadership_changes,
                 self.fenced_writes,
@@ -155,7 +159,8 @@ impl VaultSummary {
                 c.mismatch,
                 c.in_transition,
                 c.none_held,
-                c.held_by_other
+                c.held_by_other,
+                c.held_by_dead
             ),
             format!(
                 "vault read  back {} ok, {} lost, {} changed, {} unread ({} sampled still live at \

@@ -42,6 +42,11 @@ pub(super) struct Session {
 }
 
 impl Session {
+    /// Stops the renewals and leaves the session to expire (a crash).
+    pub fn abandon(self) {
+        self.renewer.abort();
+    }
+
     /// Stops the renewals and destroys the session (bounded).
     pub async fn close(self) {
         self.done.cancel();

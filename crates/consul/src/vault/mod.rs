@@ -141,6 +141,10 @@ pub struct VaultConfig {
     /// The active node steps down (releases the lock, stops) at this time,
     /// as a Vault server stopped for an upgrade: the handover is measured.
     pub stop_active_at: Option<Duration>,
+    /// The active node dies at this time (no release, its session left to
+    /// expire): the lock frees after the session's TTL and the server's
+    /// lock-delay, and the handover shows both.
+    pub kill_active_at: Option<Duration>,
 }
 
 impl Default for VaultConfig {
@@ -157,6 +161,7 @@ impl Default for VaultConfig {
             read_back_every: 50,
             check_every: Duration::from_secs(1),
             stop_active_at: None,
+            kill_active_at: None,
         }
     }
 }

@@ -165,18 +165,37 @@ pub(super) struct Shared {
     pub last: Mutex<(Option<usize>, Option<Instant>)>,
     pub handovers: Mutex<Vec<f64>>,
     pub first_active: Mutex<Option<f64>>,
-    /// A node already stopped at `stop_active_at`.
+    /// A node already stopped at `stop_active_at` (or killed).
     pub stopped_one: AtomicBool,
     /// Every session the nodes created.
     pub sessions: Mutex<HashSet<String>>,
+    /// Sessions of killed nodes (left to expire).
+    pub dead: Mutex<HashSet<String>>,
 }
 
 impl Shared {
+    /// Whether `id` is the session of a killed node.
+    pub fn dead(&self, id: &str) -> bool {
+        let d = self.dead.lock().unwrap_or_else(|e| e.into_inner());
+        d.contains(id)
+    }
+
     /// Whether `id` is a session one of the nodes created.
     pub fn sessions_ever(&self, id: &str) -> bool {
         let s = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         s.contains(id)
     }
+}
+
+/// How an active term ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The lock was lost, or the run ended.
+    Lost,
+    /// Stepped down and stopped (`stop_active_at`).
+    Stopped,
+    /// Killed (`kill_active_at`): nothing released, nothing destroyed.
+    Killed,
 }
 
 /// One active term: the node's session, permit pool and cache.
@@ -219,7 +238,16 @@ pub(super) async fn run(sh: Arc<Shared>, n: usize, end: CancellationToken) {
             session.close().await;
             return;
         }
-        let stopped = active(&sh, n, &uuid, &session, &end).await;
+        let ended = active(&sh, n, &uuid, &session, &end).await;
+        if ended == Ended::Killed {
+            // A crash: the session is left to expire (TTL), the lock to
+            // free then, after the server's lock-delay.
+            let mut dead = sh.dead.lock().unwrap_or_else(|e| e.into_inner());
+            dead.insert(session.id.clone());
+            drop(dead);
+            session.abandon();
+            return;
+        }
         // Vault lets go: release the key, stop renewing, destroy.
         if let Err(r) = sh
             .client
@@ -229,7 +257,7 @@ pub(super) async fn run(sh: Arc<Shared>, n: usize, end: CancellationToken) {
             sh.metrics.error_with(r.kind, r.words.as_deref());
         }
         session.close().await;
-        if stopped || end.is_cancelled() {
+        if ended == Ended::Stopped || end.is_cancelled() {
             return;
         }
         // Simplified: a node that lost the lock waits before competing
@@ -274,14 +302,14 @@ fn count_read(sh: &Shared, lat: LatencyId, t: Instant) {
     sh.metrics.record(lat, 0, t.elapsed());
 }
 
-/// One active term; true when the node was stopped (`stop_active_at`).
+/// One active term, and how it ended.
 async fn active(
     sh: &Arc<Shared>,
     n: usize,
     uuid: &str,
     session: &Session,
     end: &CancellationToken,
-) -> bool {
+) -> Ended {
     let now = Instant::now();
     sh.metrics.incr(sh.ids.acquisitions);
     {
@@ -315,16 +343,20 @@ async fn active(
     let advert = tokens::value(n as u64, 9, 0, tokens::LEADER_BYTES);
     term.put(&leader_key, &advert, Instant::now()).await;
     term.takeover().await;
-    let stopped = term.work(end).await;
-    // Believes itself active no longer, then cleans up as Vault steps down.
+    let ended = term.work(end).await;
+    // Believes itself active no longer, then cleans up as Vault steps down
+    // (a killed node does nothing more).
     sh.board.set(n, None);
     *sh.last.lock().unwrap_or_else(|e| e.into_inner()) = (Some(n), Some(Instant::now()));
     term.lost.cancel();
     let _ = monitor.await;
+    if ended == Ended::Killed {
+        return ended;
+    }
     let t = Instant::now();
     let r = sh.client.txn(&[TxnOp::Delete { key: &leader_key }]).await;
     term.wrote(sh.ids.delete, t, t, r.map_err(|(r, _)| (r, false)));
-    stopped
+    ended
 }
 
 impl Term {
@@ -469,27 +501,32 @@ impl Term {
     }
 
     /// Schedules token creates, renewals and revocations until the lock is
-    /// lost, the run ends or the node is stopped (true).
-    async fn work(self: &Arc<Self>, end: &CancellationToken) -> bool {
+    /// lost, the run ends or the node is stopped or killed.
+    async fn work(self: &Arc<Self>, end: &CancellationToken) -> Ended {
         let sh = &self.sh;
         let began = Instant::now();
         let mut steady: u64 = 0;
         let mut tasks = JoinSet::new();
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let stopped = loop {
+        let ended = loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                _ = self.lost.cancelled() => break false,
-                _ = end.cancelled() => break false,
+                _ = self.lost.cancelled() => break Ended::Lost,
+                _ = end.cancelled() => break Ended::Lost,
             }
             let now = Instant::now();
             let run_t = now.duration_since(sh.started);
-            if let Some(at) = sh.cfg.stop_active_at
-                && run_t >= at
+            let stop = [
+                (sh.cfg.stop_active_at, Ended::Stopped),
+                (sh.cfg.kill_active_at, Ended::Killed),
+            ]
+            .into_iter()
+            .find(|(at, _)| at.is_some_and(|at| run_t >= at));
+            if let Some((_, how)) = stop
                 && !sh.stopped_one.swap(true, Ordering::SeqCst)
             {
-                break true;
+                break how;
             }
             while tasks.try_join_next().is_some() {}
             // Bounded: at most MAX_BACKLOG operations wait for permits;
@@ -527,7 +564,7 @@ impl Term {
         let _ =
             tokio::time::timeout(DRAIN, async { while tasks.join_next().await.is_some() {} }).await;
         tasks.abort_all();
-        stopped
+        ended
     }
 
     /// A token create: its entry, accessor and lease written.

@@ -66,6 +66,7 @@ impl VaultRunner {
                 first_active: Mutex::default(),
                 stopped_one: AtomicBool::new(false),
                 sessions: Mutex::default(),
+                dead: Mutex::default(),
             }),
         }
     }
@@ -206,6 +207,7 @@ async fn check(sh: Arc<Shared>, end: CancellationToken) -> LockCheck {
                 (Some(b), Some(h)) if b == h => c.agree += 1,
                 (None, None) => c.none_held += 1,
                 (None, Some(h)) if !sh.sessions_ever(h) => c.held_by_other += 1,
+                (None, Some(h)) if sh.dead(h) => c.held_by_dead += 1,
                 (b, h) if settles(&sh, gen0, &end).await => {
                     let _ = (b, h);
                     c.in_transition += 1;

@@ -143,14 +143,15 @@ fn facts(o: &mut String, v: &VaultSummary) {
             "one holder",
             format!(
                 "{} checks: {} agreed, {} split-brain, {} mismatched, {} in transition, {} free, \
-                 {} held by another",
+                 {} held by another, {} by a killed node",
                 c.checks,
                 c.agree,
                 c.split_brain,
                 c.mismatch,
                 c.in_transition,
                 c.none_held,
-                c.held_by_other
+                c.held_by_other,
+                c.held_by_dead
             ),
         ),
         (
