@@ -148,3 +148,94 @@ fn the_config_file_sets_the_vault_servers() {
     assert_eq!(cc.vault.as_ref().map(|v| v.nodes), Some(3));
     assert_eq!(c.asserts.len(), 1);
 }
+
+/// The keys under the run's Vault path on `api`'s server (0 on 404).
+async fn vault_keys(api: &agent_sim_consul::http::HttpApi, path: &str) -> usize {
+    match api
+        .call(
+            http::Method::GET,
+            &format!("/v1/kv/{path}?keys"),
+            bytes::Bytes::new(),
+        )
+        .await
+    {
+        Ok(b) => serde_json::from_slice::<Vec<String>>(&b).unwrap().len(),
+        Err(e) if e.status == Some(404) => 0,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The lock sessions of the run's Vault servers on `api`'s server.
+async fn vault_sessions(api: &agent_sim_consul::http::HttpApi) -> usize {
+    let b = api
+        .call(http::Method::GET, "/v1/session/list", bytes::Bytes::new())
+        .await
+        .unwrap();
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&b).unwrap();
+    list.iter()
+        .filter(|s| {
+            s["Name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("Vault Lock "))
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_removes_the_keys_and_sessions_of_a_killed_vault_run() {
+    use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin, until, wait_within};
+    use std::process::{Command, Stdio};
+    let b = common::consul_backend(agent_sim_server::consul::ConsulTargetConfig::default()).await;
+    let _guard = b.stop.clone().drop_guard();
+    let api = agent_sim_consul::http::HttpApi::new(b.http, None, "").unwrap();
+    let bin = env!("CARGO_BIN_EXE_agent-sim");
+    let target = [
+        "--target".to_string(),
+        b.rpc.to_string(),
+        "--http-target".to_string(),
+        b.http.to_string(),
+    ];
+    let mut child = Command::new(bin)
+        .args(["--kind", "consul", "--agents", "2", "--duration", "60s"])
+        .args(["--name-prefix", "vk", "--quiet"])
+        .args(["--vault-nodes", "3", "--vault-tokens", "100/s"])
+        .args(&target)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The child runs in real time.
+    until(Duration::from_secs(20), "tokens written", async || {
+        vault_keys(&api, "vk/vault/").await > 100
+    })
+    .await;
+    child.kill().unwrap();
+    wait_within(&mut child, CHILD_LIMIT);
+    assert_eq!(vault_sessions(&api).await, 3);
+    let dry = Command::new(bin)
+        .args([
+            "cleanup",
+            "--kind",
+            "consul",
+            "--name-prefix",
+            "vk",
+            "--dry-run",
+        ])
+        .args(&target)
+        .output_within(CHILD_LIMIT);
+    let out = String::from_utf8_lossy(&dry.stdout);
+    assert!(out.contains("vault vk/vault/: would remove"), "{out}");
+    assert!(vault_keys(&api, "vk/vault/").await > 100);
+    let done = Command::new(bin)
+        .args(["cleanup", "--kind", "consul", "--name-prefix", "vk"])
+        .args(&target)
+        .output_within(CHILD_LIMIT);
+    let out = String::from_utf8_lossy(&done.stdout);
+    assert_eq!(done.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("3 session(s); left 0 key(s), 0 session(s)"),
+        "{out}"
+    );
+    assert_eq!(vault_keys(&api, "vk/vault/").await, 0);
+    assert_eq!(vault_sessions(&api).await, 0);
+}

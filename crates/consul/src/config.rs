@@ -77,7 +77,7 @@ pub struct ConsulConfig {
     pub gossip: Option<crate::gossip::GossipConfig>,
     /// Simulated Vault servers storing in the cluster (`--vault-nodes`;
     /// run by the probe's controller process only).
-    pub vault: Option<Box<crate::vault::VaultConfig>>,
+    pub vault: Option<Box<crate::vault_config::VaultConfig>>,
 }
 
 impl Default for ConsulConfig {

@@ -44,6 +44,7 @@ pub mod rpc;
 pub mod seed;
 pub mod txn;
 pub mod vault;
+pub mod vault_config;
 pub mod view;
 pub mod watch;
 

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::client::LOCK_FLAGS;
-use super::node::Shared;
+use super::shared::Shared;
 use super::{LOCK_RETRY, names};
 
 /// Wait after a failed lock call before the next (Vault's

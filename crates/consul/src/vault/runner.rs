@@ -13,7 +13,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::client::KvClient;
-use super::node::{self, Board, BurstState, Ids, ReadBack, Shared};
+use super::node;
+use super::shared::{Board, BurstState, Ids, ReadBack, Shared};
 use super::tokens::Registry;
 use super::{VaultConfig, VaultSummary, session_name};
 
