@@ -146,7 +146,7 @@ fn the_config_file_sets_the_vault_servers() {
         panic!("a consul fleet")
     };
     assert_eq!(cc.vault.as_ref().map(|v| v.nodes), Some(3));
-    assert_eq!(c.asserts.len(), 1);
+    assert_eq!(c.asserts.len(), 6);
 }
 
 /// The keys under the run's Vault path on `api`'s server (0 on 404).

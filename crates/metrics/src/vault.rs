@@ -129,7 +129,39 @@ pub struct VaultSummary {
     pub cleanup: VaultCleanup,
 }
 
+/// The `vault.<field>` paths of `--assert`.
+pub const VAULT_FIELDS: [&str; 10] = [
+    "split_brain",
+    "mismatch",
+    "read_back_lost",
+    "read_back_changed",
+    "keys_left",
+    "sessions_left",
+    "tokens_created",
+    "leadership_changes",
+    "fenced_writes",
+    "handover_max_s",
+];
+
 impl VaultSummary {
+    /// The value of a [`VAULT_FIELDS`] path.
+    pub fn stat(&self, field: &str) -> Option<f64> {
+        let n = |v: u64| Some(v as f64);
+        match field {
+            "split_brain" => n(self.lock_check.split_brain),
+            "mismatch" => n(self.lock_check.mismatch),
+            "read_back_lost" => n(self.read_back.lost),
+            "read_back_changed" => n(self.read_back.changed),
+            "keys_left" => n(self.cleanup.keys_left),
+            "sessions_left" => n(self.cleanup.sessions_left),
+            "tokens_created" => n(self.tokens_created),
+            "leadership_changes" => n(self.leadership_changes),
+            "fenced_writes" => n(self.fenced_writes),
+            "handover_max_s" => Some(self.handovers_s.iter().copied().fold(0.0, f64::max)),
+            _ => None,
+        }
+    }
+
     /// The final table's lines.
     pub fn table_lines(&self) -> Vec<String> {
         let c = &self.lock_check;
@@ -203,5 +235,48 @@ impl VaultSummary {
                 .unwrap_or_default()
         ));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::assert::{Assertion, evaluate};
+    use crate::summary::Summary;
+
+    #[test]
+    fn vault_paths_read_the_section_and_name_what_is_missing() {
+        let mut s = Summary {
+            vault: Some(VaultSummary {
+                tokens_created: 10,
+                handovers_s: vec![0.2, 1.5],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let asserts: Vec<Assertion> = [
+            "vault.split_brain == 0",
+            "vault.tokens_created >= 10",
+            "vault.handover_max_s < 2",
+        ]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+        assert!(
+            evaluate(&asserts, &s).iter().all(|v| v.passed),
+            "{:?}",
+            evaluate(&asserts, &s)
+        );
+        for f in VAULT_FIELDS {
+            assert!(s.vault.as_ref().unwrap().stat(f).is_some(), "{f}");
+        }
+        let e = "vault.nope == 0".parse::<Assertion>().unwrap_err();
+        assert!(
+            e.contains("unknown vault field") && e.contains("split_brain"),
+            "{e}"
+        );
+        s.vault = None;
+        let v = evaluate(&asserts[..1], &s);
+        assert!(!v[0].passed);
     }
 }
