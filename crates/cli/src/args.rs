@@ -30,13 +30,15 @@ Faults (--faults SPEC, repeatable; counted in the printed stats):
     consul.http       delay:DUR | stall | drop | reset | 400..599   (HTTP API requests)
     consul.xds        reset | resource-exhausted                    (Delta ADS streams; live at a time)
                       garbage | bad-resource | delay:DUR            (xDS responses; needs --consul-grpc)
+    consul.kv         index-back | index-zero | huge-value          (KV reads, HTTP and RPC)
+                      lock-stuck                                    (lock acquires: held for good)
   ITEM:
     N%              each unit (connection, request, stream, frame) with this probability
     at:DUR          once, DUR after serve started     every:DUR  periodically
     for:DUR         with at/every: also units arriving within DUR (required for
                     upgrades, frames, requests and cut, which have no live units)
     after:DUR       sensu.session with a rate: hit DUR into the session
-    path:PREFIX     consul.http: only paths starting with PREFIX
+    path:PREFIX     consul.http, consul.kv: only paths starting with PREFIX
     max:N           at most N injections
     down:DUR        restart: listeners closed this long (default 1s)
     state:keep|lose restart: keep catalog, sessions, raft index, or start empty

@@ -317,7 +317,7 @@ async fn cas_and_delete_cas_follow_the_modify_index() {
 async fn locks_are_held_released_and_lost_with_the_session() {
     let t = start(ConsulTargetConfig::default()).await;
     within(async {
-        let s1 = session(&t, r#"{"TTL":"10s","LockDelay":"1ms"}"#).await;
+        let s1 = session(&t, r#"{"TTL":"10s"}"#).await;
         let s2 = session(&t, r#"{"TTL":"10s"}"#).await;
         let acquire = |s: &str| format!("/v1/kv/lk?acquire={s}");
         assert_eq!(call(&t, "PUT", &acquire(&s1), "me").await.text(), "true");
@@ -588,6 +588,137 @@ async fn a_txn_body_over_the_limit_is_refused_before_it_is_read() {
              https://www.consul.io/docs/agent/config/config-files#txn_max_req_len."
         );
         assert_eq!(r.header("connection"), "close");
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------- faults
+
+fn with_faults(specs: &[&str]) -> ConsulTargetConfig {
+    let specs = specs.iter().map(|s| s.parse().unwrap()).collect();
+    ConsulTargetConfig {
+        faults: agent_sim_server::faults::Faults::new(specs, 7),
+        ..ConsulTargetConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn kv_read_faults_send_indexes_back_or_to_zero_and_huge_values() {
+    let t = start(with_faults(&[
+        "consul.kv=index-back@100%,path:/v1/kv/back/",
+        "consul.kv=index-zero@100%,path:/v1/kv/zero",
+        "consul.kv=huge-value@100%,path:/v1/kv/huge",
+    ]))
+    .await;
+    within(async {
+        for k in ["back/a", "zero", "huge", "plain"] {
+            call(&t, "PUT", &format!("/v1/kv/{k}"), "v").await;
+        }
+        let m = get(&t, "/v1/kv/plain").await.index();
+        assert!(m >= 4, "{m}");
+        let back = get(&t, "/v1/kv/back/a").await;
+        let true_index = back.json()[0]["ModifyIndex"].as_u64().unwrap();
+        assert_eq!(back.index(), (true_index / 2).max(1));
+        assert!(back.index() < true_index, "the index goes backwards");
+        let zero = get(&t, "/v1/kv/zero?recurse").await;
+        assert_eq!(zero.header("x-consul-index"), "0");
+        let huge = get(&t, "/v1/kv/huge?raw").await;
+        assert_eq!(huge.body.len(), 8 * 1024 * 1024);
+        let huge = get(&t, "/v1/kv/huge").await.json();
+        let b64 = huge[0]["Value"].as_str().unwrap().len();
+        assert_eq!(b64, (8usize * 1024 * 1024).div_ceil(3) * 4);
+        // The store itself is untouched.
+        assert_eq!(get(&t, "/v1/kv/plain?raw").await.text(), "v");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn lock_stuck_takes_the_key_for_good() {
+    let t = start(with_faults(&["consul.kv=lock-stuck@100%,max:1"])).await;
+    within(async {
+        let s = session(&t, r#"{"TTL":"10s"}"#).await;
+        let acquire = format!("/v1/kv/vault/core/lock?acquire={s}");
+        assert_eq!(call(&t, "PUT", &acquire, "me").await.text(), "false");
+        let e = get(&t, "/v1/kv/vault/core/lock").await.json();
+        let holder = e[0]["Session"].as_str().unwrap().to_owned();
+        assert_ne!(holder, s);
+        assert_eq!(e[0]["LockIndex"], 1);
+        let info = get(&t, &format!("/v1/session/info/{holder}")).await.json();
+        assert_eq!(info[0]["Name"], "agent-sim lock-stuck");
+        assert_eq!(info[0]["TTL"], "");
+        // The fault is spent (max:1); the lock stays held.
+        assert_eq!(call(&t, "PUT", &acquire, "me").await.text(), "false");
+        assert_eq!(t.state.stats().kv_lock_refused, 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn agent_metrics_time_kv_and_txn_applies_under_consuls_names() {
+    let t = start(ConsulTargetConfig::default()).await;
+    within(async {
+        put(&t, "/v1/kv/m/a", "1").await;
+        call(&t, "DELETE", "/v1/kv/m/a", Bytes::new()).await;
+        put(
+            &t,
+            "/v1/txn",
+            r#"[{"KV":{"Verb":"set","Key":"m/b","Value":"eA=="}}]"#,
+        )
+        .await;
+        put(&t, "/v1/txn", r#"[{"KV":{"Verb":"get","Key":"m/b"}}]"#).await;
+        let r = get(&t, "/v1/agent/metrics?format=prometheus").await;
+        assert_eq!(r.status, 200);
+        let text = r.text();
+        for line in [
+            "# TYPE consul_kvs_apply summary",
+            "consul_kvs_apply_count 2",
+            "consul_txn_apply_count 1",
+            "consul_txn_read_count 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in {text}");
+        }
+        let json = get(&t, "/v1/agent/metrics").await.json();
+        let names: Vec<&str> = json["Samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["Name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["consul.kvs.apply", "consul.txn.apply", "consul.txn.read"]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_deregistered_node_releases_its_sessions_locks_in_the_same_write() {
+    let t = start(ConsulTargetConfig::default()).await;
+    within(async {
+        let reg = put(
+            &t,
+            "/v1/catalog/register",
+            r#"{"Node":"n1","Address":"10.0.0.1"}"#,
+        )
+        .await;
+        assert_eq!(reg.status, 200, "{}", reg.text());
+        let s = session(&t, r#"{"Node":"n1","NodeChecks":[]}"#).await;
+        let r = call(&t, "PUT", &format!("/v1/kv/lk?acquire={s}"), "x").await;
+        assert_eq!(r.text(), "true");
+        put(&t, "/v1/catalog/deregister", r#"{"Node":"n1"}"#).await;
+        let raft = t.state.stats().raft_index;
+        let e = get(&t, "/v1/kv/lk").await.json();
+        assert!(e[0].get("Session").is_none(), "{e}");
+        assert_eq!(
+            e[0]["ModifyIndex"], raft,
+            "released at the deregistration's index"
+        );
+        assert_eq!(
+            get(&t, &format!("/v1/session/info/{s}")).await.json(),
+            json!([])
+        );
     })
     .await;
 }

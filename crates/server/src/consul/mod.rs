@@ -21,7 +21,8 @@
 //!   `/v1/session/list|node/:node|info/:id`, `/v1/config/:kind/:name`,
 //!   `/v1/health/service/:name` (a blocking query with `?index=&wait=`),
 //!   `/v1/health/node/:node`, `/v1/health/state/:state`, `/v1/status/leader`,
-//!   `/v1/agent/members`. Bodies and error texts follow Consul 1.20 (see
+//!   `/v1/agent/members`, `/v1/agent/metrics` (the KV and txn apply
+//!   summaries only). Bodies and error texts follow Consul 1.20 (see
 //!   `testdata/vectors/consul/http`).
 //! - [`serve_grpc`]: the public gRPC port (8502; TLS 8503 with a TLS config)
 //!   that consul-dataplane uses: `DataplaneService/GetEnvoyBootstrapParams`
@@ -46,7 +47,8 @@
 //!   oversized gRPC messages; HTTP requests delayed, stalled, dropped, reset
 //!   or answered with a status.
 //!
-//! Not here: agent endpoints other than `/v1/agent/members`,
+//! Not here: agent endpoints other than `/v1/agent/members` and
+//! `/v1/agent/metrics`,
 //! listeners/routes (LDS, RDS), the WAN pool,
 //! clustering, persistence. Internals: `state` (catalog + fan-out),
 //! `events` (event encoding), `conn` (what every port does with a
@@ -70,6 +72,7 @@ mod rpc;
 mod serf;
 mod sessions;
 mod state;
+mod timing;
 mod writes;
 mod xds;
 
@@ -267,7 +270,8 @@ pub struct ConsulTargetSnapshot {
     /// Lock acquires answered `false` (held by another session, within a
     /// lock-delay, or by a `consul.kv` fault).
     pub kv_lock_refused: u64,
-    /// `/v1/txn` calls (and `Txn.Apply`) with KV operations.
+    /// `/v1/txn` calls with KV operations, and `Txn.Apply`/`Txn.Read`
+    /// calls, that applied.
     pub kv_txns: u64,
     /// Keys held now (gauge).
     pub kv_keys: u64,
@@ -323,7 +327,7 @@ struct Counters {
 }
 
 /// The methods whose calls are counted by name (the rest as `other`).
-const RPC_METHODS: [&str; 13] = [
+const RPC_METHODS: [&str; 15] = [
     "Health.ServiceNodes",
     "Catalog.Register",
     "Catalog.Deregister",
@@ -337,6 +341,8 @@ const RPC_METHODS: [&str; 13] = [
     "KVS.List",
     "KVS.ListKeys",
     "KVS.Apply",
+    "Txn.Apply",
+    "Txn.Read",
 ];
 
 impl Counters {
@@ -393,6 +399,8 @@ struct Inner {
     node_id: String,
     /// The LAN pool as this server sees it.
     serf: Arc<serf::Serf>,
+    /// How long KV and txn applies took (`/v1/agent/metrics`).
+    timings: Mutex<timing::Timings>,
 }
 
 /// One RPC connection counted against its client IP's cap; uncounted on drop.
@@ -521,6 +529,7 @@ impl ConsulState {
                 results: blocking::ResultCache::default(),
                 node_id,
                 serf: Arc::new(serf),
+                timings: Mutex::new(timing::Timings::default()),
             }),
         }
     }
@@ -587,6 +596,11 @@ impl ConsulState {
             kv_keys,
             serf: self.inner.serf.snapshot(),
         }
+    }
+
+    /// Records how long an apply took.
+    pub(crate) fn timed(&self, which: timing::Timed, since: std::time::Instant) {
+        lock(&self.inner.timings).record(which, since.elapsed());
     }
 
     /// Counts a call on the multiplexed RPC port.

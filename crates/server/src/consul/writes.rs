@@ -13,8 +13,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::sessions::{self, Renewal, Session};
-use super::state::{CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Touched, WriteError};
-use super::{ConsulState, lock};
+use super::state::{
+    CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Store, Touched, WriteError,
+};
+use super::{ConsulState, kv, lock};
 
 /// Go's `null` read as the type's empty value.
 pub(crate) fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
@@ -265,7 +267,7 @@ pub(crate) fn deregister(state: &ConsulState, b: DeregisterBody) -> Result<(), W
     if node_removed {
         // A node's sessions die with it, and their locks.
         let gone = state.sessions().remove_node(&b.node);
-        state.sessions_gone(&mut store, &gone);
+        state.sessions_gone(&mut store, &gone, Some(idx));
     }
     drop(store);
     let c = &state.inner.counters;
@@ -422,7 +424,7 @@ pub(crate) fn destroy_session(state: &ConsulState, id: &str) {
     let mut store = state.store();
     let gone = state.sessions().remove(id);
     match gone {
-        Some(s) => state.sessions_gone(&mut store, &[s]),
+        Some(s) => state.sessions_gone(&mut store, &[s], None),
         None => {
             store.next_index();
         }
@@ -430,6 +432,19 @@ pub(crate) fn destroy_session(state: &ConsulState, id: &str) {
 }
 
 impl ConsulState {
+    /// Invalidates sessions already removed from the session table, their
+    /// keys released or deleted (`kv::invalidate`), KV readers woken: at
+    /// `idx` (the write that removed them, a node's deregistration), or at
+    /// a raft index of each one's own (a destroy, an expiry).
+    pub(crate) fn sessions_gone(&self, store: &mut Store, gone: &[Session], idx: Option<u64>) {
+        let now = Instant::now();
+        for s in gone {
+            let at = idx.unwrap_or_else(|| store.next_index());
+            kv::invalidate(&mut store.kv, at, s, now);
+        }
+        store.kv.notify();
+    }
+
     /// Counts expired sessions, already out of the session table; each
     /// expiry is a raft write that releases (or deletes) the keys the
     /// session held.
@@ -441,7 +456,7 @@ impl ConsulState {
         c.sessions_expired
             .fetch_add(gone.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let mut store = self.store();
-        self.sessions_gone(&mut store, &gone);
+        self.sessions_gone(&mut store, &gone, None);
     }
 }
 

@@ -14,7 +14,6 @@ use http_body_util::Full;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Response, StatusCode};
 use serde::Serialize;
-use tokio::time::Instant;
 
 use super::{ApiRequest, Body, json_bytes, json_response, server_error, text};
 use crate::consul::ConsulState;
@@ -61,6 +60,7 @@ pub(super) struct Params(Vec<(String, String)>);
 
 impl Params {
     pub(super) fn parse(query: &str) -> Self {
+        // Bound: one pair per `&` of a query the request line carried.
         Self(
             query
                 .split('&')
@@ -107,17 +107,19 @@ impl Params {
     }
 }
 
-/// Percent-decoding (`+` as a space in a query).
+/// Percent-decoding (`+` as a space in a query); a `%` not followed by
+/// two hex digits is kept as it is.
 pub(super) fn unescape(s: &str, query: bool) -> String {
     let b = s.as_bytes();
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%'
-            && i + 3 <= b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+            && let (Some(&h), Some(&l)) = (b.get(i + 1), b.get(i + 2))
+            && let (Some(h), Some(l)) = (hex(h), hex(l))
         {
-            out.push(v);
+            out.push(h << 4 | l);
             i += 3;
             continue;
         }
@@ -145,7 +147,7 @@ fn escape(s: &str) -> String {
 /// The headers a KV read carries (a leader answering, as a dev agent).
 fn query_meta(mut r: Response<Body>, index: u64) -> Response<Body> {
     let h = r.headers_mut();
-    h.insert("X-Consul-Index", HeaderValue::from(index.max(1)));
+    h.insert("X-Consul-Index", HeaderValue::from(index));
     h.insert("X-Consul-Knownleader", HeaderValue::from_static("true"));
     h.insert("X-Consul-Lastcontact", HeaderValue::from_static("0"));
     h.insert(
@@ -219,21 +221,26 @@ fn kv_get(state: &ConsulState, key: &str, p: &Params, token: &str) -> Response<B
     if let Some(r) = acl_key(state, token, "key:read", key) {
         // A listing filters what the token may not read: nothing is left.
         return if recurse {
-            not_found(state.store().kv.table_index())
+            not_found(state.store().kv.table_index().max(1))
         } else {
             r
         };
     }
+    let fault = state.kv_read_fault(key);
     let store = state.store();
-    let (index, entries): (u64, Vec<&DirEntry>) = if recurse {
+    let (index, mut entries): (u64, Vec<&DirEntry>) = if recurse {
         (store.kv.list_index(key), store.kv.range(key).collect())
     } else {
         let (i, e) = store.kv.get_index(key);
         (i, e.into_iter().collect())
     };
-    let index = state.faults_kv_index(index);
+    let index = fault.index(index);
     if entries.is_empty() {
         return not_found(index);
+    }
+    let huge = fault.entry(entries[0]);
+    if let Some(h) = &huge {
+        entries[0] = h;
     }
     if p.has("raw") && !recurse {
         let mut r = Response::new(Full::new(entries[0].value.clone()));
@@ -249,14 +256,7 @@ fn kv_get(state: &ConsulState, key: &str, p: &Params, token: &str) -> Response<B
         );
         return query_meta(r, index);
     }
-    let body = match state.faults_kv_value() {
-        Some(huge) => {
-            let mut e = entries[0].clone();
-            e.value = huge;
-            pretty(&[EntryJson::of(&e)])
-        }
-        None => pretty(&entries.iter().map(|e| EntryJson::of(e)).collect::<Vec<_>>()),
-    };
+    let body = pretty(&entries.iter().map(|e| EntryJson::of(e)).collect::<Vec<_>>());
     drop(store);
     query_meta(json_bytes(StatusCode::OK, Bytes::from(body)), index)
 }
@@ -269,8 +269,9 @@ fn kv_keys(state: &ConsulState, prefix: &str, p: &Params, token: &str) -> Respon
         p.get("seperator")
     };
     state.kv_read();
+    let fault = state.kv_read_fault(prefix);
     let store = state.store();
-    let index = state.faults_kv_index(store.kv.list_index(prefix));
+    let index = fault.index(store.kv.list_index(prefix));
     let keys = if state.acl_check(token).is_ok() {
         store.kv.list_keys(prefix, sep)
     } else {
@@ -356,46 +357,6 @@ fn kv_delete(state: &ConsulState, key: &str, p: &Params, token: &str) -> Respons
     }
 }
 
-impl ConsulState {
-    /// Counts a KV read.
-    pub(crate) fn kv_read(&self) {
-        let c = &self.inner.counters;
-        c.bump(&c.kv_reads);
-    }
-
-    /// `KVS.Apply` of one write: refused (`false`, no raft write) when a
-    /// lock is asked within the key's lock-delay; otherwise applied at the
-    /// next raft index (a CAS or lock that loses still takes one).
-    pub(crate) fn kv_apply(&self, verb: Verb, r: &KvRequest) -> Result<bool, String> {
-        let c = &self.inner.counters;
-        let mut store = self.store();
-        if verb == Verb::Lock && store.kv.lock_delayed(&r.key, Instant::now()) {
-            c.bump(&c.kv_lock_refused);
-            return Ok(false);
-        }
-        if verb == Verb::Lock && self.faults_lock_stuck() {
-            c.bump(&c.kv_lock_refused);
-            return Ok(false);
-        }
-        let idx = store.next_index();
-        let sessions = self.sessions();
-        let applied = kv::apply(&mut store.kv, &sessions, idx, verb, r);
-        drop(sessions);
-        store.kv.notify();
-        drop(store);
-        c.bump(&c.kv_writes);
-        let ok = applied?.ok;
-        if verb == Verb::Lock {
-            c.bump(if ok {
-                &c.kv_lock_acquires
-            } else {
-                &c.kv_lock_refused
-            });
-        }
-        Ok(ok)
-    }
-}
-
 /// Holds a blocking `GET /v1/kv/<key>?index=N` (`?recurse` and `?keys`
 /// wait on the prefix, a single key on the key).
 pub(super) async fn hold(
@@ -449,4 +410,33 @@ pub(super) fn too_large(
     r.headers_mut()
         .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
     Some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_decode_and_encode_as_go_does() {
+        let p = Params::parse("recurse&cas=3&acquire=a%20b+c&x=%zz&y=%aé");
+        assert!(p.has("recurse") && !p.has("keys"));
+        assert_eq!(p.get("acquire"), "a b c");
+        assert_eq!(p.get("x"), "%zz");
+        assert_eq!(p.get("y"), "%aé");
+        assert_eq!(
+            p.encode(),
+            "acquire=a+b+c&cas=3&recurse=&x=%25zz&y=%25a%C3%A9"
+        );
+        assert_eq!(p.uint("cas"), Ok(3));
+        assert_eq!(
+            p.uint("recurse"),
+            Err("strconv.ParseUint: parsing \"\": invalid syntax".into())
+        );
+        let big = Params::parse("cas=99999999999999999999");
+        assert_eq!(
+            big.uint("cas"),
+            Err("strconv.ParseUint: parsing \"99999999999999999999\": value out of range".into())
+        );
+        assert_eq!(unescape("a%2Fb%", false), "a/b%");
+    }
 }

@@ -39,7 +39,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use agent::agent_members;
+use agent::{agent_members, agent_metrics};
 use catalog::{catalog_deregister, catalog_register, health_node, health_service, health_state};
 use config::{config_delete, config_get, config_put};
 use read::{catalog_node, catalog_nodes, catalog_service, coordinate_nodes, session_list};
@@ -307,25 +307,19 @@ async fn handle(
     }
     let query = req.uri().query().unwrap_or("").to_owned();
     let token = token_of(&req);
-    // A blocking read: held until the service changes or the wait ends.
+    // A blocking read (`?index=N`): held until the service's (or the KV
+    // key's or prefix's) index passes N or the wait ends.
     if method == Method::GET
-        && let Some(service) = path.strip_prefix("/v1/health/service/")
         && let Some(min) = query_param(&query, "index").and_then(|v| v.parse::<u64>().ok())
     {
         let wait = query_param(&query, "wait")
             .and_then(go_duration)
             .unwrap_or(Duration::ZERO);
-        block(state, service, min, wait, None).await;
-    }
-    // A blocking KV read: held until the key's (or prefix's) index passes.
-    if method == Method::GET
-        && let Some(key) = path.strip_prefix("/v1/kv/")
-        && let Some(min) = query_param(&query, "index").and_then(|v| v.parse::<u64>().ok())
-    {
-        let wait = query_param(&query, "wait")
-            .and_then(go_duration)
-            .unwrap_or(Duration::ZERO);
-        kv::hold(state, key, &query, min, wait).await;
+        if let Some(service) = path.strip_prefix("/v1/health/service/") {
+            block(state, service, min, wait, None).await;
+        } else if let Some(key) = path.strip_prefix("/v1/kv/") {
+            kv::hold(state, key, &query, min, wait).await;
+        }
     }
     let is_kv_put = method == Method::PUT && path.starts_with("/v1/kv/");
     if (is_kv_put || path == "/v1/txn")
@@ -496,6 +490,7 @@ pub fn dispatch(state: &ConsulState, req: &ApiRequest<'_>) -> Response<Body> {
         ("kv", key) => kv::kv_endpoint(state, req, key),
         ("coordinate", "nodes") if method == Method::GET => coordinate_nodes(state),
         ("agent", "members") if method == Method::GET => agent_members(state, token),
+        ("agent", "metrics") if method == Method::GET => agent_metrics(state, query),
         ("status", "leader") => {
             if method != Method::GET {
                 return not_allowed();

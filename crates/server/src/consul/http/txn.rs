@@ -7,14 +7,17 @@ use hyper::{Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::kv::EntryJson;
 use super::txn_kv::{self, TxnError, TxnResult};
 use super::{Body, MAX_TXN_OPS, json_response, text, with_index};
 use crate::consul::ConsulState;
+use crate::consul::kv::txn as kv_txn;
 use crate::consul::kv::{KvRequest, Verb};
 use crate::consul::render::{check_json, node_json, service_json};
 use crate::consul::state::{
     CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Store, Touched, WriteError,
 };
+use crate::consul::timing::TxnTimer;
 use crate::consul::writes::{
     CheckBody, NodeBody, ServiceBody, check_def, node_def, nullable, service_def,
 };
@@ -241,7 +244,7 @@ pub(super) fn txn(state: &ConsulState, body: &[u8]) -> Response<Body> {
     for (i, mut r) in raw.into_iter().enumerate() {
         let parsed = match r.kv.take() {
             Some(kv) => match txn_kv::parse(state, &kv) {
-                Ok(p) => p.map(|(verb, req)| Op::Kv(verb, req)),
+                Ok((verb_name, req)) => kv_txn::check(&verb_name, &req).map(|v| Op::Kv(v, req)),
                 Err(answer) => return *answer,
             },
             None => parse_op(r),
@@ -252,6 +255,7 @@ pub(super) fn txn(state: &ConsulState, body: &[u8]) -> Response<Body> {
         }
     }
     let writes = ops.iter().any(Op::is_write);
+    let _timer = TxnTimer::start(state, writes);
     let mut store = state.store();
     if errors.is_empty() {
         errors = validate(&store, &ops);
@@ -262,7 +266,7 @@ pub(super) fn txn(state: &ConsulState, body: &[u8]) -> Response<Body> {
             .iter()
             .enumerate()
             .filter_map(|(i, op)| match op {
-                Op::Kv(verb, req) => txn_kv::pre_check(&store.kv, *verb, req, now).map(|w| (i, w)),
+                Op::Kv(verb, req) => kv_txn::delayed(&store.kv, *verb, req, now).map(|w| (i, w)),
                 _ => None,
             })
             .collect();
@@ -337,28 +341,24 @@ fn kv_pass(
     idx: u64,
 ) -> Result<Vec<(usize, TxnResult)>, Vec<TxnError>> {
     let sessions = state.sessions();
-    store.kv.begin();
-    let mut results = Vec::new();
-    let mut errors = Vec::new();
-    for (i, op) in ops.iter().enumerate() {
-        if let Op::Kv(verb, req) = op {
-            match txn_kv::run(state, &mut store.kv, &sessions, idx, *verb, req) {
-                Ok(r) => results.extend(r.into_iter().map(|r| (i, r))),
-                Err(what) => errors.push(TxnError { op_index: i, what }),
-            }
-        }
-    }
+    let kv_ops = ops.iter().enumerate().filter_map(|(i, op)| match op {
+        Op::Kv(verb, req) => Some((i, *verb, req)),
+        _ => None,
+    });
+    let applied = kv_txn::apply_all(state, &mut store.kv, &sessions, idx, kv_ops);
     drop(sessions);
-    if errors.is_empty() {
-        store.kv.keep();
-    } else {
-        store.kv.rollback();
-    }
-    store.kv.notify();
-    if errors.is_empty() {
-        Ok(results)
-    } else {
-        Err(errors)
+    match applied {
+        Ok(entries) => Ok(entries
+            .into_iter()
+            .map(|(i, e)| {
+                let kv = EntryJson::of(&e);
+                (i, TxnResult::Kv { kv })
+            })
+            .collect()),
+        Err(errors) => Err(errors
+            .into_iter()
+            .map(|(op_index, what)| TxnError { op_index, what })
+            .collect()),
     }
 }
 
@@ -446,7 +446,7 @@ fn catalog_pass(
             gone.extend(sessions.remove_node(n));
         }
         drop(sessions);
-        state.sessions_gone(store, &gone);
+        state.sessions_gone(store, &gone, Some(idx));
     }
     let c = &state.inner.counters;
     let ord = std::sync::atomic::Ordering::Relaxed;

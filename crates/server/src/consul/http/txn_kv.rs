@@ -1,11 +1,9 @@
 //! KV operations in `/v1/txn`, as a Consul 1.20.1 agent takes them: the
 //! op's JSON (`Verb`, `Key`, `Value` in base64, `Flags`, `Index`,
-//! `Session`), the checks made before anything is applied (a value over
-//! `kv_max_value_size` is a 413; an unknown verb, a missing key or a lock
-//! within its lock-delay is the op's error), the ops applied in order
-//! inside one raft index with every failing op listed (then nothing is
-//! kept), and the results: the entry a write stored without its value,
-//! what a `get` or `get-tree` read with it.
+//! `Session`; a value over `kv_max_value_size` is a 413), and the txn's
+//! answer in Consul's field order (results: the entry a write stored
+//! without its value, what a `get` or `get-tree` read with it). The ops'
+//! checks and their application are `kv::txn`'s.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -14,16 +12,14 @@ use hyper::header::HeaderValue;
 use hyper::{Response, StatusCode};
 use serde::Serialize;
 use serde_json::Value;
-use tokio::time::Instant;
 
 use super::kv::EntryJson;
 use super::{Body, json_response, text};
 use crate::consul::ConsulState;
-use crate::consul::kv::{self, DirEntry, KvRequest, KvStore, Verb};
-use crate::consul::sessions::Sessions;
+use crate::consul::kv::KvRequest;
 
-/// A KV op as parsed: the op, or its error (listed with its index).
-pub(super) type Parsed = Result<(Verb, KvRequest), String>;
+/// A KV op as parsed: its verb's name and its arguments.
+pub(super) type Parsed = (String, KvRequest);
 
 /// Reads one `{"KV": {...}}` op. `Err` is an answer for the whole txn:
 /// a 413 for a value over `kv_max_value_size`, a 400 for a value that is
@@ -67,19 +63,7 @@ pub(super) fn parse(state: &ConsulState, v: &Value) -> Result<Parsed, Box<Respon
         session: s("Session"),
         index: n("Index"),
     };
-    let Some(verb) = Verb::parse(&verb_name) else {
-        return Ok(Err(format!("unknown KV operation: {verb_name}")));
-    };
-    if req.key.is_empty() && verb != Verb::DeleteTree {
-        return Ok(Err("Must provide key".into()));
-    }
-    Ok(Ok((verb, req)))
-}
-
-/// `kvsPreApply`'s lock-delay check, made before the txn is applied.
-pub(super) fn pre_check(kv: &KvStore, verb: Verb, req: &KvRequest, now: Instant) -> Option<String> {
-    (verb == Verb::Lock && kv.lock_delayed(&req.key, now))
-        .then(|| format!("failed to lock key {:?} due to lock delay", req.key))
+    Ok((verb_name, req))
 }
 
 /// One result of a txn, printed in Consul's field order.
@@ -130,58 +114,6 @@ struct TxnAnswer {
     errors: Option<Vec<TxnError>>,
     #[serde(flatten)]
     meta: Option<ReadMeta>,
-}
-
-/// Applies one KV op of a txn: its results (entries in the txn's JSON),
-/// or its error. Counts reads and writes.
-pub(super) fn run(
-    state: &ConsulState,
-    kv: &mut KvStore,
-    sessions: &Sessions,
-    idx: u64,
-    verb: Verb,
-    req: &KvRequest,
-) -> Result<Vec<TxnResult>, String> {
-    let c = &state.inner.counters;
-    c.bump(if verb.is_write() {
-        &c.kv_writes
-    } else {
-        &c.kv_reads
-    });
-    let applied = kv::apply(kv, sessions, idx, verb, req)?;
-    if !applied.ok {
-        return Err(match verb {
-            Verb::Cas => format!("failed to set key {:?}, index is stale", req.key),
-            Verb::DeleteCas => format!("failed to delete key {:?}, index is stale", req.key),
-            Verb::Lock => {
-                c.bump(&c.kv_lock_refused);
-                format!("failed to lock key {:?}, lock is already held", req.key)
-            }
-            _ => format!(
-                "failed to unlock key {:?}, lock isn't held, or is held by another session",
-                req.key
-            ),
-        });
-    }
-    if verb == Verb::Lock {
-        c.bump(&c.kv_lock_acquires);
-    }
-    let with_value = matches!(verb, Verb::Get | Verb::GetOrEmpty | Verb::GetTree);
-    Ok(applied
-        .entries
-        .into_iter()
-        .map(|mut e: DirEntry| {
-            if !with_value {
-                e.value = Bytes::new();
-            }
-            if verb == Verb::GetOrEmpty && e.modify_index == 0 {
-                e.flags = 0;
-            }
-            TxnResult::Kv {
-                kv: EntryJson::of(&e),
-            }
-        })
-        .collect())
 }
 
 /// The txn's answer: 200 with its results, or 409 with its errors (and

@@ -5,14 +5,17 @@
 //! reads held until the key's or prefix's index passes the caller's
 //! ([`wait`]).
 //!
-//! Parts: `store` (the table, tombstones, lock-delays, watchers), `rpc`
-//! (`KVS.Get`, `KVS.List`, `KVS.ListKeys`, `KVS.Apply` on the RPC port).
-//! The HTTP API is `http::kv`, the txn ops `http::txn_kv`. Errors keep
+//! Parts: `store` (the table, tombstones, lock-delays, watchers), `txn`
+//! (KV ops in a transaction), `rpc` (`KVS.Get`, `KVS.List`,
+//! `KVS.ListKeys`, `KVS.Apply`, `Txn.Apply`, `Txn.Read` on the RPC port),
+//! `faults` (`consul.kv`). The HTTP API is `http::kv`, its txn ops
+//! `http::txn_kv`. Errors keep
 //! Consul's words (`agent/consul/state/kvs.go`, `state/txn.go`).
 
 mod faults;
 pub(crate) mod rpc;
 mod store;
+pub(crate) mod txn;
 
 use std::time::Duration;
 
@@ -23,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use store::{DirEntry, KV_FULL, KvStore};
 
 use super::sessions::{Session, Sessions};
-use super::state::Store;
+use super::timing::Timed;
 use super::{ConsulState, Gauge, blocking};
 
 /// Consul's default `limits.kv_max_value_size` (raft's suggested largest
@@ -324,15 +327,52 @@ pub(crate) fn invalidate(kv: &mut KvStore, idx: u64, s: &Session, now: Instant) 
 }
 
 impl ConsulState {
-    /// Invalidates sessions already removed from the session table: one
-    /// raft index each, their keys released or deleted, readers woken.
-    pub(crate) fn sessions_gone(&self, store: &mut Store, gone: &[Session]) {
-        let now = Instant::now();
-        for s in gone {
-            let idx = store.next_index();
-            invalidate(&mut store.kv, idx, s, now);
+    /// Counts a KV read.
+    pub(crate) fn kv_read(&self) {
+        let c = &self.inner.counters;
+        c.bump(&c.kv_reads);
+    }
+
+    /// `KVS.Apply` of one write: refused (`false`, no raft write) when a
+    /// lock is asked within the key's lock-delay; otherwise applied at the
+    /// next raft index (a CAS or lock that loses still takes one).
+    pub(crate) fn kv_apply(&self, verb: Verb, r: &KvRequest) -> Result<bool, String> {
+        let started = std::time::Instant::now();
+        let answer = self.kv_apply_untimed(verb, r);
+        self.timed(Timed::KvsApply, started);
+        answer
+    }
+
+    fn kv_apply_untimed(&self, verb: Verb, r: &KvRequest) -> Result<bool, String> {
+        let c = &self.inner.counters;
+        let mut store = self.store();
+        if verb == Verb::Lock && store.kv.lock_delayed(&r.key, Instant::now()) {
+            c.bump(&c.kv_lock_refused);
+            return Ok(false);
         }
+        let idx = store.next_index();
+        if verb == Verb::Lock && !r.session.is_empty() && self.kv_lock_stuck(&r.key) {
+            self.take_for_good(&mut store.kv, idx, &r.key);
+            store.kv.notify();
+            c.bump(&c.kv_writes);
+            c.bump(&c.kv_lock_refused);
+            return Ok(false);
+        }
+        let sessions = self.sessions();
+        let applied = apply(&mut store.kv, &sessions, idx, verb, r);
+        drop(sessions);
         store.kv.notify();
+        drop(store);
+        c.bump(&c.kv_writes);
+        let ok = applied?.ok;
+        if verb == Verb::Lock {
+            c.bump(if ok {
+                &c.kv_lock_acquires
+            } else {
+                &c.kv_lock_refused
+            });
+        }
+        Ok(ok)
     }
 }
 

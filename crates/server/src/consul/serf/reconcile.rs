@@ -160,6 +160,6 @@ fn deregister(state: &ConsulState, name: &str) -> bool {
     store.delete_node(name, &mut t);
     store.commit(idx, t);
     let gone = state.sessions().remove_node(name);
-    state.sessions_gone(&mut store, &gone);
+    state.sessions_gone(&mut store, &gone, Some(idx));
     true
 }
