@@ -91,7 +91,15 @@ pub struct Live {
 /// over the leases, as Vault's restore does from storage.
 #[derive(Debug, Default)]
 pub struct Registry {
-    live: Mutex<VecDeque<Live>>,
+    live: Mutex<Queue>,
+}
+
+/// The queue and how many at its front are renewed already (renewals go
+/// in creation order: a prefix), so a tick does not walk them again.
+#[derive(Debug, Default)]
+struct Queue {
+    queue: VecDeque<Live>,
+    renewed: usize,
 }
 
 /// What is due now.
@@ -104,13 +112,13 @@ pub struct Due {
 }
 
 impl Registry {
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Live>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A token created at `now`.
     pub fn add(&self, id: u64, now: Instant) {
-        self.lock().push_back(Live {
+        self.lock().queue.push_back(Live {
             id,
             created: now,
             renewed: false,
@@ -122,14 +130,17 @@ impl Registry {
     pub fn due(&self, now: Instant, ttl: Duration, max: usize) -> Due {
         let mut live = self.lock();
         let mut due = Due::default();
-        while let Some(t) = live.front() {
+        while let Some(t) = live.queue.front() {
             if now < t.created + ttl || due.revoke.len() >= max {
                 break;
             }
             due.revoke.push(t.id);
-            live.pop_front();
+            live.queue.pop_front();
+            live.renewed = live.renewed.saturating_sub(1);
         }
-        for t in live.iter_mut() {
+        let from = live.renewed;
+        let mut taken = 0;
+        for t in live.queue.iter_mut().skip(from) {
             if now < t.created + ttl / 2 || due.renew.len() >= max {
                 break;
             }
@@ -137,18 +148,20 @@ impl Registry {
                 t.renewed = true;
                 due.renew.push(t.id);
             }
+            taken += 1;
         }
+        live.renewed += taken;
         due
     }
 
     /// Every live token (a restore's list).
     pub fn ids(&self) -> Vec<u64> {
-        self.lock().iter().map(|t| t.id).collect()
+        self.lock().queue.iter().map(|t| t.id).collect()
     }
 
     /// How many are live.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().queue.len()
     }
 }
 
