@@ -278,17 +278,7 @@ fn parse_path(path: &str) -> Result<Metric, String> {
                  server.<latency>.p99, server.<series>.max)"
             ));
         }
-        ["vault", f] => Metric::Vault(
-            crate::vault::VAULT_FIELDS
-                .into_iter()
-                .find(|x| x == f)
-                .ok_or_else(|| {
-                    format!(
-                        "unknown vault field {f:?} ({})",
-                        crate::vault::VAULT_FIELDS.join(", ")
-                    )
-                })?,
-        ),
+        ["vault", f] => Metric::Vault(crate::vault::field(f)?),
         ["gossip", f] => {
             Metric::Gossip(GOSSIP_FIELDS.into_iter().find(|x| x == f).ok_or_else(|| {
                 format!("unknown gossip field {f:?} ({})", GOSSIP_FIELDS.join(", "))
@@ -649,11 +639,7 @@ fn actual(m: &Metric, s: &Summary) -> Result<f64, String> {
         Metric::CpuSys => s.process.cpu_sys_s,
         Metric::DurationS => s.duration_s,
         Metric::Gossip(f) => gossip_stat(s, f)?,
-        Metric::Vault(f) => s
-            .vault
-            .as_ref()
-            .and_then(|v| v.stat(f))
-            .ok_or_else(|| "the run had no Vault servers (--vault-nodes)".to_string())?,
+        Metric::Vault(f) => crate::vault::value(s.vault.as_ref(), f)?,
         Metric::Server { name, stat } => {
             if s.server.is_empty() {
                 return Err("no server was observed (--observe)".into());

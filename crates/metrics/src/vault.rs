@@ -143,6 +143,20 @@ pub const VAULT_FIELDS: [&str; 10] = [
     "handover_max_s",
 ];
 
+/// The `vault.<f>` path's field, or why it is not one.
+pub(crate) fn field(f: &str) -> Result<&'static str, String> {
+    VAULT_FIELDS
+        .into_iter()
+        .find(|x| *x == f)
+        .ok_or_else(|| format!("unknown vault field {f:?} ({})", VAULT_FIELDS.join(", ")))
+}
+
+/// The value of a `vault.<field>` path in a run's section, or why none.
+pub(crate) fn value(v: Option<&VaultSummary>, field: &str) -> Result<f64, String> {
+    v.and_then(|v| v.stat(field))
+        .ok_or_else(|| "the run had no Vault servers (--vault-nodes)".to_string())
+}
+
 impl VaultSummary {
     /// The value of a [`VAULT_FIELDS`] path.
     pub fn stat(&self, field: &str) -> Option<f64> {
