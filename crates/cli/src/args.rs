@@ -104,7 +104,8 @@ pub enum Command {
     Report(ReportCommand),
     /// Remove what a killed Consul run left: its nodes (services, checks,
     /// sessions) and probe objects, selected by --name-prefix and the node
-    /// meta agent-sim-prefix every run sets. Takes the run's flags
+    /// meta agent-sim-prefix every run sets, and its Vault servers' keys
+    /// (under --vault-path) and lock sessions. Takes the run's flags
     /// (--kind consul, --target, --http-target, --token, TLS, --config).
     Cleanup(Box<CleanupArgs>),
     /// Check whether this host can hold a run, before running it: file
@@ -538,6 +539,39 @@ pub struct RunArgs {
     #[arg(long = "watch-kv", value_name = "PREFIX", help_heading = heading::CONSUL)]
     pub watch_kv: Vec<String>,
 
+    // --- Vault on Consul (docs/writes.md#vaults-storage) ---
+    /// Consul: simulated Vault servers storing in the cluster as Vault's
+    /// `storage "consul"` does (the HA lock, token writes); 0 = none.
+    #[arg(long, value_name = "N", help_heading = heading::CONSUL)]
+    pub vault_nodes: Option<u32>,
+    /// Consul: Vault token creates on the active node, steady (e.g. 200/s).
+    #[arg(long, value_name = "RATE", help_heading = heading::CONSUL)]
+    pub vault_tokens: Option<Rate>,
+    /// Consul: a Vault token's life: renewed at half, revoked at its end.
+    #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
+    pub vault_token_ttl: Option<Secs>,
+    /// Consul: a Vault token storm (repeatable): at=T,tokens=N creates at
+    /// once through Vault's max_parallel pool.
+    #[serde(
+        rename = "vault-burst",
+        alias = "vault-bursts",
+        deserialize_with = "crate::values::one_or_many"
+    )]
+    #[arg(long = "vault-burst", value_name = "at=T,tokens=N", help_heading = heading::CONSUL)]
+    pub vault_bursts: Vec<agent_sim_consul::vault::Burst>,
+    /// Consul: Vault's storage path [default: <name-prefix>/vault/].
+    #[arg(long, value_name = "PATH", help_heading = heading::CONSUL)]
+    pub vault_path: Option<String>,
+    /// Consul: the active Vault server steps down and stops at this time
+    /// (an upgrade's restart): the lock's handover is measured.
+    #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
+    pub vault_stop_active_at: Option<Secs>,
+    /// Consul: the active Vault server dies at this time (no release, its
+    /// session left to expire): the handover waits for the session's TTL
+    /// and the server's lock-delay.
+    #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
+    pub vault_kill_active_at: Option<Secs>,
+
     // --- Consul dataplane ---
     /// Dataplane: take over existing proxies instead of registering, by
     /// proxy service ID pattern (e.g. 'web-sidecar-proxy-{i}'); with
@@ -731,13 +765,16 @@ macro_rules! with_run_args_fields {
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
                 anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, consul_agent, gossip, gossip_key, gossip_label, watch,
                 blocking_wait, seed_service, change_every,
+                vault_nodes, vault_tokens, vault_token_ttl, vault_path, vault_stop_active_at,
+                vault_kill_active_at,
                 embedded_check_interval, embedded_servers, rebalance_min, hlog_interval, metrics_addr, shard, seed, quiet,
                 progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,
                 churn, max_session_length, ramp_down, reconnect, observe_every, observe_shard,
                 processes;
             paths: config, ca_file, cert_file, key_file, summary, hlog, report_html;
             vecs: targets, source_addrs, asserts, gossip_join, gossip_bind, watch_kv,
-                storms, pauses, server_downs, observe, observe_pid, observe_metric
+                storms, pauses, server_downs, observe, observe_pid, observe_metric,
+                vault_bursts
         )
     };
 }

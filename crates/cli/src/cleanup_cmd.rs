@@ -25,7 +25,17 @@ pub fn plan(args: &CleanupArgs) -> Result<agent_sim_consul::ConsulConfig, UsageE
         Protocol::Sensu(_) => None,
     });
     match (consul.next(), consul.next()) {
-        (Some(c), None) => Ok(c),
+        (Some(mut c), None) => {
+            // The Vault servers' keys and sessions go too (their path:
+            // --vault-path, or the prefix's default).
+            if c.vault.is_none() {
+                c.vault = Some(Box::new(agent_sim_consul::vault::VaultConfig {
+                    path: args.run.vault_path.clone().unwrap_or_default(),
+                    ..Default::default()
+                }));
+            }
+            Ok(c)
+        }
         (None, _) => Err(UsageError(
             "--kind: cleanup removes what Consul runs left (--kind consul or consul-dataplane)"
                 .into(),
@@ -48,12 +58,53 @@ pub async fn run(cfg: agent_sim_consul::ConsulConfig, dry_run: bool) -> i32 {
     match cleanup(&api, &cfg.conn.name_prefix, dry_run).await {
         Ok(r) => {
             print!("{}", render(&r, &cfg.conn.name_prefix, dry_run));
-            exit::OK
+            vault(&cfg, dry_run).await
         }
         Err(e) => {
             eprintln!("agent-sim: cleanup of {:?}: {e}", cfg.conn.name_prefix);
             exit::FAILURE
         }
+    }
+}
+
+/// Removes what the run's Vault servers left: every key under their path
+/// and every session named for it; prints it; the exit code.
+async fn vault(cfg: &agent_sim_consul::ConsulConfig, dry_run: bool) -> i32 {
+    let Some(v) = &cfg.vault else {
+        return exit::OK;
+    };
+    let prefix = &cfg.conn.name_prefix;
+    if let Err(e) = v.validate(prefix) {
+        eprintln!("agent-sim: {e}");
+        return exit::USAGE;
+    }
+    let client = match agent_sim_consul::vault::kv_client(cfg, 4, std::time::Duration::ZERO) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("agent-sim: {e}");
+            return exit::USAGE;
+        }
+    };
+    let r = agent_sim_consul::vault::cleanup_path(&client, &v.path, prefix, dry_run).await;
+    let path = v.path_for(prefix);
+    if dry_run {
+        println!(
+            "vault {path}: would remove {} key(s) and {} session(s)",
+            r.keys_left, r.sessions_left
+        );
+    } else {
+        println!(
+            "vault {path}: removed {} key(s) and {} session(s); left {} key(s), {} session(s)",
+            r.keys_removed, r.sessions_removed, r.keys_left, r.sessions_left
+        );
+    }
+    match r.error {
+        Some(e) => {
+            eprintln!("agent-sim: cleanup of {path}: {e}");
+            exit::FAILURE
+        }
+        None if r.keys_left > 0 && !dry_run => exit::FAILURE,
+        None => exit::OK,
     }
 }
 

@@ -352,6 +352,11 @@ fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageEr
     {
         return usage(format!("{flag}: only --kind consul-dataplane reads it"));
     }
+    if !matches!(a.kind.unwrap_or_default(), Kind::Consul) && a.vault_nodes.is_some_and(|n| n > 0) {
+        return usage(
+            "--vault-nodes: only --kind consul reads it (Vault stores in a Consul cluster)",
+        );
+    }
     Ok(FleetPlan {
         protocol,
         fleet,
@@ -434,6 +439,26 @@ fn dataplane_config(a: &RunArgs, shard: Option<Shard>) -> DataplaneConfig {
     d
 }
 
+/// The Vault servers of the flags, when `--vault-nodes` is above 0.
+fn vault_config(a: &RunArgs) -> Option<agent_sim_consul::vault::VaultConfig> {
+    let nodes = a.vault_nodes.filter(|n| *n > 0)?;
+    let mut v = agent_sim_consul::vault::VaultConfig {
+        nodes,
+        bursts: a.vault_bursts.clone(),
+        ..Default::default()
+    };
+    if let Some(r) = a.vault_tokens {
+        v.tokens_per_s = r.as_per_second();
+    }
+    if let Some(d) = a.vault_token_ttl {
+        v.token_ttl = d.0;
+    }
+    set!(v.path, a.vault_path);
+    v.stop_active_at = a.vault_stop_active_at.map(|d| d.0);
+    v.kill_active_at = a.vault_kill_active_at.map(|d| d.0);
+    Some(v)
+}
+
 /// Maps the flags onto [`ConsulConfig`] (its `validate` holds the rules).
 fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     let mut c = ConsulConfig::default();
@@ -506,6 +531,7 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
         c.blocking_wait = d.0;
     }
     c.watch_kv = a.watch_kv.clone();
+    c.vault = vault_config(a).map(Box::new);
     // TLS when any TLS setting is given, or the HTTP API is https://.
     let insecure = a.insecure_skip_tls_verify.unwrap_or(false);
     let wants_tls = a.ca_file.is_some()

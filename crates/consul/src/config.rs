@@ -78,6 +78,9 @@ pub struct ConsulConfig {
     /// KV prefixes every agent watches as consul-template does
     /// (`--watch-kv`; `{i}`/`{i%N}` patterns; [`crate::kv`]).
     pub watch_kv: Vec<String>,
+    /// Simulated Vault servers storing in the cluster (`--vault-nodes`;
+    /// run by the probe's controller process only).
+    pub vault: Option<Box<crate::vault_config::VaultConfig>>,
 }
 
 impl Default for ConsulConfig {
@@ -105,6 +108,7 @@ impl Default for ConsulConfig {
             blocking_wait: crate::modes::DEFAULT_WAIT,
             seed: None,
             watch_kv: Vec::new(),
+            vault: None,
         }
     }
 }
@@ -639,6 +643,9 @@ impl ConsulConfig {
             .check("no RPC target (host:port of a server's port 8300)")
         {
             return bad(field, reason);
+        }
+        if let Some(v) = &self.vault {
+            v.validate(&self.conn.name_prefix)?;
         }
         if self.upstreams.is_empty() {
             return bad("upstreams", "needs at least one service".into());

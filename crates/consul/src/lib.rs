@@ -25,6 +25,8 @@
 //!   process, [`ProbeObserver`] in the others, [`probe::ProbeBoard`]).
 //! - [`ConsulFactory`] / [`ConsulAgent`]: the `agent_sim_fleet` agent.
 //! - [`cleanup`]: removes what a killed run left (`agent-sim cleanup`).
+//! - [`vault`]: simulated Vault servers storing in the cluster
+//!   ([`vault::VaultRunner`], `--vault-nodes`).
 //!
 //! What it is not: a Consul server (see `agent-sim-server`), nor a CLI; it
 //! prints nothing.
@@ -42,6 +44,8 @@ pub mod probe;
 pub mod rpc;
 pub mod seed;
 pub mod txn;
+pub mod vault;
+pub mod vault_config;
 pub mod view;
 pub mod watch;
 

@@ -27,6 +27,7 @@
 //! | `server.cores_per_1000_agents`, `server.rss_per_agent_kib` | what each agent cost the server at steady state, above its baseline | number |
 //! | `server.<latency>.<p50\|p99\|mean\|baseline_p50\|baseline_p99>` | a kept server latency under load or at baseline (`consul_raft_commit_time`, `etcd_disk_wal_fsync_duration_seconds`, ...) | duration |
 //! | `server.<series>.<max\|mean\|last\|baseline>` | a kept gauge, or a counter's rate (`<name>_per_s`) | number |
+//! | `vault.split_brain` `vault.mismatch` `vault.read_back_lost` `vault.read_back_changed` `vault.keys_left` `vault.sessions_left` `vault.tokens_created` `vault.leadership_changes` `vault.fenced_writes` `vault.handover_max_s` | the run's simulated Vault servers (`--vault-nodes`, docs/writes.md): the lock checker's split-brain and mismatched checks, read-backs lost or changed, what the clean-up left, tokens created, leadership changes, fenced writes, the longest handover in seconds | number |
 //! | `gossip.failed_ever` `gossip.failed_turns` `gossip.critical_ever` `gossip.alive_max` `gossip.failed_max` `gossip.critical_max` `gossip.not_left_at_end` | the run's gossip members as the observed Consul server saw them (members ever failed, turns to failed, nodes ever with `serfHealth` critical, the most at one poll, not left at the last poll) | number |
 //!
 //! With several observed servers a `server.*` or `gossip.*` path takes the
@@ -144,6 +145,7 @@ enum Metric {
     DurationS,
     Server { name: String, stat: String },
     Gossip(&'static str),
+    Vault(&'static str),
 }
 
 impl Metric {
@@ -159,7 +161,8 @@ impl Metric {
             | Metric::Error(_)
             | Metric::Warning(_)
             | Metric::Counter(_)
-            | Metric::Gossip(_) => Unit::Count,
+            | Metric::Gossip(_)
+            | Metric::Vault(_) => Unit::Count,
             Metric::Rate(_) => Unit::PerSecond,
             Metric::ProbesDeliveredRatio => Unit::Ratio,
             Metric::PeakRss => Unit::Bytes,
@@ -275,6 +278,7 @@ fn parse_path(path: &str) -> Result<Metric, String> {
                  server.<latency>.p99, server.<series>.max)"
             ));
         }
+        ["vault", f] => Metric::Vault(crate::vault::field(f)?),
         ["gossip", f] => {
             Metric::Gossip(GOSSIP_FIELDS.into_iter().find(|x| x == f).ok_or_else(|| {
                 format!("unknown gossip field {f:?} ({})", GOSSIP_FIELDS.join(", "))
@@ -635,6 +639,7 @@ fn actual(m: &Metric, s: &Summary) -> Result<f64, String> {
         Metric::CpuSys => s.process.cpu_sys_s,
         Metric::DurationS => s.duration_s,
         Metric::Gossip(f) => gossip_stat(s, f)?,
+        Metric::Vault(f) => crate::vault::value(s.vault.as_ref(), f)?,
         Metric::Server { name, stat } => {
             if s.server.is_empty() {
                 return Err("no server was observed (--observe)".into());

@@ -52,6 +52,7 @@ pub mod spread;
 pub mod summary;
 pub mod timeline;
 pub mod units;
+pub mod vault;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -62,6 +63,7 @@ use hdrhistogram::Histogram;
 
 pub use schema::{SUMMARY_SCHEMA, SUMMARY_SCHEMA_V1};
 pub use summary::{LatencySummary, ProbeSummary, Summary};
+pub use vault::VaultSummary;
 
 /// Lowest trackable latency, in microseconds.
 pub const LATENCY_MIN_US: u64 = 1;

@@ -70,6 +70,11 @@ pub fn render_with(s: &Summary, opts: &TableOptions<'_>) -> String {
     crate::disruption::render(&mut out, &s.disruptions);
     crate::spread::render(&mut out, &s.by_server);
     server(&mut out, s);
+    if let Some(v) = &s.vault {
+        for line in v.table_lines() {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     latency(&mut out, s);
     rates(&mut out, s);
     errors(&mut out, s);

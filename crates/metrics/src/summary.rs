@@ -329,6 +329,9 @@ pub struct Summary {
     /// `fleet` for `[[fleet]]` sections), secrets as `<redacted>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The run's simulated Vault servers (`--vault-nodes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vault: Option<crate::vault::VaultSummary>,
 }
 
 /// One of the run's servers as its sessions saw it.

@@ -133,6 +133,7 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         timeline,
         by_server,
         config: Some(f.cfg.effective.clone()),
+        vault: None,
         disruptions: f.metrics.disruptions().summaries(),
         // Filled in by the observer after the run, when it observed.
         server: Vec::new(),
@@ -180,7 +181,11 @@ fn rated_counters(cfg: &RunConfig) -> Vec<&'static str> {
             Protocol::Consul(_) => agent_sim_consul::RATED_COUNTERS,
             Protocol::Dataplane(_) => agent_sim_dataplane::RATED_COUNTERS,
         };
-        for n in names {
+        let vault = match &plan.protocol {
+            Protocol::Consul(c) if c.vault.is_some() => agent_sim_consul::vault::RATED_COUNTERS,
+            _ => &[],
+        };
+        for n in names.iter().chain(vault) {
             if !out.contains(n) {
                 out.push(n);
             }

@@ -101,6 +101,13 @@ fn metrics_spec(cfg: &RunConfig) -> MetricsSpec {
     if cfg
         .fleets
         .iter()
+        .any(|f| matches!(&f.protocol, Protocol::Consul(c) if c.vault.is_some()))
+    {
+        spec = spec.merge(&agent_sim_consul::vault::metrics_spec());
+    }
+    if cfg
+        .fleets
+        .iter()
         .any(|f| matches!(f.protocol, Protocol::Dataplane(_)))
     {
         spec = spec.merge(&agent_sim_dataplane::metrics_spec());
@@ -192,6 +199,22 @@ fn probe_runners(built: &[Built]) -> Vec<ProbeRunner> {
     runners
 }
 
+/// The Vault servers of the run's Consul fleets (`--vault-nodes`); a
+/// fleet whose settings cannot make them counts the reason.
+fn vault_runners(cfg: &RunConfig, metrics: &Metrics) -> Vec<agent_sim_consul::vault::VaultRunner> {
+    cfg.fleets
+        .iter()
+        .filter_map(|plan| match &plan.protocol {
+            Protocol::Consul(c) => agent_sim_consul::vault::runner(c, metrics.clone())
+                .unwrap_or_else(|e| {
+                    metrics.error_with("vault_setup", Some(&e.to_string()));
+                    None
+                }),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Runs every fleet (and the probe runners or observers of Consul fleets)
 /// until `end`, and returns the fleets' reports and the probes.
 async fn run_fleets(
@@ -200,7 +223,11 @@ async fn run_fleets(
     metrics: &Metrics,
     statuses: &[Arc<FleetStatus>],
     end: &CancellationToken,
-) -> (Vec<FleetReport>, Vec<ProbeSummary>) {
+) -> (
+    Vec<FleetReport>,
+    Vec<ProbeSummary>,
+    Option<agent_sim_metrics::VaultSummary>,
+) {
     let mut fleet_tasks: tokio::task::JoinSet<FleetReport> = tokio::task::JoinSet::new();
     let mut probe_tasks: Vec<JoinHandle<Vec<ProbeSummary>>> = Vec::new();
     // Seeded services are in the catalog before the first agent dials.
@@ -220,6 +247,10 @@ async fn run_fleets(
         let t = end.clone();
         probe_tasks.push(tokio::spawn(async move { runner.run(t).await }));
     }
+    let vault_tasks: Vec<JoinHandle<agent_sim_metrics::VaultSummary>> = vault_runners(cfg, metrics)
+        .into_iter()
+        .map(|r| tokio::spawn(r.run(end.clone())))
+        .collect();
     for ((plan, b), status) in cfg.fleets.iter().zip(built).zip(statuses) {
         let mut fc = plan.fleet.clone();
         fc.duration = None;
@@ -259,6 +290,12 @@ async fn run_fleets(
         }
         reports.push(r);
     }
+    let mut vault = None;
+    for t in vault_tasks {
+        if let Ok(v) = t.await {
+            vault = Some(v);
+        }
+    }
     let mut probes = Vec::new();
     for t in probe_tasks {
         if let Ok(p) = t.await {
@@ -273,7 +310,7 @@ async fn run_fleets(
             seed_failed(metrics, "removing", &e);
         }
     }
-    (reports, probes)
+    (reports, probes, vault)
 }
 
 /// A seeded service that could not be registered or removed: an error in
@@ -393,7 +430,7 @@ pub async fn execute(
 
     // A --server-down's time is from the fleets' first dial, as a storm's.
     embedded.schedule_downs(&cfg.server_downs, tokio::time::Instant::now());
-    let (reports, probes) = run_fleets(&cfg, built, &metrics, &statuses, &end).await;
+    let (reports, probes, vault) = run_fleets(&cfg, built, &metrics, &statuses, &end).await;
 
     let recorded = reporter.finish().await;
     let servers = match observer {
@@ -414,6 +451,7 @@ pub async fn execute(
         timeline: recorded.timeline,
     });
     summary.server = servers;
+    summary.vault = vault;
     let verdicts = evaluate(&cfg.asserts, &summary);
     let stopped = reports
         .iter()

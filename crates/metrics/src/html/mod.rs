@@ -34,6 +34,7 @@ mod gossip;
 mod sections;
 mod server;
 pub mod svg;
+mod vault;
 
 use std::fmt::Write as _;
 
@@ -154,6 +155,7 @@ pub fn render(page: &Page<'_>) -> String {
     sections::sessions(&mut o, s);
     sections::by_server(&mut o, s);
     server::server(&mut o, s);
+    vault::vault(&mut o, s);
     sections::rates(&mut o, s);
     sections::latency(&mut o, s, page.windows);
     events::disruptions(&mut o, s);
