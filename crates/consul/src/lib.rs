@@ -33,6 +33,7 @@ pub mod cleanup;
 pub mod codec;
 pub mod config;
 pub mod conn;
+pub mod connect;
 pub mod ended;
 pub mod gossip;
 pub mod http;
@@ -86,6 +87,9 @@ pub enum ConsulError {
     /// The ACL token cannot be sent as a header value.
     #[error("consul: token is not a valid header value")]
     Token(#[source] ::http::header::InvalidHeaderValue),
+    /// A leaf key or CSR could not be made.
+    #[error("connect: {0}")]
+    Connect(String),
     /// The metrics recorder lacks names of [`metrics_spec`].
     #[error("consul metrics: {0}")]
     Metrics(String),
