@@ -311,6 +311,9 @@ async fn handle(
             .unwrap_or(Duration::ZERO);
         block(state, service, min, wait, None).await;
     }
+    if method == Method::GET && path == "/v1/connect/ca/roots" {
+        state.ca().wait_http(&query).await;
+    }
     // Bound: a request body is read up to MAX_BODY, then refused (413).
     let body = if method == Method::PUT || method == Method::POST {
         match read_body(req.into_body()).await {
@@ -438,6 +441,13 @@ pub fn dispatch(state: &ConsulState, req: &ApiRequest<'_>) -> Response<Body> {
         ("session", t) if method == Method::GET && t.starts_with("node/") => {
             session_list(state, Some(&t["node/".len()..]))
         }
+        ("connect", t) if t.starts_with("ca/") => match state.ca().http(write, &t[3..], body) {
+            Ok(v) => json_response(StatusCode::OK, &v),
+            Err((code, words)) => text(
+                StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                words,
+            ),
+        },
         ("session", t) if t.starts_with("info/") => {
             if method != Method::GET {
                 return not_allowed();
