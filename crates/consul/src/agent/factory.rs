@@ -103,6 +103,10 @@ impl ConsulFactory {
             _ => None,
         };
         let flap_interval = cfg.flap_rate.map(|r| r.interval());
+        let connect = (cfg.sidecars
+            && cfg.connect.leaf_certs
+            && cfg.agent == crate::modes::AgentWire::Client)
+            .then(Arc::default);
         Ok(ConsulFactory {
             shared: Arc::new(Shared {
                 token: cfg.conn.token.clone().unwrap_or_default(),
@@ -118,6 +122,7 @@ impl ConsulFactory {
                 flap_interval,
                 watch_api,
                 gossip,
+                connect,
             }),
         })
     }
@@ -193,6 +198,13 @@ impl ConsulFactory {
             board,
             metrics: s.metrics.clone(),
         })
+    }
+
+    /// The fleet's certificates, when its agents keep leaf certificates
+    /// (sidecars on the client wire): the rotation is started and its
+    /// figures read there.
+    pub fn connect_board(&self) -> Option<Arc<crate::connect::ConnectBoard>> {
+        self.shared.connect.clone()
     }
 
     /// The probe board (for tests and status displays).
@@ -308,6 +320,7 @@ impl AgentFactory for ConsulFactory {
             session_server: 0,
             moved: false,
             moved_link: None,
+            leaf: None,
         }
     }
 }

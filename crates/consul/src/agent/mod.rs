@@ -23,6 +23,7 @@
 //! views, status handling) and `upkeep` (registration, TTL session, check
 //! flaps, the exit cleanup).
 
+mod connect;
 mod factory;
 mod link;
 mod session;
@@ -90,8 +91,13 @@ pub(crate) struct Ids {
     coordinate_updates: CounterId,
     pings: CounterId,
     skips: CounterId,
+    leaf_issued: CounterId,
+    leaf_renewed: CounterId,
+    leaf_rate_limited: CounterId,
+    leaf_boot: LatencyId,
+    leaf_rotation: LatencyId,
     /// A client agent's calls by method (`link::Rpc` order).
-    rpc: [LatencyId; 7],
+    rpc: [LatencyId; 8],
 }
 
 impl Ids {
@@ -138,6 +144,11 @@ impl Ids {
             coordinate_updates: m.counter(names::COORDINATE_UPDATES),
             pings: m.counter(names::ROUTER_PINGS),
             skips: m.counter(names::ROUTER_SKIPS),
+            leaf_issued: m.counter(names::LEAF_CERTS_ISSUED),
+            leaf_renewed: m.counter(names::LEAF_CERTS_RENEWED),
+            leaf_rate_limited: m.counter(names::LEAF_RATE_LIMITED),
+            leaf_boot: m.latency(names::LEAF_BOOT),
+            leaf_rotation: m.latency(names::LEAF_ROTATION),
             rpc: names::RPC_LATENCIES.map(|n| m.latency(n)),
         })
     }
@@ -160,6 +171,8 @@ pub(crate) struct Shared {
     watch_api: WatchApi,
     /// The agents' gossip pool (client wire with `--gossip on`).
     gossip: Option<crate::gossip::Gossip>,
+    /// The fleet's certificates (boot and rotation figures).
+    connect: Option<Arc<crate::connect::ConnectBoard>>,
 }
 
 /// The HTTP API as `--watch http` dials it: a connection per watched
@@ -258,6 +271,8 @@ pub struct ConsulAgent {
     /// (client wire), and that server: the next session's, as a real
     /// agent's pool keeps it (dropped if that session goes elsewhere).
     moved_link: Option<(usize, Box<Link>)>,
+    /// The leaf certificate of the agent's sidecars (client wire).
+    leaf: Option<Box<connect::Leaf>>,
 }
 
 impl std::fmt::Debug for ConsulAgent {

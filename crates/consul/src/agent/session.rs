@@ -19,7 +19,7 @@ use super::link::Link;
 use super::subscriptions::Slot;
 use super::upkeep::{Done, Sched, UpkeepCall};
 use super::{ConsulAgent, HTTP_BACKOFF};
-use crate::rpc::mux::{CallError, Mux};
+use crate::rpc::mux::{CallError, Exchange, Mux, Reply};
 use crate::watch::WatchMode;
 
 /// A deadline that never comes within a session (the timer when nothing is
@@ -33,6 +33,8 @@ pub(super) fn far_future() -> Instant {
 enum Either<Io> {
     Link(Result<(), CallError>),
     Watch(Io),
+    /// The blocking roots query answered (agents keeping a leaf).
+    Roots(Result<Reply, CallError>),
 }
 
 /// The connection of one session and the watches on it, as the session's
@@ -80,6 +82,9 @@ impl ConsulAgent {
     /// end of the list (a real agent's next call goes to the next one).
     async fn session(&mut self, cx: &SessionCx) -> SessionEnd {
         self.ensure_member().await;
+        if let Some(b) = &self.shared.connect {
+            b.dialing(Instant::now());
+        }
         let server = self.router.current();
         self.session_server = server;
         cx.on_server(server);
@@ -121,6 +126,7 @@ impl ConsulAgent {
         let mut timer = pin!(tokio::time::sleep_until(far_future()));
         let mut cancel = pin!(cx.cancel.cancelled());
         let mut rotate = 0usize;
+        let mut roots: Option<Exchange> = None;
         let end = loop {
             let now = Instant::now();
             if let Some(l) = link.as_mut()
@@ -129,7 +135,18 @@ impl ConsulAgent {
                 break SessionEnd::lost_with(e.kind, e.detail);
             }
             let due = w.due(self, slots, link.as_mut().map(|l| &mut l.mux), now);
-            let due = self.upkeep_due(&mut hs, &mut call, link.as_deref(), cx.bind_addr, now, due);
+            let mut due =
+                self.upkeep_due(&mut hs, &mut call, link.as_deref(), cx.bind_addr, now, due);
+            if roots.is_none()
+                && let Some(l) = link.as_mut()
+            {
+                roots = self.roots_call(&mut l.mux, &l.line, now);
+                if roots.is_none()
+                    && let Some(t) = self.roots_retry_at()
+                {
+                    due = due.min(t);
+                }
+            }
             wake::arm(timer.as_mut(), due);
             rotate = rotate.wrapping_add(1);
             let io = |tcx: &mut Context<'_>| {
@@ -137,6 +154,11 @@ impl ConsulAgent {
                     && let Poll::Ready(r) = l.mux.poll_driver(tcx)
                 {
                     return Poll::Ready(Either::Link(r));
+                }
+                if let Some(f) = roots.as_mut()
+                    && let Poll::Ready((_, r)) = f.as_mut().poll(tcx)
+                {
+                    return Poll::Ready(Either::Roots(r));
                 }
                 w.poll(slots, rotate, tcx).map(Either::Watch)
             };
@@ -169,6 +191,11 @@ impl ConsulAgent {
                     Some(SessionEnd::Moved)
                 }
                 Woke::Io(Either::Watch(io)) => w.on_io(self, cx, slots, io),
+                Woke::Io(Either::Roots(r)) => {
+                    roots = None;
+                    self.on_roots(r, Instant::now());
+                    None
+                }
                 Woke::Call(done) => {
                     if done.failed_call().is_some()
                         && let Some(server) = link.as_ref().map(|l| l.server)

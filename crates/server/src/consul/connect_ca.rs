@@ -603,7 +603,7 @@ impl Ca {
 /// A duration as Go prints whole hours (`72h`).
 fn go_duration(d: Duration) -> String {
     let s = d.as_secs();
-    if s % 3600 == 0 {
+    if s.is_multiple_of(3600) {
         format!("{}h", s / 3600)
     } else {
         format!("{s}s")
