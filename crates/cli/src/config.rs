@@ -333,6 +333,9 @@ fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageEr
             let mut c = consul_config(a, shard);
             c.cluster_size = total;
             c.validate().map_err(consul_refused)?;
+            if let Err(reason) = c.connect.check_rotation(embedded, c.agent, c.sidecars) {
+                return usage(reason);
+            }
             Protocol::Consul(c)
         }
         Kind::ConsulDataplane => {
@@ -454,6 +457,9 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     set!(c.service_name, a.service_name);
     set!(c.services_per_agent, a.services_per_agent);
     set!(c.sidecars, a.sidecars);
+    set!(c.connect.leaf_certs, a.leaf_certs);
+    c.connect.rotate_at = a.rotate_ca_at.map(|d| d.0);
+    set!(c.connect.allow_rotation, a.allow_ca_rotation);
     set!(c.keep_registrations, a.keep_registrations);
     if let Some(t) = a.session_ttl {
         c.session_ttl = t.into_option().map(|d| d.0);

@@ -295,6 +295,10 @@ pub struct Summary {
     /// Propagation probes of every protocol that runs them, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probes: Vec<ProbeSummary>,
+    /// Connect leaf certificates: boot, signing, a CA rotation (Consul
+    /// agents with sidecars on the client wire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect: Option<crate::connect::ConnectSummary>,
     /// Shard `I/N` of a multi-process run, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,

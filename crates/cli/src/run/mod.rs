@@ -11,6 +11,7 @@
 //! them, and writes the report page (`--report-html`) last.
 
 mod assemble;
+mod connect;
 mod embedded;
 mod observe;
 mod outcome;
@@ -393,6 +394,7 @@ pub async fn execute(
 
     // A --server-down's time is from the fleets' first dial, as a storm's.
     embedded.schedule_downs(&cfg.server_downs, tokio::time::Instant::now());
+    let connect = connect::start(&cfg, &built, &metrics, &end);
     let (reports, probes) = run_fleets(&cfg, built, &metrics, &statuses, &end).await;
 
     let recorded = reporter.finish().await;
@@ -414,6 +416,7 @@ pub async fn execute(
         timeline: recorded.timeline,
     });
     summary.server = servers;
+    summary.connect = connect.summary(&summary);
     let verdicts = evaluate(&cfg.asserts, &summary);
     let stopped = reports
         .iter()

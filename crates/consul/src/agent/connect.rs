@@ -70,7 +70,7 @@ impl ConsulAgent {
 
     /// When the next sign is due, once the trust domain is known.
     pub(super) fn leaf_due(&self) -> Option<Instant> {
-        let l = self.leaf.as_ref()?;
+        let l = self.extra.as_ref().and_then(|e| e.leaf.as_ref())?;
         if l.trust_domain.is_empty() {
             return None;
         }
@@ -79,7 +79,7 @@ impl ConsulAgent {
 
     /// Takes the due sign (it is rescheduled by its answer).
     pub(super) fn take_leaf_due(&mut self, now: Instant) -> bool {
-        match self.leaf.as_mut() {
+        match self.extra.as_mut().and_then(|e| e.leaf.as_mut()) {
             Some(l) if !l.trust_domain.is_empty() && l.due.is_some_and(|t| t <= now) => {
                 l.due = None;
                 true
@@ -90,7 +90,11 @@ impl ConsulAgent {
 
     /// The sign's request: a new key and CSR for the agent's service.
     pub(super) fn sign_request(&self) -> Result<(String, String), Refusal> {
-        let l = self.leaf.as_ref().ok_or_else(no_roots)?;
+        let l = self
+            .extra
+            .as_ref()
+            .and_then(|e| e.leaf.as_ref())
+            .ok_or_else(no_roots)?;
         let cfg = &self.shared.cfg;
         // The datacenter the agent is in (a real agent's default when the
         // run names none).
@@ -117,7 +121,11 @@ impl ConsulAgent {
         if !self.keeps_leaf() || !self.registered {
             return None;
         }
-        let l = self.leaf.get_or_insert_with(Box::default);
+        let l = self
+            .extra
+            .get_or_insert_default()
+            .leaf
+            .get_or_insert_default();
         if l.roots_retry_at.is_some_and(|t| t > now) {
             return None;
         }
@@ -137,14 +145,19 @@ impl ConsulAgent {
 
     /// When a failed roots query is tried again.
     pub(super) fn roots_retry_at(&self) -> Option<Instant> {
-        self.leaf.as_ref()?.roots_retry_at
+        self.extra
+            .as_ref()
+            .and_then(|e| e.leaf.as_ref())?
+            .roots_retry_at
     }
 
     /// A roots query answered: a new active root asks for a new
     /// certificate within the rotation window (the first one at once).
     pub(super) fn on_roots(&mut self, r: Result<Reply, CallError>, now: Instant) {
         let sh = self.shared.clone();
-        let Some(l) = self.leaf.as_mut() else { return };
+        let Some(l) = self.extra.as_mut().and_then(|e| e.leaf.as_mut()) else {
+            return;
+        };
         let roots = match r {
             Ok(reply) if reply.header.error.is_empty() => {
                 decode_roots(&reply.body).map_err(Refusal::from)
@@ -193,7 +206,9 @@ impl ConsulAgent {
     /// the servers' rate limit backed off from as leafcert does.
     pub(super) fn on_signed(&mut self, r: Result<Signed, Refusal>, now: Instant) {
         let sh = self.shared.clone();
-        let Some(l) = self.leaf.as_mut() else { return };
+        let Some(l) = self.extra.as_mut().and_then(|e| e.leaf.as_mut()) else {
+            return;
+        };
         let first = l.authority.is_none();
         match r {
             Ok(s) => {

@@ -315,12 +315,11 @@ impl AgentFactory for ConsulFactory {
             session_id: None,
             renew_due: None,
             flaps: 0,
-            vivaldi: None,
+            extra: None,
             router: Router::new(s.dialers.len(), index.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
             session_server: 0,
             moved: false,
             moved_link: None,
-            leaf: None,
         }
     }
 }

@@ -240,6 +240,16 @@ impl Sub {
     }
 }
 
+/// What only some agents keep (boxed, so the agent stays small).
+#[derive(Default)]
+struct Extra {
+    /// The agent's network coordinate (the client wire sends it; a fresh
+    /// one until the first round trip moves it).
+    vivaldi: Option<Vivaldi>,
+    /// The leaf certificate of the agent's sidecars (client wire).
+    leaf: Option<connect::Leaf>,
+}
+
 /// One simulated Consul client agent.
 pub struct ConsulAgent {
     index: u64,
@@ -255,9 +265,9 @@ pub struct ConsulAgent {
     session_id: Option<Box<str>>,
     renew_due: Option<Instant>,
     flaps: u32,
-    /// The agent's network coordinate (the client wire sends it; a fresh
-    /// one until the first round trip moves it).
-    vivaldi: Option<Box<Vivaldi>>,
+    /// What only some agents keep, boxed on first use: the network
+    /// coordinate and the sidecars' leaf certificate.
+    extra: Option<Box<Extra>>,
     /// The run's servers in this agent's order (Consul's router).
     router: Router,
     /// The server of the current (or last) session.
@@ -271,8 +281,6 @@ pub struct ConsulAgent {
     /// (client wire), and that server: the next session's, as a real
     /// agent's pool keeps it (dropped if that session goes elsewhere).
     moved_link: Option<(usize, Box<Link>)>,
-    /// The leaf certificate of the agent's sidecars (client wire).
-    leaf: Option<Box<connect::Leaf>>,
 }
 
 impl std::fmt::Debug for ConsulAgent {

@@ -47,8 +47,20 @@ impl ConnectConfig {
     /// Whether a rotation may run against the run's target (`embedded`:
     /// the reference backend this process serves): a shared cluster's CA
     /// is never changed by accident. The refusal's reason on failure.
-    pub fn check_rotation(&self, embedded: bool) -> Result<(), String> {
+    pub fn check_rotation(
+        &self,
+        embedded: bool,
+        wire: crate::modes::AgentWire,
+        sidecars: bool,
+    ) -> Result<(), String> {
+        let keeping = sidecars && self.leaf_certs && wire == crate::modes::AgentWire::Client;
         match self.rotate_at {
+            Some(_) if !keeping => Err(
+                "--rotate-ca-at times the agents' leaf certificates: it needs --sidecars on the \
+                 client wire (--consul-agent client; the HTTP API cannot sign a client agent's \
+                 CSR) and --leaf-certs"
+                    .into(),
+            ),
             Some(_) if !embedded && !self.allow_rotation => Err(
                 "--rotate-ca-at changes the target's Connect CA (a new root, every leaf signed \
                  again): refused against a real cluster without --allow-ca-rotation"
@@ -73,6 +85,11 @@ impl ConnectBoard {
     /// The run's first dial (the first call wins).
     pub fn dialing(&self, now: Instant) {
         let _ = self.first_dial.set(now);
+    }
+
+    /// The run's first dial.
+    pub fn first_dial(&self) -> Option<Instant> {
+        self.first_dial.get().copied()
     }
 
     /// Time from the first dial to `now`.

@@ -151,6 +151,7 @@ pub fn render(page: &Page<'_>) -> String {
     );
     sections::headline(&mut o, page);
     sections::probes(&mut o, s);
+    crate::connect::page(&mut o, s);
     sections::sessions(&mut o, s);
     sections::by_server(&mut o, s);
     server::server(&mut o, s);

@@ -498,6 +498,8 @@ impl ConsulAgent {
                 match self.member() {
                     Some((pool, slot)) => pool.observe(slot, rtt),
                     None => self
+                        .extra
+                        .get_or_insert_default()
                         .vivaldi
                         .get_or_insert_default()
                         .observe(&coordinate::Coord::default(), rtt),

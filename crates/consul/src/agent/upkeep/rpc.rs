@@ -349,8 +349,9 @@ impl ConsulAgent {
                 let coord = match self.member() {
                     Some((pool, slot)) => pool.coordinate(slot),
                     None => self
-                        .vivaldi
+                        .extra
                         .as_ref()
+                        .and_then(|e| e.vivaldi.as_ref())
                         .map_or_else(Default::default, |v| v.coord().clone()),
                 };
                 Box::pin(async move {
