@@ -579,6 +579,22 @@ mod tests {
                 }),
                 "--probe-timeout",
             ),
+            (
+                args(|a| {
+                    a.kind = Some(Kind::Consul);
+                    a.targets = vec!["10.0.0.1:8300".into()];
+                    a.sidecars = Some(true);
+                    a.rotate_ca_at = Some("30s".parse().unwrap())
+                }),
+                "without --allow-ca-rotation",
+            ),
+            (
+                args(|a| {
+                    a.kind = Some(Kind::Consul);
+                    a.rotate_ca_at = Some("30s".parse().unwrap())
+                }),
+                "it needs --sidecars",
+            ),
         ] {
             let e = resolve(a, &no_env).unwrap_err().0;
             assert!(e.contains(needle), "{e}");

@@ -29,6 +29,7 @@
 //! What it is not: a Consul server (see `agent-sim-server`), nor a CLI; it
 //! prints nothing.
 
+pub mod ca_rotation;
 pub mod cleanup;
 pub mod codec;
 pub mod config;
@@ -87,9 +88,6 @@ pub enum ConsulError {
     /// The ACL token cannot be sent as a header value.
     #[error("consul: token is not a valid header value")]
     Token(#[source] ::http::header::InvalidHeaderValue),
-    /// A leaf key or CSR could not be made.
-    #[error("connect: {0}")]
-    Connect(String),
     /// The metrics recorder lacks names of [`metrics_spec`].
     #[error("consul metrics: {0}")]
     Metrics(String),

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use agent_sim_consul::connect::rotate::rotate_ca;
+use agent_sim_consul::ca_rotation::rotate_ca;
 use agent_sim_consul::modes::AgentWire;
 use agent_sim_consul::{ConsulConfig, ConsulFactory};
 use agent_sim_fleet::FleetStatus;

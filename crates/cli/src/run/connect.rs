@@ -5,9 +5,9 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use agent_sim_consul::ca_rotation::rotate_ca;
 use agent_sim_consul::connect::ConnectBoard;
-use agent_sim_consul::connect::rotate::rotate_ca;
-use agent_sim_metrics::connect::{ConnectSummary, RotationSummary};
+use agent_sim_metrics::summary::{ConnectSummary, RotationSummary};
 use agent_sim_metrics::{Metrics, Summary};
 use tokio_util::sync::CancellationToken;
 

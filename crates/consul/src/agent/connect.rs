@@ -105,7 +105,7 @@ impl ConsulAgent {
         let id = spiffe_service_id(&l.trust_domain, dc, &cfg.service_name);
         let csr = new_csr(&id).map_err(|e| Refusal {
             kind: "csr_failed",
-            words: Some(e.to_string()),
+            words: Some(e),
         })?;
         Ok((csr.pem, dc.to_owned()))
     }

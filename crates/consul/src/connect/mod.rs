@@ -9,7 +9,6 @@
 //! `agent::connect`. This module holds no socket and no timer.
 
 pub mod csr;
-pub mod rotate;
 pub mod schedule;
 
 pub use csr::{Csr, authority_key_id, new_csr, spiffe_service_id};

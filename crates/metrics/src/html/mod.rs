@@ -29,6 +29,7 @@
 
 mod blocks;
 mod charts;
+mod connect;
 mod events;
 mod gossip;
 mod sections;
@@ -151,7 +152,7 @@ pub fn render(page: &Page<'_>) -> String {
     );
     sections::headline(&mut o, page);
     sections::probes(&mut o, s);
-    crate::connect::page(&mut o, s);
+    connect::page(&mut o, s);
     sections::sessions(&mut o, s);
     sections::by_server(&mut o, s);
     server::server(&mut o, s);

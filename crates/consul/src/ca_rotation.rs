@@ -9,7 +9,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::ConnectBoard;
+use crate::connect::ConnectBoard;
 use crate::http::{HttpApi, HttpError};
 
 const PATH: &str = "/v1/connect/ca/configuration";
