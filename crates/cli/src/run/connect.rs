@@ -14,6 +14,22 @@ use tokio_util::sync::CancellationToken;
 use super::Built;
 use crate::plan::{Protocol, RunConfig};
 
+/// Why a fleet's sidecars hold no certificate: on the HTTP API's wire
+/// there is nothing that signs a client agent's CSR.
+pub(super) fn api_wire_note(plan: &crate::plan::FleetPlan) -> Option<String> {
+    let Protocol::Consul(c) = &plan.protocol else {
+        return None;
+    };
+    (c.sidecars && c.connect.leaf_certs && c.agent == agent_sim_consul::modes::AgentWire::Api).then(
+        || {
+            "--sidecars on --consul-agent api: the agents keep no leaf certificate (a server's \
+             HTTP API has no endpoint that signs a client agent's CSR; ConnectCA.Sign is on the \
+             client wire)"
+                .to_string()
+        },
+    )
+}
+
 /// The fleets' boards and what the rotation did.
 pub(super) struct Connect {
     boards: Vec<(Arc<ConnectBoard>, u64)>,

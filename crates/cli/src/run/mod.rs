@@ -338,6 +338,9 @@ pub async fn execute(
         for note in cfg.fleets.iter().filter_map(crate::scenario::capped_burst) {
             eprintln!("agent-sim: note: {note}");
         }
+        for note in cfg.fleets.iter().filter_map(connect::api_wire_note) {
+            eprintln!("agent-sim: note: {note}");
+        }
     }
     let built = build_factories(&cfg, &metrics)?;
     taken::refuse_taken(&cfg.fleets)
