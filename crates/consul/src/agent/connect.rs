@@ -20,6 +20,10 @@ use crate::modes::AgentWire;
 use crate::rpc::connect_ca::{self, RATE_LIMITED, decode_roots, decode_sign};
 use crate::rpc::mux::{CallError, Exchange, Mux, Reply, exchange};
 
+/// When a sign whose answer never came is tried again (longer than a
+/// call's timeout).
+const UNANSWERED_SIGN: Duration = Duration::from_secs(30);
+
 /// Largest roots answer read (a few roots with intermediates: ≈4 KiB each).
 const MAX_ROOTS_ANSWER: usize = 1 << 20;
 
@@ -77,11 +81,12 @@ impl ConsulAgent {
         l.due
     }
 
-    /// Takes the due sign (it is rescheduled by its answer).
+    /// Takes the due sign: its answer reschedules it; a sign whose answer
+    /// never comes (the session ended under it) is tried again later.
     pub(super) fn take_leaf_due(&mut self, now: Instant) -> bool {
         match self.extra.as_mut().and_then(|e| e.leaf.as_mut()) {
             Some(l) if !l.trust_domain.is_empty() && l.due.is_some_and(|t| t <= now) => {
-                l.due = None;
+                l.due = Some(now + UNANSWERED_SIGN);
                 true
             }
             _ => false,
