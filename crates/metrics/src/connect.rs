@@ -7,10 +7,42 @@
 
 use std::fmt::Write as _;
 
-use crate::summary::Summary;
+use crate::summary::{ConnectSummary, RotationSummary, Summary};
 
 fn seconds(s: Option<f64>) -> String {
     s.map_or_else(|| "not reached".to_string(), |v| format!("{v:.1}s"))
+}
+
+/// The shards' sections as one: counts added, the boot and the rotation
+/// the last shard's (`None` when any shard did not get there), the
+/// signing percentiles from `merged`'s joined `leaf_sign` latency.
+pub fn merge(parts: &[Summary], merged: &Summary) -> Option<ConnectSummary> {
+    let all: Vec<&ConnectSummary> = parts.iter().filter_map(|p| p.connect.as_ref()).collect();
+    if all.is_empty() {
+        return None;
+    }
+    let sum = |f: fn(&ConnectSummary) -> u64| all.iter().map(|c| f(c)).sum::<u64>();
+    let latest = |v: Vec<Option<f64>>| -> Option<f64> {
+        v.iter().try_fold(0.0f64, |m, x| x.map(|x| m.max(x)))
+    };
+    let rotations: Vec<&RotationSummary> = all.iter().filter_map(|c| c.rotation.as_ref()).collect();
+    let sign = merged.latency_us.get("leaf_sign");
+    Some(ConnectSummary {
+        agents: sum(|c| c.agents),
+        holding: sum(|c| c.holding),
+        boot_s: latest(all.iter().map(|c| c.boot_s).collect()),
+        issued: sum(|c| c.issued),
+        renewed: sum(|c| c.renewed),
+        rate_limited: sum(|c| c.rate_limited),
+        sign_p50_ms: sign.map_or(0.0, |l| l.p50 as f64 / 1e3),
+        sign_p99_ms: sign.map_or(0.0, |l| l.p99 as f64 / 1e3),
+        rotation: rotations.first().map(|first| RotationSummary {
+            at_s: first.at_s,
+            rotated: rotations.iter().map(|r| r.rotated).sum(),
+            all_after_s: latest(rotations.iter().map(|r| r.all_after_s).collect()),
+            error: rotations.iter().find_map(|r| r.error.clone()),
+        }),
+    })
 }
 
 /// The table's line(s).
@@ -48,7 +80,6 @@ pub fn render(out: &mut String, s: &Summary) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::summary::{ConnectSummary, RotationSummary};
 
     #[test]
     fn the_table_and_page_show_boot_and_rotation() {
@@ -85,5 +116,26 @@ mod tests {
         let mut none = String::new();
         render(&mut none, &Summary::default());
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn shards_add_up_and_the_slowest_boot_counts() {
+        let part = |boot: Option<f64>| Summary {
+            connect: Some(ConnectSummary {
+                agents: 10,
+                holding: 10,
+                boot_s: boot,
+                issued: 10,
+                rate_limited: 3,
+                ..ConnectSummary::default()
+            }),
+            ..Summary::default()
+        };
+        let m = merge(&[part(Some(2.0)), part(Some(5.0))], &Summary::default()).unwrap();
+        assert_eq!((m.agents, m.issued, m.rate_limited), (20, 20, 6));
+        assert_eq!(m.boot_s, Some(5.0));
+        let m = merge(&[part(Some(2.0)), part(None)], &Summary::default()).unwrap();
+        assert_eq!(m.boot_s, None);
+        assert!(merge(&[Summary::default()], &Summary::default()).is_none());
     }
 }
