@@ -30,13 +30,15 @@ Faults (--faults SPEC, repeatable; counted in the printed stats):
     consul.http       delay:DUR | stall | drop | reset | 400..599   (HTTP API requests)
     consul.xds        reset | resource-exhausted                    (Delta ADS streams; live at a time)
                       garbage | bad-resource | delay:DUR            (xDS responses; needs --consul-grpc)
+    consul.kv         index-back | index-zero | huge-value          (KV reads, HTTP and RPC)
+                      lock-stuck                                    (lock acquires: held for good)
   ITEM:
     N%              each unit (connection, request, stream, frame) with this probability
     at:DUR          once, DUR after serve started     every:DUR  periodically
     for:DUR         with at/every: also units arriving within DUR (required for
                     upgrades, frames, requests and cut, which have no live units)
     after:DUR       sensu.session with a rate: hit DUR into the session
-    path:PREFIX     consul.http: only paths starting with PREFIX
+    path:PREFIX     consul.http, consul.kv: only paths starting with PREFIX
     max:N           at most N injections
     down:DUR        restart: listeners closed this long (default 1s)
     state:keep|lose restart: keep catalog, sessions, raft index, or start empty
@@ -463,7 +465,8 @@ pub struct RunArgs {
     /// Consul: per-agent check status flaps (e.g. 0.01/s).
     #[arg(long, value_name = "RATE", help_heading = heading::CONSUL)]
     pub flap_rate: Option<Rate>,
-    /// Consul: propagation probe kind: catalog, intentions or off.
+    /// Consul: propagation probe kind: catalog, intentions, kv (the run's
+    /// key <name-prefix>/probe/kv, timed to every KV watcher) or off.
     #[arg(long, value_name = "KIND", help_heading = heading::CONSUL)]
     pub probe: Option<Toggle<ProbeKind>>,
     /// Consul: interval between propagation probes.
@@ -539,6 +542,13 @@ pub struct RunArgs {
     /// catalog probe, as a change of one instance of --probe-service.
     #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
     pub change_every: Option<Secs>,
+    /// Consul: a KV prefix every agent watches as consul-template does
+    /// (repeatable; `{i}` or `{i%N}` for one per agent): blocking recursive
+    /// reads at the last index, KVS.List on the client wire, GET
+    /// /v1/kv/PREFIX?recurse on the HTTP one [default with --probe kv:
+    /// <name-prefix>/].
+    #[arg(long = "watch-kv", value_name = "PREFIX", help_heading = heading::CONSUL)]
+    pub watch_kv: Vec<String>,
 
     // --- Consul dataplane ---
     /// Dataplane: take over existing proxies instead of registering, by
@@ -738,7 +748,7 @@ macro_rules! with_run_args_fields {
                 churn, max_session_length, ramp_down, reconnect, observe_every, observe_shard,
                 processes;
             paths: config, ca_file, cert_file, key_file, summary, hlog, report_html;
-            vecs: targets, source_addrs, asserts, gossip_join, gossip_bind,
+            vecs: targets, source_addrs, asserts, gossip_join, gossip_bind, watch_kv,
                 storms, pauses, server_downs, observe, observe_pid, observe_metric
         )
     };

@@ -74,6 +74,9 @@ pub fn render(r: &CleanupReport, prefix: &str, dry_run: bool) -> String {
     for e in &r.config_entries {
         out.push_str(&format!("  config entry {e}\n"));
     }
+    for k in &r.kv_keys {
+        out.push_str(&format!("  kv key {k}\n"));
+    }
     for n in r.nodes.iter().take(20) {
         out.push_str(&format!("  node {n}\n"));
     }

@@ -511,6 +511,7 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     if let Some(d) = a.blocking_wait {
         c.blocking_wait = d.0;
     }
+    c.watch_kv = a.watch_kv.clone();
     // TLS when any TLS setting is given, or the HTTP API is https://.
     let insecure = a.insecure_skip_tls_verify.unwrap_or(false);
     let wants_tls = a.ca_file.is_some()
@@ -662,6 +663,38 @@ mod tests {
             .unwrap_err()
             .0;
         assert!(e.contains("agentz"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn kv_watches_come_from_flags_or_toml_and_a_probe_outside_them_is_refused() {
+        let dir = std::env::temp_dir().join(format!("agent-sim-kv-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("kv.toml");
+        std::fs::write(
+            &p,
+            "kind = \"consul\"\nprobe = \"kv\"\nwatch-kv = [\"agent-sim/\", \"app/{i%4}/\"]\n",
+        )
+        .unwrap();
+        let c = resolve(args(|a| a.config = Some(p.clone())), &no_env).unwrap();
+        let Protocol::Consul(cc) = &c.fleets[0].protocol else {
+            panic!()
+        };
+        assert_eq!(cc.watch_kv, ["agent-sim/", "app/{i%4}/"]);
+        assert_eq!(cc.probe.kind, Some(agent_sim_consul::ProbeKind::Kv));
+        let e = resolve(
+            args(|a| {
+                a.config = Some(p.clone());
+                a.watch_kv = vec!["config/".into()];
+            }),
+            &no_env,
+        )
+        .unwrap_err()
+        .0;
+        assert!(
+            e.starts_with("--watch-kv: --probe kv changes agent-sim/probe/kv"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -5,7 +5,8 @@
 //! that carry node meta `agent-sim-prefix = P` (the agents' nodes, the
 //! seeded service's nodes `P-seed-N` and the probe node `P-probe`, with
 //! their services, checks and sessions), and the probe's
-//! `service-intentions` entry `P-probe` if its meta names `P`.
+//! `service-intentions` entry `P-probe` if its meta names `P`, and the KV
+//! probe's key `P/probe/kv` if it holds a probe id.
 //! A node that matches the name but not the meta is reported and left.
 
 use ::http::Method;
@@ -26,6 +27,8 @@ pub struct CleanupReport {
     pub sessions: usize,
     /// Config entries removed (`kind/name`).
     pub config_entries: Vec<String>,
+    /// KV keys removed (the KV probe's).
+    pub kv_keys: Vec<String>,
     /// Objects with the run's names that are not marked as its own: left.
     pub left_alone: Vec<String>,
 }
@@ -109,6 +112,7 @@ pub async fn cleanup(
         None => {}
     }
 
+    kv_probe_key(api, prefix, dry_run, &mut report).await?;
     if !dry_run {
         for chunk in report.nodes.chunks(DELETES_PER_TXN) {
             let ops: Vec<String> = chunk.iter().map(|n| http::deregistration_op(n)).collect();
@@ -117,4 +121,31 @@ pub async fn cleanup(
         }
     }
     Ok(report)
+}
+
+/// The KV probe's key (`--probe kv`): the run's by its name and its value,
+/// a probe id; anything else at that name is left alone.
+async fn kv_probe_key(
+    api: &HttpApi,
+    prefix: &str,
+    dry_run: bool,
+    report: &mut CleanupReport,
+) -> Result<(), HttpError> {
+    let key = crate::kv::probe_key(prefix);
+    let path = format!("/v1/kv/{key}");
+    match api
+        .call(Method::GET, &format!("{path}?raw"), Bytes::new())
+        .await
+    {
+        Ok(v) if crate::kv::probe_value(&v).is_some() => {
+            if !dry_run {
+                api.call(Method::DELETE, &path, Bytes::new()).await?;
+            }
+            report.kv_keys.push(key);
+        }
+        Ok(_) => report.left_alone.push(format!("kv key {key}")),
+        Err(e) if e.status == Some(404) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(())
 }

@@ -76,7 +76,10 @@ pub struct ConsulConfig {
     /// The agents' gossip membership (client wire only; `None`: off).
     pub gossip: Option<crate::gossip::GossipConfig>,
     /// Connect leaf certificates and the CA rotation.
-    pub connect: crate::connect::ConnectConfig,
+    pub connect: Box<crate::connect::ConnectConfig>,
+    /// KV prefixes every agent watches as consul-template does
+    /// (`--watch-kv`; `{i}`/`{i%N}` patterns; [`crate::kv`]).
+    pub watch_kv: Vec<String>,
 }
 
 impl Default for ConsulConfig {
@@ -100,10 +103,11 @@ impl Default for ConsulConfig {
             agent: crate::modes::AgentWire::default(),
             rebalance_min: agent_sim_fleet::servers::REBALANCE_MIN,
             gossip: None,
-            connect: crate::connect::ConnectConfig::default(),
+            connect: Box::default(),
             watch: crate::modes::WatchMode::default(),
             blocking_wait: crate::modes::DEFAULT_WAIT,
             seed: None,
+            watch_kv: Vec::new(),
         }
     }
 }
@@ -294,6 +298,9 @@ pub enum ProbeKind {
     /// Write a `service-intentions` config entry, timed on `ServiceIntentions`
     /// subscriptions.
     Intentions,
+    /// Write the run's own KV key (`<name-prefix>/probe/kv`), timed on every
+    /// agent's KV watch (`--watch-kv`).
+    Kv,
 }
 
 impl fmt::Display for ProbeKind {
@@ -301,6 +308,7 @@ impl fmt::Display for ProbeKind {
         f.write_str(match self {
             ProbeKind::Catalog => "catalog",
             ProbeKind::Intentions => "intentions",
+            ProbeKind::Kv => "kv",
         })
     }
 }
@@ -311,7 +319,10 @@ impl std::str::FromStr for ProbeKind {
         match s.trim() {
             "catalog" => Ok(ProbeKind::Catalog),
             "intentions" => Ok(ProbeKind::Intentions),
-            o => Err(format!("probe kind {o:?}: expected catalog or intentions")),
+            "kv" => Ok(ProbeKind::Kv),
+            o => Err(format!(
+                "probe kind {o:?}: expected catalog, intentions or kv"
+            )),
         }
     }
 }
@@ -378,6 +389,11 @@ enum Part {
 }
 
 impl NamePattern {
+    /// Whether this prefix (the same for every agent) holds `key`.
+    pub fn holds(&self, key: &str) -> bool {
+        self.is_fixed() && key.starts_with(crate::modes::kv_normal_prefix(&self.expand(0)))
+    }
+
     /// Parses a name; `{i}` is the agent index, `{i%N}` the index modulo `N`.
     pub fn parse(s: &str) -> Result<Self, String> {
         let mut parts = Vec::new();
@@ -526,6 +542,9 @@ pub(crate) struct Validated {
     pub upstreams: Vec<NamePattern>,
     /// Probe service name (when a probe kind is set).
     pub probe_service: Option<String>,
+    /// The KV prefixes watched (`--watch-kv`, or the run's own with
+    /// `--probe kv`).
+    pub watch_kv: Vec<NamePattern>,
 }
 
 impl ConsulConfig {
@@ -543,12 +562,65 @@ impl ConsulConfig {
     /// without resolving names or opening sockets. The first problem is
     /// returned as [`ConsulError::Invalid`] naming the field.
     pub fn validate(&self) -> Result<(), ConsulError> {
-        self.checked().map(|_| ())
+        self.checked()?;
+        self.kv_prefixes().map_err(|reason| ConsulError::Invalid {
+            field: "watch_kv",
+            reason,
+        })?;
+        Ok(())
+    }
+
+    /// The prefixes of `cfg` an agent watches, checked: `--watch-kv`'s, or the
+    /// run's own with `--probe kv` and none given. With `--probe kv` every
+    /// agent is timed on its first prefix that holds the probe key (one the
+    /// same for every agent); a run where none does is refused, saying why.
+    pub fn kv_prefixes(&self) -> Result<Vec<NamePattern>, String> {
+        use crate::modes::{KV_MAX_PREFIXES, kv_own_prefix, kv_probe_key};
+        let cfg = self;
+        let probe = cfg.probe.kind == Some(ProbeKind::Kv);
+        let own = kv_own_prefix(&cfg.conn.name_prefix);
+        let raw: Vec<String> = match (&cfg.watch_kv[..], probe) {
+            ([], true) => vec![own.clone()],
+            (given, _) => given.to_vec(),
+        };
+        if raw.len() > KV_MAX_PREFIXES {
+            return Err(format!(
+                "{} prefixes: at most {KV_MAX_PREFIXES} per agent",
+                raw.len()
+            ));
+        }
+        let mut out = Vec::with_capacity(raw.len());
+        for r in &raw {
+            if r.contains(['?', '#', ' ']) {
+                return Err(format!("prefix {r:?}: no '?', '#' or space in a KV path"));
+            }
+            out.push(NamePattern::parse(r).map_err(|e| format!("prefix {r:?}: {e}"))?);
+        }
+        let key = kv_probe_key(&cfg.conn.name_prefix);
+        if probe && !out.iter().any(|p| p.holds(&key)) {
+            return Err(format!(
+                "--probe kv changes {key}, outside every watched prefix ({}): watch one that \
+                 holds it, the same for every agent (e.g. --watch-kv {own})",
+                raw.join(", ")
+            ));
+        }
+        if probe && !cfg.probe.controller {
+            return Err(
+                "--probe kv is timed by the process that writes the key: not in a sharded run's \
+                 other processes yet"
+                    .into(),
+            );
+        }
+        Ok(out)
     }
 
     /// [`ConsulConfig::validate`], then resolves the addresses.
     pub(crate) fn prepare(&self) -> Result<Validated, ConsulError> {
         let (upstreams, probe_service) = self.checked()?;
+        let watch_kv = self.kv_prefixes().map_err(|reason| ConsulError::Invalid {
+            field: "watch_kv",
+            reason,
+        })?;
         let r = self.conn.resolved()?;
         Ok(Validated {
             rpc_addrs: r.targets,
@@ -558,6 +630,7 @@ impl ConsulConfig {
             https: r.https,
             upstreams,
             probe_service,
+            watch_kv,
         })
     }
 

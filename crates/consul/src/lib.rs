@@ -38,6 +38,7 @@ pub mod connect;
 pub mod ended;
 pub mod gossip;
 pub mod http;
+pub mod kv;
 pub mod modes;
 pub mod probe;
 pub mod rpc;
@@ -168,6 +169,15 @@ pub mod names {
     pub const WATCH_BYTES_RECEIVED: &str = "watch_bytes_received";
     /// Of `bytes_sent`, those on the watching connections.
     pub const WATCH_BYTES_SENT: &str = "watch_bytes_sent";
+    /// KV watch reads sent (`--watch-kv`: `KVS.List` or `GET /v1/kv`).
+    pub const KV_WATCH_CALLS: &str = "kv_watch_calls";
+    /// Their answers (a result, or the server's error).
+    pub const KV_WATCH_ANSWERS: &str = "kv_watch_answers";
+    /// Answers whose result changed (a new index and other keys or modify
+    /// indexes; consul-template renders on these).
+    pub const KV_WATCH_CHANGED: &str = "kv_watch_results_changed";
+    /// Bytes of the KV answers (RPC: header and body; HTTP: body as sent).
+    pub const KV_WATCH_BYTES: &str = "kv_watch_bytes";
     /// `Coordinate.Update` calls answered (`--consul-agent client`).
     pub const COORDINATE_UPDATES: &str = "coordinate_updates";
     /// The router's `Status.Ping` calls answered, one per rebalance.
@@ -220,6 +230,8 @@ pub const RATED_COUNTERS: &[&str] = &[
     names::BYTES_SENT,
     names::WATCH_BYTES_RECEIVED,
     names::COORDINATE_UPDATES,
+    names::KV_WATCH_ANSWERS,
+    names::KV_WATCH_BYTES,
 ];
 
 /// Counters and latencies this crate records; merge into the run's spec.
@@ -256,6 +268,10 @@ pub fn metrics_spec() -> MetricsSpec {
             names::LEAF_CERTS_ISSUED,
             names::LEAF_CERTS_RENEWED,
             names::LEAF_RATE_LIMITED,
+            names::KV_WATCH_CALLS,
+            names::KV_WATCH_ANSWERS,
+            names::KV_WATCH_CHANGED,
+            names::KV_WATCH_BYTES,
         ],
         latencies: [
             names::CONNECT,

@@ -162,3 +162,24 @@ impl<'de> serde::Deserialize<'de> for SeedService {
         s.parse().map_err(serde::de::Error::custom)
     }
 }
+
+/// The key `--probe kv` changes: `<name-prefix>/probe/kv`, inside the
+/// run's own part of the KV store ([`crate::kv`]).
+pub fn kv_probe_key(name_prefix: &str) -> String {
+    format!("{name_prefix}/probe/kv")
+}
+
+/// The prefix every agent watches with `--probe kv` and no `--watch-kv`:
+/// the run's own, `<name-prefix>/`.
+pub fn kv_own_prefix(name_prefix: &str) -> String {
+    format!("{name_prefix}/")
+}
+
+/// A watched prefix as a path (`/v1/kv/<prefix>`) and `KVS.List`'s `Key`
+/// take it: without a leading `/` (Consul's HTTP handler strips it).
+pub fn kv_normal_prefix(prefix: &str) -> &str {
+    prefix.trim_start_matches('/')
+}
+
+/// Most KV prefixes one agent watches.
+pub const KV_MAX_PREFIXES: usize = 16;

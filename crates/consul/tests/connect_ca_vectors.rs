@@ -1,5 +1,5 @@
 //! A real Consul 1.20.1 client agent's `ConnectCA.Roots` and
-//! `ConnectCA.Sign` (`testdata/vectors/consul/agent-rpc/041`–`048`, see its
+//! `ConnectCA.Sign` (`testdata/vectors/consul/agent-rpc/053`–`060`, see its
 //! README): our requests for the same values are the agent's bytes, our
 //! decoders read the server's answers (the roots before and after a
 //! rotation, a leaf and its validity), and a CSR we make has the shape of
@@ -61,8 +61,8 @@ fn answer(file: &str) -> Vec<u8> {
 #[test]
 fn roots_requests_are_the_agents_bytes() {
     for file in [
-        "041-connectca-roots-first.request.bin",
-        "043-connectca-roots-blocking-rotated.request.bin",
+        "053-connectca-roots-first.request.bin",
+        "055-connectca-roots-blocking-rotated.request.bin",
     ] {
         let f = fields(file);
         let mut ours = Vec::new();
@@ -80,8 +80,8 @@ fn roots_requests_are_the_agents_bytes() {
 #[test]
 fn sign_requests_are_the_agents_bytes() {
     for file in [
-        "045-connectca-sign-first.request.bin",
-        "047-connectca-sign-after-rotation.request.bin",
+        "057-connectca-sign-first.request.bin",
+        "059-connectca-sign-after-rotation.request.bin",
     ] {
         let f = fields(file);
         let mut ours = Vec::new();
@@ -98,8 +98,8 @@ fn sign_requests_are_the_agents_bytes() {
 
 #[test]
 fn roots_answers_decode_before_and_after_a_rotation() {
-    let first = decode_roots(&answer("042-connectca-roots-first.reply.bin")).unwrap();
-    let f = fields("042-connectca-roots-first.reply.bin");
+    let first = decode_roots(&answer("054-connectca-roots-first.reply.bin")).unwrap();
+    let f = fields("054-connectca-roots-first.reply.bin");
     assert_eq!(first.index, f["Index"].as_u64().unwrap());
     assert_eq!(first.active_root_id, f["ActiveRootID"].as_str().unwrap());
     assert_eq!(first.trust_domain, f["TrustDomain"].as_str().unwrap());
@@ -107,8 +107,8 @@ fn roots_answers_decode_before_and_after_a_rotation() {
         first.active_signing_key(),
         f["Roots.0.SigningKeyID"].as_str()
     );
-    let rotated = decode_roots(&answer("044-connectca-roots-blocking-rotated.reply.bin")).unwrap();
-    let g = fields("044-connectca-roots-blocking-rotated.reply.bin");
+    let rotated = decode_roots(&answer("056-connectca-roots-blocking-rotated.reply.bin")).unwrap();
+    let g = fields("056-connectca-roots-blocking-rotated.reply.bin");
     assert!(rotated.index > first.index);
     assert_eq!(rotated.roots.as_ref().unwrap().len(), 2);
     assert_eq!(rotated.active_root_id, g["Roots.1.ID"].as_str().unwrap());
@@ -121,11 +121,11 @@ fn roots_answers_decode_before_and_after_a_rotation() {
 
 #[test]
 fn issued_certs_decode_with_their_validity_and_authority() {
-    let roots = decode_roots(&answer("042-connectca-roots-first.reply.bin")).unwrap();
-    let rotated = decode_roots(&answer("044-connectca-roots-blocking-rotated.reply.bin")).unwrap();
-    let body = answer("046-connectca-sign-first.reply.bin");
+    let roots = decode_roots(&answer("054-connectca-roots-first.reply.bin")).unwrap();
+    let rotated = decode_roots(&answer("056-connectca-roots-blocking-rotated.reply.bin")).unwrap();
+    let body = answer("058-connectca-sign-first.reply.bin");
     let cert = decode_sign(&body).unwrap();
-    let f = fields("046-connectca-sign-first.reply.bin");
+    let f = fields("058-connectca-sign-first.reply.bin");
     assert_eq!(cert.service, "app");
     assert_eq!(cert.service_uri, f["ServiceURI"].as_str().unwrap());
     assert_eq!(cert.modify_index, f["ModifyIndex"].as_u64().unwrap());
@@ -135,7 +135,7 @@ fn issued_certs_decode_with_their_validity_and_authority() {
         authority_key_id(&cert.cert_pem).as_deref(),
         roots.active_signing_key()
     );
-    let body = answer("048-connectca-sign-after-rotation.reply.bin");
+    let body = answer("060-connectca-sign-after-rotation.reply.bin");
     let again = decode_sign(&body).unwrap();
     assert_eq!(
         authority_key_id(&again.cert_pem).as_deref(),
@@ -145,7 +145,7 @@ fn issued_certs_decode_with_their_validity_and_authority() {
 
 #[test]
 fn our_csr_has_the_agents_shape() {
-    let theirs = fields("045-connectca-sign-first.request.bin")["CSR"]
+    let theirs = fields("057-connectca-sign-first.request.bin")["CSR"]
         .as_str()
         .unwrap()
         .to_owned();

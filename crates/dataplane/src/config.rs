@@ -209,7 +209,7 @@ impl DataplaneConfig {
         };
         let probe_service = match self.probe.kind {
             None => None,
-            Some(ProbeKind::Intentions) => {
+            Some(ProbeKind::Intentions | ProbeKind::Kv) => {
                 return bad(
                     "probe",
                     "dataplane sidecars time catalog changes (their EDS updates): use \

@@ -84,6 +84,20 @@ pub fn defaults(kind: ServerKind) -> &'static [&'static str] {
             "consul_grpc_server_connections",
             "consul_catalog_register",
             "consul_session_ttl_active",
+            // What writes move (KV, txn, sessions, leaf certificates), as
+            // a 1.20.1 server names them: the endpoint's time, the state
+            // machine's apply per kind, and the rate limiters' refusals.
+            "consul_kvs_apply",
+            "consul_txn_apply",
+            "consul_txn_read",
+            "consul_session_apply",
+            "consul_session_ttl_invalidate",
+            "consul_raft_fsm_apply",
+            "consul_fsm_kvs",
+            "consul_fsm_txn",
+            "consul_fsm_session",
+            "consul_fsm_ca_leaf",
+            "consul_rpc_rate_limit_exceeded",
         ],
         ServerKind::Sensu => &[
             "sensu_go_keepalives",

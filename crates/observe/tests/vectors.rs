@@ -59,6 +59,41 @@ fn a_consul_server_under_load() {
     assert_eq!(s.goroutines, Some(5220));
 }
 
+/// What writes move on a 1.20.1 server (KV sets, a lock, transactions,
+/// sessions, leaf certificates signed): each kept by default, under the
+/// name the server exposes, with the captured counts.
+#[test]
+fn a_consul_server_after_writes() {
+    let r = parse_prometheus(
+        &vector("consul/metrics/server-1.20.1-writes.prom"),
+        &defaults,
+    );
+    assert_eq!(r.kind, Some(ServerKind::Consul));
+    let count = |name: &str| -> f64 {
+        let Some(Value::Summary(sets)) = r.series.get(name) else {
+            panic!("{name}: {:?}", r.series.get(name))
+        };
+        sets.values().map(|s| s.count).sum()
+    };
+    assert_eq!(count("consul_kvs_apply"), 151.0);
+    assert_eq!(count("consul_txn_apply"), 21.0);
+    assert_eq!(count("consul_txn_read"), 1.0);
+    assert_eq!(count("consul_raft_fsm_apply"), 203.0);
+    // Per `op` label: 150 sets and 1 lock; 7 leaves signed.
+    assert_eq!(count("consul_fsm_kvs"), 151.0);
+    assert_eq!(count("consul_fsm_txn"), 21.0);
+    assert_eq!(count("consul_fsm_ca_leaf"), 7.0);
+    assert_eq!(count("consul_fsm_session"), 4.0);
+    assert_eq!(count("consul_session_ttl_invalidate"), 1.0);
+    assert_eq!(r.scalar("consul_rpc_rate_limit_exceeded"), Some(0.0));
+
+    // The busiest label set gives the quantiles: the KV sets', in µs.
+    let s = sample(None, &r, at(30.0));
+    let q = &s.latencies["consul_fsm_kvs"];
+    assert!((q.p50.unwrap() - 48.162).abs() < 1e-2, "{q:?}");
+    assert!((s.latencies["consul_kvs_apply"].p99.unwrap() - 243.044).abs() < 1e-2);
+}
+
 #[test]
 fn the_same_consul_server_in_its_json_format() {
     let r = parse_consul_json(

@@ -61,6 +61,10 @@ fn request_bodies() -> Vec<Vec<u8>> {
             .to_vec(),
     );
     v.push(br#"{"Node":"sim-node-1","ServiceID":"web-1"}"#.to_vec());
+    v.push(
+        br#"[{"KV":{"Verb":"set","Key":"app/t","Value":"eA=="}},{"KV":{"Verb":"get-tree","Key":"app/"}},{"KV":{"Verb":"lock","Key":"app/l","Session":"x"}}]"#
+            .to_vec(),
+    );
     v
 }
 

@@ -70,6 +70,11 @@ impl ConsulFactory {
             host: v.http_addr.to_string(),
         };
         let board = match (cfg.probe.kind, &v.probe_service) {
+            (Some(ProbeKind::Kv), _) => Some(Arc::new(ProbeBoard::new(
+                ProbeKind::Kv,
+                &crate::kv::probe_key(&cfg.conn.name_prefix),
+                &cfg.conn.name_prefix,
+            ))),
             (Some(kind), Some(svc)) if cfg.probe.controller => {
                 Some(Arc::new(ProbeBoard::new(kind, svc, &cfg.conn.name_prefix)))
             }
@@ -107,6 +112,7 @@ impl ConsulFactory {
             && cfg.connect.leaf_certs
             && cfg.agent == crate::modes::AgentWire::Client)
             .then(Arc::default);
+        let kv = super::kv::KvShared::new(&cfg, v.watch_kv);
         Ok(ConsulFactory {
             shared: Arc::new(Shared {
                 token: cfg.conn.token.clone().unwrap_or_default(),
@@ -123,6 +129,7 @@ impl ConsulFactory {
                 watch_api,
                 gossip,
                 connect,
+                kv,
             }),
         })
     }
@@ -320,6 +327,7 @@ impl AgentFactory for ConsulFactory {
             session_server: 0,
             moved: false,
             moved_link: None,
+            kv: s.kv.watches(index),
         }
     }
 }

@@ -216,8 +216,8 @@ impl ConsulAgent {
         server: usize,
         watching: bool,
     ) -> BoxFuture<'a, Result<Box<Link>, SessionEnd>> {
-        if let Some((at, checked)) = self.moved_link.take()
-            && at == server
+        if let Some(checked) = self.moved_link.take()
+            && checked.server == server
         {
             return Box::pin(std::future::ready(Ok(checked)));
         }

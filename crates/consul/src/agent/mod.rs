@@ -25,6 +25,7 @@
 
 mod connect;
 mod factory;
+mod kv;
 mod link;
 mod session;
 mod streaming;
@@ -98,6 +99,7 @@ pub(crate) struct Ids {
     leaf_rotation: LatencyId,
     /// A client agent's calls by method (`link::Rpc` order).
     rpc: [LatencyId; 8],
+    kv: kv::KvIds,
 }
 
 impl Ids {
@@ -150,6 +152,7 @@ impl Ids {
             leaf_boot: m.latency(names::LEAF_BOOT),
             leaf_rotation: m.latency(names::LEAF_ROTATION),
             rpc: names::RPC_LATENCIES.map(|n| m.latency(n)),
+            kv: kv::KvIds::resolve(m),
         })
     }
 }
@@ -173,6 +176,8 @@ pub(crate) struct Shared {
     gossip: Option<crate::gossip::Gossip>,
     /// The fleet's certificates (boot and rotation figures).
     connect: Option<Arc<crate::connect::ConnectBoard>>,
+    /// The KV prefixes watched (`--watch-kv`), and the probe key.
+    kv: kv::KvShared,
 }
 
 /// The HTTP API as `--watch http` dials it: a connection per watched
@@ -280,7 +285,11 @@ pub struct ConsulAgent {
     /// The connection a rebalance checked the server it moved to on
     /// (client wire), and that server: the next session's, as a real
     /// agent's pool keeps it (dropped if that session goes elsewhere).
-    moved_link: Option<(usize, Box<Link>)>,
+    /// (Its server is the link's own.)
+    moved_link: Option<Box<Link>>,
+    /// The agent's KV watches (`--watch-kv`; a thin pointer, `None`
+    /// without any: the agent struct stays within 128 bytes).
+    kv: Option<Box<Box<[kv::KvWatch]>>>,
 }
 
 impl std::fmt::Debug for ConsulAgent {

@@ -15,6 +15,7 @@ use agent_sim_fleet::wake::{self, Woke};
 use agent_sim_fleet::{Agent, Backoff, BoxFuture, Resync, SessionCx, SessionEnd};
 use tokio::time::Instant;
 
+use super::kv::KvIo;
 use super::link::Link;
 use super::subscriptions::Slot;
 use super::upkeep::{Done, Sched, UpkeepCall};
@@ -33,6 +34,7 @@ pub(super) fn far_future() -> Instant {
 enum Either<Io> {
     Link(Result<(), CallError>),
     Watch(Io),
+    Kv(KvIo),
     /// The blocking roots query answered (agents keeping a leaf).
     Roots(Result<Reply, CallError>),
 }
@@ -126,6 +128,9 @@ impl ConsulAgent {
         let mut timer = pin!(tokio::time::sleep_until(far_future()));
         let mut cancel = pin!(cx.cancel.cancelled());
         let mut rotate = 0usize;
+        let stamp = link.as_ref().and_then(|l| l.stamp.clone());
+        let mut kv = self.kv_session(now, stamp, cx.bind_addr);
+        let on_link = w.on_link() || kv.on_link();
         let mut roots: Option<Exchange> = None;
         let end = loop {
             let now = Instant::now();
@@ -135,6 +140,7 @@ impl ConsulAgent {
                 break SessionEnd::lost_with(e.kind, e.detail);
             }
             let due = w.due(self, slots, link.as_mut().map(|l| &mut l.mux), now);
+            let due = due.min(self.kv_due(&mut kv, link.as_mut().map(|l| &mut l.mux), now));
             let mut due =
                 self.upkeep_due(&mut hs, &mut call, link.as_deref(), cx.bind_addr, now, due);
             if roots.is_none()
@@ -160,12 +166,15 @@ impl ConsulAgent {
                 {
                     return Poll::Ready(Either::Roots(r));
                 }
-                w.poll(slots, rotate, tcx).map(Either::Watch)
+                if let Poll::Ready(io) = w.poll(slots, rotate, tcx) {
+                    return Poll::Ready(Either::Watch(io));
+                }
+                kv.poll(rotate, tcx).map(Either::Kv)
             };
             let woke = wake::next(cancel.as_mut(), io, &mut call, Some(timer.as_mut())).await;
             let end = match woke {
                 Woke::Cancelled => Some(SessionEnd::Shutdown),
-                Woke::Io(Either::Link(r)) if w.on_link() => Some(match r {
+                Woke::Io(Either::Link(r)) if on_link => Some(match r {
                     Ok(()) => SessionEnd::lost("conn_closed"),
                     Err(e) => SessionEnd::lost_with(e.kind, e.detail),
                 }),
@@ -187,10 +196,15 @@ impl ConsulAgent {
                     None
                 }
                 Woke::Call(Done::Moved(checked)) => {
-                    self.moved_link = checked.map(|l| (self.router.current(), l));
+                    // The rebalance dialed the router's new current server.
+                    self.moved_link = checked.filter(|l| l.server == self.router.current());
                     Some(SessionEnd::Moved)
                 }
                 Woke::Io(Either::Watch(io)) => w.on_io(self, cx, slots, io),
+                Woke::Io(Either::Kv(io)) => {
+                    self.on_kv(&mut kv, io);
+                    None
+                }
                 Woke::Io(Either::Roots(r)) => {
                     roots = None;
                     self.on_roots(r, Instant::now());
@@ -204,7 +218,7 @@ impl ConsulAgent {
                         // the end of the list, and the next call goes to the
                         // one in front (the streams stay where they are).
                         self.router.failed(server);
-                        if !w.on_link() && self.router.current() != server {
+                        if !on_link && self.router.current() != server {
                             link = None;
                         }
                     }
@@ -222,6 +236,7 @@ impl ConsulAgent {
             self.settle_established(cx, slots, &mut established, reconnect, &hs, W::waiting);
         };
         self.close_slots(cx, slots);
+        self.kv_close(&mut kv);
         end
     }
 

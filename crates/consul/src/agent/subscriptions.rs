@@ -462,7 +462,7 @@ impl ConsulAgent {
 
 /// A probe delivery to agent `agent`: the simulator's own delay (processed
 /// − kernel arrival), and whether it had to be timed in user space.
-fn delivered(sh: &Shared, agent: usize, arrival: Arrival) {
+pub(super) fn delivered(sh: &Shared, agent: usize, arrival: Arrival) {
     sh.metrics
         .record(sh.ids.probe_overhead, agent, arrival.at().elapsed());
     if arrival.kernel.is_none() {

@@ -36,7 +36,7 @@ use crate::watch::msgpack::ServiceNodesArgs;
 use crate::watch::rpc::{self, CallFuture};
 use crate::watch::{self, WatchMode};
 
-type HttpConnect = Pin<
+pub(super) type HttpConnect = Pin<
     Box<dyn Future<Output = Result<(HttpWatch, Option<agent_sim_net::RxStamp>), CallError>> + Send>,
 >;
 
@@ -196,7 +196,7 @@ impl ConsulAgent {
 
     /// A connection of its own to the HTTP API, from the session's source
     /// address, for one long poll after another.
-    fn http_connect(&self, bind: Option<std::net::IpAddr>) -> HttpConnect {
+    pub(super) fn http_connect(&self, bind: Option<std::net::IpAddr>) -> HttpConnect {
         let sh = self.shared.clone();
         Box::pin(async move {
             let api = &sh.watch_api;

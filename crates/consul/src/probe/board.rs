@@ -133,6 +133,8 @@ impl ProbeBoard {
                 instance_key(&http::probe_node(prefix), &http::probe_instance_id(prefix))
             }
             ProbeKind::Intentions => source_key(PROBE_SOURCE),
+            // The board's "service" is the probe key.
+            ProbeKind::Kv => source_key(service),
         };
         ProbeBoard {
             kind,
@@ -298,6 +300,8 @@ impl ProbeBoard {
             ProbeKind::Intentions => view
                 .intention(self.target)
                 .map(|a| if a { Expect::Allow } else { Expect::Deny }),
+            // No view holds KV.
+            ProbeKind::Kv => None,
         }
     }
 
@@ -462,6 +466,8 @@ impl ProbeBoard {
             Expect::Deregister => view.instance(self.target).is_none(),
             Expect::Allow => view.intention(self.target) == Some(true),
             Expect::Deny => view.intention(self.target) == Some(false),
+            // No view holds KV (the agents' KV watches arrive themselves).
+            Expect::KvSet => false,
         };
         hit.then_some(id)
     }

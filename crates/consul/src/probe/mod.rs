@@ -52,6 +52,8 @@ pub enum Expect {
     Allow = 3,
     /// The probe source becomes `deny`.
     Deny = 4,
+    /// The probe key holds the probe's id.
+    KvSet = 5,
 }
 
 impl Expect {
@@ -61,6 +63,7 @@ impl Expect {
             Expect::Register => "register",
             Expect::Deregister => "deregister",
             Expect::Allow | Expect::Deny => "intentions",
+            Expect::KvSet => "kv",
         }
     }
 
@@ -71,6 +74,7 @@ impl Expect {
             2 => Some(Expect::Deregister),
             3 => Some(Expect::Allow),
             4 => Some(Expect::Deny),
+            5 => Some(Expect::KvSet),
             _ => None,
         }
     }

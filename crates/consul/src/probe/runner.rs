@@ -183,6 +183,7 @@ impl ProbeRunner {
                 (ProbeKind::Catalog, false) => (Expect::Register, "register"),
                 (ProbeKind::Intentions, true) => (Expect::Deny, "intentions"),
                 (ProbeKind::Intentions, false) => (Expect::Allow, "intentions"),
+                (ProbeKind::Kv, _) => (Expect::KvSet, "kv"),
             };
             let id = next_id;
             next_id += 1;
@@ -192,7 +193,7 @@ impl ProbeRunner {
             // T0: the instant the write is sent; its round trip apart.
             let t0 = Instant::now();
             let t0_wall = SystemTime::now();
-            if let Err(e) = self.change(expect, cas).await {
+            if let Err(e) = self.change(expect, cas, id).await {
                 for w in &watched {
                     w.board.disarm();
                 }
@@ -262,8 +263,10 @@ impl ProbeRunner {
     /// already belongs to someone else and stops the probe.
     async fn setup(&self, state: &mut Setup) {
         let r = match self.board.kind {
-            ProbeKind::Catalog => self.change(Expect::Register, None).await,
-            ProbeKind::Intentions => self.change(Expect::Allow, Some(0)).await,
+            ProbeKind::Catalog => self.change(Expect::Register, None, 0).await,
+            ProbeKind::Intentions => self.change(Expect::Allow, Some(0), 0).await,
+            // Each probe writes the key; nothing before.
+            ProbeKind::Kv => Ok(()),
         };
         match r {
             Ok(()) => *state = Setup::Done(true),
@@ -311,8 +314,9 @@ impl ProbeRunner {
         ))
     }
 
-    /// One change; intentions writes are check-and-set at `cas`.
-    async fn change(&self, expect: Expect, cas: Option<u64>) -> Result<(), ChangeError> {
+    /// One change (probe `id`); intentions writes are check-and-set at
+    /// `cas`; the KV probe writes `id` into the run's own key.
+    async fn change(&self, expect: Expect, cas: Option<u64>, id: u64) -> Result<(), ChangeError> {
         let svc = &self.board.service;
         let p = &self.prefix;
         let intentions = |allow| match cas {
@@ -340,6 +344,7 @@ impl ProbeRunner {
             ),
             Expect::Allow => intentions(true),
             Expect::Deny => intentions(false),
+            Expect::KvSet => (format!("/v1/kv/{svc}"), id.to_string()),
         };
         let answer = self
             .http
@@ -384,6 +389,16 @@ impl ProbeRunner {
                 Err(ChangeError::NotOurs(_)) => Ok(()),
                 Err(e) => Err(e),
             },
+            ProbeKind::Kv => self
+                .http
+                .call(
+                    Method::DELETE,
+                    &format!("/v1/kv/{}", self.board.service),
+                    Bytes::new(),
+                )
+                .await
+                .map(|_| ())
+                .map_err(ChangeError::Http),
         };
         if let Err(ChangeError::Http(e)) = r {
             self.metrics.error_with(e.kind, e.words().as_deref());

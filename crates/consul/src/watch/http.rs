@@ -198,6 +198,79 @@ pub fn poll(mut w: HttpWatch, path: String, token: Option<String>) -> PollFuture
     })
 }
 
+/// What a plain GET on a watch connection brought: its status, index
+/// (`X-Consul-Index`, when sent), body as sent and whether it is gzipped.
+#[derive(Debug)]
+pub struct Got {
+    /// HTTP status.
+    pub status: u16,
+    /// `X-Consul-Index`.
+    pub index: Option<u64>,
+    /// The body as on the wire.
+    pub body: Bytes,
+    /// `Content-Encoding: gzip`.
+    pub gzipped: bool,
+}
+
+/// A GET's future: the connection comes back unless the GET broke it.
+pub type GetFuture =
+    Pin<Box<dyn std::future::Future<Output = (Option<HttpWatch>, Result<Got, CallError>)> + Send>>;
+
+/// One GET of `path` on `w` (gzip accepted, as Go's transport asks), its
+/// body read up to `max` bytes; the caller reads status and body (other
+/// long polls than the health one: KV).
+pub fn get(mut w: HttpWatch, path: String, token: Option<String>, max: usize) -> GetFuture {
+    Box::pin(async move {
+        let mut req = ::http::Request::get(path.as_str())
+            .header(::http::header::HOST, w.host.as_str())
+            .header(::http::header::ACCEPT_ENCODING, "gzip");
+        if let Some(t) = token.as_deref() {
+            req = req.header("X-Consul-Token", t);
+        }
+        let req = match req.body(Empty::new()) {
+            Ok(r) => r,
+            Err(e) => return (Some(w), Err(CallError::new("http_io", e.to_string()))),
+        };
+        let answer = match w.conn.send(req, max).await {
+            Ok(a) => a,
+            Err(e) => return (None, Err(CallError::new(io_kind(&e), e.cause_words()))),
+        };
+        let header = |name: &str| answer.headers.get(name).and_then(|v| v.to_str().ok());
+        let got = Got {
+            status: answer.status.as_u16(),
+            index: header("X-Consul-Index").and_then(|v| v.parse().ok()),
+            gzipped: header("Content-Encoding").is_some_and(|v| v.eq_ignore_ascii_case("gzip")),
+            body: answer.body,
+        };
+        (Some(w), Ok(got))
+    })
+}
+
+/// The kind of a failed exchange: a body past the bound is refused as
+/// such, anything else is the connection's failure.
+fn io_kind(e: &net_http::Error) -> &'static str {
+    match e {
+        net_http::Error::TooLarge { .. } => "answer_too_large",
+        _ => "http_io",
+    }
+}
+
+/// Gunzips `body` up to `max` bytes.
+pub fn gunzip(body: &[u8], max: usize) -> Result<Vec<u8>, CallError> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .take(max as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| CallError::new("decode_answer", format!("gzip: {e}")))?;
+    if out.len() > max {
+        return Err(CallError::new(
+            "answer_too_large",
+            format!("an answer over {} KiB once unzipped", max >> 10),
+        ));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -232,11 +232,6 @@ impl Pool {
         Ok(Pool { inner })
     }
 
-    /// The addresses members advertise (one per endpoint).
-    pub fn endpoints(&self) -> Vec<SocketAddr> {
-        self.inner.lock().endpoints.clone()
-    }
-
     /// Adds agent `index`'s member (not yet joined), on endpoint `index`
     /// modulo their number: its slot, and the address it advertises (the
     /// agent's catalog address must be that IP, or the leader's reconcile

@@ -592,11 +592,12 @@ pub(super) async fn close(inner: &Inner) {
         tokio::time::sleep(inner.cfg.timings.gossip_interval).await;
     }
     leave_batch(inner).await;
+    // The closing push-pulls told the servers of these leaves too: no dead
+    // message is queued for a pool that sends nothing more.
     let mut v = inner.lock();
-    let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);
     while let Some(slot) = v.leaving.pop_front() {
         if matches!(v.locals[slot].phase, Phase::Leaving(_)) {
-            v.leave_done(slot, limit);
+            v.locals[slot].phase = Phase::Left(Some(tokio::time::Instant::now()));
         }
     }
 }

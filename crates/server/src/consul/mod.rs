@@ -11,13 +11,18 @@
 //!   `NewSnapshotToFollow`; or `0x04`, then yamux streams of net/rpc calls
 //!   in msgpack: `Health.ServiceNodes` blocking queries. With TLS, `0x03`
 //!   first and either byte inside it.
-//! - [`serve_http`]: writes `/v1/catalog/register|deregister`, `/v1/txn`,
+//! - [`serve_http`]: KV at `/v1/kv/<key>` (`GET` with `?recurse`, `?keys`,
+//!   `?raw` and blocking `?index=&wait=`; `PUT` with `?cas=`, `?flags=`,
+//!   `?acquire=`, `?release=`; `DELETE` with `?recurse`, `?cas=`; locks,
+//!   lock-delay and session invalidation as Consul's, see `kv`); writes
+//!   `/v1/catalog/register|deregister`, `/v1/txn`,
 //!   `/v1/session/create|renew|destroy` (expiry after 2 × TTL),
 //!   `/v1/config`; reads `/v1/catalog/nodes|node/:node|service/:name`,
 //!   `/v1/session/list|node/:node|info/:id`, `/v1/config/:kind/:name`,
 //!   `/v1/health/service/:name` (a blocking query with `?index=&wait=`),
 //!   `/v1/health/node/:node`, `/v1/health/state/:state`, `/v1/status/leader`,
-//!   `/v1/agent/members`. Bodies and error texts follow Consul 1.20 (see
+//!   `/v1/agent/members`, `/v1/agent/metrics` (the KV and txn apply
+//!   summaries only). Bodies and error texts follow Consul 1.20 (see
 //!   `testdata/vectors/consul/http`).
 //! - [`serve_grpc`]: the public gRPC port (8502; TLS 8503 with a TLS config)
 //!   that consul-dataplane uses: `DataplaneService/GetEnvoyBootstrapParams`
@@ -42,13 +47,14 @@
 //!   oversized gRPC messages; HTTP requests delayed, stalled, dropped, reset
 //!   or answered with a status.
 //!
-//! Not here: KV, agent endpoints other than `/v1/agent/members`,
+//! Not here: agent endpoints other than `/v1/agent/members` and
+//! `/v1/agent/metrics`,
 //! listeners/routes (LDS, RDS), the WAN pool,
 //! clustering, persistence. Internals: `state` (catalog + fan-out),
 //! `events` (event encoding), `conn` (what every port does with a
 //! connection: accept, TLS handshake, HTTP/2 settings, graceful end), `rpc`,
 //! `blocking` (blocking queries over RPC and HTTP, and the encoded results
-//! they share), `http` (the API, one file per endpoint family), `render`
+//! they share), `kv` (the KV store, its locks and blocking reads), `http` (the API, one file per endpoint family), `render`
 //! (the catalog in Consul's JSON), `sessions`, `grpc` (the public gRPC
 //! port, one file per service) and `xds` (Envoy resources from the
 //! catalog) and `serf` (the LAN pool).
@@ -60,12 +66,14 @@ mod connect_ca;
 mod events;
 mod grpc;
 mod http;
+mod kv;
 mod mux;
 mod render;
 mod rpc;
 mod serf;
 mod sessions;
 mod state;
+mod timing;
 mod writes;
 mod xds;
 
@@ -80,6 +88,7 @@ use tokio::sync::watch;
 pub use connect_ca::{CaConfig, CaSnapshot, RATE_LIMITED};
 pub use grpc::serve_grpc;
 pub use http::{ApiRequest, dispatch, serve_http};
+pub use kv::KV_MAX_VALUE_SIZE;
 pub use rpc::serve_rpc;
 pub use serf::{SerfConfig, SerfConfigError, SerfMember, SerfSnapshot, bind_serf, serve_serf};
 
@@ -138,6 +147,11 @@ pub struct ConsulTargetConfig {
     pub serf: Option<SerfConfig>,
     /// The Connect CA's signing and rationing (`ConnectCA.Sign`).
     pub connect_ca: CaConfig,
+    /// Consul's `limits.kv_max_value_size`: a KV `PUT` whose
+    /// `Content-Length` is larger is refused with 413 (a chunked body is
+    /// not checked, as on a real agent; it is read up to 16 MiB), as is a
+    /// txn KV op whose value is larger.
+    pub kv_max_value_size: usize,
 }
 
 /// Consul's proxycfg coalescing delay.
@@ -162,6 +176,7 @@ impl Default for ConsulTargetConfig {
             faults: Faults::default(),
             serf: None,
             connect_ca: CaConfig::default(),
+            kv_max_value_size: KV_MAX_VALUE_SIZE,
         }
     }
 }
@@ -250,6 +265,21 @@ pub struct ConsulTargetSnapshot {
     pub rpc_calls: std::collections::BTreeMap<String, u64>,
     /// Of those, the calls answered with an error.
     pub rpc_errors: u64,
+    /// KV reads answered (HTTP `GET /v1/kv`, `KVS.Get|List|ListKeys`,
+    /// txn `get`/`get-tree` ops).
+    pub kv_reads: u64,
+    /// KV writes applied (each a raft index; CAS and locks that lost too).
+    pub kv_writes: u64,
+    /// Lock acquires that took the lock.
+    pub kv_lock_acquires: u64,
+    /// Lock acquires answered `false` (held by another session, within a
+    /// lock-delay, or by a `consul.kv` fault).
+    pub kv_lock_refused: u64,
+    /// `/v1/txn` calls with KV operations, and `Txn.Apply`/`Txn.Read`
+    /// calls, that applied.
+    pub kv_txns: u64,
+    /// Keys held now (gauge).
+    pub kv_keys: u64,
     /// The serf LAN port's counters (`serf_*`).
     #[serde(flatten)]
     pub serf: SerfSnapshot,
@@ -295,11 +325,16 @@ struct Counters {
     coordinate_updates: AtomicU64,
     rpc_calls: [AtomicU64; RPC_METHODS.len() + 1],
     rpc_errors: AtomicU64,
+    kv_reads: AtomicU64,
+    kv_writes: AtomicU64,
+    kv_lock_acquires: AtomicU64,
+    kv_lock_refused: AtomicU64,
+    kv_txns: AtomicU64,
     serf: Arc<serf::SerfCounters>,
 }
 
 /// The methods whose calls are counted by name (the rest as `other`).
-const RPC_METHODS: [&str; 11] = [
+const RPC_METHODS: [&str; 17] = [
     "Health.ServiceNodes",
     "ConnectCA.Roots",
     "ConnectCA.Sign",
@@ -311,6 +346,12 @@ const RPC_METHODS: [&str; 11] = [
     "Session.Apply",
     "Session.Renew",
     "Status.Ping",
+    "KVS.Get",
+    "KVS.List",
+    "KVS.ListKeys",
+    "KVS.Apply",
+    "Txn.Apply",
+    "Txn.Read",
 ];
 
 impl Counters {
@@ -369,6 +410,8 @@ struct Inner {
     serf: Arc<serf::Serf>,
     /// The Connect CA.
     ca: connect_ca::Ca,
+    /// How long KV and txn applies took (`/v1/agent/metrics`).
+    timings: Mutex<timing::Timings>,
 }
 
 /// One RPC connection counted against its client IP's cap; uncounted on drop.
@@ -499,6 +542,7 @@ impl ConsulState {
                 results: blocking::ResultCache::default(),
                 node_id,
                 serf: Arc::new(serf),
+                timings: Mutex::new(timing::Timings::default()),
             }),
         }
     }
@@ -511,6 +555,7 @@ impl ConsulState {
         // its end, holding the sessions while `raft_index` takes the store
         // (the opposite of the lock order; session creation deadlocked it).
         let sessions_active = lock(&self.inner.sessions).len() as u64;
+        let kv_keys = self.store().kv.len() as u64;
         ConsulTargetSnapshot {
             rpc_connections: get(&c.rpc_connections),
             rpc_connections_open: get(&c.rpc_connections_open),
@@ -556,9 +601,20 @@ impl ConsulState {
                 .filter(|(_, n)| *n > 0)
                 .collect(),
             rpc_errors: get(&c.rpc_errors),
+            kv_reads: get(&c.kv_reads),
+            kv_writes: get(&c.kv_writes),
+            kv_lock_acquires: get(&c.kv_lock_acquires),
+            kv_lock_refused: get(&c.kv_lock_refused),
+            kv_txns: get(&c.kv_txns),
+            kv_keys,
             serf: self.inner.serf.snapshot(),
             connect_ca: self.inner.ca.snapshot(),
         }
+    }
+
+    /// Records how long an apply took.
+    pub(crate) fn timed(&self, which: timing::Timed, since: std::time::Instant) {
+        lock(&self.inner.timings).record(which, since.elapsed());
     }
 
     /// Counts a call on the multiplexed RPC port.

@@ -2,7 +2,8 @@
 //! opens carries net/rpc calls in msgpack, a request or an answer being two
 //! msgpack values back to back (one yamux frame per answer, as a real
 //! server writes it). Calls are answered one after another per stream:
-//! blocking queries (`Health.ServiceNodes`, [`super::blocking`]) and a
+//! blocking queries (`Health.ServiceNodes`, [`super::blocking`]), KV
+//! reads and writes (`KVS.*`, `Txn.*`, `super::kv::rpc`) and a
 //! client agent's own calls ([`super::agent_rpc`]); any other method gets
 //! net/rpc's words for it. Faults (`consul.rpc`) delay, stall, refuse or
 //! close calls.
@@ -18,15 +19,16 @@ use agent_sim_proto::msgpack::MessageScan;
 use bytes::Bytes;
 
 use super::blocking::{SERVICE_NODES, service_nodes};
-use super::{ConsulState, Gauge, agent_rpc, connect_ca};
+use super::{ConsulState, Gauge, agent_rpc, connect_ca, kv};
 use crate::faults::{Action, RETRY_LATER, STALL_LIMIT, Target};
 
 /// `pool.RPCMultiplexV2`: the byte that starts yamux on an RPC connection.
 pub(crate) const RPC_MULTIPLEX_V2: u8 = 0x04;
 /// Largest request read: a header and a `ServiceSpecificRequest` are
-/// ≈0.5 KiB, a client agent's `Catalog.Register` of a sidecar ≈2 KiB; a
+/// ≈0.5 KiB, a client agent's `Catalog.Register` of a sidecar ≈2 KiB, a
+/// `KVS.Apply` up to a value of Consul's default `kv_max_value_size`; a
 /// stream sending more is closed.
-const MAX_REQUEST: usize = 64 * 1024;
+const MAX_REQUEST: usize = 64 * 1024 + super::KV_MAX_VALUE_SIZE;
 /// Streams one connection may hold at once (an agent opens one per
 /// watched service, and one for its own calls).
 const MAX_STREAMS: usize = 1024;
@@ -38,6 +40,9 @@ async fn call(
     args: &[u8],
     shutdown: &CancellationToken,
 ) -> Result<Bytes, String> {
+    if let Some(answer) = kv::rpc::answer(state, method, args, shutdown).await {
+        return answer;
+    }
     match method {
         SERVICE_NODES => service_nodes(state, args, shutdown).await,
         connect_ca::ROOTS => state.ca().roots(args, shutdown).await,

@@ -58,8 +58,9 @@ impl Session {
 /// What [`Sessions::renew`] found.
 pub(crate) enum Renewal {
     Renewed(Box<Session>),
-    /// Its deadline had passed; it is gone now.
-    Expired,
+    /// Its deadline had passed; it is gone now (its keys are the caller's
+    /// to release).
+    Expired(Box<Session>),
     NotFound,
 }
 
@@ -86,10 +87,10 @@ impl Sessions {
     pub(crate) fn renew(&mut self, id: &str, now: Instant) -> Renewal {
         match self.map.get_mut(id) {
             None => Renewal::NotFound,
-            Some(s) if s.expired(now) => {
-                self.map.remove(id);
-                Renewal::Expired
-            }
+            Some(s) if s.expired(now) => match self.map.remove(id) {
+                Some(s) => Renewal::Expired(Box::new(s)),
+                None => Renewal::NotFound,
+            },
             Some(s) => {
                 s.touch(now);
                 Renewal::Renewed(Box::new(s.clone()))
@@ -105,15 +106,23 @@ impl Sessions {
         self.map.get(id)
     }
 
-    pub(crate) fn remove(&mut self, id: &str) -> bool {
-        self.map.remove(id).is_some()
+    pub(crate) fn remove(&mut self, id: &str) -> Option<Session> {
+        self.map.remove(id)
     }
 
-    /// Drops every session bound to `node`; returns how many.
-    pub(crate) fn remove_node(&mut self, node: &str) -> usize {
-        let before = self.map.len();
-        self.map.retain(|_, s| s.node != node);
-        before - self.map.len()
+    /// Drops every session bound to `node`; returns them.
+    pub(crate) fn remove_node(&mut self, node: &str) -> Vec<Session> {
+        self.take_where(|s| s.node == node)
+    }
+
+    fn take_where(&mut self, gone: impl Fn(&Session) -> bool) -> Vec<Session> {
+        let ids: Vec<String> = self
+            .map
+            .values()
+            .filter(|s| gone(s))
+            .map(|s| s.id.clone())
+            .collect();
+        ids.iter().filter_map(|id| self.map.remove(id)).collect()
     }
 
     /// Restarts every session's TTL timer at `now` (a new leader does).
@@ -123,11 +132,9 @@ impl Sessions {
         }
     }
 
-    /// Drops expired sessions; returns how many.
-    pub(crate) fn sweep(&mut self, now: Instant) -> usize {
-        let before = self.map.len();
-        self.map.retain(|_, s| !s.expired(now));
-        before - self.map.len()
+    /// Drops expired sessions; returns them.
+    pub(crate) fn sweep(&mut self, now: Instant) -> Vec<Session> {
+        self.take_where(|s| s.expired(now))
     }
 }
 
@@ -276,13 +283,13 @@ mod tests {
         };
         s.touch(now);
         sessions.insert(s);
-        assert_eq!(sessions.sweep(now + Duration::from_secs(19)), 0);
+        assert!(sessions.sweep(now + Duration::from_secs(19)).is_empty());
         assert!(matches!(
             sessions.renew("a", now + Duration::from_secs(19)),
             Renewal::Renewed(_)
         ));
-        assert_eq!(sessions.sweep(now + Duration::from_secs(38)), 0);
-        assert_eq!(sessions.sweep(now + Duration::from_secs(39)), 1);
+        assert!(sessions.sweep(now + Duration::from_secs(38)).is_empty());
+        assert_eq!(sessions.sweep(now + Duration::from_secs(39)).len(), 1);
         assert!(matches!(sessions.renew("a", now), Renewal::NotFound));
     }
 }

@@ -213,6 +213,8 @@ pub(crate) struct Store {
     pub config: HashMap<(String, String), ConfigEntryStored>,
     topics: HashMap<TopicKey, TopicState>,
     topic_buffer: usize,
+    /// The KV table (under the same lock: KV writes take raft indexes).
+    pub kv: super::kv::KvStore,
 }
 
 impl Store {
@@ -226,6 +228,7 @@ impl Store {
             config: HashMap::new(),
             topics: HashMap::new(),
             topic_buffer: topic_buffer.max(1),
+            kv: super::kv::KvStore::default(),
         }
     }
 

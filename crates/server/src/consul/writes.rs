@@ -13,8 +13,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::sessions::{self, Renewal, Session};
-use super::state::{CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Touched, WriteError};
-use super::{ConsulState, lock};
+use super::state::{
+    CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Store, Touched, WriteError,
+};
+use super::{ConsulState, kv, lock};
 
 /// Go's `null` read as the type's empty value.
 pub(crate) fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
@@ -263,8 +265,9 @@ pub(crate) fn deregister(state: &ConsulState, b: DeregisterBody) -> Result<(), W
     }
     store.commit(idx, t);
     if node_removed {
-        // A node's sessions die with it.
-        state.sessions().remove_node(&b.node);
+        // A node's sessions die with it, and their locks.
+        let gone = state.sessions().remove_node(&b.node);
+        state.sessions_gone(&mut store, &gone, Some(idx));
     }
     drop(store);
     let c = &state.inner.counters;
@@ -407,34 +410,53 @@ pub(crate) fn renew_session(state: &ConsulState, id: &str) -> Option<Session> {
             c.bump(&c.sessions_renewed);
             Some(*s)
         }
-        Renewal::Expired => {
-            state.sessions_expired(1);
+        Renewal::Expired(s) => {
+            state.sessions_expired(vec![*s]);
             None
         }
         Renewal::NotFound => None,
     }
 }
 
-/// `Session.Apply` destroy: the session is gone (it may never have been).
+/// `Session.Apply` destroy: the session is gone (it may never have been),
+/// its locks released or its keys deleted at the destroy's index.
 pub(crate) fn destroy_session(state: &ConsulState, id: &str) {
     let mut store = state.store();
-    store.next_index();
-    state.sessions().remove(id);
+    let gone = state.sessions().remove(id);
+    match gone {
+        Some(s) => state.sessions_gone(&mut store, &[s], None),
+        None => {
+            store.next_index();
+        }
+    }
 }
 
 impl ConsulState {
-    /// Counts `n` expired sessions; each expiry is a raft write.
-    pub(crate) fn sessions_expired(&self, n: usize) {
-        if n == 0 {
+    /// Invalidates sessions already removed from the session table, their
+    /// keys released or deleted (`kv::invalidate`), KV readers woken: at
+    /// `idx` (the write that removed them, a node's deregistration), or at
+    /// a raft index of each one's own (a destroy, an expiry).
+    pub(crate) fn sessions_gone(&self, store: &mut Store, gone: &[Session], idx: Option<u64>) {
+        let now = Instant::now();
+        for s in gone {
+            let at = idx.unwrap_or_else(|| store.next_index());
+            kv::invalidate(&mut store.kv, at, s, now);
+        }
+        store.kv.notify();
+    }
+
+    /// Counts expired sessions, already out of the session table; each
+    /// expiry is a raft write that releases (or deletes) the keys the
+    /// session held.
+    pub(crate) fn sessions_expired(&self, gone: Vec<Session>) {
+        if gone.is_empty() {
             return;
         }
         let c = &self.inner.counters;
         c.sessions_expired
-            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(gone.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let mut store = self.store();
-        for _ in 0..n {
-            store.next_index();
-        }
+        self.sessions_gone(&mut store, &gone, None);
     }
 }
 

@@ -6,18 +6,20 @@
 //!        | "restart" "@" ITEM ("," ITEM)*
 //! TARGET = sensu.upgrade | sensu.session | sensu.frame
 //!        | consul.rpc | consul.subscribe | consul.frame | consul.http
-//!        | consul.xds
+//!        | consul.xds | consul.kv
 //! ACTION = delay:DUR | stall | drop | reset | 400..599            (upgrade, rpc, http)
 //!        | aborted | unavailable | resource-exhausted | cut        (subscribe)
 //!        | garbage | truncated | oversized | delay:DUR            (frame)
 //!        | reset | resource-exhausted                             (xds: a stream)
 //!        | garbage | bad-resource | delay:DUR                      (xds: a response)
+//!        | index-back | index-zero | huge-value | lock-stuck       (kv)
 //! ITEM   = N%            each unit with this probability (default 100% with a time)
 //!        | at:DUR        once, DUR after serve started
 //!        | every:DUR     periodically (first at at:DUR if given, else after DUR)
 //!        | for:DUR       with at/every: also units arriving within DUR of each time
 //!        | after:DUR     sensu.session with a rate: hit DUR into the session
-//!        | path:PREFIX   consul.http: only request paths starting with PREFIX
+//!        | path:PREFIX   consul.http, consul.kv: only request paths starting with
+//!                      PREFIX (a KV call over RPC is `/v1/kv/<key>` here)
 //!        | max:N         at most N injections
 //!        | down:DUR      restart: how long the listeners stay closed (default 1s)
 //!        | state:keep|lose  restart: keep or lose catalog, sessions and raft index
@@ -27,7 +29,9 @@
 //! the backend sends, an RPC connection, a Subscribe call or stream, an HTTP
 //! request, a Delta ADS stream (`consul.xds` `reset`, `resource-exhausted`)
 //! or a Delta xDS response (`consul.xds` `garbage`, `bad-resource`,
-//! `delay`). Live units (Sensu sessions, RPC and HTTP connections,
+//! `delay`), a KV read (`consul.kv` `index-back`, `index-zero`,
+//! `huge-value`: HTTP `GET /v1/kv` or `KVS.Get|List|ListKeys`) or a lock
+//! acquire (`consul.kv` `lock-stuck`). Live units (Sensu sessions, RPC and HTTP connections,
 //! Subscribe and ADS streams) are hit at each time; the others only within
 //! `for:`.
 
@@ -61,13 +65,16 @@ pub enum Target {
     /// `resource-exhausted`; at a time, every live stream) or a response on
     /// it (`garbage`, `bad-resource`, `delay`).
     ConsulXds,
+    /// Consul KV: a read (HTTP or RPC) answered with a wrong index or a
+    /// huge value, or a lock acquire whose key is taken for good.
+    ConsulKv,
     /// The whole backend: stop, stay down, start again.
     Restart,
 }
 
 impl Target {
     /// Every target, in documentation order.
-    pub const ALL: [Target; 9] = [
+    pub const ALL: [Target; 10] = [
         Target::SensuUpgrade,
         Target::SensuSession,
         Target::SensuFrame,
@@ -76,6 +83,7 @@ impl Target {
         Target::ConsulFrame,
         Target::ConsulHttp,
         Target::ConsulXds,
+        Target::ConsulKv,
         Target::Restart,
     ];
 
@@ -90,6 +98,7 @@ impl Target {
             Target::ConsulFrame => "consul.frame",
             Target::ConsulHttp => "consul.http",
             Target::ConsulXds => "consul.xds",
+            Target::ConsulKv => "consul.kv",
             Target::Restart => "restart",
         }
     }
@@ -104,7 +113,8 @@ impl Target {
             | Target::ConsulSubscribe
             | Target::ConsulFrame
             | Target::ConsulHttp
-            | Target::ConsulXds => Some(Protocol::Consul),
+            | Target::ConsulXds
+            | Target::ConsulKv => Some(Protocol::Consul),
             Target::Restart => None,
         }
     }
@@ -125,14 +135,17 @@ impl Target {
                 "reset or resource-exhausted (streams), garbage, bad-resource or delay:DUR \
                  (responses)"
             }
+            Target::ConsulKv => {
+                "index-back, index-zero or huge-value (reads), lock-stuck (acquires)"
+            }
             Target::Restart => "none",
         }
     }
 
     fn accepts(self, a: &Action) -> bool {
         use Action::{
-            Aborted, BadResource, Cut, Delay, Drop, Garbage, Oversized, Reset, ResourceExhausted,
-            Stall, Status, Truncated, Unavailable,
+            Aborted, BadResource, Cut, Delay, Drop, Garbage, HugeValue, IndexBack, IndexZero,
+            LockStuck, Oversized, Reset, ResourceExhausted, Stall, Status, Truncated, Unavailable,
         };
         match self {
             Target::SensuUpgrade | Target::ConsulHttp => {
@@ -152,6 +165,7 @@ impl Target {
                     Reset | ResourceExhausted | Garbage | BadResource | Delay(_)
                 )
             }
+            Target::ConsulKv => matches!(a, IndexBack | IndexZero | HugeValue | LockStuck),
             Target::Restart => false,
         }
     }
@@ -215,6 +229,16 @@ pub enum Action {
     /// xDS: a response with a resource (Cluster or ClusterLoadAssignment)
     /// whose bytes do not parse as its type.
     BadResource,
+    /// KV: a read answers with an index below the true one (half of it,
+    /// at least 1): the index goes backwards.
+    IndexBack,
+    /// KV: a read answers with index 0.
+    IndexZero,
+    /// KV: a read answers with an 8 MiB value in its (first) entry.
+    HugeValue,
+    /// KV: an acquire answers `false` and its key is taken by a session
+    /// that is never invalidated (a lock that never frees).
+    LockStuck,
 }
 
 impl Action {
@@ -244,6 +268,10 @@ impl Action {
             Action::Truncated => "truncated",
             Action::Oversized => "oversized",
             Action::BadResource => "bad-resource",
+            Action::IndexBack => "index-back",
+            Action::IndexZero => "index-zero",
+            Action::HugeValue => "huge-value",
+            Action::LockStuck => "lock-stuck",
         }
     }
 }
@@ -276,6 +304,10 @@ impl FromStr for Action {
             "truncated" => Action::Truncated,
             "oversized" => Action::Oversized,
             "bad-resource" => Action::BadResource,
+            "index-back" => Action::IndexBack,
+            "index-zero" => Action::IndexZero,
+            "huge-value" => Action::HugeValue,
+            "lock-stuck" => Action::LockStuck,
             "delay" => return Err(SpecError("delay needs a duration: delay:500ms".into())),
             _ => return Err(SpecError(format!("unknown action {s:?}"))),
         })
@@ -494,7 +526,13 @@ fn check(spec: &mut FaultSpec, rate: Option<f64>, seen: &[&str]) -> Result<(), S
         }
         Ok(())
     };
-    only("path", Target::ConsulHttp)?;
+    if has("path") && !matches!(t, Target::ConsulHttp | Target::ConsulKv) {
+        return Err(SpecError(format!(
+            "path: applies to {} and {} only",
+            Target::ConsulHttp,
+            Target::ConsulKv
+        )));
+    }
     only("down", Target::Restart)?;
     only("state", Target::Restart)?;
     only("after", Target::SensuSession)?;
@@ -628,6 +666,16 @@ mod tests {
         assert_eq!(s.down, Duration::from_secs(5));
         assert_eq!(s.state, Some(RestartState::Lose));
 
+        let s = ok("consul.kv=index-back@50%,path:/v1/kv/vault/");
+        assert_eq!(
+            (s.target, s.action),
+            (Target::ConsulKv, Some(Action::IndexBack))
+        );
+        for a in ["index-zero", "huge-value", "lock-stuck"] {
+            let s = ok(&format!("consul.kv={a}@every:10s,for:2s"));
+            assert_eq!(s.action.map(|a| a.name()), Some(a));
+        }
+
         let s = ok("consul.http=429@5%,path:/v1/session/,max:3");
         assert_eq!(s.path.as_deref(), Some("/v1/session/"));
         assert_eq!(s.max, Some(3));
@@ -671,7 +719,13 @@ mod tests {
             ("sensu.upgrade=503@at:soon,for:1s", "not a duration"),
             ("sensu.upgrade=delay@1%", "needs a duration"),
             ("sensu.upgrade=503@1%,1%", "given twice"),
-            ("sensu.upgrade=503@1%,path:/v1", "consul.http only"),
+            (
+                "sensu.upgrade=503@1%,path:/v1",
+                "consul.http and consul.kv only",
+            ),
+            ("consul.kv=drop@1%", "index-back, index-zero"),
+            ("consul.http=lock-stuck@1%", "delay:DUR, stall"),
+            ("consul.kv=lock-stuck@at:1s", "add for:DUR"),
             ("consul.http=503@1%,path:v1", "starts with '/'"),
             ("consul.http=503@1%,max:0", "at least 1"),
             ("sensu.upgrade=drop@1%,after:1s", "after: applies"),

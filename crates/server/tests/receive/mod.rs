@@ -45,6 +45,9 @@ pub const WRITE_ROUTES: &[(&str, &str)] = &[
     ("/v1/config", ""),
     ("/v1/config", "cas=0"),
     ("/v1/config", "cas=1"),
+    ("/v1/kv/app/a", ""),
+    ("/v1/kv/app/b", "cas=0&flags=3"),
+    ("/v1/kv/app/l", "acquire=x"),
 ];
 
 /// The read routes, every one answered after a write.
@@ -56,6 +59,7 @@ pub const READ_ROUTES: &[&str] = &[
     "/v1/health/service/web",
     "/v1/session/list",
     "/v1/config/service-intentions/web",
+    "/v1/kv/app/a",
 ];
 
 /// One request to the HTTP API (no token); its status code.

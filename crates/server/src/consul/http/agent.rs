@@ -2,12 +2,36 @@
 //! included, shaped as Consul 1.20 prints serf's members (`Name`, `Addr`,
 //! `Port`, `Tags`, `Status`, protocol and delegate versions). With ACLs on,
 //! an unknown token is `ACL not found`, and no token sees no member (the
-//! anonymous token may not read nodes).
+//! anonymous token may not read nodes). `GET /v1/agent/metrics`: the KV
+//! and txn apply summaries (`consul::timing`).
 
 use hyper::{Response, StatusCode};
 
 use super::{Body, json_response, text};
-use crate::consul::{ConsulState, SerfMember};
+use crate::consul::{ConsulState, SerfMember, lock};
+
+/// `/v1/agent/metrics`: the KV and txn apply summaries, in Prometheus
+/// text with `?format=prometheus`, else as the JSON `Samples` (no gauges,
+/// points or counters: the rest of a real server's metrics is not kept).
+pub(super) fn agent_metrics(state: &ConsulState, query: &str) -> Response<Body> {
+    let timings = lock(&state.inner.timings);
+    if query.split('&').any(|kv| kv == "format=prometheus") {
+        let mut r = text(StatusCode::OK, timings.prometheus());
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        );
+        return r;
+    }
+    let body = serde_json::json!({
+        "Timestamp": "",
+        "Gauges": [],
+        "Points": [],
+        "Counters": [],
+        "Samples": timings.samples(),
+    });
+    json_response(StatusCode::OK, &body)
+}
 
 /// The members, sorted by name.
 pub(super) fn agent_members(state: &ConsulState, token: &str) -> Response<Body> {

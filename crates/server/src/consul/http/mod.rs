@@ -16,9 +16,11 @@
 mod agent;
 mod catalog;
 mod config;
+mod kv;
 mod read;
 mod session_api;
 mod txn;
+mod txn_kv;
 
 use std::convert::Infallible;
 use std::io;
@@ -37,7 +39,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use agent::agent_members;
+use agent::{agent_members, agent_metrics};
 use catalog::{catalog_deregister, catalog_register, health_node, health_service, health_state};
 use config::{config_delete, config_get, config_put};
 use read::{catalog_node, catalog_nodes, catalog_service, coordinate_nodes, session_list};
@@ -54,8 +56,12 @@ use crate::faults::{self, Action, ConnCtl, INJECTED_WORDS, RETRY_ELSEWHERE, RETR
 
 /// Consul's `txn_max_req_len` default; used as the body limit everywhere.
 const MAX_BODY: usize = 512 * 1024;
-/// Most operations in one `/v1/txn`.
+/// Most operations in one `/v1/txn` (`maxTxnOps`).
 const MAX_TXN_OPS: usize = 128;
+/// Most bytes of a KV `PUT` body read without a `Content-Length` (a real
+/// agent checks `kv_max_value_size` against the header only, and took a
+/// chunked 8 MiB value).
+const MAX_KV_BODY: usize = 16 * 1024 * 1024;
 
 type Body = Full<Bytes>;
 
@@ -301,22 +307,34 @@ async fn handle(
     }
     let query = req.uri().query().unwrap_or("").to_owned();
     let token = token_of(&req);
-    // A blocking read: held until the service changes or the wait ends.
+    // A blocking read (`?index=N`): held until the service's (or the KV
+    // key's or prefix's) index passes N or the wait ends.
     if method == Method::GET
-        && let Some(service) = path.strip_prefix("/v1/health/service/")
         && let Some(min) = query_param(&query, "index").and_then(|v| v.parse::<u64>().ok())
     {
         let wait = query_param(&query, "wait")
             .and_then(go_duration)
             .unwrap_or(Duration::ZERO);
-        block(state, service, min, wait, None).await;
+        if let Some(service) = path.strip_prefix("/v1/health/service/") {
+            block(state, service, min, wait, None).await;
+        } else if let Some(key) = path.strip_prefix("/v1/kv/") {
+            kv::hold(state, key, &query, min, wait).await;
+        }
     }
     if method == Method::GET && path == "/v1/connect/ca/roots" {
         state.ca().wait_http(&query).await;
     }
-    // Bound: a request body is read up to MAX_BODY, then refused (413).
+    let is_kv_put = method == Method::PUT && path.starts_with("/v1/kv/");
+    if (is_kv_put || path == "/v1/txn")
+        && let Some(refused) = kv::too_large(state, &req)
+    {
+        return refused;
+    }
+    // Bound: a request body is read up to MAX_BODY (a KV value up to
+    // MAX_KV_BODY), then refused (413).
+    let limit = if is_kv_put { MAX_KV_BODY } else { MAX_BODY };
     let body = if method == Method::PUT || method == Method::POST {
-        match read_body(req.into_body()).await {
+        match read_body(req.into_body(), limit).await {
             Ok(b) => b,
             Err(r) => return r.into(),
         }
@@ -479,8 +497,10 @@ pub fn dispatch(state: &ConsulState, req: &ApiRequest<'_>) -> Response<Body> {
         ("health", t) if method == Method::GET && t.starts_with("state/") => {
             health_state(state, &t["state/".len()..])
         }
+        ("kv", key) => kv::kv_endpoint(state, req, key),
         ("coordinate", "nodes") if method == Method::GET => coordinate_nodes(state),
         ("agent", "members") if method == Method::GET => agent_members(state, token),
+        ("agent", "metrics") if method == Method::GET => agent_metrics(state, query),
         ("status", "leader") => {
             if method != Method::GET {
                 return not_allowed();
@@ -500,12 +520,12 @@ impl From<Reject> for Response<Body> {
     }
 }
 
-async fn read_body(body: Incoming) -> Result<Bytes, Reject> {
-    match Limited::new(body, MAX_BODY).collect().await {
+async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, Reject> {
+    match Limited::new(body, limit).collect().await {
         Ok(b) => Ok(b.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Reject(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("Request body too large, max size: {MAX_BODY} bytes"),
+            format!("Request body too large, max size: {limit} bytes"),
         )),
         Err(e) => Err(Reject(
             StatusCode::BAD_REQUEST,

@@ -1,4 +1,5 @@
-//! `/v1/txn`: catalog operations applied whole or not at all.
+//! `/v1/txn`: catalog and KV operations (`txn_kv`) applied whole or not
+//! at all.
 
 use std::collections::{HashMap, HashSet};
 
@@ -6,12 +7,17 @@ use hyper::{Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::kv::EntryJson;
+use super::txn_kv::{self, TxnError, TxnResult};
 use super::{Body, MAX_TXN_OPS, json_response, text, with_index};
 use crate::consul::ConsulState;
+use crate::consul::kv::txn as kv_txn;
+use crate::consul::kv::{KvRequest, Verb};
 use crate::consul::render::{check_json, node_json, service_json};
 use crate::consul::state::{
     CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Store, Touched, WriteError,
 };
+use crate::consul::timing::TxnTimer;
 use crate::consul::writes::{
     CheckBody, NodeBody, ServiceBody, check_def, node_def, nullable, service_def,
 };
@@ -70,18 +76,19 @@ pub(super) enum Op {
     CheckSet(String, CheckDef),
     CheckGet(String, String),
     CheckDelete(String, String),
+    Kv(Verb, KvRequest),
 }
 
 impl Op {
     fn is_write(&self) -> bool {
-        !matches!(self, Op::NodeGet(_) | Op::ServiceGet(..) | Op::CheckGet(..))
+        match self {
+            Op::Kv(verb, _) => verb.is_write(),
+            o => !matches!(o, Op::NodeGet(_) | Op::ServiceGet(..) | Op::CheckGet(..)),
+        }
     }
 }
 
 pub(super) fn parse_op(body: TxnOpBody) -> Result<Op, String> {
-    if body.kv.is_some() {
-        return Err("KV operations are not supported by this target".into());
-    }
     if let Some(n) = body.node {
         let name = n.node.node.clone();
         if name.is_empty() {
@@ -203,7 +210,7 @@ pub(super) fn validate(store: &Store, ops: &[Op]) -> Vec<(usize, String)> {
                     None
                 }
             }
-            Op::CheckDelete(..) | Op::CheckGet(..) => None,
+            Op::CheckDelete(..) | Op::CheckGet(..) | Op::Kv(..) => None,
         };
         if let Some(what) = problem {
             errors.push((i, what));
@@ -233,18 +240,46 @@ pub(super) fn txn(state: &ConsulState, body: &[u8]) -> Response<Body> {
     }
     let mut ops = Vec::with_capacity(raw.len());
     let mut errors = Vec::new();
-    for (i, r) in raw.into_iter().enumerate() {
-        match parse_op(r) {
+    let has_kv = raw.iter().any(|r| r.kv.is_some());
+    for (i, mut r) in raw.into_iter().enumerate() {
+        let parsed = match r.kv.take() {
+            Some(kv) => match txn_kv::parse(state, &kv) {
+                Ok((verb_name, req)) => kv_txn::check(&verb_name, &req).map(|v| Op::Kv(v, req)),
+                Err(answer) => return *answer,
+            },
+            None => parse_op(r),
+        };
+        match parsed {
             Ok(op) => ops.push(op),
             Err(what) => errors.push((i, what)),
         }
     }
+    let writes = ops.iter().any(Op::is_write);
+    let _timer = TxnTimer::start(state, writes);
     let mut store = state.store();
     if errors.is_empty() {
         errors = validate(&store, &ops);
     }
+    if errors.is_empty() {
+        let now = tokio::time::Instant::now();
+        errors = ops
+            .iter()
+            .enumerate()
+            .filter_map(|(i, op)| match op {
+                Op::Kv(verb, req) => kv_txn::delayed(&store.kv, *verb, req, now).map(|w| (i, w)),
+                _ => None,
+            })
+            .collect();
+    }
     if !errors.is_empty() {
         drop(store);
+        if has_kv {
+            let errors = errors
+                .into_iter()
+                .map(|(op_index, what)| TxnError { op_index, what })
+                .collect();
+            return txn_kv::answer(!writes, Err(errors));
+        }
         let errors: Vec<Value> = errors
             .into_iter()
             .map(|(i, what)| json!({"OpIndex": i, "What": what}))
@@ -254,27 +289,103 @@ pub(super) fn txn(state: &ConsulState, body: &[u8]) -> Response<Body> {
             &json!({"Results": Value::Null, "Errors": errors}),
         );
     }
-    let writes = ops.iter().any(Op::is_write);
     let idx = if writes {
         store.next_index()
     } else {
         store.raft_index
     };
+    let mut results: Vec<(usize, TxnResult)> = Vec::new();
+    if has_kv {
+        match kv_pass(state, &mut store, &ops, idx) {
+            Ok(r) => results = r,
+            Err(errors) => return txn_kv::answer(!writes, Err(errors)),
+        }
+    }
+    results.extend(catalog_pass(state, &mut store, ops, idx, writes));
+    drop(store);
+    let c = &state.inner.counters;
+    c.bump(&c.txns);
+    if has_kv {
+        c.bump(&c.kv_txns);
+        results.sort_by_key(|(i, _)| *i);
+        let results = results.into_iter().map(|(_, r)| r).collect();
+        return txn_kv::answer(!writes, Ok(results));
+    }
+    let results: Vec<Value> = results
+        .into_iter()
+        .filter_map(|(_, r)| match r {
+            TxnResult::Other(v) => Some(v),
+            TxnResult::Kv { .. } => None,
+        })
+        .collect();
+    let results = if results.is_empty() {
+        Value::Null
+    } else {
+        Value::Array(results)
+    };
+    with_index(
+        json_response(
+            StatusCode::OK,
+            &json!({"Results": results, "Errors": Value::Null}),
+        ),
+        idx,
+    )
+}
+
+/// The txn's KV ops, applied in order at `idx`: their results by op
+/// index, or every failing op (and nothing kept).
+fn kv_pass(
+    state: &ConsulState,
+    store: &mut Store,
+    ops: &[Op],
+    idx: u64,
+) -> Result<Vec<(usize, TxnResult)>, Vec<TxnError>> {
+    let sessions = state.sessions();
+    let kv_ops = ops.iter().enumerate().filter_map(|(i, op)| match op {
+        Op::Kv(verb, req) => Some((i, *verb, req)),
+        _ => None,
+    });
+    let applied = kv_txn::apply_all(state, &mut store.kv, &sessions, idx, kv_ops);
+    drop(sessions);
+    match applied {
+        Ok(entries) => Ok(entries
+            .into_iter()
+            .map(|(i, e)| {
+                let kv = EntryJson::of(&e);
+                (i, TxnResult::Kv { kv })
+            })
+            .collect()),
+        Err(errors) => Err(errors
+            .into_iter()
+            .map(|(op_index, what)| TxnError { op_index, what })
+            .collect()),
+    }
+}
+
+/// The txn's catalog ops (validated), applied at `idx`: their results by
+/// op index.
+fn catalog_pass(
+    state: &ConsulState,
+    store: &mut Store,
+    ops: Vec<Op>,
+    idx: u64,
+    writes: bool,
+) -> Vec<(usize, TxnResult)> {
     let mut t = Touched::default();
     let mut results = Vec::new();
     let (mut registered, mut deregistered) = (0u64, 0u64);
     let mut removed_nodes = Vec::new();
-    for op in ops {
+    for (i, op) in ops.into_iter().enumerate() {
         let result = match op {
             Op::NodeSet(n, def) => {
                 store.ensure_node(&n, def, idx, &mut t);
                 let e = &store.nodes[&n];
-                Some(json!({"Node": node_json(&store, &n, e)}))
+                Some(json!({"Node": node_json(store, &n, e)}))
             }
             Op::NodeGet(n) => store
                 .nodes
                 .get(&n)
-                .map(|e| json!({"Node": node_json(&store, &n, e)})),
+                .map(|e| json!({"Node": node_json(store, &n, e)})),
             Op::NodeDelete(n) => {
                 if store.delete_node(&n, &mut t) {
                     removed_nodes.push(n);
@@ -317,40 +428,31 @@ pub(super) fn txn(state: &ConsulState, body: &[u8]) -> Response<Body> {
                 .get(&n)
                 .and_then(|e| e.checks.get(&id))
                 .map(|c| json!({"Check": check_json(&n, c)})),
+            Op::Kv(..) => None,
             Op::CheckDelete(n, id) => {
                 store.delete_check(&n, &id, &mut t);
                 None
             }
         };
-        results.extend(result);
+        results.extend(result.map(|v| (i, TxnResult::Other(v))));
     }
     if writes {
         store.commit(idx, t);
     }
     if !removed_nodes.is_empty() {
+        let mut gone = Vec::new();
         let mut sessions = state.sessions();
         for n in &removed_nodes {
-            sessions.remove_node(n);
+            gone.extend(sessions.remove_node(n));
         }
+        drop(sessions);
+        state.sessions_gone(store, &gone, Some(idx));
     }
-    drop(store);
     let c = &state.inner.counters;
-    c.bump(&c.txns);
     let ord = std::sync::atomic::Ordering::Relaxed;
     c.registrations.fetch_add(registered, ord);
     c.deregistrations.fetch_add(deregistered, ord);
-    let results = if results.is_empty() {
-        Value::Null
-    } else {
-        Value::Array(results)
-    };
-    with_index(
-        json_response(
-            StatusCode::OK,
-            &json!({"Results": results, "Errors": Value::Null}),
-        ),
-        idx,
-    )
+    results
 }
 
 #[cfg(test)]

@@ -159,6 +159,7 @@ fn deregister(state: &ConsulState, name: &str) -> bool {
     let mut t = Touched::default();
     store.delete_node(name, &mut t);
     store.commit(idx, t);
-    state.sessions().remove_node(name);
+    let gone = state.sessions().remove_node(name);
+    state.sessions_gone(&mut store, &gone, Some(idx));
     true
 }
