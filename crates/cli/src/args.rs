@@ -510,6 +510,18 @@ pub struct RunArgs {
     /// Consul: the cluster's gossip label.
     #[arg(long, value_name = "LABEL", help_heading = heading::CONSUL)]
     pub gossip_label: Option<String>,
+    /// Consul: agents with --sidecars keep a Connect leaf certificate (client
+    /// wire), as a 1.20 agent does; `false` leaves ConnectCA alone.
+    #[arg(long, help_heading = heading::CONSUL, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub leaf_certs: Option<bool>,
+    /// Consul: at this time from the first dial, change the CA configuration
+    /// so that the servers make a new root; the run times every agent to a
+    /// certificate of it (embedded backend, or --allow-ca-rotation).
+    #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
+    pub rotate_ca_at: Option<Secs>,
+    /// Consul: allow --rotate-ca-at against a real cluster (its CA changes).
+    #[arg(long, help_heading = heading::CONSUL, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub allow_ca_rotation: Option<bool>,
     /// Consul: how each upstream is watched: streaming (Subscribe on the
     /// RPC port), blocking (Health.ServiceNodes blocking queries on the RPC
     /// port, as agents with streaming off) or http (long polls of
@@ -763,7 +775,7 @@ macro_rules! with_run_args_fields {
                 password, subscriptions, encoding, deregister, event_rate, event_output_size,
                 insecure_skip_tls_verify, tls_server_name, http_target, token, upstreams, services_per_agent,
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
-                anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, consul_agent, gossip, gossip_key, gossip_label, watch,
+                anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, consul_agent, gossip, gossip_key, gossip_label, leaf_certs, rotate_ca_at, allow_ca_rotation, watch,
                 blocking_wait, seed_service, change_every,
                 vault_nodes, vault_tokens, vault_token_ttl, vault_path, vault_stop_active_at,
                 vault_kill_active_at,

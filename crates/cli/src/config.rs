@@ -333,6 +333,9 @@ fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageEr
             let mut c = consul_config(a, shard);
             c.cluster_size = total;
             c.validate().map_err(consul_refused)?;
+            if let Err(reason) = c.connect.check_rotation(embedded, c.agent, c.sidecars) {
+                return usage(reason);
+            }
             Protocol::Consul(c)
         }
         Kind::ConsulDataplane => {
@@ -479,6 +482,9 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     set!(c.service_name, a.service_name);
     set!(c.services_per_agent, a.services_per_agent);
     set!(c.sidecars, a.sidecars);
+    set!(c.connect.leaf_certs, a.leaf_certs);
+    c.connect.rotate_at = a.rotate_ca_at.map(|d| d.0);
+    set!(c.connect.allow_rotation, a.allow_ca_rotation);
     set!(c.keep_registrations, a.keep_registrations);
     if let Some(t) = a.session_ttl {
         c.session_ttl = t.into_option().map(|d| d.0);
@@ -599,6 +605,22 @@ mod tests {
                     a.probe_timeout = Some("6s".parse().unwrap())
                 }),
                 "--probe-timeout",
+            ),
+            (
+                args(|a| {
+                    a.kind = Some(Kind::Consul);
+                    a.targets = vec!["10.0.0.1:8300".into()];
+                    a.sidecars = Some(true);
+                    a.rotate_ca_at = Some("30s".parse().unwrap())
+                }),
+                "without --allow-ca-rotation",
+            ),
+            (
+                args(|a| {
+                    a.kind = Some(Kind::Consul);
+                    a.rotate_ca_at = Some("30s".parse().unwrap())
+                }),
+                "it needs --sidecars",
             ),
         ] {
             let e = resolve(a, &no_env).unwrap_err().0;

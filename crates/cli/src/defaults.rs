@@ -55,6 +55,8 @@ pub fn defaults() -> RunArgs {
         services_per_agent: Some(consul.services_per_agent),
         service_name: Some(consul.service_name),
         sidecars: Some(consul.sidecars),
+        leaf_certs: Some(consul.connect.leaf_certs),
+        allow_ca_rotation: Some(consul.connect.allow_rotation),
         no_register: Some(!consul.register),
         keep_registrations: Some(consul.keep_registrations),
         session_ttl: Some(

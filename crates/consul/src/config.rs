@@ -75,6 +75,8 @@ pub struct ConsulConfig {
     pub seed: Option<crate::modes::SeedService>,
     /// The agents' gossip membership (client wire only; `None`: off).
     pub gossip: Option<crate::gossip::GossipConfig>,
+    /// Connect leaf certificates and the CA rotation.
+    pub connect: Box<crate::connect::ConnectConfig>,
     /// KV prefixes every agent watches as consul-template does
     /// (`--watch-kv`; `{i}`/`{i%N}` patterns; [`crate::kv`]).
     pub watch_kv: Vec<String>,
@@ -104,6 +106,7 @@ impl Default for ConsulConfig {
             agent: crate::modes::AgentWire::default(),
             rebalance_min: agent_sim_fleet::servers::REBALANCE_MIN,
             gossip: None,
+            connect: Box::default(),
             watch: crate::modes::WatchMode::default(),
             blocking_wait: crate::modes::DEFAULT_WAIT,
             seed: None,

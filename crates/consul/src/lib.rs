@@ -31,10 +31,12 @@
 //! What it is not: a Consul server (see `agent-sim-server`), nor a CLI; it
 //! prints nothing.
 
+pub mod ca_rotation;
 pub mod cleanup;
 pub mod codec;
 pub mod config;
 pub mod conn;
+pub mod connect;
 pub mod ended;
 pub mod gossip;
 pub mod http;
@@ -190,7 +192,7 @@ pub mod names {
     pub const ROUTER_SKIPS: &str = "router_skips";
     /// A client agent's own RPCs, each method timed from the call written
     /// to its whole answer read (`--consul-agent client`).
-    pub const RPC_LATENCIES: [&str; 7] = [
+    pub const RPC_LATENCIES: [&str; 8] = [
         "rpc_catalog_register",
         "rpc_node_services",
         "rpc_node_checks",
@@ -198,7 +200,23 @@ pub mod names {
         "rpc_session_renew",
         "rpc_coordinate_update",
         "rpc_status_ping",
+        LEAF_SIGN,
     ];
+    /// `ConnectCA.Sign` calls answered, rate-limited ones included (the
+    /// client wire, agents with sidecars).
+    pub const LEAF_SIGN: &str = "leaf_sign";
+    /// Time from the run's first dial to each agent's first certificate
+    /// (its maximum: every proxy holds one).
+    pub const LEAF_BOOT: &str = "leaf_boot";
+    /// Time from the run's CA rotation to each agent's certificate of the
+    /// new root.
+    pub const LEAF_ROTATION: &str = "leaf_rotation";
+    /// First leaf certificates signed.
+    pub const LEAF_CERTS_ISSUED: &str = "leaf_certs_issued";
+    /// Leaf certificates signed again (renewal, rotation).
+    pub const LEAF_CERTS_RENEWED: &str = "leaf_certs_renewed";
+    /// Signs the servers answered with their rate limit.
+    pub const LEAF_RATE_LIMITED: &str = "leaf_rate_limited";
 }
 
 /// Counters whose per-second rate means something: the steady traffic of
@@ -251,6 +269,9 @@ pub fn metrics_spec() -> MetricsSpec {
             names::COORDINATE_UPDATES,
             names::ROUTER_PINGS,
             names::ROUTER_SKIPS,
+            names::LEAF_CERTS_ISSUED,
+            names::LEAF_CERTS_RENEWED,
+            names::LEAF_RATE_LIMITED,
             names::KV_WATCH_CALLS,
             names::KV_WATCH_ANSWERS,
             names::KV_WATCH_CHANGED,
@@ -263,6 +284,8 @@ pub fn metrics_spec() -> MetricsSpec {
             names::PROPAGATION,
             names::PROBE_OVERHEAD,
             names::PROBE_WRITE,
+            names::LEAF_BOOT,
+            names::LEAF_ROTATION,
         ]
         .into_iter()
         .chain(names::RPC_LATENCIES)

@@ -38,6 +38,7 @@
 
 pub mod assert;
 pub mod compare;
+pub mod connect;
 pub mod disruption;
 pub mod histo;
 pub mod hlog;

@@ -315,6 +315,7 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
             .insert(PROPAGATION.into(), LatencySummary::from_histogram(&h));
     }
     merge_over_time(parts, &mut out)?;
+    out.connect = crate::connect::merge(parts, &out);
     out.shard = None;
     out.outcome = merged_outcome(parts, &out);
     Ok(out)

@@ -67,6 +67,7 @@ pub fn render_with(s: &Summary, opts: &TableOptions<'_>) -> String {
     let mut out = String::new();
     headline(&mut out, s, opts);
     probes(&mut out, s);
+    crate::connect::render(&mut out, s);
     crate::disruption::render(&mut out, &s.disruptions);
     crate::spread::render(&mut out, &s.by_server);
     server(&mut out, s);

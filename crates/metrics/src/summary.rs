@@ -295,6 +295,10 @@ pub struct Summary {
     /// Propagation probes of every protocol that runs them, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probes: Vec<ProbeSummary>,
+    /// Connect leaf certificates: boot, signing, a CA rotation (Consul
+    /// agents with sidecars on the client wire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect: Option<ConnectSummary>,
     /// Shard `I/N` of a multi-process run, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
@@ -573,6 +577,46 @@ fn upgrade_v1(v: &mut serde_json::Value) -> Result<(), String> {
         }),
     );
     Ok(())
+}
+
+/// The `connect` section of the summary.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConnectSummary {
+    /// Agents that keep a certificate (their sidecars share one).
+    pub agents: u64,
+    /// Of those, agents that held one at the end.
+    pub holding: u64,
+    /// Seconds from the run's first dial to the last agent's first
+    /// certificate (`None`: not every agent got one).
+    pub boot_s: Option<f64>,
+    /// First certificates signed.
+    pub issued: u64,
+    /// Certificates signed again (renewals, rotations).
+    pub renewed: u64,
+    /// Signs the servers answered with their rate limit.
+    pub rate_limited: u64,
+    /// Signing latency, milliseconds: median and 99th percentile.
+    pub sign_p50_ms: f64,
+    /// 99th percentile.
+    pub sign_p99_ms: f64,
+    /// The run's CA rotation, if it made one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<RotationSummary>,
+}
+
+/// A CA rotation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RotationSummary {
+    /// When the run changed the CA (seconds from the first dial).
+    pub at_s: f64,
+    /// Agents holding a certificate of the new root at the end.
+    pub rotated: u64,
+    /// Seconds from the change to the last agent's certificate of the new
+    /// root (`None`: not every agent holding a certificate got one).
+    pub all_after_s: Option<f64>,
+    /// What failed, in the server's words, when the change was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[cfg(test)]

@@ -128,6 +128,8 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         rates_per_s,
         process: agent_sim_metrics::process::stats(),
         probes: f.probes,
+        // Filled in from the fleets' certificate boards after the run.
+        connect: None,
         shard: f.cfg.shard.map(|s| s.to_string()),
         shard_from: f.cfg.shard_from.as_ref().map(ToString::to_string),
         timeline,

@@ -11,6 +11,7 @@
 //! them, and writes the report page (`--report-html`) last.
 
 mod assemble;
+mod connect;
 mod embedded;
 mod observe;
 mod outcome;
@@ -374,6 +375,9 @@ pub async fn execute(
         for note in cfg.fleets.iter().filter_map(crate::scenario::capped_burst) {
             eprintln!("agent-sim: note: {note}");
         }
+        for note in cfg.fleets.iter().filter_map(connect::api_wire_note) {
+            eprintln!("agent-sim: note: {note}");
+        }
     }
     let built = build_factories(&cfg, &metrics)?;
     taken::refuse_taken(&cfg.fleets)
@@ -430,6 +434,7 @@ pub async fn execute(
 
     // A --server-down's time is from the fleets' first dial, as a storm's.
     embedded.schedule_downs(&cfg.server_downs, tokio::time::Instant::now());
+    let connect = connect::start(&cfg, &built, &metrics, &end);
     let (reports, probes, vault) = run_fleets(&cfg, built, &metrics, &statuses, &end).await;
 
     let recorded = reporter.finish().await;
@@ -452,6 +457,7 @@ pub async fn execute(
     });
     summary.server = servers;
     summary.vault = vault;
+    summary.connect = connect.summary(&summary);
     let verdicts = evaluate(&cfg.asserts, &summary);
     let stopped = reports
         .iter()

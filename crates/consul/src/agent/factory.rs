@@ -108,6 +108,10 @@ impl ConsulFactory {
             _ => None,
         };
         let flap_interval = cfg.flap_rate.map(|r| r.interval());
+        let connect = (cfg.sidecars
+            && cfg.connect.leaf_certs
+            && cfg.agent == crate::modes::AgentWire::Client)
+            .then(Arc::default);
         let kv = super::kv::KvShared::new(&cfg, v.watch_kv);
         Ok(ConsulFactory {
             shared: Arc::new(Shared {
@@ -124,6 +128,7 @@ impl ConsulFactory {
                 flap_interval,
                 watch_api,
                 gossip,
+                connect,
                 kv,
             }),
         })
@@ -200,6 +205,13 @@ impl ConsulFactory {
             board,
             metrics: s.metrics.clone(),
         })
+    }
+
+    /// The fleet's certificates, when its agents keep leaf certificates
+    /// (sidecars on the client wire): the rotation is started and its
+    /// figures read there.
+    pub fn connect_board(&self) -> Option<Arc<crate::connect::ConnectBoard>> {
+        self.shared.connect.clone()
     }
 
     /// The probe board (for tests and status displays).
@@ -310,7 +322,7 @@ impl AgentFactory for ConsulFactory {
             session_id: None,
             renew_due: None,
             flaps: 0,
-            vivaldi: None,
+            extra: None,
             router: Router::new(s.dialers.len(), index.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
             session_server: 0,
             moved: false,

@@ -125,6 +125,16 @@ pub(super) enum Rpc {
     SessionRenew,
     CoordinateUpdate,
     StatusPing,
+    ConnectSign,
+}
+
+/// The next sequence number of the connection's calls (a call on a
+/// stream of its own counts in the same sequence, as the agent's pool
+/// numbers them).
+pub(super) fn next_seq(line: &CallLine) -> u64 {
+    let mut l = line.lock().unwrap_or_else(PoisonError::into_inner);
+    l.seq += 1;
+    l.seq
 }
 
 /// Who calls on the line: the fleet's shared state (metrics) and the

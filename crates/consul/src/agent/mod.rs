@@ -23,6 +23,7 @@
 //! views, status handling) and `upkeep` (registration, TTL session, check
 //! flaps, the exit cleanup).
 
+mod connect;
 mod factory;
 mod kv;
 mod link;
@@ -91,8 +92,13 @@ pub(crate) struct Ids {
     coordinate_updates: CounterId,
     pings: CounterId,
     skips: CounterId,
+    leaf_issued: CounterId,
+    leaf_renewed: CounterId,
+    leaf_rate_limited: CounterId,
+    leaf_boot: LatencyId,
+    leaf_rotation: LatencyId,
     /// A client agent's calls by method (`link::Rpc` order).
-    rpc: [LatencyId; 7],
+    rpc: [LatencyId; 8],
     kv: kv::KvIds,
 }
 
@@ -140,6 +146,11 @@ impl Ids {
             coordinate_updates: m.counter(names::COORDINATE_UPDATES),
             pings: m.counter(names::ROUTER_PINGS),
             skips: m.counter(names::ROUTER_SKIPS),
+            leaf_issued: m.counter(names::LEAF_CERTS_ISSUED),
+            leaf_renewed: m.counter(names::LEAF_CERTS_RENEWED),
+            leaf_rate_limited: m.counter(names::LEAF_RATE_LIMITED),
+            leaf_boot: m.latency(names::LEAF_BOOT),
+            leaf_rotation: m.latency(names::LEAF_ROTATION),
             rpc: names::RPC_LATENCIES.map(|n| m.latency(n)),
             kv: kv::KvIds::resolve(m),
         })
@@ -163,6 +174,8 @@ pub(crate) struct Shared {
     watch_api: WatchApi,
     /// The agents' gossip pool (client wire with `--gossip on`).
     gossip: Option<crate::gossip::Gossip>,
+    /// The fleet's certificates (boot and rotation figures).
+    connect: Option<Arc<crate::connect::ConnectBoard>>,
     /// The KV prefixes watched (`--watch-kv`), and the probe key.
     kv: kv::KvShared,
 }
@@ -232,6 +245,16 @@ impl Sub {
     }
 }
 
+/// What only some agents keep (boxed, so the agent stays small).
+#[derive(Default)]
+struct Extra {
+    /// The agent's network coordinate (the client wire sends it; a fresh
+    /// one until the first round trip moves it).
+    vivaldi: Option<Vivaldi>,
+    /// The leaf certificate of the agent's sidecars (client wire).
+    leaf: Option<connect::Leaf>,
+}
+
 /// One simulated Consul client agent.
 pub struct ConsulAgent {
     index: u64,
@@ -247,9 +270,9 @@ pub struct ConsulAgent {
     session_id: Option<Box<str>>,
     renew_due: Option<Instant>,
     flaps: u32,
-    /// The agent's network coordinate (the client wire sends it; a fresh
-    /// one until the first round trip moves it).
-    vivaldi: Option<Box<Vivaldi>>,
+    /// What only some agents keep, boxed on first use: the network
+    /// coordinate and the sidecars' leaf certificate.
+    extra: Option<Box<Extra>>,
     /// The run's servers in this agent's order (Consul's router).
     router: Router,
     /// The server of the current (or last) session.

@@ -20,7 +20,7 @@ use super::link::Link;
 use super::subscriptions::Slot;
 use super::upkeep::{Done, Sched, UpkeepCall};
 use super::{ConsulAgent, HTTP_BACKOFF};
-use crate::rpc::mux::{CallError, Mux};
+use crate::rpc::mux::{CallError, Exchange, Mux, Reply};
 use crate::watch::WatchMode;
 
 /// A deadline that never comes within a session (the timer when nothing is
@@ -35,6 +35,8 @@ enum Either<Io> {
     Link(Result<(), CallError>),
     Watch(Io),
     Kv(KvIo),
+    /// The blocking roots query answered (agents keeping a leaf).
+    Roots(Result<Reply, CallError>),
 }
 
 /// The connection of one session and the watches on it, as the session's
@@ -82,6 +84,9 @@ impl ConsulAgent {
     /// end of the list (a real agent's next call goes to the next one).
     async fn session(&mut self, cx: &SessionCx) -> SessionEnd {
         self.ensure_member().await;
+        if let Some(b) = &self.shared.connect {
+            b.dialing(Instant::now());
+        }
         let server = self.router.current();
         self.session_server = server;
         cx.on_server(server);
@@ -126,6 +131,7 @@ impl ConsulAgent {
         let stamp = link.as_ref().and_then(|l| l.stamp.clone());
         let mut kv = self.kv_session(now, stamp, cx.bind_addr);
         let on_link = w.on_link() || kv.on_link();
+        let mut roots: Option<Exchange> = None;
         let end = loop {
             let now = Instant::now();
             if let Some(l) = link.as_mut()
@@ -135,7 +141,18 @@ impl ConsulAgent {
             }
             let due = w.due(self, slots, link.as_mut().map(|l| &mut l.mux), now);
             let due = due.min(self.kv_due(&mut kv, link.as_mut().map(|l| &mut l.mux), now));
-            let due = self.upkeep_due(&mut hs, &mut call, link.as_deref(), cx.bind_addr, now, due);
+            let mut due =
+                self.upkeep_due(&mut hs, &mut call, link.as_deref(), cx.bind_addr, now, due);
+            if roots.is_none()
+                && let Some(l) = link.as_mut()
+            {
+                roots = self.roots_call(&mut l.mux, &l.line, now);
+                if roots.is_none()
+                    && let Some(t) = self.roots_retry_at()
+                {
+                    due = due.min(t);
+                }
+            }
             wake::arm(timer.as_mut(), due);
             rotate = rotate.wrapping_add(1);
             let io = |tcx: &mut Context<'_>| {
@@ -143,6 +160,11 @@ impl ConsulAgent {
                     && let Poll::Ready(r) = l.mux.poll_driver(tcx)
                 {
                     return Poll::Ready(Either::Link(r));
+                }
+                if let Some(f) = roots.as_mut()
+                    && let Poll::Ready((_, r)) = f.as_mut().poll(tcx)
+                {
+                    return Poll::Ready(Either::Roots(r));
                 }
                 if let Poll::Ready(io) = w.poll(slots, rotate, tcx) {
                     return Poll::Ready(Either::Watch(io));
@@ -181,6 +203,11 @@ impl ConsulAgent {
                 Woke::Io(Either::Watch(io)) => w.on_io(self, cx, slots, io),
                 Woke::Io(Either::Kv(io)) => {
                     self.on_kv(&mut kv, io);
+                    None
+                }
+                Woke::Io(Either::Roots(r)) => {
+                    roots = None;
+                    self.on_roots(r, Instant::now());
                     None
                 }
                 Woke::Call(done) => {

@@ -4,6 +4,7 @@
 //! - [`catalog`]: anti-entropy's reads and writes (`Catalog.Register`,
 //!   `Catalog.Deregister`, `Catalog.NodeServiceList`, `Health.NodeChecks`);
 //! - [`session`]: `Session.Apply` and `Session.Renew`;
+//! - [`connect_ca`]: `ConnectCA.Roots` (blocking) and `ConnectCA.Sign`;
 //! - [`coordinate`]: the Vivaldi estimate and `Coordinate.Update`;
 //! - [`mux`]: the connection (`0x04`, yamux) and one call on a stream;
 //! - here: net/rpc's request and response headers, and `Status.Ping` (what
@@ -14,6 +15,7 @@
 //! the agent's.
 
 pub mod catalog;
+pub mod connect_ca;
 pub mod coordinate;
 pub mod mux;
 pub mod session;

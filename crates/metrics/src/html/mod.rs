@@ -29,6 +29,7 @@
 
 mod blocks;
 mod charts;
+mod connect;
 mod events;
 mod gossip;
 mod sections;
@@ -152,6 +153,7 @@ pub fn render(page: &Page<'_>) -> String {
     );
     sections::headline(&mut o, page);
     sections::probes(&mut o, s);
+    connect::page(&mut o, s);
     sections::sessions(&mut o, s);
     sections::by_server(&mut o, s);
     server::server(&mut o, s);

@@ -62,6 +62,7 @@
 mod agent_rpc;
 mod blocking;
 mod conn;
+mod connect_ca;
 mod events;
 mod grpc;
 mod http;
@@ -84,6 +85,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::watch;
 
+pub use connect_ca::{CaConfig, CaSnapshot, RATE_LIMITED};
 pub use grpc::serve_grpc;
 pub use http::{ApiRequest, dispatch, serve_http};
 pub use kv::KV_MAX_VALUE_SIZE;
@@ -143,6 +145,8 @@ pub struct ConsulTargetConfig {
     /// gossip member; `None`: not served (`/v1/agent/members` lists the
     /// server alone).
     pub serf: Option<SerfConfig>,
+    /// The Connect CA's signing and rationing (`ConnectCA.Sign`).
+    pub connect_ca: CaConfig,
     /// Consul's `limits.kv_max_value_size`: a KV `PUT` whose
     /// `Content-Length` is larger is refused with 413 (a chunked body is
     /// not checked, as on a real agent; it is read up to 16 MiB), as is a
@@ -171,6 +175,7 @@ impl Default for ConsulTargetConfig {
             xds_max_streams: 0,
             faults: Faults::default(),
             serf: None,
+            connect_ca: CaConfig::default(),
             kv_max_value_size: KV_MAX_VALUE_SIZE,
         }
     }
@@ -278,6 +283,8 @@ pub struct ConsulTargetSnapshot {
     /// The serf LAN port's counters (`serf_*`).
     #[serde(flatten)]
     pub serf: SerfSnapshot,
+    /// The Connect CA: leaves signed, rate-limited answers, roots.
+    pub connect_ca: CaSnapshot,
 }
 
 #[derive(Default)]
@@ -327,8 +334,10 @@ struct Counters {
 }
 
 /// The methods whose calls are counted by name (the rest as `other`).
-const RPC_METHODS: [&str; 15] = [
+const RPC_METHODS: [&str; 17] = [
     "Health.ServiceNodes",
+    "ConnectCA.Roots",
+    "ConnectCA.Sign",
     "Catalog.Register",
     "Catalog.Deregister",
     "Catalog.NodeServiceList",
@@ -399,6 +408,8 @@ struct Inner {
     node_id: String,
     /// The LAN pool as this server sees it.
     serf: Arc<serf::Serf>,
+    /// The Connect CA.
+    ca: connect_ca::Ca,
     /// How long KV and txn applies took (`/v1/agent/metrics`).
     timings: Mutex<timing::Timings>,
 }
@@ -514,16 +525,18 @@ impl ConsulState {
             serf::server_meta(&cfg, &node_id, 8300, None),
             counters.serf.clone(),
         );
+        let trust_domain = uuid::Uuid::new_v4().to_string();
         Self {
             inner: Arc::new(Inner {
-                cfg,
                 store: Mutex::new(store),
                 sessions: Mutex::new(Sessions::default()),
                 counters,
                 abort: watch::channel(0).0,
                 rpc_addr: Mutex::new(None),
                 rpc_per_ip: Mutex::new(std::collections::HashMap::new()),
-                trust_domain: uuid::Uuid::new_v4().to_string(),
+                ca: connect_ca::Ca::new(cfg.connect_ca.clone(), &trust_domain, &cfg.datacenter),
+                trust_domain,
+                cfg,
                 grpc_addr: Mutex::new(None),
                 xds_pacer: Mutex::new(grpc::Pacer::new(rate)),
                 results: blocking::ResultCache::default(),
@@ -595,6 +608,7 @@ impl ConsulState {
             kv_txns: get(&c.kv_txns),
             kv_keys,
             serf: self.inner.serf.snapshot(),
+            connect_ca: self.inner.ca.snapshot(),
         }
     }
 
@@ -648,6 +662,11 @@ impl ConsulState {
     /// `.internal.<trust domain>.consul`).
     pub fn trust_domain(&self) -> &str {
         &self.inner.trust_domain
+    }
+
+    /// The Connect CA.
+    pub(crate) fn ca(&self) -> &connect_ca::Ca {
+        &self.inner.ca
     }
 
     /// The index of the last write.

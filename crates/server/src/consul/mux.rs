@@ -19,7 +19,7 @@ use agent_sim_proto::msgpack::MessageScan;
 use bytes::Bytes;
 
 use super::blocking::{SERVICE_NODES, service_nodes};
-use super::{ConsulState, Gauge, agent_rpc, kv};
+use super::{ConsulState, Gauge, agent_rpc, connect_ca, kv};
 use crate::faults::{Action, RETRY_LATER, STALL_LIMIT, Target};
 
 /// `pool.RPCMultiplexV2`: the byte that starts yamux on an RPC connection.
@@ -45,6 +45,8 @@ async fn call(
     }
     match method {
         SERVICE_NODES => service_nodes(state, args, shutdown).await,
+        connect_ca::ROOTS => state.ca().roots(args, shutdown).await,
+        connect_ca::SIGN => state.ca().sign(args).await,
         m => match agent_rpc::answer(state, m, args) {
             Some(answer) => answer,
             None => Err(unknown_method(m)),

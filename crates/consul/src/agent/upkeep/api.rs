@@ -68,7 +68,7 @@ impl ConsulAgent {
             }),
             // Only the client wire schedules coordinates.
             Op::Coordinate => Box::pin(async { Done::Coordinated(Ok(()), Duration::ZERO) }),
-            Op::Move => Box::pin(async { Done::Moved(None) }),
+            Op::Move | Op::Sign => Box::pin(async { Done::Moved(None) }),
         }
     }
 

@@ -44,6 +44,8 @@ pub(super) enum Op {
     /// A rebalance put another server in front: the agent moves there
     /// (on the client wire once that server answered a ping).
     Move,
+    /// Sign the sidecars' leaf certificate (client wire).
+    Sign,
 }
 
 /// The RPC connection dialed again (client wire), for the session's loop
@@ -73,6 +75,8 @@ pub(super) enum Done {
     /// The server a rebalance put in front did not answer its ping: it
     /// goes to the end of the list and the next one is checked.
     Skipped(usize),
+    /// A leaf certificate signed, or why not.
+    Signed(Result<super::connect::Signed, Refusal>),
 }
 
 impl Done {
@@ -156,11 +160,18 @@ impl ConsulAgent {
         } else {
             None
         };
-        [renew, hs.flap_due, hs.ae_due, hs.coord_due, hs.ping_due]
-            .into_iter()
-            .flatten()
-            .min()
-            .map(|t| t.max(hs.retry_at))
+        [
+            renew,
+            hs.flap_due,
+            hs.ae_due,
+            hs.coord_due,
+            hs.ping_due,
+            self.leaf_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|t| t.max(hs.retry_at))
     }
 
     /// The first sync of a session: after a reconnect, within Consul's
@@ -260,6 +271,9 @@ impl ConsulAgent {
         if self.session_id.is_some() && due_now(self.renew_due) {
             return Some(Op::Renew);
         }
+        if self.take_leaf_due(now) {
+            return Some(Op::Sign);
+        }
         if due_now(hs.flap_due) {
             return Some(Op::Flap);
         }
@@ -299,7 +313,7 @@ impl ConsulAgent {
     ) -> Option<UpkeepCall> {
         match (self.shared.cfg.agent, line) {
             (AgentWire::Api, _) => match self.next_op(hs, now)? {
-                Op::Move => Some(Box::pin(async { Done::Moved(None) })),
+                Op::Move | Op::Sign => Some(Box::pin(async { Done::Moved(None) })),
                 op => Some(self.api_call(op)),
             },
             (AgentWire::Client, Some(line)) => match self.next_op(hs, now)? {
@@ -347,6 +361,7 @@ impl ConsulAgent {
             // session for a move); a failed dial waits the backoff.
             Done::Redialed(Ok(_)) | Done::Moved(_) => hs.backoff.reset(),
             Done::Skipped(server) => self.on_skipped(hs, server, now),
+            Done::Signed(r) => self.on_signed(r, now),
             Done::Redialed(Err(e)) => refused(cx, hs, e.into(), now),
         }
     }
@@ -483,6 +498,8 @@ impl ConsulAgent {
                 match self.member() {
                     Some((pool, slot)) => pool.observe(slot, rtt),
                     None => self
+                        .extra
+                        .get_or_insert_default()
                         .vivaldi
                         .get_or_insert_default()
                         .observe(&coordinate::Coord::default(), rtt),

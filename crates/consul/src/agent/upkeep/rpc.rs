@@ -349,8 +349,9 @@ impl ConsulAgent {
                 let coord = match self.member() {
                     Some((pool, slot)) => pool.coordinate(slot),
                     None => self
-                        .vivaldi
+                        .extra
                         .as_ref()
+                        .and_then(|e| e.vivaldi.as_ref())
                         .map_or_else(Default::default, |v| v.coord().clone()),
                 };
                 Box::pin(async move {
@@ -371,6 +372,24 @@ impl ConsulAgent {
                 Done::Pinged(r.map(|_| ()).map_err(Refusal::from))
             }),
             Op::Move => Box::pin(async { Done::Moved(None) }),
+            Op::Sign => {
+                let req = self.sign_request();
+                Box::pin(async move {
+                    let (csr, dc) = match req {
+                        Ok(r) => r,
+                        Err(r) => return Done::Signed(Err(r)),
+                    };
+                    let r = c
+                        .call(Rpc::ConnectSign, |seq, out| {
+                            crate::rpc::connect_ca::encode_sign(seq, &csr, &dc, &sh.token, out)
+                        })
+                        .await;
+                    Done::Signed(match r {
+                        Ok(reply) => crate::agent::connect::signed(&reply),
+                        Err(e) => Err(e.into()),
+                    })
+                })
+            }
         }
     }
 }

@@ -321,6 +321,9 @@ async fn handle(
             kv::hold(state, key, &query, min, wait).await;
         }
     }
+    if method == Method::GET && path == "/v1/connect/ca/roots" {
+        state.ca().wait_http(&query).await;
+    }
     let is_kv_put = method == Method::PUT && path.starts_with("/v1/kv/");
     if (is_kv_put || path == "/v1/txn")
         && let Some(refused) = kv::too_large(state, &req)
@@ -456,6 +459,13 @@ pub fn dispatch(state: &ConsulState, req: &ApiRequest<'_>) -> Response<Body> {
         ("session", t) if method == Method::GET && t.starts_with("node/") => {
             session_list(state, Some(&t["node/".len()..]))
         }
+        ("connect", t) if t.starts_with("ca/") => match state.ca().http(write, &t[3..], body) {
+            Ok(v) => json_response(StatusCode::OK, &v),
+            Err((code, words)) => text(
+                StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                words,
+            ),
+        },
         ("session", t) if t.starts_with("info/") => {
             if method != Method::GET {
                 return not_allowed();

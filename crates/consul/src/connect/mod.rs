@@ -1,0 +1,130 @@
+//! Connect leaf certificates as a Consul 1.20 client agent keeps them for
+//! its sidecars (`agent/leafcert`): a new key and CSR per certificate
+//! ([`csr`]), and when to sign again ([`schedule`]): within the renewal
+//! window of a certificate's life, after a root rotation within a random
+//! 30 s, and on the servers' rate-limit answer by leafcert's back-off.
+//!
+//! The calls themselves (`ConnectCA.Roots`, `ConnectCA.Sign`) are in
+//! [`crate::rpc::connect_ca`]; the agent's state and handlers in
+//! `agent::connect`. This module holds no socket and no timer.
+
+pub mod csr;
+pub mod schedule;
+
+pub use csr::{Csr, authority_key_id, new_csr, spiffe_service_id};
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Connect's settings of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectConfig {
+    /// Agents with sidecars keep a leaf certificate (client wire only: a
+    /// server's HTTP API has no endpoint that signs a client agent's CSR).
+    pub leaf_certs: bool,
+    /// When the run changes the CA's configuration to make a new root.
+    pub rotate_at: Option<Duration>,
+    /// A rotation against a target that is not the embedded backend was
+    /// asked for on purpose (`--allow-ca-rotation`).
+    pub allow_rotation: bool,
+}
+
+impl Default for ConnectConfig {
+    fn default() -> Self {
+        ConnectConfig {
+            leaf_certs: true,
+            rotate_at: None,
+            allow_rotation: false,
+        }
+    }
+}
+
+impl ConnectConfig {
+    /// Whether a rotation may run against the run's target (`embedded`:
+    /// the reference backend this process serves): a shared cluster's CA
+    /// is never changed by accident. The refusal's reason on failure.
+    pub fn check_rotation(
+        &self,
+        embedded: bool,
+        wire: crate::modes::AgentWire,
+        sidecars: bool,
+    ) -> Result<(), String> {
+        let keeping = sidecars && self.leaf_certs && wire == crate::modes::AgentWire::Client;
+        match self.rotate_at {
+            Some(_) if !keeping => Err(
+                "--rotate-ca-at times the agents' leaf certificates: it needs --sidecars on the \
+                 client wire (--consul-agent client; the HTTP API cannot sign a client agent's \
+                 CSR) and --leaf-certs"
+                    .into(),
+            ),
+            Some(_) if !embedded && !self.allow_rotation => Err(
+                "--rotate-ca-at changes the target's Connect CA (a new root, every leaf signed \
+                 again): refused against a real cluster without --allow-ca-rotation"
+                    .into(),
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What the fleet's agents share about their certificates: the start the
+/// boot time is measured from, the rotation in progress, and counts.
+#[derive(Debug, Default)]
+pub struct ConnectBoard {
+    first_dial: OnceLock<Instant>,
+    rotation: Mutex<Option<Instant>>,
+    holding: AtomicU64,
+    rotated: AtomicU64,
+}
+
+impl ConnectBoard {
+    /// The run's first dial (the first call wins).
+    pub fn dialing(&self, now: Instant) {
+        let _ = self.first_dial.set(now);
+    }
+
+    /// The run's first dial.
+    pub fn first_dial(&self) -> Option<Instant> {
+        self.first_dial.get().copied()
+    }
+
+    /// Time from the first dial to `now`.
+    pub fn since_first_dial(&self, now: Instant) -> Option<Duration> {
+        self.first_dial
+            .get()
+            .map(|t| now.saturating_duration_since(*t))
+    }
+
+    /// The run changed the CA at `at`.
+    pub fn rotation_started(&self, at: Instant) {
+        *self.rotation.lock().unwrap_or_else(PoisonError::into_inner) = Some(at);
+        self.rotated.store(0, Ordering::Relaxed);
+    }
+
+    /// When the run changed the CA, if it did.
+    pub fn rotation(&self) -> Option<Instant> {
+        *self.rotation.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An agent got its first certificate.
+    pub fn holds(&self) {
+        self.holding.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An agent holds a certificate of the new root.
+    pub fn rotated_one(&self) {
+        self.rotated.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Agents holding a certificate, and those of them holding one of the
+    /// root the last rotation made.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.holding.load(Ordering::Relaxed),
+            self.rotated.load(Ordering::Relaxed),
+        )
+    }
+}

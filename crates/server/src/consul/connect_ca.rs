@@ -1,0 +1,681 @@
+//! The embedded server's Connect CA, enough for a client agent's leaf
+//! certificates and a rotation: `ConnectCA.Roots` (blocking on the roots'
+//! index), `ConnectCA.Sign` (the CSR parsed and checked, its SPIFFE ID a
+//! service of this trust domain and datacenter, a leaf signed by the active
+//! root), Consul's rationing of signing (`csr_max_per_second` as a token
+//! bucket of burst 1 waited on at most 500 ms, else `csr_max_concurrent`
+//! slots waited on as long) answered in the real server's words, and
+//! `GET/PUT /v1/connect/ca/configuration` and `GET /v1/connect/ca/roots`.
+//!
+//! A `PUT` whose provider config changes the private key, its type or its
+//! bits makes a new root, as the consul provider's ID hashes those: the
+//! old root stays listed inactive, the roots' index moves and every
+//! blocking roots query answers. Other changes (a TTL) keep the root.
+//!
+//! Keys and certificates are rcgen's (ECDSA P-256). Not here: intermediates
+//! and cross-signing, ACLs on signing, agent or mesh-gateway IDs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertificateSigningRequestParams, DistinguishedName,
+    DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    PKCS_ECDSA_P256_SHA256, SanType, SerialNumber,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use agent_sim_proto::msgpack::Writer;
+
+/// `ConnectCA.Roots`.
+pub(crate) const ROOTS: &str = "ConnectCA.Roots";
+/// `ConnectCA.Sign`.
+pub(crate) const SIGN: &str = "ConnectCA.Sign";
+/// The real server's answer when signing is rationed (`structs.ErrRateLimited`).
+pub const RATE_LIMITED: &str = "Rate limit reached, try again later";
+/// Longest a Sign waits for a token or a slot (`csrLimitWait`).
+const CSR_LIMIT_WAIT: Duration = Duration::from_millis(500);
+/// Longest a blocking roots query is held.
+const MAX_QUERY: Duration = Duration::from_secs(600);
+/// Seconds from 0001-01-01 to the Unix epoch (Go's binary time).
+const GO_UNIX_OFFSET: i64 = 62_135_596_800;
+
+/// How the CA signs and rations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CaConfig {
+    /// Leaf certificate lifetime (Consul's `leaf_cert_ttl`, 72 h).
+    pub leaf_ttl: Duration,
+    /// Signings per second (`csr_max_per_second`, 50; 0 = unlimited).
+    pub csr_max_per_second: f64,
+    /// Signings at once when there is no rate (`csr_max_concurrent`, 0 =
+    /// unlimited).
+    pub csr_max_concurrent: usize,
+}
+
+impl Default for CaConfig {
+    fn default() -> Self {
+        CaConfig {
+            leaf_ttl: Duration::from_secs(72 * 3600),
+            csr_max_per_second: 50.0,
+            csr_max_concurrent: 0,
+        }
+    }
+}
+
+/// What the CA did since the server started.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CaSnapshot {
+    /// Leaves signed.
+    pub leaves_signed: u64,
+    /// Signs answered with [`RATE_LIMITED`].
+    pub sign_rate_limited: u64,
+    /// Signs refused for their CSR.
+    pub sign_refused: u64,
+    /// Roots made (the first one included).
+    pub roots_created: u64,
+    /// Roots queries answered.
+    pub roots_answers: u64,
+}
+
+/// One root.
+struct Root {
+    id: String,
+    signing_key_id: String,
+    pem: String,
+    name: String,
+    issuer: Issuer<'static, KeyPair>,
+    active: bool,
+    key_bits: u32,
+    create_index: u64,
+    not_before: i64,
+    not_after: i64,
+}
+
+/// The CA's mutable part.
+struct Roots {
+    roots: Vec<Root>,
+    /// The provider config as last set (`Config` of the configuration).
+    provider: serde_json::Map<String, Value>,
+    index: u64,
+    serial: u64,
+}
+
+/// The embedded Connect CA.
+pub(crate) struct Ca {
+    cfg: Mutex<CaConfig>,
+    /// `<cluster id>.consul`.
+    trust_domain: String,
+    datacenter: String,
+    roots: Mutex<Roots>,
+    changed: watch::Sender<u64>,
+    bucket: Mutex<Bucket>,
+    slots: Semaphore,
+    counters: [AtomicU64; 5],
+}
+
+/// A token bucket of burst 1 (Go's `rate.Limiter` as the server sets it).
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+fn colon_hex(b: &[u8]) -> String {
+    b.iter()
+        .map(|x| format!("{x:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A new root of `trust_domain` at raft index `index`.
+fn new_root(trust_domain: &str, index: u64, serial: u64) -> Result<Root, rcgen::Error> {
+    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
+    let mut p = CertificateParams::default();
+    let short = &trust_domain[..8.min(trust_domain.len())];
+    let name = format!("pri-{:08x}.consul.ca.{short}.consul", fastrand::u32(..));
+    p.distinguished_name = DistinguishedName::new();
+    p.distinguished_name.push(DnType::CommonName, name);
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    p.subject_alt_names = vec![SanType::URI(format!("spiffe://{trust_domain}").try_into()?)];
+    let now = unix_now();
+    p.not_before = time_of(now - 60);
+    p.not_after = time_of(now + 10 * 365 * 86_400);
+    p.serial_number = Some(SerialNumber::from(serial));
+    let kid = p.key_identifier(&key);
+    let cert = p.self_signed(&key)?;
+    let digest = sha2_hex(cert.der());
+    Ok(Root {
+        id: digest,
+        signing_key_id: colon_hex(&kid),
+        pem: cert.pem(),
+        name: "Consul CA Primary Cert".into(),
+        issuer: Issuer::new(p, key),
+        active: true,
+        key_bits: 256,
+        create_index: index,
+        not_before: now - 60,
+        not_after: now + 10 * 365 * 86_400,
+    })
+}
+
+/// A root's ID: a hash of its certificate as colon hex (20 bytes, as
+/// Consul's root IDs are).
+fn sha2_hex(der: &[u8]) -> String {
+    use sha2::Digest as _;
+    colon_hex(&sha2::Sha256::digest(der)[..20])
+}
+
+fn time_of(unix: i64) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp(unix).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+}
+
+/// Go's `time.MarshalBinary` of Unix seconds `unix` in UTC (15 bytes).
+fn go_time(unix: i64) -> [u8; 15] {
+    let mut b = [0u8; 15];
+    b[0] = 1;
+    b[1..9].copy_from_slice(&(unix + GO_UNIX_OFFSET).to_be_bytes());
+    b[13] = 0xff;
+    b[14] = 0xff;
+    b
+}
+
+#[derive(Deserialize)]
+struct SignArgs {
+    #[serde(rename = "CSR", default)]
+    csr: String,
+    #[serde(rename = "Datacenter", default)]
+    datacenter: String,
+}
+
+#[derive(Deserialize)]
+struct RootsArgs {
+    #[serde(rename = "MinQueryIndex", default)]
+    min_query_index: u64,
+    #[serde(rename = "MaxQueryTime", default)]
+    max_query_time: u64,
+}
+
+impl Ca {
+    /// A CA of trust domain `<cluster_id>.consul` with its first root.
+    pub(crate) fn new(cfg: CaConfig, cluster_id: &str, datacenter: &str) -> Self {
+        let trust_domain = format!("{cluster_id}.consul");
+        let root = new_root(&trust_domain, 1, 1).expect("a P-256 root is always made");
+        let mut provider = serde_json::Map::new();
+        provider.insert("LeafCertTTL".into(), json!(go_duration(cfg.leaf_ttl)));
+        provider.insert("IntermediateCertTTL".into(), json!("8760h"));
+        provider.insert("RootCertTTL".into(), json!("87600h"));
+        let slots = if cfg.csr_max_concurrent > 0 {
+            cfg.csr_max_concurrent
+        } else {
+            Semaphore::MAX_PERMITS
+        };
+        let ca = Ca {
+            cfg: Mutex::new(cfg),
+            trust_domain,
+            datacenter: datacenter.to_owned(),
+            roots: Mutex::new(Roots {
+                roots: vec![root],
+                provider,
+                index: 1,
+                serial: 2,
+            }),
+            changed: watch::channel(1).0,
+            bucket: Mutex::new(Bucket {
+                tokens: 1.0,
+                at: Instant::now(),
+            }),
+            slots: Semaphore::new(slots),
+            counters: Default::default(),
+        };
+        ca.bump(3);
+        ca
+    }
+
+    fn bump(&self, i: usize) {
+        self.counters[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What the CA did so far.
+    pub(crate) fn snapshot(&self) -> CaSnapshot {
+        let g = |i: usize| self.counters[i].load(Ordering::Relaxed);
+        CaSnapshot {
+            leaves_signed: g(0),
+            sign_rate_limited: g(1),
+            sign_refused: g(2),
+            roots_created: g(3),
+            roots_answers: g(4),
+        }
+    }
+
+    /// Takes a signing token within [`CSR_LIMIT_WAIT`] (rate), or a slot
+    /// (concurrency); `None`: the server's rate-limit answer.
+    async fn admit(&self) -> Option<Option<tokio::sync::SemaphorePermit<'_>>> {
+        let (rate, concurrent) = {
+            let c = lock(&self.cfg);
+            (c.csr_max_per_second, c.csr_max_concurrent)
+        };
+        if rate > 0.0 {
+            let wait = {
+                let mut b = lock(&self.bucket);
+                let now = Instant::now();
+                b.tokens = (b.tokens + (now - b.at).as_secs_f64() * rate).min(1.0);
+                b.at = now;
+                let wait = Duration::from_secs_f64(((1.0 - b.tokens) / rate).max(0.0));
+                if wait > CSR_LIMIT_WAIT {
+                    return None;
+                }
+                b.tokens -= 1.0;
+                wait
+            };
+            tokio::time::sleep(wait).await;
+            Some(None)
+        } else if concurrent > 0 {
+            match tokio::time::timeout(CSR_LIMIT_WAIT, self.slots.acquire()).await {
+                Ok(Ok(p)) => Some(Some(p)),
+                _ => None,
+            }
+        } else {
+            Some(None)
+        }
+    }
+
+    /// `ConnectCA.Sign`: an `IssuedCert`, or the error words.
+    pub(crate) async fn sign(&self, args: &[u8]) -> Result<Bytes, String> {
+        let a: SignArgs =
+            rmp_serde::from_slice(args).map_err(|e| format!("rpc: decoding the request: {e}"))?;
+        if !a.datacenter.is_empty() && a.datacenter != self.datacenter {
+            return Err("No path to datacenter".into());
+        }
+        let csr = match CertificateSigningRequestParams::from_pem(&a.csr) {
+            Ok(c) => c,
+            Err(e) => {
+                self.bump(2);
+                return Err(format!("failed to parse CSR: {e}"));
+            }
+        };
+        let service = match self.service_of(&csr.params) {
+            Ok(s) => s,
+            Err(words) => {
+                self.bump(2);
+                return Err(words);
+            }
+        };
+        let Some(_slot) = self.admit().await else {
+            self.bump(1);
+            return Err(RATE_LIMITED.into());
+        };
+        let ttl = lock(&self.cfg).leaf_ttl;
+        let body = self.issue(csr, &service, ttl)?;
+        self.bump(0);
+        Ok(body)
+    }
+
+    /// The service a CSR's SPIFFE ID names, checked against this cluster.
+    fn service_of(&self, p: &CertificateParams) -> Result<String, String> {
+        let uri = p
+            .subject_alt_names
+            .iter()
+            .find_map(|s| match s {
+                SanType::URI(u) => Some(u.as_str().to_owned()),
+                _ => None,
+            })
+            .ok_or("CSR SAN does not contain a SPIFFE ID")?;
+        let rest = uri
+            .strip_prefix("spiffe://")
+            .ok_or("CSR SAN does not contain a SPIFFE ID")?;
+        let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let parts: Vec<&str> = path.split('/').collect();
+        let ["ns", _, "dc", dc, "svc", service] = parts[..] else {
+            return Err(
+                "SPIFFE ID in CSR must be a service, agent, server, or mesh gateway ID".into(),
+            );
+        };
+        if host != self.trust_domain {
+            return Err(format!(
+                "SPIFFE ID in CSR from a different trust domain: {host}, we are {}",
+                self.trust_domain
+            ));
+        }
+        if dc != self.datacenter {
+            return Err(format!(
+                "SPIFFE ID in CSR from a different datacenter: {dc}, we are {}",
+                self.datacenter
+            ));
+        }
+        Ok(service.to_owned())
+    }
+
+    /// A leaf for `csr` signed by the active root, as an `IssuedCert`.
+    fn issue(
+        &self,
+        mut csr: CertificateSigningRequestParams,
+        service: &str,
+        ttl: Duration,
+    ) -> Result<Bytes, String> {
+        let now = unix_now();
+        let (after, before) = (now - 60, now + ttl.as_secs() as i64);
+        let mut roots = lock(&self.roots);
+        roots.serial += 1;
+        let serial = roots.serial;
+        let index = roots.index;
+        let root = roots
+            .roots
+            .iter()
+            .find(|r| r.active)
+            .ok_or("no active root")?;
+        let p = &mut csr.params;
+        p.distinguished_name = DistinguishedName::new();
+        p.not_before = time_of(after);
+        p.not_after = time_of(before);
+        p.serial_number = Some(SerialNumber::from(serial));
+        p.is_ca = IsCa::ExplicitNoCa;
+        p.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+            KeyUsagePurpose::KeyAgreement,
+        ];
+        p.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ClientAuth,
+            ExtendedKeyUsagePurpose::ServerAuth,
+        ];
+        p.use_authority_key_identifier_extension = true;
+        let cert = csr
+            .signed_by(&root.issuer)
+            .map_err(|e| format!("error signing: {e}"))?;
+        let uri = format!(
+            "spiffe://{}/ns/default/dc/{}/svc/{service}",
+            self.trust_domain, self.datacenter
+        );
+        let mut out = Vec::with_capacity(1200);
+        let mut w = Writer(&mut out);
+        w.map(14).kv_str("Agent", "").kv_str("AgentURI", "");
+        w.kv_str("CertPEM", &cert.pem());
+        w.kv_uint("CreateIndex", index).kv_str("Kind", "");
+        w.kv_str("KindURI", "").kv_uint("ModifyIndex", index);
+        w.kv_str("PrivateKeyPEM", "");
+        w.kv_str("SerialNumber", &format!("{serial:02x}"));
+        w.kv_str("ServerURI", "").kv_str("Service", service);
+        w.kv_str("ServiceURI", &uri);
+        w.str("ValidAfter").raw(&go_time(after));
+        w.str("ValidBefore").raw(&go_time(before));
+        Ok(Bytes::from(out))
+    }
+
+    /// The roots as `IndexedCARoots` (JSON, for both wires).
+    fn roots_json(&self) -> (u64, Value) {
+        let r = lock(&self.roots);
+        let active = r.roots.iter().find(|x| x.active).map(|x| x.id.clone());
+        let list: Vec<Value> = r
+            .roots
+            .iter()
+            .map(|x| {
+                json!({
+                    "ID": x.id,
+                    "Name": x.name,
+                    "SerialNumber": x.create_index,
+                    "SigningKeyID": x.signing_key_id,
+                    "ExternalTrustDomain": self.trust_domain.trim_end_matches(".consul"),
+                    "NotBefore": x.not_before,
+                    "NotAfter": x.not_after,
+                    "RootCert": x.pem,
+                    "IntermediateCerts": null,
+                    "Active": x.active,
+                    "PrivateKeyType": "ec",
+                    "PrivateKeyBits": x.key_bits,
+                    "CreateIndex": x.create_index,
+                    "ModifyIndex": r.index,
+                })
+            })
+            .collect();
+        (
+            r.index,
+            json!({
+                "ActiveRootID": active.unwrap_or_default(),
+                "TrustDomain": self.trust_domain,
+                "Roots": list,
+                "Index": r.index,
+                "KnownLeader": true,
+                "LastContact": 0,
+                "ConsistencyLevel": "",
+                "NotModified": false,
+                "Backend": 0,
+                "ResultsFilteredByACLs": false,
+            }),
+        )
+    }
+
+    /// `ConnectCA.Roots`, held until the roots' index passes the query's
+    /// `MinQueryIndex` (or its wait, at most 10 minutes, ends).
+    pub(crate) async fn roots(
+        &self,
+        args: &[u8],
+        shutdown: &CancellationToken,
+    ) -> Result<Bytes, String> {
+        let a: RootsArgs =
+            rmp_serde::from_slice(args).map_err(|e| format!("rpc: decoding the request: {e}"))?;
+        self.wait_past(a.min_query_index, a.max_query_time, Some(shutdown))
+            .await;
+        self.bump(4);
+        let (_, v) = self.roots_json();
+        rmp_serde::to_vec_named(&v)
+            .map(Bytes::from)
+            .map_err(|e| format!("encoding: {e}"))
+    }
+
+    /// A blocking `GET /v1/connect/ca/roots?index=` (its query string):
+    /// held until the roots' index passes it.
+    pub(crate) async fn wait_http(&self, query: &str) {
+        let min = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("index="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        self.wait_past(min, 0, None).await;
+    }
+
+    /// Waits until the roots' index is past `min` (0: no wait).
+    async fn wait_past(&self, min: u64, wait_ns: u64, shutdown: Option<&CancellationToken>) {
+        if min == 0 {
+            return;
+        }
+        let wait = if wait_ns == 0 {
+            Duration::from_secs(300)
+        } else {
+            Duration::from_nanos(wait_ns).min(MAX_QUERY)
+        };
+        let mut rx = self.changed.subscribe();
+        let passed = rx.wait_for(|i| *i > min);
+        let never = CancellationToken::new();
+        let cancelled = shutdown.unwrap_or(&never).cancelled();
+        tokio::select! {
+            _ = passed => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = cancelled => {}
+        }
+    }
+
+    /// `PUT /v1/connect/ca/configuration`: the new provider config; a new
+    /// root when the key, its type or bits changed.
+    fn set_configuration(&self, body: &[u8]) -> Result<(), String> {
+        let v: Value =
+            serde_json::from_slice(body).map_err(|e| format!("Request decode failed: {e}"))?;
+        let provider = v
+            .get("Provider")
+            .and_then(Value::as_str)
+            .unwrap_or("consul");
+        if provider != "consul" {
+            return Err(format!(
+                "could not initialize provider: unknown CA provider {provider:?}"
+            ));
+        }
+        let new = v
+            .get("Config")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        if let Some(ttl) = new.get("LeafCertTTL").and_then(Value::as_str)
+            && let Ok(d) = humantime::parse_duration(ttl)
+        {
+            lock(&self.cfg).leaf_ttl = d;
+        }
+        for (key, setter) in [("CSRMaxPerSecond", 0), ("CSRMaxConcurrent", 1)] {
+            if let Some(n) = new.get(key).and_then(Value::as_f64) {
+                let mut c = lock(&self.cfg);
+                if setter == 0 {
+                    c.csr_max_per_second = n;
+                } else {
+                    c.csr_max_concurrent = n as usize;
+                }
+            }
+        }
+        let mut r = lock(&self.roots);
+        let identity = |m: &serde_json::Map<String, Value>| {
+            ["PrivateKey", "RootCert", "PrivateKeyType", "PrivateKeyBits"]
+                .map(|k| m.get(k).cloned())
+        };
+        let rotate = identity(&r.provider) != identity(&new);
+        r.provider = new;
+        if rotate {
+            let index = r.index + 1;
+            let serial = r.serial + 1;
+            let root = new_root(&self.trust_domain, index, serial).map_err(|e| e.to_string())?;
+            for old in &mut r.roots {
+                old.active = false;
+            }
+            r.roots.push(root);
+            r.index = index;
+            r.serial = serial;
+            drop(r);
+            self.bump(3);
+            self.changed.send_replace(index);
+        }
+        Ok(())
+    }
+
+    /// `GET /v1/connect/ca/configuration`.
+    fn configuration(&self) -> Value {
+        let r = lock(&self.roots);
+        json!({
+            "Provider": "consul",
+            "Config": r.provider,
+            "State": null,
+            "ForceWithoutCrossSigning": false,
+            "CreateIndex": 1,
+            "ModifyIndex": r.index,
+        })
+    }
+
+    /// The HTTP API under `/v1/connect/ca/` (`tail`: after it): a status
+    /// and a JSON body, or words.
+    pub(crate) fn http(&self, put: bool, tail: &str, body: &[u8]) -> Result<Value, (u16, String)> {
+        match (tail, put) {
+            ("roots", false) => Ok(self.roots_json().1),
+            ("configuration", false) => Ok(self.configuration()),
+            ("configuration", true) => self
+                .set_configuration(body)
+                .map(|()| Value::Bool(true))
+                .map_err(|w| (500, w)),
+            _ => Err((405, format!("method not allowed on /v1/connect/ca/{tail}"))),
+        }
+    }
+}
+
+/// A duration as Go prints whole hours (`72h`).
+fn go_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if s.is_multiple_of(3600) {
+        format!("{}h", s / 3600)
+    } else {
+        format!("{s}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_sim_proto::msgpack::Writer;
+
+    fn sign_args(csr: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        Writer(&mut out)
+            .map(3)
+            .kv_str("CSR", csr)
+            .kv_str("Datacenter", "dc1")
+            .kv_str("Token", "");
+        out
+    }
+
+    fn csr_for(uri: &str) -> String {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut p = CertificateParams::default();
+        p.distinguished_name = DistinguishedName::new();
+        p.subject_alt_names = vec![SanType::URI(uri.to_owned().try_into().unwrap())];
+        p.serialize_request(&key).unwrap().pem().unwrap()
+    }
+
+    #[tokio::test]
+    async fn signs_a_service_leaf_under_the_active_root_and_rotates() {
+        let ca = Ca::new(CaConfig::default(), "abcd1234-0000", "dc1");
+        let uri = "spiffe://abcd1234-0000.consul/ns/default/dc/dc1/svc/web";
+        let body = ca.sign(&sign_args(&csr_for(uri))).await.unwrap();
+        assert!(body.len() > 500);
+        assert_eq!(ca.snapshot().leaves_signed, 1);
+        // Another trust domain or datacenter: refused in Consul's words.
+        let other = "spiffe://other.consul/ns/default/dc/dc1/svc/web";
+        let e = ca.sign(&sign_args(&csr_for(other))).await.unwrap_err();
+        assert!(
+            e.starts_with("SPIFFE ID in CSR from a different trust domain"),
+            "{e}"
+        );
+        // A TTL change keeps the root; a new key type makes one.
+        let (i0, _) = ca.roots_json();
+        ca.set_configuration(br#"{"Provider":"consul","Config":{"LeafCertTTL":"1h"}}"#)
+            .unwrap();
+        assert_eq!(ca.roots_json().0, i0);
+        ca.set_configuration(
+            br#"{"Provider":"consul","Config":{"LeafCertTTL":"1h","PrivateKeyBits":384}}"#,
+        )
+        .unwrap();
+        let (i1, roots) = ca.roots_json();
+        assert!(i1 > i0);
+        assert_eq!(roots["Roots"].as_array().unwrap().len(), 2);
+        assert_eq!(ca.snapshot().roots_created, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn signing_past_the_rate_is_refused_in_the_servers_words() {
+        let cfg = CaConfig {
+            csr_max_per_second: 2.0,
+            ..CaConfig::default()
+        };
+        let ca = Ca::new(cfg, "abcd1234-0000", "dc1");
+        let csr = csr_for("spiffe://abcd1234-0000.consul/ns/default/dc/dc1/svc/web");
+        // A burst of one, then a token every 500 ms (waited for), then
+        // one that would wait 1 s: refused at once.
+        let args = sign_args(&csr);
+        let (a, b, c) = tokio::join!(ca.sign(&args), ca.sign(&args), ca.sign(&args));
+        assert!(a.is_ok() && b.is_ok());
+        assert_eq!(c.unwrap_err(), RATE_LIMITED);
+        assert_eq!(ca.snapshot().sign_rate_limited, 1);
+    }
+}
