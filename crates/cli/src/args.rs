@@ -562,6 +562,11 @@ pub struct RunArgs {
     /// Consul: a Vault token's life: renewed at half, revoked at its end.
     #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
     pub vault_token_ttl: Option<Secs>,
+    /// Consul: each Vault token renewed once at half its TTL (a client
+    /// keeping its token, as Nomad's allocations do); false: tokens are
+    /// created and expire [default: true].
+    #[arg(long, help_heading = heading::CONSUL, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub vault_renew: Option<bool>,
     /// Consul: a Vault token storm (repeatable): at=T,tokens=N creates at
     /// once through Vault's max_parallel pool.
     #[serde(
@@ -777,7 +782,7 @@ macro_rules! with_run_args_fields {
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
                 anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, consul_agent, gossip, gossip_key, gossip_label, leaf_certs, rotate_ca_at, allow_ca_rotation, watch,
                 blocking_wait, seed_service, change_every,
-                vault_nodes, vault_tokens, vault_token_ttl, vault_path, vault_stop_active_at,
+                vault_nodes, vault_tokens, vault_token_ttl, vault_renew, vault_path, vault_stop_active_at,
                 vault_kill_active_at,
                 embedded_check_interval, embedded_servers, rebalance_min, hlog_interval, metrics_addr, shard, seed, quiet,
                 progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,

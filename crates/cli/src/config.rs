@@ -456,6 +456,9 @@ fn vault_config(a: &RunArgs) -> Option<agent_sim_consul::vault::VaultConfig> {
     if let Some(d) = a.vault_token_ttl {
         v.token_ttl = d.0;
     }
+    if let Some(r) = a.vault_renew {
+        v.renew = r;
+    }
     set!(v.path, a.vault_path);
     v.stop_active_at = a.vault_stop_active_at.map(|d| d.0);
     v.kill_active_at = a.vault_kill_active_at.map(|d| d.0);

@@ -84,8 +84,12 @@ pub struct VaultConfig {
     pub nodes: u32,
     /// Steady token creates per second on the active node (0: none).
     pub tokens_per_s: f64,
-    /// A token's life: renewed once at half of it, revoked at its end.
+    /// A token's life: renewed once at half of it (with `renew`),
+    /// revoked at its end.
     pub token_ttl: Duration,
+    /// Each token renewed once at half its TTL, as a client that keeps its
+    /// token (Nomad's allocations) does; `false`: created and left to expire.
+    pub renew: bool,
     /// Token storms.
     pub bursts: Vec<Burst>,
     /// Vault's `path` (ends in `/`, no leading `/`); empty: the run's
@@ -116,6 +120,7 @@ impl Default for VaultConfig {
             nodes: 3,
             tokens_per_s: 0.0,
             token_ttl: Duration::from_secs(60),
+            renew: true,
             bursts: Vec::new(),
             path: String::new(),
             max_parallel: MAX_PARALLEL,

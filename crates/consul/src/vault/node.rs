@@ -123,11 +123,32 @@ pub(super) async fn run(sh: Arc<Shared>, n: usize, end: CancellationToken) {
     }
 }
 
+/// What a standby of Vault 1.18.3 also read every 10 s (each answered
+/// 404 on a healthy cluster): the replication poison pills and the
+/// upgrade marker.
+const STANDBY_POLLED: [&str; 3] = ["core/poison-pill", "core/poison-pill-dr", "core/upgrade/1"];
+
 /// A standby's periodic read of the lock's value, and of the leader's
-/// advertisement when the value changes.
+/// advertisement when the value changes; every fourth time
+/// ([`STANDBY_POLLED`]) its 10 s reads too.
 async fn leader_checks(sh: Arc<Shared>, stop: CancellationToken) {
     let mut leader: Option<Vec<u8>> = None;
+    let mut ticks = 0u64;
     while lock::pause(super::LEADER_CHECK, &stop).await {
+        ticks += 1;
+        if ticks.is_multiple_of(4) {
+            for key in STANDBY_POLLED {
+                let t = Instant::now();
+                if let Err(r) = sh
+                    .client
+                    .get(&format!("{}{key}", sh.path), false, None)
+                    .await
+                {
+                    sh.metrics.error_with(r.kind, r.words.as_deref());
+                }
+                count_read(&sh, sh.ids.get, t);
+            }
+        }
         let t = Instant::now();
         let r = sh.client.get(&sh.lock_key, false, None).await;
         count_read(&sh, sh.ids.get, t);
@@ -389,7 +410,7 @@ impl Term {
             let due = sh
                 .registry
                 .due(now, sh.cfg.token_ttl, DUE_PER_TICK.min(room(&tasks) / 2));
-            for id in due.renew {
+            for id in due.renew.into_iter().filter(|_| sh.cfg.renew) {
                 tasks.spawn(self.clone().renew(id, now));
             }
             for id in due.revoke {
@@ -421,15 +442,17 @@ impl Term {
         ended
     }
 
-    /// A token create: its entry, accessor and lease written.
+    /// A token create: its four entries written, in the order a real Vault
+    /// 1.18.3 wrote them (accessor, parent index, entry, lease).
     async fn create(self: Arc<Self>, intended: Instant, burst: Option<usize>) {
         let sh = &self.sh;
         let id = sh.next_token.fetch_add(1, Ordering::Relaxed);
         let k = tokens::keys(&sh.path, id);
         let start = Instant::now();
         let steps = [
-            (&k.entry, what::ENTRY, tokens::TOKEN_ENTRY_BYTES),
             (&k.accessor, what::ACCESSOR, tokens::ACCESSOR_BYTES),
+            (&k.parent, what::PARENT, tokens::PARENT_BYTES),
+            (&k.entry, what::ENTRY, tokens::TOKEN_ENTRY_BYTES),
             (&k.lease, what::LEASE, tokens::LEASE_BYTES),
         ];
         for (key, w, len) in steps {
@@ -458,21 +481,22 @@ impl Term {
         }
     }
 
-    /// A renewal: the lease read (unless cached) and written again.
+    /// A renewal: the lease read (leases are read from storage every
+    /// time, Vault's cache notwithstanding) and written again.
     async fn renew(self: Arc<Self>, id: u64, start: Instant) {
         let k = tokens::keys(&self.sh.path, id);
-        if !self.cached(id) {
-            self.get(&k.lease).await;
-        }
+        self.get(&k.lease).await;
         let v = tokens::value(id, what::LEASE, 1, tokens::LEASE_BYTES);
         if self.put(&k.lease, &v, start).await {
             self.sh.metrics.incr(self.sh.ids.renewed);
         }
     }
 
-    /// A revocation at the TTL: the sampled read-back, then the token
-    /// store's steps (entry marked revoked, children listed, accessor,
-    /// entry and lease deleted).
+    /// A revocation at the TTL: the sampled read-back, then what a real
+    /// Vault 1.18.3 sent at an expiry: the lease read twice, the entry
+    /// marked revoked, three folders listed (children, cubbyhole, leases),
+    /// the parent index, accessor and entry deleted, and the lease deleted
+    /// twice (the token store and the expiration manager each delete it).
     async fn revoke(self: Arc<Self>, id: u64, start: Instant) {
         let sh = &self.sh;
         let k = tokens::keys(&sh.path, id);
@@ -485,16 +509,19 @@ impl Term {
         if sampled {
             self.read_back(id, &k.entry).await;
         }
+        self.get(&k.lease).await;
+        self.get(&k.lease).await;
         if !self.cached(id) {
-            self.get(&k.lease).await;
             self.get(&k.entry).await;
         }
         let tainted = tokens::value(id, what::ENTRY, 2, tokens::TOKEN_ENTRY_BYTES);
         if !self.put(&k.entry, &tainted, start).await {
             return;
         }
-        self.list(&k.children).await;
-        for key in [&k.accessor, &k.entry, &k.lease] {
+        for folder in &k.listed {
+            self.list(folder).await;
+        }
+        for key in [&k.parent, &k.accessor, &k.entry, &k.lease, &k.lease] {
             if !self.delete(key, start).await {
                 return;
             }

@@ -1,13 +1,16 @@
 //! What a Vault token's life writes under the storage path, and the live
 //! tokens the active node renews and revokes.
 //!
-//! Keys follow Vault's token store and expiration manager: the token entry
-//! `sys/token/id/h<salted id>`, its accessor `sys/token/accessor/<salted>`,
-//! its lease `sys/expire/id/auth/token/create/h<hash>`; the children index
-//! listed at revocation `sys/token/parent/<salted>/`. Values are
-//! pseudo-random bytes of the sizes Vault's encrypted entries have
-//! (ciphertext of the JSON entry plus the barrier's term, nonce and tag):
-//! only their size matters to Consul, their content to the read-back.
+//! Keys follow Vault's token store and expiration manager, as a real Vault
+//! 1.18.3 on Consul 1.20.1 wrote them (captured, docs/writes.md): the
+//! accessor `sys/token/accessor/<40 hex>`, the parent's index entry
+//! `sys/token/parent/h<parent>/h<token>`, the token entry
+//! `sys/token/id/h<token>`, the lease `sys/expire/id/auth/token/create/h…`;
+//! at revocation the token's children `sys/token/parent/h<token>/`, its
+//! cubbyhole `logical/<mount uuid>/<storage id>/` and its leases
+//! `sys/expire/token/h<token>/` are listed. Values are pseudo-random bytes
+//! of the sizes the captured encrypted entries had: only their size
+//! matters to Consul, their content to the read-back.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -15,27 +18,33 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Encrypted token entry (≈480 bytes of JSON + 33 of barrier overhead).
-pub const TOKEN_ENTRY_BYTES: usize = 512;
-/// Encrypted accessor entry.
-pub const ACCESSOR_BYTES: usize = 160;
-/// Encrypted lease entry (the auth with policies, metadata, times).
-pub const LEASE_BYTES: usize = 720;
+/// Encrypted token entry (574 bytes captured).
+pub const TOKEN_ENTRY_BYTES: usize = 574;
+/// Encrypted accessor entry (140 bytes captured).
+pub const ACCESSOR_BYTES: usize = 140;
+/// The parent's index entry (33 bytes captured).
+pub const PARENT_BYTES: usize = 33;
+/// Encrypted lease entry: the auth with policies, metadata, times (1,040
+/// bytes captured).
+pub const LEASE_BYTES: usize = 1_040;
 /// The active node's advertisement (`core/leader/<uuid>`: cluster
 /// certificate and key, addresses).
 pub const LEADER_BYTES: usize = 1_800;
 
-/// The three entries of a token, as keys under the path.
+/// The four entries of a token and the three folders its revocation
+/// lists, as keys under the path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenKeys {
     /// `sys/token/id/h…`.
     pub entry: String,
     /// `sys/token/accessor/…`.
     pub accessor: String,
+    /// `sys/token/parent/h<parent>/h<token>` (the root token is the parent).
+    pub parent: String,
     /// `sys/expire/id/auth/token/create/h…`.
     pub lease: String,
-    /// The children folder listed at revocation.
-    pub children: String,
+    /// The folders listed at revocation: children, cubbyhole, leases.
+    pub listed: [String; 3],
 }
 
 /// 64 hex digits derived from `id` and `salt` (a stand-in for Vault's
@@ -51,8 +60,17 @@ pub fn keys(path: &str, id: u64) -> TokenKeys {
     TokenKeys {
         entry: format!("{path}sys/token/id/h{salted}"),
         accessor: format!("{path}sys/token/accessor/{}", &hex64(id, 2)[..40]),
+        parent: format!("{path}sys/token/parent/h{}/h{salted}", hex64(0, 4)),
         lease: format!("{path}sys/expire/id/auth/token/create/h{}", hex64(id, 3)),
-        children: format!("{path}sys/token/parent/{salted}/"),
+        listed: [
+            format!("{path}sys/token/parent/h{salted}/"),
+            format!(
+                "{path}logical/{}/{}/",
+                &hex64(0, 5)[..32],
+                &hex64(id, 6)[..24]
+            ),
+            format!("{path}sys/expire/token/h{salted}/"),
+        ],
     }
 }
 
@@ -73,6 +91,8 @@ pub mod what {
     pub const ACCESSOR: u64 = 2;
     /// The lease.
     pub const LEASE: u64 = 3;
+    /// The parent's index entry.
+    pub const PARENT: u64 = 4;
 }
 
 /// A live token.
