@@ -411,24 +411,34 @@ fn entry_of(body: &[u8]) -> Result<KvEntry, Refusal> {
     })
 }
 
-/// The JSON body of a `/v1/txn` request.
+/// The JSON body of a `/v1/txn` request, byte for byte as Vault's
+/// Consul client writes it (Go's `encoding/json` of the api's `TxnOps`:
+/// every `KVTxnOp` field in declaration order, `Value` null when absent,
+/// `Node`, `Service` and `Check` null, a newline after the array): a real
+/// Vault 1.18.3's 2-op txn setting a 140-byte value was 556 bytes, and so
+/// is this one.
 pub fn txn_body(ops: &[TxnOp<'_>]) -> String {
-    let ops: Vec<serde_json::Value> = ops
-        .iter()
-        .map(|op| {
-            let kv = match op {
-                TxnOp::CheckSession { key, session } => {
-                    serde_json::json!({"Verb": "check-session", "Key": key, "Session": session})
-                }
-                TxnOp::Set { key, value } => {
-                    serde_json::json!({"Verb": "set", "Key": key, "Value": B64.encode(value)})
-                }
-                TxnOp::Delete { key } => serde_json::json!({"Verb": "delete", "Key": key}),
-            };
-            serde_json::json!({ "KV": kv })
-        })
-        .collect();
-    serde_json::Value::Array(ops).to_string()
+    let quoted = |s: &str| serde_json::Value::from(s).to_string();
+    let mut out = String::with_capacity(256 * ops.len());
+    out.push('[');
+    for (i, op) in ops.iter().enumerate() {
+        let (verb, key, value, session) = match op {
+            TxnOp::CheckSession { key, session } => ("check-session", *key, None, *session),
+            TxnOp::Set { key, value } => ("set", *key, Some(B64.encode(value)), ""),
+            TxnOp::Delete { key } => ("delete", *key, None, ""),
+        };
+        if i > 0 {
+            out.push(',');
+        }
+        let value = value.map_or_else(|| "null".to_owned(), |v| format!("\"{v}\""));
+        out.push_str(&format!(
+            "{{\"KV\":{{\"Verb\":\"{verb}\",\"Key\":{},\"Value\":{value},\"Flags\":0,\"Index\":0,\"Session\":{}}},\"Node\":null,\"Service\":null,\"Check\":null}}",
+            quoted(key),
+            quoted(session),
+        ));
+    }
+    out.push_str("]\n");
+    out
 }
 
 #[cfg(test)]
@@ -450,8 +460,32 @@ mod tests {
         ]);
         assert_eq!(
             b,
-            r#"[{"KV":{"Key":"p/core/lock","Session":"s1","Verb":"check-session"}},{"KV":{"Key":"p/a","Value":"aGk=","Verb":"set"}},{"KV":{"Key":"p/b","Verb":"delete"}}]"#
+            concat!(
+                r#"[{"KV":{"Verb":"check-session","Key":"p/core/lock","Value":null,"Flags":0,"Index":0,"Session":"s1"},"Node":null,"Service":null,"Check":null},"#,
+                r#"{"KV":{"Verb":"set","Key":"p/a","Value":"aGk=","Flags":0,"Index":0,"Session":""},"Node":null,"Service":null,"Check":null},"#,
+                r#"{"KV":{"Verb":"delete","Key":"p/b","Value":null,"Flags":0,"Index":0,"Session":""},"Node":null,"Service":null,"Check":null}]"#,
+                "\n"
+            )
         );
+    }
+
+    #[test]
+    fn a_txn_body_is_as_long_as_a_real_vaults() {
+        // Captured from Vault 1.18.3: the accessor's set, 140-byte value,
+        // path `vaultreal/`, a 36-character session: 556 bytes.
+        let session = "0123abcd-0123-abcd-0123-0123456789ab";
+        let key = format!("vaultreal/sys/token/accessor/{}", "9b".repeat(20));
+        let b = txn_body(&[
+            TxnOp::CheckSession {
+                key: "vaultreal/core/lock",
+                session,
+            },
+            TxnOp::Set {
+                key: &key,
+                value: &[7u8; 140],
+            },
+        ]);
+        assert_eq!(b.len(), 556);
     }
 
     #[test]

@@ -200,7 +200,16 @@ mod tests {
             a.lease
                 .starts_with("p/vault/sys/expire/id/auth/token/create/h")
         );
-        assert!(a.children.ends_with('/'));
+        assert!(
+            a.listed
+                .iter()
+                .all(|f| f.starts_with("p/vault/") && f.ends_with('/'))
+        );
+        // The parent index entry sits in the root token's children folder,
+        // named by this token's salted id, as the entry is.
+        let salted = &a.entry["p/vault/sys/token/id/h".len()..];
+        assert!(a.parent.ends_with(&format!("/h{salted}")));
+        assert_eq!(a.listed[0], format!("p/vault/sys/token/parent/h{salted}/"));
     }
 
     #[test]
