@@ -201,7 +201,7 @@ async fn run_fleets(
     metrics: &Metrics,
     statuses: &[Arc<FleetStatus>],
     end: &CancellationToken,
-) -> (Vec<FleetReport>, Vec<ProbeSummary>) {
+) -> (Vec<FleetReport>, Vec<ProbeSummary>, connect::Connect) {
     let mut fleet_tasks: tokio::task::JoinSet<FleetReport> = tokio::task::JoinSet::new();
     let mut probe_tasks: Vec<JoinHandle<Vec<ProbeSummary>>> = Vec::new();
     // Seeded services are in the catalog before the first agent dials.
@@ -221,6 +221,8 @@ async fn run_fleets(
         let t = end.clone();
         probe_tasks.push(tokio::spawn(async move { runner.run(t).await }));
     }
+    // A --rotate-ca-at is timed from here, as the fleets' first dial.
+    let connect = connect::start(cfg, &built, metrics, end);
     for ((plan, b), status) in cfg.fleets.iter().zip(built).zip(statuses) {
         let mut fc = plan.fleet.clone();
         fc.duration = None;
@@ -274,7 +276,7 @@ async fn run_fleets(
             seed_failed(metrics, "removing", &e);
         }
     }
-    (reports, probes)
+    (reports, probes, connect)
 }
 
 /// A seeded service that could not be registered or removed: an error in
@@ -338,9 +340,6 @@ pub async fn execute(
         for note in cfg.fleets.iter().filter_map(crate::scenario::capped_burst) {
             eprintln!("agent-sim: note: {note}");
         }
-        for note in cfg.fleets.iter().filter_map(connect::api_wire_note) {
-            eprintln!("agent-sim: note: {note}");
-        }
     }
     let built = build_factories(&cfg, &metrics)?;
     taken::refuse_taken(&cfg.fleets)
@@ -397,8 +396,7 @@ pub async fn execute(
 
     // A --server-down's time is from the fleets' first dial, as a storm's.
     embedded.schedule_downs(&cfg.server_downs, tokio::time::Instant::now());
-    let connect = connect::start(&cfg, &built, &metrics, &end);
-    let (reports, probes) = run_fleets(&cfg, built, &metrics, &statuses, &end).await;
+    let (reports, probes, connect) = run_fleets(&cfg, built, &metrics, &statuses, &end).await;
 
     let recorded = reporter.finish().await;
     let servers = match observer {
