@@ -14,9 +14,10 @@ use tokio_util::sync::CancellationToken;
 use super::Built;
 use crate::plan::{Protocol, RunConfig};
 
-/// Why a fleet's sidecars hold no certificate: on the HTTP API's wire
-/// there is nothing that signs a client agent's CSR.
-pub(super) fn api_wire_note(plan: &crate::plan::FleetPlan) -> Option<String> {
+/// Why a fleet's sidecars hold no certificate (a warning of the run,
+/// `no_leaf_certs`): on the HTTP API's wire nothing signs a client
+/// agent's CSR.
+fn api_wire_note(plan: &crate::plan::FleetPlan) -> Option<String> {
     let Protocol::Consul(c) = &plan.protocol else {
         return None;
     };
@@ -49,6 +50,9 @@ pub(super) fn start(
     let mut boards = Vec::new();
     let mut timer_set = false;
     for (plan, b) in cfg.fleets.iter().zip(built) {
+        if let Some(note) = api_wire_note(plan) {
+            metrics.warn("no_leaf_certs", Some(&note));
+        }
         let (Protocol::Consul(c), Built::Consul(f)) = (&plan.protocol, b) else {
             continue;
         };

@@ -216,6 +216,14 @@ fn vault_runners(cfg: &RunConfig, metrics: &Metrics) -> Vec<agent_sim_consul::va
         .collect()
 }
 
+/// What the fleets' run produced besides the summary's own figures.
+struct Ran {
+    reports: Vec<FleetReport>,
+    probes: Vec<ProbeSummary>,
+    vault: Option<agent_sim_metrics::VaultSummary>,
+    connect: connect::Connect,
+}
+
 /// Runs every fleet (and the probe runners or observers of Consul fleets)
 /// until `end`, and returns the fleets' reports and the probes.
 async fn run_fleets(
@@ -224,11 +232,7 @@ async fn run_fleets(
     metrics: &Metrics,
     statuses: &[Arc<FleetStatus>],
     end: &CancellationToken,
-) -> (
-    Vec<FleetReport>,
-    Vec<ProbeSummary>,
-    Option<agent_sim_metrics::VaultSummary>,
-) {
+) -> Ran {
     let mut fleet_tasks: tokio::task::JoinSet<FleetReport> = tokio::task::JoinSet::new();
     let mut probe_tasks: Vec<JoinHandle<Vec<ProbeSummary>>> = Vec::new();
     // Seeded services are in the catalog before the first agent dials.
@@ -252,6 +256,8 @@ async fn run_fleets(
         .into_iter()
         .map(|r| tokio::spawn(r.run(end.clone())))
         .collect();
+    // A --rotate-ca-at is timed from here, as the fleets' first dial.
+    let connect = connect::start(cfg, &built, metrics, end);
     for ((plan, b), status) in cfg.fleets.iter().zip(built).zip(statuses) {
         let mut fc = plan.fleet.clone();
         fc.duration = None;
@@ -311,7 +317,12 @@ async fn run_fleets(
             seed_failed(metrics, "removing", &e);
         }
     }
-    (reports, probes, vault)
+    Ran {
+        reports,
+        probes,
+        vault,
+        connect,
+    }
 }
 
 /// A seeded service that could not be registered or removed: an error in
@@ -375,9 +386,6 @@ pub async fn execute(
         for note in cfg.fleets.iter().filter_map(crate::scenario::capped_burst) {
             eprintln!("agent-sim: note: {note}");
         }
-        for note in cfg.fleets.iter().filter_map(connect::api_wire_note) {
-            eprintln!("agent-sim: note: {note}");
-        }
     }
     let built = build_factories(&cfg, &metrics)?;
     taken::refuse_taken(&cfg.fleets)
@@ -434,8 +442,12 @@ pub async fn execute(
 
     // A --server-down's time is from the fleets' first dial, as a storm's.
     embedded.schedule_downs(&cfg.server_downs, tokio::time::Instant::now());
-    let connect = connect::start(&cfg, &built, &metrics, &end);
-    let (reports, probes, vault) = run_fleets(&cfg, built, &metrics, &statuses, &end).await;
+    let Ran {
+        reports,
+        probes,
+        vault,
+        connect,
+    } = run_fleets(&cfg, built, &metrics, &statuses, &end).await;
 
     let recorded = reporter.finish().await;
     let servers = match observer {
