@@ -9,7 +9,8 @@
 //! a tool that long-polls the HTTP API.
 //!
 //! Main parts:
-//! - [`config`]: [`ConsulConfig`] and its validation, per-agent name patterns.
+//! - [`config`]: [`ConsulConfig`] and its validation; [`pattern`]: per-agent
+//!   names (`svc-{i}`, `app/{i%10}/`).
 //! - [`codec`]: `SubscribeRequest` building, a small-buffer prost codec, keys.
 //! - [`view`]: the materialized view of one subscription (pure state).
 //! - [`conn`]: dial, prefix byte(s), TLS, hyper HTTP/2 as a tonic channel;
@@ -42,6 +43,7 @@ pub mod gossip;
 pub mod http;
 pub mod kv;
 pub mod modes;
+pub mod pattern;
 pub mod probe;
 pub mod rpc;
 pub mod seed;

@@ -133,6 +133,31 @@ pub fn node_in_sync(
     }))
 }
 
+/// Why a gzipped answer could not be read ([`gunzip`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gunzip {
+    /// It unzips past the caller's bound.
+    TooLarge,
+    /// It is not gzip, in the decoder's words.
+    Bad(String),
+}
+
+/// A gzipped answer body unzipped, up to `max` bytes. Consul gzips every
+/// answer to a client that sends `Accept-Encoding: gzip`, as Go's HTTP
+/// transport does for Vault's and consul-template's clients.
+pub fn gunzip(body: &[u8], max: usize) -> Result<Vec<u8>, Gunzip> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .take(max as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| Gunzip::Bad(e.to_string()))?;
+    if out.len() > max {
+        return Err(Gunzip::TooLarge);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

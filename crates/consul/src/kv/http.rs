@@ -73,7 +73,11 @@ pub fn answer(got: Got, probe_key: Option<&str>, max: usize) -> KvAnswer {
             200..=299 => {
                 let index = index?;
                 if got.gzipped {
-                    decode(index, &watch_http::gunzip(&got.body, max)?, probe_key)
+                    decode(
+                        index,
+                        &watch_http::gunzip_answer(&got.body, max)?,
+                        probe_key,
+                    )
                 } else {
                     decode(index, &got.body, probe_key)
                 }

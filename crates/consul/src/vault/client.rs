@@ -23,6 +23,7 @@ use serde::Deserialize;
 
 use crate::ConsulError;
 use crate::conn::ByteCounters;
+use crate::http::answer::{Gunzip, gunzip};
 use crate::http::{ApiTls, HttpError, Refusal};
 
 /// Timeout of a call that does not block (Consul's own write timeout is
@@ -113,6 +114,27 @@ impl std::fmt::Debug for KvClient {
     }
 }
 
+/// An answer with its body unzipped when the server gzipped it.
+fn unzipped(mut a: Answer) -> Result<Answer, Refusal> {
+    let gzipped = a
+        .headers
+        .get(::http::header::CONTENT_ENCODING)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+    if gzipped {
+        a.body = gunzip(&a.body, MAX_ANSWER)
+            .map_err(|e| match e {
+                Gunzip::TooLarge => Refusal {
+                    kind: "answer_too_large",
+                    words: Some(format!("an answer over {} MiB unzipped", MAX_ANSWER >> 20)),
+                },
+                Gunzip::Bad(why) => decode_err(&format!("gzip: {why}")),
+            })?
+            .into();
+        a.headers.remove(::http::header::CONTENT_ENCODING);
+    }
+    Ok(a)
+}
+
 fn decode_err(what: &str) -> Refusal {
     Refusal {
         kind: "vault_bad_answer",
@@ -175,7 +197,12 @@ impl KvClient {
             uri.push_str("dc=");
             uri.push_str(&self.dc);
         }
-        let mut req = Request::builder().method(method).uri(uri);
+        // Go's transport asks for gzip (and Consul then gzips every answer,
+        // which is part of what Vault's calls cost it).
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(::http::header::ACCEPT_ENCODING, "gzip");
         if let Some(t) = &self.token {
             req = req.header("X-Consul-Token", t.clone());
         }
@@ -183,7 +210,7 @@ impl KvClient {
             .body(Full::new(body))
             .map_err(|_| Refusal::kind("http_request"))?;
         match tokio::time::timeout(timeout, self.pool.send(req, MAX_ANSWER)).await {
-            Ok(Ok(a)) => Ok(a),
+            Ok(Ok(a)) => unzipped(a),
             Ok(Err(e)) => Err(HttpError::from(e).into()),
             Err(_) => Err(Refusal {
                 kind: "http_timeout",

@@ -6,7 +6,6 @@
 //! those on the wire). The new index is in `X-Consul-Index`. The connection
 //! is the project's HTTP/1 client's ([`agent_sim_net::http::Conn`]).
 
-use std::io::Read as _;
 use std::pin::Pin;
 
 use agent_sim_net::http::{self as net_http, Conn, Peer};
@@ -19,6 +18,7 @@ use super::msgpack::Csn;
 use super::rpc::Answer;
 use crate::conn::{ByteCounters, CONNECT_TIMEOUT, Counted};
 use crate::http::HttpError;
+use crate::http::answer::{Gunzip, gunzip};
 use crate::rpc::mux::{CallError, MAX_ANSWER};
 
 /// A kept-alive HTTP/1 connection to the API.
@@ -104,18 +104,7 @@ pub fn decode(index: u64, body: &[u8], gzipped: bool) -> Result<Digest, CallErro
     };
     let plain;
     let json: &[u8] = if gzipped {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(body)
-            .take(MAX_ANSWER as u64 + 1)
-            .read_to_end(&mut out)
-            .map_err(|e| bad(format!("gzip: {e}")))?;
-        if out.len() > MAX_ANSWER {
-            return Err(CallError {
-                kind: "answer_too_large",
-                detail: format!("an answer over {} MiB", MAX_ANSWER >> 20),
-            });
-        }
-        plain = out;
+        plain = gunzip_answer(body, MAX_ANSWER)?;
         &plain
     } else {
         body
@@ -255,20 +244,15 @@ fn io_kind(e: &net_http::Error) -> &'static str {
     }
 }
 
-/// Gunzips `body` up to `max` bytes.
-pub fn gunzip(body: &[u8], max: usize) -> Result<Vec<u8>, CallError> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(body)
-        .take(max as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| CallError::new("decode_answer", format!("gzip: {e}")))?;
-    if out.len() > max {
-        return Err(CallError::new(
+/// Gunzips `body` up to `max` bytes ([`gunzip`]), failures as a call's.
+pub fn gunzip_answer(body: &[u8], max: usize) -> Result<Vec<u8>, CallError> {
+    gunzip(body, max).map_err(|e| match e {
+        Gunzip::TooLarge => CallError::new(
             "answer_too_large",
             format!("an answer over {} KiB once unzipped", max >> 10),
-        ));
-    }
-    Ok(out)
+        ),
+        Gunzip::Bad(why) => CallError::new("decode_answer", format!("gzip: {why}")),
+    })
 }
 
 #[cfg(test)]
