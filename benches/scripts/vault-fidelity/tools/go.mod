@@ -1,0 +1,3 @@
+module agentsim/vaultfidelity/tools
+
+go 1.23
