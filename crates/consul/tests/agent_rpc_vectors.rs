@@ -374,6 +374,13 @@ fn answers_decode_to_the_manifest() {
     assert_eq!(first.index, 18);
     assert!(first.node_known);
     assert!(first.services.is_empty());
+    // The leader's reconcile of the agent's gossip join registered the
+    // node first, with only its version: the agent's meta differs, so its
+    // first sync registers the node (as the real agent did next).
+    assert_eq!(
+        first.node_meta,
+        vec![("consul-version".into(), "1.20.1".into())]
+    );
 
     let file = "018-catalog-nodeservicelist-periodic.reply.bin";
     let (_, body) = answer(file);

@@ -364,6 +364,8 @@ pub struct RemoteCheck<'a> {
 struct NodeRef<'a> {
     #[serde(rename = "Address", borrow, default)]
     address: Cow<'a, str>,
+    #[serde(rename = "Meta", borrow, default)]
+    meta: Option<std::collections::BTreeMap<Cow<'a, str>, Cow<'a, str>>>,
 }
 
 #[derive(Deserialize)]
@@ -399,6 +401,8 @@ pub struct NodeServiceList<'a> {
     pub node_known: bool,
     /// The node's address in the catalog.
     pub node_address: Option<Cow<'a, str>>,
+    /// The node's meta in the catalog, sorted by key.
+    pub node_meta: Vec<(Cow<'a, str>, Cow<'a, str>)>,
     /// Its services.
     pub services: Vec<RemoteService<'a>>,
 }
@@ -411,10 +415,19 @@ pub fn decode_node_services(body: &[u8]) -> Result<NodeServiceList<'_>, MsgpackE
         node: None,
         services: None,
     });
+    let (node_known, node_address, node_meta) = match ns.node {
+        Some(n) => (
+            true,
+            Some(n.address),
+            n.meta.unwrap_or_default().into_iter().collect(),
+        ),
+        None => (false, None, Vec::new()),
+    };
     Ok(NodeServiceList {
         index: r.index,
-        node_known: ns.node.is_some(),
-        node_address: ns.node.map(|n| n.address),
+        node_known,
+        node_address,
+        node_meta,
         services: ns.services.unwrap_or_default(),
     })
 }

@@ -7,6 +7,8 @@
 //! status, and the agent sends `Coordinate.Update` and its router's
 //! `Status.Ping`.
 
+use std::borrow::Cow;
+
 use tokio::time::Instant;
 
 use super::{Done, Op, UpkeepCall};
@@ -396,7 +398,11 @@ impl ConsulAgent {
 
 /// What anti-entropy's reads found of the node.
 struct Seen {
-    /// The catalog holds the node at the agent's address.
+    /// The catalog holds the node at the agent's address with the agent's
+    /// node meta (a real agent's `syncNodeInfo` compares both: the leader's
+    /// reconcile of a gossip join registers the node with only
+    /// `consul-version`, and the run's marks must come back or `cleanup`
+    /// cannot tell the node is the run's).
     node_ok: bool,
     /// Its services: ID, name, port.
     services: Vec<(String, String, u32)>,
@@ -415,6 +421,17 @@ impl Seen {
     }
 }
 
+/// Whether the catalog's node meta (sorted by key) is the agent's.
+fn same_meta(seen: &[(Cow<'_, str>, Cow<'_, str>)], want: &[(&str, &str)]) -> bool {
+    let mut want = want.to_vec();
+    want.sort_unstable();
+    seen.len() == want.len()
+        && seen
+            .iter()
+            .zip(&want)
+            .all(|((k, v), (wk, wv))| k == wk && v == wv)
+}
+
 /// Anti-entropy's reads: the node's services, then its checks.
 async fn read_node(c: &Caller, node: &Node) -> Result<Seen, Refusal> {
     let meta = node.ident.meta();
@@ -426,7 +443,9 @@ async fn read_node(c: &Caller, node: &Node) -> Result<Seen, Refusal> {
         .await?;
     let list = decode_node_services(&reply.body)?;
     let seen = Seen {
-        node_ok: list.node_known && list.node_address.as_deref() == Some(n.address),
+        node_ok: list.node_known
+            && list.node_address.as_deref() == Some(n.address)
+            && same_meta(&list.node_meta, n.meta),
         services: list
             .services
             .iter()
