@@ -5,6 +5,8 @@
 //! entries sorted), and our decoders recover the manifest's values from the
 //! server's answers.
 
+mod common;
+
 use std::path::Path;
 
 use agent_sim_consul::rpc::catalog::{
@@ -15,35 +17,7 @@ use agent_sim_consul::rpc::session::{self, NewSession};
 use agent_sim_consul::rpc::{MessageScan, decode_header, encode_ping};
 use serde_json::Value;
 
-const DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../testdata/vectors/consul/agent-rpc"
-);
-
-fn read(file: &str) -> Vec<u8> {
-    std::fs::read(Path::new(DIR).join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
-}
-
-fn fields(file: &str) -> Value {
-    let m: Value = serde_json::from_slice(&read("manifest.json")).unwrap();
-    m.as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["file"] == format!("consul/agent-rpc/{file}"))
-        .unwrap_or_else(|| panic!("{file} not in the manifest"))["expected_decoded_fields"]
-        .clone()
-}
-
-/// The frame's payload (after the 12-byte yamux header), which must be a
-/// data frame on stream 1.
-fn payload(file: &str) -> Vec<u8> {
-    let b = read(file);
-    assert_eq!(&b[..4], &[0, 0, 0, 0], "{file}: a data frame without flags");
-    assert_eq!(u32::from_be_bytes(b[4..8].try_into().unwrap()), 1);
-    let len = u32::from_be_bytes(b[8..12].try_into().unwrap()) as usize;
-    assert_eq!(b.len(), 12 + len, "{file}: one whole frame");
-    b[12..].to_vec()
-}
+use common::agent_rpc::{DIR, fields, payload};
 
 /// One msgpack value at `b[*at..]` re-written with every map's entries in
 /// the order of their encoded keys (a Go map's order is random).

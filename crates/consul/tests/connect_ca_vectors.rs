@@ -5,45 +5,13 @@
 //! rotation, a leaf and its validity), and a CSR we make has the shape of
 //! the agent's.
 
-use std::path::Path;
+mod common;
 
 use agent_sim_consul::connect::{authority_key_id, new_csr, spiffe_service_id};
 use agent_sim_consul::rpc::connect_ca::{self, decode_roots, decode_sign};
 use agent_sim_consul::rpc::{MessageScan, decode_header};
-use serde_json::Value;
 
-const DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../testdata/vectors/consul/agent-rpc"
-);
-
-fn read(file: &str) -> Vec<u8> {
-    std::fs::read(Path::new(DIR).join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
-}
-
-fn fields(file: &str) -> Value {
-    let m: Value = serde_json::from_slice(&read("manifest.json")).unwrap();
-    m.as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["file"] == format!("consul/agent-rpc/{file}"))
-        .unwrap_or_else(|| panic!("{file} not in the manifest"))["expected_decoded_fields"]
-        .clone()
-}
-
-/// The payload of a one-frame vector (a data frame on any stream).
-fn payload(file: &str) -> Vec<u8> {
-    let b = read(file);
-    assert_eq!(&b[..4], &[0, 0, 0, 0], "{file}: a data frame without flags");
-    let stream = u32::from_be_bytes(b[4..8].try_into().unwrap());
-    assert_eq!(
-        u64::from(stream),
-        fields(file)["yamux_stream"].as_u64().unwrap()
-    );
-    let len = u32::from_be_bytes(b[8..12].try_into().unwrap()) as usize;
-    assert_eq!(b.len(), 12 + len, "{file}: one whole frame");
-    b[12..].to_vec()
-}
+use common::agent_rpc::{fields, payload};
 
 /// An answer's header (checked) and body.
 fn answer(file: &str) -> Vec<u8> {

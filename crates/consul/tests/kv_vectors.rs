@@ -4,40 +4,12 @@
 //! agent's bytes exactly (a `KeyRequest` holds no Go map, so no entry
 //! order to even out), and our decoder recovers the manifest's values.
 
-use std::path::Path;
+mod common;
 
 use agent_sim_consul::kv::rpc::{ListArgs, decode_list, encode_list};
 use agent_sim_consul::rpc::{MessageScan, decode_header};
-use serde_json::Value;
 
-const DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../testdata/vectors/consul/agent-rpc"
-);
-
-fn read(file: &str) -> Vec<u8> {
-    std::fs::read(Path::new(DIR).join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
-}
-
-fn fields(file: &str) -> Value {
-    let m: Value = serde_json::from_slice(&read("manifest.json")).unwrap();
-    m.as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["file"] == format!("consul/agent-rpc/{file}"))
-        .unwrap_or_else(|| panic!("{file} not in the manifest"))["expected_decoded_fields"]
-        .clone()
-}
-
-/// The frame's payload: one data frame on stream 1.
-fn payload(file: &str) -> Vec<u8> {
-    let b = read(file);
-    assert_eq!(&b[..4], &[0, 0, 0, 0], "{file}: a data frame without flags");
-    assert_eq!(u32::from_be_bytes(b[4..8].try_into().unwrap()), 1);
-    let len = u32::from_be_bytes(b[8..12].try_into().unwrap()) as usize;
-    assert_eq!(b.len(), 12 + len, "{file}: one whole frame");
-    b[12..].to_vec()
-}
+use common::agent_rpc::{fields, payload};
 
 const REQUESTS: &[&str] = &[
     "041-kvs-list-first.request.bin",

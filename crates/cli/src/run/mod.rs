@@ -354,20 +354,8 @@ fn report_page(
         .map(|e| format!("--report-html {}: {e}", path.display()))
 }
 
-/// Runs `cfg` until its duration elapses or `shutdown` is cancelled, then
-/// ALWAYS builds the summary, writes it and evaluates the assertions.
-pub async fn execute(
-    mut cfg: RunConfig,
-    shutdown: CancellationToken,
-    output: Output,
-) -> Result<RunOutcome, RunError> {
-    let started_wall = SystemTime::now();
-    let started = Instant::now();
-    let mut embedded = embedded::start(&mut cfg).await?;
-
-    let threads = tokio::runtime::Handle::current().metrics().num_workers();
-    let metrics = Metrics::new(&metrics_spec(&cfg), (threads * 4).max(4));
-    // Secrets never reach a sample of the server's words.
+/// Secrets never reach a sample of the server's words.
+fn add_secrets(cfg: &RunConfig, metrics: &Metrics) {
     for plan in &cfg.fleets {
         match &plan.protocol {
             Protocol::Sensu(s) => metrics.add_secret(&s.password),
@@ -382,6 +370,22 @@ pub async fn execute(
             }
         }
     }
+}
+
+/// Runs `cfg` until its duration elapses or `shutdown` is cancelled, then
+/// ALWAYS builds the summary, writes it and evaluates the assertions.
+pub async fn execute(
+    mut cfg: RunConfig,
+    shutdown: CancellationToken,
+    output: Output,
+) -> Result<RunOutcome, RunError> {
+    let started_wall = SystemTime::now();
+    let started = Instant::now();
+    let mut embedded = embedded::start(&mut cfg).await?;
+
+    let threads = tokio::runtime::Handle::current().metrics().num_workers();
+    let metrics = Metrics::new(&metrics_spec(&cfg), (threads * 4).max(4));
+    add_secrets(&cfg, &metrics);
     if output == Output::Terminal {
         for note in cfg.fleets.iter().filter_map(crate::scenario::capped_burst) {
             eprintln!("agent-sim: note: {note}");

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod agent_rpc;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -64,6 +64,7 @@ mod blocking;
 mod conn;
 mod connect_ca;
 mod events;
+mod fields;
 mod grpc;
 mod http;
 mod kv;
@@ -74,6 +75,7 @@ mod serf;
 mod sessions;
 mod state;
 mod timing;
+mod wait;
 mod writes;
 mod xds;
 

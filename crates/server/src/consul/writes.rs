@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -18,14 +18,7 @@ use super::state::{
 };
 use super::{ConsulState, kv, lock};
 
-/// Go's `null` read as the type's empty value.
-pub(crate) fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
-}
+pub(crate) use super::fields::nullable;
 
 #[derive(Deserialize, Default)]
 #[serde(default)]

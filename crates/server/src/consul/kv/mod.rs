@@ -27,7 +27,8 @@ pub(crate) use store::{DirEntry, KV_FULL, KvStore};
 
 use super::sessions::{Session, Sessions};
 use super::timing::Timed;
-use super::{ConsulState, Gauge, blocking};
+use super::wait;
+use super::{ConsulState, Gauge};
 
 /// Consul's default `limits.kv_max_value_size` (raft's suggested largest
 /// entry, 512 KiB).
@@ -419,7 +420,7 @@ pub(crate) async fn wait(
         return;
     }
     let _held = Gauge::up(state, |c| &c.blocking_queries_held);
-    let deadline = Instant::now() + blocking::jittered(wait);
+    let deadline = Instant::now() + wait::jittered(wait);
     let mut absent_before = false;
     loop {
         let mut rx = {

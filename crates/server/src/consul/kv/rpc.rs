@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{DirEntry, KvRequest, Query, Verb, txn, wait};
 use crate::consul::ConsulState;
+use crate::consul::fields::nullable;
 use crate::consul::timing::TxnTimer;
-use crate::consul::writes::nullable;
 
 /// `KeyRequest` and `KeyListRequest` (the fields this server reads).
 #[derive(Deserialize, Default)]

@@ -113,11 +113,21 @@ impl Table {
     fn sample(&self, k: usize, keep: impl Fn(&str, &Member) -> bool) -> Vec<&Member> {
         let mut out: Vec<(&str, &Member)> = Vec::with_capacity(k);
         let len = self.order.len();
-        for _ in 0..3 * len {
+        if len == 0 {
+            return Vec::new();
+        }
+        // Random picks as memberlist's kRandomNodes makes them (3n tries);
+        // then a walk from a random place, so that k eligible members
+        // always give k (the tries alone can miss one now and then).
+        let start = fastrand::usize(..len);
+        let picks = (0..3 * len)
+            .map(|_| fastrand::usize(..len))
+            .chain((0..len).map(|i| (start + i) % len));
+        for i in picks {
             if out.len() >= k {
                 break;
             }
-            let name = &self.order[fastrand::usize(..len)];
+            let name = &self.order[i];
             let Some(m) = self.members.get(name) else {
                 continue;
             };
