@@ -225,6 +225,40 @@ impl std::fmt::Debug for HttpApi {
     }
 }
 
+/// What every HTTP API client of this crate holds (the agents'
+/// [`HttpApi`], the Vault servers' `vault::client`): a pool to `addr` (over
+/// TLS when `tls` is given), its base URL and the token's header.
+pub(crate) struct ApiConn {
+    pub(crate) pool: Pool<ByteCounters>,
+    pub(crate) base: String,
+    pub(crate) token: Option<HeaderValue>,
+}
+
+/// Opens an [`ApiConn`] with `limits`.
+pub(crate) fn api_conn(
+    addr: SocketAddr,
+    tls: Option<ApiTls>,
+    token: Option<&str>,
+    bytes: Option<ByteCounters>,
+    limits: PoolLimits,
+) -> Result<ApiConn, ConsulError> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let peer = Peer {
+        dest: Dest::Addr(addr),
+        bind: None,
+        tls: tls.map(|(cfg, name)| (tokio_rustls::TlsConnector::from(cfg), name)),
+    };
+    let token = match token {
+        Some(t) if !t.is_empty() => Some(HeaderValue::from_str(t).map_err(ConsulError::Token)?),
+        _ => None,
+    };
+    Ok(ApiConn {
+        pool: Pool::new(peer, bytes, limits),
+        base: format!("{scheme}://{addr}"),
+        token,
+    })
+}
+
 impl HttpApi {
     /// A plain HTTP client for `addr` (resolved once), with token and
     /// datacenter.
@@ -254,14 +288,10 @@ impl HttpApi {
         datacenter: &str,
         bytes: Option<ByteCounters>,
     ) -> Result<Self, ConsulError> {
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let peer = Peer {
-            dest: Dest::Addr(addr),
-            bind: None,
-            tls: tls.map(|(cfg, name)| (tokio_rustls::TlsConnector::from(cfg), name)),
-        };
-        let pool = Pool::new(
-            peer,
+        let c = api_conn(
+            addr,
+            tls,
+            token,
             bytes,
             PoolLimits {
                 // Bound: MAX_HTTP_CONNS calls (and connections) at once, each
@@ -271,21 +301,17 @@ impl HttpApi {
                 dial_timeout: DIAL_TIMEOUT,
                 timeout: HTTP_TIMEOUT,
             },
-        );
-        let token = match token {
-            Some(t) if !t.is_empty() => Some(HeaderValue::from_str(t).map_err(ConsulError::Token)?),
-            _ => None,
-        };
+        )?;
         let dc_query = if datacenter.is_empty() {
             String::new()
         } else {
             format!("dc={datacenter}")
         };
         Ok(HttpApi {
-            pool,
-            base: format!("{scheme}://{addr}"),
+            pool: c.pool,
+            base: c.base,
             dc_query,
-            token,
+            token: c.token,
         })
     }
 

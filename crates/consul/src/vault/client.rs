@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ::http::{HeaderValue, Method, Request};
-use agent_sim_net::http::{Answer, Dest, Peer, Pool, PoolLimits};
+use agent_sim_net::http::{Answer, Pool, PoolLimits};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
@@ -24,6 +24,7 @@ use serde::Deserialize;
 use crate::ConsulError;
 use crate::conn::ByteCounters;
 use crate::http::answer::{Gunzip, gunzip};
+use crate::http::api_conn;
 use crate::http::{ApiTls, HttpError, Refusal};
 
 /// Timeout of a call that does not block (Consul's own write timeout is
@@ -154,14 +155,10 @@ impl KvClient {
         longest_wait: Duration,
         bytes: Option<ByteCounters>,
     ) -> Result<Self, ConsulError> {
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let peer = Peer {
-            dest: Dest::Addr(addr),
-            bind: None,
-            tls: tls.map(|(cfg, name)| (tokio_rustls::TlsConnector::from(cfg), name)),
-        };
-        let pool = Pool::new(
-            peer,
+        let c = api_conn(
+            addr,
+            tls,
+            token,
             bytes,
             PoolLimits {
                 max_conns: conns,
@@ -171,16 +168,12 @@ impl KvClient {
                 // jitter of wait/16): the pool's cap covers the longest.
                 timeout: longest_wait + longest_wait / 8 + CALL_TIMEOUT,
             },
-        );
-        let token = match token {
-            Some(t) if !t.is_empty() => Some(HeaderValue::from_str(t).map_err(ConsulError::Token)?),
-            _ => None,
-        };
+        )?;
         Ok(KvClient {
-            pool,
-            base: format!("{scheme}://{addr}"),
+            pool: c.pool,
+            base: c.base,
             dc: datacenter.to_owned(),
-            token,
+            token: c.token,
         })
     }
 
