@@ -238,38 +238,26 @@ impl Term {
     /// A Put: `check-session` + `set` in one `/v1/txn`, timed from
     /// `start` (the operation's intended start, permit wait included).
     async fn put(&self, key: &str, value: &[u8], start: Instant) -> bool {
-        let _p = self.permits.acquire().await;
-        let t = Instant::now();
-        let r = self
-            .sh
-            .client
-            .txn(&[
-                TxnOp::CheckSession {
-                    key: &self.sh.lock_key,
-                    session: &self.session,
-                },
-                TxnOp::Set { key, value },
-            ])
-            .await;
-        self.wrote(self.sh.ids.put, start, t, r)
+        self.fenced(TxnOp::Set { key, value }, self.sh.ids.put, start)
+            .await
     }
 
     /// A Delete, fenced as a Put.
     async fn delete(&self, key: &str, start: Instant) -> bool {
+        self.fenced(TxnOp::Delete { key }, self.sh.ids.delete, start)
+            .await
+    }
+
+    /// One write behind the lock's `check-session`, under a permit.
+    async fn fenced(&self, op: TxnOp<'_>, lat: LatencyId, start: Instant) -> bool {
         let _p = self.permits.acquire().await;
         let t = Instant::now();
-        let r = self
-            .sh
-            .client
-            .txn(&[
-                TxnOp::CheckSession {
-                    key: &self.sh.lock_key,
-                    session: &self.session,
-                },
-                TxnOp::Delete { key },
-            ])
-            .await;
-        self.wrote(self.sh.ids.delete, start, t, r)
+        let check = TxnOp::CheckSession {
+            key: &self.sh.lock_key,
+            session: &self.session,
+        };
+        let r = self.sh.client.txn(&[check, op]).await;
+        self.wrote(lat, start, t, r)
     }
 
     fn wrote(

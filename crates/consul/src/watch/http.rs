@@ -117,16 +117,25 @@ pub fn decode(index: u64, body: &[u8], gzipped: bool) -> Result<Digest, CallErro
     })
 }
 
+/// A GET of `path` on `w`'s server, gzip accepted as Go's transport asks.
+fn get_request(
+    w: &HttpWatch,
+    path: &str,
+    token: Option<&str>,
+) -> Result<::http::Request<Empty<Bytes>>, ::http::Error> {
+    let mut req = ::http::Request::get(path)
+        .header(::http::header::HOST, w.host.as_str())
+        .header(::http::header::ACCEPT_ENCODING, "gzip");
+    if let Some(t) = token {
+        req = req.header("X-Consul-Token", t);
+    }
+    req.body(Empty::new())
+}
+
 /// One poll on `w`.
 pub fn poll(mut w: HttpWatch, path: String, token: Option<String>) -> PollFuture {
     Box::pin(async move {
-        let mut req = ::http::Request::get(path.as_str())
-            .header(::http::header::HOST, w.host.as_str())
-            .header(::http::header::ACCEPT_ENCODING, "gzip");
-        if let Some(t) = token.as_deref() {
-            req = req.header("X-Consul-Token", t);
-        }
-        let req = match req.body(Empty::new()) {
+        let req = match get_request(&w, &path, token.as_deref()) {
             Ok(r) => r,
             Err(e) => {
                 return (
@@ -210,13 +219,7 @@ pub type GetFuture =
 /// long polls than the health one: KV).
 pub fn get(mut w: HttpWatch, path: String, token: Option<String>, max: usize) -> GetFuture {
     Box::pin(async move {
-        let mut req = ::http::Request::get(path.as_str())
-            .header(::http::header::HOST, w.host.as_str())
-            .header(::http::header::ACCEPT_ENCODING, "gzip");
-        if let Some(t) = token.as_deref() {
-            req = req.header("X-Consul-Token", t);
-        }
-        let req = match req.body(Empty::new()) {
+        let req = match get_request(&w, &path, token.as_deref()) {
             Ok(r) => r,
             Err(e) => return (Some(w), Err(CallError::new("http_io", e.to_string()))),
         };
