@@ -16,38 +16,6 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::values::{AddrRange, Kind, List, Ramp, Secs, ServerDown, ShardSpec, Toggle};
 
-/// The `--faults` grammar, shown by `agent-sim serve --help`.
-pub const FAULTS_HELP: &str = "\
-Faults (--faults SPEC, repeatable; counted in the printed stats):
-  SPEC  = TARGET=ACTION@ITEM[,ITEM...]  |  restart@ITEM[,ITEM...]
-  TARGET and ACTION:
-    sensu.upgrade     delay:DUR | stall | drop | reset | 400..599   (WebSocket upgrade)
-    sensu.session     drop | reset | stall                          (established sessions)
-    sensu.frame       garbage | truncated | oversized | delay:DUR   (messages the backend sends)
-    consul.rpc        delay:DUR | stall | drop | reset              (RPC connections)
-    consul.subscribe  aborted | unavailable | resource-exhausted | cut   (calls; live streams at a time)
-    consul.frame      garbage | truncated | oversized | delay:DUR   (gRPC messages on streams)
-    consul.http       delay:DUR | stall | drop | reset | 400..599   (HTTP API requests)
-    consul.xds        reset | resource-exhausted                    (Delta ADS streams; live at a time)
-                      garbage | bad-resource | delay:DUR            (xDS responses; needs --consul-grpc)
-    consul.kv         index-back | index-zero | huge-value          (KV reads, HTTP and RPC)
-                      lock-stuck                                    (lock acquires: held for good)
-  ITEM:
-    N%              each unit (connection, request, stream, frame) with this probability
-    at:DUR          once, DUR after serve started     every:DUR  periodically
-    for:DUR         with at/every: also units arriving within DUR (required for
-                    upgrades, frames, requests and cut, which have no live units)
-    after:DUR       sensu.session with a rate: hit DUR into the session
-    path:PREFIX     consul.http, consul.kv: only paths starting with PREFIX
-    max:N           at most N injections
-    down:DUR        restart: listeners closed this long (default 1s)
-    state:keep|lose restart: keep catalog, sessions, raft index, or start empty
-  Examples:
-    --faults 'sensu.upgrade=503@10%'   --faults 'consul.subscribe=aborted@at:30s'
-    --faults 'sensu.session=reset@every:60s,20%'   --faults 'consul.http=429@5%,path:/v1/txn'
-    --faults 'consul.xds=bad-resource@5%'   --faults 'consul.xds=reset@at:1m'
-    --faults 'restart@at:20s,down:5s,state:lose'   --faults-seed 42";
-
 /// The `--help` headings of the flag groups, each naming the docs page
 /// that explains them.
 pub mod heading {
@@ -97,7 +65,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the embedded reference backend (Sensu and/or Consul) until Ctrl-C.
-    #[command(after_help = FAULTS_HELP)]
+    #[command(after_help = agent_sim_server::faults::HELP)]
     Serve(Box<ServeArgs>),
     /// Show or merge result files.
     #[command(subcommand)]
@@ -336,10 +304,15 @@ pub struct RunArgs {
     /// Agents started per second (e.g. 500/s), or `all` to start at once.
     #[arg(long, value_name = "RATE", env = "AGENT_SIM_RAMP")]
     pub ramp: Option<Ramp>,
+    /// Start each agent at a uniform random moment of this window instead of
+    /// on --ramp, as large fleets boot (HashiCorp's 10,000-node benchmark
+    /// started each agent after a random 1-1,560 s).
+    #[arg(long, value_name = "DURATION")]
+    pub boot_window: Option<Secs>,
     /// Most connection handshakes in flight at once.
     #[arg(long, value_name = "N", env = "AGENT_SIM_MAX_DIALING")]
     pub max_dialing: Option<usize>,
-    /// Smallest reconnect delay (jittered, doubling to --reconnect-max).
+    /// Smallest reconnect delay (growing to --reconnect-max as --reconnect says).
     #[arg(long, value_name = "DURATION")]
     pub reconnect_min: Option<Secs>,
     /// Largest reconnect delay.
@@ -646,7 +619,9 @@ pub struct RunArgs {
     pub ramp_down: Option<RampDownSpec>,
     /// Delay between sessions: exponential (equal jitter, doubling from
     /// --reconnect-min to --reconnect-max), full-jitter, fixed (always
-    /// --reconnect-min) or none (at once: the synchronized burst).
+    /// --reconnect-min), none (at once: the synchronized burst) or
+    /// sensu-agent (a real agent's: at once after a held session, then
+    /// --reconnect-min, then doubling plus up to 100 % at random).
     #[arg(long, value_name = "POLICY", help_heading = heading::SCENARIOS)]
     pub reconnect: Option<ReconnectPolicy>,
 
@@ -774,7 +749,7 @@ pub struct RunArgs {
 macro_rules! with_run_args_fields {
     ($m:ident) => {
         $m!(
-            vals: kind, agents, duration, ramp, max_dialing, reconnect_min, reconnect_max,
+            vals: kind, agents, duration, ramp, boot_window, max_dialing, reconnect_min, reconnect_max,
                 shutdown_grace, name_prefix, threads, fail_fast, give_up_after, keepalive_interval,
                 keepalive_warning_timeout, keepalive_critical_timeout, namespace, user,
                 password, subscriptions, encoding, deregister, event_rate, event_output_size,

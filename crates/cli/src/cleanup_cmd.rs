@@ -75,7 +75,7 @@ async fn vault(cfg: &agent_sim_consul::ConsulConfig, dry_run: bool) -> i32 {
     };
     let prefix = &cfg.conn.name_prefix;
     if let Err(e) = v.validate(prefix) {
-        eprintln!("agent-sim: {e}");
+        eprintln!("agent-sim: {}: {e}", e.field());
         return exit::USAGE;
     }
     let client = match agent_sim_consul::vault::kv_client(cfg, 4, std::time::Duration::ZERO) {

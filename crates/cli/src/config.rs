@@ -114,14 +114,14 @@ fn sensu_refused(e: agent_sim_sensu::SensuError) -> UsageError {
 
 fn consul_refused(e: agent_sim_consul::ConsulError) -> UsageError {
     match e {
-        agent_sim_consul::ConsulError::Invalid { field, reason } => refused(field, &reason),
+        agent_sim_consul::ConsulError::Invalid(e) => refused(e.field(), &e.to_string()),
         e => UsageError(e.to_string()),
     }
 }
 
 fn dataplane_refused(e: agent_sim_dataplane::DataplaneError) -> UsageError {
     match e {
-        agent_sim_dataplane::DataplaneError::Invalid { field, reason } => refused(field, &reason),
+        agent_sim_dataplane::DataplaneError::Invalid(e) => refused(e.field(), &e.to_string()),
         e => UsageError(e.to_string()),
     }
 }
@@ -131,78 +131,27 @@ pub fn resolve(
     mut cli: RunArgs,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<RunConfig, UsageError> {
-    let local_child = crate::local::apply_child(&mut cli, env).map_err(UsageError)?;
+    let local_child =
+        crate::local::apply_child(&mut cli, env).map_err(|e| UsageError(e.to_string()))?;
     let (file_top, file_fleets, scenarios) = match &cli.config {
         Some(p) => read_file(p)?,
         None => (RunArgs::default(), Vec::new(), Vec::new()),
     };
-    if !file_fleets.is_empty()
-        && (cli.kind.is_some() || cli.agents.is_some() || !cli.targets.is_empty())
-    {
-        return usage(
-            "--kind/--agents/--target cannot be combined with [[fleet]] sections in --config; set them per section",
-        );
-    }
-    let file_top = overlay(file_top, defaults());
-    let mut top = overlay(cli.clone(), file_top.clone());
-    fill_wire(&mut top);
-    // Sections beat the file's top level; flags and env beat both.
-    let mut layers: Vec<RunArgs> = if file_fleets.is_empty() {
-        vec![top.clone()]
-    } else {
-        file_fleets
-            .into_iter()
-            .map(|section| overlay(cli.clone(), overlay(section, file_top.clone())))
-            .collect()
-    };
-    layers.iter_mut().for_each(fill_wire);
+    let (top, layers) = stack(cli, file_top, file_fleets)?;
     let (shard, shard_from) = match crate::shard::resolve(top.shard, env)? {
         Some((s, from)) => (Some(s), from),
         None => (None, None),
     };
-    let duration = top.duration.map(|d| d.0);
-    if duration == Some(Duration::ZERO) {
-        return usage("--duration must be greater than zero");
-    }
-    let secs = |v: Option<Secs>| v.map(|s| s.0).unwrap_or_default();
-    let hlog_interval = secs(top.hlog_interval);
-    if hlog_interval < Duration::from_secs(1) {
-        return usage("--hlog-interval must be at least 1s");
-    }
-    if top.threads == Some(0) {
-        return usage("--threads must be at least 1");
-    }
-    let mut fleets = Vec::new();
-    for (n, layer) in layers.iter().enumerate() {
-        let plan = resolve_fleet(layer, shard)
-            .and_then(|mut plan| {
-                crate::scenario::apply(&mut plan, layer, &scenarios, duration)?;
-                Ok(plan)
-            })
-            .map_err(|e| {
-                if layers.len() > 1 {
-                    UsageError(format!("[[fleet]] #{}: {}", n + 1, e.0))
-                } else {
-                    e
-                }
-            })?;
-        fleets.push(plan);
-    }
+    let (duration, hlog_interval) = run_times(&top)?;
+    let mut fleets = plan_fleets(&layers, shard, &scenarios, duration)?;
     if local_child && let Some(s) = shard {
-        // A local process runs a slice of one run: the whole run ramps and
-        // dials at the rates asked for, so each process at its share.
-        for plan in &mut fleets {
-            let f = &mut plan.fleet;
-            f.ramp = f
-                .ramp
-                .map(|r| agent_sim_fleet::Rate::per_second(r.as_per_second() / s.count as f64));
-            f.max_dialing = f.max_dialing.div_ceil(s.count as usize).max(1);
-        }
+        share_rates(&mut fleets, s);
     }
     let embedded_servers = top.embedded_servers.unwrap_or(1);
     failover_flags(&top, embedded_servers, fleets.iter().any(|f| f.embedded))?;
     let observe = crate::observing::plan(&top, &fleets, shard)?;
     let effective = effective_settings(&top, &layers, &fleets);
+    let secs = |v: Option<Secs>| v.map(|s| s.0).unwrap_or_default();
     Ok(RunConfig {
         fleets,
         duration,
@@ -230,9 +179,113 @@ pub fn resolve(
     })
 }
 
-/// `--embedded-servers` and `--server-down` act on the embedded backend:
-/// refused with a target (against real servers, the user stops one), and a
-/// server down must be one of the run's.
+/// The layers stacked: the run's top layer (flags and env over the file's
+/// top level over the defaults), and one layer per fleet (flags and env
+/// over its `[[fleet]]` section over the file's top level; the top layer
+/// alone without sections), each with its Consul wire filled in.
+fn stack(
+    cli: RunArgs,
+    file_top: RunArgs,
+    file_fleets: Vec<RunArgs>,
+) -> Result<(RunArgs, Vec<RunArgs>), UsageError> {
+    if !file_fleets.is_empty()
+        && (cli.kind.is_some() || cli.agents.is_some() || !cli.targets.is_empty())
+    {
+        return usage(
+            "--kind/--agents/--target cannot be combined with [[fleet]] sections in --config; set them per section",
+        );
+    }
+    if (cli.boot_window.is_some() || file_top.boot_window.is_some())
+        && (cli.ramp.is_some() || file_top.ramp.is_some())
+    {
+        return usage(
+            "--boot-window and --ramp both set: choose one (--boot-window starts each agent at a \
+             random moment of the window, --ramp paces them)",
+        );
+    }
+    let file_top = overlay(file_top, defaults());
+    let mut top = overlay(cli.clone(), file_top.clone());
+    fill_kind(&mut top);
+    // Sections beat the file's top level; flags and env beat both.
+    let mut layers: Vec<RunArgs> = if file_fleets.is_empty() {
+        vec![top.clone()]
+    } else {
+        file_fleets
+            .into_iter()
+            .map(|section| overlay(cli.clone(), overlay(section, file_top.clone())))
+            .collect()
+    };
+    layers.iter_mut().for_each(fill_kind);
+    Ok((top, layers))
+}
+
+/// The run's duration and hlog interval, checked (and its thread count).
+fn run_times(top: &RunArgs) -> Result<(Option<Duration>, Duration), UsageError> {
+    let duration = top.duration.map(|d| d.0);
+    if duration == Some(Duration::ZERO) {
+        return usage("--duration must be greater than zero");
+    }
+    let hlog_interval = top.hlog_interval.map(|s| s.0).unwrap_or_default();
+    if hlog_interval < Duration::from_secs(1) {
+        return usage("--hlog-interval must be at least 1s");
+    }
+    if top.threads == Some(0) {
+        return usage("--threads must be at least 1");
+    }
+    Ok((duration, hlog_interval))
+}
+
+/// One plan per fleet layer, its scenario applied; with several fleets a
+/// refusal names its `[[fleet]]` section.
+fn plan_fleets(
+    layers: &[RunArgs],
+    shard: Option<Shard>,
+    scenarios: &[ScenarioSection],
+    duration: Option<Duration>,
+) -> Result<Vec<FleetPlan>, UsageError> {
+    let mut fleets = Vec::new();
+    for (n, layer) in layers.iter().enumerate() {
+        let plan = resolve_fleet(layer, shard)
+            .and_then(|mut plan| {
+                crate::scenario::apply(&mut plan, layer, scenarios, duration)?;
+                Ok(plan)
+            })
+            .map_err(|e| {
+                if layers.len() > 1 {
+                    UsageError(format!("[[fleet]] #{}: {}", n + 1, e.0))
+                } else {
+                    e
+                }
+            })?;
+        fleets.push(plan);
+    }
+    Ok(fleets)
+}
+
+/// A local process runs a slice of one run: the whole run ramps and dials
+/// at the rates asked for, so each process at its share.
+fn share_rates(fleets: &mut [FleetPlan], s: Shard) {
+    for plan in fleets {
+        let f = &mut plan.fleet;
+        f.ramp = f
+            .ramp
+            .map(|r| agent_sim_fleet::Rate::per_second(r.as_per_second() / s.count as f64));
+        f.max_dialing = f.max_dialing.div_ceil(s.count as usize).max(1);
+    }
+}
+
+/// What depends on the fleet's kind, filled in once the layers are stacked:
+/// the Consul wire and the reconnect settings.
+fn fill_kind(a: &mut RunArgs) {
+    fill_wire(a);
+    let b = crate::defaults::kind_backoff(a.kind.unwrap_or_default());
+    a.reconnect.get_or_insert(b.policy());
+    // A cap set below the kind's smallest delay lowers that too.
+    let min = a.reconnect_max.map_or(b.min(), |max| b.min().min(max.0));
+    a.reconnect_min.get_or_insert(Secs(min));
+    a.reconnect_max.get_or_insert(Secs(b.max()));
+}
+
 /// The Consul wire follows the watch mode unless set; filled in before the
 /// settings are read, so that the summary names the wire the run used.
 fn fill_wire(a: &mut RunArgs) {
@@ -248,6 +301,9 @@ fn fill_wire(a: &mut RunArgs) {
     }
 }
 
+/// `--embedded-servers` and `--server-down` act on the embedded backend:
+/// refused with a target (against real servers, the user stops one), and a
+/// server down must be one of the run's.
 fn failover_flags(top: &RunArgs, servers: usize, embedded: bool) -> Result<(), UsageError> {
     if top.embedded_servers.is_some() && !embedded {
         return usage(
@@ -308,6 +364,10 @@ fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageEr
     if let Some(r) = a.ramp {
         fleet.ramp = r.rate();
     }
+    if let Some(w) = a.boot_window {
+        fleet.ramp = None;
+        fleet.boot_window = Some(w.0);
+    }
     if let Some(n) = a.max_dialing {
         fleet.max_dialing = n;
     }
@@ -334,7 +394,7 @@ fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageEr
             c.cluster_size = total;
             c.validate().map_err(consul_refused)?;
             if let Err(reason) = c.connect.check_rotation(embedded, c.agent, c.sidecars) {
-                return usage(reason);
+                return usage(reason.to_string());
             }
             Protocol::Consul(c)
         }
@@ -1020,5 +1080,67 @@ mod tests {
         assert!(!shown.contains_key("password"));
         let help = crate::help::command().render_long_help().to_string();
         assert!(help.contains("[default: 20s]"), "{help}");
+        assert_eq!(
+            shown["reconnect_max"],
+            "2m for sensu (a real sensu-agent's), 30s otherwise"
+        );
+        assert!(help.contains("[default: sensu-agent for sensu"), "{help}");
+    }
+
+    #[test]
+    fn reconnect_defaults_follow_the_kind_and_give_way_to_flags() {
+        let backoff = |f: fn(&mut RunArgs)| {
+            resolve(args(f), &no_env).unwrap().fleets[0]
+                .fleet
+                .backoff
+                .clone()
+        };
+        let b = backoff(|_| {});
+        assert_eq!(b.policy(), agent_sim_fleet::ReconnectPolicy::SensuAgent);
+        assert_eq!(
+            (b.min(), b.max()),
+            (Duration::from_secs(1), Duration::from_secs(120))
+        );
+        let b = backoff(|a| a.kind = Some(Kind::Consul));
+        assert_eq!(b.policy(), agent_sim_fleet::ReconnectPolicy::Exponential);
+        assert_eq!(
+            (b.min(), b.max()),
+            (Duration::from_millis(500), Duration::from_secs(30))
+        );
+        let b = backoff(|a| {
+            a.reconnect = Some(agent_sim_fleet::ReconnectPolicy::FullJitter);
+            a.reconnect_max = Some("5s".parse().unwrap())
+        });
+        assert_eq!(b.policy(), agent_sim_fleet::ReconnectPolicy::FullJitter);
+        assert_eq!(
+            (b.min(), b.max()),
+            (Duration::from_secs(1), Duration::from_secs(5))
+        );
+        // The summary's settings name what the run used.
+        let c = resolve(RunArgs::default(), &no_env).unwrap();
+        assert_eq!(c.effective["reconnect"], "sensu-agent");
+        assert_eq!(c.effective["reconnect-min"], "1s");
+    }
+
+    #[test]
+    fn a_boot_window_replaces_the_ramp_and_is_refused_beside_one() {
+        let c = resolve(
+            args(|a| a.boot_window = Some("10m".parse().unwrap())),
+            &no_env,
+        )
+        .unwrap();
+        let f = &c.fleets[0].fleet;
+        assert_eq!(f.ramp, None);
+        assert_eq!(f.boot_window, Some(Duration::from_secs(600)));
+        let e = resolve(
+            args(|a| {
+                a.boot_window = Some("10m".parse().unwrap());
+                a.ramp = Some("100/s".parse().unwrap())
+            }),
+            &no_env,
+        )
+        .unwrap_err()
+        .0;
+        assert!(e.contains("--boot-window and --ramp"), "{e}");
     }
 }

@@ -34,8 +34,8 @@ pub fn defaults() -> RunArgs {
         agents: Some(DEFAULT_AGENTS),
         ramp: Some(fleet.ramp.map_or(Ramp::All, Ramp::Rate)),
         max_dialing: Some(fleet.max_dialing),
-        reconnect_min: Some(Secs(fleet.backoff.min())),
-        reconnect_max: Some(Secs(fleet.backoff.max())),
+        // The reconnect settings depend on the fleet's kind: see
+        // `kind_backoff`, filled in once the kind is known.
         shutdown_grace: Some(Secs(fleet.grace)),
         fail_fast: Some(fleet.fail_fast),
         give_up_after: Some(Secs(fleet.give_up_after)),
@@ -86,8 +86,17 @@ pub fn defaults() -> RunArgs {
         quiet: Some(false),
         progress_every: Some(Secs(DEFAULT_REPORT_INTERVAL)),
         observe_every: Some(Secs(DEFAULT_OBSERVE_EVERY)),
-        reconnect: Some(fleet.backoff.policy()),
         ..RunArgs::default()
+    }
+}
+
+/// The reconnect policy and delays of a fleet of `kind` that does not set
+/// them: a real agent's own where we know it (Sensu: sensu-agent's retry),
+/// the engine's jittered exponential otherwise.
+pub fn kind_backoff(kind: Kind) -> agent_sim_fleet::Backoff {
+    match kind {
+        Kind::Sensu => agent_sim_sensu::real_agent_backoff(),
+        Kind::Consul | Kind::ConsulDataplane => FleetConfig::default().backoff,
     }
 }
 
@@ -108,5 +117,18 @@ pub fn shown_defaults() -> Vec<(&'static str, String)> {
     }
     with_run_args_fields!(show);
     out.retain(|(id, _)| !matches!(*id, "password" | "token"));
+    let (sensu, other) = (kind_backoff(Kind::Sensu), kind_backoff(Kind::Consul));
+    let per_kind =
+        |s: String, o: String| format!("{s} for sensu (a real sensu-agent's), {o} otherwise");
+    out.push((
+        "reconnect",
+        per_kind(sensu.policy().to_string(), other.policy().to_string()),
+    ));
+    for (id, s, o) in [
+        ("reconnect_min", sensu.min(), other.min()),
+        ("reconnect_max", sensu.max(), other.max()),
+    ] {
+        out.push((id, per_kind(Secs(s).to_string(), Secs(o).to_string())));
+    }
     out
 }

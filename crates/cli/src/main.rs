@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use agent_sim::args::{Command, ReportCommand};
+use agent_sim::args::{CleanupArgs, Command, DoctorArgs, ReportCommand, RunArgs, ServeArgs};
 use agent_sim::run::{Output, exit};
 use agent_sim::{config, preflight, report_cmd, run, serve};
 use tokio_util::sync::CancellationToken;
@@ -120,119 +120,123 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Some(Command::Report(ReportCommand::Show { file, verbose })) => {
-            code(report_cmd::show(&file, verbose))
-        }
-        Some(Command::Report(ReportCommand::Html {
+        Some(Command::Report(r)) => report(r),
+        Some(Command::Cleanup(args)) => cleanup(*args),
+        Some(Command::Doctor(args)) => doctor(&args),
+        Some(Command::Serve(args)) => serve_backend(*args),
+        None => run_fleet(cli.run),
+    }
+}
+
+/// A refusal of bad usage: its reason in one line, exit 64.
+fn refuse(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("agent-sim: {e}");
+    code(exit::USAGE)
+}
+
+/// `agent-sim report ...`.
+fn report(cmd: ReportCommand) -> ExitCode {
+    code(match cmd {
+        ReportCommand::Show { file, verbose } => report_cmd::show(&file, verbose),
+        ReportCommand::Html {
             files,
             out,
             asserts,
-        })) => code(report_cmd::html(&files, &out, &asserts)),
-        Some(Command::Report(ReportCommand::Compare { a, b, out })) => {
-            code(report_cmd::compare(&a, &b, out.as_deref()))
-        }
-        Some(Command::Report(ReportCommand::Merge {
+        } => report_cmd::html(&files, &out, &asserts),
+        ReportCommand::Compare { a, b, out } => report_cmd::compare(&a, &b, out.as_deref()),
+        ReportCommand::Merge {
             files,
             summary,
             asserts,
-        })) => code(report_cmd::merge(&files, summary.as_deref(), &asserts)),
-        Some(Command::Cleanup(args)) => {
-            let cfg = match agent_sim::cleanup_cmd::plan(&args) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("agent-sim: {e}");
-                    return code(exit::USAGE);
-                }
-            };
-            run_with_signals(Some(1), None, |_token| async move {
-                code(agent_sim::cleanup_cmd::run(cfg, args.dry_run).await)
-            })
+        } => report_cmd::merge(&files, summary.as_deref(), &asserts),
+    })
+}
+
+/// `agent-sim cleanup ...`.
+fn cleanup(args: CleanupArgs) -> ExitCode {
+    let cfg = match agent_sim::cleanup_cmd::plan(&args) {
+        Ok(c) => c,
+        Err(e) => return refuse(e),
+    };
+    run_with_signals(Some(1), None, |_token| async move {
+        code(agent_sim::cleanup_cmd::run(cfg, args.dry_run).await)
+    })
+}
+
+/// `agent-sim doctor ...`.
+fn doctor(args: &DoctorArgs) -> ExitCode {
+    match agent_sim::doctor_cmd::plan(args) {
+        Ok(cfg) => {
+            let (report, c) = agent_sim::doctor_cmd::run(&cfg, &args.proc_root);
+            print!("{report}");
+            code(c)
         }
-        Some(Command::Doctor(args)) => match agent_sim::doctor_cmd::plan(&args) {
-            Ok(cfg) => {
-                let (report, c) = agent_sim::doctor_cmd::run(&cfg, &args.proc_root);
-                print!("{report}");
-                code(c)
+        Err(e) => refuse(e),
+    }
+}
+
+/// `agent-sim serve ...`.
+fn serve_backend(args: ServeArgs) -> ExitCode {
+    let plan = match serve::plan(&args) {
+        Ok(p) => p,
+        Err(e) => return refuse(e),
+    };
+    let host = preflight::Host::of_this_host();
+    let _ = preflight::raise_nofile(host.nofile.1);
+    run_with_signals(args.threads, None, |token| async move {
+        match serve::serve(args, plan, token).await {
+            Ok(()) => code(exit::OK),
+            Err(e) => {
+                eprintln!("agent-sim: {e:#}");
+                code(exit::FAILURE)
             }
+        }
+    })
+}
+
+/// A fleet run (no subcommand): resolved and checked before any socket,
+/// run as local processes or in this one.
+fn run_fleet(args: RunArgs) -> ExitCode {
+    let mut cfg = match config::resolve(args, &|k| std::env::var(k).ok()) {
+        Ok(c) => c,
+        Err(e) => return refuse(e),
+    };
+    // Results are written at the end: a path they cannot take is
+    // refused now, before a long run would lose them.
+    if let Err(e) = preflight::outputs(&cfg) {
+        return refuse(e);
+    }
+    let host = preflight::Host::of_this_host();
+    match agent_sim::local::plan(&cfg, &host) {
+        Ok(Some(lp)) => {
+            return run_with_signals(Some(1), None, |token| async move {
+                code(agent_sim::local::run(cfg, lp, token).await)
+            });
+        }
+        Ok(None) => {}
+        Err(e) => return refuse(e),
+    }
+    for note in preflight::spread_loopback(&mut cfg, &host) {
+        eprintln!("agent-sim: note: {note}");
+    }
+    let pre = preflight::check(&cfg, &host).and_then(|p| preflight::apply(&p, &host));
+    if let Err(e) = pre {
+        return refuse(e);
+    }
+    let (threads, seed) = (cfg.threads, cfg.seed);
+    run_with_signals(threads, seed, |token| async move {
+        match run::execute(cfg, token, Output::Terminal).await {
+            Ok(outcome) => {
+                if let Some(p) = &outcome.problem {
+                    eprintln!("agent-sim: {p}");
+                }
+                code(outcome.exit_code)
+            }
+            Err(e) if e.is_usage() => refuse(e),
             Err(e) => {
                 eprintln!("agent-sim: {e}");
-                code(exit::USAGE)
+                code(exit::FAILURE)
             }
-        },
-        Some(Command::Serve(args)) => {
-            let plan = match serve::plan(&args) {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("agent-sim: {e}");
-                    return code(exit::USAGE);
-                }
-            };
-            let host = preflight::Host::of_this_host();
-            let _ = preflight::raise_nofile(host.nofile.1);
-            run_with_signals(args.threads, None, |token| async move {
-                match serve::serve(*args, plan, token).await {
-                    Ok(()) => code(exit::OK),
-                    Err(e) => {
-                        eprintln!("agent-sim: {e:#}");
-                        code(exit::FAILURE)
-                    }
-                }
-            })
         }
-        None => {
-            let mut cfg = match config::resolve(cli.run, &|k| std::env::var(k).ok()) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("agent-sim: {e}");
-                    return code(exit::USAGE);
-                }
-            };
-            // Results are written at the end: a path they cannot take is
-            // refused now, before a long run would lose them.
-            if let Err(e) = preflight::outputs(&cfg) {
-                eprintln!("agent-sim: {e}");
-                return code(exit::USAGE);
-            }
-            let host = preflight::Host::of_this_host();
-            match agent_sim::local::plan(&cfg, &host) {
-                Ok(Some(lp)) => {
-                    return run_with_signals(Some(1), None, |token| async move {
-                        code(agent_sim::local::run(cfg, lp, token).await)
-                    });
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    eprintln!("agent-sim: {e}");
-                    return code(exit::USAGE);
-                }
-            }
-            for note in preflight::spread_loopback(&mut cfg, &host) {
-                eprintln!("agent-sim: note: {note}");
-            }
-            let pre = preflight::check(&cfg, &host).and_then(|p| preflight::apply(&p, &host));
-            if let Err(e) = pre {
-                eprintln!("agent-sim: {e}");
-                return code(exit::USAGE);
-            }
-            let (threads, seed) = (cfg.threads, cfg.seed);
-            run_with_signals(threads, seed, |token| async move {
-                match run::execute(cfg, token, Output::Terminal).await {
-                    Ok(outcome) => {
-                        if let Some(p) = &outcome.problem {
-                            eprintln!("agent-sim: {p}");
-                        }
-                        code(outcome.exit_code)
-                    }
-                    Err(e @ (run::RunError::Usage(_) | run::RunError::Setup(_))) => {
-                        eprintln!("agent-sim: {e}");
-                        code(exit::USAGE)
-                    }
-                    Err(e) => {
-                        eprintln!("agent-sim: {e}");
-                        code(exit::FAILURE)
-                    }
-                }
-            })
-        }
-    }
+    })
 }

@@ -5,15 +5,48 @@
 
 use std::path::{Path, PathBuf};
 
-use agent_sim_metrics::Summary;
 use agent_sim_metrics::assert::{Assertion, evaluate};
 use agent_sim_metrics::hlog::{HlogContents, read_hlog};
+use agent_sim_metrics::{MetricsError, Summary};
 
 use crate::exit;
 use crate::results::write_atomically;
 
-fn is_json(path: &Path) -> Result<bool, String> {
-    let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// Why results could not be loaded and merged.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A file or a directory that cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file or directory.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// A directory with no summary in it.
+    #[error("{}: no summary (*.json) in this directory", .0.display())]
+    NoSummary(PathBuf),
+    /// A summary that does not parse.
+    #[error(transparent)]
+    Summary(MetricsError),
+    /// An interval log that does not parse.
+    #[error(transparent)]
+    Hlog(MetricsError),
+    /// Results that do not merge.
+    #[error(transparent)]
+    Merge(MetricsError),
+}
+
+/// A file or directory that cannot be read, as a [`LoadError`].
+fn unreadable(path: &Path) -> impl FnOnce(std::io::Error) -> LoadError + '_ {
+    move |source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn is_json(path: &Path) -> Result<bool, LoadError> {
+    let text = std::fs::read(path).map_err(unreadable(path))?;
     Ok(text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{'))
 }
 
@@ -31,21 +64,18 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// shell to expand a glob (the container image has none); but not for
 /// `output`, the summary this merge writes (a merge run again into the
 /// same folder must not count its last result as a shard).
-fn expand(args: &[PathBuf], output: Option<&Path>) -> Result<Vec<PathBuf>, String> {
+fn expand(args: &[PathBuf], output: Option<&Path>) -> Result<Vec<PathBuf>, LoadError> {
     let mut out = Vec::new();
     for a in args {
         if a.is_dir() {
             let mut found: Vec<PathBuf> = std::fs::read_dir(a)
-                .map_err(|e| format!("{}: {e}", a.display()))?
+                .map_err(unreadable(a))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
                 .filter(|p| !output.is_some_and(|o| same_file(p, o)))
                 .collect();
             if found.is_empty() {
-                return Err(format!(
-                    "{}: no summary (*.json) in this directory",
-                    a.display()
-                ));
+                return Err(LoadError::NoSummary(a.clone()));
             }
             found.sort();
             out.extend(found);
@@ -68,18 +98,18 @@ struct Loaded {
 
 /// Loads summaries and hlogs (directories: their summaries, `output` aside)
 /// and merges them.
-fn load(args: &[PathBuf], output: Option<&Path>) -> Result<Loaded, String> {
+fn load(args: &[PathBuf], output: Option<&Path>) -> Result<Loaded, LoadError> {
     let files = expand(args, output)?;
     let mut summaries = Vec::new();
     let mut hlogs = Vec::new();
     for f in &files {
         if is_json(f)? {
-            summaries.push(Summary::read(f).map_err(|e| e.to_string())?);
+            summaries.push(Summary::read(f).map_err(LoadError::Summary)?);
         } else {
-            hlogs.push(read_hlog(f).map_err(|e| e.to_string())?);
+            hlogs.push(read_hlog(f).map_err(LoadError::Hlog)?);
         }
     }
-    let merged = crate::results::merge(&summaries, &hlogs).map_err(|e| e.to_string())?;
+    let merged = crate::results::merge(&summaries, &hlogs).map_err(LoadError::Merge)?;
     Ok(Loaded {
         summary: merged,
         hlogs,
@@ -89,7 +119,7 @@ fn load(args: &[PathBuf], output: Option<&Path>) -> Result<Loaded, String> {
 
 /// Loads summaries and hlogs (directories: their summaries) and merges them
 /// into one summary.
-pub fn load_and_merge(args: &[PathBuf]) -> Result<Summary, String> {
+pub fn load_and_merge(args: &[PathBuf]) -> Result<Summary, LoadError> {
     load(args, None).map(|l| l.summary)
 }
 

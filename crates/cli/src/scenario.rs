@@ -160,7 +160,7 @@ pub fn apply(
     // How long an agent whose session the scenario ended takes to be back:
     // its first delay, a handshake, and Consul's staggered sync.
     let delay = match policy {
-        ReconnectPolicy::None => Duration::ZERO,
+        ReconnectPolicy::None | ReconnectPolicy::SensuAgent => Duration::ZERO,
         _ => f.backoff.min(),
     };
     let comeback = delay + protocol + COMEBACK_HANDSHAKE;
@@ -171,13 +171,15 @@ pub fn apply(
 }
 
 /// A note for a fleet whose reconnect policy makes a synchronized burst
-/// (`none`, `fixed`) that `--max-dialing` caps below the fleet's size: the
+/// (`none`, `fixed`, `sensu-agent`: its first attempt after a held session
+/// goes at once) that `--max-dialing` caps below the fleet's size: the
 /// comeback after a storm or a restart is then only that wide.
 pub fn capped_burst(plan: &FleetPlan) -> Option<String> {
     let f = &plan.fleet;
     let name = match f.backoff.policy() {
         ReconnectPolicy::None => "none",
         ReconnectPolicy::Fixed => "fixed",
+        ReconnectPolicy::SensuAgent => "sensu-agent",
         ReconnectPolicy::Exponential | ReconnectPolicy::FullJitter => return None,
     };
     let agents = usize::try_from(f.agents).unwrap_or(usize::MAX);
@@ -217,7 +219,7 @@ mod tests {
         name: &str,
         toml: &str,
         f: impl FnOnce(&mut RunArgs),
-    ) -> Result<crate::plan::RunConfig, String> {
+    ) -> Result<crate::plan::RunConfig, crate::plan::UsageError> {
         let dir =
             std::env::temp_dir().join(format!("agent-sim-scen-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -228,7 +230,7 @@ mod tests {
             ..RunArgs::default()
         };
         f(&mut a);
-        let r = resolve(a, &no_env).map_err(|e| e.0);
+        let r = resolve(a, &no_env);
         let _ = std::fs::remove_dir_all(&dir);
         r
     }
@@ -342,7 +344,10 @@ mod tests {
         )
         .unwrap();
         let f = &c.fleets[0].fleet;
-        assert_eq!(f.backoff.policy(), ReconnectPolicy::Exponential);
+        // A Sensu fleet waits as a real sensu-agent does unless told.
+        assert_eq!(f.backoff.policy(), ReconnectPolicy::SensuAgent);
+        assert_eq!(f.backoff.min(), Duration::from_secs(1));
+        assert_eq!(f.backoff.max(), Duration::from_secs(120));
         assert_eq!(
             f.scenario.phases,
             vec![
@@ -432,7 +437,7 @@ mod tests {
             ("storm = \"at=x\"\n", "at=x"),
             ("scenario = 3\n", "[[scenario]] sections"),
         ] {
-            let e = with_file("errors", toml, |_| {}).unwrap_err();
+            let e = with_file("errors", toml, |_| {}).unwrap_err().0;
             assert!(e.contains(needle) && !e.contains('\n'), "{toml}: {e}");
         }
     }

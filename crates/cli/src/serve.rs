@@ -1,7 +1,7 @@
 //! `agent-sim serve`: the embedded reference backend as its own process, so
 //! a benchmark measures the simulator apart from its target (and several
 //! `serve --reuse-port` processes can share one port), optionally injecting
-//! faults (`--faults`, see [`crate::args::FAULTS_HELP`]) and restarting itself.
+//! faults (`--faults`, see [`agent_sim_server::faults::HELP`]) and restarting itself.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,17 +7,77 @@
 //!   number is seconds), parsed by [`agent_sim_fleet::parse_duration`].
 //! - [`Ramp`]: `500/s` or `all`; [`Toggle`]: a value or `off`.
 //! - [`List`]: comma-separated names (or a TOML array).
-//! - [`Kind`], [`ShardSpec`], [`AddrRange`], [`ServerDown`].
+//! - [`Kind`], [`ShardSpec`], [`AddrRange`], [`ServerDown`];
+//! - [`ValueError`]: why one of these does not parse (durations and rates
+//!   say it with the fleet's [`UnitError`]).
 //!
 //! What it is not: no rule about what a protocol accepts (each protocol
 //! crate validates its own config) and no defaults (see [`crate::defaults`]).
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{AddrParseError, IpAddr, Ipv4Addr};
 use std::str::FromStr;
 use std::time::Duration;
 
 use agent_sim_fleet::Rate;
+use agent_sim_fleet::scenario::SpecError;
+use agent_sim_fleet::units::UnitError;
+
+/// Why a protocol, a shard, a source address or a server outage does not
+/// parse (each carries the text as given).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValueError {
+    /// A protocol this program does not simulate.
+    #[error("{0:?}: expected sensu, consul or consul-dataplane")]
+    Kind(String),
+    /// A shard not written `I/N`.
+    #[error("{0:?}: expected I/N, e.g. 0/4")]
+    ShardForm(String),
+    /// A shard of zero processes, or an index not below the count.
+    #[error("{0:?}: need 0 <= I < N")]
+    ShardRange(String),
+    /// A range whose ends are not both IPv4 addresses.
+    #[error("{text:?}: bad IPv4 range")]
+    Ipv4Range {
+        /// The range as given.
+        text: String,
+        /// What the address parser said.
+        source: AddrParseError,
+    },
+    /// A range that ends before it starts, or over [`MAX_RANGE`] addresses.
+    #[error("{0:?}: empty or too large range")]
+    RangeSize(String),
+    /// A source address that is not an IP address.
+    #[error("{text:?}: not an IP address")]
+    NotIp {
+        /// The address as given.
+        text: String,
+        /// What the address parser said.
+        source: AddrParseError,
+    },
+    /// `key=value` pairs that do not parse (the scenario parser's words).
+    #[error(transparent)]
+    Pairs(#[from] SpecError),
+    /// A `server=` that is not a server number.
+    #[error("server={text}: expected a server number (0, 1, ...)")]
+    ServerNumber {
+        /// The value as given.
+        text: String,
+        /// What the number parser said.
+        source: std::num::ParseIntError,
+    },
+    /// A server outage without one of its keys.
+    #[error("{text:?}: {key}= is missing (at=T,server=I,for=D)")]
+    OutageKey {
+        /// The outage as given.
+        text: String,
+        /// The missing key.
+        key: &'static str,
+    },
+    /// A server outage of length zero.
+    #[error("for= must be above zero")]
+    OutageLength,
+}
 
 /// Deserializes any `T: FromStr` from a TOML string, integer, float or bool
 /// (numbers and bools are read as their text), so `agents = 20`,
@@ -61,8 +121,8 @@ macro_rules! deserialize_from_str {
 pub struct Secs(pub Duration);
 
 impl FromStr for Secs {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Self, UnitError> {
         agent_sim_fleet::parse_duration(s).map(Secs)
     }
 }
@@ -104,8 +164,8 @@ impl Ramp {
 }
 
 impl FromStr for Ramp {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Self, UnitError> {
         match s.trim() {
             "all" | "none" | "0" => Ok(Ramp::All),
             t => t.parse().map(Ramp::Rate),
@@ -226,13 +286,13 @@ pub enum Kind {
 }
 
 impl FromStr for Kind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         match s.trim() {
             "sensu" => Ok(Kind::Sensu),
             "consul" => Ok(Kind::Consul),
             "consul-dataplane" => Ok(Kind::ConsulDataplane),
-            o => Err(format!("{o:?}: expected sensu, consul or consul-dataplane")),
+            o => Err(ValueError::Kind(o.into())),
         }
     }
 }
@@ -258,9 +318,9 @@ pub struct ShardSpec {
 }
 
 impl FromStr for ShardSpec {
-    type Err = String;
-    fn from_str(v: &str) -> Result<Self, String> {
-        let bad = || format!("{v:?}: expected I/N, e.g. 0/4");
+    type Err = ValueError;
+    fn from_str(v: &str) -> Result<Self, ValueError> {
+        let bad = || ValueError::ShardForm(v.into());
         let num = |s: &str| s.trim().parse::<u64>().map_err(|_| bad());
         let spec = match v.split_once('/') {
             Some((i, n)) => ShardSpec {
@@ -276,7 +336,7 @@ impl FromStr for ShardSpec {
             },
         };
         if spec.count == 0 || spec.index.is_some_and(|i| i >= spec.count) {
-            return Err(format!("{v:?}: need 0 <= I < N"));
+            return Err(ValueError::ShardRange(v.into()));
         }
         Ok(spec)
     }
@@ -314,20 +374,23 @@ impl AddrRange {
 }
 
 impl FromStr for AddrRange {
-    type Err = String;
-    fn from_str(item: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(item: &str) -> Result<Self, ValueError> {
         let item = item.trim();
         match item.split_once('-') {
             Some((a, b)) => {
                 let ip = |s: &str| {
                     s.trim()
                         .parse::<Ipv4Addr>()
-                        .map_err(|_| format!("{item:?}: bad IPv4 range"))
+                        .map_err(|source| ValueError::Ipv4Range {
+                            text: item.into(),
+                            source,
+                        })
                 };
                 let (a, b) = (ip(a)?, ip(b)?);
                 let (x, y) = (u32::from(a), u32::from(b));
                 if y < x || y - x > MAX_RANGE {
-                    return Err(format!("{item:?}: empty or too large range"));
+                    return Err(ValueError::RangeSize(item.into()));
                 }
                 Ok(AddrRange {
                     first: a.into(),
@@ -335,9 +398,10 @@ impl FromStr for AddrRange {
                 })
             }
             None => {
-                let ip: IpAddr = item
-                    .parse()
-                    .map_err(|_| format!("{item:?}: not an IP address"))?;
+                let ip: IpAddr = item.parse().map_err(|source| ValueError::NotIp {
+                    text: item.into(),
+                    source,
+                })?;
                 Ok(AddrRange {
                     first: ip,
                     last: ip,
@@ -397,25 +461,33 @@ pub struct ServerDown {
 }
 
 impl FromStr for ServerDown {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         use agent_sim_fleet::scenario::{duration_of, pairs};
         let (mut at, mut server, mut down) = (None, None, None);
         for (k, v) in pairs(s, &["at", "server", "for"])? {
             match k {
                 "at" => at = Some(duration_of(k, v)?),
                 "server" => {
-                    server = Some(v.parse::<usize>().map_err(|_| {
-                        format!("server={v}: expected a server number (0, 1, ...)")
-                    })?);
+                    server =
+                        Some(
+                            v.parse::<usize>()
+                                .map_err(|source| ValueError::ServerNumber {
+                                    text: v.into(),
+                                    source,
+                                })?,
+                        );
                 }
                 _ => down = Some(duration_of(k, v)?),
             }
         }
-        let missing = |k: &str| format!("{s:?}: {k}= is missing (at=T,server=I,for=D)");
+        let missing = |key| ValueError::OutageKey {
+            text: s.into(),
+            key,
+        };
         let down = down.ok_or_else(|| missing("for"))?;
         if down.is_zero() {
-            return Err("for= must be above zero".into());
+            return Err(ValueError::OutageLength);
         }
         Ok(ServerDown {
             at: at.ok_or_else(|| missing("at"))?,

@@ -97,7 +97,7 @@ fn vault_flags_are_checked_before_any_socket() {
         assert!(!e.contains('\n'), "{e}");
     }
     let bad: Result<agent_sim_consul::vault::Burst, _> = "at=1s".parse();
-    assert!(bad.unwrap_err().contains("at=T,tokens=N"));
+    assert!(bad.unwrap_err().to_string().contains("at=T,tokens=N"));
 }
 
 #[test]

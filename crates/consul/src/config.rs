@@ -13,7 +13,10 @@ use std::time::Duration;
 use agent_sim_fleet::Rate;
 
 use crate::ConsulError;
-pub use crate::pattern::NamePattern;
+pub use crate::config_error::ConfigError;
+use crate::modes::KV_MAX_PREFIXES;
+pub use crate::modes::go_duration;
+pub use crate::pattern::{NamePattern, PatternError};
 
 /// Consul's `ae_interval`: a client agent's full anti-entropy sync period
 /// (scaled up with the cluster size, see [`ae_scale`]).
@@ -187,32 +190,21 @@ impl Connection {
 
     /// The rules every Consul fleet's connection follows (targets, HTTP API,
     /// name prefix, keepalive, TLS); `no_target` says which port is missing.
-    /// On failure: the field and why.
-    pub fn check(&self, no_target: &str) -> Result<(), (&'static str, String)> {
+    pub fn check(&self, no_target: &'static str) -> Result<(), ConfigError> {
         if self.targets.is_empty() {
-            return Err(("targets", no_target.into()));
+            return Err(ConfigError::NoTarget(no_target));
         }
-        let invalid = |e: ConsulError| match e {
-            ConsulError::Invalid { field, reason } => (field, reason),
-            e => ("targets", e.to_string()),
-        };
         for t in &self.targets {
-            check_host_port("targets", t).map_err(invalid)?;
+            check_host_port("targets", t)?;
         }
         let target = self.http_target();
         let (https, hostport) = http_parts(&target);
-        check_host_port("http_target", hostport).map_err(invalid)?;
+        check_host_port("http_target", hostport)?;
         if https && self.tls.is_none() {
-            return Err((
-                "http_target",
-                "https:// needs TLS settings (a CA file or insecure verification)".into(),
-            ));
+            return Err(ConfigError::HttpsWithoutTls);
         }
         if self.name_prefix.is_empty() || self.name_prefix.contains(['/', ' ']) {
-            return Err((
-                "name_prefix",
-                format!("{:?}: empty or has '/' or ' '", self.name_prefix),
-            ));
+            return Err(ConfigError::NamePrefix(self.name_prefix.clone()));
         }
         check_connection(
             self.keepalive_time,
@@ -319,15 +311,13 @@ impl fmt::Display for ProbeKind {
 }
 
 impl std::str::FromStr for ProbeKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
         match s.trim() {
             "catalog" => Ok(ProbeKind::Catalog),
             "intentions" => Ok(ProbeKind::Intentions),
             "kv" => Ok(ProbeKind::Kv),
-            o => Err(format!(
-                "probe kind {o:?}: expected catalog, intentions or kv"
-            )),
+            o => Err(ConfigError::ProbeKind(o.to_owned())),
         }
     }
 }
@@ -409,27 +399,21 @@ pub(crate) fn ops_per_agent(cfg: &ConsulConfig) -> usize {
     1 + cfg.services_per_agent as usize * if cfg.sidecars { 3 } else { 2 }
 }
 
-/// Formats a duration the way Go's `time.ParseDuration` reads it.
-pub fn go_duration(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
-    }
-}
-
 /// Resolves `host:port` to its first address; a failure names `what` (the
 /// config field).
-pub fn resolve(what: &'static str, hostport: &str) -> Result<SocketAddr, ConsulError> {
-    let bad = |reason: String| ConsulError::Invalid {
-        field: what,
-        reason,
-    };
+pub fn resolve(what: &'static str, hostport: &str) -> Result<SocketAddr, ConfigError> {
     hostport
         .to_socket_addrs()
-        .map_err(|e| bad(format!("{hostport:?}: {e}")))?
+        .map_err(|source| ConfigError::Unresolved {
+            field: what,
+            value: hostport.to_owned(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| bad(format!("{hostport:?}: no address")))
+        .ok_or_else(|| ConfigError::NoAddress {
+            field: what,
+            value: hostport.to_owned(),
+        })
 }
 
 /// The host part of `host:port` (brackets of an IPv6 literal removed).
@@ -442,12 +426,12 @@ pub fn host_of(hostport: &str) -> &str {
 }
 
 /// Checks that `t` is `host:port` (the error names `field`).
-pub fn check_host_port(field: &'static str, t: &str) -> Result<(), ConsulError> {
+pub fn check_host_port(field: &'static str, t: &str) -> Result<(), ConfigError> {
     match t.rsplit_once(':') {
         Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => Ok(()),
-        _ => Err(ConsulError::Invalid {
+        _ => Err(ConfigError::NotHostPort {
             field,
-            reason: format!("{t:?}: expected host:port"),
+            value: t.to_owned(),
         }),
     }
 }
@@ -487,10 +471,7 @@ impl ConsulConfig {
     /// returned as [`ConsulError::Invalid`] naming the field.
     pub fn validate(&self) -> Result<(), ConsulError> {
         self.checked()?;
-        self.kv_prefixes().map_err(|reason| ConsulError::Invalid {
-            field: "watch_kv",
-            reason,
-        })?;
+        self.kv_prefixes()?;
         Ok(())
     }
 
@@ -498,8 +479,8 @@ impl ConsulConfig {
     /// run's own with `--probe kv` and none given. With `--probe kv` every
     /// agent is timed on its first prefix that holds the probe key (one the
     /// same for every agent); a run where none does is refused, saying why.
-    pub fn kv_prefixes(&self) -> Result<Vec<NamePattern>, String> {
-        use crate::modes::{KV_MAX_PREFIXES, kv_own_prefix, kv_probe_key};
+    pub fn kv_prefixes(&self) -> Result<Vec<NamePattern>, ConfigError> {
+        use crate::modes::{kv_own_prefix, kv_probe_key};
         let cfg = self;
         let probe = cfg.probe.kind == Some(ProbeKind::Kv);
         let own = kv_own_prefix(&cfg.conn.name_prefix);
@@ -508,32 +489,30 @@ impl ConsulConfig {
             (given, _) => given.to_vec(),
         };
         if raw.len() > KV_MAX_PREFIXES {
-            return Err(format!(
-                "{} prefixes: at most {KV_MAX_PREFIXES} per agent",
-                raw.len()
-            ));
+            return Err(ConfigError::KvPrefixes(raw.len()));
         }
         let mut out = Vec::with_capacity(raw.len());
         for r in &raw {
             if r.contains(['?', '#', ' ']) {
-                return Err(format!("prefix {r:?}: no '?', '#' or space in a KV path"));
+                return Err(ConfigError::KvPrefixChars(r.clone()));
             }
-            out.push(NamePattern::parse(r).map_err(|e| format!("prefix {r:?}: {e}"))?);
+            out.push(
+                NamePattern::parse(r).map_err(|source| ConfigError::KvPrefix {
+                    prefix: r.clone(),
+                    source,
+                })?,
+            );
         }
         let key = kv_probe_key(&cfg.conn.name_prefix);
         if probe && !out.iter().any(|p| p.holds(&key)) {
-            return Err(format!(
-                "--probe kv changes {key}, outside every watched prefix ({}): watch one that \
-                 holds it, the same for every agent (e.g. --watch-kv {own})",
-                raw.join(", ")
-            ));
+            return Err(ConfigError::KvProbeUnwatched {
+                key,
+                watched: raw.join(", "),
+                own,
+            });
         }
         if probe && !cfg.probe.controller {
-            return Err(
-                "--probe kv is timed by the process that writes the key: not in a sharded run's \
-                 other processes yet"
-                    .into(),
-            );
+            return Err(ConfigError::KvProbeSharded);
         }
         Ok(out)
     }
@@ -541,10 +520,7 @@ impl ConsulConfig {
     /// [`ConsulConfig::validate`], then resolves the addresses.
     pub(crate) fn prepare(&self) -> Result<Validated, ConsulError> {
         let (upstreams, probe_service) = self.checked()?;
-        let watch_kv = self.kv_prefixes().map_err(|reason| ConsulError::Invalid {
-            field: "watch_kv",
-            reason,
-        })?;
+        let watch_kv = self.kv_prefixes()?;
         let r = self.conn.resolved()?;
         Ok(Validated {
             rpc_addrs: r.targets,
@@ -559,109 +535,23 @@ impl ConsulConfig {
     }
 
     /// The rules; returns the parsed upstream patterns and the probe service.
-    fn checked(&self) -> Result<(Vec<NamePattern>, Option<String>), ConsulError> {
-        let bad = |field: &'static str, reason: String| Err(ConsulError::Invalid { field, reason });
-        if let Err((field, reason)) = self
-            .conn
-            .check("no RPC target (host:port of a server's port 8300)")
-        {
-            return bad(field, reason);
-        }
+    fn checked(&self) -> Result<(Vec<NamePattern>, Option<String>), ConfigError> {
+        self.conn
+            .check("no RPC target (host:port of a server's port 8300)")?;
         if let Some(v) = &self.vault {
             v.validate(&self.conn.name_prefix)?;
         }
         if self.upstreams.is_empty() {
-            return bad("upstreams", "needs at least one service".into());
+            return Err(ConfigError::NoUpstreams);
         }
         let upstreams = self
             .upstreams
             .iter()
-            .map(|u| {
-                NamePattern::parse(u).map_err(|reason| ConsulError::Invalid {
-                    field: "upstreams",
-                    reason,
-                })
-            })
+            .map(|u| NamePattern::parse(u).map_err(ConfigError::Upstream))
             .collect::<Result<Vec<_>, _>>()?;
-        if self.register {
-            if self.service_name.is_empty() {
-                return bad("service_name", "empty service name".into());
-            }
-            if self.services_per_agent == 0 {
-                return bad("services_per_agent", "must be at least 1".into());
-            }
-            if ops_per_agent(self) > TXN_MAX_OPS {
-                return bad(
-                    "services_per_agent",
-                    format!(
-                        "{} services per agent{} need {} txn operations; at most {TXN_MAX_OPS}",
-                        self.services_per_agent,
-                        if self.sidecars { " with sidecars" } else { "" },
-                        ops_per_agent(self)
-                    ),
-                );
-            }
-        }
-        if let Some(ttl) = self.session_ttl
-            && ttl < Duration::from_secs(1)
-        {
-            return bad(
-                "session_ttl",
-                format!("{ttl:?}: must be at least 1s (servers accept 10s..24h by default)"),
-            );
-        }
-        if let Some(ae) = self.anti_entropy
-            && ae < Duration::from_secs(1)
-        {
-            return bad("anti_entropy", format!("{ae:?}: must be at least 1s"));
-        }
-        if let Some(r) = self.flap_rate {
-            let ps = r.as_per_second();
-            if !(ps.is_finite() && ps > 0.0 && ps <= 100.0) {
-                return bad("flap_rate", format!("{r}: must be in (0, 100/s] per agent"));
-            }
-            if !self.register {
-                return bad(
-                    "flap_rate",
-                    "flapping needs registered services (register = true)".into(),
-                );
-            }
-        }
-        if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&self.blocking_wait) {
-            return bad(
-                "blocking_wait",
-                format!(
-                    "{}: between 1s and 10m (a server holds a query at most max_query_time, 10 min)",
-                    go_duration(self.blocking_wait)
-                ),
-            );
-        }
-        if self.watch != crate::modes::WatchMode::Streaming
-            && self.probe.kind == Some(ProbeKind::Intentions)
-        {
-            return bad(
-                "probe",
-                "intentions are watched on Subscribe streams only: --probe catalog with --watch \
-                 blocking or http"
-                    .into(),
-            );
-        }
-        if self.probe.meta && self.probe.kind != Some(ProbeKind::Catalog) {
-            return bad(
-                "probe",
-                "--change-every changes the probe's own catalog instance: it needs --probe catalog"
-                    .into(),
-            );
-        }
-        if let Some(seed) = &self.seed
-            && self.upstreams.is_empty()
-            && self.probe.service.as_deref() != Some(seed.name.as_str())
-        {
-            return bad(
-                "seed_service",
-                format!("{seed}: no agent watches it (name it in --upstreams or --probe-service)"),
-            );
-        }
+        self.check_registration()?;
+        self.check_timers()?;
+        self.check_probe_modes()?;
         let probe_service = match self.probe.kind {
             None => None,
             Some(_) => Some(self.probe_service()?),
@@ -669,33 +559,94 @@ impl ConsulConfig {
         Ok((upstreams, probe_service))
     }
 
-    fn probe_service(&self) -> Result<String, ConsulError> {
-        let bad = |field: &'static str, reason: String| Err(ConsulError::Invalid { field, reason });
+    /// The registration's rules: a service, instances, a txn that holds
+    /// them.
+    fn check_registration(&self) -> Result<(), ConfigError> {
+        if self.register {
+            if self.service_name.is_empty() {
+                return Err(ConfigError::ServiceName);
+            }
+            if self.services_per_agent == 0 {
+                return Err(ConfigError::NoServices);
+            }
+            if ops_per_agent(self) > TXN_MAX_OPS {
+                return Err(ConfigError::TxnOps {
+                    services: self.services_per_agent,
+                    sidecars: self.sidecars,
+                    ops: ops_per_agent(self),
+                    max: TXN_MAX_OPS,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The session TTL, the anti-entropy interval, flapping (only of
+    /// registered checks) and the blocking wait.
+    fn check_timers(&self) -> Result<(), ConfigError> {
+        let second = Duration::from_secs(1);
+        if let Some(ttl) = self.session_ttl
+            && ttl < second
+        {
+            return Err(ConfigError::SessionTtl(ttl));
+        }
+        if let Some(ae) = self.anti_entropy
+            && ae < second
+        {
+            return Err(ConfigError::AntiEntropy(ae));
+        }
+        if let Some(r) = self.flap_rate {
+            let ps = r.as_per_second();
+            if !(ps.is_finite() && ps > 0.0 && ps <= 100.0) {
+                return Err(ConfigError::FlapRate(r));
+            }
+            if !self.register {
+                return Err(ConfigError::FlapUnregistered);
+            }
+        }
+        if !(second..=Duration::from_secs(600)).contains(&self.blocking_wait) {
+            return Err(ConfigError::BlockingWait(self.blocking_wait));
+        }
+        Ok(())
+    }
+
+    /// What the probe and the seeded service ask of the watch mode and the
+    /// upstreams.
+    fn check_probe_modes(&self) -> Result<(), ConfigError> {
+        if self.watch != crate::modes::WatchMode::Streaming
+            && self.probe.kind == Some(ProbeKind::Intentions)
+        {
+            return Err(ConfigError::IntentionsNotStreaming);
+        }
+        if self.probe.meta && self.probe.kind != Some(ProbeKind::Catalog) {
+            return Err(ConfigError::ChangeEveryNotCatalog);
+        }
+        if let Some(seed) = &self.seed
+            && self.upstreams.is_empty()
+            && self.probe.service.as_deref() != Some(seed.name.as_str())
+        {
+            return Err(ConfigError::SeedUnwatched(seed.clone()));
+        }
+        Ok(())
+    }
+
+    fn probe_service(&self) -> Result<String, ConfigError> {
         let p = &self.probe;
         if p.every < Duration::from_secs(1) {
-            return bad("probe.every", "must be at least 1s".into());
+            return Err(ConfigError::ProbeEvery);
         }
         if p.timeout().is_zero() {
-            return bad("probe.timeout", "must be positive".into());
+            return Err(ConfigError::ProbeTimeoutZero);
         }
         if p.timeout() > p.every {
-            return bad(
-                "probe.timeout",
-                format!(
-                    "{:?} must not exceed the probe interval {:?} (one probe at a time)",
-                    p.timeout(),
-                    p.every
-                ),
-            );
+            return Err(ConfigError::ProbeTimeoutOver {
+                timeout: p.timeout(),
+                every: p.every,
+            });
         }
         let svc = match &p.service {
-            Some(s) if s.contains(['{', '}']) => {
-                return bad(
-                    "probe.service",
-                    "must be one shared service, not a per-agent pattern".into(),
-                );
-            }
-            Some(s) if s.is_empty() => return bad("probe.service", "empty service name".into()),
+            Some(s) if s.contains(['{', '}']) => return Err(ConfigError::ProbeServicePattern),
+            Some(s) if s.is_empty() => return Err(ConfigError::ProbeServiceEmpty),
             Some(s) => s.clone(),
             None => self.own_probe_service(),
         };
@@ -709,30 +660,19 @@ pub fn check_connection(
     keepalive_time: Duration,
     keepalive_timeout: Duration,
     tls: Option<&ConsulTls>,
-) -> Result<(), (&'static str, String)> {
+) -> Result<(), ConfigError> {
     if keepalive_time < KEEPALIVE_MIN {
-        return Err((
-            "keepalive_time",
-            format!("{keepalive_time:?}: below the server's 15s MinTime (GOAWAY too_many_pings)"),
-        ));
+        return Err(ConfigError::KeepaliveTime(keepalive_time));
     }
     if keepalive_timeout.is_zero() {
-        return Err(("keepalive_timeout", "must be positive".into()));
+        return Err(ConfigError::KeepaliveTimeout);
     }
     if let Some(tls) = tls {
         if tls.ca_file.is_none() && !tls.insecure_skip_verify {
-            return Err((
-                "tls",
-                "TLS to Consul needs the CA that signed the servers' certificates \
-                 (or insecure verification)"
-                    .into(),
-            ));
+            return Err(ConfigError::NoCa);
         }
         if tls.cert_file.is_some() != tls.key_file.is_some() {
-            return Err((
-                "tls.cert_file",
-                "a client certificate needs both a certificate file and a key file".into(),
-            ));
+            return Err(ConfigError::HalfClientCert);
         }
     }
     Ok(())

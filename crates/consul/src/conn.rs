@@ -109,8 +109,21 @@ pub const SNIFF_LEN: usize = 64;
 pub enum FirstRead {
     /// Up to [`SNIFF_LEN`] bytes.
     Bytes(Box<[u8]>),
-    /// The read error, as text.
-    Error(String),
+    /// The TLS session failed (e.g. the server's alert), rustls's error.
+    Tls(rustls::Error),
+    /// The read failed otherwise (a reset, an end of file).
+    Error(std::io::ErrorKind),
+}
+
+impl FirstRead {
+    /// What a failed first read says: rustls's error when the TLS layer
+    /// failed (tokio-rustls wraps it in the `io::Error`), else its kind.
+    pub fn of_error(e: &std::io::Error) -> Self {
+        match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+            Some(tls) => FirstRead::Tls(tls.clone()),
+            None => FirstRead::Error(e.kind()),
+        }
+    }
 }
 
 /// The first read on a connection, set once.
@@ -175,7 +188,7 @@ impl tokio::io::AsyncRead for Sniff {
                     }
                 }
                 Poll::Ready(Err(e)) => {
-                    let _ = self.first.set(FirstRead::Error(e.to_string()));
+                    let _ = self.first.set(FirstRead::of_error(e));
                 }
                 Poll::Pending => {}
             }
@@ -217,10 +230,10 @@ pub fn what_answered(first: &FirstBytes) -> Option<(&'static str, String)> {
         None => return closed(),
         // A TLS alert: the server refused the TLS session (e.g. no client
         // certificate where it verifies clients).
-        Some(FirstRead::Error(e)) if e.contains("alert") => {
+        Some(FirstRead::Tls(e @ rustls::Error::AlertReceived(_))) => {
             return Some(("tls_refused", format!("TLS: {e}")));
         }
-        Some(FirstRead::Error(_)) => return closed(),
+        Some(FirstRead::Tls(_) | FirstRead::Error(_)) => return closed(),
         Some(FirstRead::Bytes(b)) => b,
     };
     match b {
@@ -242,20 +255,46 @@ pub fn what_answered(first: &FirstBytes) -> Option<(&'static str, String)> {
     }
 }
 
-/// Why a connection could not be made: a stable kind for error counters.
-#[derive(Debug)]
-pub struct ConnectError {
-    /// Error kind, e.g. `connect_refused`, `tls_handshake`, `h2_handshake`.
-    pub kind: &'static str,
-    /// Human detail.
-    pub detail: String,
+/// Why a connection could not be made, each step's error kept; counted
+/// by [`ConnectError::kind`].
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The TCP connect failed (the OS's words).
+    #[error(transparent)]
+    Dial(std::io::Error),
+    /// The TLS handshake failed.
+    #[error(transparent)]
+    Tls(std::io::Error),
+    /// Writing the port's prefix byte failed.
+    #[error(transparent)]
+    Prefix(std::io::Error),
+    /// The HTTP/2 handshake failed; the first bytes tell nothing more.
+    #[error(transparent)]
+    Handshake(hyper::Error),
+    /// The HTTP/2 handshake failed, and the first bytes tell what answered
+    /// ([`what_answered`]: another port, a TLS alert, a close).
+    #[error("{words} (h2: {source})")]
+    Answered {
+        /// The kind [`what_answered`] gives.
+        kind: &'static str,
+        /// What it says answered.
+        words: String,
+        /// hyper's error.
+        source: hyper::Error,
+    },
 }
 
 impl ConnectError {
-    fn new(kind: &'static str, detail: impl std::fmt::Display) -> Self {
-        ConnectError {
-            kind,
-            detail: detail.to_string(),
+    /// The error kind counted: `connect_refused` and the other dial kinds
+    /// of [`agent_sim_net::dial_error_kind`], `tls_handshake`,
+    /// `connect_prefix`, `h2_handshake`, or what answered.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ConnectError::Dial(e) => agent_sim_net::dial_error_kind(e),
+            ConnectError::Tls(_) => "tls_handshake",
+            ConnectError::Prefix(_) => "connect_prefix",
+            ConnectError::Handshake(_) => "h2_handshake",
+            ConnectError::Answered { kind, .. } => kind,
         }
     }
 }
@@ -340,7 +379,7 @@ impl Dialer {
             .authority(addr.to_string())
             .path_and_query("/")
             .build()
-            .map_err(|e| ConsulError::Config(format!("origin for {addr}: {e}")))?;
+            .map_err(|source| ConsulError::Origin { addr, source })?;
         Ok(Dialer {
             port,
             addr,
@@ -375,7 +414,7 @@ impl Dialer {
     ) -> Result<(RpcIo, Option<RxStamp>), ConnectError> {
         let tcp = agent_sim_net::dial(self.addr, bind)
             .await
-            .map_err(|e| ConnectError::new(agent_sim_net::dial_error_kind(&e), e))?;
+            .map_err(ConnectError::Dial)?;
         // Reads record the kernel's receive time (arrivals are timed there).
         let mut tcp = StampedTcp::new(tcp);
         let stamp = tcp.enabled().then(|| tcp.stamp());
@@ -385,28 +424,26 @@ impl Dialer {
                 connector
                     .connect(name.clone(), tcp)
                     .await
-                    .map_err(|e| ConnectError::new("tls_handshake", e))?,
+                    .map_err(ConnectError::Tls)?,
             )),
             (None, Port::Rpc) => {
                 tcp.write_all(&[prefix])
                     .await
-                    .map_err(|e| ConnectError::new("connect_prefix", e))?;
+                    .map_err(ConnectError::Prefix)?;
                 RpcIo::Plain(tcp)
             }
             (Some((connector, name)), Port::Rpc) => {
                 tcp.write_all(&[RPC_TLS])
                     .await
-                    .map_err(|e| ConnectError::new("connect_prefix", e))?;
+                    .map_err(ConnectError::Prefix)?;
                 let mut tls = connector
                     .connect(name.clone(), tcp)
                     .await
-                    .map_err(|e| ConnectError::new("tls_handshake", e))?;
+                    .map_err(ConnectError::Tls)?;
                 tls.write_all(&[prefix])
                     .await
-                    .map_err(|e| ConnectError::new("connect_prefix", e))?;
-                tls.flush()
-                    .await
-                    .map_err(|e| ConnectError::new("connect_prefix", e))?;
+                    .map_err(ConnectError::Prefix)?;
+                tls.flush().await.map_err(ConnectError::Prefix)?;
                 RpcIo::Tls(Box::new(tls))
             }
         };
@@ -434,9 +471,13 @@ impl Dialer {
             .max_header_list_size(MAX_HEADER_LIST)
             .handshake::<_, tonic::body::Body>(TokioIo::new(io))
             .await
-            .map_err(|e| match what_answered(&first_bytes) {
-                Some((kind, words)) => ConnectError::new(kind, format!("{words} (h2: {e})")),
-                None => ConnectError::new("h2_handshake", e),
+            .map_err(|source| match what_answered(&first_bytes) {
+                Some((kind, words)) => ConnectError::Answered {
+                    kind,
+                    words,
+                    source,
+                },
+                None => ConnectError::Handshake(source),
             })?;
         let grpc = tonic::client::Grpc::with_origin(H2Channel { tx }, self.origin.clone())
             .max_decoding_message_size(crate::codec::MAX_EVENT_MESSAGE);
@@ -467,7 +508,7 @@ pub fn within_session<'a, T: 'a>(
         };
         match conn {
             Err(_) => Err(SessionEnd::lost("connect_timeout")),
-            Ok(Err(e)) => Err(SessionEnd::lost_with(e.kind, e.detail)),
+            Ok(Err(e)) => Err(SessionEnd::lost_with(e.kind(), e.to_string())),
             Ok(Ok(c)) => Ok(c),
         }
     }
@@ -528,6 +569,22 @@ mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
 
+    #[test]
+    fn a_tls_alert_before_any_byte_is_told_in_rustls_words() {
+        let first = |e: std::io::Error| {
+            let f = FirstBytes::default();
+            let _ = f.set(FirstRead::of_error(&e));
+            what_answered(&f)
+        };
+        let alert = rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired);
+        let (kind, words) = first(std::io::Error::new(std::io::ErrorKind::InvalidData, alert))
+            .expect("an alert says who refused");
+        assert_eq!(kind, "tls_refused");
+        assert_eq!(words, "TLS: received fatal alert: CertificateRequired");
+        let reset = first(std::io::ErrorKind::ConnectionReset.into());
+        assert_eq!(reset.map(|(k, _)| k), Some("rpc_closed_at_once"));
+    }
+
     #[tokio::test]
     async fn tls_variant_writes_0x03_then_a_client_hello() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -546,7 +603,7 @@ mod tests {
         )
         .unwrap();
         let client =
-            tokio::spawn(async move { d.connect(None).await.map(|_| ()).map_err(|e| e.kind) });
+            tokio::spawn(async move { d.connect(None).await.map(|_| ()).map_err(|e| e.kind()) });
         let (mut sock, _) = listener.accept().await.unwrap();
         let mut b = [0u8; 2];
         sock.read_exact(&mut b).await.unwrap();

@@ -42,19 +42,49 @@ pub const GOSSIP_OFF: ErrorKindSpec = ErrorKindSpec {
            see less than real agents cost them; name the port with --gossip-join HOST:PORT, \
            or say --gossip off",
     heals: false,
+    said_by: agent_sim_metrics::Speaker::Local,
 };
+
+/// Why the gossip settings cannot be used: one variant per mistake, in
+/// the flag's words.
+#[derive(Debug, thiserror::Error)]
+pub enum GossipError {
+    /// A key that is not one of the cluster's `encrypt` keys.
+    #[error("--gossip-key: {0}")]
+    Key(#[source] agent_sim_gossip::WireError),
+    /// A label over 255 bytes.
+    #[error("--gossip-label: at most 255 bytes")]
+    Label,
+    /// A join address that does not resolve.
+    #[error("--gossip-join {join}: {source}")]
+    Join {
+        /// The address as given.
+        join: String,
+        /// What the resolver said.
+        source: std::io::Error,
+    },
+    /// A join address that resolves to no address.
+    #[error("--gossip-join {0}: no address")]
+    JoinNoAddress(String),
+    /// No join address at all.
+    #[error("gossip: no server to join (--gossip-join)")]
+    NoJoin,
+    /// A bind address that is not an IP or IP:PORT.
+    #[error("--gossip-bind {0}: not an IP or IP:PORT")]
+    Bind(String),
+}
 
 impl GossipConfig {
     /// Checks the keys (a wrong one is refused in plain words before any
     /// agent starts).
-    pub fn security(&self) -> Result<Security, String> {
+    pub fn security(&self) -> Result<Security, GossipError> {
         let keyring = if self.keys.is_empty() {
             None
         } else {
-            Some(Keyring::from_base64(&self.keys).map_err(|e| format!("--gossip-key: {e}"))?)
+            Some(Keyring::from_base64(&self.keys).map_err(GossipError::Key)?)
         };
         if self.label.len() > 255 {
-            return Err("--gossip-label: at most 255 bytes".into());
+            return Err(GossipError::Label);
         }
         Ok(Security {
             label: self.label.clone(),
@@ -63,22 +93,25 @@ impl GossipConfig {
     }
 
     /// The join addresses, resolved.
-    pub fn join_addrs(&self) -> Result<Vec<SocketAddr>, String> {
+    pub fn join_addrs(&self) -> Result<Vec<SocketAddr>, GossipError> {
         use std::net::ToSocketAddrs;
         self.join
             .iter()
             .map(|j| {
                 j.to_socket_addrs()
-                    .map_err(|e| format!("--gossip-join {j}: {e}"))?
+                    .map_err(|source| GossipError::Join {
+                        join: j.clone(),
+                        source,
+                    })?
                     .next()
-                    .ok_or_else(|| format!("--gossip-join {j}: no address"))
+                    .ok_or_else(|| GossipError::JoinNoAddress(j.clone()))
             })
             .collect()
     }
 
     /// The addresses to listen on: the given ones, or the local address
     /// that routes to the first server.
-    pub fn bind_addrs(&self, join: &[SocketAddr]) -> Result<Vec<SocketAddr>, String> {
+    pub fn bind_addrs(&self, join: &[SocketAddr]) -> Result<Vec<SocketAddr>, GossipError> {
         if !self.bind.is_empty() {
             return self
                 .bind
@@ -86,7 +119,7 @@ impl GossipConfig {
                 .map(|b| {
                     b.parse::<SocketAddr>()
                         .or_else(|_| b.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 0)))
-                        .map_err(|_| format!("--gossip-bind {b}: not an IP or IP:PORT"))
+                        .map_err(|_| GossipError::Bind(b.clone()))
                 })
                 .collect();
         }
@@ -146,11 +179,11 @@ impl Gossip {
         rpc: Vec<SocketAddr>,
         datacenter: &str,
         metrics: Metrics,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, GossipError> {
         let security = cfg.security()?;
         let join = cfg.join_addrs()?;
         if join.is_empty() {
-            return Err("gossip: no server to join (--gossip-join)".into());
+            return Err(GossipError::NoJoin);
         }
         let bind = cfg.bind_addrs(&join)?;
         Ok(Gossip {

@@ -36,6 +36,7 @@ pub mod ca_rotation;
 pub mod cleanup;
 pub mod codec;
 pub mod config;
+mod config_error;
 pub mod conn;
 pub mod connect;
 pub mod ended;
@@ -56,7 +57,7 @@ pub mod watch;
 mod agent;
 
 pub use agent::{ConsulAgent, ConsulFactory, api_client, http_api};
-pub use config::{Connection, ConsulConfig, ConsulTls, ProbeConfig, ProbeKind};
+pub use config::{ConfigError, Connection, ConsulConfig, ConsulTls, ProbeConfig, ProbeKind};
 pub use probe::{ProbeObserver, ProbeRunner};
 
 use agent_sim_metrics::MetricsSpec;
@@ -67,16 +68,19 @@ use agent_sim_metrics::MetricsSpec;
 pub enum ConsulError {
     /// A setting of [`ConsulConfig`] is invalid: the field (as named in the
     /// struct, `probe.every` for nested ones) and why, in one line.
-    #[error("{field}: {reason}")]
-    Invalid {
-        /// The [`ConsulConfig`] field.
-        field: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The configuration cannot be used (setup).
+    #[error("{field}: {0}", field = .0.field())]
+    Invalid(#[from] config::ConfigError),
+    /// The gossip settings cannot be used (keys, join or bind addresses).
     #[error("consul: {0}")]
-    Config(String),
+    Gossip(#[from] gossip::GossipError),
+    /// The origin (`:authority`) of a server's address does not build.
+    #[error("consul: origin for {addr}: {source}")]
+    Origin {
+        /// The server's address.
+        addr: std::net::SocketAddr,
+        /// Why it is not an authority.
+        source: ::http::Error,
+    },
     /// The TLS settings cannot be used.
     #[error("consul TLS: {0}")]
     Tls(#[from] agent_sim_net::TlsError),
@@ -95,9 +99,48 @@ pub enum ConsulError {
     /// The ACL token cannot be sent as a header value.
     #[error("consul: token is not a valid header value")]
     Token(#[source] ::http::header::InvalidHeaderValue),
-    /// The metrics recorder lacks names of [`metrics_spec`].
+    /// The metrics recorder lacks a name of [`metrics_spec`].
     #[error("consul metrics: {0}")]
-    Metrics(String),
+    Metrics(#[from] Undeclared),
+}
+
+/// A name of a crate's [`MetricsSpec`](agent_sim_metrics::MetricsSpec) the
+/// run's recorder lacks (it was built from another spec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Undeclared {
+    /// A counter.
+    #[error("counter {0:?} not declared")]
+    Counter(&'static str),
+    /// A latency histogram.
+    #[error("latency {0:?} not declared")]
+    Latency(&'static str),
+}
+
+/// Checks that `m` records every counter and latency of `spec` (the
+/// agents resolve their ids once, from names that must exist).
+pub fn check_declared(
+    m: &agent_sim_metrics::Metrics,
+    spec: &agent_sim_metrics::MetricsSpec,
+) -> Result<(), Undeclared> {
+    let snap = m.snapshot();
+    if let Some(c) = spec
+        .counters
+        .iter()
+        .find(|c| !snap.counters.iter().any(|(n, _)| n == *c))
+    {
+        return Err(Undeclared::Counter(c));
+    }
+    let names = m.latency_names();
+    match spec.latencies.iter().find(|l| !names.contains(l)) {
+        Some(l) => Err(Undeclared::Latency(l)),
+        None => Ok(()),
+    }
+}
+
+impl From<vault_config::VaultConfigError> for ConsulError {
+    fn from(e: vault_config::VaultConfigError) -> Self {
+        ConsulError::Invalid(e.into())
+    }
 }
 
 /// Metric names this crate records.
@@ -337,6 +380,7 @@ pub const ACL_NOT_FOUND: agent_sim_metrics::ErrorKindSpec = agent_sim_metrics::E
     kind: "acl_not_found",
     hint: "--token (CONSUL_HTTP_TOKEN): the server does not know this ACL token",
     heals: false,
+    said_by: agent_sim_metrics::Speaker::Server,
 };
 
 /// The load box was too busy to time probe deliveries ([`check_overhead`];
@@ -348,6 +392,7 @@ pub const PROBE_OVERHEAD_HIGH: agent_sim_metrics::ErrorKindSpec =
                them (probe_overhead p99): the load box is saturated and propagation figures \
                are suspect; use fewer agents per process or more cores",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Local,
     };
 
 /// A registration transaction rolled back (the dataplane sidecars register
@@ -356,6 +401,18 @@ pub const TXN_ROLLBACK: agent_sim_metrics::ErrorKindSpec = agent_sim_metrics::Er
     kind: "txn_rollback",
     hint: "a catalog transaction was rolled back; the sample names the failing op",
     heals: true,
+    said_by: agent_sim_metrics::Speaker::Server,
+};
+
+/// The HTTP/2 handshake failed and the first bytes told nothing more
+/// ([`conn::ConnectError::Handshake`]; the dataplane sidecars dial alike).
+pub const H2_HANDSHAKE: agent_sim_metrics::ErrorKindSpec = agent_sim_metrics::ErrorKindSpec {
+    kind: "h2_handshake",
+    hint: "the HTTP/2 handshake failed and the server's first bytes say nothing more (the \
+           sample is the HTTP/2 client's words): check that --target is the port the fleet \
+           dials and that TLS matches it; agents reconnect with backoff",
+    heals: true,
+    said_by: agent_sim_metrics::Speaker::Local,
 };
 
 /// The error kinds of a Consul agent, with what to check.
@@ -368,29 +425,34 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             hint: "--token: the token lacks what agents need (node:write, service:write and \
                    session:write on their names, service:read on the upstreams)",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "missing_node_registration",
             hint: "the server lost this node's registration (restarted without its state); a \
                    real agent's anti-entropy registers it again",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "no_cluster_leader",
             hint: "the server has no leader yet (6-10 s after a restart); calls are retried",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "server_shutting_down",
             hint: "the server closed streams as it shut down (a restart or a leaving server); \
                    agents reconnect, resubscribe and sync their registration",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "session_ttl_invalid",
             hint: "--session-ttl is outside what the server accepts (session_ttl_min, 10s by \
                    default, up to 24h); the server's words give its bounds",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "probe_entry_exists",
@@ -398,6 +460,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    run did not create: it is left as it is and no intentions probe runs; name \
                    another --probe-service",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         PROBE_OVERHEAD_HIGH,
         K {
@@ -405,24 +468,28 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             hint: "the server answered an RPC with an error; the sample is its words (an \
                    ACL, a datacenter name, a server overloaded or restarting)",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "rpc_timeout",
             hint: "an agent's own RPC got no answer within 10 s: the server is stalled or \
                    overloaded; the call's stream is dropped and the next call opens another",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "decode_answer",
             hint: "an RPC answer did not decode as Consul's msgpack (or answered another call): \
                    is --target a Consul 1.20 server RPC port? The stream is opened again",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "answer_too_large",
             hint: "an RPC answer was over its size limit (docs/hardening.md); a blocking \
                    query's service may be too big to watch this way",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "watch_index_reset",
@@ -430,30 +497,35 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    state, or another server answered): the watch starts over from 0, as \
                    Consul's agent does",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "http_decode",
             hint: "an HTTP API answer did not decode as Consul's JSON: is --http-target the \
                    Consul HTTP API?",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "wrong_port_http",
             hint: "--target is the HTTP API (8500/8501): agents subscribe on the server RPC port \
                    8300",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "wrong_port_grpc",
             hint: "--target is the gRPC port (8502, for dataplanes): Subscribe is served on the \
                    server RPC port 8300",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "rpc_reset_after_settings",
             hint: "the port answered HTTP/2 and then reset: is --target the gRPC port 8502 instead \
                    of the server RPC port 8300?",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "rpc_closed_at_once",
@@ -461,6 +533,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    (default 100 per client IP): raise it (0 = no cap) or spread agents with \
                    --source-addr; or --target is not a Consul RPC port",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "tls_handshake",
@@ -468,18 +541,39 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    --tls-server-name (usually server.<dc>.consul), --cert-file/--key-file when \
                    the server verifies clients; or the port is not TLS",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
+        },
+        H2_HANDSHAKE,
+        K {
+            kind: "connect_prefix",
+            hint: "writing the port's first byte (0x08 gRPC, 0x04 multiplexed RPC, 0x03 before \
+                   TLS) failed: the server closed or reset the connection as soon as it took \
+                   it (a per-client connection cap, or not a Consul RPC port); the agent \
+                   reconnects with backoff",
+            heals: true,
+            said_by: agent_sim_metrics::Speaker::Os,
+        },
+        K {
+            kind: "csr_failed",
+            hint: "a leaf certificate's CSR could not be made: no CA roots yet (the roots \
+                   watch has not answered; signed once it does), or the key or CSR did not \
+                   build (the sample says which)",
+            heals: true,
+            said_by: agent_sim_metrics::Speaker::Local,
         },
         K {
             kind: "tls_refused",
             hint: "the server refused the TLS session: with verify_incoming it wants a client \
                    certificate signed by its CA (--cert-file, --key-file)",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "http_429",
             hint: "the server caps HTTP connections per client IP \
                    (limits.http_max_conns_per_client, default 200)",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         TXN_ROLLBACK,
         K {
@@ -487,6 +581,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             hint: "the server rate-limits requests (limits.request_limits; \"try a different \
                    server\"): the stream is subscribed again at once, then with backoff",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         // What a failing or faulty server (or `agent-sim serve --faults`)
         // makes agents see; every one is retried as a real agent does.
@@ -495,30 +590,35 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             hint: "the server refused the Subscribe call (a rate limit: \"try again later\", or \
                    no leader): the stream is subscribed again at once, then with backoff",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "grpc_internal",
             hint: "a Subscribe stream broke: an event that does not decode, or a message cut \
                    short; the stream is subscribed again (a snapshot in progress is discarded)",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "grpc_out_of_range",
             hint: "the server sent a message larger than a gRPC client accepts (4 MiB); the \
                    stream is subscribed again",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "grpc_unknown",
             hint: "a Subscribe call or stream failed with the server's own words (the sample); \
                    the stream is subscribed again",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "stream_end",
             hint: "the server ended a Subscribe stream without an error (never done by a healthy \
                    server); a snapshot in progress is discarded and the stream subscribed again",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "session_expired",
@@ -526,46 +626,54 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    session expired or the server lost it; the agent checks its registration \
                    and creates a new session",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "subscription_aborted",
             hint: "the server reset subscriptions (ABORTED: an ACL change, a snapshot restore): \
                    views dropped and subscribed again at index 0, at once the first time",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "conn_closed",
             hint: "the server closed the RPC connection: every stream is lost; the agent \
                    reconnects with backoff and resubscribes at its indexes",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "conn_error",
             hint: "the RPC connection failed (reset, or an HTTP/2 error: the sample says which); \
                    the agent reconnects with backoff",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "keepalive_timeout",
             hint: "the server stopped answering HTTP/2 pings on the RPC connection (stalled, \
                    overloaded, or packets lost); the agent reconnects",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "http_5xx",
             hint: "the HTTP API failed the call (the sample has the server's words); it is \
                    retried with backoff",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "http_io",
             hint: "an HTTP API call got no answer: the connection was closed or reset",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Os,
         },
         K {
             kind: "http_timeout",
             hint: "an HTTP API call got no answer within 10 s: the server stalls or is overloaded",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "message_too_large",
@@ -573,6 +681,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    real agents have too): that stream failed and is subscribed again on its \
                    connection; is --target a Consul server RPC port?",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "decode_event",
@@ -580,30 +689,35 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    stream): that stream failed and is subscribed again on its connection (a \
                    snapshot in progress is discarded)",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "http_body_too_large",
             hint: "an HTTP API answer was larger than agent-sim reads (4 MiB per agent call, \
                    64 MiB for cleanup's lists); the call failed and is retried",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "unknown_fields",
             hint: "the server streamed Event fields (payload kinds) Consul 1.20 agents of \
                    agent-sim do not decode (sample: the first); skipped. A newer server?",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "unknown_events",
             hint: "a Subscribe event this stream's view does not apply (sample: what it was); \
                    ignored, the stream goes on",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "view_full",
             hint: "a subscribed service has more instances (or an intentions entry more \
                    sources) than one agent's view keeps (65,536); the rest are not tracked",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
     ]
 };

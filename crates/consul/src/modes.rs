@@ -8,6 +8,15 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+/// Formats a duration the way Go's `time.ParseDuration` reads it.
+pub fn go_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
 /// Consul's `default_query_time`: how long a blocking query is held when it
 /// changes nothing.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(300);
@@ -48,13 +57,47 @@ impl fmt::Display for AgentWire {
     }
 }
 
+/// Why a mode or a seeded service does not parse: one variant per mistake,
+/// each naming the value as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModeError {
+    /// `--consul-agent` is neither `client` nor `api`.
+    #[error("agent wire {0:?}: expected client or api")]
+    AgentWire(String),
+    /// `--watch` is not one of the watch modes.
+    #[error("watch mode {0:?}: expected streaming, blocking or http")]
+    WatchMode(String),
+    /// `--seed-service` without `=`.
+    #[error("seed service {0:?}: expected NAME=COUNT (e.g. big=5000)")]
+    SeedShape(String),
+    /// `--seed-service` whose name is not a service name.
+    #[error("seed service {given:?}: {name:?} is not a service name")]
+    SeedName {
+        /// The value as written.
+        given: String,
+        /// The name part.
+        name: String,
+    },
+    /// `--seed-service` whose count is not a whole number.
+    #[error("seed service {given:?}: the count must be a whole number")]
+    SeedCount {
+        /// The value as written.
+        given: String,
+        /// Why the count does not parse.
+        source: std::num::ParseIntError,
+    },
+    /// `--seed-service` whose count is 0 or over [`MAX_SEED`].
+    #[error("seed service {0:?}: the count must be 1 to {MAX_SEED}")]
+    SeedRange(String),
+}
+
 impl FromStr for AgentWire {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ModeError;
+    fn from_str(s: &str) -> Result<Self, ModeError> {
         match s.trim() {
             "client" => Ok(AgentWire::Client),
             "api" => Ok(AgentWire::Api),
-            o => Err(format!("agent wire {o:?}: expected client or api")),
+            o => Err(ModeError::AgentWire(o.to_owned())),
         }
     }
 }
@@ -90,15 +133,13 @@ impl fmt::Display for WatchMode {
 }
 
 impl FromStr for WatchMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ModeError;
+    fn from_str(s: &str) -> Result<Self, ModeError> {
         match s.trim() {
             "streaming" => Ok(WatchMode::Streaming),
             "blocking" => Ok(WatchMode::Blocking),
             "http" => Ok(WatchMode::Http),
-            o => Err(format!(
-                "watch mode {o:?}: expected streaming, blocking or http"
-            )),
+            o => Err(ModeError::WatchMode(o.to_owned())),
         }
     }
 }
@@ -129,25 +170,27 @@ impl fmt::Display for SeedService {
 }
 
 impl FromStr for SeedService {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ModeError;
+    fn from_str(s: &str) -> Result<Self, ModeError> {
         let (name, count) = s
             .split_once('=')
-            .ok_or_else(|| format!("seed service {s:?}: expected NAME=COUNT (e.g. big=5000)"))?;
+            .ok_or_else(|| ModeError::SeedShape(s.to_owned()))?;
         let name = name.trim();
         if name.is_empty() || name.contains(['/', '?', '#', ' ', '{', '}']) {
-            return Err(format!(
-                "seed service {s:?}: {name:?} is not a service name"
-            ));
+            return Err(ModeError::SeedName {
+                given: s.to_owned(),
+                name: name.to_owned(),
+            });
         }
         let count: u32 = count
             .trim()
             .parse()
-            .map_err(|_| format!("seed service {s:?}: the count must be a whole number"))?;
+            .map_err(|source| ModeError::SeedCount {
+                given: s.to_owned(),
+                source,
+            })?;
         if !(1..=MAX_SEED).contains(&count) {
-            return Err(format!(
-                "seed service {s:?}: the count must be 1 to {MAX_SEED}"
-            ));
+            return Err(ModeError::SeedRange(s.to_owned()));
         }
         Ok(SeedService {
             name: name.to_owned(),

@@ -8,6 +8,42 @@ pub struct NamePattern {
     parts: Vec<Part>,
 }
 
+/// Why a name pattern does not parse: one variant per mistake, each
+/// naming the pattern as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    /// A `{` with no `}` after it.
+    #[error("name {0:?}: unclosed '{{'")]
+    Unclosed(String),
+    /// `{i%N}` whose `N` is not a number.
+    #[error("name {name:?}: {{{inner}}}: N must be a number")]
+    Modulo {
+        /// The pattern.
+        name: String,
+        /// What the braces hold.
+        inner: String,
+        /// Why `N` is not a number.
+        source: std::num::ParseIntError,
+    },
+    /// `{i%0}`.
+    #[error("name {0:?}: {{i%0}} divides by zero")]
+    ZeroModulo(String),
+    /// Braces around something other than `i` or `i%N`.
+    #[error("name {name:?}: unknown pattern {{{inner}}} (use {{i}} or {{i%N}})")]
+    Unknown {
+        /// The pattern.
+        name: String,
+        /// What the braces hold.
+        inner: String,
+    },
+    /// A `}` with no `{` before it.
+    #[error("name {0:?}: unmatched '}}'")]
+    Unmatched(String),
+    /// An empty name.
+    #[error("empty service name")]
+    Empty,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Part {
     Lit(String),
@@ -21,45 +57,48 @@ impl NamePattern {
     }
 
     /// Parses a name; `{i}` is the agent index, `{i%N}` the index modulo `N`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, PatternError> {
         let mut parts = Vec::new();
         let mut rest = s;
+        let name = || s.to_owned();
         while let Some(open) = rest.find('{') {
             if open > 0 {
                 parts.push(Part::Lit(rest[..open].to_owned()));
             }
             let close = rest[open..]
                 .find('}')
-                .ok_or_else(|| format!("name {s:?}: unclosed '{{'"))?
+                .ok_or_else(|| PatternError::Unclosed(name()))?
                 + open;
             let inner = rest[open + 1..close].trim();
             let part = if inner == "i" {
                 Part::Index { modulo: None }
             } else if let Some(m) = inner.strip_prefix("i%") {
-                let n: u64 = m
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("name {s:?}: {{{inner}}}: N must be a number"))?;
+                let n: u64 = m.trim().parse().map_err(|source| PatternError::Modulo {
+                    name: name(),
+                    inner: inner.to_owned(),
+                    source,
+                })?;
                 if n == 0 {
-                    return Err(format!("name {s:?}: {{i%0}} divides by zero"));
+                    return Err(PatternError::ZeroModulo(name()));
                 }
                 Part::Index { modulo: Some(n) }
             } else {
-                return Err(format!(
-                    "name {s:?}: unknown pattern {{{inner}}} (use {{i}} or {{i%N}})"
-                ));
+                return Err(PatternError::Unknown {
+                    name: name(),
+                    inner: inner.to_owned(),
+                });
             };
             parts.push(part);
             rest = &rest[close + 1..];
         }
         if rest.contains('}') {
-            return Err(format!("name {s:?}: unmatched '}}'"));
+            return Err(PatternError::Unmatched(name()));
         }
         if !rest.is_empty() {
             parts.push(Part::Lit(rest.to_owned()));
         }
         if parts.is_empty() {
-            return Err("empty service name".into());
+            return Err(PatternError::Empty);
         }
         Ok(NamePattern { parts })
     }

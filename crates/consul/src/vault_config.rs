@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use crate::ConsulError;
-
 /// Vault's default `max_parallel` (the permit pool of its storage calls).
 pub const MAX_PARALLEL: usize = 128;
 /// Vault's and Consul's lock session TTL (`api.DefaultLockSessionTTL`).
@@ -27,24 +25,111 @@ pub struct Burst {
     pub tokens: u32,
 }
 
+/// Why a Vault setting is refused, or a burst does not parse: one variant
+/// per rule, its words without the field ([`VaultConfigError::field`]
+/// names it).
+#[derive(Debug, thiserror::Error)]
+pub enum VaultConfigError {
+    /// A burst that is not `key=value` pairs of `at` and `tokens` (the
+    /// scenario parser's words).
+    #[error("{0}")]
+    BurstSyntax(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A burst's `tokens` that is not a whole number.
+    #[error("tokens={given}: not a whole number")]
+    BurstTokens {
+        /// The value as written.
+        given: String,
+        /// Why it does not parse.
+        source: std::num::ParseIntError,
+    },
+    /// A burst of 0 or more than [`VaultConfig::MAX_BURST`] token creates.
+    #[error("tokens={0}: give 1 to {max} token creates", max = VaultConfig::MAX_BURST)]
+    BurstSize(u32),
+    /// A burst without `at` or without `tokens`.
+    #[error("{0:?}: expected at=T,tokens=N (e.g. at=30s,tokens=5000)")]
+    BurstShape(String),
+    /// Not 1 to 16 Vault servers.
+    #[error("{0} Vault servers: give 1 to 16")]
+    Nodes(u32),
+    /// A token rate out of 0 to 100000 per second.
+    #[error("a rate from 0 to 100000 tokens per second")]
+    TokenRate,
+    /// A token TTL out of 1 s to 24 h.
+    #[error("from 1s to 24h")]
+    TokenTtl,
+    /// `max_parallel` out of 1 to 4096.
+    #[error("from 1 to 4096")]
+    MaxParallel,
+    /// A lock session TTL Consul refuses.
+    #[error("Consul accepts session TTLs from 10s to 24h")]
+    SessionTtl,
+    /// A lock wait out of 1 s to 10 min.
+    #[error("from 1s to 10m")]
+    LockWait,
+    /// `read_back_every` of 0.
+    #[error("at least 1")]
+    ReadBackEvery,
+    /// A check interval under 100 ms.
+    #[error("at least 100ms")]
+    CheckEvery,
+    /// A path with characters Vault's path does not take, or too long.
+    #[error("{0:?}: letters, digits, '/', '-', '_', '.' (no '//'), at most 200")]
+    PathChars(String),
+    /// A path outside the run's own part of the KV store.
+    #[error(
+        "{path:?}: the run removes everything under its Vault path at the end, so the path \
+         must be the run's own, under its name prefix ({prefix}/...)"
+    )]
+    PathNotOwn {
+        /// The path in force.
+        path: String,
+        /// The run's name prefix.
+        prefix: String,
+    },
+}
+
+impl VaultConfigError {
+    /// The [`VaultConfig`] setting refused (as the CLI names its flag).
+    pub fn field(&self) -> &'static str {
+        use VaultConfigError as E;
+        match self {
+            E::BurstSyntax(_) | E::BurstTokens { .. } | E::BurstSize(_) | E::BurstShape(_) => {
+                "vault.burst"
+            }
+            E::Nodes(_) => "vault.nodes",
+            E::TokenRate => "vault.tokens",
+            E::TokenTtl => "vault.token_ttl",
+            E::MaxParallel => "vault.max_parallel",
+            E::SessionTtl => "vault.session_ttl",
+            E::LockWait => "vault.lock_wait",
+            E::ReadBackEvery => "vault.read_back_every",
+            E::CheckEvery => "vault.check_every",
+            E::PathChars(_) | E::PathNotOwn { .. } => "vault.path",
+        }
+    }
+}
+
+/// A scenario parser's refusal of a burst (its own error type, or text).
+fn syntax(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> VaultConfigError {
+    VaultConfigError::BurstSyntax(e.into())
+}
+
 impl std::str::FromStr for Burst {
-    type Err = String;
+    type Err = VaultConfigError;
     /// `at=T,tokens=N` (both required).
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, VaultConfigError> {
         use agent_sim_fleet::scenario::{duration_of, pairs};
         let (mut at, mut tokens) = (None, None);
-        for (k, v) in pairs(s, &["at", "tokens"])? {
+        for (k, v) in pairs(s, &["at", "tokens"]).map_err(syntax)? {
             match k {
-                "at" => at = Some(duration_of(k, v)?),
+                "at" => at = Some(duration_of(k, v).map_err(syntax)?),
                 _ => {
-                    let n: u32 = v
-                        .parse()
-                        .map_err(|_| format!("tokens={v}: not a whole number"))?;
+                    let n: u32 = v.parse().map_err(|source| VaultConfigError::BurstTokens {
+                        given: v.to_owned(),
+                        source,
+                    })?;
                     if n == 0 || n > VaultConfig::MAX_BURST {
-                        return Err(format!(
-                            "tokens={v}: give 1 to {} token creates",
-                            VaultConfig::MAX_BURST
-                        ));
+                        return Err(VaultConfigError::BurstSize(n));
                     }
                     tokens = Some(n);
                 }
@@ -52,9 +137,7 @@ impl std::str::FromStr for Burst {
         }
         match (at, tokens) {
             (Some(at), Some(tokens)) => Ok(Burst { at, tokens }),
-            _ => Err(format!(
-                "{s:?}: expected at=T,tokens=N (e.g. at=30s,tokens=5000)"
-            )),
+            _ => Err(VaultConfigError::BurstShape(s.to_owned())),
         }
     }
 }
@@ -134,65 +217,45 @@ impl Default for VaultConfig {
     }
 }
 
-fn invalid(field: &'static str, reason: impl Into<String>) -> ConsulError {
-    ConsulError::Invalid {
-        field,
-        reason: reason.into(),
-    }
-}
-
 impl VaultConfig {
     /// Most token creates in one burst.
     pub const MAX_BURST: u32 = 1_000_000;
 
     /// Checks every setting; `prefix` is the run's name prefix.
-    pub fn validate(&self, prefix: &str) -> Result<(), ConsulError> {
+    pub fn validate(&self, prefix: &str) -> Result<(), VaultConfigError> {
+        use VaultConfigError as E;
+        let within = |d: Duration, lo: Duration, hi: Duration| (lo..=hi).contains(&d);
+        let (second, day) = (Duration::from_secs(1), Duration::from_secs(86_400));
         if !(1..=16).contains(&self.nodes) {
-            return Err(invalid(
-                "vault.nodes",
-                format!("{} Vault servers: give 1 to 16", self.nodes),
-            ));
+            return Err(E::Nodes(self.nodes));
         }
         if !self.tokens_per_s.is_finite() || !(0.0..=100_000.0).contains(&self.tokens_per_s) {
-            return Err(invalid(
-                "vault.tokens",
-                "a rate from 0 to 100000 tokens per second",
-            ));
+            return Err(E::TokenRate);
         }
-        if self.token_ttl < Duration::from_secs(1) || self.token_ttl > Duration::from_secs(86_400) {
-            return Err(invalid("vault.token_ttl", "from 1s to 24h"));
+        if !within(self.token_ttl, second, day) {
+            return Err(E::TokenTtl);
         }
-        for b in &self.bursts {
-            if b.tokens == 0 || b.tokens > Self::MAX_BURST {
-                return Err(invalid(
-                    "vault.burst",
-                    format!(
-                        "tokens={}: give 1 to {} token creates",
-                        b.tokens,
-                        Self::MAX_BURST
-                    ),
-                ));
-            }
+        if let Some(b) = self
+            .bursts
+            .iter()
+            .find(|b| b.tokens == 0 || b.tokens > Self::MAX_BURST)
+        {
+            return Err(E::BurstSize(b.tokens));
         }
         if !(1..=4096).contains(&self.max_parallel) {
-            return Err(invalid("vault.max_parallel", "from 1 to 4096"));
+            return Err(E::MaxParallel);
         }
-        if self.session_ttl < Duration::from_secs(10)
-            || self.session_ttl > Duration::from_secs(86_400)
-        {
-            return Err(invalid(
-                "vault.session_ttl",
-                "Consul accepts session TTLs from 10s to 24h",
-            ));
+        if !within(self.session_ttl, Duration::from_secs(10), day) {
+            return Err(E::SessionTtl);
         }
-        if self.lock_wait < Duration::from_secs(1) || self.lock_wait > Duration::from_secs(600) {
-            return Err(invalid("vault.lock_wait", "from 1s to 10m"));
+        if !within(self.lock_wait, second, Duration::from_secs(600)) {
+            return Err(E::LockWait);
         }
         if self.read_back_every == 0 {
-            return Err(invalid("vault.read_back_every", "at least 1"));
+            return Err(E::ReadBackEvery);
         }
         if self.check_every < Duration::from_millis(100) {
-            return Err(invalid("vault.check_every", "at least 100ms"));
+            return Err(E::CheckEvery);
         }
         let path = self.path_for(prefix);
         if path.len() > 200
@@ -201,19 +264,13 @@ impl VaultConfig {
                 .all(|c| c.is_ascii_alphanumeric() || "/-_.".contains(c))
             || path.contains("//")
         {
-            return Err(invalid(
-                "vault.path",
-                format!("{path:?}: letters, digits, '/', '-', '_', '.' (no '//'), at most 200"),
-            ));
+            return Err(E::PathChars(path));
         }
         if !path.starts_with(&format!("{prefix}/")) {
-            return Err(invalid(
-                "vault.path",
-                format!(
-                    "{path:?}: the run removes everything under its Vault path at the end, so \
-                     the path must be the run's own, under its name prefix ({prefix}/...)"
-                ),
-            ));
+            return Err(E::PathNotOwn {
+                path,
+                prefix: prefix.to_owned(),
+            });
         }
         Ok(())
     }
@@ -257,6 +314,7 @@ mod tests {
             "at=30s"
                 .parse::<Burst>()
                 .unwrap_err()
+                .to_string()
                 .contains("at=T,tokens=N")
         );
         assert!("at=1s,tokens=0".parse::<Burst>().is_err());
@@ -275,7 +333,10 @@ mod tests {
     fn bad_settings_are_refused_with_the_field() {
         let ok = VaultConfig::default();
         ok.validate("p").unwrap();
-        let e = |c: VaultConfig| c.validate("p").unwrap_err().to_string();
+        let e = |c: VaultConfig| {
+            let e = c.validate("p").unwrap_err();
+            format!("{}: {e}", e.field())
+        };
         assert!(
             e(VaultConfig {
                 nodes: 0,

@@ -9,10 +9,14 @@ mod common;
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use agent_sim_consul::ca_rotation::rotate_ca;
+use agent_sim_consul::connect::ConnectBoard;
 use agent_sim_consul::modes::AgentWire;
 use agent_sim_consul::{ConsulConfig, ConsulFactory};
 use agent_sim_fleet::FleetStatus;
+use agent_sim_metrics::Metrics;
 use agent_sim_server::consul::{CaConfig, ConsulTargetConfig, RATE_LIMITED};
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +26,51 @@ fn sidecar_agents(t: &common::Target) -> ConsulConfig {
         sidecars: true,
         session_ttl: None,
         ..common::config(t)
+    }
+}
+
+/// A fleet of `agents` sidecar agents running against `t` for `lasting`,
+/// once every agent holds a certificate (waited for up to 50 s).
+struct Certified {
+    m: Metrics,
+    board: Arc<ConnectBoard>,
+    stop: CancellationToken,
+    run: tokio::task::JoinHandle<()>,
+}
+
+impl Certified {
+    async fn start(t: &common::Target, agents: u64, lasting: Duration) -> Self {
+        let m = common::metrics();
+        let factory = ConsulFactory::new(sidecar_agents(t), m.clone()).unwrap();
+        let board = factory
+            .connect_board()
+            .expect("sidecars on the client wire");
+        let fleet = common::fleet_of(agents, None, lasting);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn({
+            let (m, stop) = (m.clone(), stop.clone());
+            async move {
+                let status = Arc::new(FleetStatus::default());
+                let _ = agent_sim_fleet::run(fleet, Arc::new(factory), m, status, stop).await;
+            }
+        });
+        let within = Duration::from_secs(50);
+        agent_sim_testkit::bounded::until(within, "every agent holds a certificate", async || {
+            board.counts().0 == agents
+        })
+        .await;
+        Certified {
+            m,
+            board,
+            stop,
+            run,
+        }
+    }
+
+    /// Stops the fleet and waits for it.
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.run.await;
     }
 }
 
@@ -35,29 +84,10 @@ async fn a_boot_past_the_signing_rate_backs_off_and_every_agent_gets_a_certifica
         ..ConsulTargetConfig::default()
     })
     .await;
-    let m = common::metrics();
     let agents = 60;
-    let factory = ConsulFactory::new(sidecar_agents(&t), m.clone()).unwrap();
-    let board = factory
-        .connect_board()
-        .expect("sidecars on the client wire");
-    let fleet = common::fleet_of(agents, None, Duration::from_secs(60));
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(agent_sim_fleet::run(
-        fleet,
-        std::sync::Arc::new(factory),
-        m.clone(),
-        std::sync::Arc::new(FleetStatus::default()),
-        stop.clone(),
-    ));
-    agent_sim_testkit::bounded::until(
-        Duration::from_secs(50),
-        "every agent holds a certificate",
-        async || board.counts().0 == agents,
-    )
-    .await;
-    stop.cancel();
-    let _ = run.await;
+    let fleet = Certified::start(&t, agents, Duration::from_secs(60)).await;
+    let m = fleet.m.clone();
+    fleet.stop().await;
     let ca = t.state.stats().connect_ca;
     assert_eq!(ca.leaves_signed, agents);
     assert!(ca.sign_rate_limited > 0, "{ca:?}");
@@ -84,23 +114,9 @@ async fn a_boot_past_the_signing_rate_backs_off_and_every_agent_gets_a_certifica
 #[tokio::test(start_paused = true)]
 async fn after_a_rotation_every_agent_holds_a_certificate_of_the_new_root() {
     let t = common::start_target().await;
-    let m = common::metrics();
     let agents = 20;
-    let factory = ConsulFactory::new(sidecar_agents(&t), m.clone()).unwrap();
-    let board = factory.connect_board().unwrap();
-    let fleet = common::fleet_of(agents, None, Duration::from_secs(120));
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(agent_sim_fleet::run(
-        fleet,
-        std::sync::Arc::new(factory),
-        m.clone(),
-        std::sync::Arc::new(FleetStatus::default()),
-        stop.clone(),
-    ));
-    agent_sim_testkit::bounded::until(Duration::from_secs(30), "certificates", async || {
-        board.counts().0 == agents
-    })
-    .await;
+    let fleet = Certified::start(&t, agents, Duration::from_secs(120)).await;
+    let (m, board) = (fleet.m.clone(), fleet.board.clone());
     rotate_ca(&t.api(), Some(&board)).await.unwrap();
     // leafcert's stagger: within 30 s of the roots watch answering.
     agent_sim_testkit::bounded::until(
@@ -109,8 +125,7 @@ async fn after_a_rotation_every_agent_holds_a_certificate_of_the_new_root() {
         async || board.counts().1 == agents,
     )
     .await;
-    stop.cancel();
-    let _ = run.await;
+    fleet.stop().await;
     let ca = t.state.stats().connect_ca;
     assert_eq!(ca.roots_created, 2);
     assert_eq!(ca.leaves_signed, 2 * agents);
@@ -127,23 +142,9 @@ async fn certificates_are_renewed_between_60_and_90_percent_of_their_life() {
         ..ConsulTargetConfig::default()
     })
     .await;
-    let m = common::metrics();
     let agents = 10;
-    let factory = ConsulFactory::new(sidecar_agents(&t), m.clone()).unwrap();
-    let board = factory.connect_board().unwrap();
-    let fleet = common::fleet_of(agents, None, Duration::from_secs(7200));
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(agent_sim_fleet::run(
-        fleet,
-        std::sync::Arc::new(factory),
-        m.clone(),
-        std::sync::Arc::new(FleetStatus::default()),
-        stop.clone(),
-    ));
-    agent_sim_testkit::bounded::until(Duration::from_secs(30), "certificates", async || {
-        board.counts().0 == agents
-    })
-    .await;
+    let fleet = Certified::start(&t, agents, Duration::from_secs(7200)).await;
+    let m = fleet.m.clone();
     let issued = tokio::time::Instant::now();
     // A 1 h leaf: nothing before 36 min, every agent again by 54 min.
     tokio::time::sleep(Duration::from_secs(35 * 60)).await;
@@ -153,7 +154,6 @@ async fn certificates_are_renewed_between_60_and_90_percent_of_their_life() {
     })
     .await;
     assert!(issued.elapsed() <= Duration::from_secs(54 * 60 + 30));
-    stop.cancel();
-    let _ = run.await;
+    fleet.stop().await;
     assert_eq!(t.state.stats().connect_ca.leaves_signed, 2 * agents);
 }

@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use agent_sim_consul::config::{Connection, NamePattern, http_parts};
+use agent_sim_consul::config::{Connection, NamePattern, PatternError, http_parts};
 use agent_sim_consul::{ProbeConfig, ProbeKind};
 
 use crate::DataplaneError;
@@ -130,7 +130,8 @@ impl DataplaneConfig {
     /// Checks every setting without resolving names or opening sockets;
     /// the first problem names the field.
     pub fn validate(&self) -> Result<(), DataplaneError> {
-        self.checked().map(|_| ())
+        self.checked()?;
+        Ok(())
     }
 
     pub(crate) fn prepare(&self) -> Result<Validated, DataplaneError> {
@@ -143,106 +144,21 @@ impl DataplaneConfig {
         Ok(v)
     }
 
-    fn checked(&self) -> Result<Validated, DataplaneError> {
-        let bad =
-            |field: &'static str, reason: String| Err(DataplaneError::Invalid { field, reason });
-        if let Err((field, reason)) = self
-            .conn
-            .check("no target (host:port of a server's gRPC port 8502, or 8503 with TLS)")
-        {
-            return bad(field, reason);
-        }
+    fn checked(&self) -> Result<Validated, ConfigError> {
+        self.conn
+            .check("no target (host:port of a server's gRPC port 8502, or 8503 with TLS)")?;
         let (https, _) = http_parts(&self.http_target());
-        let pattern = |field: &'static str, s: &str| {
-            NamePattern::parse(s).map_err(|reason| DataplaneError::Invalid { field, reason })
-        };
         let upstreams = self
             .upstreams
             .iter()
-            .map(|u| pattern("upstreams", u))
+            .map(|u| NamePattern::parse(u).map_err(ConfigError::Upstream))
             .collect::<Result<Vec<_>, _>>()?;
-        let adopt = match &self.adopt {
-            None => {
-                if self.service_name.is_empty() || self.service_name.contains(['{', '}']) {
-                    return bad(
-                        "service_name",
-                        format!("{:?}: must be one service name", self.service_name),
-                    );
-                }
-                None
-            }
-            Some(a) => {
-                if a.proxy_id.is_empty() {
-                    return bad("adopt", "empty proxy service ID pattern".into());
-                }
-                if a.node.is_empty() {
-                    return bad(
-                        "adopt.node",
-                        "adopting proxies needs their node (e.g. 'node-{i}'), as \
-                         consul-dataplane needs -service-node-name"
-                            .into(),
-                    );
-                }
-                let (p, n) = (
-                    pattern("adopt", &a.proxy_id)?,
-                    pattern("adopt.node", &a.node)?,
-                );
-                if p.is_fixed() && n.is_fixed() {
-                    return bad(
-                        "adopt",
-                        format!(
-                            "{:?} names one proxy for every sidecar: use {{i}} (e.g. \
-                             'web-sidecar-proxy-{{i}}')",
-                            a.proxy_id
-                        ),
-                    );
-                }
-                Some((p, n))
-            }
-        };
+        let adopt = self.adopted()?;
         let envoy_version = match &self.envoy_version {
             None => None,
-            Some(v) => match parse_version(v) {
-                Some(t) => Some(t),
-                None => return bad("envoy_version", format!("{v:?}: expected e.g. 1.29.7")),
-            },
+            Some(v) => Some(parse_version(v).ok_or_else(|| ConfigError::EnvoyVersion(v.clone()))?),
         };
-        let probe_service = match self.probe.kind {
-            None => None,
-            Some(ProbeKind::Intentions | ProbeKind::Kv) => {
-                return bad(
-                    "probe",
-                    "dataplane sidecars time catalog changes (their EDS updates): use \
-                     --probe catalog"
-                        .into(),
-                );
-            }
-            Some(ProbeKind::Catalog) => {
-                let p = &self.probe;
-                if p.every < Duration::from_secs(1) {
-                    return bad("probe.every", "must be at least 1s".into());
-                }
-                if p.timeout().is_zero() || p.timeout() > p.every {
-                    return bad(
-                        "probe.timeout",
-                        format!(
-                            "{:?} must be positive and not exceed the probe interval {:?}",
-                            p.timeout(),
-                            p.every
-                        ),
-                    );
-                }
-                match &p.service {
-                    Some(s) if s.is_empty() || s.contains(['{', '}']) => {
-                        return bad(
-                            "probe.service",
-                            "must be one shared service, not a per-sidecar pattern".into(),
-                        );
-                    }
-                    _ => self.probe_service(),
-                }
-            }
-        };
+        let probe_service = self.checked_probe()?;
         Ok(Validated {
             targets: Vec::new(),
             hosts: Vec::new(),
@@ -255,6 +171,133 @@ impl DataplaneConfig {
             envoy_version,
         })
     }
+
+    /// The proxies taken over (their ID and node patterns), or the service
+    /// each registered proxy fronts checked (`None`).
+    fn adopted(&self) -> Result<Option<(NamePattern, NamePattern)>, ConfigError> {
+        let Some(a) = &self.adopt else {
+            if self.service_name.is_empty() || self.service_name.contains(['{', '}']) {
+                return Err(ConfigError::ServiceName(self.service_name.clone()));
+            }
+            return Ok(None);
+        };
+        if a.proxy_id.is_empty() {
+            return Err(ConfigError::AdoptNoProxy);
+        }
+        if a.node.is_empty() {
+            return Err(ConfigError::AdoptNoNode);
+        }
+        let p = NamePattern::parse(&a.proxy_id).map_err(ConfigError::AdoptProxy)?;
+        let n = NamePattern::parse(&a.node).map_err(ConfigError::AdoptNode)?;
+        if p.is_fixed() && n.is_fixed() {
+            return Err(ConfigError::AdoptOneProxy(a.proxy_id.clone()));
+        }
+        Ok(Some((p, n)))
+    }
+
+    /// The probe's rules (catalog only); the probe service when one runs.
+    fn checked_probe(&self) -> Result<Option<String>, ConfigError> {
+        match self.probe.kind {
+            None => Ok(None),
+            Some(ProbeKind::Intentions | ProbeKind::Kv) => Err(ConfigError::ProbeKind),
+            Some(ProbeKind::Catalog) => {
+                let p = &self.probe;
+                if p.every < Duration::from_secs(1) {
+                    return Err(ConfigError::ProbeEvery);
+                }
+                if p.timeout().is_zero() || p.timeout() > p.every {
+                    return Err(ConfigError::ProbeTimeout {
+                        timeout: p.timeout(),
+                        every: p.every,
+                    });
+                }
+                match &p.service {
+                    Some(s) if s.is_empty() || s.contains(['{', '}']) => {
+                        Err(ConfigError::ProbeService)
+                    }
+                    _ => Ok(self.probe_service()),
+                }
+            }
+        }
+    }
+}
+
+/// Why a [`DataplaneConfig`] is refused: one variant per rule, its words
+/// without the field ([`ConfigError::field`] names it;
+/// [`DataplaneError::Invalid`] says both).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A connection rule shared with the Consul agents.
+    #[error(transparent)]
+    Connection(#[from] agent_sim_consul::ConfigError),
+    /// An upstream pattern that does not parse.
+    #[error(transparent)]
+    Upstream(PatternError),
+    /// A service name that is empty or a pattern.
+    #[error("{0:?}: must be one service name")]
+    ServiceName(String),
+    /// Adoption without a proxy service ID pattern.
+    #[error("empty proxy service ID pattern")]
+    AdoptNoProxy,
+    /// Adoption without the proxies' node.
+    #[error(
+        "adopting proxies needs their node (e.g. 'node-{{i}}'), as consul-dataplane needs \
+         -service-node-name"
+    )]
+    AdoptNoNode,
+    /// An adopted proxy ID pattern that does not parse.
+    #[error(transparent)]
+    AdoptProxy(PatternError),
+    /// An adopted node pattern that does not parse.
+    #[error(transparent)]
+    AdoptNode(PatternError),
+    /// One proxy named for every sidecar.
+    #[error("{0:?} names one proxy for every sidecar: use {{i}} (e.g. 'web-sidecar-proxy-{{i}}')")]
+    AdoptOneProxy(String),
+    /// An Envoy version that is not `major.minor.patch`.
+    #[error("{0:?}: expected e.g. 1.29.7")]
+    EnvoyVersion(String),
+    /// A probe kind the sidecars do not time.
+    #[error("dataplane sidecars time catalog changes (their EDS updates): use --probe catalog")]
+    ProbeKind,
+    /// A probe interval under 1 s.
+    #[error("must be at least 1s")]
+    ProbeEvery,
+    /// A probe timeout of zero or longer than the probe interval.
+    #[error("{timeout:?} must be positive and not exceed the probe interval {every:?}")]
+    ProbeTimeout {
+        /// The timeout in force.
+        timeout: Duration,
+        /// The probe interval.
+        every: Duration,
+    },
+    /// A probe service that is empty or a per-sidecar pattern.
+    #[error("must be one shared service, not a per-sidecar pattern")]
+    ProbeService,
+    /// A token that gRPC metadata cannot carry.
+    #[error("not a valid gRPC metadata value")]
+    Token(#[source] tonic::metadata::errors::InvalidMetadataValue),
+}
+
+impl ConfigError {
+    /// The [`DataplaneConfig`] field refused (as named in the struct,
+    /// `adopt.node` for nested ones).
+    pub fn field(&self) -> &'static str {
+        use ConfigError as E;
+        match self {
+            E::Connection(e) => e.field(),
+            E::Upstream(_) => "upstreams",
+            E::ServiceName(_) => "service_name",
+            E::AdoptNoProxy | E::AdoptProxy(_) | E::AdoptOneProxy(_) => "adopt",
+            E::AdoptNoNode | E::AdoptNode(_) => "adopt.node",
+            E::EnvoyVersion(_) => "envoy_version",
+            E::ProbeKind => "probe",
+            E::ProbeEvery => "probe.every",
+            E::ProbeTimeout { .. } => "probe.timeout",
+            E::ProbeService => "probe.service",
+            E::Token(_) => "token",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -263,7 +306,7 @@ mod tests {
 
     fn invalid(c: &DataplaneConfig) -> &'static str {
         match c.validate() {
-            Err(DataplaneError::Invalid { field, .. }) => field,
+            Err(DataplaneError::Invalid(e)) => e.field(),
             other => panic!("expected a refusal, got {other:?}"),
         }
     }

@@ -33,7 +33,7 @@ pub mod xds;
 mod agent;
 
 pub use agent::{DataplaneAgent, DataplaneFactory, node_name};
-pub use config::{Adopt, DataplaneConfig};
+pub use config::{Adopt, ConfigError, DataplaneConfig};
 
 use agent_sim_metrics::MetricsSpec;
 
@@ -46,28 +46,21 @@ pub const KIND: &str = "consul-dataplane";
 pub enum DataplaneError {
     /// A setting of [`DataplaneConfig`] is invalid: the field (as named in
     /// the struct, `adopt.node` for nested ones) and why, in one line.
-    #[error("{field}: {reason}")]
-    Invalid {
-        /// The [`DataplaneConfig`] field.
-        field: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The configuration cannot be used (setup).
+    #[error("{field}: {0}", field = .0.field())]
+    Invalid(#[from] config::ConfigError),
+    /// The configuration cannot be used (setup: TLS, the HTTP API client).
     #[error("consul-dataplane: {0}")]
-    Config(String),
-    /// The metrics recorder lacks names of [`metrics_spec`].
+    Consul(#[source] agent_sim_consul::ConsulError),
+    /// The metrics recorder lacks a name of [`metrics_spec`].
     #[error("consul-dataplane metrics: {0}")]
-    Metrics(String),
+    Metrics(#[from] agent_sim_consul::Undeclared),
 }
 
 impl From<agent_sim_consul::ConsulError> for DataplaneError {
     fn from(e: agent_sim_consul::ConsulError) -> Self {
         match e {
-            agent_sim_consul::ConsulError::Invalid { field, reason } => {
-                DataplaneError::Invalid { field, reason }
-            }
-            e => DataplaneError::Config(e.to_string()),
+            agent_sim_consul::ConsulError::Invalid(e) => DataplaneError::Invalid(e.into()),
+            e => DataplaneError::Consul(e),
         }
     }
 }
@@ -145,6 +138,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    RESOURCE_EXHAUSTED: sidecars try the next --target after a backoff; give \
                    several servers, or fewer sidecars per server",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "proxy_not_found",
@@ -152,6 +146,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    found / node not found): with --adopt, check the pattern and --adopt-node; \
                    otherwise the registration was lost (the sidecar registers again)",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "envoy_version_unsupported",
@@ -159,6 +154,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    'Envoy 1.20.0 is too old and is not supported by Consul'; it refuses versions \
                    older than it supports, newer ones pass): set --envoy-version",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "xds_decode",
@@ -166,17 +162,20 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
                    the stream): the session ends and the sidecar reconnects with backoff, \
                    offering the versions it holds",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "xds_invalid_request",
             hint: "the server refused the xDS stream (INVALID_ARGUMENT); its words say why",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "wrong_port_rpc",
             hint: "--target is the server RPC port 8300: dataplanes connect to the gRPC port \
                    (8502, TLS 8503)",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         agent_sim_consul::ACL_NOT_FOUND,
         K {
@@ -184,20 +183,32 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             hint: "--token: the token lacks service:write on the proxies' services (or \
                    node:write to register them)",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         K {
             kind: "grpc_unavailable",
             hint: "the server closed the stream or is not reachable on its gRPC port; sidecars \
                    reconnect with backoff and resume with their resource versions",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         agent_sim_consul::TXN_ROLLBACK,
         agent_sim_consul::PROBE_OVERHEAD_HIGH,
+        agent_sim_consul::H2_HANDSHAKE,
+        K {
+            kind: "xds_nack",
+            hint: "a resource of a Delta xDS response did not decode (another type than the \
+                   response's, or bytes that are not the message): the sidecar NACKs the \
+                   response as Envoy does and keeps what it had; the sample names the resource",
+            heals: true,
+            said_by: agent_sim_metrics::Speaker::Local,
+        },
         K {
             kind: "tls_handshake",
             hint: "TLS to the gRPC port failed: --ca-file, --tls-server-name, --cert-file / \
                    --key-file; or the port is the plaintext 8502",
             heals: false,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
     ]
 };

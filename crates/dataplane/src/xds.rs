@@ -156,20 +156,75 @@ pub fn endpoints(cla: &ClusterLoadAssignment) -> Vec<(String, i32)> {
     out
 }
 
+/// Why a response is NACKed: a resource that does not decode. Its words
+/// go to the server as the NACK's `error_detail` and into the run's
+/// `xds_nack` count.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NackError {
+    /// The wrapper holds no resource.
+    #[error("{what} {name:?}: no resource")]
+    Missing {
+        /// `cluster` or `endpoints`.
+        what: &'static str,
+        /// The resource's name.
+        name: String,
+    },
+    /// The resource is of another type than the response's.
+    #[error("{what} {name:?}: type {type_url}")]
+    WrongType {
+        /// `cluster` or `endpoints`.
+        what: &'static str,
+        /// The resource's name.
+        name: String,
+        /// The type it says it is.
+        type_url: String,
+    },
+    /// The resource's bytes do not decode.
+    #[error("{what} {name:?}: {source}")]
+    Decode {
+        /// `cluster` or `endpoints`.
+        what: &'static str,
+        /// The resource's name.
+        name: String,
+        /// What the decoder said.
+        source: prost::DecodeError,
+    },
+}
+
+impl NackError {
+    /// The error kind a NACK is counted as (every variant: `xds_nack`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            NackError::Missing { .. } | NackError::WrongType { .. } | NackError::Decode { .. } => {
+                "xds_nack"
+            }
+        }
+    }
+}
+
 /// The message of a response resource of type `type_url` (`what` names it
 /// in the NACK's words).
 fn decode_resource<M: Message + Default>(
     r: &Resource,
     type_url: &str,
-    what: &str,
-) -> Result<M, String> {
+    what: &'static str,
+) -> Result<M, NackError> {
+    let name = || r.name.clone();
     let Some(any) = &r.resource else {
-        return Err(format!("{what} {:?}: no resource", r.name));
+        return Err(NackError::Missing { what, name: name() });
     };
     if any.type_url != type_url {
-        return Err(format!("{what} {:?}: type {}", r.name, any.type_url));
+        return Err(NackError::WrongType {
+            what,
+            name: name(),
+            type_url: any.type_url.clone(),
+        });
     }
-    M::decode(&*any.value).map_err(|e| format!("{what} {:?}: {e}", r.name))
+    M::decode(&*any.value).map_err(|source| NackError::Decode {
+        what,
+        name: name(),
+        source,
+    })
 }
 
 /// Decodes every resource of `resp` before anything changes (a NACK
@@ -178,10 +233,10 @@ fn decode_resource<M: Message + Default>(
 fn decode_all<M: Message + Default, X>(
     resp: &DeltaDiscoveryResponse,
     type_url: &str,
-    what: &str,
+    what: &'static str,
     own_name: impl Fn(&M) -> String,
     read: impl Fn(&M, &str) -> X,
-) -> Result<Vec<(String, String, X)>, String> {
+) -> Result<Vec<(String, String, X)>, NackError> {
     let mut parsed = Vec::with_capacity(resp.resources.len());
     for r in &resp.resources {
         let m: M = decode_resource(r, type_url, what)?;
@@ -230,7 +285,7 @@ pub struct Handled {
     /// Requests to send, in order (the ACK or NACK first).
     pub requests: Vec<DeltaDiscoveryRequest>,
     /// The response was NACKed (why).
-    pub nacked: Option<String>,
+    pub nacked: Option<NackError>,
     /// The response carried endpoints (an EDS update).
     pub eds: bool,
     /// The probe endpoint's presence changed to this (a probe delivery).
@@ -335,7 +390,7 @@ impl XdsState {
         match r {
             Ok(()) => out.requests.insert(0, ack(&resp.type_url, &resp.nonce)),
             Err(why) => {
-                out.requests = vec![nack(&resp.type_url, &resp.nonce, &why)];
+                out.requests = vec![nack(&resp.type_url, &resp.nonce, &why.to_string())];
                 out.probe = None;
                 out.eds = false;
                 out.nacked = Some(why);
@@ -348,7 +403,7 @@ impl XdsState {
         &mut self,
         resp: &DeltaDiscoveryResponse,
         out: &mut Handled,
-    ) -> Result<(), String> {
+    ) -> Result<(), NackError> {
         let own_name = |c: &Cluster| c.name.clone();
         let parsed = decode_all(resp, CLUSTER_TYPE, "cluster", own_name, |c, _| is_eds(c))?;
         self.cds_this_stream = true;
@@ -389,7 +444,7 @@ impl XdsState {
         &mut self,
         resp: &DeltaDiscoveryResponse,
         out: &mut Handled,
-    ) -> Result<(), String> {
+    ) -> Result<(), NackError> {
         let own_name = |cla: &ClusterLoadAssignment| cla.cluster_name.clone();
         // Whether the probe endpoint is in the probe cluster's assignment.
         let probe = |cla: &ClusterLoadAssignment, name: &str| match &self.probe {
@@ -571,7 +626,7 @@ mod tests {
         let n = &h.requests[0];
         assert_eq!(n.response_nonce, "00000001");
         assert_eq!(n.error_detail.as_ref().unwrap().code, INVALID_ARGUMENT);
-        assert!(h.nacked.unwrap().contains("web.x"));
+        assert!(h.nacked.unwrap().to_string().contains("web.x"));
         assert!(x.cluster_names().is_empty());
         // A wrongly typed resource too.
         let mut wrong = cluster("web.x", true);

@@ -9,8 +9,18 @@
 //! | [`ReconnectPolicy::FullJitter`] | uniform in `[0, step]` |
 //! | [`ReconnectPolicy::Fixed`] | exactly `min`, every time (no jitter: synchronized) |
 //! | [`ReconnectPolicy::None`] | zero: reconnect at once (the synchronized burst) |
+//! | [`ReconnectPolicy::SensuAgent`] | sensu-agent's own: see below |
 //!
 //! A session that reached steady state resets the step to `min`.
+//!
+//! `sensu-agent` is what a real Sensu Go 6.12 agent does (`agent.go`
+//! `connectWithBackoff` over `util/retry`, defaults `--retry-min 1s
+//! --retry-max 120s --retry-multiplier 2`): after a session it held, the
+//! first attempt goes at once; after a failed attempt it waits `min`
+//! exactly, and each wait after that is the last one times two plus up to
+//! 100 % of that at random, capped at `max`. So a backend restart meets
+//! every agent at once, and a second time one `min` later, before the
+//! jitter spreads them.
 
 use std::fmt;
 use std::str::FromStr;
@@ -28,6 +38,9 @@ pub enum ReconnectPolicy {
     Fixed,
     /// No delay at all.
     None,
+    /// A real sensu-agent's: at once after a held session, then `min`, then
+    /// each wait doubled plus up to 100 % at random, capped at `max`.
+    SensuAgent,
 }
 
 impl ReconnectPolicy {
@@ -38,6 +51,7 @@ impl ReconnectPolicy {
             ReconnectPolicy::FullJitter => "full-jitter",
             ReconnectPolicy::Fixed => "fixed",
             ReconnectPolicy::None => "none",
+            ReconnectPolicy::SensuAgent => "sensu-agent",
         }
     }
 }
@@ -48,17 +62,21 @@ impl fmt::Display for ReconnectPolicy {
     }
 }
 
+/// A `--reconnect` value that names no policy (the text as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?}: expected exponential, full-jitter, fixed, none or sensu-agent")]
+pub struct UnknownPolicy(pub String);
+
 impl FromStr for ReconnectPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownPolicy;
+    fn from_str(s: &str) -> Result<Self, UnknownPolicy> {
         match s.trim() {
             "exponential" => Ok(ReconnectPolicy::Exponential),
             "full-jitter" | "full_jitter" => Ok(ReconnectPolicy::FullJitter),
             "fixed" => Ok(ReconnectPolicy::Fixed),
             "none" => Ok(ReconnectPolicy::None),
-            o => Err(format!(
-                "{o:?}: expected exponential, full-jitter, fixed or none"
-            )),
+            "sensu-agent" | "sensu_agent" => Ok(ReconnectPolicy::SensuAgent),
+            o => Err(UnknownPolicy(o.into())),
         }
     }
 }
@@ -77,6 +95,8 @@ pub struct Backoff {
     min: Duration,
     max: Duration,
     current: Duration,
+    /// `sensu-agent`: the next attempt goes at once (a held session ended).
+    at_once: bool,
 }
 
 impl Backoff {
@@ -96,40 +116,41 @@ impl Backoff {
             min,
             max,
             current: min,
+            at_once: false,
         }
     }
 
-    /// The next delay (see the module table); the step then doubles.
+    /// The next delay (see the module table); the step then grows.
     pub fn next_delay(&mut self) -> Duration {
+        if self.policy == ReconnectPolicy::SensuAgent {
+            return self.next_sensu_agent();
+        }
         let step = self.current;
         self.current = (self.current * 2).min(self.max.max(self.min));
         match self.policy {
             ReconnectPolicy::Exponential => step.mul_f64(0.5 + 0.5 * fastrand::f64()),
             ReconnectPolicy::FullJitter => step.mul_f64(fastrand::f64()),
             ReconnectPolicy::Fixed => self.min,
-            ReconnectPolicy::None => Duration::ZERO,
+            ReconnectPolicy::None | ReconnectPolicy::SensuAgent => Duration::ZERO,
         }
     }
 
-    /// The next delay after the server said it is overloaded (an HTTP 429):
-    /// as sensu-go's agent does, the start, the cap and the growth of the
-    /// backoff are doubled for it (the step at least twice the minimum,
-    /// the next one four times this one, both capped at twice the cap).
-    pub fn next_delay_overloaded(&mut self) -> Duration {
-        let cap = self.max.max(self.min) * 2;
-        let step = (self.current * 2).max(self.min * 2).min(cap);
-        self.current = (step * 4).min(cap);
-        match self.policy {
-            ReconnectPolicy::Exponential => step.mul_f64(0.5 + 0.5 * fastrand::f64()),
-            ReconnectPolicy::FullJitter => step.mul_f64(fastrand::f64()),
-            ReconnectPolicy::Fixed => self.min * 2,
-            ReconnectPolicy::None => Duration::ZERO,
+    /// sensu-agent's wait: at once after a held session, else the current
+    /// wait (capped), the one after it doubled plus up to 100 % at random.
+    fn next_sensu_agent(&mut self) -> Duration {
+        if std::mem::take(&mut self.at_once) {
+            return Duration::ZERO;
         }
+        let cap = self.max.max(self.min);
+        let wait = self.current.min(cap);
+        self.current = (wait * 2).mul_f64(1.0 + fastrand::f64()).min(cap);
+        wait
     }
 
     /// Back to the smallest step (after a session that worked).
     pub fn reset(&mut self) {
         self.current = self.min;
+        self.at_once = self.policy == ReconnectPolicy::SensuAgent;
     }
 
     /// The policy.
@@ -198,19 +219,27 @@ mod tests {
     }
 
     #[test]
-    fn an_overloaded_server_doubles_start_cap_and_growth() {
-        let mut b = Backoff::with_policy(ReconnectPolicy::Fixed, MIN, MAX);
-        assert_eq!(b.next_delay_overloaded(), MIN * 2);
-        let mut b = Backoff::new(MIN, MAX);
-        // First: a step of twice the minimum.
-        let d = b.next_delay_overloaded();
-        assert!(d >= MIN && d <= MIN * 2, "{d:?}");
-        // Then four times that, where a plain failure would double it.
-        let d = b.next_delay();
-        assert!(d >= MIN * 4 && d <= MIN * 8, "{d:?}");
-        // Capped at twice the cap.
-        for _ in 0..20 {
-            assert!(b.next_delay_overloaded() <= MAX * 2);
+    fn sensu_agent_waits_min_then_doubles_with_up_to_full_jitter() {
+        let (min, max) = (Duration::from_secs(1), Duration::from_secs(120));
+        for _ in 0..50 {
+            let mut b = Backoff::with_policy(ReconnectPolicy::SensuAgent, min, max);
+            // A failed first attempt: exactly min, no jitter.
+            assert_eq!(b.next_delay(), min);
+            // Then twice the last wait plus up to 100 % of that, capped.
+            let mut last = min;
+            for _ in 0..12 {
+                let d = b.next_delay();
+                assert!(
+                    d >= (last * 2).min(max) && d <= (last * 4).min(max),
+                    "{d:?} after {last:?}"
+                );
+                last = d;
+            }
+            assert_eq!(last, max, "the cap is reached within a dozen failures");
+            // A held session ends: the first attempt at once, then min.
+            b.reset();
+            assert_eq!(b.next_delay(), Duration::ZERO);
+            assert_eq!(b.next_delay(), min);
         }
     }
 
@@ -230,6 +259,7 @@ mod tests {
             ReconnectPolicy::FullJitter,
             ReconnectPolicy::Fixed,
             ReconnectPolicy::None,
+            ReconnectPolicy::SensuAgent,
         ] {
             assert_eq!(p.to_string().parse::<ReconnectPolicy>().unwrap(), p);
         }

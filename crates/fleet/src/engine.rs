@@ -15,12 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_sim_metrics::{CounterId, Metrics};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backoff::Backoff;
+use crate::boot::{Boot, Schedule};
 use crate::ceiling::Ceilings;
 use crate::driver;
 use crate::freeze::{Freezer, Frozen};
@@ -38,8 +39,12 @@ pub struct FleetConfig {
     pub agents: u64,
     /// Global index of the first agent (shards get disjoint ranges).
     pub first_index: u64,
-    /// Agents started per second; `None` starts them all at once.
+    /// Agents started per second; `None` starts them all at once (unless
+    /// `boot_window` is set).
     pub ramp: Option<Rate>,
+    /// Start each agent at a uniform random moment of this window instead
+    /// of on the ramp (`ramp` must then be `None`).
+    pub boot_window: Option<Duration>,
     /// Most dials + handshakes in flight at once.
     pub max_dialing: usize,
     /// Delay between sessions of one agent.
@@ -75,6 +80,7 @@ impl Default for FleetConfig {
             agents: 1,
             first_index: 0,
             ramp: Some(Rate::per_second(500.0)),
+            boot_window: None,
             max_dialing: 256,
             backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
             duration: None,
@@ -122,7 +128,23 @@ impl FleetConfig {
         {
             return bad("ramp", "must be a positive rate");
         }
+        match self.boot_window {
+            Some(_) if self.ramp.is_some() => {
+                return bad("boot_window", "and a ramp both set: choose one");
+            }
+            Some(w) if w.is_zero() => return bad("boot_window", "must be longer than zero"),
+            _ => {}
+        }
         Ok(())
+    }
+
+    /// How the agents start (the ramp, the boot window, or all at once).
+    pub fn boot(&self) -> Boot {
+        match (self.boot_window, self.ramp) {
+            (Some(w), _) => Boot::Window(w),
+            (None, Some(rate)) => Boot::Ramp(rate),
+            (None, None) => Boot::AllAtOnce,
+        }
     }
 }
 
@@ -191,9 +213,7 @@ pub async fn run<F: AgentFactory>(
     // sessions gauge is read before any agent sees the cancellation.
     let run_token = CancellationToken::new();
     let tracker = TaskTracker::new();
-    let dial_gate = Arc::new(Semaphore::new(cfg.max_dialing.max(1)));
     let start = Instant::now();
-    let reconnect_attempts = metrics.counter(COUNTER_RECONNECT_ATTEMPTS);
     let plan = Arc::new(cfg.scenario.clone());
     let freezer = Freezer::new(&plan, cfg.agents, start).map(Arc::new);
     let ledger = Arc::new(Ledger::new(LedgerSetup {
@@ -216,29 +236,7 @@ pub async fn run<F: AgentFactory>(
         &run_token,
     );
     let all_connected_at = watch_all_connected(status.clone(), cfg.agents, start, &run_token);
-    let servers = (cfg.servers.len() > 1).then(|| {
-        status
-            .servers
-            .get_or_init(|| Arc::new(ServerBoard::new(cfg.servers.clone())))
-            .clone()
-    });
-    let template = AgentEnv {
-        index: 0,
-        ceilings: Arc::new(Ceilings::new(&cfg.source_addrs)),
-        bind_addr: None,
-        run: run_token.clone(),
-        freezer: freezer.clone(),
-        metrics: metrics.clone(),
-        dial_gate,
-        backoff: cfg.backoff.clone(),
-        ever: status.ever_connected.clone(),
-        live: status.connected.clone(),
-        reconnect_attempts,
-        grace: cfg.grace,
-        ledger: ledger.clone(),
-        servers,
-        n: 0,
-    };
+    let template = agent_env(&cfg, &metrics, &status, &run_token, freezer, &ledger);
     let spawner = tokio::spawn(ramp(
         factory,
         cfg.clone(),
@@ -247,11 +245,87 @@ pub async fn run<F: AgentFactory>(
         status.clone(),
         template,
     ));
+    until_the_end(cfg.duration, &shutdown, &ledger).await;
+    let at_end = AtEnd {
+        connected: status.connected.load(Ordering::Relaxed).max(0) as u64,
+        servers: status.servers.get().map(|b| b.counts()),
+        tally: ledger.tally(),
+    };
+    run_token.cancel();
+    scenario.abort_all();
+    let _ = spawner.await;
+    let unfinished = drain(&tracker, cfg.grace).await;
+    let all_connected_after = *all_connected_at.lock().unwrap_or_else(|p| p.into_inner());
+    FleetReport {
+        requested: cfg.agents,
+        connected_at_end: at_end.connected,
+        ever_connected: status.ever_connected.load(Ordering::Relaxed),
+        ramp_elapsed: ramp_elapsed(&status),
+        all_connected_after,
+        elapsed: start.elapsed(),
+        unfinished,
+        lost_not_back: at_end.tally.lost_not_back,
+        missing: at_end.tally.missing,
+        sessions_lost: at_end.tally.sessions_lost,
+        left: at_end.tally.left,
+        stopped: ledger.stopped(),
+        servers: at_end.servers,
+    }
+}
 
-    // The run ends at the deadline, on external shutdown, or when the
-    // ledger stops it (fail-fast, or nothing can ever connect).
+/// What the report takes when the run's end is decided, before any agent
+/// sees the cancellation.
+struct AtEnd {
+    /// Sessions of the fleet established.
+    connected: u64,
+    /// Sessions per server (runs with several servers).
+    servers: Option<crate::servers::ServerCounts>,
+    /// The ledger's count of the agents.
+    tally: crate::ledger::Tally,
+}
+
+/// What every agent task of the run starts from: the run's shared state
+/// (its token, gauges, ledger, gates and, with two or more servers, the
+/// board of where the sessions are).
+fn agent_env(
+    cfg: &FleetConfig,
+    metrics: &Metrics,
+    status: &FleetStatus,
+    run: &CancellationToken,
+    freezer: Option<Arc<Freezer>>,
+    ledger: &Arc<Ledger>,
+) -> AgentEnv {
+    let servers = (cfg.servers.len() > 1).then(|| {
+        status
+            .servers
+            .get_or_init(|| Arc::new(ServerBoard::new(cfg.servers.clone())))
+            .clone()
+    });
+    AgentEnv {
+        index: 0,
+        ceilings: Arc::new(Ceilings::new(&cfg.source_addrs)),
+        bind_addr: None,
+        run: run.clone(),
+        freezer,
+        metrics: metrics.clone(),
+        dial_gate: Arc::new(Semaphore::new(cfg.max_dialing.max(1))),
+        backoff: cfg.backoff.clone(),
+        ever: status.ever_connected.clone(),
+        live: status.connected.clone(),
+        reconnect_attempts: metrics.counter(COUNTER_RECONNECT_ATTEMPTS),
+        grace: cfg.grace,
+        ledger: ledger.clone(),
+        servers,
+        n: 0,
+    }
+}
+
+/// The run ends at the deadline (`duration` from now), on external
+/// `shutdown`, or when the ledger stops it (fail-fast, or nothing can ever
+/// connect).
+async fn until_the_end(duration: Option<Duration>, shutdown: &CancellationToken, ledger: &Ledger) {
     let deadline = async {
-        match cfg.duration {
+        match duration {
             Some(d) => tokio::time::sleep(d).await,
             None => std::future::pending().await,
         }
@@ -261,37 +335,21 @@ pub async fn run<F: AgentFactory>(
         _ = shutdown.cancelled() => {}
         _ = ledger.stop.cancelled() => {}
     }
-    let connected_at_end = status.connected.load(Ordering::Relaxed).max(0) as u64;
-    let servers_at_end = status.servers.get().map(|b| b.counts());
-    let tally = ledger.tally();
-    run_token.cancel();
-    scenario.abort_all();
-    let _ = spawner.await;
+}
+
+/// Waits up to `grace` for the agent tasks to finish; how many had not.
+async fn drain(tracker: &TaskTracker, grace: Duration) -> u64 {
     tracker.close();
-    let finished = tokio::time::timeout(cfg.grace, tracker.wait())
-        .await
-        .is_ok();
-    let unfinished = if finished { 0 } else { tracker.len() as u64 };
-    let ramp_elapsed = status
+    let finished = tokio::time::timeout(grace, tracker.wait()).await.is_ok();
+    if finished { 0 } else { tracker.len() as u64 }
+}
+
+/// How long the ramp took, once it is done.
+fn ramp_elapsed(status: &FleetStatus) -> Option<Duration> {
+    status
         .ramp_done
         .load(Ordering::Acquire)
-        .then(|| Duration::from_micros(status.ramp_us.load(Ordering::Relaxed)));
-    let all_connected_after = *all_connected_at.lock().unwrap_or_else(|p| p.into_inner());
-    FleetReport {
-        requested: cfg.agents,
-        connected_at_end,
-        ever_connected: status.ever_connected.load(Ordering::Relaxed),
-        ramp_elapsed,
-        all_connected_after,
-        elapsed: start.elapsed(),
-        unfinished,
-        lost_not_back: tally.lost_not_back,
-        missing: tally.missing,
-        sessions_lost: tally.sessions_lost,
-        left: tally.left,
-        stopped: ledger.stopped(),
-        servers: servers_at_end,
-    }
+        .then(|| Duration::from_micros(status.ramp_us.load(Ordering::Relaxed)))
 }
 
 /// When every agent has connected once (since `start`), looked for every
@@ -332,21 +390,16 @@ async fn ramp<F: AgentFactory>(
     template: AgentEnv,
 ) {
     let run_token = template.run.clone();
+    let mut schedule = Schedule::new(cfg.boot(), cfg.agents);
     for n in 0..cfg.agents {
         if run_token.is_cancelled() {
             break;
         }
-        if let Some(rate) = cfg.ramp {
-            let slot = rate.interval();
-            // Jitter within the slot keeps starts from lining up on
-            // timer ticks while holding the average rate.
-            let jitter = slot.mul_f64(fastrand::f64());
-            let due = start + slot.mul_f64(n as f64) + jitter;
-            if due > Instant::now() {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(due) => {}
-                    _ = run_token.cancelled() => break,
-                }
+        let due = start + schedule.next_offset().unwrap_or_default();
+        if due > Instant::now() {
+            tokio::select! {
+                _ = tokio::time::sleep_until(due) => {}
+                _ = run_token.cancelled() => break,
             }
         }
         let index = cfg.first_index + n;
@@ -373,6 +426,8 @@ async fn ramp<F: AgentFactory>(
     status.ramp_done.store(true, Ordering::Release);
 }
 
+/// What every agent task of a run shares, and where this one is in it
+/// (`index`, `bind_addr`, `n`), copied from one template per agent.
 #[derive(Clone)]
 struct AgentEnv {
     index: u64,
@@ -393,23 +448,119 @@ struct AgentEnv {
     n: usize,
 }
 
-/// One agent: turns of (backoff, dial slot, session) until the run ends,
-/// the agent leaves (ramp-down) or a session cannot be attempted.
-async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
-    let mut backoff = env.backoff;
-    let mut attempt = 0u32;
-    let mut carried = false;
-    let mut was_established_before = false;
-    let mut delay: Option<Duration> = None;
-    loop {
-        // The turn's token: cancelled by the run's end, or by the scenario
-        // (ending this session, or a ramp-down cutting the backoff short).
-        // A fresh one per turn, so that the request that ended the last
-        // session does not cut this backoff short.
-        let Some(turn) = env.ledger.begin_turn(env.n, &env.run, attempt > 0) else {
-            break;
+impl AgentEnv {
+    /// A dial slot from the fleet's gate; the next turn instead when the
+    /// turn's token is cancelled first (during the delay or here), or the
+    /// task's end when the run's is.
+    async fn dial_slot(&self, turn: &CancellationToken) -> Result<OwnedSemaphorePermit, Then> {
+        let cut = || {
+            if self.run.is_cancelled() {
+                Then::Stop
+            } else {
+                Then::Turn
+            }
         };
-        match delay.take() {
+        if turn.is_cancelled() {
+            return Err(cut());
+        }
+        tokio::select! {
+            p = self.dial_gate.clone().acquire_owned() => p.map_err(|_| Then::Stop),
+            _ = turn.cancelled() => Err(cut()),
+        }
+    }
+}
+
+/// One agent: turns of (backoff, dial slot, session) until the run ends,
+/// the agent leaves (ramp-down) or a session cannot be attempted; then its
+/// finish.
+async fn agent_task<A: Agent>(agent: A, env: AgentEnv) {
+    AgentTask {
+        agent,
+        backoff: env.backoff.clone(),
+        env,
+        attempt: 0,
+        carried: false,
+        was_established_before: false,
+        delay: None,
+    }
+    .run()
+    .await;
+}
+
+/// An agent's task: the agent, and what its turns carry from one to the
+/// next.
+struct AgentTask<A> {
+    agent: A,
+    env: AgentEnv,
+    /// The agent's own backoff (reset by an established session).
+    backoff: Backoff,
+    /// Sessions started so far.
+    attempt: u32,
+    /// The last session ended in a move to another server: the agent is
+    /// still counted connected until the next one answers or ends.
+    carried: bool,
+    /// A session of this agent was established once.
+    was_established_before: bool,
+    /// The wait before the next dial (none: at once).
+    delay: Option<Duration>,
+}
+
+/// Where a turn leaves the agent's task.
+#[derive(Debug, PartialEq, Eq)]
+enum Then {
+    /// The next turn.
+    Turn,
+    /// The task ends (the run ended, the agent left, or it cannot go on).
+    Stop,
+}
+
+/// What a [`SessionCx`] of the task is for.
+enum CxFor {
+    /// A session, on the turn's token, holding its dial slot.
+    Session(CancellationToken, OwnedSemaphorePermit),
+    /// The agent's finish, after its last session, on the run's token.
+    Finish,
+}
+
+impl<A: Agent> AgentTask<A> {
+    /// Turns until one stops the task, then the agent's finish (bounded by
+    /// the grace period).
+    async fn run(mut self) {
+        while let Some(turn) = self.begin_turn() {
+            if self.turn(turn).await == Then::Stop {
+                break;
+            }
+        }
+        let cx = self.cx(CxFor::Finish);
+        let _ = tokio::time::timeout(self.env.grace, self.agent.finish(&cx)).await;
+    }
+
+    /// The next turn's token (none when the agent was asked to leave):
+    /// cancelled by the run's end, or by the scenario (ending this session,
+    /// or a ramp-down cutting the backoff short). A fresh one per turn, so
+    /// that the request that ended the last session does not cut this
+    /// backoff short.
+    fn begin_turn(&self) -> Option<CancellationToken> {
+        let env = &self.env;
+        env.ledger.begin_turn(env.n, &env.run, self.attempt > 0)
+    }
+
+    /// One turn: the delay, a dial slot, the session and its end.
+    async fn turn(&mut self, turn: CancellationToken) -> Then {
+        self.wait_delay(&turn).await;
+        let permit = match self.env.dial_slot(&turn).await {
+            Ok(p) => p,
+            Err(then) => return then,
+        };
+        let cx = self.cx(CxFor::Session(turn, permit));
+        let end = self.session(&cx).await;
+        self.ended(&cx, end).await
+    }
+
+    /// The delay the last session's end set, if any, cut short by the
+    /// turn's token.
+    async fn wait_delay(&mut self, turn: &CancellationToken) {
+        match self.delay.take() {
             Some(d) if d.is_zero() => {
                 // `--reconnect none`: at once, but let the other tasks run.
                 tokio::task::yield_now().await;
@@ -422,72 +573,58 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
             }
             None => {}
         }
-        if turn.is_cancelled() {
-            if env.run.is_cancelled() {
-                break;
-            }
-            continue;
-        }
-        let permit = tokio::select! {
-            p = env.dial_gate.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            _ = turn.cancelled() => {
-                if env.run.is_cancelled() {
-                    break;
-                }
-                continue;
-            }
+    }
+
+    /// The context of a session of this agent, or of its finish (with no
+    /// ledger, ceilings or servers to tell, and counted established so that
+    /// nothing in it counts a session).
+    fn cx(&self, purpose: CxFor) -> SessionCx {
+        let env = &self.env;
+        let (cancel, permit, session) = match purpose {
+            CxFor::Session(turn, permit) => (turn, Some(permit), true),
+            CxFor::Finish => (env.run.clone(), None, false),
         };
-        if attempt > 0 {
+        SessionCx {
+            index: env.index,
+            attempt: self.attempt,
+            bind_addr: env.bind_addr,
+            cancel,
+            metrics: env.metrics.clone(),
+            permit: Mutex::new(permit),
+            established: AtomicBool::new(!session),
+            ever: env.ever.clone(),
+            live: env.live.clone(),
+            carried: session && self.carried,
+            was_established_before: !session || self.was_established_before,
+            ledger: session.then(|| (env.ledger.clone(), env.n)),
+            ceilings: session.then(|| env.ceilings.clone()),
+            servers: session.then(|| env.servers.clone()).flatten(),
+            server: AtomicU32::new(u32::MAX),
+        }
+    }
+
+    /// The session, counted as an attempt (a reconnect after the first)
+    /// and paused by the scenario's freezes; its dial slot is freed when
+    /// it ends, if it was not before.
+    async fn session(&mut self, cx: &SessionCx) -> SessionEnd {
+        let env = &self.env;
+        if self.attempt > 0 {
             env.metrics.incr(env.reconnect_attempts);
         }
         env.ledger.attempt(env.n);
-        let cx = SessionCx {
-            index: env.index,
-            attempt,
-            bind_addr: env.bind_addr,
-            cancel: turn.clone(),
-            metrics: env.metrics.clone(),
-            permit: Mutex::new(Some(permit)),
-            established: AtomicBool::new(false),
-            ever: env.ever.clone(),
-            live: env.live.clone(),
-            carried,
-            was_established_before,
-            ledger: Some((env.ledger.clone(), env.n)),
-            ceilings: Some(env.ceilings.clone()),
-            servers: env.servers.clone(),
-            server: AtomicU32::new(u32::MAX),
-            overloaded: AtomicBool::new(false),
-        };
-        let end = Frozen::new(
-            agent.run_session(&cx),
-            env.freezer.as_deref(),
-            env.n as u64,
-            &env.run,
-        )
-        .await;
+        let session = self.agent.run_session(cx);
+        let end = Frozen::new(session, env.freezer.as_deref(), env.n as u64, &env.run).await;
         drop(cx.permit.lock().unwrap_or_else(|p| p.into_inner()).take());
+        end
+    }
+
+    /// After a session: the gauges told, then the ledger's answer: the
+    /// task's end, or the next turn after the delay set here.
+    async fn ended(&mut self, cx: &SessionCx, end: SessionEnd) -> Then {
         let was_up = cx.is_established();
-        // A move between servers keeps the agent counted connected until
-        // its next session answers (or fails): a handover, not a gap.
-        let moving = was_up && end == SessionEnd::Moved && !env.run.is_cancelled();
-        if (was_up || carried) && !moving {
-            env.live.fetch_sub(1, Ordering::Relaxed);
-        }
-        carried = moving;
-        if was_up {
-            env.metrics.session_down();
-            env.ceilings.down(env.bind_addr);
-            if let (Some(b), Some(s)) = (&env.servers, cx.server()) {
-                b.down(s);
-            }
-            was_established_before = true;
-            backoff.reset();
-        }
-        attempt = attempt.saturating_add(1);
+        self.count_down(cx, was_up, &end);
+        self.attempt = self.attempt.saturating_add(1);
+        let env = &self.env;
         // A dial the load box itself refused (ports, fds, socket memory):
         // wait for one of the fleet's own connections to close, not a
         // backoff that would retry into the same wall.
@@ -502,43 +639,45 @@ async fn agent_task<A: Agent>(mut agent: A, env: AgentEnv) {
             .ledger
             .session_ended(env.n, was_up, &end, env.run.is_cancelled())
         {
-            Next::Stop | Next::Leave => break,
-            Next::Retry => match gate {
-                Some(g) => {
-                    tokio::select! {
-                        _ = g.wait() => {}
-                        _ = env.run.cancelled() => break,
-                    }
-                    delay = None;
+            Next::Stop | Next::Leave => return Then::Stop,
+            Next::Retry => {}
+        }
+        self.delay = match gate {
+            Some(g) => {
+                tokio::select! {
+                    _ = g.wait() => {}
+                    _ = env.run.cancelled() => return Then::Stop,
                 }
-                // A move to another server: the next session at once.
-                None if end == SessionEnd::Moved => delay = None,
-                None if cx.overloaded.load(Ordering::Relaxed) => {
-                    delay = Some(backoff.next_delay_overloaded());
-                }
-                None => delay = Some(backoff.next_delay()),
-            },
+                None
+            }
+            // A move to another server: the next session at once.
+            None if end == SessionEnd::Moved => None,
+            None => Some(self.backoff.next_delay()),
+        };
+        Then::Turn
+    }
+
+    /// A session ended: the agent's place in the gauges, the ceilings and
+    /// the servers given back (`was_up`: it was established), unless it
+    /// moves to another server (a handover, not a gap: it stays counted
+    /// connected until its next session answers or fails).
+    fn count_down(&mut self, cx: &SessionCx, was_up: bool, end: &SessionEnd) {
+        let env = &self.env;
+        let moving = was_up && *end == SessionEnd::Moved && !env.run.is_cancelled();
+        if (was_up || self.carried) && !moving {
+            env.live.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.carried = moving;
+        if was_up {
+            env.metrics.session_down();
+            env.ceilings.down(env.bind_addr);
+            if let (Some(b), Some(s)) = (&env.servers, cx.server()) {
+                b.down(s);
+            }
+            self.was_established_before = true;
+            self.backoff.reset();
         }
     }
-    let cx = SessionCx {
-        index: env.index,
-        attempt,
-        bind_addr: env.bind_addr,
-        cancel: env.run.clone(),
-        metrics: env.metrics.clone(),
-        permit: Mutex::new(None),
-        established: AtomicBool::new(true),
-        ever: env.ever.clone(),
-        live: env.live.clone(),
-        carried: false,
-        was_established_before: true,
-        ledger: None,
-        ceilings: None,
-        servers: None,
-        server: AtomicU32::new(u32::MAX),
-        overloaded: AtomicBool::new(false),
-    };
-    let _ = tokio::time::timeout(env.grace, agent.finish(&cx)).await;
 }
 
 #[cfg(test)]
@@ -596,28 +735,31 @@ mod tests {
         Metrics::new(&metrics_spec(), 2)
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn ramp_connects_every_agent_and_shuts_down() {
+    /// Runs a fleet of [`Fake`] agents that never drop: the report, the
+    /// metrics, and how many agents finished.
+    async fn run_fakes(
+        cfg: FleetConfig,
+        status: Arc<FleetStatus>,
+    ) -> (FleetReport, Metrics, Arc<AtomicU64>) {
         let m = metrics();
         let finished = Arc::new(AtomicU64::new(0));
+        let factory = Arc::new(FakeFactory {
+            drops: 0,
+            finished: finished.clone(),
+        });
+        let report = run(cfg, factory, m.clone(), status, CancellationToken::new()).await;
+        (report, m, finished)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ramp_connects_every_agent_and_shuts_down() {
         let cfg = FleetConfig {
             agents: 100,
             ramp: Some(Rate::per_second(1000.0)),
             duration: Some(Duration::from_secs(2)),
             ..Default::default()
         };
-        let status = Arc::new(FleetStatus::default());
-        let report = run(
-            cfg,
-            Arc::new(FakeFactory {
-                drops: 0,
-                finished: finished.clone(),
-            }),
-            m.clone(),
-            status,
-            CancellationToken::new(),
-        )
-        .await;
+        let (report, m, finished) = run_fakes(cfg, Arc::default()).await;
         assert_eq!(report.connected_at_end, 100);
         assert_eq!(report.ever_connected, 100);
         assert_eq!(report.unfinished, 0);
@@ -633,8 +775,57 @@ mod tests {
         assert_eq!(m.snapshot().peak_connected, 100);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_boot_window_starts_every_agent_within_it() {
+        let cfg = FleetConfig {
+            agents: 200,
+            ramp: None,
+            boot_window: Some(Duration::from_secs(60)),
+            duration: Some(Duration::from_secs(70)),
+            ..Default::default()
+        };
+        let status = Arc::new(FleetStatus::default());
+        let watch = status.clone();
+        let probe = tokio::spawn(async move {
+            // Half-way through the window, about half the agents started.
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            watch.started.load(Ordering::Relaxed)
+        });
+        let (report, ..) = run_fakes(cfg, status).await;
+        let half = probe.await.unwrap();
+        // 200 uniform starts: 100 expected by 30 s (sd 7); 60..140 is 5.6 sd.
+        assert!((60..=140).contains(&half), "{half} of 200 by half-time");
+        let ramp = report.ramp_elapsed.unwrap();
+        assert!(ramp <= Duration::from_secs(60), "{ramp:?}");
+        assert!(ramp >= Duration::from_secs(50), "{ramp:?}");
+        assert_eq!(report.ever_connected, 200);
+        assert_eq!(report.connected_at_end, 200);
+    }
+
+    #[test]
+    fn a_boot_window_and_a_ramp_are_refused_together() {
+        let cfg = FleetConfig {
+            boot_window: Some(Duration::from_secs(10)),
+            ..Default::default()
+        };
+        assert_eq!(cfg.validate().unwrap_err().field, "boot_window");
+        let cfg = FleetConfig {
+            ramp: None,
+            boot_window: Some(Duration::ZERO),
+            ..Default::default()
+        };
+        assert_eq!(cfg.validate().unwrap_err().field, "boot_window");
+        let cfg = FleetConfig {
+            ramp: None,
+            boot_window: Some(Duration::from_secs(10)),
+            ..Default::default()
+        };
+        assert!(cfg.validate().is_ok());
+        assert_eq!(cfg.boot(), Boot::Window(Duration::from_secs(10)));
+    }
+
     /// An agent on two servers in turn: its first session moves (a
-    /// rebalance), its second is refused as overloaded, then it holds.
+    /// rebalance), its second is refused (a 429), then it holds.
     struct Mover {
         turn: u32,
         starts: Arc<Mutex<Vec<Duration>>>,
@@ -656,10 +847,7 @@ mod tests {
                         tokio::time::sleep(Duration::from_secs(1)).await;
                         SessionEnd::Moved
                     }
-                    2 => {
-                        cx.overloaded();
-                        SessionEnd::lost("upgrade_429")
-                    }
+                    2 => SessionEnd::lost("upgrade_429"),
                     _ => {
                         cx.established();
                         cx.cancel.cancelled().await;
@@ -684,7 +872,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_move_reconnects_at_once_an_overloaded_server_doubles_the_backoff() {
+    async fn a_move_reconnects_at_once_a_refused_session_waits_its_backoff() {
         let m = metrics();
         let starts = Arc::new(Mutex::new(Vec::new()));
         let cfg = FleetConfig {
@@ -712,8 +900,9 @@ mod tests {
         assert_eq!(starts.len(), 3, "{starts:?}");
         // The move: the next session at once, not after a backoff.
         assert_eq!(starts[1] - starts[0], Duration::from_secs(1));
-        // The 429: twice the fixed backoff.
-        assert_eq!(starts[2] - starts[1], Duration::from_secs(1));
+        // The 429: the plain backoff, as a real sensu-agent waits after any
+        // refused handshake (its 429 branch is never reached).
+        assert_eq!(starts[2] - starts[1], Duration::from_millis(500));
         // Neither is a loss or an error of the move; the 429 is counted.
         assert!(
             report.sessions_lost.is_empty(),
@@ -881,11 +1070,13 @@ mod tests {
                 kind: "upgrade_401",
                 hint: "check --password",
                 heals: false,
+                said_by: agent_sim_metrics::Speaker::Server,
             },
             agent_sim_metrics::ErrorKindSpec {
                 kind: "upgrade_503",
                 hint: "the backend is overloaded",
                 heals: true,
+                said_by: agent_sim_metrics::Speaker::Server,
             },
         ];
         Metrics::new(&spec, 1)

@@ -43,31 +43,37 @@ pub fn dial_error_kinds() -> &'static [agent_sim_metrics::ErrorKindSpec] {
             kind: "connect_refused",
             hint: "nothing listens on that host:port: is the server up, and is --target the right port?",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Os,
         },
         K {
             kind: "connect_timeout",
             hint: "no answer to the TCP connect: a firewall, a wrong address, or a server that is not accepting",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Os,
         },
         K {
             kind: "connect_addr_unavailable",
             hint: "the load box ran out of ephemeral ports for this source address: add --source-addr addresses or use --shard",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Os,
         },
         K {
             kind: "connect_no_buffers",
             hint: "the kernel had no memory left for another socket (ENOBUFS)",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Os,
         },
         K {
             kind: "connect_too_many_files",
             hint: "out of file descriptors: raise ulimit -n, or use --shard over several processes",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Os,
         },
         K {
             kind: "connect_reset",
             hint: "the server reset the connection while it was being made",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Os,
         },
     ]
 }
@@ -161,12 +167,14 @@ pub fn ceiling_kinds() -> [agent_sim_metrics::ErrorKindSpec; 3] {
                    --source-addr addresses, more targets, or widen \
                    net.ipv4.ip_local_port_range (agent-sim doctor says how many)",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Os,
         },
         agent_sim_metrics::ErrorKindSpec {
             kind: CAUSE_FDS,
             hint: "this process ran out of file descriptors: those agents waited for a \
                    connection to close; raise ulimit -n or run more processes (--processes N)",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Os,
         },
         agent_sim_metrics::ErrorKindSpec {
             kind: CAUSE_BUFFERS,
@@ -174,6 +182,7 @@ pub fn ceiling_kinds() -> [agent_sim_metrics::ErrorKindSpec; 3] {
                    a connection to close; fewer agents per box, or more memory \
                    (net.ipv4.tcp_mem)",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Os,
         },
     ]
 }

@@ -11,7 +11,9 @@
 //!   `for`), and [`Scenario::plan`], which lays the phases on the run's
 //!   clock: a phase without `at` starts when the one before it ends (one
 //!   phase after another), otherwise at its own time;
-//! - [`Phase`] / [`Scenario`]: the resolved timeline the engine drives.
+//! - [`Phase`] / [`Scenario`]: the resolved timeline the engine drives;
+//! - the mistakes: [`ShareError`] and [`SpecError`] (a spec as written),
+//!   [`ScenarioError`] (a phase that cannot be laid on the run's clock).
 //!
 //! Timing rules (also in docs/scenarios.md):
 //! - Continuous phases (churn, max session length) without `until`/`for`
@@ -32,7 +34,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::units::{Rate, parse_duration};
+use crate::units::{Rate, UnitError, parse_duration};
 
 /// Relative jitter of a max session length: each session lasts
 /// `L × uniform(1 − j, 1 + j)`.
@@ -43,6 +45,91 @@ pub const SESSION_LENGTH_JITTER: f64 = 0.10;
 /// agent whose session was ended takes to be back) when that is longer.
 pub fn settle(run: Duration, comeback: Duration) -> Duration {
     (run / 10).min(Duration::from_secs(10)).max(comeback)
+}
+
+/// Why a share does not parse (each carries the share as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShareError {
+    /// No `%` at the end.
+    #[error("share {0:?}: expected a percentage such as 5%")]
+    NotPercent(String),
+    /// What comes before the `%` is not a number.
+    #[error("share {text:?}: {num:?} is not a number")]
+    NotNumber {
+        /// The share as given.
+        text: String,
+        /// The part before the `%`.
+        num: String,
+    },
+    /// Zero, below zero or not finite.
+    #[error("share {0:?} must be above 0%")]
+    NotAboveZero(String),
+    /// Over 100 %.
+    #[error("share {0:?} is above 100%")]
+    OverAll(String),
+}
+
+/// Why a spec (`5%/30s`, `at=60s,drop=100%`, any `key=value` list read by
+/// [`pairs`]) does not parse.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    /// A share that does not parse.
+    #[error(transparent)]
+    Share(#[from] ShareError),
+    /// A duration or a rate that does not parse.
+    #[error(transparent)]
+    Unit(#[from] UnitError),
+    /// A churn without its `/`.
+    #[error("{0:?}: expected SHARE/PERIOD, e.g. 5%/30s")]
+    NotChurn(String),
+    /// A churn over a period of zero.
+    #[error("{0:?}: the period must be above zero")]
+    ZeroPeriod(String),
+    /// An item of a `key=value` list without its `=`.
+    #[error("{item:?}: expected key=value (keys: {keys})")]
+    NotPair {
+        /// The item as given.
+        item: String,
+        /// The keys the list takes, comma-separated.
+        keys: String,
+    },
+    /// A key the list does not take.
+    #[error("unknown key {key:?} (keys: {keys})")]
+    UnknownKey {
+        /// The key as given.
+        key: String,
+        /// The keys the list takes, comma-separated.
+        keys: String,
+    },
+    /// A key given twice.
+    #[error("{0}= given twice")]
+    Twice(String),
+    /// A key's duration or rate that does not parse.
+    #[error("{key}={value}: {source}")]
+    BadUnit {
+        /// The key.
+        key: String,
+        /// Its value as given.
+        value: String,
+        /// What is wrong with it.
+        source: UnitError,
+    },
+    /// A key's share that does not parse.
+    #[error("{key}={value}: {source}")]
+    BadShare {
+        /// The key.
+        key: String,
+        /// Its value as given.
+        value: String,
+        /// What is wrong with it.
+        source: ShareError,
+    },
+    /// A pause of length zero.
+    #[error("for= must be above zero")]
+    ZeroLength,
+    /// A ramp-down in `key=value` form without its rate.
+    #[error("rate= is missing (e.g. rate=200/s)")]
+    NoRate,
 }
 
 /// A share of sessions or agents, written `N%` (0 < N ≤ 100).
@@ -68,21 +155,21 @@ impl Share {
 }
 
 impl FromStr for Share {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ShareError;
+    fn from_str(s: &str) -> Result<Self, ShareError> {
         let t = s.trim();
         let Some(num) = t.strip_suffix('%') else {
-            return Err(format!("share {t:?}: expected a percentage such as 5%"));
+            return Err(ShareError::NotPercent(t.into()));
         };
-        let p: f64 = num
-            .trim()
-            .parse()
-            .map_err(|_| format!("share {t:?}: {num:?} is not a number"))?;
+        let p: f64 = num.trim().parse().map_err(|_| ShareError::NotNumber {
+            text: t.into(),
+            num: num.into(),
+        })?;
         if !p.is_finite() || p <= 0.0 {
-            return Err(format!("share {t:?} must be above 0%"));
+            return Err(ShareError::NotAboveZero(t.into()));
         }
         if p > 100.0 {
-            return Err(format!("share {t:?} is above 100%"));
+            return Err(ShareError::OverAll(t.into()));
         }
         Ok(Share(p / 100.0))
     }
@@ -100,21 +187,24 @@ fn fmt_d(d: Duration) -> humantime::FormattedDuration {
 
 /// `key=value,key=value` pairs; every key must be one of `known`, once
 /// (the form of every scenario flag, and of others that name a moment).
-pub fn pairs<'a>(s: &'a str, known: &[&str]) -> Result<Vec<(&'a str, &'a str)>, String> {
+pub fn pairs<'a>(s: &'a str, known: &[&str]) -> Result<Vec<(&'a str, &'a str)>, SpecError> {
     let mut out: Vec<(&str, &str)> = Vec::new();
     for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let Some((k, v)) = item.split_once('=') else {
-            return Err(format!(
-                "{item:?}: expected key=value (keys: {})",
-                known.join(", ")
-            ));
+            return Err(SpecError::NotPair {
+                item: item.into(),
+                keys: known.join(", "),
+            });
         };
         let (k, v) = (k.trim(), v.trim());
         if !known.contains(&k) {
-            return Err(format!("unknown key {k:?} (keys: {})", known.join(", ")));
+            return Err(SpecError::UnknownKey {
+                key: k.into(),
+                keys: known.join(", "),
+            });
         }
         if out.iter().any(|(x, _)| *x == k) {
-            return Err(format!("{k}= given twice"));
+            return Err(SpecError::Twice(k.into()));
         }
         out.push((k, v));
     }
@@ -122,12 +212,20 @@ pub fn pairs<'a>(s: &'a str, known: &[&str]) -> Result<Vec<(&'a str, &'a str)>, 
 }
 
 /// A pair's duration, refused in words that name the key.
-pub fn duration_of(key: &str, v: &str) -> Result<Duration, String> {
-    parse_duration(v).map_err(|e| format!("{key}={v}: {e}"))
+pub fn duration_of(key: &str, v: &str) -> Result<Duration, SpecError> {
+    parse_duration(v).map_err(|source| SpecError::BadUnit {
+        key: key.into(),
+        value: v.into(),
+        source,
+    })
 }
 
-fn share_of(key: &str, v: &str) -> Result<Share, String> {
-    v.parse().map_err(|e| format!("{key}={v}: {e}"))
+fn share_of(key: &str, v: &str) -> Result<Share, SpecError> {
+    v.parse().map_err(|source| SpecError::BadShare {
+        key: key.into(),
+        value: v.into(),
+        source,
+    })
 }
 
 /// `--churn 5%/30s`: close and reopen that share of the fleet's sessions
@@ -141,16 +239,16 @@ pub struct ChurnSpec {
 }
 
 impl FromStr for ChurnSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, SpecError> {
         let t = s.trim();
         let Some((share, period)) = t.split_once('/') else {
-            return Err(format!("{t:?}: expected SHARE/PERIOD, e.g. 5%/30s"));
+            return Err(SpecError::NotChurn(t.into()));
         };
         let share: Share = share.parse()?;
         let period = parse_duration(period)?;
         if period.is_zero() {
-            return Err(format!("{t:?}: the period must be above zero"));
+            return Err(SpecError::ZeroPeriod(t.into()));
         }
         Ok(ChurnSpec { share, period })
     }
@@ -173,8 +271,8 @@ pub struct StormSpec {
 }
 
 impl FromStr for StormSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, SpecError> {
         let mut spec = StormSpec {
             at: None,
             drop: Share::ALL,
@@ -211,8 +309,8 @@ pub struct PauseSpec {
 }
 
 impl FromStr for PauseSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, SpecError> {
         let mut spec = PauseSpec {
             at: None,
             length: None,
@@ -226,7 +324,7 @@ impl FromStr for PauseSpec {
             }
         }
         if spec.length.is_some_and(|l| l.is_zero()) {
-            return Err("for= must be above zero".into());
+            return Err(SpecError::ZeroLength);
         }
         Ok(spec)
     }
@@ -257,8 +355,8 @@ pub struct RampDownSpec {
 }
 
 impl FromStr for RampDownSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, SpecError> {
         let t = s.trim();
         if !t.contains('=') {
             return Ok(RampDownSpec {
@@ -271,12 +369,19 @@ impl FromStr for RampDownSpec {
         for (k, v) in pairs(t, &["at", "rate"])? {
             match k {
                 "at" => at = Some(duration_of(k, v)?),
-                _ => rate = Some(v.parse::<Rate>().map_err(|e| format!("rate={v}: {e}"))?),
+                _ => {
+                    let rate_of = |source| SpecError::BadUnit {
+                        key: k.into(),
+                        value: v.into(),
+                        source,
+                    };
+                    rate = Some(v.parse::<Rate>().map_err(rate_of)?);
+                }
             }
         }
         Ok(RampDownSpec {
             at,
-            rate: rate.ok_or("rate= is missing (e.g. rate=200/s)")?,
+            rate: rate.ok_or(SpecError::NoRate)?,
         })
     }
 }
@@ -706,7 +811,7 @@ mod tests {
             ("0%/30s", "above 0%"),
             ("5%/0s", "above zero"),
         ] {
-            let e = text.parse::<ChurnSpec>().unwrap_err();
+            let e = text.parse::<ChurnSpec>().unwrap_err().to_string();
             assert!(e.contains(needle) && !e.contains('\n'), "{text}: {e}");
         }
         for (text, needle) in [
@@ -716,7 +821,7 @@ mod tests {
             ("drop=200%", "above 100%"),
             ("60s", "key=value"),
         ] {
-            let e = text.parse::<StormSpec>().unwrap_err();
+            let e = text.parse::<StormSpec>().unwrap_err().to_string();
             assert!(e.contains(needle), "{text}: {e}");
         }
         assert!("at=1s,for=0s".parse::<PauseSpec>().is_err());

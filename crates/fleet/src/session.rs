@@ -55,8 +55,6 @@ pub struct SessionCx {
     /// The server this session is on ([`SessionCx::on_server`]; `u32::MAX`:
     /// not said).
     pub(crate) server: AtomicU32,
-    /// The server said it is overloaded ([`SessionCx::overloaded`]).
-    pub(crate) overloaded: AtomicBool,
 }
 
 impl std::fmt::Debug for SessionCx {
@@ -88,7 +86,6 @@ impl SessionCx {
             ceilings: None,
             servers: None,
             server: AtomicU32::new(u32::MAX),
-            overloaded: AtomicBool::new(false),
         }
     }
 
@@ -96,12 +93,6 @@ impl SessionCx {
     /// is on: call before [`SessionCx::established`].
     pub fn on_server(&self, server: usize) {
         self.server.store(server as u32, Ordering::Relaxed);
-    }
-
-    /// The server answered that it is overloaded (Sensu: HTTP 429): the
-    /// next attempt waits a doubled backoff, as sensu-go's agent does.
-    pub fn overloaded(&self) {
-        self.overloaded.store(true, Ordering::Relaxed);
     }
 
     /// The server [`SessionCx::on_server`] named, if any.

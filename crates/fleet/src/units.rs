@@ -1,10 +1,52 @@
 //! Human units: durations (`20s`, `500ms`, `1m30s`, `2h`; parsed by the
 //! humantime crate, a bare number is seconds) and rates (`500/s`, `0.2/s`,
-//! `30/m`, `100/h`), parsed from flags and config files.
+//! `30/m`, `100/h`), parsed from flags and config files; [`UnitError`]
+//! says what is wrong with one that does not parse.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
+
+/// Why a duration or a rate does not parse (each carries the text as given).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum UnitError {
+    /// A rate without its `/unit`.
+    #[error("rate {0:?}: expected N/s, N/m or N/h (e.g. 500/s)")]
+    RateForm(String),
+    /// A rate whose count is not a number.
+    #[error("rate {text:?}: {num:?} is not a number")]
+    RateNumber {
+        /// The rate as given.
+        text: String,
+        /// Its count.
+        num: String,
+    },
+    /// A rate per something other than a second, minute or hour.
+    #[error("rate {text:?}: unknown unit {unit:?} (use s, m or h)")]
+    RateUnit {
+        /// The rate as given.
+        text: String,
+        /// Its unit.
+        unit: String,
+    },
+    /// A rate of zero, below zero or not finite.
+    #[error("rate {0:?}: must be greater than zero")]
+    RateNotPositive(String),
+    /// Nothing where a duration was expected.
+    #[error("empty duration")]
+    EmptyDuration,
+    /// A bare number of seconds below zero or not finite.
+    #[error("duration {0:?} must be a non-negative number")]
+    NegativeDuration(String),
+    /// A duration humantime does not read.
+    #[error("duration {text:?}: {source}")]
+    Duration {
+        /// The duration as given.
+        text: String,
+        /// What humantime said.
+        source: humantime::DurationError,
+    },
+}
 
 /// A rate of events per unit of time.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -36,24 +78,29 @@ impl fmt::Display for Rate {
 }
 
 impl FromStr for Rate {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Self, UnitError> {
         let s = s.trim();
         let (num, unit) = s
             .split_once('/')
-            .ok_or_else(|| format!("rate {s:?}: expected N/s, N/m or N/h (e.g. 500/s)"))?;
-        let n: f64 = num
-            .trim()
-            .parse()
-            .map_err(|_| format!("rate {s:?}: {num:?} is not a number"))?;
+            .ok_or_else(|| UnitError::RateForm(s.into()))?;
+        let n: f64 = num.trim().parse().map_err(|_| UnitError::RateNumber {
+            text: s.into(),
+            num: num.into(),
+        })?;
         let per = match unit.trim() {
             "s" | "sec" | "second" => 1.0,
             "m" | "min" | "minute" => 60.0,
             "h" | "hour" => 3600.0,
-            u => return Err(format!("rate {s:?}: unknown unit {u:?} (use s, m or h)")),
+            u => {
+                return Err(UnitError::RateUnit {
+                    text: s.into(),
+                    unit: u.into(),
+                });
+            }
         };
         if !(n.is_finite() && n > 0.0) {
-            return Err(format!("rate {s:?}: must be greater than zero"));
+            return Err(UnitError::RateNotPositive(s.into()));
         }
         Ok(Rate::per_second(n / per))
     }
@@ -68,19 +115,22 @@ impl<'de> serde::Deserialize<'de> for Rate {
 
 /// Parses `20s`, `500ms`, `1m30s`, `2h`, `1.5s`, `250us` (humantime's
 /// units); a bare number is seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
     let t = s.trim();
     if t.is_empty() {
-        return Err("empty duration".into());
+        return Err(UnitError::EmptyDuration);
     }
     if let Ok(secs) = t.parse::<f64>() {
         return if secs.is_finite() && secs >= 0.0 {
             Ok(Duration::from_secs_f64(secs))
         } else {
-            Err(format!("duration {s:?} must be a non-negative number"))
+            Err(UnitError::NegativeDuration(s.into()))
         };
     }
-    humantime::parse_duration(t).map_err(|e| format!("duration {s:?}: {e}"))
+    humantime::parse_duration(t).map_err(|source| UnitError::Duration {
+        text: s.into(),
+        source,
+    })
 }
 
 #[cfg(test)]

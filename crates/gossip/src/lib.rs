@@ -23,7 +23,7 @@ pub use wire::{Keyring, Security, WireError};
 
 pub mod pool;
 
-pub use pool::{Pool, PoolConfig, PoolError, Timings};
+pub use pool::{ExchangeError, JoinError, Pool, PoolConfig, PoolError, Timings};
 
 use agent_sim_metrics::{ErrorKindSpec, MetricsSpec};
 
@@ -60,6 +60,16 @@ pub const JOIN_FAILED: ErrorKindSpec = ErrorKindSpec {
            take the join: is it reachable from here, and do --gossip-key and --gossip-label match \
            the cluster's?",
     heals: true,
+    said_by: agent_sim_metrics::Speaker::Server,
+};
+/// A member's join the servers did not take after they had taken others.
+pub const JOIN_OVERLOADED: ErrorKindSpec = ErrorKindSpec {
+    kind: "gossip_join_overloaded",
+    hint: "the servers took other members' joins, then did not answer this one: they are \
+           overloaded (a real memberlist refuses push-pulls past 128 in flight). Slow --ramp, or \
+           spread the joins with --boot-window as large fleets boot",
+    heals: true,
+    said_by: agent_sim_metrics::Speaker::Server,
 };
 /// Gossip bytes that could not be read.
 pub const BAD_PACKET: ErrorKindSpec = ErrorKindSpec {
@@ -67,6 +77,7 @@ pub const BAD_PACKET: ErrorKindSpec = ErrorKindSpec {
     hint: "a packet or stream on the gossip port was malformed, truncated or too large (the \
            sample names the cause and sender)",
     heals: true,
+    said_by: agent_sim_metrics::Speaker::Server,
 };
 /// Encrypted traffic this pool cannot open, or plain traffic where it encrypts.
 pub const BAD_KEY: ErrorKindSpec = ErrorKindSpec {
@@ -74,12 +85,14 @@ pub const BAD_KEY: ErrorKindSpec = ErrorKindSpec {
     hint: "--gossip-key must be the cluster's `encrypt` key (consul keygen, base64), and is \
            needed when the cluster encrypts and refused when it does not",
     heals: false,
+    said_by: agent_sim_metrics::Speaker::Server,
 };
 /// A label other than this pool's.
 pub const BAD_LABEL: ErrorKindSpec = ErrorKindSpec {
     kind: "gossip_label",
     hint: "--gossip-label must be the cluster's gossip label",
     heals: false,
+    said_by: agent_sim_metrics::Speaker::Server,
 };
 /// The pool's own timers ran late.
 pub const ACKED_LATE: ErrorKindSpec = ErrorKindSpec {
@@ -88,6 +101,7 @@ pub const ACKED_LATE: ErrorKindSpec = ErrorKindSpec {
            flap as suspect or failed as real agents on a saturated host would; use fewer agents \
            per process or more cores",
     heals: true,
+    said_by: agent_sim_metrics::Speaker::Server,
 };
 
 /// What a pool records.
@@ -107,6 +121,13 @@ pub fn metrics_spec() -> MetricsSpec {
             names::LATE_TICKS,
         ],
         latencies: Vec::new(),
-        errors: vec![JOIN_FAILED, BAD_PACKET, BAD_KEY, BAD_LABEL, ACKED_LATE],
+        errors: vec![
+            JOIN_FAILED,
+            JOIN_OVERLOADED,
+            BAD_PACKET,
+            BAD_KEY,
+            BAD_LABEL,
+            ACKED_LATE,
+        ],
     }
 }

@@ -1,93 +1,55 @@
 //! A server that takes the pool's push-pulls but never acks a probe: the
 //! probes time out (counted), the server is suspected (and the suspicion
-//! passed on), and nothing waits for an ack past the probe timeout. Joins
-//! on real time; the probes on paused time.
+//! passed on), and nothing waits for an ack past the probe timeout (joins
+//! on real time; the probes on paused time). And the pool's close, on
+//! paused time: it ends by itself within its `Timings` bound when the
+//! server stops answering, and early when it answers, having told it every
+//! member's intent, then their leave.
 
-use std::net::SocketAddr;
+mod fake_server;
+
 use std::time::Duration;
 
-use agent_sim_gossip::serf::{self, SerfState};
-use agent_sim_gossip::wire::msgs::{NodeState, PushPull};
+use agent_sim_gossip::wire::msgs::state;
 use agent_sim_gossip::{Pool, PoolConfig, Security, Timings, names};
 use agent_sim_metrics::Metrics;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use fake_server::FakeServer;
+use tokio::time::{Instant, timeout};
 
-/// Answers every push-pull with one Consul server at `udp` (which no one
-/// reads).
-async fn fake_server(l: tokio::net::TcpListener, udp: SocketAddr) {
-    let sec = Security::default();
-    loop {
-        let Ok((mut c, _)) = l.accept().await else {
-            return;
-        };
-        let sec = sec.clone();
-        tokio::spawn(async move {
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            loop {
-                let Ok(n) = c.read(&mut chunk).await else {
-                    return;
-                };
-                if n == 0 {
-                    return;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-                if let Ok(Some(_)) = sec.open_stream(&buf) {
-                    break;
-                }
-            }
-            let meta = serf::encode_tags(&[("role", "consul"), ("dc", "dc1")]);
-            let mut user = Vec::new();
-            SerfState {
-                ltime: 1,
-                status: vec![("srv", 1)],
-                ..Default::default()
-            }
-            .encode(&mut user);
-            let ip = match udp {
-                SocketAddr::V4(v) => v.ip().octets().to_vec(),
-                SocketAddr::V6(_) => unreachable!(),
-            };
-            let mut out = Vec::new();
-            PushPull {
-                join: false,
-                nodes: vec![NodeState {
-                    name: "srv",
-                    addr: &ip,
-                    port: udp.port(),
-                    meta: &meta,
-                    incarnation: 1,
-                    state: 0,
-                    vsn: &[1, 5, 2, 2, 5, 4],
-                }],
-                user_state: &user,
-            }
-            .encode(&mut out);
-            let _ = c.write_all(&sec.seal_stream(&out)).await;
-        });
-    }
-}
-
-#[tokio::test]
-async fn probes_of_a_server_that_never_acks_time_out_and_suspect_it() {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let join = l.local_addr().unwrap();
-    let deaf = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    tokio::spawn(fake_server(l, deaf.local_addr().unwrap()));
+/// A pool joined to `server` with `n` members in, on the default timings.
+async fn pool_of(server: &FakeServer, n: u64) -> (Pool, Metrics) {
     let metrics = Metrics::new(&agent_sim_gossip::metrics_spec(), 2);
     let cfg = PoolConfig {
         bind: vec!["127.0.0.1:0".parse().unwrap()],
-        join: vec![join],
+        join: vec![server.join],
         security: Security::default(),
         tags: vec![("role".into(), "node".into()), ("dc".into(), "dc1".into())],
         timings: Timings::default(),
     };
     let pool = Pool::start(cfg, metrics.clone()).await.unwrap();
-    for i in 0..10u64 {
+    for i in 0..n {
         let (slot, _) = pool.add(&format!("m{i}"), &format!("id-{i}"), i);
         pool.join(slot).await.unwrap();
     }
-    assert_eq!(pool.census(), (10, 0, 0));
+    assert_eq!(pool.census(), (n as usize, 0, 0));
+    (pool, metrics)
+}
+
+/// Closes `pool`, failing if it does not end within `bound`; how long it took.
+async fn close_within(pool: &Pool, bound: Duration) -> Duration {
+    let start = Instant::now();
+    timeout(bound + Duration::from_secs(1), pool.close())
+        .await
+        .expect("the close ends by itself");
+    let took = start.elapsed();
+    assert!(took <= bound, "took {took:?}, bound {bound:?}");
+    took
+}
+
+#[tokio::test]
+async fn probes_of_a_server_that_never_acks_time_out_and_suspect_it() {
+    let server = FakeServer::start().await;
+    let (pool, metrics) = pool_of(&server, 10).await;
     tokio::time::pause();
     // 10 members, 1 server: the server gets 10/10 = 1 probe a second.
     for _ in 0..100 {
@@ -106,4 +68,44 @@ async fn probes_of_a_server_that_never_acks_time_out_and_suspect_it() {
     assert!(pool.waiting() <= 1);
     assert_eq!(pool.suspected_servers(), 1);
     pool.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_close_ends_within_its_bound_when_the_server_never_answers() {
+    let server = FakeServer::start().await;
+    let (pool, _) = pool_of(&server, 10).await;
+    let t = Timings::default();
+    server.go_silent();
+    let took = close_within(&pool, t.close_bound(1)).await;
+    // Both closing push-pulls were given their whole deadline.
+    assert!(took >= t.tcp_timeout * 2 + t.intent_lead, "took {took:?}");
+    assert_eq!(pool.census(), (0, 0, 10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_close_ends_early_when_the_server_answers() {
+    let server = FakeServer::start().await;
+    let (pool, _) = pool_of(&server, 10).await;
+    let t = Timings::default();
+    let took = close_within(&pool, t.close_bound(1)).await;
+    // No wait ran to its bound: the gossip went in a round, both
+    // push-pulls were answered at once.
+    assert!(took >= t.intent_lead, "took {took:?}");
+    assert!(took < t.intent_lead + t.leave_wait, "took {took:?}");
+    assert_eq!(pool.census(), (0, 0, 10));
+    // The server heard every member's intent (shown alive), then its leave.
+    let members: Vec<Vec<u8>> = server
+        .heard()
+        .iter()
+        .map(|pp| {
+            let ms = pp.iter().filter(|(name, _)| name.starts_with('m'));
+            ms.map(|&(_, st)| st).collect()
+        })
+        .filter(|states: &Vec<u8>| states.len() == 10)
+        .collect();
+    let [.., intents, leaves] = &members[..] else {
+        panic!("no closing push-pulls: {members:?}");
+    };
+    assert_eq!(intents, &vec![state::ALIVE; 10]);
+    assert_eq!(leaves, &vec![state::LEFT; 10]);
 }

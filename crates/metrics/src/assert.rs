@@ -47,15 +47,22 @@
 //! process.peak_rss_bytes < 400MiB
 //! ```
 //!
-//! This module only evaluates; it does not decide exit codes or print.
+//! This module only evaluates; it does not decide exit codes or print. It
+//! parses here ([`AssertError`] says which mistake); its child `measure`
+//! reads a path's value from the summary ([`Absent`] says why there is none).
 
 use std::fmt::Write as _;
 use std::str::FromStr;
 
-use crate::new_latency_histogram;
 use crate::server::GOSSIP_FIELDS;
-use crate::summary::{LatencySummary, Summary};
+use crate::summary::Summary;
 use crate::units::{fmt_mib, fmt_us};
+use crate::vault::VAULT_FIELDS;
+
+mod measure;
+
+pub use measure::Absent;
+use measure::actual;
 
 /// A comparison operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,9 +118,30 @@ enum Unit {
     Plain,
 }
 
+impl Unit {
+    /// The units a value of this unit may carry, for an error's words.
+    fn allowed(self) -> &'static str {
+        match self {
+            Unit::Micros => "ns, us, µs, ms, s, m, h (bare = µs)",
+            Unit::Seconds => "ms, s, m, h (bare = seconds)",
+            Unit::Bytes => "B, KiB, MiB, GiB, KB, MB, GB (bare = bytes)",
+            Unit::Ratio => "% (or a bare fraction)",
+            Unit::PerSecond => "/s (or a bare number)",
+            Unit::Count => "none: a plain number or `requested`",
+            Unit::Plain => "none: a plain number",
+        }
+    }
+}
+
 const STATS: &[&str] = &[
     "count", "min", "p50", "p75", "p90", "p95", "p99", "p999", "max", "mean",
 ];
+
+/// Fields of `probes.<field>` (`time_to_99pct_us` is read too).
+const PROBE_FIELDS: [&str; 2] = ["delivered_ratio", "time_to_99pct"];
+
+/// Fields of `process.<field>` (`peak_rss` is read too).
+const PROCESS_FIELDS: [&str; 3] = ["peak_rss_bytes", "cpu_user_s", "cpu_sys_s"];
 
 /// Fields of `agents.<field>`.
 const AGENT_FIELDS: [&str; 7] = [
@@ -198,11 +226,109 @@ impl std::fmt::Display for Assertion {
     }
 }
 
+/// Why an `--assert` expression does not parse: one line, the expression
+/// or the part of it at fault named (the CLI prints it and exits 64).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AssertError {
+    /// No comparison operator at all.
+    #[error("no operator in {0:?} (expected `path op value`, op one of < <= > >= == !=)")]
+    NoOperator(String),
+    /// An operator that is not one (`=`, `=<`).
+    #[error("bad operator in {0:?} (one of < <= > >= == !=; equality is `==`)")]
+    BadOperator(String),
+    /// An operator followed by more operator characters (`<<=`).
+    #[error("bad operator in {0:?} (one of < <= > >= == !=)")]
+    OperatorRun(String),
+    /// Nothing before the operator.
+    #[error("missing path before the operator in {0:?}")]
+    MissingPath(String),
+    /// A path with characters a path has not.
+    #[error("bad path {0:?} (letters, digits, `_`, `-` and `.` only)")]
+    PathCharacters(String),
+    /// A path with an empty segment (`a..b`).
+    #[error("bad path {0:?} (empty segment)")]
+    EmptySegment(String),
+    /// A path of a shape no metric has.
+    #[error("unknown path {0:?}")]
+    UnknownPath(String),
+    /// A latency statistic that is not one (`p98`).
+    #[error("unknown latency statistic {stat:?} in {path:?} (one of {})", STATS.join(", "))]
+    UnknownStatistic {
+        /// The statistic as written.
+        stat: String,
+        /// The path it is in.
+        path: String,
+    },
+    /// A field a section does not have (`agents.happy`, `vault.nope`).
+    #[error("unknown {section} field {field:?} ({})", known.join(", "))]
+    UnknownField {
+        /// The section (`agents`, `probes`, `process`, `disruptions`,
+        /// `gossip`, `vault`).
+        section: &'static str,
+        /// The field as written.
+        field: String,
+        /// The section's fields.
+        known: &'static [&'static str],
+    },
+    /// A `server.<name>.<stat>` statistic that is not one.
+    #[error("unknown statistic {stat:?} of server.{name} ({})", SERVER_STATS.join(", "))]
+    UnknownServerStatistic {
+        /// The series or latency.
+        name: String,
+        /// The statistic as written.
+        stat: String,
+    },
+    /// A `server.` path of no known shape.
+    #[error(
+        "unknown server path {0:?} (server.cpu_cores.max, server.rss_bytes.mean, \
+         server.cores_per_1000_agents, server.rss_per_agent_kib, \
+         server.<latency>.p99, server.<series>.max)"
+    )]
+    UnknownServerPath(String),
+    /// The value after the operator does not read in the path's unit.
+    #[error("{source} (in assertion {assertion:?})")]
+    Value {
+        /// The whole assertion.
+        assertion: String,
+        /// What is wrong with the value.
+        source: ValueError,
+    },
+}
+
+/// Why the value of an assertion does not read in its path's unit.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValueError {
+    /// Nothing after the operator.
+    #[error("missing value after the operator")]
+    Missing,
+    /// `requested` compared with something that is not a count.
+    #[error("`requested` compares only with counts (agents.*, counters)")]
+    RequestedNotCount,
+    /// The number does not parse.
+    #[error("bad number in value {value:?}")]
+    Number {
+        /// The value as written.
+        value: String,
+        /// What the parser said.
+        source: std::num::ParseFloatError,
+    },
+    /// A unit the path's unit does not take.
+    #[error("unknown unit {unit:?} in {value:?}; units: {allowed}")]
+    Unit {
+        /// The unit as written.
+        unit: String,
+        /// The value as written.
+        value: String,
+        /// The units the path takes.
+        allowed: &'static str,
+    },
+}
+
 fn stat_of(s: &str) -> Option<&'static str> {
     STATS.iter().copied().find(|x| *x == s)
 }
 
-fn parse_path(path: &str) -> Result<Metric, String> {
+fn parse_path(path: &str) -> Result<Metric, AssertError> {
     let normalized = path.strip_suffix(".p99.9").map(|p| format!("{p}.p999"));
     let path = normalized.as_deref().unwrap_or(path);
     if path.is_empty()
@@ -210,19 +336,22 @@ fn parse_path(path: &str) -> Result<Metric, String> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
     {
-        return Err(format!(
-            "bad path {path:?} (letters, digits, `_`, `-` and `.` only)"
-        ));
+        return Err(AssertError::PathCharacters(path.to_owned()));
     }
     let seg: Vec<&str> = path.split('.').collect();
     if seg.iter().any(|s| s.is_empty()) {
-        return Err(format!("bad path {path:?} (empty segment)"));
+        return Err(AssertError::EmptySegment(path.to_owned()));
     }
-    let bad_stat = |s: &str| {
-        format!(
-            "unknown latency statistic {s:?} in {path:?} (one of {})",
-            STATS.join(", ")
-        )
+    let bad_stat = |s: &str| AssertError::UnknownStatistic {
+        stat: s.to_owned(),
+        path: path.to_owned(),
+    };
+    let unknown = |section: &'static str, f: &str, known: &'static [&'static str]| {
+        AssertError::UnknownField {
+            section,
+            field: f.to_owned(),
+            known,
+        }
     };
     Ok(match seg.as_slice() {
         ["latency", name, stat] => Metric::Latency {
@@ -234,9 +363,7 @@ fn parse_path(path: &str) -> Result<Metric, String> {
                 .into_iter()
                 .find(|x| x == f)
                 .or((*f == "failed").then_some("never_connected"))
-                .ok_or_else(|| {
-                    format!("unknown agents field {f:?} ({})", AGENT_FIELDS.join(", "))
-                })?,
+                .ok_or_else(|| unknown("agents", f, &AGENT_FIELDS))?,
         ),
         ["errors"] | ["errors", "total"] => Metric::ErrorsTotal,
         ["errors", kind] => Metric::Error((*kind).to_owned()),
@@ -245,20 +372,12 @@ fn parse_path(path: &str) -> Result<Metric, String> {
         ["rates" | "rates_per_s", name] => Metric::Rate((*name).to_owned()),
         ["probes", "delivered_ratio"] => Metric::ProbesDeliveredRatio,
         ["probes", "time_to_99pct" | "time_to_99pct_us"] => Metric::ProbesTimeTo99,
-        ["probes", f] => {
-            return Err(format!(
-                "unknown probes field {f:?} (delivered_ratio, time_to_99pct)"
-            ));
-        }
+        ["probes", f] => return Err(unknown("probes", f, &PROBE_FIELDS)),
         ["disruptions", f] => disruptions_field(f)?,
         ["process", "peak_rss_bytes" | "peak_rss"] => Metric::PeakRss,
         ["process", "cpu_user_s"] => Metric::CpuUser,
         ["process", "cpu_sys_s"] => Metric::CpuSys,
-        ["process", f] => {
-            return Err(format!(
-                "unknown process field {f:?} (peak_rss_bytes, cpu_user_s, cpu_sys_s)"
-            ));
-        }
+        ["process", f] => return Err(unknown("process", f, &PROCESS_FIELDS)),
         ["duration_s"] => Metric::DurationS,
         [
             "server",
@@ -271,25 +390,22 @@ fn parse_path(path: &str) -> Result<Metric, String> {
             name: (*name).to_owned(),
             stat: server_stat(name, stat)?,
         },
-        ["server", ..] => {
-            return Err(format!(
-                "unknown server path {path:?} (server.cpu_cores.max, server.rss_bytes.mean, \
-                 server.cores_per_1000_agents, server.rss_per_agent_kib, \
-                 server.<latency>.p99, server.<series>.max)"
-            ));
+        ["server", ..] => return Err(AssertError::UnknownServerPath(path.to_owned())),
+        ["vault", f] => {
+            Metric::Vault(crate::vault::field(f).ok_or_else(|| unknown("vault", f, &VAULT_FIELDS))?)
         }
-        ["vault", f] => Metric::Vault(crate::vault::field(f)?),
-        ["gossip", f] => {
-            Metric::Gossip(GOSSIP_FIELDS.into_iter().find(|x| x == f).ok_or_else(|| {
-                format!("unknown gossip field {f:?} ({})", GOSSIP_FIELDS.join(", "))
-            })?)
-        }
+        ["gossip", f] => Metric::Gossip(
+            GOSSIP_FIELDS
+                .into_iter()
+                .find(|x| x == f)
+                .ok_or_else(|| unknown("gossip", f, &GOSSIP_FIELDS))?,
+        ),
         [name] => Metric::Counter((*name).to_owned()),
         [name, stat] => Metric::Latency {
             name: (*name).to_owned(),
             stat: stat_of(stat).ok_or_else(|| bad_stat(stat))?,
         },
-        _ => return Err(format!("unknown path {path:?}")),
+        _ => return Err(AssertError::UnknownPath(path.to_owned())),
     })
 }
 
@@ -305,16 +421,14 @@ const SERVER_STATS: [&str; 8] = [
     "baseline_p99",
 ];
 
-fn server_stat(name: &str, stat: &str) -> Result<String, String> {
+fn server_stat(name: &str, stat: &str) -> Result<String, AssertError> {
     SERVER_STATS
         .into_iter()
         .find(|x| *x == stat)
         .map(str::to_owned)
-        .ok_or_else(|| {
-            format!(
-                "unknown statistic {stat:?} of server.{name} ({})",
-                SERVER_STATS.join(", ")
-            )
+        .ok_or_else(|| AssertError::UnknownServerStatistic {
+            name: name.to_owned(),
+            stat: stat.to_owned(),
         })
 }
 
@@ -331,12 +445,13 @@ const DISRUPTION_FIELDS: [&str; 9] = [
     "back_after_p100",
 ];
 
-fn disruptions_field(f: &str) -> Result<Metric, String> {
+fn disruptions_field(f: &str) -> Result<Metric, AssertError> {
     let Some(field) = DISRUPTION_FIELDS.into_iter().find(|x| *x == f) else {
-        return Err(format!(
-            "unknown disruptions field {f:?} ({})",
-            DISRUPTION_FIELDS.join(", ")
-        ));
+        return Err(AssertError::UnknownField {
+            section: "disruptions",
+            field: f.to_owned(),
+            known: &DISRUPTION_FIELDS,
+        });
     };
     Ok(match field.strip_prefix("back_after_") {
         Some(_) => Metric::DisruptionsBackAfter(field),
@@ -345,7 +460,7 @@ fn disruptions_field(f: &str) -> Result<Metric, String> {
 }
 
 /// Splits `"250ms"` into `(250.0, "ms")`.
-fn split_number(s: &str) -> Result<(f64, &str), String> {
+fn split_number(s: &str) -> Result<(f64, &str), ValueError> {
     let end = s
         .char_indices()
         .find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || c == '_' || (i == 0 && c == '-')))
@@ -354,19 +469,22 @@ fn split_number(s: &str) -> Result<(f64, &str), String> {
     let n: f64 = num
         .replace('_', "")
         .parse()
-        .map_err(|_| format!("bad number in value {s:?}"))?;
+        .map_err(|source| ValueError::Number {
+            value: s.to_owned(),
+            source,
+        })?;
     Ok((n, unit.trim()))
 }
 
-fn parse_value(s: &str, unit: Unit) -> Result<Value, String> {
+fn parse_value(s: &str, unit: Unit) -> Result<Value, ValueError> {
     if s.is_empty() {
-        return Err("missing value after the operator".into());
+        return Err(ValueError::Missing);
     }
     if s == "requested" {
         return if unit == Unit::Count {
             Ok(Value::Requested)
         } else {
-            Err("`requested` compares only with counts (agents.*, counters)".into())
+            Err(ValueError::RequestedNotCount)
         };
     }
     let (n, suffix) = split_number(s)?;
@@ -392,16 +510,11 @@ fn parse_value(s: &str, unit: Unit) -> Result<Value, String> {
         (Unit::Ratio, "%") => 0.01,
         (Unit::PerSecond | Unit::Plain, "/s") => 1.0,
         (u, other) => {
-            let allowed = match u {
-                Unit::Micros => "ns, us, µs, ms, s, m, h (bare = µs)",
-                Unit::Seconds => "ms, s, m, h (bare = seconds)",
-                Unit::Bytes => "B, KiB, MiB, GiB, KB, MB, GB (bare = bytes)",
-                Unit::Ratio => "% (or a bare fraction)",
-                Unit::PerSecond => "/s (or a bare number)",
-                Unit::Count => "none: a plain number or `requested`",
-                Unit::Plain => "none: a plain number",
-            };
-            return Err(format!("unknown unit {other:?} in {s:?}; units: {allowed}"));
+            return Err(ValueError::Unit {
+                unit: other.to_owned(),
+                value: s.to_owned(),
+                allowed: u.allowed(),
+            });
         }
     };
     Ok(Value::Number(n * scale))
@@ -415,15 +528,13 @@ impl<'de> serde::Deserialize<'de> for Assertion {
 }
 
 impl FromStr for Assertion {
-    type Err = String;
+    type Err = AssertError;
 
     /// Parses `path op value`; the error is a one-line reason.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, AssertError> {
         let s = s.trim();
         let Some(pos) = s.find(['<', '>', '=', '!']) else {
-            return Err(format!(
-                "no operator in {s:?} (expected `path op value`, op one of < <= > >= == !=)"
-            ));
+            return Err(AssertError::NoOperator(s.to_owned()));
         };
         let rest = &s[pos..];
         let (op, len) = if rest.starts_with("<=") {
@@ -439,21 +550,22 @@ impl FromStr for Assertion {
         } else if rest.starts_with('>') {
             (Op::Gt, 1)
         } else {
-            return Err(format!(
-                "bad operator in {s:?} (one of < <= > >= == !=; equality is `==`)"
-            ));
+            return Err(AssertError::BadOperator(s.to_owned()));
         };
         let path = s[..pos].trim();
         let value_text = rest[len..].trim();
         if value_text.starts_with(['<', '>', '=', '!']) {
-            return Err(format!("bad operator in {s:?} (one of < <= > >= == !=)"));
+            return Err(AssertError::OperatorRun(s.to_owned()));
         }
         if path.is_empty() {
-            return Err(format!("missing path before the operator in {s:?}"));
+            return Err(AssertError::MissingPath(s.to_owned()));
         }
         let metric = parse_path(path)?;
-        let value = parse_value(value_text, metric.unit())
-            .map_err(|e| format!("{e} (in assertion {s:?})"))?;
+        let value =
+            parse_value(value_text, metric.unit()).map_err(|source| AssertError::Value {
+                assertion: s.to_owned(),
+                source,
+            })?;
         Ok(Assertion {
             text: format!("{path} {} {value_text}", op.as_str()),
             metric,
@@ -477,219 +589,6 @@ pub struct Verdict {
     pub passed: bool,
     /// Why it could not be evaluated, if so.
     pub note: Option<String>,
-}
-
-fn latency_stat(l: &LatencySummary, stat: &str) -> f64 {
-    match stat {
-        "count" => l.count as f64,
-        "min" => l.min as f64,
-        "p50" => l.p50 as f64,
-        "p75" => l.p75 as f64,
-        "p90" => l.p90 as f64,
-        "p95" => l.p95 as f64,
-        "p99" => l.p99 as f64,
-        "p999" => l.p999 as f64,
-        "max" => l.max as f64,
-        _ => l.mean,
-    }
-}
-
-/// Latency summary by name; `propagation` falls back to the probes' merged histograms.
-fn find_latency(s: &Summary, name: &str) -> Result<LatencySummary, String> {
-    if let Some(l) = s.latency_us.get(name) {
-        return Ok(l.clone());
-    }
-    if name == "propagation" && !s.probes.is_empty() {
-        if let [only] = s.probes.as_slice() {
-            return Ok(only.latency_us.clone());
-        }
-        let mut acc = new_latency_histogram();
-        for p in &s.probes {
-            let h = p
-                .latency_us
-                .merge_histogram(&format!("probe #{}", p.id))
-                .map_err(|e| e.to_string())?;
-            acc.add(&h).map_err(|e| format!("{e:?}"))?;
-        }
-        return Ok(LatencySummary::from_histogram(&acc));
-    }
-    if name == "reconvergence" {
-        if s.disruptions.is_empty() {
-            return Err("no disruptions in the summary".into());
-        }
-        let mut acc = new_latency_histogram();
-        for d in &s.disruptions {
-            let h = d
-                .reconnect_us
-                .merge_histogram(&format!("disruption #{}", d.id))
-                .map_err(|e| e.to_string())?;
-            acc.add(&h).map_err(|e| format!("{e:?}"))?;
-        }
-        return Ok(LatencySummary::from_histogram(&acc));
-    }
-    let have: Vec<&str> = s.latency_us.keys().map(String::as_str).collect();
-    Err(format!(
-        "no latency {name:?} in the summary (has: {})",
-        if have.is_empty() {
-            "none".to_string()
-        } else {
-            have.join(", ")
-        }
-    ))
-}
-
-fn actual(m: &Metric, s: &Summary) -> Result<f64, String> {
-    Ok(match m {
-        Metric::Latency { name, stat } => {
-            let l = find_latency(s, name)?;
-            if l.count == 0 && *stat != "count" {
-                return Err(format!("latency {name:?} has no samples"));
-            }
-            latency_stat(&l, stat)
-        }
-        Metric::Agents(f) => {
-            (match *f {
-                "requested" => s.agents.requested,
-                "connected" => s.agents.connected,
-                "peak_connected" => s.agents.peak_connected,
-                "ever_connected" => s.agents.ever_connected,
-                "lost_not_back" => s.agents.lost_not_back,
-                "left" => s.agents.left,
-                _ => s.agents.never_connected,
-            }) as f64
-        }
-        Metric::ErrorsTotal => s.errors_total() as f64,
-        Metric::Error(kind) => s.errors.get(kind).map_or(0, |e| e.count) as f64,
-        Metric::Warning(kind) => s.warnings.get(kind).map_or(0, |e| e.count) as f64,
-        Metric::Counter(name) => match s.counters.get(name) {
-            Some(v) => *v as f64,
-            None => {
-                let have: Vec<&str> = s.counters.keys().map(String::as_str).collect();
-                return Err(format!(
-                    "no counter {name:?} in the summary (has: {})",
-                    if have.is_empty() {
-                        "none".to_string()
-                    } else {
-                        have.join(", ")
-                    }
-                ));
-            }
-        },
-        Metric::Rate(name) => *s
-            .rates_per_s
-            .get(name)
-            .ok_or_else(|| format!("no rate {name:?} in the summary"))?,
-        Metric::ProbesDeliveredRatio => s
-            .probes
-            .iter()
-            .filter(|p| p.expected > 0)
-            .map(|p| p.delivered as f64 / p.expected as f64)
-            .reduce(f64::min)
-            .ok_or("no probes with expected subscribers in the summary")?,
-        Metric::ProbesTimeTo99 => {
-            if s.probes.is_empty() {
-                return Err("no probes in the summary".into());
-            }
-            let mut worst = 0u64;
-            for p in &s.probes {
-                match p.time_to_99pct_us {
-                    Some(t) => worst = worst.max(t),
-                    None => return Err(format!("probe #{} never reached 99 %", p.id)),
-                }
-            }
-            worst as f64
-        }
-        Metric::Disruptions(f) => {
-            let d = &s.disruptions;
-            (match *f {
-                "count" => d.len() as u64,
-                "sessions_lost" => d.iter().map(|x| x.sessions_lost).sum(),
-                "back" => d.iter().map(|x| x.back).sum(),
-                "missing" => d.iter().map(|x| x.missing()).sum(),
-                _ => d.iter().map(|x| x.attempts).sum(),
-            }) as f64
-        }
-        Metric::DisruptionsBackAfter(f) => {
-            if s.disruptions.is_empty() {
-                return Err("no disruptions in the summary".into());
-            }
-            let mut worst = 0f64;
-            for d in &s.disruptions {
-                let b = &d.back_after_s;
-                let v = match *f {
-                    "back_after_p50" => b.p50,
-                    "back_after_p90" => b.p90,
-                    "back_after_p99" => b.p99,
-                    _ => b.p100,
-                };
-                match v {
-                    Some(x) => worst = worst.max(x * 1e6),
-                    None => {
-                        return Err(format!(
-                            "disruption #{} ({}) never got there",
-                            d.id, d.cause
-                        ));
-                    }
-                }
-            }
-            worst.round()
-        }
-        Metric::PeakRss => s.process.peak_rss_bytes as f64,
-        Metric::CpuUser => s.process.cpu_user_s,
-        Metric::CpuSys => s.process.cpu_sys_s,
-        Metric::DurationS => s.duration_s,
-        Metric::Gossip(f) => gossip_stat(s, f)?,
-        Metric::Vault(f) => crate::vault::value(s.vault.as_ref(), f)?,
-        Metric::Server { name, stat } => {
-            if s.server.is_empty() {
-                return Err("no server was observed (--observe)".into());
-            }
-            s.server
-                .iter()
-                .filter_map(|srv| match name.as_str() {
-                    "cores_per_1000_agents" => srv.sizing.cores_per_1000_agents,
-                    "rss_per_agent_kib" => srv.sizing.rss_per_agent_kib,
-                    _ => srv.stat(name, stat),
-                })
-                .reduce(f64::max)
-                .ok_or_else(|| {
-                    let mut kept: Vec<&str> = s
-                        .server
-                        .iter()
-                        .flat_map(|srv| srv.latencies.keys().map(String::as_str))
-                        .collect();
-                    kept.sort_unstable();
-                    kept.dedup();
-                    format!(
-                        "no observed server has {name}{} (latencies kept: {})",
-                        if stat.is_empty() {
-                            String::new()
-                        } else {
-                            format!(".{stat}")
-                        },
-                        if kept.is_empty() {
-                            "none".to_string()
-                        } else {
-                            kept.join(", ")
-                        }
-                    )
-                })?
-        }
-    })
-}
-
-/// The highest `gossip.<field>` among the observed servers.
-fn gossip_stat(s: &Summary, field: &str) -> Result<f64, String> {
-    s.server
-        .iter()
-        .filter_map(|srv| srv.gossip.as_ref()?.stat(field))
-        .max()
-        .map(|v| v as f64)
-        .ok_or_else(|| {
-            "no observed Consul server reported the run's gossip members (a fleet that \
-             gossips and --observe consul)"
-                .to_string()
-        })
 }
 
 fn fmt_value(unit: Unit, v: f64) -> String {
@@ -730,12 +629,12 @@ pub fn evaluate(asserts: &[Assertion], s: &Summary) -> Vec<Verdict> {
                     passed: a.op.holds(v, threshold),
                     note: None,
                 },
-                Err(note) => Verdict {
+                Err(absent) => Verdict {
                     assertion: a.text.clone(),
                     actual: None,
                     expected,
                     passed: false,
-                    note: Some(note),
+                    note: Some(absent.to_string()),
                 },
             }
         })
@@ -801,7 +700,8 @@ pub fn render_verdicts(v: &[Verdict]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::summary::ProbeSummary;
+    use crate::new_latency_histogram;
+    use crate::summary::{LatencySummary, ProbeSummary};
 
     fn summary() -> Summary {
         let mut s = Summary {
@@ -1000,10 +900,55 @@ mod tests {
             ("a..b < 1", "empty segment"),
             ("a b < 1", "bad path"),
         ] {
-            let e = expr.parse::<Assertion>().unwrap_err();
+            let e = expr.parse::<Assertion>().unwrap_err().to_string();
             assert!(e.contains(want), "{expr}: {e}");
             assert!(!e.contains('\n'), "{expr}: {e}");
         }
+    }
+
+    #[test]
+    fn parse_errors_say_which_mistake() {
+        let err = |e: &str| e.parse::<Assertion>().unwrap_err();
+        assert_eq!(
+            err("connect.p99"),
+            AssertError::NoOperator("connect.p99".into())
+        );
+        assert!(matches!(
+            err("agents.happy == 1"),
+            AssertError::UnknownField { section: "agents", field, .. } if field == "happy"
+        ));
+        assert!(matches!(
+            err("vault.nope == 0"),
+            AssertError::UnknownField {
+                section: "vault",
+                ..
+            }
+        ));
+        assert!(matches!(
+            err("server.cpu_cores.p42 < 1"),
+            AssertError::UnknownServerStatistic { .. }
+        ));
+        let e = err("connect.p99 < fast");
+        assert!(
+            matches!(
+                &e,
+                AssertError::Value {
+                    source: ValueError::Number { .. },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        // The number's parse error is kept as the cause.
+        let value = std::error::Error::source(&e).unwrap();
+        assert!(std::error::Error::source(value).is_some(), "{e:?}");
+        assert!(matches!(
+            err("connect.p99 < 1 fortnight"),
+            AssertError::Value {
+                source: ValueError::Unit { .. },
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -1071,7 +1016,10 @@ mod tests {
             "{v:?}"
         );
         assert_eq!(v[0].actual, Some(1.0));
-        let e = "gossip.suspect == 0".parse::<Assertion>().unwrap_err();
+        let e = "gossip.suspect == 0"
+            .parse::<Assertion>()
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("unknown gossip field") && e.contains("failed_ever"),
             "{e}"

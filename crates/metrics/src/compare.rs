@@ -11,6 +11,7 @@
 use std::fmt::Write as _;
 
 use crate::html::esc;
+use crate::server::ServerSummary;
 use crate::summary::Summary;
 use crate::units::{fmt_mib, fmt_us};
 
@@ -85,23 +86,41 @@ impl Rows {
 /// Every comparable figure of `a` and `b`, in report order.
 pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
     let mut r = Rows(Vec::new());
-    let both = |f: &dyn Fn(&Summary) -> Option<f64>| (f(a), f(b));
-    let n = |v: u64| Some(v as f64);
-    for (name, f) in [
-        (
-            "requested",
-            &(|s: &Summary| n(s.agents.requested)) as &dyn Fn(&Summary) -> Option<f64>,
-        ),
-        ("connected at the end", &|s: &Summary| n(s.agents.connected)),
-        ("never connected", &|s: &Summary| {
-            n(s.agents.never_connected)
-        }),
-        ("errors", &|s: &Summary| n(s.errors_total())),
-        ("run length (s)", &|s: &Summary| Some(s.duration_s)),
-    ] {
-        let (x, y) = both(f);
-        r.push("agents", name, x, y, Kind::Number);
+    agents(&mut r, a, b);
+    latencies(&mut r, a, b);
+    simulator(&mut r, a, b);
+    for i in 0..a.server.len().max(b.server.len()) {
+        server(&mut r, i, a.server.get(i), b.server.get(i));
     }
+    r.0
+}
+
+/// A figure of a run, if it has it.
+type Figure<'a> = &'a dyn Fn(&Summary) -> Option<f64>;
+
+/// A figure of an observed server, if it has it.
+type ServerFigure<'a> = &'a dyn Fn(&ServerSummary) -> Option<f64>;
+
+fn count(v: u64) -> Option<f64> {
+    Some(v as f64)
+}
+
+/// The agents: requested, connected, never connected, errors, run length.
+fn agents(r: &mut Rows, a: &Summary, b: &Summary) {
+    let figures: [(&str, Figure<'_>); 5] = [
+        ("requested", &|s| count(s.agents.requested)),
+        ("connected at the end", &|s| count(s.agents.connected)),
+        ("never connected", &|s| count(s.agents.never_connected)),
+        ("errors", &|s| count(s.errors_total())),
+        ("run length (s)", &|s| Some(s.duration_s)),
+    ];
+    for (name, f) in figures {
+        r.push("agents", name, f(a), f(b), Kind::Number);
+    }
+}
+
+/// p50, p99 and max of every latency either run has.
+fn latencies(r: &mut Rows, a: &Summary, b: &Summary) {
     let mut latencies: Vec<&String> = a.latency_us.keys().chain(b.latency_us.keys()).collect();
     latencies.sort();
     latencies.dedup();
@@ -125,6 +144,11 @@ pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
             );
         }
     }
+}
+
+/// The probes' delivery, the rates, bytes per agent and the simulator's
+/// own cost.
+fn simulator(r: &mut Rows, a: &Summary, b: &Summary) {
     let delivered = |s: &Summary| {
         s.probes
             .iter()
@@ -167,8 +191,8 @@ pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
     r.push(
         "simulator",
         "peak RSS",
-        n(a.process.peak_rss_bytes),
-        n(b.process.peak_rss_bytes),
+        count(a.process.peak_rss_bytes),
+        count(b.process.peak_rss_bytes),
         Kind::Bytes,
     );
     r.push(
@@ -178,54 +202,50 @@ pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
         Some(b.process.cpu_user_s + b.process.cpu_sys_s),
         Kind::Number,
     );
-    for i in 0..a.server.len().max(b.server.len()) {
-        let (sa, sb) = (a.server.get(i), b.server.get(i));
-        let kind = sa.or(sb).map_or("", |s| s.kind.as_str());
-        let group = format!("server #{} {kind}", i + 1);
-        let z =
-            |s: Option<&crate::server::ServerSummary>,
-             f: &dyn Fn(&crate::server::ServerSummary) -> Option<f64>| s.and_then(f);
-        for (name, kind, f) in [
-            (
-                "cpu cores, baseline",
-                Kind::Number,
-                &(|s: &crate::server::ServerSummary| s.sizing.cpu_cores.baseline)
-                    as &dyn Fn(&crate::server::ServerSummary) -> Option<f64>,
-            ),
-            ("cpu cores, steady", Kind::Number, &|s| {
-                s.sizing.cpu_cores.mean
-            }),
-            ("cpu cores, max", Kind::Number, &|s| s.sizing.cpu_cores.max),
-            ("cores per 1,000 agents", Kind::Number, &|s| {
-                s.sizing.cores_per_1000_agents
-            }),
-            ("RSS, steady", Kind::Bytes, &|s| s.sizing.rss_bytes.mean),
-            ("KiB per agent", Kind::Number, &|s| {
-                s.sizing.rss_per_agent_kib
-            }),
-        ] {
-            r.push(&group, name, z(sa, f), z(sb, f), kind);
-        }
-        let mut names: Vec<&String> = sa
-            .into_iter()
-            .chain(sb)
-            .flat_map(|s| s.latencies.keys())
-            .collect();
-        names.sort();
-        names.dedup();
-        for name in names {
-            for stat in ["p50", "p99"] {
-                r.push(
-                    &group,
-                    &format!("{name} {stat}"),
-                    sa.and_then(|s| s.stat(name, stat)),
-                    sb.and_then(|s| s.stat(name, stat)),
-                    Kind::Micros,
-                );
-            }
+}
+
+/// The `i`-th observed server of each run: its sizing, then p50 and p99 of
+/// every latency it kept.
+fn server(r: &mut Rows, i: usize, sa: Option<&ServerSummary>, sb: Option<&ServerSummary>) {
+    let kind = sa.or(sb).map_or("", |s| s.kind.as_str());
+    let group = format!("server #{} {kind}", i + 1);
+    let sizing: [(&str, Kind, ServerFigure<'_>); 6] = [
+        ("cpu cores, baseline", Kind::Number, &|s| {
+            s.sizing.cpu_cores.baseline
+        }),
+        ("cpu cores, steady", Kind::Number, &|s| {
+            s.sizing.cpu_cores.mean
+        }),
+        ("cpu cores, max", Kind::Number, &|s| s.sizing.cpu_cores.max),
+        ("cores per 1,000 agents", Kind::Number, &|s| {
+            s.sizing.cores_per_1000_agents
+        }),
+        ("RSS, steady", Kind::Bytes, &|s| s.sizing.rss_bytes.mean),
+        ("KiB per agent", Kind::Number, &|s| {
+            s.sizing.rss_per_agent_kib
+        }),
+    ];
+    for (name, kind, f) in sizing {
+        r.push(&group, name, sa.and_then(f), sb.and_then(f), kind);
+    }
+    let mut names: Vec<&String> = sa
+        .into_iter()
+        .chain(sb)
+        .flat_map(|s| s.latencies.keys())
+        .collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        for stat in ["p50", "p99"] {
+            r.push(
+                &group,
+                &format!("{name} {stat}"),
+                sa.and_then(|s| s.stat(name, stat)),
+                sb.and_then(|s| s.stat(name, stat)),
+                Kind::Micros,
+            );
         }
     }
-    r.0
 }
 
 fn describe(s: &Summary) -> String {

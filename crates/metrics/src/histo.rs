@@ -23,7 +23,7 @@ pub fn encode_histogram(h: &Histogram<u64>) -> Result<String, MetricsError> {
 pub fn decode_histogram(b64: &str) -> Result<Histogram<u64>, MetricsError> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
-        .map_err(|e| MetricsError::Encoding(e.to_string()))?;
+        .map_err(MetricsError::Base64)?;
     let decoded: Histogram<u64> = Deserializer::new()
         .deserialize(&mut bytes.as_slice())
         .map_err(|e| MetricsError::Encoding(format!("{e:?}")))?;

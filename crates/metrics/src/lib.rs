@@ -80,12 +80,23 @@ pub enum MetricsError {
     /// A histogram could not be serialized or parsed.
     #[error("histogram encoding: {0}")]
     Encoding(String),
+    /// A histogram's text is not base64.
+    #[error("histogram encoding: {0}")]
+    Base64(#[source] base64::DecodeError),
     /// Histograms with different bounds cannot be merged.
     #[error("histogram merge: {0}")]
     Merge(String),
-    /// A summary file could not be read or parsed.
+    /// A summary could not be written as JSON.
     #[error("summary: {0}")]
-    Summary(String),
+    Summary(#[source] serde_json::Error),
+    /// A summary file could not be parsed.
+    #[error("summary: {}: {source}", path.display())]
+    SummaryFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: summary::SummaryError,
+    },
     /// An HdrHistogram interval log could not be written, read or parsed
     /// (the message names the file).
     #[error("hlog: {0}")]
@@ -137,6 +148,42 @@ pub struct ErrorKindSpec {
     /// load); `false`: bad credentials, unknown namespace, ACL denied, wrong
     /// protocol on the port.
     pub heals: bool,
+    /// Whose words the kind's sample is: the server's (the common case), or
+    /// the OS's (a refused connect, no port left), or agent-sim's own.
+    pub said_by: Speaker,
+}
+
+/// Whose words an error kind's sample is, so that a report does not put
+/// the OS's `Connection refused` in the server's mouth.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Speaker {
+    /// The server's own words: an HTTP body or status line, a gRPC status
+    /// message, a close reason.
+    #[default]
+    Server,
+    /// The operating system's words about a local socket: an `io::Error` of
+    /// a dial, a bind or a read (`Connection refused`, no port left).
+    Os,
+    /// agent-sim's own words: a local check or setup step.
+    Local,
+}
+
+impl Speaker {
+    /// How a report introduces the sample (`server said: ...`).
+    pub fn said(self) -> &'static str {
+        match self {
+            Speaker::Server => "server said",
+            Speaker::Os => "the OS said",
+            Speaker::Local => "agent-sim said",
+        }
+    }
+
+    /// Whether these are the server's words (the default, not written to a
+    /// summary).
+    pub fn is_server(&self) -> bool {
+        *self == Speaker::Server
+    }
 }
 
 /// Longest sample message kept per kind (characters).
@@ -149,8 +196,9 @@ pub struct KindStat {
     pub count: u64,
     /// When the kind was first seen, after the recorder was created.
     pub first_seen: Duration,
-    /// The server's own words (HTTP body or status line, gRPC status
-    /// message, close reason) the first time it had any; secrets redacted.
+    /// The first words it had, secrets redacted: the server's own (HTTP
+    /// body or status line, gRPC status message, close reason), or the OS's
+    /// or agent-sim's as the kind's [`ErrorKindSpec::said_by`] says.
     pub sample: Option<String>,
 }
 
@@ -165,6 +213,8 @@ pub struct KindReport {
     pub hint: Option<&'static str>,
     /// Whether the cause can heal by itself (`true` when undeclared).
     pub heals: bool,
+    /// Whose words the sample is (the server's when undeclared).
+    pub said_by: Speaker,
 }
 
 impl MetricsSpec {
@@ -486,6 +536,7 @@ impl Metrics {
                     stat: stat.clone(),
                     hint: spec.map(|s| s.hint),
                     heals: spec.is_none_or(|s| s.heals),
+                    said_by: spec.map_or(Speaker::Server, |s| s.said_by),
                 }
             })
             .collect();
@@ -619,6 +670,7 @@ mod tests {
                 kind: "refused",
                 hint: "is the server up?",
                 heals: true,
+                said_by: Speaker::Os,
             }],
         }
     }

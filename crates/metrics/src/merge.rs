@@ -99,32 +99,20 @@ pub const NOTE_NO_CONTROLLER: &str = "no controller entry for this change: laten
      after the earliest observed arrival, not after T0 (the controller's summary is missing, \
      or this change was its setup/cleanup or a probe it did not report)";
 
-/// Combines the entries of one probe (see the module doc).
-fn combine_probe(parts: Vec<(ProbeSummary, Histogram<u64>)>) -> Result<ProbeSummary, MetricsError> {
-    use crate::summary::{ROLE_CONTROLLER, ROLE_OBSERVER};
-    let any_controller = parts.iter().any(|(p, _)| !p.is_observer());
-    if let [(only, _)] = parts.as_slice()
-        && !only.is_observer()
-    {
-        return Ok(only.clone());
+/// The zero a probe entry's latencies count from: its T0, or for an
+/// observer its first arrival (wall clock, µs).
+fn zero_of(p: &ProbeSummary) -> Option<u64> {
+    if p.is_observer() {
+        p.first_arrival_unix_us
+    } else {
+        p.t0_unix_us
     }
-    // The common zero: the earliest T0, or without a controller the
-    // earliest first arrival.
-    let zero_of = |p: &ProbeSummary| {
-        if p.is_observer() {
-            p.first_arrival_unix_us
-        } else {
-            p.t0_unix_us
-        }
-    };
-    let base = parts
-        .iter()
-        .filter(|(p, _)| p.is_observer() != any_controller)
-        .filter_map(|(p, _)| zero_of(p))
-        .min();
-    // The entry giving id, t0 and change id: the controller with the
-    // earliest T0, else the first observer.
-    let template = parts
+}
+
+/// The entry giving id, t0 and change id: the controller with the earliest
+/// T0, else the first observer.
+fn template(parts: &ProbeGroup, any_controller: bool) -> &ProbeSummary {
+    parts
         .iter()
         .filter(|(p, _)| p.is_observer() != any_controller)
         .min_by(|(a, _), (b, _)| match (a.t0.is_empty(), b.t0.is_empty()) {
@@ -133,24 +121,39 @@ fn combine_probe(parts: Vec<(ProbeSummary, Histogram<u64>)>) -> Result<ProbeSumm
             _ => a.t0.cmp(&b.t0),
         })
         .map(|(p, _)| p)
-        .unwrap_or(&parts[0].0);
-    let mut out = ProbeSummary {
-        id: template.id,
-        kind: template.kind.clone(),
-        t0: template.t0.clone(),
-        change_id: template.change_id,
-        fleet: template.fleet.clone(),
-        ..Default::default()
+        .unwrap_or(&parts[0].0)
+}
+
+/// The entries of one probe added on a common zero.
+struct Added {
+    /// Their arrivals, shifted onto the zero.
+    h: Histogram<u64>,
+    /// Arrivals that fell before the zero (counted as 0 µs).
+    below_zero: u64,
+    /// Observer entries without a wall-clock zero, added unshifted.
+    unshifted: usize,
+    /// The largest time-to-99 % of an entry.
+    max_t99: Option<u64>,
+}
+
+/// Adds the entries' counts into `out` and their arrivals onto `base`;
+/// controllers' notes of earlier merges go into `notes`.
+fn add_entries(
+    parts: &ProbeGroup,
+    base: Option<u64>,
+    out: &mut ProbeSummary,
+    notes: &mut Vec<String>,
+) -> Result<Added, MetricsError> {
+    let mut a = Added {
+        h: new_latency_histogram(),
+        below_zero: 0,
+        unshifted: 0,
+        max_t99: None,
     };
-    let mut h = new_latency_histogram();
-    let mut below_zero = 0u64;
-    let mut unshifted = 0usize;
-    let mut max_t99 = None;
-    let mut notes: Vec<String> = Vec::new();
-    for (p, ph) in &parts {
+    for (p, ph) in parts {
         out.delivered += p.delivered;
         out.expected += p.expected;
-        max_t99 = max_t99.max(p.time_to_99pct_us);
+        a.max_t99 = a.max_t99.max(p.time_to_99pct_us);
         if !p.is_observer()
             && let Some(n) = &p.note
             && !notes.contains(n)
@@ -162,13 +165,43 @@ fn combine_probe(parts: Vec<(ProbeSummary, Histogram<u64>)>) -> Result<ProbeSumm
             (Some(z), Some(b)) => i128::from(z) - i128::from(b),
             _ => {
                 if p.is_observer() {
-                    unshifted += 1;
+                    a.unshifted += 1;
                 }
                 0
             }
         };
-        add_shifted(&mut h, ph, shift, &mut below_zero)?;
+        add_shifted(&mut a.h, ph, shift, &mut a.below_zero)?;
     }
+    Ok(a)
+}
+
+/// Combines the entries of one probe (see the module doc).
+fn combine_probe(parts: ProbeGroup) -> Result<ProbeSummary, MetricsError> {
+    use crate::summary::{ROLE_CONTROLLER, ROLE_OBSERVER};
+    let any_controller = parts.iter().any(|(p, _)| !p.is_observer());
+    if let [(only, _)] = parts.as_slice()
+        && !only.is_observer()
+    {
+        return Ok(only.clone());
+    }
+    // The common zero: the earliest T0, or without a controller the
+    // earliest first arrival.
+    let base = parts
+        .iter()
+        .filter(|(p, _)| p.is_observer() != any_controller)
+        .filter_map(|(p, _)| zero_of(p))
+        .min();
+    let template = template(&parts, any_controller);
+    let mut out = ProbeSummary {
+        id: template.id,
+        kind: template.kind.clone(),
+        t0: template.t0.clone(),
+        change_id: template.change_id,
+        fleet: template.fleet.clone(),
+        ..Default::default()
+    };
+    let mut notes: Vec<String> = Vec::new();
+    let added = add_entries(&parts, base, &mut out, &mut notes)?;
     if any_controller {
         out.role = parts
             .iter()
@@ -180,25 +213,27 @@ fn combine_probe(parts: Vec<(ProbeSummary, Histogram<u64>)>) -> Result<ProbeSumm
         out.first_arrival_unix_us = base;
         notes.insert(0, NOTE_NO_CONTROLLER.to_string());
     }
-    if below_zero > 0 {
+    if added.below_zero > 0 {
         notes.push(format!(
-            "{below_zero} arrival(s) fell before T0 after the shift and count as 0 µs (the \
+            "{} arrival(s) fell before T0 after the shift and count as 0 µs (the \
              change can reach subscribers before the controller's HTTP call returns, as its \
-             own early arrivals do; a large number means the boxes' clocks disagree)"
+             own early arrivals do; a large number means the boxes' clocks disagree)",
+            added.below_zero
         ));
     }
-    if unshifted > 0 {
+    if added.unshifted > 0 {
         notes.push(format!(
-            "{unshifted} part(s) lacked the wall-clock zero (t0_unix_us / \
-             first_arrival_unix_us) and were added unshifted"
+            "{} part(s) lacked the wall-clock zero (t0_unix_us / \
+             first_arrival_unix_us) and were added unshifted",
+            added.unshifted
         ));
     }
     out.time_to_99pct_us = if out.expected > 0 {
-        time_to_99pct(&h, out.expected)
+        time_to_99pct(&added.h, out.expected)
     } else {
-        max_t99
+        added.max_t99
     };
-    out.latency_us = LatencySummary::from_histogram(&h);
+    out.latency_us = LatencySummary::from_histogram(&added.h);
     out.note = (!notes.is_empty()).then(|| notes.join("; "));
     Ok(out)
 }
@@ -213,88 +248,20 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         kind: first.kind.clone(),
         ..Default::default()
     };
-    let mut latencies: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
-    // Keyed by the fleet too: a change timed at dataplane sidecars is its
-    // own entry beside the Consul agents' entry of the same change.
-    let mut probes: BTreeMap<(Option<String>, ProbeKey), ProbeGroup> = BTreeMap::new();
-
+    let mut hists = Histograms::default();
     for (n, p) in parts.iter().enumerate() {
         let part = format!("part {} ({})", n + 1, p.shard.as_deref().unwrap_or(&p.kind));
-        if p.kind != out.kind {
-            out.kind = "mixed".into();
-        }
-        for t in &p.targets {
-            if !out.targets.contains(t) {
-                out.targets.push(t.clone());
-            }
-        }
-        if !p.started_at.is_empty() && (out.started_at.is_empty() || p.started_at < out.started_at)
-        {
-            // RFC 3339 UTC with a fixed layout orders as text.
-            out.started_at = p.started_at.clone();
-        }
-        out.duration_s = out.duration_s.max(p.duration_s);
-
-        out.agents.requested += p.agents.requested;
-        out.agents.connected += p.agents.connected;
-        out.agents.peak_connected += p.agents.peak_connected;
-        out.agents.ever_connected += p.agents.ever_connected;
-        out.agents.never_connected += p.agents.never_connected;
-        out.agents.lost_not_back += p.agents.lost_not_back;
-        out.agents.left += p.agents.left;
-        for (k, v) in &p.outcome.missing {
-            *out.outcome.missing.entry(k.clone()).or_insert(0) += v;
-        }
-
-        for (k, v) in &p.counters {
-            *out.counters.entry(k.clone()).or_insert(0) += v;
-        }
-        for (k, v) in &p.sessions_lost {
-            *out.sessions_lost.entry(k.clone()).or_insert(0) += v;
-        }
-        merge_kinds(&mut out.errors, &p.errors);
-        merge_kinds(&mut out.warnings, &p.warnings);
-        for (k, v) in &p.rates_per_s {
-            *out.rates_per_s.entry(k.clone()).or_insert(0.0) += v;
-        }
-        out.process.peak_rss_bytes += p.process.peak_rss_bytes;
-        out.process.cpu_user_s += p.process.cpu_user_s;
-        out.process.cpu_sys_s += p.process.cpu_sys_s;
-
-        for (name, l) in &p.latency_us {
-            let h = l.merge_histogram(&format!("{part}: latency {name:?}"))?;
-            let acc = latencies
-                .entry(name.clone())
-                .or_insert_with(new_latency_histogram);
-            add_into(acc, &h)?;
-        }
-
-        for probe in &p.probes {
-            let h = probe
-                .latency_us
-                .merge_histogram(&format!("{part}: probe #{}", probe.id))?;
-            let key = probe
-                .change_id
-                .map_or(ProbeKey::Id(probe.id), ProbeKey::Change);
-            let group = probes.entry((probe.fleet.clone(), key)).or_default();
-            if let Some((other, _)) = group.first()
-                && other.kind != probe.kind
-            {
-                return Err(MetricsError::Merge(format!(
-                    "{part}: probe #{} ({key}) is {:?} here but {:?} elsewhere (summaries of \
-                     different runs?)",
-                    probe.id, probe.kind, other.kind
-                )));
-            }
-            group.push((probe.clone(), h));
-        }
+        add_run(&mut out, p);
+        add_counts(&mut out, p);
+        hists.add(&part, p)?;
     }
-
-    out.latency_us = latencies
+    out.latency_us = hists
+        .latencies
         .iter()
         .map(|(k, h)| (k.clone(), LatencySummary::from_histogram(h)))
         .collect();
-    out.probes = probes
+    out.probes = hists
+        .probes
         .into_values()
         .map(combine_probe)
         .collect::<Result<_, _>>()?;
@@ -319,6 +286,99 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
     out.shard = None;
     out.outcome = merged_outcome(parts, &out);
     Ok(out)
+}
+
+/// What ran: the kind (`mixed` when parts differ), the targets, the
+/// earliest start and the longest run.
+fn add_run(out: &mut Summary, p: &Summary) {
+    if p.kind != out.kind {
+        out.kind = "mixed".into();
+    }
+    for t in &p.targets {
+        if !out.targets.contains(t) {
+            out.targets.push(t.clone());
+        }
+    }
+    if !p.started_at.is_empty() && (out.started_at.is_empty() || p.started_at < out.started_at) {
+        // RFC 3339 UTC with a fixed layout orders as text.
+        out.started_at = p.started_at.clone();
+    }
+    out.duration_s = out.duration_s.max(p.duration_s);
+}
+
+/// Agents, missing causes, counters, sessions lost, errors, warnings,
+/// rates and the process, each summed.
+fn add_counts(out: &mut Summary, p: &Summary) {
+    out.agents.requested += p.agents.requested;
+    out.agents.connected += p.agents.connected;
+    out.agents.peak_connected += p.agents.peak_connected;
+    out.agents.ever_connected += p.agents.ever_connected;
+    out.agents.never_connected += p.agents.never_connected;
+    out.agents.lost_not_back += p.agents.lost_not_back;
+    out.agents.left += p.agents.left;
+    for (k, v) in &p.outcome.missing {
+        *out.outcome.missing.entry(k.clone()).or_insert(0) += v;
+    }
+    for (k, v) in &p.counters {
+        *out.counters.entry(k.clone()).or_insert(0) += v;
+    }
+    for (k, v) in &p.sessions_lost {
+        *out.sessions_lost.entry(k.clone()).or_insert(0) += v;
+    }
+    merge_kinds(&mut out.errors, &p.errors);
+    merge_kinds(&mut out.warnings, &p.warnings);
+    for (k, v) in &p.rates_per_s {
+        *out.rates_per_s.entry(k.clone()).or_insert(0.0) += v;
+    }
+    out.process.peak_rss_bytes += p.process.peak_rss_bytes;
+    out.process.cpu_user_s += p.process.cpu_user_s;
+    out.process.cpu_sys_s += p.process.cpu_sys_s;
+}
+
+/// The parts' histograms, added up as the parts are read.
+#[derive(Default)]
+struct Histograms {
+    /// Each latency, over the parts.
+    latencies: BTreeMap<String, Histogram<u64>>,
+    /// Each probe's entries. Keyed by the fleet too: a change timed at
+    /// dataplane sidecars is its own entry beside the Consul agents' entry
+    /// of the same change.
+    probes: BTreeMap<(Option<String>, ProbeKey), ProbeGroup>,
+}
+
+impl Histograms {
+    /// Adds the latencies and probe entries of `p` (`part` names it in an
+    /// error).
+    fn add(&mut self, part: &str, p: &Summary) -> Result<(), MetricsError> {
+        for (name, l) in &p.latency_us {
+            let h = l.merge_histogram(&format!("{part}: latency {name:?}"))?;
+            let acc = self
+                .latencies
+                .entry(name.clone())
+                .or_insert_with(new_latency_histogram);
+            add_into(acc, &h)?;
+        }
+        for probe in &p.probes {
+            let h = probe
+                .latency_us
+                .merge_histogram(&format!("{part}: probe #{}", probe.id))?;
+            let key = probe
+                .change_id
+                .map_or(ProbeKey::Id(probe.id), ProbeKey::Change);
+            let group = self.probes.entry((probe.fleet.clone(), key)).or_default();
+            if let Some((other, _)) = group.first()
+                && other.kind != probe.kind
+            {
+                return Err(MetricsError::Merge(format!(
+                    "{part}: probe #{} ({key}) is {:?} here but {:?} elsewhere (summaries of \
+                     different runs?)",
+                    probe.id, probe.kind, other.kind
+                )));
+            }
+            group.push((probe.clone(), h));
+        }
+        Ok(())
+    }
 }
 
 // --- timeline, config and disruptions ---
@@ -482,7 +542,8 @@ pub fn merge_configs<'a>(
 }
 
 /// Adds error (or warning) entries: counts summed, the earliest first
-/// sighting with its sample, the first hint; heals only if every part says so.
+/// sighting with its sample (and whose words it is), the first hint; heals
+/// only if every part says so.
 fn merge_kinds(acc: &mut BTreeMap<String, KindEntry>, part: &BTreeMap<String, KindEntry>) {
     for (kind, e) in part {
         match acc.get_mut(kind) {
@@ -494,6 +555,7 @@ fn merge_kinds(acc: &mut BTreeMap<String, KindEntry>, part: &BTreeMap<String, Ki
                 if e.first_seen_s < a.first_seen_s || a.sample.is_none() {
                     if e.sample.is_some() {
                         a.sample = e.sample.clone();
+                        a.said_by = e.said_by;
                     }
                     a.first_seen_s = a.first_seen_s.min(e.first_seen_s);
                 }
@@ -666,6 +728,7 @@ mod tests {
                 sample: Some(format!("refused by shard {n}")),
                 hint: None,
                 heals: true,
+                said_by: crate::Speaker::Os,
             },
         );
         s.rates_per_s.insert("keepalives".into(), 250.0);
@@ -724,6 +787,7 @@ mod tests {
             m.errors["connect_refused"].sample.as_deref(),
             Some("refused by shard 1")
         );
+        assert_eq!(m.errors["connect_refused"].said_by, crate::Speaker::Os);
         assert_eq!(m.outcome.missing["connect_refused"], 19);
         assert_eq!((m.outcome.exit_code, m.outcome.complete), (2, false));
         assert_eq!(m.rates_per_s["keepalives"], 500.0);

@@ -7,18 +7,17 @@
 use std::fmt::Write as _;
 
 use crate::assert::Verdict;
-use crate::summary::Summary;
+use crate::summary::{KindEntry, Summary};
 use crate::units::{fmt_count, fmt_mib, fmt_us};
 
 /// Lines of error (or warning) kinds, most frequent first: count, when first
-/// seen, the server's words and the hint.
-/// Errors or warnings by kind with their sample, labelled `words` (the
-/// server's words for errors; a warning's sample is often agent-sim's own
-/// words, e.g. `probe_overhead_high`), and what to check.
+/// seen, the sample labelled by `said` (for errors whose words they are:
+/// `server said`, `the OS said`; for warnings `details`, their sample often
+/// agent-sim's own words, e.g. `probe_overhead_high`), and what to check.
 fn kinds(
     out: &mut String,
-    map: &std::collections::BTreeMap<String, crate::summary::KindEntry>,
-    words: &str,
+    map: &std::collections::BTreeMap<String, KindEntry>,
+    said: fn(&KindEntry) -> &'static str,
 ) {
     let mut rows: Vec<_> = map.iter().collect();
     rows.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
@@ -35,7 +34,7 @@ fn kinds(
             }
         );
         if let Some(sample) = &e.sample {
-            let _ = writeln!(out, "  {:<28} {words}: {sample}", "");
+            let _ = writeln!(out, "  {:<28} {}: {sample}", "", said(e));
         }
         if let Some(hint) = &e.hint {
             let _ = writeln!(out, "  {:<28} check: {hint}", "");
@@ -273,11 +272,11 @@ fn wrapped(out: &mut String, label: &str, items: &[String]) {
 
 fn errors(out: &mut String, s: &Summary) {
     let _ = writeln!(out, "errors     {} total", s.errors_total());
-    kinds(out, &s.errors, "server said");
+    kinds(out, &s.errors, |e| e.said_by.said());
     if !s.warnings.is_empty() {
         let total: u64 = s.warnings.values().map(|w| w.count).sum();
         let _ = writeln!(out, "warnings   {total} total");
-        kinds(out, &s.warnings, "details");
+        kinds(out, &s.warnings, |_| "details");
     }
 }
 
@@ -509,6 +508,15 @@ mod tests {
                 sample: Some("dial: connection refused".into()),
                 hint: Some("is the server listening?".into()),
                 heals: true,
+                said_by: crate::Speaker::Os,
+            },
+        );
+        s.errors.insert(
+            "upgrade_401".into(),
+            crate::summary::KindEntry {
+                count: 1,
+                sample: Some("wrong password".into()),
+                ..Default::default()
             },
         );
         let mut h = crate::new_latency_histogram();
@@ -516,10 +524,12 @@ mod tests {
         s.latency_us
             .insert("connect".into(), crate::LatencySummary::from_histogram(&h));
         let t = render(&s);
+        assert!(t.contains("server said: wrong password"), "{t}");
+        assert!(!t.contains("server said: dial"), "the OS's words: {t}");
         assert!(t.contains("connected 9/10"), "{t}");
         assert!(t.contains("connect_refused"), "{t}");
         assert!(t.contains("first at 1.2s"), "{t}");
-        assert!(t.contains("server said: dial: connection refused"), "{t}");
+        assert!(t.contains("the OS said: dial: connection refused"), "{t}");
         assert!(t.contains("check: is the server listening?"), "{t}");
         assert!(t.contains("1.5ms"), "{t}");
     }

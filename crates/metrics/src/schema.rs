@@ -73,6 +73,7 @@ mod tests {
                             sample: Some("connection refused".into()),
                             hint: Some("is the server up?".into()),
                             heals: true,
+                            said_by: crate::Speaker::Os,
                         },
                     )
                 })

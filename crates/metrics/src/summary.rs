@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::histo::{decode_histogram, encode_histogram};
 use crate::server::ServerSummary;
-use crate::{MetricsError, new_latency_histogram};
+use crate::{MetricsError, Speaker, new_latency_histogram};
 
 /// Schema identifier of version 1 (read, upgraded to v2).
 pub const SCHEMA_V1: &str = "agent-sim.summary.v1";
@@ -89,7 +89,8 @@ pub struct KindEntry {
     /// Seconds from the start of the run to the first occurrence.
     #[serde(default)]
     pub first_seen_s: f64,
-    /// The server's own words the first time it had any (secrets redacted).
+    /// The first words it had (secrets redacted): the server's, or the OS's
+    /// or agent-sim's own as [`KindEntry::said_by`] says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample: Option<String>,
     /// What to check.
@@ -100,6 +101,10 @@ pub struct KindEntry {
     /// denials, the wrong protocol on a port.
     #[serde(default = "heals_default")]
     pub heals: bool,
+    /// Whose words the sample is; absent: the server's (files written
+    /// before it was kept).
+    #[serde(default, skip_serializing_if = "Speaker::is_server")]
+    pub said_by: Speaker,
 }
 
 fn heals_default() -> bool {
@@ -499,26 +504,24 @@ impl Summary {
     /// Reads a summary JSON file (v2, or v1 upgraded).
     pub fn read(path: &std::path::Path) -> Result<Self, MetricsError> {
         let text = std::fs::read_to_string(path)?;
-        Self::from_json(&text)
-            .map_err(|e| MetricsError::Summary(format!("{}: {e}", path.display())))
+        Self::from_json(&text).map_err(|source| MetricsError::SummaryFile {
+            path: path.to_owned(),
+            source,
+        })
     }
 
     /// Parses a summary of schema v2, or of v1 upgraded to v2: counter
     /// `errors` become error entries (counts only), `agents.failed` becomes
     /// `never_connected`, and the outcome is inferred from the counts (v1
     /// recorded none).
-    pub fn from_json(text: &str) -> Result<Self, String> {
-        let mut v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    pub fn from_json(text: &str) -> Result<Self, SummaryError> {
+        let mut v: serde_json::Value = serde_json::from_str(text).map_err(SummaryError::Json)?;
         match v.get("schema").and_then(|s| s.as_str()) {
             Some(SCHEMA_V2) => {}
             Some(SCHEMA_V1) => upgrade_v1(&mut v)?,
-            other => {
-                return Err(format!(
-                    "schema {other:?}, expected {SCHEMA_V2:?} or {SCHEMA_V1:?}"
-                ));
-            }
+            other => return Err(SummaryError::Schema(other.map(str::to_owned))),
         }
-        serde_json::from_value(v).map_err(|e| e.to_string())
+        serde_json::from_value(v).map_err(SummaryError::Shape)
     }
 
     /// Total errors over every kind.
@@ -528,8 +531,7 @@ impl Summary {
 
     /// Writes the summary as pretty JSON, atomically (temp file + rename).
     pub fn write(&self, path: &std::path::Path) -> Result<(), MetricsError> {
-        let text =
-            serde_json::to_string_pretty(self).map_err(|e| MetricsError::Summary(e.to_string()))?;
+        let text = serde_json::to_string_pretty(self).map_err(MetricsError::Summary)?;
         let tmp = path.with_extension("json.tmp");
         std::fs::write(&tmp, text + "\n")?;
         std::fs::rename(&tmp, path)?;
@@ -537,10 +539,29 @@ impl Summary {
     }
 }
 
+/// Why a summary's text is not a summary.
+#[derive(Debug, thiserror::Error)]
+pub enum SummaryError {
+    /// The text is not JSON.
+    #[error("{0}")]
+    Json(#[source] serde_json::Error),
+    /// A `schema` that is neither v2 nor v1 (or none).
+    #[error("schema {0:?}, expected {SCHEMA_V2:?} or {SCHEMA_V1:?}")]
+    Schema(Option<String>),
+    /// A v1 file without v1's shape.
+    #[error("{0}")]
+    V1(&'static str),
+    /// The JSON does not have v2's shape.
+    #[error("{0}")]
+    Shape(#[source] serde_json::Error),
+}
+
 /// Rewrites a v1 summary (as JSON) into the v2 shape.
-fn upgrade_v1(v: &mut serde_json::Value) -> Result<(), String> {
+fn upgrade_v1(v: &mut serde_json::Value) -> Result<(), SummaryError> {
     use serde_json::{Value, json};
-    let obj = v.as_object_mut().ok_or("a summary is a JSON object")?;
+    let obj = v
+        .as_object_mut()
+        .ok_or(SummaryError::V1("a summary is a JSON object"))?;
     obj.insert("schema".into(), json!(SCHEMA_V2));
     let mut errors = serde_json::Map::new();
     if let Some(Value::Object(counters)) = obj.get_mut("counters")
@@ -565,7 +586,7 @@ fn upgrade_v1(v: &mut serde_json::Value) -> Result<(), String> {
                 a.get("connected").and_then(Value::as_u64).unwrap_or(0),
             )
         }
-        None => return Err("`agents` missing".into()),
+        None => return Err(SummaryError::V1("`agents` missing")),
     };
     let complete = connected >= requested;
     obj.insert(
@@ -684,6 +705,7 @@ mod tests {
                 sample: Some("connection refused".into()),
                 hint: Some("is the server up?".into()),
                 heals: true,
+                said_by: crate::Speaker::Os,
             },
         );
         let v: serde_json::Value = serde_json::to_value(&s).unwrap();
@@ -710,8 +732,33 @@ mod tests {
         ] {
             assert!(v.get(key).is_some(), "missing {key}");
         }
+        assert_eq!(v["errors"]["connect_refused"]["said_by"], "os");
         let back = Summary::from_json(&v.to_string()).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn a_sample_without_a_speaker_is_the_servers() {
+        let mut s = Summary {
+            schema: SCHEMA_V2.into(),
+            ..Default::default()
+        };
+        s.errors.insert(
+            "upgrade_401".into(),
+            KindEntry {
+                count: 1,
+                sample: Some("wrong password".into()),
+                ..Default::default()
+            },
+        );
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            v["errors"]["upgrade_401"].get("said_by"),
+            None,
+            "not written"
+        );
+        let back = Summary::from_json(&v.to_string()).unwrap();
+        assert_eq!(back.errors["upgrade_401"].said_by, crate::Speaker::Server);
     }
 
     #[test]
@@ -735,6 +782,13 @@ mod tests {
         assert_eq!(s.errors_total(), 4);
         assert_eq!((s.outcome.complete, s.outcome.exit_code), (false, 2));
         assert_eq!(s.probes[0].change_id, Some(42));
-        assert!(Summary::from_json(r#"{"schema": "agent-sim.summary.v9"}"#).is_err());
+        assert!(matches!(
+            Summary::from_json(r#"{"schema": "agent-sim.summary.v9"}"#),
+            Err(SummaryError::Schema(Some(v))) if v == "agent-sim.summary.v9"
+        ));
+        assert!(matches!(
+            Summary::from_json("not json"),
+            Err(SummaryError::Json(_))
+        ));
     }
 }

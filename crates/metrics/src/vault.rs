@@ -143,18 +143,28 @@ pub const VAULT_FIELDS: [&str; 10] = [
     "handover_max_s",
 ];
 
-/// The `vault.<f>` path's field, or why it is not one.
-pub(crate) fn field(f: &str) -> Result<&'static str, String> {
-    VAULT_FIELDS
-        .into_iter()
-        .find(|x| *x == f)
-        .ok_or_else(|| format!("unknown vault field {f:?} ({})", VAULT_FIELDS.join(", ")))
+/// The `vault.<f>` path's field, if it is one.
+pub(crate) fn field(f: &str) -> Option<&'static str> {
+    VAULT_FIELDS.into_iter().find(|x| *x == f)
 }
 
-/// The value of a `vault.<field>` path in a run's section, or why none.
-pub(crate) fn value(v: Option<&VaultSummary>, field: &str) -> Result<f64, String> {
-    v.and_then(|v| v.stat(field))
-        .ok_or_else(|| "the run had no Vault servers (--vault-nodes)".to_string())
+impl LockCheck {
+    /// What the checker saw, in the words of both the table and the page:
+    /// `12 checks: 11 agreed, 0 split-brain, ...`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} checks: {} agreed, {} split-brain, {} mismatched, {} in transition, {} free, {} \
+             held by another, {} by a killed node",
+            self.checks,
+            self.agree,
+            self.split_brain,
+            self.mismatch,
+            self.in_transition,
+            self.none_held,
+            self.held_by_other,
+            self.held_by_dead
+        )
+    }
 }
 
 impl VaultSummary {
@@ -193,20 +203,11 @@ impl VaultSummary {
                 self.kv_writes
             ),
             format!(
-                "vault lock  {} acquisitions, {} leadership changes, {} fenced writes; checked {}: \
-                 {} one holder, {} split-brain, {} mismatched, {} in transition, {} free, {} \
-                 held by another, {} by a killed node",
+                "vault lock  {} acquisitions, {} leadership changes, {} fenced writes; {}",
                 self.lock_acquisitions,
                 self.leadership_changes,
                 self.fenced_writes,
-                c.checks,
-                c.agree,
-                c.split_brain,
-                c.mismatch,
-                c.in_transition,
-                c.none_held,
-                c.held_by_other,
-                c.held_by_dead
+                c.describe()
             ),
             format!(
                 "vault read  back {} ok, {} lost, {} changed, {} unread ({} sampled still live at \
@@ -284,7 +285,10 @@ mod tests {
         for f in VAULT_FIELDS {
             assert!(s.vault.as_ref().unwrap().stat(f).is_some(), "{f}");
         }
-        let e = "vault.nope == 0".parse::<Assertion>().unwrap_err();
+        let e = "vault.nope == 0"
+            .parse::<Assertion>()
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("unknown vault field") && e.contains("split_brain"),
             "{e}"
@@ -292,5 +296,34 @@ mod tests {
         s.vault = None;
         let v = evaluate(&asserts[..1], &s);
         assert!(!v[0].passed);
+        assert_eq!(
+            v[0].note.as_deref(),
+            Some("the run had no Vault servers (--vault-nodes)")
+        );
+    }
+
+    #[test]
+    fn the_table_says_the_lock_check_as_the_page_does() {
+        let v = VaultSummary {
+            lock_check: LockCheck {
+                checks: 12,
+                agree: 10,
+                split_brain: 1,
+                in_transition: 1,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let said = v.lock_check.describe();
+        assert!(
+            said.starts_with("12 checks: 10 agreed, 1 split-brain, 0 mismatched, 1 in transition"),
+            "{said}"
+        );
+        let lock = v
+            .table_lines()
+            .into_iter()
+            .find(|l| l.starts_with("vault lock"))
+            .unwrap();
+        assert!(lock.ends_with(&format!("fenced writes; {said}")), "{lock}");
     }
 }

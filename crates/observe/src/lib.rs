@@ -49,9 +49,18 @@ pub use target::{Endpoint, ObserveSpec, Target};
 /// failed (that one becomes a warning's words, never the run's error).
 #[derive(Debug, thiserror::Error)]
 pub enum ObserveError {
-    /// A flag value that names nothing observable.
-    #[error("{0}")]
-    Spec(String),
+    /// `consul=` or `sensu=` without an address.
+    #[error("{0:?}: an address after `=` (host:port or a URL)")]
+    SpecNoAddress(String),
+    /// A `--observe` URL without a host.
+    #[error("{0:?}: no host")]
+    SpecNoHost(String),
+    /// A `--observe` value that names nothing observable.
+    #[error("{0:?}: expected a URL (http://host:port/metrics), consul[=ADDR] or sensu[=ADDR]")]
+    SpecUnknown(String),
+    /// `--observe-pid` of no process this host shows.
+    #[error("--observe-pid {0}: no such process on this host (or /proc/{0} is not readable)")]
+    NoProcess(u32),
     /// A `--observe` URL that does not parse.
     #[error("{spec:?}: {source}")]
     SpecUrl {

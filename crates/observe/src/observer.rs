@@ -54,6 +54,7 @@ pub fn warning_kinds() -> Vec<ErrorKindSpec> {
             hint: "a scrape of an observed server failed (the run goes on without that sample): \
                    check the --observe URL, the server's HTTP port and its telemetry settings",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         ErrorKindSpec {
             kind: WARN_NO_PROMETHEUS,
@@ -62,6 +63,7 @@ pub fn warning_kinds() -> Vec<ErrorKindSpec> {
                    metrics are read, which have no process CPU or RSS (add --observe-pid on \
                    the server's host for those)",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
         ErrorKindSpec {
             kind: WARN_MEMBERS_FAILED,
@@ -72,6 +74,7 @@ pub fn warning_kinds() -> Vec<ErrorKindSpec> {
                    dropped (firewall, conntrack table, --gossip-bind). The summary's server \
                    gossip part says when and how many",
             heals: true,
+            said_by: agent_sim_metrics::Speaker::Server,
         },
     ]
 }
@@ -155,14 +158,83 @@ impl Gossip {
 }
 
 /// A members poll's answers and the run then, or why it failed.
-type Poll = Result<(Polled, RunState), String>;
+type Poll = Result<(Polled, RunState), Failure>;
 
 /// What one scrape of one target brought.
 enum Scraped {
     Read(Reading, RunState),
     /// The Prometheus URL answered 200 and nothing: read the JSON instead.
     Empty,
-    Failed(String),
+    Failed(Failure),
+}
+
+/// Why a scrape or a members poll of one target failed: the words of an
+/// `observe_failed` warning, naming the URL or the process.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// The GET failed (dial, TLS, HTTP, the answer's size).
+    #[error("GET {url}: {source}")]
+    Get { url: String, source: ObserveError },
+    /// The server answered another status than 200: its first words.
+    #[error("GET {url}: HTTP {}: {words}", status.as_u16())]
+    Refused {
+        url: String,
+        status: http::StatusCode,
+        words: String,
+    },
+    /// No answer to a scrape within the scrape timeout.
+    #[error("no answer within {0:?} (the scrape timeout, 80 % of --observe-every)")]
+    ScrapeTimeout(Duration),
+    /// No answer to a members poll within the scrape timeout.
+    #[error(
+        "GET {url}: no answer within {timeout:?} (the scrape timeout, 80 % of --observe-every)"
+    )]
+    PollTimeout { url: String, timeout: Duration },
+    /// A task of the scrape or the poll ended without its result.
+    #[error("{what} task: {source}")]
+    Task {
+        what: &'static str,
+        source: tokio::task::JoinError,
+    },
+    /// The members or critical checks answer does not parse.
+    #[error("GET {members} or {critical}: {source}")]
+    Members {
+        members: String,
+        critical: String,
+        source: ObserveError,
+    },
+    /// The process observed is gone.
+    #[error("process {0} is gone")]
+    Gone(u32),
+    /// The answer is none of the formats read.
+    #[error("GET {url}: the answer is not {format} ({bytes} bytes)")]
+    Format {
+        url: String,
+        format: &'static str,
+        bytes: usize,
+    },
+    /// 200 with an empty body.
+    #[error("GET {0}: 200 with an empty body")]
+    Empty(String),
+}
+
+impl Failure {
+    /// The warning kind it is counted as: every failure of a target is
+    /// `observe_failed`, its words naming the URL or the process.
+    fn kind(&self) -> &'static str {
+        use Failure as F;
+        match self {
+            F::Get { .. }
+            | F::Refused { .. }
+            | F::ScrapeTimeout(_)
+            | F::PollTimeout { .. }
+            | F::Task { .. }
+            | F::Members { .. }
+            | F::Gone(_)
+            | F::Format { .. }
+            | F::Empty(_) => WARN_FAILED,
+        }
+    }
 }
 
 /// The running observer (see the module doc).
@@ -335,9 +407,12 @@ async fn scrape_all(shared: &Arc<Shared>, tracks: &mut [Track], phase: Option<Ph
         })
         .collect();
     for (t, h) in tracks.iter_mut().zip(handles) {
-        let mut got = h
-            .await
-            .unwrap_or_else(|e| Scraped::Failed(format!("scrape task: {e}")));
+        let mut got = h.await.unwrap_or_else(|source| {
+            Scraped::Failed(Failure::Task {
+                what: "scrape",
+                source,
+            })
+        });
         if matches!(got, Scraped::Empty)
             && let Target::Http(e) = &t.target
             && e.json_fallback.is_some()
@@ -360,19 +435,18 @@ async fn scrape_all(shared: &Arc<Shared>, tracks: &mut [Track], phase: Option<Ph
         }
         match got {
             Scraped::Read(r, run) => record(t, r, run, phase),
-            Scraped::Empty => fail(
-                shared,
-                t,
-                format!("GET {}: 200 with an empty body", t.target.name()),
-            ),
+            Scraped::Empty => fail(shared, t, Failure::Empty(t.target.name())),
             Scraped::Failed(why) => fail(shared, t, why),
         }
     }
     for (t, h) in tracks.iter_mut().zip(polls) {
         if let (Some(h), Some(phase)) = (h, phase) {
-            let got = h
-                .await
-                .unwrap_or_else(|e| Err(format!("members poll task: {e}")));
+            let got = h.await.unwrap_or_else(|source| {
+                Err(Failure::Task {
+                    what: "members poll",
+                    source,
+                })
+            });
             polled(shared, t, got, phase);
         }
     }
@@ -391,10 +465,10 @@ fn spawn_poll(
         let work = poll_members(&sh, &ep, tls.as_ref(), &urls, watch);
         match tokio::time::timeout(sh.timeout, work).await {
             Ok(p) => p,
-            Err(_) => Err(format!(
-                "GET {}: no answer within {:?} (the scrape timeout, 80 % of --observe-every)",
-                urls.0, sh.timeout
-            )),
+            Err(_) => Err(Failure::PollTimeout {
+                url: urls.0.clone(),
+                timeout: sh.timeout,
+            }),
         }
     })
 }
@@ -409,7 +483,7 @@ fn polled(shared: &Shared, t: &mut Track, got: Poll, phase: Phase) {
         Ok((p, run)) => g.track.record(run.t_s, p),
         Err(why) => {
             g.track.failed();
-            shared.metrics.warn(WARN_FAILED, Some(&why));
+            shared.metrics.warn(why.kind(), Some(&why.to_string()));
         }
     }
 }
@@ -428,9 +502,12 @@ async fn settle(shared: &Arc<Shared>, tracks: &mut [Track]) {
             }
             tokio::time::sleep(SETTLE_EVERY).await;
             let h = spawn_poll(shared, ep, t.tls.clone(), g);
-            let got = h
-                .await
-                .unwrap_or_else(|e| Err(format!("members poll task: {e}")));
+            let got = h.await.unwrap_or_else(|source| {
+                Err(Failure::Task {
+                    what: "members poll",
+                    source,
+                })
+            });
             polled(shared, t, got, Phase::Run);
         }
     }
@@ -458,10 +535,15 @@ async fn poll_members(
         })
     })
     .await
-    .map_err(|e| format!("members parse task: {e}"))?;
-    parsed
-        .map(|p| (p, run))
-        .map_err(|e| format!("GET {members_url} or {critical_url}: {e}"))
+    .map_err(|source| Failure::Task {
+        what: "members parse",
+        source,
+    })?;
+    parsed.map(|p| (p, run)).map_err(|source| Failure::Members {
+        members: members_url.clone(),
+        critical: critical_url.clone(),
+        source,
+    })
 }
 
 /// A GET that answered 200, its body; else the server's words.
@@ -469,10 +551,13 @@ async fn fetch_ok(
     ep: &Endpoint,
     url: &str,
     tls: Option<&Arc<ClientConfig>>,
-) -> Result<bytes::Bytes, String> {
+) -> Result<bytes::Bytes, Failure> {
     let answer = fetch::get(ep, url, tls)
         .await
-        .map_err(|e| format!("GET {url}: {e}"))?;
+        .map_err(|source| Failure::Get {
+            url: url.to_owned(),
+            source,
+        })?;
     if answer.status != http::StatusCode::OK {
         return Err(refused(url, &answer));
     }
@@ -480,17 +565,21 @@ async fn fetch_ok(
 }
 
 /// `GET url: HTTP 403: <the server's first words>`.
-fn refused(url: &str, answer: &agent_sim_net::http::Answer) -> String {
+fn refused(url: &str, answer: &agent_sim_net::http::Answer) -> Failure {
     let words = String::from_utf8_lossy(&answer.body[..answer.body.len().min(200)])
         .trim()
         .to_string();
-    format!("GET {url}: HTTP {}: {words}", answer.status.as_u16())
+    Failure::Refused {
+        url: url.to_owned(),
+        status: answer.status,
+        words,
+    }
 }
 
-fn fail(shared: &Shared, t: &mut Track, why: String) {
+fn fail(shared: &Shared, t: &mut Track, why: Failure) {
     t.out.failed += 1;
     // `why` names the URL (`GET …: …`) or the process.
-    shared.metrics.warn(WARN_FAILED, Some(&why));
+    shared.metrics.warn(why.kind(), Some(&why.to_string()));
 }
 
 fn record(t: &mut Track, r: Reading, run: RunState, phase: Option<Phase>) {
@@ -543,7 +632,7 @@ async fn scrape(
                 .flatten();
                 match read {
                     Some(p) => Scraped::Read(reading::from_proc(&p), shared.view.now()),
-                    None => Scraped::Failed(format!("process {pid} is gone")),
+                    None => Scraped::Failed(Failure::Gone(pid)),
                 }
             }
             Target::Http(ep) => scrape_http(shared, ep, tls, json).await,
@@ -551,10 +640,7 @@ async fn scrape(
     };
     match tokio::time::timeout(shared.timeout, work).await {
         Ok(s) => s,
-        Err(_) => Scraped::Failed(format!(
-            "no answer within {:?} (the scrape timeout, 80 % of --observe-every)",
-            shared.timeout
-        )),
+        Err(_) => Scraped::Failed(Failure::ScrapeTimeout(shared.timeout)),
     }
 }
 
@@ -570,7 +656,7 @@ async fn scrape_http(
     };
     let answer = match fetch::get(ep, &url, tls).await {
         Ok(a) => a,
-        Err(e) => return Scraped::Failed(format!("GET {url}: {e}")),
+        Err(source) => return Scraped::Failed(Failure::Get { url, source }),
     };
     let run = shared.view.now();
     if answer.status != http::StatusCode::OK {
@@ -599,15 +685,15 @@ async fn scrape_http(
     .await
     .unwrap_or_default();
     if parsed.exposed == 0 {
-        return Scraped::Failed(format!(
-            "GET {url}: the answer is not {} ({} bytes)",
-            if json {
+        return Scraped::Failed(Failure::Format {
+            url,
+            format: if json {
                 "Consul's JSON metrics"
             } else {
                 "the Prometheus text format"
             },
-            bytes
-        ));
+            bytes,
+        });
     }
     Scraped::Read(parsed, run)
 }

@@ -40,9 +40,7 @@ impl FromStr for ObserveSpec {
         let s = s.trim();
         let named = |rest: &str| -> Result<Option<String>, ObserveError> {
             if rest.is_empty() {
-                return Err(ObserveError::Spec(format!(
-                    "{s:?}: an address after `=` (host:port or a URL)"
-                )));
+                return Err(ObserveError::SpecNoAddress(s.to_owned()));
             }
             Ok(Some(rest.to_string()))
         };
@@ -57,13 +55,11 @@ impl FromStr for ObserveSpec {
                     source,
                 })?;
                 if uri.host().is_none() {
-                    return Err(ObserveError::Spec(format!("{s:?}: no host")));
+                    return Err(ObserveError::SpecNoHost(s.to_owned()));
                 }
                 Ok(ObserveSpec::Url(s.to_string()))
             }
-            _ => Err(ObserveError::Spec(format!(
-                "{s:?}: expected a URL (http://host:port/metrics), consul[=ADDR] or sensu[=ADDR]"
-            ))),
+            _ => Err(ObserveError::SpecUnknown(s.to_owned())),
         }
     }
 }
@@ -193,9 +189,7 @@ pub fn host_of(hostport: &str) -> &str {
 pub fn check_pid(pid: u32) -> Result<(), ObserveError> {
     match agent_sim_metrics::process::read_pid(std::path::Path::new("/proc"), &pid.to_string()) {
         Some(_) => Ok(()),
-        None => Err(ObserveError::Spec(format!(
-            "--observe-pid {pid}: no such process on this host (or /proc/{pid} is not readable)"
-        ))),
+        None => Err(ObserveError::NoProcess(pid)),
     }
 }
 

@@ -252,15 +252,10 @@ pub(crate) async fn connect(
             .map_err(|_| SessionEnd::fatal("bad_upgrade_request"))?;
         let (ws, resp) = crate::upgrade::upgrade(stream, req, ws_config())
             .await
-            .map_err(|e| {
-                let end = upgrade_error_kind(&e);
-                // An overloaded backend: sensu-go's agent doubles its
-                // backoff for the next attempt.
-                if end.failure().is_some_and(|f| f.kind == "upgrade_429") {
-                    cx.overloaded();
-                }
-                end
-            })?;
+            // A 429 is retried like any refused handshake: sensu-go's agent
+            // has a branch that would double its backoff, but gorilla's
+            // dialer fails every non-101 answer before it is reached.
+            .map_err(|e| upgrade_error_kind(&e))?;
         // The backend answers in the encoding it chose; a mismatch would make
         // every frame undecodable.
         if resp

@@ -117,6 +117,19 @@ impl Default for SensuConfig {
     }
 }
 
+/// How a real sensu-agent 6.12 waits between connection attempts, the
+/// default of a Sensu fleet: its `--retry-min 1s --retry-max 120s
+/// --retry-multiplier 2`, each wait after the first with up to 100 % added
+/// at random, and the first attempt after a held session at once
+/// ([`agent_sim_fleet::ReconnectPolicy::SensuAgent`]).
+pub fn real_agent_backoff() -> agent_sim_fleet::Backoff {
+    agent_sim_fleet::Backoff::with_policy(
+        agent_sim_fleet::ReconnectPolicy::SensuAgent,
+        Duration::from_secs(1),
+        Duration::from_secs(120),
+    )
+}
+
 /// Errors of this crate (configuration and setup; session failures are
 /// counted outcomes, see [`SessionEnd`]).
 #[derive(Debug, thiserror::Error)]
@@ -209,39 +222,46 @@ const ERROR_KINDS: &[ErrorKindSpec] = &[
         hint: "--user / --password (AGENT_SIM_SENSU_PASSWORD): the backend refused the agent's \
                credentials (a fresh backend's agent user is agent / P@ssw0rd!)",
         heals: false,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "upgrade_403",
         hint: "--user: the user may not connect agents in this namespace (RBAC)",
         heals: false,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "upgrade_404",
         hint: "--namespace: the backend does not know it (one created seconds ago is refused until \
                the backend's cache catches up); or --target is not the agent port (8081)",
         heals: false,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "upgrade_5xx",
         hint: "the backend failed to set the session up (overloaded, etcd trouble); lower --ramp",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "upgrade_4xx",
         hint: "the backend refused the upgrade: is --target the agent WebSocket port (8081)?",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "upgrade_protocol",
         hint: "the port did not answer like a Sensu agent endpoint: is --target the agent port \
                (8081), and ws:// vs wss:// right?",
         heals: false,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "tls",
         hint: "TLS handshake failed: wss:// needs TLS on the backend's agent port; check --ca-file \
                or --insecure-skip-tls-verify, or use ws:// for a plain port",
         heals: false,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "handshake_timeout",
@@ -249,47 +269,55 @@ const ERROR_KINDS: &[ErrorKindSpec] = &[
                (overloaded: lower --ramp; after a storm or restart, keep --reconnect jittered \
                or lower --max-dialing)",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "pong_timeout",
         hint: "no pong within 45 s of a ping: the backend or the network stalls",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "ws_closed",
         hint: "the backend closed the session with a close frame (the sample has its code and \
                reason): a restart, or it dropped the agent",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "message_too_large",
         hint: "the backend sent a WebSocket message over 64 KiB (real backend messages are under \
                1 KiB): the session was dropped and is retried; is --target a Sensu agent port?",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "unknown_messages",
         hint: "the backend sent a message type a 6.x agent does not handle (sample: its type); \
                ignored, as the real agent does. A newer backend?",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "unknown_fields",
         hint: "a backend message carried top-level fields Sensu Go 6.x does not define (sample: \
                the first); ignored. A newer backend?",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "checks_forgotten",
         hint: "the backend scheduled more distinct checks on one agent than it remembers (64); \
                the oldest check's last `issued` was forgotten",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "entity_config_timeout",
         hint: "the backend sent no entity_config within the wait; a real agent logs this and \
                carries on",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     // What a failing or faulty backend (or `agent-sim serve --faults`) makes
     // agents see; every one is retried with backoff.
@@ -298,56 +326,66 @@ const ERROR_KINDS: &[ErrorKindSpec] = &[
         hint: "the backend (or a proxy in front of it) rate-limits upgrades: lower --ramp, raise \
                --reconnect-min",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "upgrade_reset",
         hint: "the connection was reset during the upgrade (RST): a backend or proxy refusing \
                connections under load, or restarting",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Os,
     },
     ErrorKindSpec {
         kind: "upgrade_closed",
         hint: "the backend closed the connection before answering the upgrade: overloaded, \
                restarting, or a proxy dropping it",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "upgrade_io",
         hint: "the upgrade failed on the socket; the sample says how",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Os,
     },
     ErrorKindSpec {
         kind: "ws_dropped",
         hint: "the backend's TCP connection ended without a WebSocket close (FIN): a crash, a \
                kill, an idle timeout in a proxy, or a frame cut short",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "ws_reset",
         hint: "the session's connection was reset (RST) by the backend, a proxy or the network",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Os,
     },
     ErrorKindSpec {
         kind: "ws_capacity",
         hint: "the backend sent a message larger than an agent accepts (64 KiB): the session is \
                dropped, as a real agent's would be",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "ws_protocol",
         hint: "the backend broke the WebSocket protocol (a bad frame); the sample says which rule",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "ws_io",
         hint: "the session failed on the socket; the sample says how",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Os,
     },
     ErrorKindSpec {
         kind: "decode_frame",
         hint: "the backend sent a message without a `type\\n` prefix: counted and skipped, the \
                session goes on",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
 ];
 

@@ -6,111 +6,17 @@
 //! test starts its own target on `127.0.0.1:0` and is bounded.
 #![cfg(feature = "consul")]
 
-use std::future::Future;
-use std::net::SocketAddr;
-use std::time::Duration;
-
-use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http};
+use agent_sim_server::consul::ConsulTargetConfig;
 use agent_sim_testkit::bounded::until;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::Request;
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
 
-const BOUND: Duration = Duration::from_secs(10);
+mod common;
 
-async fn within<T>(f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(BOUND, f)
-        .await
-        .expect("test step took too long")
-}
-
-struct Target {
-    state: ConsulState,
-    http: SocketAddr,
-    shutdown: CancellationToken,
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
-
-async fn start(cfg: ConsulTargetConfig) -> Target {
-    let state = ConsulState::new(cfg);
-    let shutdown = CancellationToken::new();
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http = l.local_addr().unwrap();
-    tokio::spawn(serve_http(l, state.clone(), shutdown.clone()));
-    Target {
-        state,
-        http,
-        shutdown,
-    }
-}
-
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    headers: hyper::HeaderMap,
-    body: Bytes,
-}
-
-impl Reply {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
-    }
-
-    fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(name)
-            .map_or("", |v| v.to_str().unwrap_or(""))
-    }
-
-    fn index(&self) -> u64 {
-        self.header("x-consul-index").parse().unwrap_or(0)
-    }
-}
+use common::{BOUND, Reply, Target, call_at, start, within};
 
 async fn call(t: &Target, method: &'static str, path: &str, body: impl Into<Bytes>) -> Reply {
     call_at(t.http, method, path, body).await
-}
-
-async fn call_at(
-    addr: SocketAddr,
-    method: &'static str,
-    path: impl AsRef<str>,
-    body: impl Into<Bytes>,
-) -> Reply {
-    let path = path.as_ref();
-    let s = TcpStream::connect(addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let req = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", addr.to_string())
-        .body(Full::new(body.into()))
-        .unwrap();
-    let resp = send.send_request(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    Reply {
-        status,
-        headers,
-        body,
-    }
 }
 
 async fn get(t: &Target, path: &str) -> Reply {

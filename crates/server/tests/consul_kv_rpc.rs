@@ -6,45 +6,20 @@
 
 use std::future::poll_fn;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use agent_sim_proto::msgpack::MessageScan;
-use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_rpc};
+use agent_sim_server::consul::ConsulTargetConfig;
 use agent_sim_testkit::bounded::until;
 use futures_util::{AsyncReadExt as _, AsyncWriteExt as _};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt as _;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio_util::compat::TokioAsyncReadCompatExt as _;
-use tokio_util::sync::CancellationToken;
 
-const BOUND: Duration = Duration::from_secs(10);
+mod common;
 
-struct Target {
-    state: ConsulState,
-    rpc: SocketAddr,
-    shutdown: CancellationToken,
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
-
-async fn start() -> Target {
-    let state = ConsulState::new(ConsulTargetConfig::default());
-    let shutdown = CancellationToken::new();
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let rpc = l.local_addr().unwrap();
-    tokio::spawn(serve_rpc(l, state.clone(), shutdown.clone()));
-    Target {
-        state,
-        rpc,
-        shutdown,
-    }
-}
+use common::{BOUND, start};
 
 #[derive(Serialize)]
 struct Header<'a> {
@@ -238,7 +213,7 @@ fn key_request(key: &str, min: u64) -> KeyRequest<'_> {
 
 #[tokio::test]
 async fn kvs_apply_and_reads_answer_in_consuls_shapes() {
-    let t = start().await;
+    let t = start(ConsulTargetConfig::default()).await;
     tokio::time::timeout(BOUND, async {
         let (err, body) = call(t.rpc, "KVS.Apply", &apply("set", "v/a", b"one", "", 0)).await;
         assert_eq!(err, "");
@@ -326,7 +301,7 @@ async fn kvs_apply_and_reads_answer_in_consuls_shapes() {
 
 #[tokio::test]
 async fn a_blocking_kvs_list_wakes_when_its_prefix_changes() {
-    let t = start().await;
+    let t = start(ConsulTargetConfig::default()).await;
     tokio::time::timeout(BOUND, async {
         call(t.rpc, "KVS.Apply", &apply("set", "w/a", b"1", "", 0)).await;
         let (_, body) = call(t.rpc, "KVS.List", &key_request("w/", 0)).await;
@@ -422,7 +397,7 @@ struct TxnErr {
 /// each result `{Check: nil, KV, Node: nil, Service: nil}`, keys sorted.
 #[tokio::test]
 async fn txn_apply_and_read_answer_as_a_real_server_does() {
-    let t = start().await;
+    let t = start(ConsulTargetConfig::default()).await;
     tokio::time::timeout(BOUND, async {
         let w = TxnReq {
             datacenter: "dc1",

@@ -16,60 +16,19 @@ use agent_sim_proto::consul::subscribe::{
     config_entry, config_entry_update, event::Payload,
     state_change_subscription_client::StateChangeSubscriptionClient, subscribe_request::Subject,
 };
-use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
+use agent_sim_server::consul::ConsulTargetConfig;
 use agent_sim_testkit::bounded::until;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper::{Request, Response, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use tokio::net::TcpStream;
 use tonic::Streaming;
 
-const BOUND: Duration = Duration::from_secs(5);
+mod common;
 
-async fn within<T>(f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(BOUND, f)
-        .await
-        .expect("test step took too long")
-}
-
-struct Target {
-    state: ConsulState,
-    rpc: SocketAddr,
-    http: SocketAddr,
-    shutdown: CancellationToken,
-    servers: Vec<JoinHandle<std::io::Result<()>>>,
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
-
-async fn start(cfg: ConsulTargetConfig) -> Target {
-    let state = ConsulState::new(cfg);
-    let shutdown = CancellationToken::new();
-    let rpc_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (rpc, http) = (rpc_l.local_addr().unwrap(), http_l.local_addr().unwrap());
-    let servers = vec![
-        tokio::spawn(serve_rpc(rpc_l, state.clone(), shutdown.clone())),
-        tokio::spawn(serve_http(http_l, state.clone(), shutdown.clone())),
-    ];
-    Target {
-        state,
-        rpc,
-        http,
-        shutdown,
-        servers,
-    }
-}
+use common::{BOUND, Target, call_at, start, within};
 
 async fn start_default() -> Target {
     start(ConsulTargetConfig::default()).await
@@ -84,29 +43,11 @@ struct Reply {
 }
 
 async fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Reply {
-    let s = TcpStream::connect(addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let req = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", addr.to_string())
-        .body(Full::new(Bytes::from(body.to_owned())))
-        .unwrap();
-    let resp = send.send_request(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let content_type = resp
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let r = call_at(addr, method, path, body.to_owned()).await;
     Reply {
-        status,
-        content_type,
-        body: String::from_utf8(body.to_vec()).unwrap(),
+        status: r.status,
+        content_type: r.header("content-type").to_owned(),
+        body: r.text(),
     }
 }
 

@@ -7,10 +7,33 @@
 use std::path::PathBuf;
 
 use crate::args::RunArgs;
-use crate::values::{Secs, ShardSpec};
+use crate::values::{Secs, ShardSpec, ValueError};
 
 /// The environment variable that makes a process a local child.
 pub const CHILD_ENV: &str = "AGENT_SIM_LOCAL_CHILD";
+
+/// Why a child's [`CHILD_ENV`] cannot be applied (each carries the
+/// variable's value).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ChildEnvError {
+    /// Its shard does not parse.
+    #[error("{CHILD_ENV}={value:?}: {source}")]
+    Shard {
+        /// The variable's value.
+        value: String,
+        /// Why the shard does not parse (boxed: the error stays small).
+        source: Box<ValueError>,
+    },
+    /// Its shard has no index.
+    #[error("{CHILD_ENV}={value:?}: no index")]
+    NoIndex {
+        /// The variable's value.
+        value: String,
+    },
+    /// Its source addresses do not parse.
+    #[error(transparent)]
+    Sources(ValueError),
+}
 
 /// The value of [`CHILD_ENV`] for child `index` of `count`.
 pub(super) fn child_env(index: u64, count: u64, dir: &std::path::Path, sources: &str) -> String {
@@ -24,7 +47,7 @@ pub(super) fn child_env(index: u64, count: u64, dir: &std::path::Path, sources: 
 pub fn apply_child(
     cli: &mut RunArgs,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<bool, String> {
+) -> Result<bool, ChildEnvError> {
     let Some(v) = env(CHILD_ENV) else {
         return Ok(false);
     };
@@ -34,12 +57,13 @@ pub fn apply_child(
         parts.next().unwrap_or_default(),
         parts.next().unwrap_or_default(),
     );
-    let spec: ShardSpec = shard
-        .parse()
-        .map_err(|e| format!("{CHILD_ENV}={v:?}: {e}"))?;
+    let spec: ShardSpec = shard.parse().map_err(|source| ChildEnvError::Shard {
+        value: v.clone(),
+        source: Box::new(source),
+    })?;
     let index = spec
         .index
-        .ok_or_else(|| format!("{CHILD_ENV}={v:?}: no index"))?;
+        .ok_or_else(|| ChildEnvError::NoIndex { value: v.clone() })?;
     let dir = PathBuf::from(dir);
     cli.shard = Some(spec);
     cli.summary = Some(dir.join(format!("{index}.json")));
@@ -53,7 +77,7 @@ pub fn apply_child(
     cli.quiet = Some(true);
     cli.processes = Some(1);
     if !sources.is_empty() {
-        cli.source_addrs = super::parse_sources(sources)?;
+        cli.source_addrs = super::parse_sources(sources).map_err(ChildEnvError::Sources)?;
     }
     Ok(true)
 }

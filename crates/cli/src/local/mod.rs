@@ -18,7 +18,7 @@ mod parent;
 
 use crate::plan::{FleetPlan, Protocol, RunConfig, UsageError, usage};
 use crate::preflight::{self, Host};
-use crate::values::AddrRange;
+use crate::values::{AddrRange, ValueError};
 
 pub use child::{CHILD_ENV, apply_child};
 pub use parent::run;
@@ -197,7 +197,7 @@ fn plan_sources(
 }
 
 /// The `--source-addr` value a child is given (parsed back by the child).
-pub(crate) fn parse_sources(s: &str) -> Result<Vec<AddrRange>, String> {
+pub(crate) fn parse_sources(s: &str) -> Result<Vec<AddrRange>, ValueError> {
     s.split(',').map(|x| x.trim().parse()).collect()
 }
 

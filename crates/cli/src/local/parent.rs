@@ -13,11 +13,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use agent_sim_metrics::Summary;
 use agent_sim_metrics::assert::evaluate;
 use agent_sim_metrics::hlog::{HlogContents, HlogWriter, read_hlog};
 use agent_sim_metrics::report::TableOptions;
 use agent_sim_metrics::summary::{AgentCounts, KindEntry, Outcome, SCHEMA_V2};
+use agent_sim_metrics::{MetricsError, Summary};
 use tokio_util::sync::CancellationToken;
 
 use super::child::child_env;
@@ -168,6 +168,7 @@ fn obituary(
                         .into(),
                 ),
                 heals: false,
+                said_by: agent_sim_metrics::Speaker::Local,
             },
         )]
         .into(),
@@ -182,7 +183,11 @@ fn obituary(
 }
 
 /// The children's interval logs as one, on the earliest start's clock.
-fn merge_hlogs(path: &Path, logs: &[HlogContents], started: SystemTime) -> Result<(), String> {
+fn merge_hlogs(
+    path: &Path,
+    logs: &[HlogContents],
+    started: SystemTime,
+) -> Result<(), MetricsError> {
     let zero = logs
         .iter()
         .filter_map(|l| l.base_time.or(l.start_time))
@@ -195,7 +200,7 @@ fn merge_hlogs(path: &Path, logs: &[HlogContents], started: SystemTime) -> Resul
     let zero_s = zero
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let mut w = HlogWriter::create(path, zero).map_err(|e| e.to_string())?;
+    let mut w = HlogWriter::create(path, zero)?;
     for l in logs {
         for i in &l.intervals {
             let at = Duration::from_secs_f64((i.start - zero_s).max(0.0));
@@ -203,11 +208,10 @@ fn merge_hlogs(path: &Path, logs: &[HlogContents], started: SystemTime) -> Resul
                 .tag
                 .as_deref()
                 .unwrap_or(agent_sim_metrics::hlog::UNTAGGED);
-            w.write_interval(at, Duration::from_secs_f64(i.length), tag, &i.histogram)
-                .map_err(|e| e.to_string())?;
+            w.write_interval(at, Duration::from_secs_f64(i.length), tag, &i.histogram)?;
         }
     }
-    w.flush().map_err(|e| e.to_string())
+    w.flush()
 }
 
 fn scratch_dir() -> std::io::Result<PathBuf> {
@@ -240,19 +244,55 @@ pub async fn run(cfg: RunConfig, lp: LocalPlan, shutdown: CancellationToken) -> 
             .map(|s| format!(", dialing from {s}"))
             .unwrap_or_default()
     );
+    let Some(mut kids) = spawn_all(&lp, &dir) else {
+        return exit::FAILURE;
+    };
+    let requested: u64 = cfg.fleets.iter().map(|f| f.total_agents).sum();
+    let (statuses, all_at) = watch(&cfg, &mut kids, requested, started, &shutdown).await;
+    let (parts, logs) = gather(&cfg, &lp, &dir, &kids, &statuses, started_wall);
+    let notes: Vec<String> = all_at
+        .map(|t| {
+            format!(
+                "ramp       all {requested} agent(s) connected {:.2}s after the local processes \
+                 started",
+                t.as_secs_f64()
+            )
+        })
+        .into_iter()
+        .collect();
+    let code = finish(&cfg, &parts, &logs, started_wall, &notes);
+    let _ = std::fs::remove_dir_all(&dir);
+    code
+}
+
+/// Starts every local process with this process's arguments; `None` (the
+/// ones started told to stop) when one cannot start.
+fn spawn_all(lp: &LocalPlan, dir: &Path) -> Option<Vec<Kid>> {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let mut kids = Vec::new();
     for i in 0..lp.processes {
-        match spawn(i, &lp, &dir, &argv) {
+        match spawn(i, lp, dir, &argv) {
             Ok(k) => kids.push(k),
             Err(e) => {
                 eprintln!("agent-sim: starting local process {i}: {e}");
                 signal(&kids, libc::SIGTERM);
-                return exit::FAILURE;
+                return None;
             }
         }
     }
-    let requested: u64 = cfg.fleets.iter().map(|f| f.total_agents).sum();
+    Some(kids)
+}
+
+/// Shows the processes' progress added up until all have ended, forwarding
+/// a shutdown to them once; returns how each ended (its exit status, if
+/// known) and when all `requested` agents were first connected.
+async fn watch(
+    cfg: &RunConfig,
+    kids: &mut [Kid],
+    requested: u64,
+    started: Instant,
+    shutdown: &CancellationToken,
+) -> (Vec<Option<String>>, Option<Duration>) {
     let mut progress = Progress::new(
         requested,
         std::io::IsTerminal::is_terminal(&std::io::stderr()),
@@ -262,39 +302,52 @@ pub async fn run(cfg: RunConfig, lp: LocalPlan, shutdown: CancellationToken) -> 
     let show = !cfg.quiet;
     let mut forwarded = false;
     let mut all_at: Option<Duration> = None;
-    let statuses = loop {
+    loop {
         let done = kids
             .iter_mut()
             .all(|k| k.child.try_wait().ok().flatten().is_some());
         if done {
             if show {
-                let (snap, s) = added_up(&kids);
+                let (snap, s) = added_up(kids);
                 progress.tick(started.elapsed(), &snap, s, true);
             }
-            break kids
+            let statuses = kids
                 .iter_mut()
                 .map(|k| k.child.wait().map(|s| s.to_string()).ok())
-                .collect::<Vec<_>>();
+                .collect();
+            return (statuses, all_at);
         }
-        if all_at.is_none() && added_up(&kids).0.connected as u64 >= requested {
+        if all_at.is_none() && added_up(kids).0.connected as u64 >= requested {
             all_at = Some(started.elapsed());
         }
         if shutdown.is_cancelled() && !forwarded {
             forwarded = true;
-            signal(&kids, libc::SIGTERM);
+            signal(kids, libc::SIGTERM);
         }
         if show {
-            let (snap, s) = added_up(&kids);
+            let (snap, s) = added_up(kids);
             progress.tick(started.elapsed(), &snap, s, false);
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
             _ = shutdown.cancelled(), if !forwarded => {}
         }
-    };
+    }
+}
+
+/// What the processes left: each one's summary (an obituary for one that
+/// left none) and the interval logs found.
+fn gather(
+    cfg: &RunConfig,
+    lp: &LocalPlan,
+    dir: &Path,
+    kids: &[Kid],
+    statuses: &[Option<String>],
+    started_wall: SystemTime,
+) -> (Vec<Summary>, Vec<HlogContents>) {
     let mut parts = Vec::new();
     let mut logs = Vec::new();
-    for (i, (k, status)) in kids.iter().zip(&statuses).enumerate() {
+    for (i, (k, status)) in kids.iter().zip(statuses).enumerate() {
         let i = i as u64;
         match Summary::read(&dir.join(format!("{i}.json"))) {
             Ok(s) => parts.push(s),
@@ -310,7 +363,7 @@ pub async fn run(cfg: RunConfig, lp: LocalPlan, shutdown: CancellationToken) -> 
                     lp.processes
                 );
                 parts.push(obituary(
-                    &cfg,
+                    cfg,
                     i,
                     lp.processes,
                     &status,
@@ -323,19 +376,7 @@ pub async fn run(cfg: RunConfig, lp: LocalPlan, shutdown: CancellationToken) -> 
             logs.push(l);
         }
     }
-    let notes: Vec<String> = all_at
-        .map(|t| {
-            format!(
-                "ramp       all {requested} agent(s) connected {:.2}s after the local processes \
-                 started",
-                t.as_secs_f64()
-            )
-        })
-        .into_iter()
-        .collect();
-    let code = finish(&cfg, &parts, &logs, started_wall, &notes);
-    let _ = std::fs::remove_dir_all(&dir);
-    code
+    (parts, logs)
 }
 
 /// The merged summary, its outputs and the exit code of the whole.

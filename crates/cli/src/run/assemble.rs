@@ -45,6 +45,7 @@ fn entries(kinds: Vec<KindReport>) -> BTreeMap<String, KindEntry> {
                     sample: k.stat.sample,
                     hint: k.hint.map(str::to_string),
                     heals: k.heals,
+                    said_by: k.said_by,
                 },
             )
         })

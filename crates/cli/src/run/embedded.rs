@@ -31,8 +31,8 @@ fn any() -> SocketAddr {
     ([127, 0, 0, 1], 0).into()
 }
 
-fn io(what: &str) -> impl Fn(std::io::Error) -> RunError + '_ {
-    move |e| RunError::Io(format!("embedded {what} target: bind 127.0.0.1: {e}"))
+fn io(what: &'static str) -> impl Fn(std::io::Error) -> RunError {
+    move |source| RunError::EmbeddedBind { what, source }
 }
 
 /// `n` Sensu backends for a fleet of `s`'s settings.
@@ -75,7 +75,7 @@ async fn consul_servers(
     let serf = match gossip {
         Some(g) => Some(SerfConfig {
             bind: any(),
-            security: g.security().map_err(RunError::Setup)?,
+            security: g.security()?,
             ..SerfConfig::default()
         }),
         None => None,

@@ -36,6 +36,7 @@ use reporter::{Reporter, ReporterSetup};
 
 pub use crate::exit;
 pub(crate) use outcome::decide;
+pub use taken::NamesTaken;
 
 /// Errors that end a run before it produces a summary.
 #[derive(Debug, thiserror::Error)]
@@ -43,12 +44,59 @@ pub enum RunError {
     /// Bad usage (exit 64).
     #[error(transparent)]
     Usage(#[from] crate::plan::UsageError),
-    /// A protocol crate refused its configuration (exit 64).
-    #[error("{0}")]
-    Setup(String),
-    /// Local I/O (binding the embedded target, writing results).
-    #[error("{0}")]
-    Io(String),
+    /// The Sensu crate refused its configuration (exit 64).
+    #[error(transparent)]
+    Sensu(#[from] agent_sim_sensu::SensuError),
+    /// The Consul crate refused its configuration (exit 64).
+    #[error(transparent)]
+    Consul(#[from] agent_sim_consul::ConsulError),
+    /// The dataplane crate refused its configuration (exit 64).
+    #[error(transparent)]
+    Dataplane(#[from] agent_sim_dataplane::DataplaneError),
+    /// The gossip settings cannot make the embedded servers' (exit 64).
+    #[error(transparent)]
+    Gossip(#[from] agent_sim_consul::gossip::GossipError),
+    /// The servers to observe cannot be watched (exit 64).
+    #[error("--observe: {0}")]
+    Observe(#[source] agent_sim_observe::ObserveError),
+    /// Node names the run would register exist already (exit 64).
+    #[error(transparent)]
+    Taken(#[from] NamesTaken),
+    /// An embedded backend cannot listen.
+    #[error("embedded {what} target: bind 127.0.0.1: {source}")]
+    EmbeddedBind {
+        /// Which backend (`sensu`, `consul`).
+        what: &'static str,
+        /// What the socket said.
+        source: std::io::Error,
+    },
+    /// The Prometheus endpoint cannot listen.
+    #[error("--metrics-addr {addr}: {source}")]
+    MetricsAddr {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// What the socket said.
+        source: std::io::Error,
+    },
+    /// The interval log cannot be created.
+    #[error("--hlog {}: {source}", path.display())]
+    Hlog {
+        /// The path asked for.
+        path: std::path::PathBuf,
+        /// Why it cannot be written.
+        source: agent_sim_metrics::MetricsError,
+    },
+}
+
+impl RunError {
+    /// Whether the run was refused as asked (bad usage, exit 64) rather
+    /// than failed on this host.
+    pub fn is_usage(&self) -> bool {
+        !matches!(
+            self,
+            RunError::EmbeddedBind { .. } | RunError::MetricsAddr { .. } | RunError::Hlog { .. }
+        )
+    }
 }
 
 /// What a finished run produced.
@@ -77,6 +125,16 @@ pub enum Output {
     Silent,
 }
 
+/// A seeded service (`--seed-service`) not registered or not removed.
+const SEED_FAILED: agent_sim_metrics::ErrorKindSpec = agent_sim_metrics::ErrorKindSpec {
+    kind: "seed_failed",
+    hint: "--seed-service: the seeded service could not be registered (the agents watched \
+           less than asked) or removed (`agent-sim cleanup` removes it); the sample names \
+           the step and the answer",
+    heals: false,
+    said_by: agent_sim_metrics::Speaker::Server,
+};
+
 fn metrics_spec(cfg: &RunConfig) -> MetricsSpec {
     let mut spec = agent_sim_fleet::metrics_spec();
     if cfg.observe.is_some() {
@@ -98,6 +156,16 @@ fn metrics_spec(cfg: &RunConfig) -> MetricsSpec {
         .any(|f| matches!(f.protocol, Protocol::Consul(_)))
     {
         spec = spec.merge(&agent_sim_consul::metrics_spec());
+        if cfg
+            .fleets
+            .iter()
+            .any(|f| matches!(&f.protocol, Protocol::Consul(c) if c.seed.is_some()))
+        {
+            spec = spec.merge(&MetricsSpec {
+                errors: vec![SEED_FAILED],
+                ..MetricsSpec::default()
+            });
+        }
     }
     if cfg
         .fleets
@@ -124,20 +192,19 @@ enum Built {
 }
 
 fn build_factories(cfg: &RunConfig, metrics: &Metrics) -> Result<Vec<Built>, RunError> {
-    let setup = |e: &dyn std::fmt::Display| RunError::Setup(e.to_string());
     cfg.fleets
         .iter()
         .map(|plan| {
             Ok(match &plan.protocol {
-                Protocol::Sensu(s) => Built::Sensu(Arc::new(
-                    SensuFactory::new(s.clone(), metrics.clone()).map_err(|e| setup(&e))?,
-                )),
-                Protocol::Consul(c) => Built::Consul(Arc::new(
-                    ConsulFactory::new(c.clone(), metrics.clone()).map_err(|e| setup(&e))?,
-                )),
-                Protocol::Dataplane(c) => Built::Dataplane(Arc::new(
-                    DataplaneFactory::new(c.clone(), metrics.clone()).map_err(|e| setup(&e))?,
-                )),
+                Protocol::Sensu(s) => {
+                    Built::Sensu(Arc::new(SensuFactory::new(s.clone(), metrics.clone())?))
+                }
+                Protocol::Consul(c) => {
+                    Built::Consul(Arc::new(ConsulFactory::new(c.clone(), metrics.clone())?))
+                }
+                Protocol::Dataplane(c) => {
+                    Built::Dataplane(Arc::new(DataplaneFactory::new(c.clone(), metrics.clone())?))
+                }
             })
         })
         .collect()
@@ -168,7 +235,7 @@ async fn serve_metrics(
 ) -> Result<JoinHandle<()>, RunError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| RunError::Io(format!("--metrics-addr {addr}: {e}")))?;
+        .map_err(|source| RunError::MetricsAddr { addr, source })?;
     let (m, t) = (metrics.clone(), end.clone());
     Ok(tokio::spawn(async move {
         let _ =
@@ -282,21 +349,7 @@ async fn run_fleets(
             }
         }
     }
-    // A fleet that stopped early ends the run when it was fail-fast, or
-    // when every fleet has stopped (nothing else is left to measure).
-    let mut reports = Vec::new();
-    let total = cfg.fleets.len();
-    let mut stopped = 0;
-    while let Some(r) = fleet_tasks.join_next().await {
-        let Ok(r) = r else { continue };
-        if let Some(s) = &r.stopped {
-            stopped += 1;
-            if s.fail_fast || stopped == total {
-                end.cancel();
-            }
-        }
-        reports.push(r);
-    }
+    let reports = fleet_reports(fleet_tasks, cfg.fleets.len(), end).await;
     let mut vault = None;
     for t in vault_tasks {
         if let Ok(v) = t.await {
@@ -325,12 +378,35 @@ async fn run_fleets(
     }
 }
 
+/// The reports of the `total` fleets as they end. A fleet that stopped
+/// early ends the run when it was fail-fast, or when every fleet has
+/// stopped (nothing else is left to measure).
+async fn fleet_reports(
+    mut fleet_tasks: tokio::task::JoinSet<FleetReport>,
+    total: usize,
+    end: &CancellationToken,
+) -> Vec<FleetReport> {
+    let mut reports = Vec::new();
+    let mut stopped = 0;
+    while let Some(r) = fleet_tasks.join_next().await {
+        let Ok(r) = r else { continue };
+        if let Some(s) = &r.stopped {
+            stopped += 1;
+            if s.fail_fast || stopped == total {
+                end.cancel();
+            }
+        }
+        reports.push(r);
+    }
+    reports
+}
+
 /// A seeded service that could not be registered or removed: an error in
 /// the server's words (`agent-sim cleanup` removes what is left).
 fn seed_failed(metrics: &Metrics, doing: &str, e: &agent_sim_consul::http::HttpError) {
     let words = e.words().unwrap_or_else(|| e.kind.to_owned());
     metrics.error_with(
-        "seed_failed",
+        SEED_FAILED.kind,
         Some(&format!("{doing} the seeded service: {} ({words})", e.kind)),
     );
 }
@@ -392,120 +468,40 @@ pub async fn execute(
         }
     }
     let built = build_factories(&cfg, &metrics)?;
-    taken::refuse_taken(&cfg.fleets)
-        .await
-        .map_err(RunError::Setup)?;
+    taken::refuse_taken(&cfg.fleets).await?;
     let statuses: Vec<Arc<FleetStatus>> = cfg
         .fleets
         .iter()
         .map(|_| Arc::new(FleetStatus::default()))
         .collect();
-    // The baseline is read before the run's clock starts and any agent dials.
-    let ending = CancellationToken::new();
-    let observer = match &cfg.observe {
-        Some(o) => Some(
-            observe::start(
-                o.clone(),
-                &cfg,
-                &metrics,
-                &statuses,
-                started,
-                ending.clone(),
-            )
-            .await?,
-        ),
-        None => None,
-    };
-    let end = run_end(cfg.duration, shutdown);
-    let e = end.clone();
-    tokio::spawn(async move {
-        e.cancelled().await;
-        ending.cancel();
-    });
-    let metrics_task = match cfg.metrics_addr {
-        Some(addr) => Some(serve_metrics(addr, &metrics, &end).await?),
-        None => None,
-    };
-    let hlog = match &cfg.hlog {
-        Some(p) => Some(
-            HlogWriter::create(p, started_wall)
-                .map_err(|e| RunError::Io(format!("--hlog {}: {e}", p.display())))?,
-        ),
-        None => None,
-    };
-    let reporter = Reporter::start(ReporterSetup {
-        cfg: &cfg,
-        metrics: metrics.clone(),
-        statuses: statuses.clone(),
-        hlog,
+    let clock = Clock {
         started,
-        show: output == Output::Terminal && !cfg.quiet,
-        windows: cfg.report_html.is_some(),
-        end: end.clone(),
-    });
+        started_wall,
+    };
+    let beside = Beside::start(&cfg, &metrics, &statuses, clock, shutdown, output).await?;
 
     // A --server-down's time is from the fleets' first dial, as a storm's.
     embedded.schedule_downs(&cfg.server_downs, tokio::time::Instant::now());
-    let Ran {
-        reports,
-        probes,
-        vault,
-        connect,
-    } = run_fleets(&cfg, built, &metrics, &statuses, &end).await;
+    let ran = run_fleets(&cfg, built, &metrics, &statuses, &beside.end).await;
 
-    let recorded = reporter.finish().await;
-    let servers = match observer {
-        Some(o) => o.finish().await,
-        None => Vec::new(),
-    };
+    let (recorded, servers) = beside.finish().await;
     let (embedded_sensu, embedded_consul) = embedded.stop().await;
-    if let Some(t) = metrics_task {
-        t.abort();
-    }
     let mut summary = assemble::summary(assemble::Finished {
         cfg: &cfg,
         metrics: &metrics,
-        reports: &reports,
-        probes,
+        reports: &ran.reports,
+        probes: ran.probes,
         started_wall,
         started,
         timeline: recorded.timeline,
     });
     summary.server = servers;
-    summary.vault = vault;
-    summary.connect = connect.summary(&summary);
-    let verdicts = evaluate(&cfg.asserts, &summary);
-    let stopped = reports
-        .iter()
-        .filter_map(|r| r.stopped.as_ref())
-        .min_by_key(|s| !s.fail_fast)
-        .cloned();
-    summary.outcome = outcome::decide(&summary, stopped.as_ref(), None, &verdicts);
-    let write_error = cfg.summary.as_ref().and_then(|path| {
-        summary
-            .write(path)
-            .err()
-            .map(|e| format!("--summary {}: {e}", path.display()))
-    });
-    if write_error.is_some() {
-        summary.outcome =
-            outcome::decide(&summary, stopped.as_ref(), write_error.clone(), &verdicts);
-    }
-    if let Some(e) = report_page(&cfg, &summary, &verdicts, &recorded.windows) {
-        let errors = [write_error, Some(e)]
-            .into_iter()
-            .flatten()
-            .collect::<Vec<_>>();
-        summary.outcome = outcome::decide(
-            &summary,
-            stopped.as_ref(),
-            Some(errors.join("; ")),
-            &verdicts,
-        );
-    }
+    summary.vault = ran.vault;
+    summary.connect = ran.connect.summary(&summary);
+    let verdicts = conclude(&cfg, &mut summary, &ran.reports, &recorded.windows);
     let (exit_code, problem) = (summary.outcome.exit_code, summary.outcome.reason.clone());
     if output == Output::Terminal {
-        outcome::print_report(&summary, &reports, &verdicts, cfg.verbose);
+        outcome::print_report(&summary, &ran.reports, &verdicts, cfg.verbose);
     }
     Ok(RunOutcome {
         summary,
@@ -515,4 +511,137 @@ pub async fn execute(
         embedded_sensu,
         embedded_consul,
     })
+}
+
+/// When the run started, by the monotonic clock and by the wall's.
+#[derive(Clone, Copy)]
+struct Clock {
+    started: Instant,
+    started_wall: SystemTime,
+}
+
+/// What runs beside the fleets until the run's end: the servers observed
+/// (`--observe`), the Prometheus endpoint and the reporter.
+struct Beside {
+    /// Cancelled when the run's duration has elapsed or on shutdown.
+    end: CancellationToken,
+    observer: Option<agent_sim_observe::Observer>,
+    metrics_task: Option<JoinHandle<()>>,
+    reporter: Reporter,
+}
+
+impl Beside {
+    /// Starts them; the observer's baseline is read before the run's clock
+    /// starts and any agent dials.
+    async fn start(
+        cfg: &RunConfig,
+        metrics: &Metrics,
+        statuses: &[Arc<FleetStatus>],
+        clock: Clock,
+        shutdown: CancellationToken,
+        output: Output,
+    ) -> Result<Beside, RunError> {
+        let ending = CancellationToken::new();
+        let observer = match &cfg.observe {
+            Some(o) => {
+                let (o, e) = (o.clone(), ending.clone());
+                Some(observe::start(o, cfg, metrics, statuses, clock.started, e).await?)
+            }
+            None => None,
+        };
+        let end = run_end(cfg.duration, shutdown);
+        let e = end.clone();
+        tokio::spawn(async move {
+            e.cancelled().await;
+            ending.cancel();
+        });
+        let metrics_task = match cfg.metrics_addr {
+            Some(addr) => Some(serve_metrics(addr, metrics, &end).await?),
+            None => None,
+        };
+        let hlog = match &cfg.hlog {
+            Some(p) => Some(HlogWriter::create(p, clock.started_wall).map_err(|source| {
+                RunError::Hlog {
+                    path: p.clone(),
+                    source,
+                }
+            })?),
+            None => None,
+        };
+        let reporter = Reporter::start(ReporterSetup {
+            cfg,
+            metrics: metrics.clone(),
+            statuses: statuses.to_vec(),
+            hlog,
+            started: clock.started,
+            show: output == Output::Terminal && !cfg.quiet,
+            windows: cfg.report_html.is_some(),
+            end: end.clone(),
+        });
+        Ok(Beside {
+            end,
+            observer,
+            metrics_task,
+            reporter,
+        })
+    }
+
+    /// Stops them: what the reporter recorded and what the observer saw.
+    async fn finish(
+        self,
+    ) -> (
+        reporter::Recorded,
+        Vec<agent_sim_metrics::server::ServerSummary>,
+    ) {
+        let recorded = self.reporter.finish().await;
+        let servers = match self.observer {
+            Some(o) => o.finish().await,
+            None => Vec::new(),
+        };
+        if let Some(t) = self.metrics_task {
+            t.abort();
+        }
+        (recorded, servers)
+    }
+}
+
+/// Judges the run: the verdicts of its assertions and its outcome, with
+/// the summary and the report page written (a failed write is part of the
+/// outcome).
+fn conclude(
+    cfg: &RunConfig,
+    summary: &mut Summary,
+    reports: &[FleetReport],
+    windows: &[agent_sim_metrics::timeline::LatencyWindow],
+) -> Vec<Verdict> {
+    let verdicts = evaluate(&cfg.asserts, summary);
+    let stopped = reports
+        .iter()
+        .filter_map(|r| r.stopped.as_ref())
+        .min_by_key(|s| !s.fail_fast)
+        .cloned();
+    summary.outcome = outcome::decide(summary, stopped.as_ref(), None, &verdicts);
+    let write_error = cfg.summary.as_ref().and_then(|path| {
+        summary
+            .write(path)
+            .err()
+            .map(|e| format!("--summary {}: {e}", path.display()))
+    });
+    if write_error.is_some() {
+        summary.outcome =
+            outcome::decide(summary, stopped.as_ref(), write_error.clone(), &verdicts);
+    }
+    if let Some(e) = report_page(cfg, summary, &verdicts, windows) {
+        let errors = [write_error, Some(e)]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>();
+        summary.outcome = outcome::decide(
+            summary,
+            stopped.as_ref(),
+            Some(errors.join("; ")),
+            &verdicts,
+        );
+    }
+    verdicts
 }

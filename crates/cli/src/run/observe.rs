@@ -37,5 +37,5 @@ pub(super) async fn start(
     };
     Observer::start(o, metrics.clone(), view)
         .await
-        .map_err(|e| RunError::Setup(format!("--observe: {e}")))
+        .map_err(RunError::Observe)
 }

@@ -15,6 +15,26 @@ use crate::plan::{FleetPlan, Protocol};
 /// in time is not checked (the agents' own retries report it).
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The refusal: node names a fleet would register that already exist,
+/// marked as an agent-sim run's of the same prefix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{count} node(s) this run would register already exist, marked as an agent-sim run's \
+     with prefix {prefix:?} (e.g. {example}): a killed run left them or another run uses \
+     the same names. Remove them with `agent-sim cleanup --kind {kind} --target ...` \
+     (try --dry-run first), or choose another --name-prefix"
+)]
+pub struct NamesTaken {
+    /// How many of the fleet's node names exist.
+    pub count: usize,
+    /// The run's name prefix.
+    pub prefix: String,
+    /// One of them.
+    pub example: String,
+    /// The fleet's kind, as `cleanup --kind` names it.
+    pub kind: &'static str,
+}
+
 /// The node name of agent `i` of a run with a prefix.
 type NodeName = fn(&str, u64) -> String;
 
@@ -33,7 +53,7 @@ fn registering(plan: &FleetPlan) -> Option<(ConsulConfig, NodeName)> {
 }
 
 /// The refusal, in one line, if a fleet's node names are taken.
-pub(super) async fn refuse_taken(fleets: &[FleetPlan]) -> Result<(), String> {
+pub(super) async fn refuse_taken(fleets: &[FleetPlan]) -> Result<(), NamesTaken> {
     for plan in fleets {
         let Some((c, name_of)) = registering(plan) else {
             continue;
@@ -54,18 +74,15 @@ pub(super) async fn refuse_taken(fleets: &[FleetPlan]) -> Result<(), String> {
             .collect();
         let taken: Vec<&String> = found.nodes.iter().filter(|n| ours.contains(*n)).collect();
         if let Some(example) = taken.first() {
-            return Err(format!(
-                "{} node(s) this run would register already exist, marked as an agent-sim run's \
-                 with prefix {:?} (e.g. {example}): a killed run left them or another run uses \
-                 the same names. Remove them with `agent-sim cleanup --kind {} --target ...` \
-                 (try --dry-run first), or choose another --name-prefix",
-                taken.len(),
-                c.conn.name_prefix,
-                match plan.protocol {
+            return Err(NamesTaken {
+                count: taken.len(),
+                prefix: c.conn.name_prefix.clone(),
+                example: example.to_string(),
+                kind: match plan.protocol {
                     Protocol::Dataplane(_) => "consul-dataplane",
                     _ => "consul",
                 },
-            ));
+            });
         }
     }
     Ok(())

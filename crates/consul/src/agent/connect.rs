@@ -109,8 +109,8 @@ impl ConsulAgent {
         };
         let id = spiffe_service_id(&l.trust_domain, dc, &cfg.service_name);
         let csr = new_csr(&id).map_err(|e| Refusal {
-            kind: "csr_failed",
-            words: Some(e),
+            kind: e.kind(),
+            words: Some(e.to_string()),
         })?;
         Ok((csr.pem, dc.to_owned()))
     }

@@ -96,15 +96,12 @@ impl ConsulFactory {
             .collect();
         let ttl = cfg.session_ttl.map(|d| (d, config::go_duration(d)));
         let gossip = match (&cfg.gossip, cfg.agent) {
-            (Some(g), crate::modes::AgentWire::Client) => Some(
-                crate::gossip::Gossip::new(
-                    g.clone(),
-                    v.rpc_addrs.clone(),
-                    &cfg.conn.datacenter,
-                    metrics.clone(),
-                )
-                .map_err(ConsulError::Config)?,
-            ),
+            (Some(g), crate::modes::AgentWire::Client) => Some(crate::gossip::Gossip::new(
+                g.clone(),
+                v.rpc_addrs.clone(),
+                &cfg.conn.datacenter,
+                metrics.clone(),
+            )?),
             _ => None,
         };
         let flap_interval = cfg.flap_rate.map(|r| r.interval());

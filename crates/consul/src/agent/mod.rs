@@ -104,18 +104,7 @@ pub(crate) struct Ids {
 
 impl Ids {
     fn resolve(m: &Metrics) -> Result<Self, ConsulError> {
-        let spec = crate::metrics_spec();
-        let snap = m.snapshot();
-        for c in &spec.counters {
-            if !snap.counters.iter().any(|(n, _)| n == c) {
-                return Err(ConsulError::Metrics(format!("counter {c:?} not declared")));
-            }
-        }
-        for l in &spec.latencies {
-            if !m.latency_names().contains(l) {
-                return Err(ConsulError::Metrics(format!("latency {l:?} not declared")));
-            }
-        }
+        crate::check_declared(m, &crate::metrics_spec())?;
         Ok(Ids {
             subscriptions: m.counter(names::SUBSCRIPTIONS),
             snapshots: m.counter(names::SNAPSHOTS),

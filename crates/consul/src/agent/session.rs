@@ -1,21 +1,28 @@
 //! One session of an agent: the entry the engine calls, and the loop every
-//! watch mode runs. The loop is one wait over the connection, every watch,
-//! at most one HTTP call and one timer (`agent_sim_fleet::wake`), then one
-//! handler per wake. A watch mode brings its connection and watches as a
+//! watch mode runs. A watch mode brings its connection and watches as a
 //! [`Watches`] (`streaming`: Subscribe streams; `watching`: blocking
 //! queries or HTTP long polls); the catalog upkeep, the rule for when the
 //! session is established and the watches' end on the probe board are
 //! here, the same for all.
+//!
+//! The loop, top to bottom, each turn: start what is due (`turn_due`),
+//! one wait over the agent's RPC connection, the roots query, the watches,
+//! the KV reads, at most one upkeep call and one timer
+//! (`agent_sim_fleet::wake`), then one handler per wake (`on_woke`), which
+//! says what the session does next ([`Next`]): stay, move the agent off a
+//! server ([`Move`]) or end. Every move between servers, in the loop and
+//! at a session's end, is made in one place: `move_to`.
 
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use agent_sim_fleet::wake::{self, Woke};
 use agent_sim_fleet::{Agent, Backoff, BoxFuture, Resync, SessionCx, SessionEnd};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::WaitForCancellationFuture;
 
-use super::kv::KvIo;
+use super::kv::{KvIo, KvSession};
 use super::link::Link;
 use super::subscriptions::Slot;
 use super::upkeep::{Done, Sched, UpkeepCall};
@@ -78,6 +85,115 @@ pub(super) trait Watches {
     }
 }
 
+/// What a handler of a wake asks of the session.
+enum Next {
+    /// The session goes on.
+    Stay,
+    /// The agent leaves a server (the session ends if the move says so).
+    MoveTo(Move),
+    /// The session ends.
+    End(SessionEnd),
+}
+
+/// Why the agent leaves a server: Consul's router moves that server to
+/// the end of its list, and the next call (or session) goes to the one in
+/// front. Every such move is made by [`ConsulAgent::move_to`].
+enum Move {
+    /// The session on this server was lost (failed over: the next server
+    /// kept the agent's state; a real agent syncs when a server joins, not
+    /// when it leaves one).
+    Lost(usize),
+    /// The agent's RPC connection to this server closed under watches that
+    /// go on (a client agent): its pool dials again on the next call.
+    LinkClosed(usize),
+    /// Dialing the RPC connection again failed: the server in front.
+    RedialFailed,
+    /// An RPC of the upkeep failed on this server (Consul's client): the
+    /// calls follow the router, the streams stay where they are.
+    CallFailed(usize),
+    /// A rebalance put another server in front: the session ends, and the
+    /// next one keeps the connection the move checked it on, if any.
+    Rebalanced(Option<Box<Link>>),
+}
+
+/// The state of one session's loop, built once at its start: what it
+/// drives (`w`'s watches, their `slots`, the RPC connection, the KV reads,
+/// the upkeep's call, the roots query) and where the session stands.
+struct Turns<'s, W> {
+    cx: &'s SessionCx,
+    slots: &'s mut [Slot],
+    w: &'s mut W,
+    /// The agent's RPC connection, when the run's wire or watches use one.
+    link: Option<Box<Link>>,
+    /// The end of `link` is the session's (the watches or the KV reads
+    /// ride it).
+    on_link: bool,
+    kv: KvSession,
+    /// The upkeep's schedule, and its call in flight.
+    hs: Sched,
+    call: Option<UpkeepCall>,
+    /// The blocking roots query in flight (agents keeping a leaf).
+    roots: Option<Exchange>,
+    /// An earlier session ran ([`ConsulAgent::session_sched`]).
+    reconnect: bool,
+    /// The engine was told the session is established.
+    established: bool,
+    /// Where the next poll of the watches starts.
+    rotate: usize,
+}
+
+impl<W: Watches> Turns<'_, W> {
+    /// The next wake: cancellation, then the RPC connection, the roots
+    /// query, the watches (from the next in turn) and the KV reads, then
+    /// the upkeep's call, then `timer`.
+    async fn wait(
+        &mut self,
+        cancel: Pin<&mut WaitForCancellationFuture<'_>>,
+        timer: Pin<&mut Sleep>,
+    ) -> Woke<Either<W::Io>, Done> {
+        self.rotate = self.rotate.wrapping_add(1);
+        let rotate = self.rotate;
+        let io = |tcx: &mut Context<'_>| {
+            if let Some(l) = self.link.as_mut()
+                && let Poll::Ready(r) = l.mux.poll_driver(tcx)
+            {
+                return Poll::Ready(Either::Link(r));
+            }
+            if let Some(f) = self.roots.as_mut()
+                && let Poll::Ready((_, r)) = f.as_mut().poll(tcx)
+            {
+                return Poll::Ready(Either::Roots(r));
+            }
+            if let Poll::Ready(io) = self.w.poll(self.slots, rotate, tcx) {
+                return Poll::Ready(Either::Watch(io));
+            }
+            self.kv.poll(rotate, tcx).map(Either::Kv)
+        };
+        wake::next(cancel, io, &mut self.call, Some(timer)).await
+    }
+
+    /// The agent's RPC connection ended: the session's end when the
+    /// watches ride it; otherwise (a client agent's pool dials again on the
+    /// next call) a move off its server.
+    fn on_link_end(&mut self, r: Result<(), CallError>) -> Next {
+        if self.on_link {
+            return Next::End(match r {
+                Ok(()) => SessionEnd::lost("conn_closed"),
+                Err(e) => lost(e),
+            });
+        }
+        match self.link.take() {
+            Some(l) => Next::MoveTo(Move::LinkClosed(l.server)),
+            None => Next::Stay,
+        }
+    }
+}
+
+/// The session's end for a broken RPC connection.
+fn lost(e: CallError) -> SessionEnd {
+    SessionEnd::lost_with(e.kind, e.detail)
+}
+
 impl ConsulAgent {
     /// One session, in the watch mode of the run, on the server in front
     /// of the agent's router; a session lost there moves that server to the
@@ -95,16 +211,8 @@ impl ConsulAgent {
         } else {
             self.watch_session(cx).await
         };
-        match end {
-            SessionEnd::Lost(_) => {
-                // Failed over: the next server kept the agent's state (a
-                // real agent syncs when a server joins, not when it
-                // leaves one).
-                self.router.failed(server);
-                self.moved = self.router.current() != server;
-            }
-            SessionEnd::Moved => self.moved = true,
-            _ => {}
+        if let SessionEnd::Lost(_) = end {
+            self.move_to(Move::Lost(server), &mut None, false);
         }
         end
     }
@@ -120,124 +228,189 @@ impl ConsulAgent {
         now: Instant,
         slots: &mut [Slot],
         w: &mut W,
-        mut link: Option<Box<Link>>,
+        link: Option<Box<Link>>,
     ) -> SessionEnd {
-        let (reconnect, mut hs) = self.session_sched(now);
-        let mut call: Option<UpkeepCall> = None;
-        let mut established = false;
+        let mut s = self.turns(cx, now, slots, w, link);
         let mut timer = pin!(tokio::time::sleep_until(far_future()));
         let mut cancel = pin!(cx.cancel.cancelled());
-        let mut rotate = 0usize;
-        let stamp = link.as_ref().and_then(|l| l.stamp.clone());
-        let mut kv = self.kv_session(now, stamp, cx.bind_addr);
-        let on_link = w.on_link() || kv.on_link();
-        let mut roots: Option<Exchange> = None;
         let end = loop {
-            let now = Instant::now();
-            if let Some(l) = link.as_mut()
-                && let Err(e) = l.refill()
-            {
-                break SessionEnd::lost_with(e.kind, e.detail);
-            }
-            let due = w.due(self, slots, link.as_mut().map(|l| &mut l.mux), now);
-            let due = due.min(self.kv_due(&mut kv, link.as_mut().map(|l| &mut l.mux), now));
-            let mut due =
-                self.upkeep_due(&mut hs, &mut call, link.as_deref(), cx.bind_addr, now, due);
-            if roots.is_none()
-                && let Some(l) = link.as_mut()
-            {
-                roots = self.roots_call(&mut l.mux, &l.line, now);
-                if roots.is_none()
-                    && let Some(t) = self.roots_retry_at()
-                {
-                    due = due.min(t);
-                }
-            }
+            let due = match self.turn_due(&mut s, Instant::now()) {
+                Ok(due) => due,
+                Err(end) => break end,
+            };
             wake::arm(timer.as_mut(), due);
-            rotate = rotate.wrapping_add(1);
-            let io = |tcx: &mut Context<'_>| {
-                if let Some(l) = link.as_mut()
-                    && let Poll::Ready(r) = l.mux.poll_driver(tcx)
-                {
-                    return Poll::Ready(Either::Link(r));
-                }
-                if let Some(f) = roots.as_mut()
-                    && let Poll::Ready((_, r)) = f.as_mut().poll(tcx)
-                {
-                    return Poll::Ready(Either::Roots(r));
-                }
-                if let Poll::Ready(io) = w.poll(slots, rotate, tcx) {
-                    return Poll::Ready(Either::Watch(io));
-                }
-                kv.poll(rotate, tcx).map(Either::Kv)
-            };
-            let woke = wake::next(cancel.as_mut(), io, &mut call, Some(timer.as_mut())).await;
-            let end = match woke {
-                Woke::Cancelled => Some(SessionEnd::Shutdown),
-                Woke::Io(Either::Link(r)) if on_link => Some(match r {
-                    Ok(()) => SessionEnd::lost("conn_closed"),
-                    Err(e) => SessionEnd::lost_with(e.kind, e.detail),
-                }),
-                Woke::Io(Either::Link(_)) => {
-                    // A client agent's pool dials again on the next call,
-                    // to the next server if this one was in front.
-                    if let Some(l) = link.take() {
-                        self.router.failed(l.server);
-                    }
-                    None
-                }
-                Woke::Call(Done::Redialed(Ok(l))) => {
-                    link = Some(l);
-                    None
-                }
-                Woke::Call(done @ Done::Redialed(Err(_))) => {
-                    self.router.failed(self.router.current());
-                    self.on_upkeep(cx, &mut hs, slots, done);
-                    None
-                }
-                Woke::Call(Done::Moved(checked)) => {
-                    // The rebalance dialed the router's new current server.
-                    self.moved_link = checked.filter(|l| l.server == self.router.current());
-                    Some(SessionEnd::Moved)
-                }
-                Woke::Io(Either::Watch(io)) => w.on_io(self, cx, slots, io),
-                Woke::Io(Either::Kv(io)) => {
-                    self.on_kv(&mut kv, io);
-                    None
-                }
-                Woke::Io(Either::Roots(r)) => {
-                    roots = None;
-                    self.on_roots(r, Instant::now());
-                    None
-                }
-                Woke::Call(done) => {
-                    if done.failed_call().is_some()
-                        && let Some(server) = link.as_ref().map(|l| l.server)
-                    {
-                        // Consul's client: a failed RPC moves its server to
-                        // the end of the list, and the next call goes to the
-                        // one in front (the streams stay where they are).
-                        self.router.failed(server);
-                        if !on_link && self.router.current() != server {
-                            link = None;
-                        }
-                    }
-                    self.on_upkeep(cx, &mut hs, slots, done);
-                    None
-                }
-                Woke::Timer => {
-                    w.on_timer(self, slots);
-                    None
-                }
-            };
-            if let Some(end) = end {
+            let woke = s.wait(cancel.as_mut(), timer.as_mut()).await;
+            let next = self.on_woke(&mut s, woke);
+            if let Some(end) = self.go(&mut s, next) {
                 break end;
             }
-            self.settle_established(cx, slots, &mut established, reconnect, &hs, W::waiting);
+            self.settle_established(&mut s);
         };
-        self.close_slots(cx, slots);
-        self.kv_close(&mut kv);
+        self.close_slots(cx, s.slots);
+        self.kv_close(&mut s.kv);
         end
+    }
+
+    /// The loop's state at the start of a session at `now`.
+    fn turns<'s, W: Watches>(
+        &mut self,
+        cx: &'s SessionCx,
+        now: Instant,
+        slots: &'s mut [Slot],
+        w: &'s mut W,
+        link: Option<Box<Link>>,
+    ) -> Turns<'s, W> {
+        let (reconnect, hs) = self.session_sched(now);
+        let stamp = link.as_ref().and_then(|l| l.stamp.clone());
+        let kv = self.kv_session(now, stamp, cx.bind_addr);
+        Turns {
+            on_link: w.on_link() || kv.on_link(),
+            cx,
+            slots,
+            w,
+            link,
+            kv,
+            hs,
+            call: None,
+            roots: None,
+            reconnect,
+            established: false,
+            rotate: 0,
+        }
+    }
+
+    /// The top of a turn: the RPC connection gets a call stream, and what
+    /// is due starts (the watches, the KV reads, the upkeep's next call,
+    /// the roots query); when the next thing is due, or the session's end
+    /// when the connection broke.
+    fn turn_due<W: Watches>(
+        &mut self,
+        s: &mut Turns<'_, W>,
+        now: Instant,
+    ) -> Result<Instant, SessionEnd> {
+        if let Some(l) = s.link.as_mut() {
+            l.refill().map_err(lost)?;
+        }
+        let due =
+            s.w.due(self, s.slots, s.link.as_mut().map(|l| &mut l.mux), now);
+        let due = due.min(self.kv_due(&mut s.kv, s.link.as_mut().map(|l| &mut l.mux), now));
+        let mut due = self.upkeep_due(
+            &mut s.hs,
+            &mut s.call,
+            s.link.as_deref(),
+            s.cx.bind_addr,
+            now,
+            due,
+        );
+        if s.roots.is_none()
+            && let Some(l) = s.link.as_mut()
+        {
+            s.roots = self.roots_call(&mut l.mux, &l.line, now);
+            if s.roots.is_none()
+                && let Some(t) = self.roots_retry_at()
+            {
+                due = due.min(t);
+            }
+        }
+        Ok(due)
+    }
+
+    /// One handler per wake; what the session does next.
+    fn on_woke<W: Watches>(
+        &mut self,
+        s: &mut Turns<'_, W>,
+        woke: Woke<Either<W::Io>, Done>,
+    ) -> Next {
+        match woke {
+            Woke::Cancelled => Next::End(SessionEnd::Shutdown),
+            Woke::Io(Either::Link(r)) => s.on_link_end(r),
+            Woke::Io(Either::Roots(r)) => {
+                s.roots = None;
+                self.on_roots(r, Instant::now());
+                Next::Stay
+            }
+            Woke::Io(Either::Watch(io)) => match s.w.on_io(self, s.cx, s.slots, io) {
+                Some(end) => Next::End(end),
+                None => Next::Stay,
+            },
+            Woke::Io(Either::Kv(io)) => {
+                self.on_kv(&mut s.kv, io);
+                Next::Stay
+            }
+            Woke::Call(done) => self.on_call(s, done),
+            Woke::Timer => {
+                s.w.on_timer(self, s.slots);
+                Next::Stay
+            }
+        }
+    }
+
+    /// A call of the upkeep finished: a new RPC connection is the
+    /// session's; a rebalance, a failed dial or a failed RPC moves the
+    /// agent off a server. The upkeep handles every other result, and the
+    /// failures before their move is made (the order changes nothing: the
+    /// upkeep moves a server itself only for a failed ping on the API's
+    /// wire, where the only RPC connection is the session's own server's).
+    fn on_call<W: Watches>(&mut self, s: &mut Turns<'_, W>, done: Done) -> Next {
+        let why = match done {
+            Done::Redialed(Ok(l)) => {
+                s.link = Some(l);
+                return Next::Stay;
+            }
+            Done::Moved(checked) => return Next::MoveTo(Move::Rebalanced(checked)),
+            Done::Redialed(Err(_)) => Some(Move::RedialFailed),
+            ref d if d.failed_call().is_some() => {
+                s.link.as_ref().map(|l| Move::CallFailed(l.server))
+            }
+            _ => None,
+        };
+        self.on_upkeep(s.cx, &mut s.hs, s.slots, done);
+        why.map_or(Next::Stay, Next::MoveTo)
+    }
+
+    /// Does what a handler asked; the session's end, if it ends.
+    fn go<W: Watches>(&mut self, s: &mut Turns<'_, W>, next: Next) -> Option<SessionEnd> {
+        match next {
+            Next::Stay => None,
+            Next::MoveTo(why) => self.move_to(why, &mut s.link, s.on_link),
+            Next::End(end) => Some(end),
+        }
+    }
+
+    /// The agent leaves a server, for `why`: the one place the agent moves
+    /// between servers. `link` is the session's RPC connection (none at a
+    /// session's end) and `on_link` whether the session rides it; the
+    /// session's end when the move ends it (a rebalance).
+    fn move_to(
+        &mut self,
+        why: Move,
+        link: &mut Option<Box<Link>>,
+        on_link: bool,
+    ) -> Option<SessionEnd> {
+        match why {
+            Move::Lost(server) => {
+                self.router.failed(server);
+                self.moved = self.router.current() != server;
+            }
+            Move::LinkClosed(server) => self.router.failed(server),
+            Move::RedialFailed => self.router.failed(self.router.current()),
+            Move::CallFailed(server) => {
+                self.router.failed(server);
+                // The next call goes to the one in front now, on a
+                // connection dialed there (unless the session rides this
+                // one).
+                if !on_link && self.router.current() != server {
+                    *link = None;
+                }
+            }
+            Move::Rebalanced(checked) => {
+                // The rebalance dialed the router's new current server.
+                self.moved_link = checked.filter(|l| l.server == self.router.current());
+                self.moved = true;
+                return Some(SessionEnd::Moved);
+            }
+        }
+        None
     }
 
     /// A call of the upkeep finished. Once the server answered a sync, a
@@ -320,29 +493,21 @@ impl ConsulAgent {
     /// handshakes; and once every watch is ready or only `waiting` for the
     /// staggered sync (a timer, not a handshake), or a storm's comeback
     /// would queue behind up to 12 s of stagger per slot.
-    fn settle_established(
-        &self,
-        cx: &SessionCx,
-        slots: &[Slot],
-        established: &mut bool,
-        reconnect: bool,
-        hs: &Sched,
-        waiting: impl Fn(&Slot) -> bool,
-    ) {
-        if *established {
+    fn settle_established<W: Watches>(&self, s: &mut Turns<'_, W>) {
+        if s.established {
             return;
         }
-        if slots.iter().all(|s| s.ready) {
-            let registration_ok =
-                !self.shared.cfg.register || (self.registered && (!reconnect || hs.ae_answered));
+        if s.slots.iter().all(|s| s.ready) {
+            let registration_ok = !self.shared.cfg.register
+                || (self.registered && (!s.reconnect || s.hs.ae_answered));
             if registration_ok {
-                *established = true;
-                cx.established();
+                s.established = true;
+                s.cx.established();
             } else {
-                cx.release_dial_slot();
+                s.cx.release_dial_slot();
             }
-        } else if slots.iter().all(|s| s.ready || waiting(s)) {
-            cx.release_dial_slot();
+        } else if s.slots.iter().all(|slot| slot.ready || W::waiting(slot)) {
+            s.cx.release_dial_slot();
         }
     }
 

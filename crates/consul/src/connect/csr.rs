@@ -21,18 +21,27 @@ pub fn spiffe_service_id(trust_domain: &str, datacenter: &str, service: &str) ->
     format!("spiffe://{trust_domain}/ns/default/dc/{datacenter}/svc/{service}")
 }
 
+/// Why a CSR could not be made (rcgen's words).
+#[derive(Debug, thiserror::Error)]
+#[error("making a CSR: {0}")]
+pub struct CsrError(#[from] rcgen::Error);
+
+impl CsrError {
+    /// The error kind it is counted as.
+    pub fn kind(&self) -> &'static str {
+        "csr_failed"
+    }
+}
+
 /// A new P-256 key and the CSR of `spiffe_id` signed with it.
-pub fn new_csr(spiffe_id: &str) -> Result<Csr, String> {
-    let bad = |e: rcgen::Error| format!("making a CSR: {e}");
-    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(bad)?;
+pub fn new_csr(spiffe_id: &str) -> Result<Csr, CsrError> {
+    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
-    let uri = spiffe_id.to_owned().try_into().map_err(bad)?;
+    let uri = spiffe_id.to_owned().try_into()?;
     params.subject_alt_names = vec![SanType::URI(uri)];
-    let csr = params.serialize_request(&key).map_err(bad)?;
-    Ok(Csr {
-        pem: csr.pem().map_err(bad)?,
-    })
+    let csr = params.serialize_request(&key)?;
+    Ok(Csr { pem: csr.pem()? })
 }
 
 /// The authority key ID of the first certificate in `pem` as Consul writes

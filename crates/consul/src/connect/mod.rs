@@ -11,7 +11,7 @@
 pub mod csr;
 pub mod schedule;
 
-pub use csr::{Csr, authority_key_id, new_csr, spiffe_service_id};
+pub use csr::{Csr, CsrError, authority_key_id, new_csr, spiffe_service_id};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -42,29 +42,38 @@ impl Default for ConnectConfig {
     }
 }
 
+/// Why a CA rotation is refused: one variant per rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RotationError {
+    /// No agent keeps a leaf certificate to time the rotation on.
+    #[error(
+        "--rotate-ca-at times the agents' leaf certificates: it needs --sidecars on the client \
+         wire (--consul-agent client; the HTTP API cannot sign a client agent's CSR) and \
+         --leaf-certs"
+    )]
+    NoLeafCerts,
+    /// A real cluster's CA, without `--allow-ca-rotation`.
+    #[error(
+        "--rotate-ca-at changes the target's Connect CA (a new root, every leaf signed again): \
+         refused against a real cluster without --allow-ca-rotation"
+    )]
+    RealCluster,
+}
+
 impl ConnectConfig {
     /// Whether a rotation may run against the run's target (`embedded`:
     /// the reference backend this process serves): a shared cluster's CA
-    /// is never changed by accident. The refusal's reason on failure.
+    /// is never changed by accident.
     pub fn check_rotation(
         &self,
         embedded: bool,
         wire: crate::modes::AgentWire,
         sidecars: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), RotationError> {
         let keeping = sidecars && self.leaf_certs && wire == crate::modes::AgentWire::Client;
         match self.rotate_at {
-            Some(_) if !keeping => Err(
-                "--rotate-ca-at times the agents' leaf certificates: it needs --sidecars on the \
-                 client wire (--consul-agent client; the HTTP API cannot sign a client agent's \
-                 CSR) and --leaf-certs"
-                    .into(),
-            ),
-            Some(_) if !embedded && !self.allow_rotation => Err(
-                "--rotate-ca-at changes the target's Connect CA (a new root, every leaf signed \
-                 again): refused against a real cluster without --allow-ca-rotation"
-                    .into(),
-            ),
+            Some(_) if !keeping => Err(RotationError::NoLeafCerts),
+            Some(_) if !embedded && !self.allow_rotation => Err(RotationError::RealCluster),
             _ => Ok(()),
         }
     }

@@ -134,12 +134,14 @@ pub fn node_in_sync(
 }
 
 /// Why a gzipped answer could not be read ([`gunzip`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum Gunzip {
     /// It unzips past the caller's bound.
+    #[error("it unzips past the bound")]
     TooLarge,
     /// It is not gzip, in the decoder's words.
-    Bad(String),
+    #[error(transparent)]
+    Bad(std::io::Error),
 }
 
 /// A gzipped answer body unzipped, up to `max` bytes. Consul gzips every
@@ -151,7 +153,7 @@ pub fn gunzip(body: &[u8], max: usize) -> Result<Vec<u8>, Gunzip> {
     flate2::read::GzDecoder::new(body)
         .take(max as u64 + 1)
         .read_to_end(&mut out)
-        .map_err(|e| Gunzip::Bad(e.to_string()))?;
+        .map_err(Gunzip::Bad)?;
     if out.len() > max {
         return Err(Gunzip::TooLarge);
     }

@@ -150,7 +150,7 @@ mod tests {
     use crate::config::{ConsulConfig, ProbeKind};
 
     fn check(c: &ConsulConfig) -> Result<Vec<crate::config::NamePattern>, String> {
-        c.kv_prefixes()
+        c.kv_prefixes().map_err(|e| e.to_string())
     }
 
     #[test]

@@ -76,6 +76,43 @@ enum ChangeError {
     NotOurs(String),
 }
 
+/// How one probe went.
+enum Probed {
+    /// The change was not made (counted); the next probe tries again.
+    Failed,
+    /// The run ended inside the probe's window before every agent had it
+    /// (counted in `probes_interrupted`): the last probe.
+    Interrupted,
+    /// One summary per board.
+    Done(Vec<ProbeSummary>),
+}
+
+/// The change a probe makes, and its kind's name in the summary: `on` is
+/// whether the catalog instance is registered (or the intention `allow`).
+fn change_of(kind: ProbeKind, on: bool, meta: bool) -> (Expect, &'static str) {
+    match (kind, on) {
+        // A new version of the instance, which stays registered.
+        (ProbeKind::Catalog, _) if meta => (Expect::Register, "meta"),
+        (ProbeKind::Catalog, true) => (Expect::Deregister, "deregister"),
+        (ProbeKind::Catalog, false) => (Expect::Register, "register"),
+        (ProbeKind::Intentions, true) => (Expect::Deny, "intentions"),
+        (ProbeKind::Intentions, false) => (Expect::Allow, "intentions"),
+        (ProbeKind::Kv, _) => (Expect::KvSet, "kv"),
+    }
+}
+
+/// Metadata changes: every one looks alike, so one that reached a watcher
+/// after the next probe was armed (a saturated run) carries an older raft
+/// index than this probe's change, the newest in the window. It is not
+/// this probe's: only the newest index (or none) is kept.
+fn newest_change_only(arrivals: &mut [Vec<(Instant, u64)>]) {
+    for a in arrivals {
+        if let Some(top) = a.iter().map(|&(_, i)| i).max() {
+            a.retain(|&(_, i)| i == 0 || i == top);
+        }
+    }
+}
+
 /// What a [`ProbeRunner`] needs besides its board (see [`ProbeRunner::new`]).
 #[derive(Debug, Clone)]
 pub struct RunnerSetup {
@@ -156,7 +193,6 @@ impl ProbeRunner {
             fleet: self.fleet.take(),
         }];
         watched.append(&mut self.others);
-        let write = self.metrics.latency(crate::names::PROBE_WRITE);
         let mut next_id = 1u64;
         for k in 1u32.. {
             let due = start + self.every * k;
@@ -176,77 +212,15 @@ impl ProbeRunner {
                     continue;
                 }
             };
-            let (expect, kind) = match (self.board.kind, on) {
-                // A new version of the instance, which stays registered.
-                (ProbeKind::Catalog, _) if self.meta => (Expect::Register, "meta"),
-                (ProbeKind::Catalog, true) => (Expect::Deregister, "deregister"),
-                (ProbeKind::Catalog, false) => (Expect::Register, "register"),
-                (ProbeKind::Intentions, true) => (Expect::Deny, "intentions"),
-                (ProbeKind::Intentions, false) => (Expect::Allow, "intentions"),
-                (ProbeKind::Kv, _) => (Expect::KvSet, "kv"),
-            };
             let id = next_id;
             next_id += 1;
-            // Expected: the subscriptions live when the probe is armed
-            // (those that come live later have the change in their snapshot).
-            let expected: Vec<u64> = watched.iter().map(|w| w.board.arm(id, expect)).collect();
-            // T0: the instant the write is sent; its round trip apart.
-            let t0 = Instant::now();
-            let t0_wall = SystemTime::now();
-            if let Err(e) = self.change(expect, cas, id).await {
-                for w in &watched {
-                    w.board.disarm();
-                }
-                self.report(e, &mut state);
-                continue;
-            }
-            self.metrics.record(write, 0, t0.elapsed());
-            state = Setup::Done(!on || self.meta);
-            let interrupted = tokio::select! {
-                _ = tokio::time::sleep_until(t0 + self.timeout) => false,
-                _ = cancel.cancelled() => true,
-            };
-            let mut arrivals: Vec<Vec<(Instant, u64)>> =
-                watched.iter().map(|w| w.board.disarm()).collect();
-            if self.meta {
-                // Every metadata change looks alike: one that reached a
-                // watcher after the next probe was armed (a saturated run)
-                // carries an older raft index than this probe's change,
-                // the newest in the window. It is not this probe's.
-                for a in &mut arrivals {
-                    if let Some(top) = a.iter().map(|&(_, i)| i).max() {
-                        a.retain(|&(_, i)| i == 0 || i == top);
-                    }
-                }
-            }
-            if interrupted
-                && arrivals
-                    .iter()
-                    .zip(&expected)
-                    .any(|(a, &e)| (a.len() as u64) < e || e == 0)
+            match self
+                .probe(&watched, id, (on, cas), &mut state, &cancel)
+                .await
             {
-                // The run ended inside this probe's window while agents were
-                // closing: its figures would be wrong, so it is counted, not
-                // reported.
-                self.metrics
-                    .incr(self.metrics.counter(crate::names::PROBES_INTERRUPTED));
-                break;
-            }
-            let timeout_us = u64::try_from(self.timeout.as_micros()).unwrap_or(u64::MAX);
-            for ((w, arrivals), expected) in watched.iter().zip(arrivals).zip(expected) {
-                let propagation = self.metrics.latency(w.latency);
-                let lat: Vec<u64> = arrivals.iter().map(|&(a, _)| micros_after(t0, a)).collect();
-                for (i, &l) in lat.iter().enumerate() {
-                    if l <= timeout_us {
-                        self.metrics.record_us(propagation, i, l);
-                    }
-                }
-                let mut summary = summarize(id, kind, t0_wall, expected, lat, timeout_us);
-                summary.change_id = common_index(&arrivals);
-                summary.role = Some(ROLE_CONTROLLER.into());
-                summary.t0_unix_us = Some(unix_us(t0_wall));
-                summary.fleet = w.fleet.clone();
-                out.push(summary);
+                Probed::Failed => continue,
+                Probed::Interrupted => break,
+                Probed::Done(summaries) => out.extend(summaries),
             }
             if cancel.is_cancelled() {
                 break;
@@ -256,6 +230,76 @@ impl ProbeRunner {
             let _ = tokio::time::timeout(Duration::from_secs(3), self.cleanup()).await;
         }
         out
+    }
+
+    /// Probe `id`: arms the boards, makes the change (the instance `on`
+    /// now, the entry at `cas`), waits out the timeout (or `cancel`) and
+    /// summarizes what arrived at each board.
+    async fn probe(
+        &self,
+        watched: &[Watched],
+        id: u64,
+        (on, cas): (bool, Option<u64>),
+        state: &mut Setup,
+        cancel: &CancellationToken,
+    ) -> Probed {
+        let (expect, kind) = change_of(self.board.kind, on, self.meta);
+        // Expected: the subscriptions live when the probe is armed
+        // (those that come live later have the change in their snapshot).
+        let expected: Vec<u64> = watched.iter().map(|w| w.board.arm(id, expect)).collect();
+        // T0: the instant the write is sent; its round trip apart.
+        let t0 = Instant::now();
+        let t0_wall = SystemTime::now();
+        if let Err(e) = self.change(expect, cas, id).await {
+            for w in watched {
+                w.board.disarm();
+            }
+            self.report(e, state);
+            return Probed::Failed;
+        }
+        let write = self.metrics.latency(crate::names::PROBE_WRITE);
+        self.metrics.record(write, 0, t0.elapsed());
+        *state = Setup::Done(!on || self.meta);
+        let interrupted = tokio::select! {
+            _ = tokio::time::sleep_until(t0 + self.timeout) => false,
+            _ = cancel.cancelled() => true,
+        };
+        let mut arrivals: Vec<Vec<(Instant, u64)>> =
+            watched.iter().map(|w| w.board.disarm()).collect();
+        if self.meta {
+            newest_change_only(&mut arrivals);
+        }
+        if interrupted
+            && arrivals
+                .iter()
+                .zip(&expected)
+                .any(|(a, &e)| (a.len() as u64) < e || e == 0)
+        {
+            // The run ended inside this probe's window while agents were
+            // closing: its figures would be wrong, so it is counted, not
+            // reported.
+            self.metrics
+                .incr(self.metrics.counter(crate::names::PROBES_INTERRUPTED));
+            return Probed::Interrupted;
+        }
+        let timeout_us = u64::try_from(self.timeout.as_micros()).unwrap_or(u64::MAX);
+        let mut out = Vec::with_capacity(watched.len());
+        for ((w, arrivals), expected) in watched.iter().zip(arrivals).zip(expected) {
+            let propagation = self.metrics.latency(w.latency);
+            let lat: Vec<u64> = arrivals.iter().map(|&(a, _)| micros_after(t0, a)).collect();
+            for (i, &l) in lat.iter().enumerate() {
+                if l <= timeout_us {
+                    self.metrics.record_us(propagation, i, l);
+                }
+            }
+            let mut summary = summarize(id, kind, t0_wall, expected, lat, timeout_us);
+            summary.change_id = common_index(&arrivals);
+            summary.role = Some(ROLE_CONTROLLER.into());
+            summary.t0_unix_us = Some(unix_us(t0_wall));
+            summary.fleet = w.fleet.clone();
+            out.push(summary);
+        }
+        Probed::Done(out)
     }
 
     /// Catalog: registers the probe instance. Intentions: creates the

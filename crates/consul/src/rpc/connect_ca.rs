@@ -112,7 +112,7 @@ impl Roots {
 
 /// Decodes `ConnectCA.Roots`' answer.
 pub fn decode_roots(body: &[u8]) -> Result<Roots, MsgpackError> {
-    rmp_serde::from_slice(body).map_err(|e| MsgpackError(format!("ConnectCA.Roots: {e}")))
+    rmp_serde::from_slice(body).map_err(|e| MsgpackError::decode("ConnectCA.Roots", e))
 }
 
 /// A Go binary time as Unix seconds.
@@ -174,7 +174,7 @@ pub struct IssuedCert<'a> {
 
 /// Decodes `ConnectCA.Sign`'s answer.
 pub fn decode_sign(body: &[u8]) -> Result<IssuedCert<'_>, MsgpackError> {
-    rmp_serde::from_slice(body).map_err(|e| MsgpackError(format!("ConnectCA.Sign: {e}")))
+    rmp_serde::from_slice(body).map_err(|e| MsgpackError::decode("ConnectCA.Sign", e))
 }
 
 #[cfg(test)]

@@ -57,5 +57,5 @@ pub struct ResponseHeader {
 
 /// Decodes a response header.
 pub fn decode_header(header: &[u8]) -> Result<ResponseHeader, MsgpackError> {
-    rmp_serde::from_slice(header).map_err(|e| MsgpackError(format!("response header: {e}")))
+    rmp_serde::from_slice(header).map_err(|e| MsgpackError::decode("response header", e))
 }

@@ -158,10 +158,10 @@ async fn read_answer(
     let mut scan = MessageScan::default();
     loop {
         match scan.scan(&buf) {
-            Err(e) => return Err(CallError::new("decode_answer", e.to_string())),
+            Err(e) => return Err(CallError::new(e.kind(), e.to_string())),
             Ok(Some((h, end))) => {
                 let header = decode_header(&buf[..h])
-                    .map_err(|e| CallError::new("decode_answer", e.to_string()))?;
+                    .map_err(|e| CallError::new(e.kind(), e.to_string()))?;
                 if header.seq != seq {
                     return Err(CallError::new(
                         "decode_answer",

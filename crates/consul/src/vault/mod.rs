@@ -36,7 +36,8 @@ pub use runner::{VaultRunner, cleanup_path};
 
 use crate::ConsulError;
 pub use crate::vault_config::{
-    Burst, LOCK_WAIT, MAX_PARALLEL, SESSION_TTL, VaultConfig, default_path, session_name,
+    Burst, LOCK_WAIT, MAX_PARALLEL, SESSION_TTL, VaultConfig, VaultConfigError, default_path,
+    session_name,
 };
 
 /// Wait after an acquire refused with no holder: lock-delay in effect
@@ -173,36 +174,42 @@ const ERROR_KINDS: &[ErrorKindSpec] = &[
         hint: "the Vault servers could not be set up from the fleet's settings (the sample \
                says why); none ran",
         heals: false,
+        said_by: agent_sim_metrics::Speaker::Local,
     },
     ErrorKindSpec {
         kind: "vault_txn_rollback",
         hint: "a Vault storage write (a /v1/txn) was rolled back; the sample has the server's \
                words per op (a failed session check: the node lost the lock and steps down)",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "vault_bad_answer",
         hint: "a Consul answer to a Vault storage call did not read as Consul's (no valid \
                X-Consul-Index, not JSON, not base64): is the HTTP target a Consul API?",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "vault_value_too_large",
         hint: "the server answered a Vault read with a value over Consul's 512 KiB KV limit: \
                refused unread",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "vault_lock_conflict",
         hint: "the lock key exists without the lock's flags (Consul's \"Existing key does not \
                match lock use\"): another tool uses this key; the node waits and tries again",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "vault_index_reset",
         hint: "a blocking read of the lock key came back with an index lower than the one it \
                waited on (or not blocking at all): the wait starts over from 0, paced",
         heals: true,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "vault_never_active",
@@ -210,22 +217,26 @@ const ERROR_KINDS: &[ErrorKindSpec] = &[
                a session that is not the run's (another Vault, a killed run within its TTL \
                and lock-delay); standbys waited and the run ended on time",
         heals: false,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "vault_split_brain",
         hint: "the checker saw more than one simulated Vault node believe it was active, or \
                the server's lock holder differ from the node that believed it was",
         heals: false,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "vault_read_back",
         hint: "a sampled key read back lost (404) or changed before the run deleted it",
         heals: false,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
     ErrorKindSpec {
         kind: "vault_cleanup",
         hint: "keys under the run's Vault path or its lock sessions were left at the end: \
                `agent-sim cleanup --prefix` removes them",
         heals: false,
+        said_by: agent_sim_metrics::Speaker::Server,
     },
 ];

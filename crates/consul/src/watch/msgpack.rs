@@ -208,7 +208,7 @@ pub fn decode_response(
 /// Decodes an answer's body (`IndexedCheckServiceNodes`) as a [`Digest`].
 pub fn decode_body(body: &[u8]) -> Result<Digest, MsgpackError> {
     let r: Indexed<'_> =
-        rmp_serde::from_slice(body).map_err(|e| MsgpackError(format!("response body: {e}")))?;
+        rmp_serde::from_slice(body).map_err(|e| MsgpackError::decode("response body", e))?;
     let items = r.nodes.unwrap_or_default().iter().map(Csn::item).collect();
     Ok(Digest {
         index: r.index,
@@ -233,18 +233,21 @@ mod tests {
         let _ = rmp::encode::write_f64(&mut b, 1.5);
         let n = b.len();
         b.extend_from_slice(&[0xc0, 0xc0]);
-        assert_eq!(value_len(&b), Ok(Some(n)));
+        assert_eq!(value_len(&b).unwrap(), Some(n));
         for cut in 0..n {
-            assert_eq!(value_len(&b[..cut]), Ok(None), "cut at {cut}");
+            assert_eq!(value_len(&b[..cut]).unwrap(), None, "cut at {cut}");
         }
         // Fed a byte at a time, the scanner finds the same end.
         let mut sc = Scanner::default();
         for cut in 0..n {
-            assert_eq!(sc.scan(&b[..cut]), Ok(None), "resumed at {cut}");
+            assert_eq!(sc.scan(&b[..cut]).unwrap(), None, "resumed at {cut}");
         }
-        assert_eq!(sc.scan(&b), Ok(Some(n)));
-        assert!(value_len(&[0xc1]).is_err());
+        assert_eq!(sc.scan(&b).unwrap(), Some(n));
+        assert!(matches!(
+            value_len(&[0xc1]),
+            Err(MsgpackError::ReservedMarker { at: 0 })
+        ));
         let deep = vec![0x91u8; agent_sim_proto::msgpack::MAX_DEPTH + 2];
-        assert!(value_len(&deep).is_err());
+        assert!(matches!(value_len(&deep), Err(MsgpackError::TooDeep)));
     }
 }

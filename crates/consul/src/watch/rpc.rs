@@ -57,7 +57,7 @@ pub fn call(stream: yamux::Stream, seq: u64, args: ServiceNodesArgs<'_>) -> Call
                     bytes: reply.bytes,
                 }),
             ),
-            Err(e) => (None, Err(CallError::new("decode_answer", e.to_string()))),
+            Err(e) => (None, Err(CallError::new(e.kind(), e.to_string()))),
         }
     })
 }

@@ -48,22 +48,7 @@ pub(crate) struct Ids {
 
 impl Ids {
     fn resolve(m: &Metrics) -> Result<Self, DataplaneError> {
-        let spec = crate::metrics_spec();
-        let snap = m.snapshot();
-        for c in &spec.counters {
-            if !snap.counters.iter().any(|(n, _)| n == c) {
-                return Err(DataplaneError::Metrics(format!(
-                    "counter {c:?} not declared"
-                )));
-            }
-        }
-        for l in &spec.latencies {
-            if !m.latency_names().contains(l) {
-                return Err(DataplaneError::Metrics(format!(
-                    "latency {l:?} not declared"
-                )));
-            }
-        }
+        agent_sim_consul::check_declared(m, &crate::metrics_spec())?;
         Ok(Ids {
             bootstraps: m.counter(names::BOOTSTRAPS),
             xds_streams: m.counter(names::XDS_STREAMS),
@@ -180,12 +165,7 @@ impl DataplaneFactory {
         };
         let token = match cfg.conn.token.as_deref() {
             Some(t) if !t.is_empty() => {
-                Some(
-                    MetadataValue::try_from(t).map_err(|_| DataplaneError::Invalid {
-                        field: "token",
-                        reason: "not a valid gRPC metadata value".into(),
-                    })?,
-                )
+                Some(MetadataValue::try_from(t).map_err(crate::config::ConfigError::Token)?)
             }
             _ => None,
         };

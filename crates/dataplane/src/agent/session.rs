@@ -521,7 +521,7 @@ impl DataplaneAgent {
             None => sh.metrics.incr(sh.ids.xds_acks),
             Some(why) => {
                 sh.metrics.incr(sh.ids.xds_nacks);
-                sh.metrics.error_with("xds_nack", Some(why));
+                sh.metrics.error_with(why.kind(), Some(&why.to_string()));
             }
         }
         if h.eds {

@@ -168,7 +168,7 @@ impl RawAds {
         } = d
             .connect(None)
             .await
-            .map_err(|e| tonic::Status::unavailable(e.detail))?;
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
         let driver = tokio::spawn(async move {
             let _ = driver.await;
         });

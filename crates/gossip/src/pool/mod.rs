@@ -7,21 +7,26 @@
 //! times, push-pulls at the scaled interval, and leaves in serf's order.
 //!
 //! Parts: `view` (the shared state), `net` (packets and streams in and
-//! out), `tick` (the model's timers).
+//! out), `tick` (the model's timers), `close` (the pool's leave, step by
+//! step), `error` (why a start, a join or a push-pull failed).
 
 pub mod view;
 
+mod close;
+mod error;
 mod net;
 mod tick;
 
+pub use error::{ExchangeError, JoinError, PoolError};
+
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_sim_metrics::{CounterId, Metrics};
 use tokio::net::UdpSocket;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::coordinate::Coord;
@@ -46,10 +51,36 @@ pub struct Timings {
     pub retransmit_mult: u32,
     /// Suspicion lasts this times log10 of the pool's size probe intervals.
     pub suspicion_mult: u32,
-    /// A stream's deadline.
+    /// A stream's deadline (a push-pull's whole exchange).
     pub tcp_timeout: Duration,
-    /// How long a closing pool lets its leave broadcasts travel.
+    /// How long a closing pool waits for the joins in flight to end (each
+    /// is one push-pull, so `tcp_timeout` at most): a join the server took
+    /// is a member that must leave.
+    pub join_drain: Duration,
+    /// How long a closing pool lets the leaves already gossiped go out
+    /// (until each was sent once).
     pub leave_wait: Duration,
+    /// How long a closing pool then waits for a batch of leaves under way
+    /// (its push-pulls) to end before it sends its own.
+    pub batch_wait: Duration,
+    /// Between a leave batch's intents and its leaves: serf takes in the
+    /// intents first (a server merges a push-pull after answering it, and
+    /// a thousand intents take it a while on a busy box), and marks a
+    /// member left only if its intent came first.
+    pub intent_lead: Duration,
+}
+
+impl Timings {
+    /// The longest a pool's [`Pool::close`] takes with `servers` servers
+    /// that never answer: each wait at its bound, and the closing batch's
+    /// two push-pulls to each server at `tcp_timeout`.
+    pub fn close_bound(&self, servers: u32) -> Duration {
+        self.join_drain
+            + self.leave_wait
+            + self.batch_wait
+            + self.tcp_timeout * 2 * servers
+            + self.intent_lead
+    }
 }
 
 impl Default for Timings {
@@ -63,7 +94,10 @@ impl Default for Timings {
             retransmit_mult: 4,
             suspicion_mult: 4,
             tcp_timeout: Duration::from_secs(10),
+            join_drain: Duration::from_secs(10),
             leave_wait: Duration::from_secs(5),
+            batch_wait: Duration::from_secs(30),
+            intent_lead: Duration::from_secs(2),
         }
     }
 }
@@ -92,26 +126,6 @@ pub struct PoolConfig {
     pub tags: Vec<(String, String)>,
     /// memberlist's timings.
     pub timings: Timings,
-}
-
-/// Why a pool cannot start.
-#[derive(Debug, thiserror::Error)]
-pub enum PoolError {
-    /// An endpoint cannot be bound.
-    #[error("gossip: cannot listen on {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// No address to listen on or to join.
-    #[error("gossip: {0}")]
-    Config(String),
-    /// The first server's push-pull did not answer (refused, wrong key or
-    /// label, not a gossip port): the words of the failure.
-    #[error("gossip: {0}")]
-    Hello(String),
 }
 
 /// Counter ids the pool adds to.
@@ -144,10 +158,16 @@ pub(crate) struct Inner {
     streams: Semaphore,
     stop: CancellationToken,
     warned_late: AtomicBool,
-    /// The pool is closing: no more joins.
-    closing: AtomicBool,
-    /// A batch of quiet leaves is under way.
-    batching: AtomicBool,
+    /// Members whose join the servers took (a failed join after some:
+    /// the servers are overloaded, not unreachable).
+    joined: AtomicU64,
+    /// Cancelled when the pool starts closing (or stops): no join starts
+    /// after.
+    closing: CancellationToken,
+    /// Held by the one batch of quiet leaves under way.
+    batch: Arc<tokio::sync::Mutex<()>>,
+    /// Notified after each of the ticker's gossip rounds.
+    gossiped: Notify,
 }
 
 /// A pool of simulated members; cheap to clone.
@@ -177,12 +197,10 @@ impl Pool {
     /// declare [`crate::metrics_spec`].
     pub async fn start(cfg: PoolConfig, metrics: Metrics) -> Result<Pool, PoolError> {
         if cfg.bind.is_empty() {
-            return Err(PoolError::Config("no address to listen on".into()));
+            return Err(PoolError::NoBind);
         }
         if cfg.join.is_empty() {
-            return Err(PoolError::Config(
-                "no server to join (--gossip-join)".into(),
-            ));
+            return Err(PoolError::NoJoin);
         }
         let (udp, tcp, endpoints) = net::bind(&cfg.bind).await?;
         let ids = Ids {
@@ -203,6 +221,7 @@ impl Pool {
             tags: cfg.tags.clone(),
             ..View::default()
         };
+        let stop = CancellationToken::new();
         let inner = Arc::new(Inner {
             cfg,
             view: Mutex::new(view),
@@ -213,10 +232,12 @@ impl Pool {
             ids,
             joins: Semaphore::new(JOINS_AT_ONCE),
             streams: Semaphore::new(STREAMS_AT_ONCE),
-            stop: CancellationToken::new(),
+            closing: stop.child_token(),
+            stop,
             warned_late: AtomicBool::new(false),
-            closing: AtomicBool::new(false),
-            batching: AtomicBool::new(false),
+            joined: AtomicU64::new(0),
+            batch: Arc::default(),
+            gossiped: Notify::new(),
         });
         for (i, sock) in inner.udp.iter().enumerate() {
             tokio::spawn(net::packets(inner.clone(), i, sock.clone()));
@@ -226,7 +247,7 @@ impl Pool {
         }
         if let Err(e) = net::hello(&inner).await {
             inner.stop.cancel();
-            return Err(PoolError::Hello(e));
+            return Err(e);
         }
         tokio::spawn(tick::run(inner.clone()));
         Ok(Pool { inner })
@@ -245,9 +266,9 @@ impl Pool {
     }
 
     /// Joins member `slot` through a server (a push-pull with `Join` set,
-    /// as `consul agent -retry-join` does); the error in words on failure
-    /// (counted `gossip_join_failed`; the caller may retry later).
-    pub async fn join(&self, slot: usize) -> Result<(), String> {
+    /// as `consul agent -retry-join` does); on failure, why (counted as
+    /// [`JoinError::kind`]; the caller may retry later).
+    pub async fn join(&self, slot: usize) -> Result<(), JoinError> {
         net::join(&self.inner, slot).await
     }
 
@@ -347,9 +368,10 @@ impl Pool {
     /// Leaves every member still in, lets the broadcasts travel (at most
     /// `leave_wait`), then tells each server the whole pool's leave in two
     /// push-pulls (intents, then leaves: serf marks a member left only if
-    /// its intent came first), and stops.
+    /// its intent came first), and stops; at most
+    /// [`Timings::close_bound`] (the steps: `close`'s module doc).
     pub async fn close(&self) {
-        net::close(&self.inner).await;
+        close::close(&self.inner).await;
         self.inner.stop.cancel();
     }
 
@@ -364,13 +386,13 @@ impl Pool {
         let pool = self.clone();
         tokio::spawn(async move {
             loop {
-                let stopped = pool.inner.stop.clone();
-                if pool.inner.closing.load(Ordering::Acquire) || pool.join(slot).await.is_ok() {
+                let closing = pool.inner.closing.clone();
+                if closing.is_cancelled() || pool.join(slot).await.is_ok() {
                     return;
                 }
                 tokio::select! {
                     () = tokio::time::sleep(retry) => {}
-                    () = stopped.cancelled() => return,
+                    () = closing.cancelled() => return,
                 }
                 if pool.inner.lock().locals[slot].phase != Phase::Joining {
                     return;

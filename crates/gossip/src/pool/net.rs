@@ -1,17 +1,18 @@
 //! The pool's packets and streams: binding endpoints, the UDP loop that
 //! answers probes and takes in gossip, the TCP loop that answers
-//! push-pulls and fallback pings, and the exchanges the pool starts (a
-//! member's join, a periodic push-pull, the closing ones).
+//! push-pulls and fallback pings, and the exchanges the pool starts (its
+//! hello, a member's join; `tick` and `close` start theirs by `exchange`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 use super::view::{Phase, Shown, Who, socket_addr};
-use super::{Inner, PoolError};
+use super::{ExchangeError, Inner, JoinError, PoolError};
 use crate::coordinate::Coord;
 use crate::serf;
 use crate::wire::msgs::{self, Ack, Alive, IndirectPing, Nack, Ping, PushPull, Verdict};
@@ -227,10 +228,7 @@ fn indirect(inner: &Inner, ep: usize, from: SocketAddr, ind: &IndirectPing<'_>) 
             };
             let seq = inner.next_seq();
             let me = inner.lock().endpoints[ep % inner.udp.len()];
-            let ip = match me {
-                SocketAddr::V4(v) => v.ip().octets().to_vec(),
-                SocketAddr::V6(v) => v.ip().octets().to_vec(),
-            };
+            let ip = wire::ip_bytes(me.ip());
             let mut out = Vec::new();
             Ping {
                 seq,
@@ -246,6 +244,10 @@ fn indirect(inner: &Inner, ep: usize, from: SocketAddr, ind: &IndirectPing<'_>) 
     }
 }
 
+/// How long the TCP loop rests after a failed accept (out of descriptors
+/// or similar: nothing to be notified of, and retrying at once would spin).
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+
 /// The TCP loop of one endpoint.
 pub(super) async fn streams(inner: Arc<Inner>, l: TcpListener) {
     loop {
@@ -255,7 +257,7 @@ pub(super) async fn streams(inner: Arc<Inner>, l: TcpListener) {
         };
         let Ok((conn, from)) = r else {
             // Out of descriptors or similar: do not spin.
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(ACCEPT_RETRY).await;
             continue;
         };
         let inner2 = inner.clone();
@@ -363,21 +365,21 @@ async fn preamble(
     Ok(())
 }
 
+/// Writes `msg` sealed (after the label preamble when it is the stream's
+/// `first`).
 async fn write_msg(
     inner: &Inner,
     conn: &mut TcpStream,
     msg: &[u8],
     first: bool,
-) -> Result<(), wire::WireError> {
+) -> std::io::Result<()> {
     let mut out = if first {
         inner.cfg.security.stream_preamble()
     } else {
         Vec::new()
     };
     out.extend_from_slice(&inner.cfg.security.seal_stream(msg));
-    conn.write_all(&out)
-        .await
-        .map_err(|_| wire::WireError::Truncated)?;
+    conn.write_all(&out).await?;
     inner.metrics.add(inner.ids.bytes_tx, out.len() as u64);
     Ok(())
 }
@@ -393,7 +395,10 @@ async fn serve_stream(inner: &Inner, mut conn: TcpStream) -> Result<(), wire::Wi
         kind::PUSH_PULL => {
             let pp = PushPull::decode(body)?;
             let reply = inner.lock().push_pull(pp.join, Shown::Intents);
-            write_msg(inner, &mut conn, &reply, true).await?;
+            // A peer that hangs up before our answer: its exchange is cut short.
+            write_msg(inner, &mut conn, &reply, true)
+                .await
+                .map_err(|_| wire::WireError::Truncated)?;
             inner.metrics.incr(inner.ids.push_pulls);
             let limit = inner
                 .lock()
@@ -406,7 +411,9 @@ async fn serve_stream(inner: &Inner, mut conn: TcpStream) -> Result<(), wire::Wi
             if let Some(out) = ack_for(inner, p.node, p.seq) {
                 let mut plain = Vec::new();
                 Ack::decode(&out[1..])?.encode(&mut plain);
-                write_msg(inner, &mut conn, &plain, true).await?;
+                write_msg(inner, &mut conn, &plain, true)
+                    .await
+                    .map_err(|_| wire::WireError::Truncated)?;
             }
         }
         kind::USER => {
@@ -438,52 +445,62 @@ fn server_by_ip(inner: &Inner, from: SocketAddr) -> Option<usize> {
 
 /// A push-pull with `to`: sends `msg`, reads the whole answer (a
 /// push-pull, type byte first; or an error in the server's words).
-pub(super) async fn exchange(inner: &Inner, to: SocketAddr, msg: &[u8]) -> Result<Vec<u8>, String> {
+pub(super) async fn exchange(
+    inner: &Inner,
+    to: SocketAddr,
+    msg: &[u8],
+) -> Result<Vec<u8>, ExchangeError> {
     exchange_frame(inner, to, msg)
         .await?
         .message()
-        .map_err(|e| format!("{to}: {e}"))
+        .map_err(|source| ExchangeError::Answer { to, source })
 }
 
 /// A push-pull with `to`: sends `msg`, reads the answer (a push-pull,
-/// still compressed if it came so; or an error in the server's words).
+/// still compressed if it came so; or an error in the server's words),
+/// within `tcp_timeout`.
 pub(super) async fn exchange_frame(
     inner: &Inner,
     to: SocketAddr,
     msg: &[u8],
-) -> Result<wire::Frame, String> {
-    let t = inner.cfg.timings.tcp_timeout;
-    let work =
-        async {
-            let mut conn = TcpStream::connect(to)
-                .await
-                .map_err(|e| format!("connect {to}: {e}"))?;
-            write_msg(inner, &mut conn, msg, true)
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut buf = Vec::new();
-            let answer = read_frame(inner, &mut conn, &mut buf).await.map_err(|e| match e {
-            wire::WireError::Truncated => format!(
-                "{to} closed the push-pull without a whole answer (memberlist drops push-pulls \
-                 past 128 pending: a join storm, or the server is saturated)"
-            ),
-            e => format!("{to}: {e}"),
+) -> Result<wire::Frame, ExchangeError> {
+    let after = inner.cfg.timings.tcp_timeout;
+    tokio::time::timeout(after, push_pull_with(inner, to, msg))
+        .await
+        .unwrap_or(Err(ExchangeError::Timeout { to, after }))
+}
+
+/// [`exchange_frame`] without its deadline.
+async fn push_pull_with(
+    inner: &Inner,
+    to: SocketAddr,
+    msg: &[u8],
+) -> Result<wire::Frame, ExchangeError> {
+    let mut conn = TcpStream::connect(to)
+        .await
+        .map_err(|source| ExchangeError::Connect { to, source })?;
+    write_msg(inner, &mut conn, msg, true)
+        .await
+        .map_err(|source| ExchangeError::Send { to, source })?;
+    let mut buf = Vec::new();
+    let answer = read_frame(inner, &mut conn, &mut buf)
+        .await
+        .map_err(|e| match e {
+            wire::WireError::Truncated => ExchangeError::Closed { to },
+            source => ExchangeError::Answer { to, source },
         })?;
-            match answer.kind() {
-                Ok(kind::PUSH_PULL) => Ok(answer),
-                Ok(kind::ERR) => {
-                    let words = answer.message().map_err(|e| format!("{to}: {e}"))?;
-                    Err(format!(
-                        "{to} said: {}",
-                        msgs::decode_err(&words[1..]).unwrap_or_default()
-                    ))
-                }
-                _ => Err(format!("{to}: not a push-pull answer")),
-            }
-        };
-    match tokio::time::timeout(t, work).await {
-        Ok(r) => r,
-        Err(_) => Err(format!("{to}: no answer in {t:?}")),
+    match answer.kind() {
+        Ok(kind::PUSH_PULL) => Ok(answer),
+        Ok(kind::ERR) => {
+            let words = answer
+                .message()
+                .map_err(|source| ExchangeError::Answer { to, source })?;
+            Err(ExchangeError::Refused {
+                to,
+                said: msgs::decode_err(&words[1..]).unwrap_or_default(),
+            })
+        }
+        _ => Err(ExchangeError::NotPushPull { to }),
     }
 }
 
@@ -491,11 +508,12 @@ pub(super) async fn exchange_frame(
 /// no node (as a member that knows no one) with the first server, which
 /// answers with the whole cluster: the servers are known, and the
 /// datacenter when none was given (a member of another one is refused).
-pub(super) async fn hello(inner: &Inner) -> Result<(), String> {
+pub(super) async fn hello(inner: &Inner) -> Result<(), PoolError> {
     let to = inner.cfg.join[0];
     let msg = inner.lock().push_pull(false, Shown::Intents);
-    let answer = exchange(inner, to, &msg).await?;
-    let pp = PushPull::decode(&answer[1..]).map_err(|e| format!("{to}: {e}"))?;
+    let answer = exchange(inner, to, &msg).await.map_err(PoolError::Hello)?;
+    let pp = PushPull::decode(&answer[1..])
+        .map_err(|source| PoolError::Hello(ExchangeError::Answer { to, source }))?;
     let mut v = inner.lock();
     v.merge(&pp, None, 1);
     v.queues.clear();
@@ -512,29 +530,34 @@ pub(super) async fn hello(inner: &Inner) -> Result<(), String> {
         t.1 = dc;
     }
     if v.live_servers().is_empty() {
-        return Err(format!(
-            "{to} answered, but lists no Consul server (role=consul)"
-        ));
+        return Err(PoolError::NoServer { to });
     }
     inner.metrics.incr(inner.ids.push_pulls);
     Ok(())
 }
 
-/// A member's join.
-pub(super) async fn join(inner: &Inner, slot: usize) -> Result<(), String> {
+/// A member's join (none starts once the pool is closing).
+pub(super) async fn join(inner: &Inner, slot: usize) -> Result<(), JoinError> {
+    if inner.closing.is_cancelled() {
+        return Err(JoinError::Closing);
+    }
+    // The semaphore is never closed; a closing pool holds every permit
+    // while it leaves, and a join let through after it sees `closing`.
     let _permit = inner
         .joins
         .acquire()
         .await
-        .map_err(|_| "pool closed".to_string())?;
+        .map_err(|_| JoinError::Closing)?;
     let to = inner.cfg.join[slot % inner.cfg.join.len()];
     let msg = inner.lock().join_push_pull(slot);
-    if inner.closing.load(std::sync::atomic::Ordering::Acquire) {
-        return Err("the run is ending".into());
+    if inner.closing.is_cancelled() {
+        return Err(JoinError::Closing);
     }
-    let r = exchange_frame(inner, to, &msg).await;
-    if let Err(e) = r {
-        inner.metrics.error_with(crate::JOIN_FAILED.kind, Some(&e));
+    if let Err(e) = exchange_frame(inner, to, &msg).await {
+        let e = JoinError::failed(e, inner.joined.load(Ordering::Relaxed));
+        if let Some(kind) = e.kind() {
+            inner.metrics.error_with(kind, Some(&e.to_string()));
+        }
         return Err(e);
     }
     // Every join brings the server's whole member list, read off the wire
@@ -547,95 +570,10 @@ pub(super) async fn join(inner: &Inner, slot: usize) -> Result<(), String> {
     if v.locals[slot].phase == Phase::Joining {
         v.joined(slot, limit);
     }
+    inner.joined.fetch_add(1, Ordering::Relaxed);
     inner.metrics.incr(inner.ids.joins);
     inner.metrics.incr(inner.ids.push_pulls);
     Ok(())
-}
-
-/// The closing of a pool: every member leaves, the broadcasts get up to
-/// `leave_wait` to reach the servers, then two push-pulls to each server.
-pub(super) async fn close(inner: &Inner) {
-    // No join starts from here on, and those in flight end first (a join
-    // the server took is a member that must leave).
-    inner
-        .closing
-        .store(true, std::sync::atomic::Ordering::Release);
-    let _all = inner.joins.acquire_many(super::JOINS_AT_ONCE as u32).await;
-    let now = tokio::time::Instant::now();
-    {
-        // The members still in leave by the two push-pulls below, not by
-        // gossip: thousands of intents at once would overflow a server's
-        // queue (serf's too), and a leave whose intent was dropped is a
-        // failure to a server.
-        let mut v = inner.lock();
-        for slot in 0..v.locals.len() {
-            if v.locals[slot].phase == Phase::Alive {
-                inner.metrics.incr(inner.ids.leaves);
-                v.leave_quietly(slot, now);
-            }
-        }
-    }
-    // Leaves already on their way (earlier members') go out first.
-    let deadline = now + inner.cfg.timings.leave_wait;
-    while tokio::time::Instant::now() < deadline {
-        // Every leave sent at least once; the rest is the push-pulls' work.
-        let sent = inner.lock().queues.values().all(|q| q.unsent() == 0);
-        if sent {
-            break;
-        }
-        tokio::time::sleep(inner.cfg.timings.gossip_interval).await;
-    }
-    // A batch of leaves under way finishes first; this one takes the rest.
-    while inner.batching.load(std::sync::atomic::Ordering::Acquire)
-        && tokio::time::Instant::now() < deadline + inner.cfg.timings.tcp_timeout * 3
-    {
-        tokio::time::sleep(inner.cfg.timings.gossip_interval).await;
-    }
-    leave_batch(inner).await;
-    // The closing push-pulls told the servers of these leaves too: no dead
-    // message is queued for a pool that sends nothing more.
-    let mut v = inner.lock();
-    while let Some(slot) = v.leaving.pop_front() {
-        if matches!(v.locals[slot].phase, Phase::Leaving(_)) {
-            v.locals[slot].phase = Phase::Left(Some(tokio::time::Instant::now()));
-        }
-    }
-}
-
-/// The members that left quietly ([`super::view::View::leave_quietly`]:
-/// more at once than gossip carries in time, or the pool's closing) leave
-/// by two push-pulls to each server: every member in its leave shown alive
-/// with its intent, then (serf having taken the intents) left.
-pub(super) async fn leave_batch(inner: &Inner) {
-    let batch: Vec<usize> = std::mem::take(&mut inner.lock().quiet);
-    let servers: Vec<SocketAddr> = {
-        let v = inner.lock();
-        v.live_servers()
-            .iter()
-            .map(|&s| v.remotes[s].addr)
-            .collect()
-    };
-    for shown in [Shown::Intents, Shown::Leaves] {
-        let msg = inner.lock().push_pull(false, shown);
-        for s in &servers {
-            if exchange(inner, *s, &msg).await.is_ok() {
-                inner.metrics.incr(inner.ids.push_pulls);
-            }
-        }
-        if shown == Shown::Intents {
-            // Let serf take in the intents before the leaves arrive (a
-            // server merges a push-pull after answering it: a thousand
-            // intents take it a while on a busy box).
-            tokio::time::sleep(Duration::from_secs(2)).await;
-        }
-    }
-    let mut v = inner.lock();
-    let now = tokio::time::Instant::now();
-    for slot in batch {
-        if matches!(v.locals[slot].phase, Phase::Leaving(_)) {
-            v.locals[slot].phase = Phase::Left(Some(now));
-        }
-    }
 }
 
 /// What an ack is awaited for.

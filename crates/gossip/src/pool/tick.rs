@@ -14,9 +14,9 @@ use tokio::time::Instant;
 
 use super::net::Waiting;
 use super::view::Phase;
-use super::{Inner, net, push_pull_scale};
+use super::{Inner, close, net, push_pull_scale};
 use crate::wire::msgs::{Nack, Ping, Verdict, state};
-use crate::wire::{UDP_BUFFER, compound, kind};
+use crate::wire::{self, UDP_BUFFER, compound, kind};
 
 /// The ticker's period.
 const TICK: Duration = Duration::from_millis(100);
@@ -56,6 +56,8 @@ pub(super) async fn run(inner: Arc<Inner>) {
             since_gossip = Duration::ZERO;
             gossip(&inner);
             finish_leaves(&inner, now);
+            // A closing pool waits for its leaves' first sends on these rounds.
+            inner.gossiped.notify_waiters();
             start_batch(&inner);
         }
         push_pulls(&inner, &mut owed, dt);
@@ -121,10 +123,7 @@ fn probe(inner: &Inner, owed: &mut Owed, dt: Duration, now: Instant) {
                 break;
             };
             let seq = inner.next_seq();
-            let ip = match me {
-                SocketAddr::V4(v) => v.ip().octets().to_vec(),
-                SocketAddr::V6(v) => v.ip().octets().to_vec(),
-            };
+            let ip = wire::ip_bytes(me.ip());
             let mut out = Vec::with_capacity(80);
             Ping {
                 seq,
@@ -238,15 +237,19 @@ fn gossip(inner: &Inner) {
     }
 }
 
-/// Quiet leaves waiting: a batch of push-pulls takes them (one at a time).
+/// Quiet leaves waiting: a batch of push-pulls takes them (one at a time;
+/// once the pool is closing, its own batch does).
 fn start_batch(inner: &Arc<Inner>) {
-    if inner.lock().quiet.is_empty() || inner.batching.swap(true, Ordering::AcqRel) {
+    if inner.lock().quiet.is_empty() || inner.closing.is_cancelled() {
         return;
     }
+    let Ok(under_way) = inner.batch.clone().try_lock_owned() else {
+        return;
+    };
     let inner = inner.clone();
     tokio::spawn(async move {
-        net::leave_batch(&inner).await;
-        inner.batching.store(false, Ordering::Release);
+        close::leave_batch(&inner, inner.cfg.timings.intent_lead).await;
+        drop(under_way);
     });
 }
 

@@ -12,8 +12,8 @@ use tokio::time::Instant;
 
 use crate::coordinate::{Coord, Vivaldi};
 use crate::serf::{self, SerfState};
-use crate::wire::kind;
 use crate::wire::msgs::{Alive, NodeState, PushPull, Verdict, state};
+use crate::wire::{ip_bytes, kind};
 
 /// memberlist and serf versions a Consul 1.20 agent speaks: protocol min,
 /// max, current; delegate (serf) min, max, current.
@@ -189,13 +189,6 @@ pub struct View {
     pub leaving: VecDeque<usize>,
 }
 
-fn ip_bytes(a: &SocketAddr) -> Vec<u8> {
-    match a {
-        SocketAddr::V4(v) => v.ip().octets().to_vec(),
-        SocketAddr::V6(v) => v.ip().octets().to_vec(),
-    }
-}
-
 /// An address from a message's `Addr` and port.
 pub fn socket_addr(ip: &[u8], port: u16) -> Option<SocketAddr> {
     match ip.len() {
@@ -277,7 +270,7 @@ impl View {
     pub fn alive_msg(&self, slot: usize) -> Vec<u8> {
         let l = &self.locals[slot];
         let ep = self.endpoints[usize::from(l.endpoint)];
-        let (ip, meta) = (ip_bytes(&ep), self.meta(slot));
+        let (ip, meta) = (ip_bytes(ep.ip()), self.meta(slot));
         let mut out = Vec::with_capacity(64 + meta.len());
         Alive {
             incarnation: l.incarnation,
@@ -597,7 +590,7 @@ impl View {
         let mut metas: Vec<Vec<u8>> = Vec::with_capacity(self.locals.len());
         let mut ips: Vec<Vec<u8>> = Vec::with_capacity(self.endpoints.len());
         for e in &self.endpoints {
-            ips.push(ip_bytes(e));
+            ips.push(ip_bytes(e.ip()));
         }
         let mut shown = Vec::new();
         let now = Instant::now();
@@ -618,7 +611,7 @@ impl View {
             metas.push(self.meta(slot));
             shown.push((slot, st));
         }
-        let remote_ips: Vec<Vec<u8>> = self.remotes.iter().map(|r| ip_bytes(&r.addr)).collect();
+        let remote_ips: Vec<Vec<u8>> = self.remotes.iter().map(|r| ip_bytes(r.addr.ip())).collect();
         let mut nodes: Vec<NodeState<'_>> = Vec::with_capacity(shown.len() + self.remotes.len());
         for ((slot, st), meta) in shown.iter().zip(&metas) {
             let l = &self.locals[*slot];
@@ -687,7 +680,7 @@ impl View {
     pub fn join_push_pull(&self, slot: usize) -> Vec<u8> {
         let l = &self.locals[slot];
         let ep = self.endpoints[usize::from(l.endpoint)];
-        let (ip, meta) = (ip_bytes(&ep), self.meta(slot));
+        let (ip, meta) = (ip_bytes(ep.ip()), self.meta(slot));
         let mut user = Vec::new();
         SerfState {
             ltime: self.clock,

@@ -17,6 +17,8 @@ pub mod lzw;
 pub mod msgs;
 pub mod read;
 
+use std::net::IpAddr;
+
 use agent_sim_proto::msgpack::Writer;
 
 pub use crypt::Keyring;
@@ -64,6 +66,15 @@ pub const MAX_DECOMPRESSED: usize = 2 * MAX_STATE_BYTES;
 pub const UDP_BUFFER: usize = 1400;
 /// Nesting of compound and compressed layers accepted in one packet.
 const MAX_LAYERS: u8 = 4;
+
+/// An IP as memberlist writes it in a message's `Addr` (and `SourceAddr`):
+/// 4 bytes for IPv4, 16 for IPv6.
+pub fn ip_bytes(ip: IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    }
+}
 
 /// What is wrong with bytes received (each a cause a run counts).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -515,6 +526,13 @@ mod tests {
         assert_eq!(seen, 1);
         let crc_in_compound = compound(&[&[kind::HAS_CRC, 0, 0, 0, 0]]);
         assert!(each_message(&crc_in_compound, &mut |_, _| {}).is_err());
+    }
+
+    #[test]
+    fn an_ip_is_4_bytes_for_v4_and_16_for_v6() {
+        assert_eq!(ip_bytes(IpAddr::from([10, 0, 0, 7])), [10, 0, 0, 7]);
+        let v6 = ip_bytes("fe80::1".parse().unwrap());
+        assert_eq!((v6.len(), v6[0], v6[15]), (16, 0xfe, 1));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The page's sections on what went wrong: each disruption with how fast
 //! the fleet came back, and the errors and warnings by kind over time with
-//! the server's words and what to check.
+//! the words of whoever spoke (the server, the OS) and what to check.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -113,9 +113,10 @@ pub(super) fn disruptions(o: &mut String, s: &Summary) {
     close(o);
 }
 
-/// Errors and warnings by kind; `words` heads the sample's column (the
-/// server's words for errors; a warning's sample is often agent-sim's own).
-fn kinds_table(o: &mut String, m: &BTreeMap<String, KindEntry>, words: &str) {
+/// Errors and warnings by kind; `words` heads the sample's column. An
+/// error's sample says whose words it is (`server said:`, `the OS said:`);
+/// a warning's (`details`, often agent-sim's own words) goes unlabelled.
+fn kinds_table(o: &mut String, m: &BTreeMap<String, KindEntry>, words: &str, say_who: bool) {
     let mut v: Vec<(&String, &KindEntry)> = m.iter().collect();
     v.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
     let rows: Vec<Vec<String>> = v
@@ -126,10 +127,17 @@ fn kinds_table(o: &mut String, m: &BTreeMap<String, KindEntry>, words: &str) {
                 e.count.to_string(),
                 format!("{:.1}s", e.first_seen_s),
                 if e.heals { "yes" } else { "no" }.to_string(),
-                format!(
-                    "<span class=\"words\">{}</span>",
-                    esc(e.sample.as_deref().unwrap_or(""))
-                ),
+                match (&e.sample, say_who) {
+                    (Some(w), true) => format!(
+                        "{}: <span class=\"words\">{}</span>",
+                        e.said_by.said(),
+                        esc(w)
+                    ),
+                    (w, _) => format!(
+                        "<span class=\"words\">{}</span>",
+                        esc(w.as_deref().unwrap_or(""))
+                    ),
+                },
                 esc(e.hint.as_deref().unwrap_or("")),
             ]
         })
@@ -141,7 +149,8 @@ fn kinds_table(o: &mut String, m: &BTreeMap<String, KindEntry>, words: &str) {
     );
 }
 
-/// Errors by kind over time, with the server's words and what to check.
+/// Errors by kind over time, with whose words each sample is and what to
+/// check.
 pub(super) fn errors(o: &mut String, s: &Summary) {
     open(o, "errors", "Errors");
     let total = s.errors_total();
@@ -198,12 +207,12 @@ pub(super) fn errors(o: &mut String, s: &Summary) {
             );
         }
         let _ = writeln!(o, "<p>{total} error(s) in all.</p>");
-        kinds_table(o, &s.errors, "server said");
+        kinds_table(o, &s.errors, "words", true);
     }
     if !s.warnings.is_empty() {
         let _ = writeln!(o, "<h3>Warnings</h3>");
         note(o, "What a real agent logs and carries on with.");
-        kinds_table(o, &s.warnings, "details");
+        kinds_table(o, &s.warnings, "details", false);
     }
     close(o);
 }

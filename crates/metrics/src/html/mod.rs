@@ -267,6 +267,7 @@ mod tests {
                 sample: Some("dial tcp 127.0.0.1:8300: connection refused".into()),
                 hint: Some("nothing listens on that host:port".into()),
                 heals: true,
+                said_by: crate::Speaker::Os,
             },
         );
         let mut h = new_latency_histogram();
@@ -355,6 +356,10 @@ mod tests {
             3 * 2 + 1 + 1 + 1 + 1 + 1 + 1 + 2
         );
         assert!(html.contains("dial tcp 127.0.0.1:8300: connection refused"));
+        assert!(
+            html.contains("the OS said: <span class=\"words\">dial tcp 127.0.0.1:8300"),
+            "the refused connect in the OS's words"
+        );
         assert!(html.contains("aria-label=\"Disruption #1 (storm): agents back\""));
         assert!(
             html.contains("<td class=\"n\">1990 / 2000</td>"),

@@ -37,6 +37,26 @@ fn exit_meaning(code: i32) -> &'static str {
 pub(super) fn headline(o: &mut String, page: &Page<'_>) {
     let s = page.summary;
     let a = &s.agents;
+    title(o, page);
+    banner(o, page);
+    cards(o, s);
+    kv(
+        o,
+        &[
+            ("peak connected", a.peak_connected.to_string()),
+            ("ever connected", a.ever_connected.to_string()),
+            ("never connected", a.never_connected.to_string()),
+            ("lost and not back", a.lost_not_back.to_string()),
+            ("missing at the end", by_cause(&s.outcome.missing)),
+        ],
+    );
+    verdicts(o, page);
+    close(o);
+}
+
+/// The section's opening: what ran, when, which shard, from how many files.
+fn title(o: &mut String, page: &Page<'_>) {
+    let s = page.summary;
     let _ = writeln!(
         o,
         "<section id=\"headline\">\n<h1>agent-sim {} run{}</h1>",
@@ -63,6 +83,11 @@ pub(super) fn headline(o: &mut String, page: &Page<'_>) {
         sub.push(format!("merged from {} files", page.sources.len()));
     }
     let _ = writeln!(o, "<p class=\"sub\">{}</p>", esc(&sub.join(" · ")));
+}
+
+/// Pass or fail: the exit code, why, and how many assertions held.
+fn banner(o: &mut String, page: &Page<'_>) {
+    let s = page.summary;
     let passed = page.verdicts.iter().filter(|v| v.passed).count();
     let ok = s.outcome.exit_code == 0;
     let why = s
@@ -83,6 +108,12 @@ pub(super) fn headline(o: &mut String, page: &Page<'_>) {
             format!(" · {passed} of {} assertion(s) held", page.verdicts.len())
         }
     );
+}
+
+/// The headline's cards: agents, completeness, run length, exit code,
+/// targets.
+fn cards(o: &mut String, s: &Summary) {
+    let a = &s.agents;
     let targets = if s.targets.is_empty() {
         "(none)".to_string()
     } else {
@@ -118,16 +149,10 @@ pub(super) fn headline(o: &mut String, page: &Page<'_>) {
         );
     }
     o.push_str("</div>\n");
-    kv(
-        o,
-        &[
-            ("peak connected", a.peak_connected.to_string()),
-            ("ever connected", a.ever_connected.to_string()),
-            ("never connected", a.never_connected.to_string()),
-            ("lost and not back", a.lost_not_back.to_string()),
-            ("missing at the end", by_cause(&s.outcome.missing)),
-        ],
-    );
+}
+
+/// The assertions' verdicts, or that none was given.
+fn verdicts(o: &mut String, page: &Page<'_>) {
     if page.verdicts.is_empty() {
         note(o, "No --assert was given.");
     } else {
@@ -155,7 +180,6 @@ pub(super) fn headline(o: &mut String, page: &Page<'_>) {
             &rows,
         );
     }
-    close(o);
 }
 
 /// Seconds from the run start of an RFC 3339 time, if both parse.
@@ -198,6 +222,35 @@ pub(super) fn probes(o: &mut String, s: &Summary) {
         close(o);
         return;
     }
+    probe_table(o, s);
+    if s.probes.len() > 1 {
+        figure(
+            o,
+            probe_overview(s),
+            "Each probe's percentiles over the fleet, at the time of its change.",
+        );
+    }
+    let mut drawn: Vec<&ProbeSummary> = s.probes.iter().collect();
+    if drawn.len() > MAX_DRAWN {
+        drawn.sort_by_key(|p| std::cmp::Reverse(p.latency_us.max));
+        drawn.truncate(SLOWEST_DRAWN);
+        drawn.sort_by_key(|p| p.id);
+        note(
+            o,
+            &format!(
+                "{} probes: the {SLOWEST_DRAWN} with the latest arrival are drawn below; every probe is in the table.",
+                s.probes.len()
+            ),
+        );
+    }
+    for p in drawn {
+        probe_charts(o, p);
+    }
+    close(o);
+}
+
+/// One row per probe: when, how many got it, its percentiles, its note.
+fn probe_table(o: &mut String, s: &Summary) {
     let rows: Vec<Vec<String>> = s
         .probes
         .iter()
@@ -235,77 +288,59 @@ pub(super) fn probes(o: &mut String, s: &Summary) {
         ],
         &rows,
     );
-    if s.probes.len() > 1 {
-        figure(
-            o,
-            probe_overview(s),
-            "Each probe's percentiles over the fleet, at the time of its change.",
-        );
-    }
-    let mut drawn: Vec<&ProbeSummary> = s.probes.iter().collect();
-    if drawn.len() > MAX_DRAWN {
-        drawn.sort_by_key(|p| std::cmp::Reverse(p.latency_us.max));
-        drawn.truncate(SLOWEST_DRAWN);
-        drawn.sort_by_key(|p| p.id);
+}
+
+/// One probe's heading, its arrivals by time and the share of the fleet
+/// that has the change.
+fn probe_charts(o: &mut String, p: &ProbeSummary) {
+    let _ = writeln!(
+        o,
+        "<h3 class=\"probe\" data-probe=\"{}\">{}</h3>",
+        p.id,
+        esc(&probe_heading(p))
+    );
+    let Ok(h) = p.latency_us.histogram() else {
         note(
             o,
-            &format!(
-                "{} probes: the {SLOWEST_DRAWN} with the latest arrival are drawn below; every probe is in the table.",
-                s.probes.len()
-            ),
+            "No arrival was recorded (or the summary carries no histogram for it).",
         );
+        return;
+    };
+    let zero = if p.is_observer() {
+        "after this process's first arrival"
+    } else {
+        "after T0 (the change was written)"
+    };
+    figure(
+        o,
+        arrival_histogram(
+            &format!("Probe #{}: arrivals by time", p.id),
+            &h,
+            &p.latency_us,
+            &format!("arrival time {zero}, log scale"),
+        ),
+        &format!(
+            "Agents by arrival time (log-spaced bins); {} arrivals, p50/p90/p99/max marked.",
+            p.delivered
+        ),
+    );
+    figure(
+        o,
+        arrival_cdf(
+            &format!("Probe #{}: share of the fleet that has the change", p.id),
+            &h,
+            &p.latency_us,
+            p.expected,
+            &format!("time {zero}, log scale"),
+        ),
+        &format!(
+            "Cumulative share of the {} expected agents; it ends at {} of {} delivered.",
+            p.expected, p.delivered, p.expected
+        ),
+    );
+    if let Some(n) = &p.note {
+        note(o, n);
     }
-    for p in drawn {
-        let _ = writeln!(
-            o,
-            "<h3 class=\"probe\" data-probe=\"{}\">{}</h3>",
-            p.id,
-            esc(&probe_heading(p))
-        );
-        let Ok(h) = p.latency_us.histogram() else {
-            note(
-                o,
-                "No arrival was recorded (or the summary carries no histogram for it).",
-            );
-            continue;
-        };
-        let zero = if p.is_observer() {
-            "after this process's first arrival"
-        } else {
-            "after T0 (the change was written)"
-        };
-        figure(
-            o,
-            arrival_histogram(
-                &format!("Probe #{}: arrivals by time", p.id),
-                &h,
-                &p.latency_us,
-                &format!("arrival time {zero}, log scale"),
-            ),
-            &format!(
-                "Agents by arrival time (log-spaced bins); {} arrivals, p50/p90/p99/max marked.",
-                p.delivered
-            ),
-        );
-        figure(
-            o,
-            arrival_cdf(
-                &format!("Probe #{}: share of the fleet that has the change", p.id),
-                &h,
-                &p.latency_us,
-                p.expected,
-                &format!("time {zero}, log scale"),
-            ),
-            &format!(
-                "Cumulative share of the {} expected agents; it ends at {} of {} delivered.",
-                p.expected, p.delivered, p.expected
-            ),
-        );
-        if let Some(n) = &p.note {
-            note(o, n);
-        }
-    }
-    close(o);
 }
 
 /// p50/p90/p99/max of every probe at its T0 (run time, or probe number

@@ -139,21 +139,7 @@ fn facts(o: &mut String, v: &VaultSummary) {
                 v.lock_acquisitions, v.leadership_changes, v.fenced_writes
             ),
         ),
-        (
-            "one holder",
-            format!(
-                "{} checks: {} agreed, {} split-brain, {} mismatched, {} in transition, {} free, \
-                 {} held by another, {} by a killed node",
-                c.checks,
-                c.agree,
-                c.split_brain,
-                c.mismatch,
-                c.in_transition,
-                c.none_held,
-                c.held_by_other,
-                c.held_by_dead
-            ),
-        ),
+        ("one holder", c.describe()),
         (
             "read-back",
             format!(

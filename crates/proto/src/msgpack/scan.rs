@@ -2,17 +2,57 @@
 //! net/rpc over yamux (a request or an answer is two values back to back,
 //! with no length in front). No decoding: only markers and lengths are read.
 
-/// A malformed msgpack message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MsgpackError(pub String);
-
-impl std::fmt::Display for MsgpackError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "msgpack: {}", self.0)
-    }
+/// A malformed msgpack message: where a value could not be walked
+/// ([`Scanner`]), or a whole value that did not decode as its caller's
+/// type ([`MsgpackError::decode`]).
+#[derive(Debug, thiserror::Error)]
+pub enum MsgpackError {
+    /// The marker 0xc1, which msgpack reserves: no value starts with it.
+    #[error("msgpack: reserved marker 0xc1 at byte {at}")]
+    ReservedMarker {
+        /// Where the marker is.
+        at: usize,
+    },
+    /// Containers nested deeper than [`MAX_DEPTH`].
+    #[error("msgpack: nested deeper than {MAX_DEPTH}")]
+    TooDeep,
+    /// A length field larger than `usize` (a 32-bit machine).
+    #[error("msgpack: a length past what this machine addresses")]
+    LengthPastAddress,
+    /// A value (an answer's header or body) that did not decode as the type
+    /// its reader expects.
+    #[error("msgpack: {part}: {source}")]
+    Decode {
+        /// What was read (`response header`, `Session.Apply`, ...).
+        part: &'static str,
+        /// The decoder's error (`rmp_serde`'s, in the protocol crates).
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
-impl std::error::Error for MsgpackError {}
+impl MsgpackError {
+    /// A value read as `part` that did not decode.
+    pub fn decode(
+        part: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        MsgpackError::Decode {
+            part,
+            source: source.into(),
+        }
+    }
+
+    /// The error kind an agent counts it as (declared, with its hint, in
+    /// the consul crate's kinds).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            MsgpackError::ReservedMarker { .. } => "decode_answer",
+            MsgpackError::TooDeep => "decode_answer",
+            MsgpackError::LengthPastAddress => "decode_answer",
+            MsgpackError::Decode { .. } => "decode_answer",
+        }
+    }
+}
 
 /// Most nesting a value may have (Consul's answers nest 6 deep).
 pub const MAX_DEPTH: usize = 64;
@@ -86,7 +126,7 @@ impl Scanner {
             self.at = end;
             if let Some(n) = container.filter(|n| *n > 0) {
                 if self.pending.len() >= MAX_DEPTH {
-                    return Err(MsgpackError(format!("nested deeper than {MAX_DEPTH}")));
+                    return Err(MsgpackError::TooDeep);
                 }
                 self.pending.push(n);
             }
@@ -145,17 +185,12 @@ fn element(buf: &[u8], at: usize) -> Result<Option<(usize, Option<u64>)>, Msgpac
             (0, Some(if m >= 0xde { n * 2 } else { n }))
         }
         0xc1 => {
-            return Err(MsgpackError(format!(
-                "reserved marker 0xc1 at byte {}",
-                at - 1
-            )));
+            return Err(MsgpackError::ReservedMarker { at: at - 1 });
         }
     };
     match usize::try_from(fixed).ok().map(|f| need(at, f)) {
         Some(Some(end)) => Ok(Some((end, container))),
         Some(None) => Ok(None),
-        None => Err(MsgpackError(
-            "a length past what this machine addresses".into(),
-        )),
+        None => Err(MsgpackError::LengthPastAddress),
     }
 }

@@ -288,11 +288,11 @@ mod tests {
             }
         });
         assert_eq!(&b[..3], &[0xde, 0, 16]);
-        assert_eq!(value_len(&b), Ok(Some(b.len())));
+        assert_eq!(value_len(&b).unwrap(), Some(b.len()));
         let b = bytes(|w| {
             w.map(2).kv_nil("a").str("v").array(2).f64(1.5).bool(true);
         });
-        assert_eq!(value_len(&b), Ok(Some(b.len())));
+        assert_eq!(value_len(&b).unwrap(), Some(b.len()));
         assert_eq!(b[0], 0x82);
     }
 }

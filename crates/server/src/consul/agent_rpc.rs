@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use super::ConsulState;
 use super::render::{check_json, node_json, service_json};
+use super::rpc_error::RpcError;
 use super::writes::{self, DeregisterBody, RegisterBody, SessionBody, lock_delay, nullable};
 
 /// Datacenter and token, which every call carries, and the node a write
@@ -69,10 +70,10 @@ struct SessionRenew {
     session: String,
 }
 
-type Answer = Result<Bytes, String>;
+type Answer = Result<Bytes, RpcError>;
 
-fn decode<T: DeserializeOwned + Default>(args: &[u8]) -> Result<T, String> {
-    rmp_serde::from_slice(args).map_err(|e| format!("rpc: decoding the request: {e}"))
+fn decode<T: DeserializeOwned + Default>(args: &[u8]) -> Result<T, RpcError> {
+    Ok(rmp_serde::from_slice(args)?)
 }
 
 fn msgpack(v: &Value) -> Bytes {
@@ -103,11 +104,11 @@ fn indexed(index: u64, key: &str, result: Value) -> Bytes {
 /// What every call checks first: the token, then the datacenter. A write
 /// without a token is denied in Consul 1.20's words (the anonymous token);
 /// reads pass (what they may see is not filtered here).
-fn admitted(state: &ConsulState, method: &str, args: &[u8]) -> Result<(), String> {
+fn admitted(state: &ConsulState, method: &str, args: &[u8]) -> Result<(), RpcError> {
     let c: Common = decode(args)?;
     match state.acl_check(&c.token) {
         Ok(()) => {}
-        Err(Some(())) => return Err("ACL not found".into()),
+        Err(Some(())) => return Err(RpcError::AclNotFound),
         Err(None) => {
             let perm = match method {
                 "Catalog.NodeServiceList" | "Health.NodeChecks" | "Status.Ping" => None,
@@ -121,18 +122,16 @@ fn admitted(state: &ConsulState, method: &str, args: &[u8]) -> Result<(), String
                     .and_then(|s| s.get("Node"))
                     .and_then(Value::as_str)
                     .unwrap_or(&c.node);
-                return Err(format!(
-                    "Permission denied: anonymous token lacks permission '{perm}' on \"{}\". \
-                     The anonymous token is used implicitly when a request does not specify a \
-                     token.",
-                    node
-                ));
+                return Err(RpcError::PermissionDenied {
+                    perm,
+                    on: format!("\"{node}\""),
+                });
             }
         }
     }
     let dc = state.store().datacenter.clone();
     if !c.datacenter.is_empty() && c.datacenter != dc {
-        return Err("No path to datacenter".into());
+        return Err(RpcError::NoPathToDatacenter);
     }
     Ok(())
 }
@@ -155,13 +154,13 @@ pub(crate) fn answer(state: &ConsulState, method: &str, args: &[u8]) -> Option<A
 
 fn register(state: &ConsulState, args: &[u8]) -> Answer {
     let b: RegisterBody = decode(args)?;
-    writes::register(state, b).map_err(|e| e.0)?;
+    writes::register(state, b)?;
     empty()
 }
 
 fn deregister(state: &ConsulState, args: &[u8]) -> Answer {
     let b: DeregisterBody = decode(args)?;
-    writes::deregister(state, b).map_err(|e| e.0)?;
+    writes::deregister(state, b)?;
     empty()
 }
 
@@ -200,7 +199,7 @@ fn node_checks(state: &ConsulState, args: &[u8]) -> Answer {
 fn coordinate_update(state: &ConsulState, args: &[u8]) -> Answer {
     let u: CoordinateUpdate = decode(args)?;
     let Some(coord) = u.coord.filter(valid_coordinate) else {
-        return Err("invalid coordinate".into());
+        return Err(RpcError::InvalidCoordinate);
     };
     if let Some(n) = state.store().nodes.get_mut(&u.node) {
         n.coord = Some(coord);
@@ -223,10 +222,9 @@ fn session_apply(state: &ConsulState, args: &[u8]) -> Answer {
     let session = a.session.unwrap_or(Value::Null);
     match a.op.as_str() {
         "create" => {
-            let b: SessionBody = serde_json::from_value(session)
-                .map_err(|e| format!("rpc: decoding the request: {e}"))?;
+            let b: SessionBody = serde_json::from_value(session).map_err(RpcError::DecodeField)?;
             let delay = lock_delay(b.lock_delay.as_ref())?;
-            let id = writes::create_session(state, b, delay).map_err(|e| e.0)?;
+            let id = writes::create_session(state, b, delay)?;
             Ok(msgpack(&Value::from(id)))
         }
         "destroy" => {
@@ -237,7 +235,7 @@ fn session_apply(state: &ConsulState, args: &[u8]) -> Answer {
             writes::destroy_session(state, id);
             Ok(msgpack(&Value::from("")))
         }
-        other => Err(format!("Invalid session operation '{other}'")),
+        other => Err(RpcError::InvalidSessionOp(other.to_owned())),
     }
 }
 

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use agent_sim_proto::consul::subscribe::Topic;
 
 use super::render::{health_entries, pretty};
+use super::rpc_error::RpcError;
 use super::state::TopicKey;
 use super::{ConsulState, Gauge, lock};
 
@@ -160,18 +161,17 @@ pub(crate) async fn service_nodes(
     state: &ConsulState,
     args: &[u8],
     shutdown: &CancellationToken,
-) -> Result<Bytes, String> {
-    let req: ServiceNodesRequest =
-        rmp_serde::from_slice(args).map_err(|e| format!("rpc: decoding the request: {e}"))?;
+) -> Result<Bytes, RpcError> {
+    let req: ServiceNodesRequest = rmp_serde::from_slice(args)?;
     if state.acl_check(&req.token) == Err(Some(())) {
-        return Err("ACL not found".into());
+        return Err(RpcError::AclNotFound);
     }
     let dc = state.store().datacenter.clone();
     if !req.datacenter.is_empty() && req.datacenter != dc {
-        return Err("No path to datacenter".into());
+        return Err(RpcError::NoPathToDatacenter);
     }
     if req.service_name.is_empty() {
-        return Err("Must provide service name".into());
+        return Err(RpcError::NoServiceName);
     }
     let wait = Duration::from_nanos(req.max_query_time);
     block(

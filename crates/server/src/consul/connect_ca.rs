@@ -20,6 +20,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use http::StatusCode;
 use rcgen::{
     BasicConstraints, CertificateParams, CertificateSigningRequestParams, DistinguishedName,
     DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
@@ -45,6 +46,77 @@ const CSR_LIMIT_WAIT: Duration = Duration::from_millis(500);
 const MAX_QUERY: Duration = Duration::from_secs(600);
 /// Seconds from 0001-01-01 to the Unix epoch (Go's binary time).
 const GO_UNIX_OFFSET: i64 = 62_135_596_800;
+
+/// Why a CA call failed, each cause its own variant; the Display is what
+/// the real server answers (an RPC error answer, an HTTP 500 body).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CaError {
+    /// The arguments are not the msgpack the method takes.
+    #[error("rpc: decoding the request: {0}")]
+    Decode(#[from] rmp_serde::decode::Error),
+    /// The call names another datacenter.
+    #[error("No path to datacenter")]
+    NoPathToDatacenter,
+    /// The CSR does not parse.
+    #[error("failed to parse CSR: {0}")]
+    Csr(#[source] rcgen::Error),
+    /// The CSR names no SPIFFE ID.
+    #[error("CSR SAN does not contain a SPIFFE ID")]
+    NoSpiffeId,
+    /// The CSR's SPIFFE ID is not a service's.
+    #[error("SPIFFE ID in CSR must be a service, agent, server, or mesh gateway ID")]
+    NotAService,
+    /// The CSR's SPIFFE ID is of another trust domain.
+    #[error("SPIFFE ID in CSR from a different trust domain: {theirs}, we are {ours}")]
+    OtherTrustDomain {
+        /// The CSR's.
+        theirs: String,
+        /// This cluster's.
+        ours: String,
+    },
+    /// The CSR's SPIFFE ID is of another datacenter.
+    #[error("SPIFFE ID in CSR from a different datacenter: {theirs}, we are {ours}")]
+    OtherDatacenter {
+        /// The CSR's.
+        theirs: String,
+        /// This server's.
+        ours: String,
+    },
+    /// Signing is rationed and no token or slot came in time.
+    #[error("{}", RATE_LIMITED)]
+    RateLimited,
+    /// No root is active (never the case once built).
+    #[error("no active root")]
+    NoActiveRoot,
+    /// Signing the leaf failed.
+    #[error("error signing: {0}")]
+    Signing(#[source] rcgen::Error),
+    /// Encoding the answer failed.
+    #[error("encoding: {0}")]
+    Encode(#[from] rmp_serde::encode::Error),
+    /// A configuration body that is not JSON.
+    #[error("Request decode failed: {0}")]
+    ConfigDecode(#[source] serde_json::Error),
+    /// A provider other than `consul`.
+    #[error("could not initialize provider: unknown CA provider {0:?}")]
+    UnknownProvider(String),
+    /// Making a new root failed.
+    #[error(transparent)]
+    NewRoot(rcgen::Error),
+    /// A method the path under `/v1/connect/ca/` (named) does not take.
+    #[error("method not allowed on /v1/connect/ca/{0}")]
+    MethodNotAllowed(String),
+}
+
+impl CaError {
+    /// The HTTP status the error is answered with.
+    pub(crate) fn status(&self) -> StatusCode {
+        match self {
+            CaError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
 
 /// How the CA signs and rations.
 #[derive(Clone, Debug, PartialEq)]
@@ -300,29 +372,28 @@ impl Ca {
     }
 
     /// `ConnectCA.Sign`: an `IssuedCert`, or the error words.
-    pub(crate) async fn sign(&self, args: &[u8]) -> Result<Bytes, String> {
-        let a: SignArgs =
-            rmp_serde::from_slice(args).map_err(|e| format!("rpc: decoding the request: {e}"))?;
+    pub(crate) async fn sign(&self, args: &[u8]) -> Result<Bytes, CaError> {
+        let a: SignArgs = rmp_serde::from_slice(args)?;
         if !a.datacenter.is_empty() && a.datacenter != self.datacenter {
-            return Err("No path to datacenter".into());
+            return Err(CaError::NoPathToDatacenter);
         }
         let csr = match CertificateSigningRequestParams::from_pem(&a.csr) {
             Ok(c) => c,
             Err(e) => {
                 self.bump(2);
-                return Err(format!("failed to parse CSR: {e}"));
+                return Err(CaError::Csr(e));
             }
         };
         let service = match self.service_of(&csr.params) {
             Ok(s) => s,
-            Err(words) => {
+            Err(e) => {
                 self.bump(2);
-                return Err(words);
+                return Err(e);
             }
         };
         let Some(_slot) = self.admit().await else {
             self.bump(1);
-            return Err(RATE_LIMITED.into());
+            return Err(CaError::RateLimited);
         };
         let ttl = lock(&self.cfg).leaf_ttl;
         let body = self.issue(csr, &service, ttl)?;
@@ -331,7 +402,7 @@ impl Ca {
     }
 
     /// The service a CSR's SPIFFE ID names, checked against this cluster.
-    fn service_of(&self, p: &CertificateParams) -> Result<String, String> {
+    fn service_of(&self, p: &CertificateParams) -> Result<String, CaError> {
         let uri = p
             .subject_alt_names
             .iter()
@@ -339,28 +410,24 @@ impl Ca {
                 SanType::URI(u) => Some(u.as_str().to_owned()),
                 _ => None,
             })
-            .ok_or("CSR SAN does not contain a SPIFFE ID")?;
-        let rest = uri
-            .strip_prefix("spiffe://")
-            .ok_or("CSR SAN does not contain a SPIFFE ID")?;
+            .ok_or(CaError::NoSpiffeId)?;
+        let rest = uri.strip_prefix("spiffe://").ok_or(CaError::NoSpiffeId)?;
         let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
         let parts: Vec<&str> = path.split('/').collect();
         let ["ns", _, "dc", dc, "svc", service] = parts[..] else {
-            return Err(
-                "SPIFFE ID in CSR must be a service, agent, server, or mesh gateway ID".into(),
-            );
+            return Err(CaError::NotAService);
         };
         if host != self.trust_domain {
-            return Err(format!(
-                "SPIFFE ID in CSR from a different trust domain: {host}, we are {}",
-                self.trust_domain
-            ));
+            return Err(CaError::OtherTrustDomain {
+                theirs: host.to_owned(),
+                ours: self.trust_domain.clone(),
+            });
         }
         if dc != self.datacenter {
-            return Err(format!(
-                "SPIFFE ID in CSR from a different datacenter: {dc}, we are {}",
-                self.datacenter
-            ));
+            return Err(CaError::OtherDatacenter {
+                theirs: dc.to_owned(),
+                ours: self.datacenter.clone(),
+            });
         }
         Ok(service.to_owned())
     }
@@ -371,7 +438,7 @@ impl Ca {
         mut csr: CertificateSigningRequestParams,
         service: &str,
         ttl: Duration,
-    ) -> Result<Bytes, String> {
+    ) -> Result<Bytes, CaError> {
         let now = unix_now();
         let (after, before) = (now - 60, now + ttl.as_secs() as i64);
         let mut roots = lock(&self.roots);
@@ -382,7 +449,7 @@ impl Ca {
             .roots
             .iter()
             .find(|r| r.active)
-            .ok_or("no active root")?;
+            .ok_or(CaError::NoActiveRoot)?;
         let p = &mut csr.params;
         p.distinguished_name = DistinguishedName::new();
         p.not_before = time_of(after);
@@ -399,9 +466,7 @@ impl Ca {
             ExtendedKeyUsagePurpose::ServerAuth,
         ];
         p.use_authority_key_identifier_extension = true;
-        let cert = csr
-            .signed_by(&root.issuer)
-            .map_err(|e| format!("error signing: {e}"))?;
+        let cert = csr.signed_by(&root.issuer).map_err(CaError::Signing)?;
         let uri = format!(
             "spiffe://{}/ns/default/dc/{}/svc/{service}",
             self.trust_domain, self.datacenter
@@ -470,16 +535,13 @@ impl Ca {
         &self,
         args: &[u8],
         shutdown: &CancellationToken,
-    ) -> Result<Bytes, String> {
-        let a: RootsArgs =
-            rmp_serde::from_slice(args).map_err(|e| format!("rpc: decoding the request: {e}"))?;
+    ) -> Result<Bytes, CaError> {
+        let a: RootsArgs = rmp_serde::from_slice(args)?;
         self.wait_past(a.min_query_index, a.max_query_time, Some(shutdown))
             .await;
         self.bump(4);
         let (_, v) = self.roots_json();
-        rmp_serde::to_vec_named(&v)
-            .map(Bytes::from)
-            .map_err(|e| format!("encoding: {e}"))
+        Ok(Bytes::from(rmp_serde::to_vec_named(&v)?))
     }
 
     /// A blocking `GET /v1/connect/ca/roots?index=` (its query string):
@@ -516,17 +578,14 @@ impl Ca {
 
     /// `PUT /v1/connect/ca/configuration`: the new provider config; a new
     /// root when the key, its type or bits changed.
-    fn set_configuration(&self, body: &[u8]) -> Result<(), String> {
-        let v: Value =
-            serde_json::from_slice(body).map_err(|e| format!("Request decode failed: {e}"))?;
+    fn set_configuration(&self, body: &[u8]) -> Result<(), CaError> {
+        let v: Value = serde_json::from_slice(body).map_err(CaError::ConfigDecode)?;
         let provider = v
             .get("Provider")
             .and_then(Value::as_str)
             .unwrap_or("consul");
         if provider != "consul" {
-            return Err(format!(
-                "could not initialize provider: unknown CA provider {provider:?}"
-            ));
+            return Err(CaError::UnknownProvider(provider.to_owned()));
         }
         let new = v
             .get("Config")
@@ -558,7 +617,7 @@ impl Ca {
         if rotate {
             let index = r.index + 1;
             let serial = r.serial + 1;
-            let root = new_root(&self.trust_domain, index, serial).map_err(|e| e.to_string())?;
+            let root = new_root(&self.trust_domain, index, serial).map_err(CaError::NewRoot)?;
             for old in &mut r.roots {
                 old.active = false;
             }
@@ -585,17 +644,14 @@ impl Ca {
         })
     }
 
-    /// The HTTP API under `/v1/connect/ca/` (`tail`: after it): a status
-    /// and a JSON body, or words.
-    pub(crate) fn http(&self, put: bool, tail: &str, body: &[u8]) -> Result<Value, (u16, String)> {
+    /// The HTTP API under `/v1/connect/ca/` (`tail`: after it): a JSON
+    /// body, or why not (its status: [`CaError::status`]).
+    pub(crate) fn http(&self, put: bool, tail: &str, body: &[u8]) -> Result<Value, CaError> {
         match (tail, put) {
             ("roots", false) => Ok(self.roots_json().1),
             ("configuration", false) => Ok(self.configuration()),
-            ("configuration", true) => self
-                .set_configuration(body)
-                .map(|()| Value::Bool(true))
-                .map_err(|w| (500, w)),
-            _ => Err((405, format!("method not allowed on /v1/connect/ca/{tail}"))),
+            ("configuration", true) => self.set_configuration(body).map(|()| Value::Bool(true)),
+            _ => Err(CaError::MethodNotAllowed(tail.to_owned())),
         }
     }
 }
@@ -643,8 +699,10 @@ mod tests {
         // Another trust domain or datacenter: refused in Consul's words.
         let other = "spiffe://other.consul/ns/default/dc/dc1/svc/web";
         let e = ca.sign(&sign_args(&csr_for(other))).await.unwrap_err();
+        assert!(matches!(e, CaError::OtherTrustDomain { .. }), "{e}");
         assert!(
-            e.starts_with("SPIFFE ID in CSR from a different trust domain"),
+            e.to_string()
+                .starts_with("SPIFFE ID in CSR from a different trust domain"),
             "{e}"
         );
         // A TTL change keeps the root; a new key type makes one.
@@ -675,7 +733,9 @@ mod tests {
         let args = sign_args(&csr);
         let (a, b, c) = tokio::join!(ca.sign(&args), ca.sign(&args), ca.sign(&args));
         assert!(a.is_ok() && b.is_ok());
-        assert_eq!(c.unwrap_err(), RATE_LIMITED);
+        let c = c.unwrap_err();
+        assert!(matches!(c, CaError::RateLimited));
+        assert_eq!(c.to_string(), RATE_LIMITED);
         assert_eq!(ca.snapshot().sign_rate_limited, 1);
     }
 }

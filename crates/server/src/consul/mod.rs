@@ -53,6 +53,8 @@
 //! clustering, persistence. Internals: `state` (catalog + fan-out),
 //! `events` (event encoding), `conn` (what every port does with a
 //! connection: accept, TLS handshake, HTTP/2 settings, graceful end), `rpc`,
+//! `rpc_error` (why a call on the RPC port failed: net/rpc's error answer,
+//! one variant per cause, Consul's words as Display),
 //! `blocking` (blocking queries over RPC and HTTP, and the encoded results
 //! they share), `kv` (the KV store, its locks and blocking reads), `http` (the API, one file per endpoint family), `render`
 //! (the catalog in Consul's JSON), `sessions`, `grpc` (the public gRPC
@@ -68,14 +70,17 @@ mod fields;
 mod grpc;
 mod http;
 mod kv;
+mod kv_rpc;
 mod mux;
 mod render;
 mod rpc;
+mod rpc_error;
 mod serf;
 mod sessions;
 mod state;
 mod timing;
 mod wait;
+mod write_error;
 mod writes;
 mod xds;
 

@@ -3,7 +3,7 @@
 //! msgpack values back to back (one yamux frame per answer, as a real
 //! server writes it). Calls are answered one after another per stream:
 //! blocking queries (`Health.ServiceNodes`, [`super::blocking`]), KV
-//! reads and writes (`KVS.*`, `Txn.*`, `super::kv::rpc`) and a
+//! reads and writes (`KVS.*`, `Txn.*`, `super::kv_rpc`) and a
 //! client agent's own calls ([`super::agent_rpc`]); any other method gets
 //! net/rpc's words for it. Faults (`consul.rpc`) delay, stall, refuse or
 //! close calls.
@@ -19,8 +19,9 @@ use agent_sim_proto::msgpack::MessageScan;
 use bytes::Bytes;
 
 use super::blocking::{SERVICE_NODES, service_nodes};
-use super::{ConsulState, Gauge, agent_rpc, connect_ca, kv};
-use crate::faults::{Action, RETRY_LATER, STALL_LIMIT, Target};
+use super::rpc_error::RpcError;
+use super::{ConsulState, Gauge, agent_rpc, connect_ca, kv_rpc};
+use crate::faults::{Action, STALL_LIMIT, Target};
 
 /// `pool.RPCMultiplexV2`: the byte that starts yamux on an RPC connection.
 pub(crate) const RPC_MULTIPLEX_V2: u8 = 0x04;
@@ -33,20 +34,20 @@ const MAX_REQUEST: usize = 64 * 1024 + super::KV_MAX_VALUE_SIZE;
 /// watched service, and one for its own calls).
 const MAX_STREAMS: usize = 1024;
 
-/// One call: its answer's body, or the error words net/rpc sends back.
+/// One call: its answer's body, or the error net/rpc sends back.
 async fn call(
     state: &ConsulState,
     method: &str,
     args: &[u8],
     shutdown: &CancellationToken,
-) -> Result<Bytes, String> {
-    if let Some(answer) = kv::rpc::answer(state, method, args, shutdown).await {
+) -> Result<Bytes, RpcError> {
+    if let Some(answer) = kv_rpc::answer(state, method, args, shutdown).await {
         return answer;
     }
     match method {
         SERVICE_NODES => service_nodes(state, args, shutdown).await,
-        connect_ca::ROOTS => state.ca().roots(args, shutdown).await,
-        connect_ca::SIGN => state.ca().sign(args).await,
+        connect_ca::ROOTS => Ok(state.ca().roots(args, shutdown).await?),
+        connect_ca::SIGN => Ok(state.ca().sign(args).await?),
         m => match agent_rpc::answer(state, m, args) {
             Some(answer) => answer,
             None => Err(unknown_method(m)),
@@ -132,20 +133,20 @@ async fn serve_stream(mut s: yamux::Stream, state: ConsulState, shutdown: Cancel
         let method = header.service_method.as_str();
         let answer = match call_fault(&state, method, &shutdown).await {
             Some(CallFault::Close) => return,
-            Some(CallFault::Error(words)) => Err(words),
+            Some(CallFault::Error(e)) => Err(e),
             None => call(&state, method, &buf[h..end], &shutdown).await,
         };
         buf.drain(..end);
         state.count_call(method, answer.is_err());
         let (error, body) = match &answer {
-            Ok(body) => ("", &body[..]),
+            Ok(body) => (String::new(), &body[..]),
             // net/rpc answers an error with an empty struct.
-            Err(words) => (words.as_str(), &[0x80u8][..]),
+            Err(e) => (e.to_string(), &[0x80u8][..]),
         };
         let Ok(mut out) = rmp_serde::to_vec_named(&ResponseHeader {
             service_method: method,
             seq: header.seq,
-            error,
+            error: &error,
         }) else {
             return;
         };
@@ -157,8 +158,8 @@ async fn serve_stream(mut s: yamux::Stream, state: ConsulState, shutdown: Cancel
     }
 }
 
-/// net/rpc's words for a method it does not serve.
-fn unknown_method(m: &str) -> String {
+/// net/rpc's error for a method it does not serve.
+fn unknown_method(m: &str) -> RpcError {
     // Services a Consul 1.20 server registers: a method it lacks is "can't
     // find method"; an unknown service is "can't find service".
     const SERVICES: &[&str] = &[
@@ -179,8 +180,8 @@ fn unknown_method(m: &str) -> String {
         "Txn",
     ];
     match m.split_once('.') {
-        Some((s, _)) if SERVICES.contains(&s) => format!("rpc: can't find method {m}"),
-        _ => format!("rpc: can't find service {m}"),
+        Some((s, _)) if SERVICES.contains(&s) => RpcError::NoMethod(m.to_owned()),
+        _ => RpcError::NoService(m.to_owned()),
     }
 }
 
@@ -188,7 +189,7 @@ enum CallFault {
     /// The call's stream ends without an answer.
     Close,
     /// The call is answered with this error.
-    Error(String),
+    Error(RpcError),
 }
 
 /// What a `consul.rpc` fault does to one call: delays it, answers it with
@@ -218,7 +219,7 @@ async fn call_fault(
             Some(CallFault::Close)
         }
         Action::Status(_) | Action::Unavailable | Action::ResourceExhausted | Action::Aborted => {
-            Some(CallFault::Error(format!("rpc error: {RETRY_LATER}")))
+            Some(CallFault::Error(RpcError::RateLimited))
         }
         _ => None,
     }
@@ -231,9 +232,12 @@ mod tests {
     #[test]
     fn unknown_methods_in_net_rpcs_words() {
         assert_eq!(
-            unknown_method("Health.Nope"),
+            unknown_method("Health.Nope").to_string(),
             "rpc: can't find method Health.Nope"
         );
-        assert_eq!(unknown_method("Foo.Bar"), "rpc: can't find service Foo.Bar");
+        assert_eq!(
+            unknown_method("Foo.Bar").to_string(),
+            "rpc: can't find service Foo.Bar"
+        );
     }
 }

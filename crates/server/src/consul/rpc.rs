@@ -360,7 +360,7 @@ impl Subscription {
         };
         let mut store = state.store();
         if !store.room_for_topic(&key) {
-            return Err(Status::resource_exhausted(super::state::CATALOG_FULL));
+            return Err(Status::resource_exhausted(super::write_error::CATALOG_FULL));
         }
         let (mut start, rx) = store.subscribe(&key, req.index);
         drop(store);

@@ -143,9 +143,29 @@ pub(crate) fn uuid() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
+/// Why a Go duration string did not parse, in Go's `time.ParseDuration`
+/// words (Consul answers them as they are).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum DurationError {
+    /// Not a duration (a sign, no number, too large).
+    #[error("time: invalid duration \"{0}\"")]
+    Invalid(String),
+    /// A number without a unit.
+    #[error("time: missing unit in duration \"{0}\"")]
+    MissingUnit(String),
+    /// A unit Go does not know.
+    #[error("time: unknown unit \"{unit}\" in duration \"{text}\"")]
+    UnknownUnit {
+        /// The unit as written.
+        unit: String,
+        /// The whole duration string.
+        text: String,
+    },
+}
+
 /// Parses a Go duration string (`"15s"`, `"1m30s"`, `"1.5h"`, `"100ms"`, `"0"`).
-pub(crate) fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let invalid = || format!("time: invalid duration \"{s}\"");
+pub(crate) fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
+    let invalid = || DurationError::Invalid(s.to_owned());
     let body = s.strip_prefix('+').unwrap_or(s);
     if body.starts_with('-') {
         return Err(invalid());
@@ -161,7 +181,7 @@ pub(crate) fn parse_go_duration(s: &str) -> Result<Duration, String> {
     while !rest.is_empty() {
         let num_end = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("time: missing unit in duration \"{s}\""))?;
+            .ok_or_else(|| DurationError::MissingUnit(s.to_owned()))?;
         if num_end == 0 {
             return Err(invalid());
         }
@@ -177,7 +197,12 @@ pub(crate) fn parse_go_duration(s: &str) -> Result<Duration, String> {
             "s" => 1e9,
             "m" => 60e9,
             "h" => 3600e9,
-            unit => return Err(format!("time: unknown unit \"{unit}\" in duration \"{s}\"")),
+            unit => {
+                return Err(DurationError::UnknownUnit {
+                    unit: unit.to_owned(),
+                    text: s.to_owned(),
+                });
+            }
         };
         total += value * nanos_per;
         rest = &rest[unit_end..];

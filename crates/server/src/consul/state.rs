@@ -18,6 +18,7 @@ use tokio::sync::broadcast;
 use agent_sim_proto::consul::subscribe::Topic;
 
 use super::events::{self, InstanceView, Payload};
+use super::write_error::WriteError;
 
 /// (node name, service id).
 pub(crate) type InstanceKey = (String, String);
@@ -179,7 +180,7 @@ struct PrevService {
 /// Most nodes the embedded catalog holds: four times the largest fleet one
 /// `agent-sim serve` has been sized for (≈250,000 agents over shards),
 /// ≈1–2 KiB each with a service and a check: 1–2 GiB at the cap. A write
-/// that would add a node beyond it is refused (HTTP 500, [`CATALOG_FULL`]).
+/// that would add a node beyond it is refused (HTTP 500, [`super::write_error::CATALOG_FULL`]).
 pub(crate) const MAX_NODES: usize = 1 << 20;
 /// Most services (and, separately, checks) on one node: agents register a
 /// handful; a node is not a place to store an unbounded list.
@@ -189,19 +190,6 @@ pub(crate) const MAX_CONFIG_ENTRIES: usize = 65_536;
 /// Most topics (service names subscribed to or written) with their last
 /// index: a client subscribing to ever new keys is refused beyond it.
 pub(crate) const MAX_TOPICS: usize = 1 << 20;
-/// The words of a write refused by one of the bounds above.
-pub(crate) const CATALOG_FULL: &str = "agent-sim serve: catalog is full (bounded store)";
-
-/// Why a write was refused (the message is the HTTP 500 body).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct WriteError(pub String);
-
-impl WriteError {
-    pub(crate) fn missing_node() -> Self {
-        Self("Missing node registration".into())
-    }
-}
-
 pub(crate) struct Store {
     pub raft_index: u64,
     pub datacenter: String,
@@ -382,13 +370,13 @@ impl Store {
         idx: u64,
         t: &mut Touched,
     ) -> Result<(), WriteError> {
-        let n = self.nodes.get(node).ok_or_else(WriteError::missing_node)?;
+        let n = self.nodes.get(node).ok_or(WriteError::MissingNode)?;
         let key = (node.to_owned(), def.id.clone());
         let old_def = match n.services.get(&def.id) {
             Some(s) if s.def == def => return Ok(()),
             Some(s) => Some(s.def.clone()),
             None if n.services.len() >= MAX_PER_NODE => {
-                return Err(WriteError(CATALOG_FULL.into()));
+                return Err(WriteError::Full);
             }
             None => None,
         };
@@ -429,12 +417,12 @@ impl Store {
         idx: u64,
         t: &mut Touched,
     ) -> Result<(), WriteError> {
-        let n = self.nodes.get(node).ok_or_else(WriteError::missing_node)?;
+        let n = self.nodes.get(node).ok_or(WriteError::MissingNode)?;
         if !def.service_id.is_empty() {
             let svc = n
                 .services
                 .get(&def.service_id)
-                .ok_or_else(|| WriteError("Missing service registration".into()))?;
+                .ok_or(WriteError::MissingService)?;
             def.service_name = svc.def.service.clone();
         } else {
             def.service_name.clear();
@@ -446,7 +434,7 @@ impl Store {
             Some(c) if c.def == def => return Ok(()),
             Some(c) => Some(c.def.service_id.clone()),
             None if n.checks.len() >= MAX_PER_NODE => {
-                return Err(WriteError(CATALOG_FULL.into()));
+                return Err(WriteError::Full);
             }
             None => None,
         };
@@ -762,6 +750,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::consul::write_error::CATALOG_FULL;
     use agent_sim_proto::consul::subscribe::{Event, event::Payload as P};
     use prost::Message;
 
@@ -853,7 +842,7 @@ mod tests {
         let e = s
             .ensure_service("nope", svc("a", "a"), 1, &mut t)
             .unwrap_err();
-        assert_eq!(e, WriteError::missing_node());
+        assert_eq!(e, WriteError::MissingNode);
     }
 
     #[test]
@@ -868,7 +857,8 @@ mod tests {
         let e = s
             .ensure_service("n1", svc("one-more", "web"), 1, &mut t)
             .unwrap_err();
-        assert_eq!(e.0, CATALOG_FULL);
+        assert_eq!(e, WriteError::Full);
+        assert_eq!(e.to_string(), CATALOG_FULL);
         // Updating one it holds is still fine.
         s.ensure_service("n1", svc("s0", "api"), 2, &mut t).unwrap();
         assert_eq!(s.nodes["n1"].services.len(), MAX_PER_NODE);

@@ -13,9 +13,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::sessions::{self, Renewal, Session};
-use super::state::{
-    CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Store, Touched, WriteError,
-};
+use super::state::{CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Store, Touched};
+use super::write_error::WriteError;
 use super::{ConsulState, kv, lock};
 
 pub(crate) use super::fields::nullable;
@@ -127,9 +126,7 @@ pub(crate) fn node_def(
 
 pub(crate) fn service_def(b: ServiceBody) -> Result<ServiceDef, WriteError> {
     if b.service.is_empty() {
-        return Err(WriteError(
-            "Must provide service name (Service.Service)".into(),
-        ));
+        return Err(WriteError::NoServiceName);
     }
     Ok(ServiceDef {
         id: if b.id.is_empty() {
@@ -160,7 +157,7 @@ pub(crate) fn check_def(b: CheckBody) -> Result<CheckDef, WriteError> {
         b.check_id
     };
     if check_id.is_empty() {
-        return Err(WriteError("Must provide a check ID or name".into()));
+        return Err(WriteError::NoCheckId);
     }
     Ok(CheckDef {
         check_id,
@@ -176,18 +173,17 @@ pub(crate) fn check_def(b: CheckBody) -> Result<CheckDef, WriteError> {
 /// `Catalog.Register` (`PUT /v1/catalog/register`): the node (unless
 /// `SkipNodeUpdate` and it exists), the service, the checks, in one index.
 pub(crate) fn register(state: &ConsulState, b: RegisterBody) -> Result<(), WriteError> {
-    let refuse = |s: &str| Err(WriteError(s.into()));
     if b.node.is_empty() {
-        return refuse("Must provide node");
+        return Err(WriteError::NoNode);
     }
     if b.address.is_empty() && !b.skip_node_update {
-        return refuse("Must provide address if SkipNodeUpdate is not set");
+        return Err(WriteError::NoAddress);
     }
     let service = b.service.map(service_def).transpose()?;
     let mut checks = Vec::new();
     for c in b.check.into_iter().chain(b.checks) {
         if !c.node.is_empty() && c.node != b.node {
-            return refuse("Check node must match the registration node");
+            return Err(WriteError::CheckNodeMismatch);
         }
         let c = check_def(c)?;
         // Gossip health of a node that is no gossip member: accepted, never stored.
@@ -200,7 +196,7 @@ pub(crate) fn register(state: &ConsulState, b: RegisterBody) -> Result<(), Write
     let node_exists = store.nodes.contains_key(&b.node);
     let write_node = !(b.skip_node_update && node_exists);
     if !write_node && b.address.is_empty() && !node_exists {
-        return Err(WriteError::missing_node());
+        return Err(WriteError::MissingNode);
     }
     for c in &checks {
         let own = service.as_ref().is_some_and(|s| s.id == c.service_id);
@@ -209,11 +205,11 @@ pub(crate) fn register(state: &ConsulState, b: RegisterBody) -> Result<(), Write
             .get(&b.node)
             .is_some_and(|n| n.services.contains_key(&c.service_id));
         if !c.service_id.is_empty() && !own && !known {
-            return refuse("Missing service registration");
+            return Err(WriteError::MissingService);
         }
     }
     if write_node && !store.room_for_node(&b.node) {
-        return refuse(CATALOG_FULL);
+        return Err(WriteError::Full);
     }
     let idx = store.next_index();
     let mut t = Touched::default();
@@ -241,7 +237,7 @@ pub(crate) fn register(state: &ConsulState, b: RegisterBody) -> Result<(), Write
 /// or (neither named) the whole node with its sessions.
 pub(crate) fn deregister(state: &ConsulState, b: DeregisterBody) -> Result<(), WriteError> {
     if b.node.is_empty() {
-        return Err(WriteError("Must provide node".into()));
+        return Err(WriteError::NoNode);
     }
     let mut store = state.store();
     let idx = store.next_index();
@@ -289,14 +285,25 @@ pub(crate) struct SessionBody {
     pub(crate) service_checks: Option<Value>,
 }
 
+/// Why a `LockDelay` could not be read, in the words Consul answers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LockDelayError {
+    /// A string that is no Go duration.
+    #[error(transparent)]
+    Duration(#[from] sessions::DurationError),
+    /// Neither a number nor a string (the JSON value as sent).
+    #[error("invalid LockDelay {0}")]
+    NotDuration(Value),
+}
+
 /// `LockDelay` as Consul reads it: nanoseconds or a duration string, values
 /// under 1000 taken as seconds.
-pub(crate) fn lock_delay(v: Option<&Value>) -> Result<Duration, String> {
+pub(crate) fn lock_delay(v: Option<&Value>) -> Result<Duration, LockDelayError> {
     let d = match v {
         None | Some(Value::Null) => return Ok(sessions::DEFAULT_LOCK_DELAY),
         Some(Value::String(s)) => sessions::parse_go_duration(s)?,
         Some(Value::Number(n)) => Duration::from_nanos(n.as_f64().unwrap_or(0.0).max(0.0) as u64),
-        Some(other) => return Err(format!("invalid LockDelay {other}")),
+        Some(other) => return Err(LockDelayError::NotDuration(other.clone())),
     };
     Ok(if d.as_nanos() < 1000 {
         Duration::from_secs(d.as_nanos() as u64)
@@ -313,21 +320,24 @@ pub(crate) fn create_session(
     lock_delay: Duration,
 ) -> Result<String, WriteError> {
     let cfg = &state.inner.cfg;
-    let refuse = |s: String| Err(WriteError(s));
     let mut ttl_duration = None;
     if !b.ttl.is_empty() {
         let ttl = match sessions::parse_go_duration(&b.ttl) {
             Ok(d) => d,
-            Err(e) => return refuse(format!("Session TTL '{}' invalid: {e}", b.ttl)),
+            Err(source) => {
+                return Err(WriteError::BadTtl {
+                    ttl: b.ttl.clone(),
+                    source,
+                });
+            }
         };
         if !ttl.is_zero() {
             if ttl < cfg.session_ttl_min || ttl > sessions::SESSION_TTL_MAX {
-                return refuse(format!(
-                    "Invalid Session TTL '{}', must be between [{}={}]",
-                    ttl.as_nanos(),
-                    sessions::format_go_duration(cfg.session_ttl_min),
-                    sessions::format_go_duration(sessions::SESSION_TTL_MAX),
-                ));
+                return Err(WriteError::TtlRange {
+                    nanos: ttl.as_nanos(),
+                    min: sessions::format_go_duration(cfg.session_ttl_min),
+                    max: sessions::format_go_duration(sessions::SESSION_TTL_MAX),
+                });
             }
             ttl_duration = Some(ttl);
         }
@@ -335,7 +345,7 @@ pub(crate) fn create_session(
     let behavior = match b.behavior.as_str() {
         "" => "release".to_owned(),
         "release" | "delete" => b.behavior.clone(),
-        other => return refuse(format!("Invalid Behavior setting '{other}'")),
+        other => return Err(WriteError::BadBehavior(other.to_owned())),
     };
     let node = if b.node.is_empty() {
         cfg.node_name.clone()
@@ -356,16 +366,16 @@ pub(crate) fn create_session(
 
     let mut store = state.store();
     let Some(n) = store.nodes.get(&node) else {
-        return Err(WriteError::missing_node());
+        return Err(WriteError::MissingNode);
     };
     if lock(&state.inner.sessions).len() >= sessions::MAX_SESSIONS {
-        return refuse(CATALOG_FULL.into());
+        return Err(WriteError::Full);
     }
     for id in node_checks.iter().chain(&service_check_ids) {
         match n.checks.get(id) {
-            None => return refuse(format!("Missing check '{id}' registration")),
+            None => return Err(WriteError::MissingCheck(id.clone())),
             Some(c) if c.def.status == "critical" => {
-                return refuse(format!("Check '{id}' is in critical state"));
+                return Err(WriteError::CriticalCheck(id.clone()));
             }
             Some(_) => {}
         }

@@ -25,6 +25,38 @@ pub use io::FaultIo;
 pub(crate) use io::{Kill, Registry};
 pub use spec::{Action, FaultSpec, Protocol, RestartState, SpecError, Target};
 
+/// The `--faults` grammar, shown by `agent-sim serve --help`.
+pub const HELP: &str = "\
+Faults (--faults SPEC, repeatable; counted in the printed stats):
+  SPEC  = TARGET=ACTION@ITEM[,ITEM...]  |  restart@ITEM[,ITEM...]
+  TARGET and ACTION:
+    sensu.upgrade     delay:DUR | stall | drop | reset | 400..599   (WebSocket upgrade)
+    sensu.session     drop | reset | stall                          (established sessions)
+    sensu.frame       garbage | truncated | oversized | delay:DUR   (messages the backend sends)
+    consul.rpc        delay:DUR | stall | drop | reset              (RPC connections)
+    consul.subscribe  aborted | unavailable | resource-exhausted | cut   (calls; live streams at a time)
+    consul.frame      garbage | truncated | oversized | delay:DUR   (gRPC messages on streams)
+    consul.http       delay:DUR | stall | drop | reset | 400..599   (HTTP API requests)
+    consul.xds        reset | resource-exhausted                    (Delta ADS streams; live at a time)
+                      garbage | bad-resource | delay:DUR            (xDS responses; needs --consul-grpc)
+    consul.kv         index-back | index-zero | huge-value          (KV reads, HTTP and RPC)
+                      lock-stuck                                    (lock acquires: held for good)
+  ITEM:
+    N%              each unit (connection, request, stream, frame) with this probability
+    at:DUR          once, DUR after serve started     every:DUR  periodically
+    for:DUR         with at/every: also units arriving within DUR (required for
+                    upgrades, frames, requests and cut, which have no live units)
+    after:DUR       sensu.session with a rate: hit DUR into the session
+    path:PREFIX     consul.http, consul.kv: only paths starting with PREFIX
+    max:N           at most N injections
+    down:DUR        restart: listeners closed this long (default 1s)
+    state:keep|lose restart: keep catalog, sessions, raft index, or start empty
+  Examples:
+    --faults 'sensu.upgrade=503@10%'   --faults 'consul.subscribe=aborted@at:30s'
+    --faults 'sensu.session=reset@every:60s,20%'   --faults 'consul.http=429@5%,path:/v1/txn'
+    --faults 'consul.xds=bad-resource@5%'   --faults 'consul.xds=reset@at:1m'
+    --faults 'restart@at:20s,down:5s,state:lose'   --faults-seed 42";
+
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};

@@ -39,10 +39,179 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// A spec that cannot be used, and why (one line).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct SpecError(pub String);
+/// A spec that cannot be used, and why (one line each).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    /// The whole spec, and what is wrong with it (what `FaultSpec::from_str`
+    /// gives back: every other variant inside this one).
+    #[error("{text:?}: {source}")]
+    InSpec {
+        /// The spec as written (trimmed).
+        text: String,
+        /// What is wrong with it.
+        source: Box<SpecError>,
+    },
+    /// No `@`: not the shape of a spec.
+    #[error("expected TARGET=ACTION@WHEN (e.g. sensu.upgrade=503@10%) or restart@WHEN")]
+    Shape,
+    /// A target that is not one of [`Target::ALL`].
+    #[error("unknown target {0:?} (one of {names})", names = target_names())]
+    UnknownTarget(String),
+    /// `restart=...`: a restart takes no action.
+    #[error("restart takes no action: restart@at:20s,down:5s,state:lose")]
+    RestartAction,
+    /// A target other than restart without `=ACTION`.
+    #[error("{t} needs an action: {t}=ACTION@WHEN ({actions})", t = .0, actions = .0.actions())]
+    NoAction(Target),
+    /// An action the target does not take.
+    #[error("{target} does not take {}: use {}", .action.name(), .target.actions())]
+    NotTaken {
+        /// The target named.
+        target: Target,
+        /// The action given.
+        action: Action,
+    },
+    /// An action that is not one of the grammar's.
+    #[error("unknown action {0:?}")]
+    UnknownAction(String),
+    /// `delay` without its duration.
+    #[error("delay needs a duration: delay:500ms")]
+    DelayNeedsDuration,
+    /// Three digits that are not a `u16` (cannot happen; kept for the cause).
+    #[error("status {text:?}")]
+    BadStatus {
+        /// The digits.
+        text: String,
+        /// Why they did not parse.
+        source: std::num::ParseIntError,
+    },
+    /// An HTTP status outside 400..599.
+    #[error("HTTP status {0}: use 400..599 (an answer that refuses)")]
+    StatusRange(u16),
+    /// A duration that does not parse (`delay:`, `at:`, `every:`, ...).
+    #[error("{item}:{value}: not a duration ({source}); e.g. 500ms, 30s, 2m")]
+    BadDuration {
+        /// The item (or action) it belongs to.
+        item: String,
+        /// The text after `item:`.
+        value: String,
+        /// Why it did not parse.
+        source: humantime::DurationError,
+    },
+    /// An empty item (`@,` or a trailing `,`).
+    #[error("empty item after '@' or ','")]
+    EmptyItem,
+    /// An item that is neither `N%` nor `key:value`.
+    #[error(
+        "{0:?}: expected N%, at:DUR, every:DUR, for:DUR, after:DUR, path:PREFIX, max:N, \
+         down:DUR or state:keep|lose"
+    )]
+    BadItem(String),
+    /// The same item twice (the rate's key is `%`).
+    #[error("{0} given twice")]
+    Twice(String),
+    /// An item key that is not one of the grammar's.
+    #[error("unknown item {0:?}")]
+    UnknownItem(String),
+    /// `N%` whose N is not a number.
+    #[error("{item:?}: not a percentage")]
+    NotPercentage {
+        /// The item as written.
+        item: String,
+        /// Why N did not parse.
+        source: std::num::ParseFloatError,
+    },
+    /// A percentage outside (0, 100].
+    #[error("{0:?}: a rate is a percentage in (0, 100]")]
+    RateRange(String),
+    /// `every:` shorter than [`MIN_PERIOD`].
+    #[error("every:{0}: at least {ms}ms", ms = MIN_PERIOD.as_millis())]
+    PeriodTooShort(String),
+    /// `path:` that does not start with `/`.
+    #[error("path:{0}: a request path prefix starts with '/' (e.g. path:/v1/session/)")]
+    PathNotAbsolute(String),
+    /// `max:` that is not a count of at least 1.
+    #[error("max:{value}: a count of at least 1")]
+    BadMax {
+        /// The text after `max:`.
+        value: String,
+        /// Why it did not parse (`None`: it did, as 0).
+        source: Option<std::num::ParseIntError>,
+    },
+    /// `state:` other than `keep` or `lose`.
+    #[error("state:{0}: keep or lose")]
+    BadState(String),
+    /// An item that applies to one target only, given to another.
+    #[error("{item}: applies to {target} only")]
+    OnlyFor {
+        /// The item's key.
+        item: &'static str,
+        /// The target it applies to.
+        target: Target,
+    },
+    /// `path:` given to a target other than consul.http and consul.kv.
+    #[error(
+        "path: applies to {} and {} only",
+        Target::ConsulHttp,
+        Target::ConsulKv
+    )]
+    PathOnlyHttpKv,
+    /// A restart with a rate or `for:`.
+    #[error("restart happens at times only: restart@at:20s[,every:60s],down:5s,state:keep|lose")]
+    RestartTimesOnly,
+    /// A restart with neither `at:` nor `every:`.
+    #[error("restart needs at:DUR and/or every:DUR")]
+    RestartNeedsTime,
+    /// A restart without `state:`.
+    #[error(
+        "restart needs state:keep (catalog, sessions, raft index kept) or state:lose \
+         (start empty, as a consul agent -dev restart)"
+    )]
+    RestartNeedsState,
+    /// A restart down for as long as its period, or longer.
+    #[error("down:{down:?} must be shorter than every:{every:?}")]
+    DownNotShorter {
+        /// `down:`.
+        down: Duration,
+        /// `every:`.
+        every: Duration,
+    },
+    /// A fault with neither a rate nor a time.
+    #[error("needs a rate (N%) and/or a time (at:DUR, every:DUR)")]
+    NoRateNorTime,
+    /// `after:` with a time.
+    #[error("after: goes with a rate alone (sessions hit that far into their life)")]
+    AfterWithTime,
+    /// `for:` without a time.
+    #[error("for: needs at:DUR or every:DUR")]
+    ForWithoutTime,
+    /// A time without `for:` where the target has no live units to hit.
+    #[error(
+        "{target} has no live units to hit with {} at a time: add for:DUR (how long arriving \
+         units are hit)",
+        .action.name()
+    )]
+    NoLiveUnits {
+        /// The target.
+        target: Target,
+        /// Its action.
+        action: Action,
+    },
+    /// A window as long as its period, or longer.
+    #[error("for:{window:?} must be shorter than every:{every:?}")]
+    WindowNotShorter {
+        /// `for:`.
+        window: Duration,
+        /// `every:`.
+        every: Duration,
+    },
+}
+
+/// The targets' names, for [`SpecError::UnknownTarget`].
+fn target_names() -> String {
+    let names: Vec<&str> = Target::ALL.iter().map(|t| t.name()).collect();
+    names.join(", ")
+}
 
 /// Where a fault is injected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -284,11 +453,12 @@ impl FromStr for Action {
             return Ok(Action::Delay(duration("delay", d)?));
         }
         if s.len() == 3 && s.bytes().all(|b| b.is_ascii_digit()) {
-            let code: u16 = s.parse().map_err(|_| SpecError(format!("status {s:?}")))?;
+            let code: u16 = s.parse().map_err(|source| SpecError::BadStatus {
+                text: s.to_owned(),
+                source,
+            })?;
             if !(400..=599).contains(&code) {
-                return Err(SpecError(format!(
-                    "HTTP status {code}: use 400..599 (an answer that refuses)"
-                )));
+                return Err(SpecError::StatusRange(code));
             }
             return Ok(Action::Status(code));
         }
@@ -308,8 +478,8 @@ impl FromStr for Action {
             "index-zero" => Action::IndexZero,
             "huge-value" => Action::HugeValue,
             "lock-stuck" => Action::LockStuck,
-            "delay" => return Err(SpecError("delay needs a duration: delay:500ms".into())),
-            _ => return Err(SpecError(format!("unknown action {s:?}"))),
+            "delay" => return Err(SpecError::DelayNeedsDuration),
+            _ => return Err(SpecError::UnknownAction(s.to_owned())),
         })
     }
 }
@@ -358,10 +528,10 @@ pub const MIN_PERIOD: Duration = Duration::from_millis(10);
 pub const DEFAULT_DOWN: Duration = Duration::from_secs(1);
 
 fn duration(item: &str, s: &str) -> Result<Duration, SpecError> {
-    humantime::parse_duration(s.trim()).map_err(|e| {
-        SpecError(format!(
-            "{item}:{s}: not a duration ({e}); e.g. 500ms, 30s, 2m"
-        ))
+    humantime::parse_duration(s.trim()).map_err(|source| SpecError::BadDuration {
+        item: item.to_owned(),
+        value: s.to_owned(),
+        source,
     })
 }
 
@@ -370,7 +540,10 @@ impl FromStr for FaultSpec {
 
     fn from_str(s: &str) -> Result<Self, SpecError> {
         let text = s.trim();
-        parse(text).map_err(|e| SpecError(format!("{text:?}: {}", e.0)))
+        parse(text).map_err(|e| SpecError::InSpec {
+            text: text.to_owned(),
+            source: Box::new(e),
+        })
     }
 }
 
@@ -380,50 +553,11 @@ impl fmt::Display for FaultSpec {
     }
 }
 
+/// Parses a trimmed spec: `TARGET=ACTION@ITEMS` (or `restart@ITEMS`), each
+/// item checked alone, then the items against the target ([`check`]).
 fn parse(text: &str) -> Result<FaultSpec, SpecError> {
-    let shape = || {
-        SpecError("expected TARGET=ACTION@WHEN (e.g. sensu.upgrade=503@10%) or restart@WHEN".into())
-    };
-    let (head, items) = text.split_once('@').ok_or_else(shape)?;
-    let (target, action) = match head.split_once('=') {
-        Some((t, a)) => (t.trim(), Some(a.trim())),
-        None => (head.trim(), None),
-    };
-    let target = Target::ALL
-        .into_iter()
-        .find(|t| t.name() == target)
-        .ok_or_else(|| {
-            let names: Vec<&str> = Target::ALL.iter().map(|t| t.name()).collect();
-            SpecError(format!(
-                "unknown target {target:?} (one of {})",
-                names.join(", ")
-            ))
-        })?;
-    let action = match (target, action) {
-        (Target::Restart, None) => None,
-        (Target::Restart, Some(_)) => {
-            return Err(SpecError(
-                "restart takes no action: restart@at:20s,down:5s,state:lose".into(),
-            ));
-        }
-        (t, None) => {
-            return Err(SpecError(format!(
-                "{t} needs an action: {t}=ACTION@WHEN ({})",
-                t.actions()
-            )));
-        }
-        (t, Some(a)) => {
-            let a: Action = a.parse()?;
-            if !t.accepts(&a) {
-                return Err(SpecError(format!(
-                    "{t} does not take {}: use {}",
-                    a.name(),
-                    t.actions()
-                )));
-            }
-            Some(a)
-        }
-    };
+    let (head, items) = text.split_once('@').ok_or(SpecError::Shape)?;
+    let (target, action) = parse_head(head)?;
     let mut spec = FaultSpec {
         text: text.to_owned(),
         target,
@@ -441,78 +575,119 @@ fn parse(text: &str) -> Result<FaultSpec, SpecError> {
     let mut rate = None;
     let mut seen: Vec<&str> = Vec::new();
     for item in items.split(',').map(str::trim) {
-        if item.is_empty() {
-            return Err(SpecError("empty item after '@' or ','".into()));
-        }
-        let (key, value) = match item.split_once(':') {
-            Some((k, v)) => (k, v),
-            None if item.ends_with('%') => ("%", item),
-            None => {
-                return Err(SpecError(format!(
-                    "{item:?}: expected N%, at:DUR, every:DUR, for:DUR, after:DUR, path:PREFIX, \
-                     max:N, down:DUR or state:keep|lose"
-                )));
-            }
-        };
+        let (key, value) = split_item(item)?;
         if seen.contains(&key) {
-            return Err(SpecError(format!("{key} given twice")));
+            return Err(SpecError::Twice(key.to_owned()));
         }
         seen.push(key);
-        match key {
-            "%" => {
-                let n: f64 = value
-                    .trim_end_matches('%')
-                    .parse()
-                    .map_err(|_| SpecError(format!("{item:?}: not a percentage")))?;
-                if !(n > 0.0 && n <= 100.0) {
-                    return Err(SpecError(format!(
-                        "{item:?}: a rate is a percentage in (0, 100]"
-                    )));
-                }
-                rate = Some(n / 100.0);
-            }
-            "at" => spec.at = Some(duration(key, value)?),
-            "every" => {
-                let d = duration(key, value)?;
-                if d < MIN_PERIOD {
-                    return Err(SpecError(format!(
-                        "every:{value}: at least {}ms",
-                        MIN_PERIOD.as_millis()
-                    )));
-                }
-                spec.every = Some(d);
-            }
-            "for" => spec.window = Some(duration(key, value)?),
-            "after" => spec.after = duration(key, value)?,
-            "path" => {
-                if !value.starts_with('/') {
-                    return Err(SpecError(format!(
-                        "path:{value}: a request path prefix starts with '/' (e.g. path:/v1/session/)"
-                    )));
-                }
-                spec.path = Some(value.to_owned());
-            }
-            "max" => {
-                let n: u64 = value
-                    .parse()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| SpecError(format!("max:{value}: a count of at least 1")))?;
-                spec.max = Some(n);
-            }
-            "down" => spec.down = duration(key, value)?,
-            "state" => {
-                spec.state = Some(match value {
-                    "keep" => RestartState::Keep,
-                    "lose" => RestartState::Lose,
-                    _ => return Err(SpecError(format!("state:{value}: keep or lose"))),
-                })
-            }
-            _ => return Err(SpecError(format!("unknown item {key:?}"))),
+        if key == "%" {
+            rate = Some(percentage(item)?);
+        } else {
+            set_item(&mut spec, key, value)?;
         }
     }
     check(&mut spec, rate, &seen)?;
     Ok(spec)
+}
+
+/// `TARGET=ACTION` (or `restart`): the target, and the action it takes.
+fn parse_head(head: &str) -> Result<(Target, Option<Action>), SpecError> {
+    let (target, action) = match head.split_once('=') {
+        Some((t, a)) => (t.trim(), Some(a.trim())),
+        None => (head.trim(), None),
+    };
+    let target = Target::ALL
+        .into_iter()
+        .find(|t| t.name() == target)
+        .ok_or_else(|| SpecError::UnknownTarget(target.to_owned()))?;
+    let action = match (target, action) {
+        (Target::Restart, None) => None,
+        (Target::Restart, Some(_)) => {
+            return Err(SpecError::RestartAction);
+        }
+        (t, None) => return Err(SpecError::NoAction(t)),
+        (t, Some(a)) => {
+            let a: Action = a.parse()?;
+            if !t.accepts(&a) {
+                return Err(SpecError::NotTaken {
+                    target: t,
+                    action: a,
+                });
+            }
+            Some(a)
+        }
+    };
+    Ok((target, action))
+}
+
+/// One item as `(key, value)`; a bare `N%` is the key `%`.
+fn split_item(item: &str) -> Result<(&str, &str), SpecError> {
+    if item.is_empty() {
+        return Err(SpecError::EmptyItem);
+    }
+    match item.split_once(':') {
+        Some((k, v)) => Ok((k, v)),
+        None if item.ends_with('%') => Ok(("%", item)),
+        None => Err(SpecError::BadItem(item.to_owned())),
+    }
+}
+
+/// `N%` as a probability in (0, 1].
+fn percentage(item: &str) -> Result<f64, SpecError> {
+    let n: f64 = item
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|source| SpecError::NotPercentage {
+            item: item.to_owned(),
+            source,
+        })?;
+    if !(n > 0.0 && n <= 100.0) {
+        return Err(SpecError::RateRange(item.to_owned()));
+    }
+    Ok(n / 100.0)
+}
+
+/// Sets the field a `key:value` item names (all but the rate).
+fn set_item(spec: &mut FaultSpec, key: &str, value: &str) -> Result<(), SpecError> {
+    match key {
+        "at" => spec.at = Some(duration(key, value)?),
+        "every" => {
+            let d = duration(key, value)?;
+            if d < MIN_PERIOD {
+                return Err(SpecError::PeriodTooShort(value.to_owned()));
+            }
+            spec.every = Some(d);
+        }
+        "for" => spec.window = Some(duration(key, value)?),
+        "after" => spec.after = duration(key, value)?,
+        "path" => {
+            if !value.starts_with('/') {
+                return Err(SpecError::PathNotAbsolute(value.to_owned()));
+            }
+            spec.path = Some(value.to_owned());
+        }
+        "max" => {
+            let bad = |source| SpecError::BadMax {
+                value: value.to_owned(),
+                source,
+            };
+            let n: u64 = value.parse().map_err(|e| bad(Some(e)))?;
+            if n == 0 {
+                return Err(bad(None));
+            }
+            spec.max = Some(n);
+        }
+        "down" => spec.down = duration(key, value)?,
+        "state" => {
+            spec.state = Some(match value {
+                "keep" => RestartState::Keep,
+                "lose" => RestartState::Lose,
+                _ => return Err(SpecError::BadState(value.to_owned())),
+            })
+        }
+        _ => return Err(SpecError::UnknownItem(key.to_owned())),
+    }
+    Ok(())
 }
 
 /// The rules that tie items to targets.
@@ -520,79 +695,64 @@ fn check(spec: &mut FaultSpec, rate: Option<f64>, seen: &[&str]) -> Result<(), S
     let t = spec.target;
     let has = |k: &str| seen.contains(&k);
     let timed = spec.at.is_some() || spec.every.is_some();
-    let only = |item: &str, target: Target| -> Result<(), SpecError> {
+    let only = |item: &'static str, target: Target| -> Result<(), SpecError> {
         if has(item) && t != target {
-            return Err(SpecError(format!("{item}: applies to {target} only")));
+            return Err(SpecError::OnlyFor { item, target });
         }
         Ok(())
     };
     if has("path") && !matches!(t, Target::ConsulHttp | Target::ConsulKv) {
-        return Err(SpecError(format!(
-            "path: applies to {} and {} only",
-            Target::ConsulHttp,
-            Target::ConsulKv
-        )));
+        return Err(SpecError::PathOnlyHttpKv);
     }
     only("down", Target::Restart)?;
     only("state", Target::Restart)?;
     only("after", Target::SensuSession)?;
     if t == Target::Restart {
         if rate.is_some() || has("for") {
-            return Err(SpecError(
-                "restart happens at times only: restart@at:20s[,every:60s],down:5s,state:keep|lose"
-                    .into(),
-            ));
+            return Err(SpecError::RestartTimesOnly);
         }
         if !timed {
-            return Err(SpecError("restart needs at:DUR and/or every:DUR".into()));
+            return Err(SpecError::RestartNeedsTime);
         }
         if spec.state.is_none() {
-            return Err(SpecError(
-                "restart needs state:keep (catalog, sessions, raft index kept) or state:lose \
-                 (start empty, as a consul agent -dev restart)"
-                    .into(),
-            ));
+            return Err(SpecError::RestartNeedsState);
         }
         if let Some(p) = spec.every
             && spec.down >= p
         {
-            return Err(SpecError(format!(
-                "down:{:?} must be shorter than every:{p:?}",
-                spec.down
-            )));
+            return Err(SpecError::DownNotShorter {
+                down: spec.down,
+                every: p,
+            });
         }
         return Ok(());
     }
     let action = spec.action.as_ref().expect("checked in parse");
     if rate.is_none() && !timed {
-        return Err(SpecError(
-            "needs a rate (N%) and/or a time (at:DUR, every:DUR)".into(),
-        ));
+        return Err(SpecError::NoRateNorTime);
     }
     if let Some(r) = rate {
         spec.rate = r;
     }
     if has("after") && timed {
-        return Err(SpecError(
-            "after: goes with a rate alone (sessions hit that far into their life)".into(),
-        ));
+        return Err(SpecError::AfterWithTime);
     }
     if has("for") && !timed {
-        return Err(SpecError("for: needs at:DUR or every:DUR".into()));
+        return Err(SpecError::ForWithoutTime);
     }
     if timed && !has("for") && !t.has_live_units(action) {
-        return Err(SpecError(format!(
-            "{t} has no live units to hit with {} at a time: add for:DUR (how long arriving \
-             units are hit)",
-            action.name()
-        )));
+        return Err(SpecError::NoLiveUnits {
+            target: t,
+            action: action.clone(),
+        });
     }
     if let (Some(w), Some(p)) = (spec.window, spec.every)
         && w >= p
     {
-        return Err(SpecError(format!(
-            "for:{w:?} must be shorter than every:{p:?}"
-        )));
+        return Err(SpecError::WindowNotShorter {
+            window: w,
+            every: p,
+        });
     }
     Ok(())
 }
@@ -643,7 +803,7 @@ mod tests {
     fn err(s: &str) -> String {
         match s.parse::<FaultSpec>() {
             Ok(spec) => panic!("{s} parsed: {spec:?}"),
-            Err(e) => e.0,
+            Err(e) => e.to_string(),
         }
     }
 
@@ -749,6 +909,51 @@ mod tests {
             assert!(!e.contains('\n'), "{spec}: {e}");
             assert!(e.starts_with(&format!("{spec:?}")), "{spec}: {e}");
         }
+    }
+
+    #[test]
+    fn mistakes_are_variants_that_keep_their_cause() {
+        use std::error::Error as _;
+        let inner = |s: &str| match s.parse::<FaultSpec>() {
+            Err(SpecError::InSpec { text, source }) => {
+                assert_eq!(text, s.trim());
+                *source
+            }
+            other => panic!("{s}: {other:?}"),
+        };
+        let e = inner("consul.http=503@at:soon,for:1s");
+        assert!(matches!(&e, SpecError::BadDuration { item, value, .. }
+            if item == "at" && value == "soon"));
+        assert!(e.source().is_some(), "the duration's own error is kept");
+        let e = inner("consul.http=503@x%");
+        assert!(matches!(e, SpecError::NotPercentage { .. }));
+        assert!(e.source().is_some());
+        assert!(matches!(
+            inner("consul.http=503@1%,max:many"),
+            SpecError::BadMax {
+                source: Some(_),
+                ..
+            }
+        ));
+        assert!(matches!(
+            inner("consul.http=503@1%,max:0"),
+            SpecError::BadMax { source: None, .. }
+        ));
+        assert_eq!(
+            inner("sensu.session=drop@1%,down:1s"),
+            SpecError::OnlyFor {
+                item: "down",
+                target: Target::Restart
+            }
+        );
+        assert_eq!(
+            inner("consul.kv=index-back@at:1s"),
+            SpecError::NoLiveUnits {
+                target: Target::ConsulKv,
+                action: Action::IndexBack
+            }
+        );
+        assert_eq!(inner(" restart@at:1s "), SpecError::RestartNeedsState);
     }
 
     #[test]

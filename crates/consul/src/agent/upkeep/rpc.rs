@@ -28,7 +28,7 @@ use crate::rpc::{encode_ping, session};
 impl From<MsgpackError> for Refusal {
     fn from(e: MsgpackError) -> Self {
         Refusal {
-            kind: "decode_answer",
+            kind: e.kind(),
             words: Some(format!("the answer did not decode: {e}")),
         }
     }
@@ -288,111 +288,130 @@ impl ConsulAgent {
                     Done::Synced(r)
                 })
             }
-            Op::CreateSession => {
-                let node = self.node();
-                let ttl = sh.ttl.as_ref().map(|(_, t)| t.clone()).unwrap_or_default();
-                Box::pin(async move {
-                    let s = session::NewSession {
-                        datacenter: &sh.cfg.conn.datacenter,
-                        node: &node,
-                        name: "agent-sim",
-                        ttl: &ttl,
-                        behavior: "release",
-                        // A node that is no gossip member has no serfHealth.
-                        node_checks: &[],
-                        token: &sh.token,
-                    };
-                    let create = |seq, out: &mut Vec<u8>| session::encode_create(seq, &s, out);
-                    let r = match c.call(Rpc::SessionApply, create).await {
-                        Ok(reply) => session::decode_apply(&reply.body)
-                            .map(|id| id.into_owned())
-                            .map_err(Refusal::from),
-                        Err(e) => Err(e.into()),
-                    };
-                    Done::SessionCreated(r)
-                })
-            }
-            Op::Renew => {
-                let id = self.session_id.as_deref().unwrap_or_default().to_owned();
-                Box::pin(async move {
-                    let start = Instant::now();
-                    let dc = &sh.cfg.conn.datacenter;
-                    let r = match c
-                        .call(Rpc::SessionRenew, |seq, out| {
-                            session::encode_renew(seq, dc, &id, &sh.token, out)
-                        })
-                        .await
-                    {
-                        Ok(reply) => session::decode_renew(&reply.body).map_err(Refusal::from),
-                        Err(e) => Err(e.into()),
-                    };
-                    Done::Renewed(r, start.elapsed())
-                })
-            }
-            Op::Flap => {
-                let node = self.node_spec();
-                let (id, status) = self.next_flap();
-                Box::pin(async move {
-                    let Some(svc) = node.services.iter().find(|s| s.id == id) else {
-                        return Done::Flapped(Ok(()));
-                    };
-                    let flipped = Service {
-                        status: Some(status),
-                        id: svc.id.clone(),
-                        service: svc.service.clone(),
-                        port: svc.port,
-                        sidecar: None,
-                    };
-                    Done::Flapped(register_service(&c, &node.ident, &flipped).await)
-                })
-            }
-            Op::Coordinate => {
-                let node = self.node();
-                let coord = match self.member() {
-                    Some((pool, slot)) => pool.coordinate(slot),
-                    None => self
-                        .extra
-                        .as_ref()
-                        .and_then(|e| e.vivaldi.as_ref())
-                        .map_or_else(Default::default, |v| v.coord().clone()),
-                };
-                Box::pin(async move {
-                    let start = Instant::now();
-                    let dc = &sh.cfg.conn.datacenter;
-                    let r = c
-                        .call(Rpc::CoordinateUpdate, |seq, out| {
-                            crate::rpc::coordinate::encode_update(
-                                seq, dc, &node, &coord, &sh.token, out,
-                            )
-                        })
-                        .await;
-                    Done::Coordinated(r.map(|_| ()).map_err(Refusal::from), start.elapsed())
-                })
-            }
+            Op::CreateSession => self.create_session_call(c),
+            Op::Renew => self.renew_call(c),
+            Op::Flap => self.flap_call(c),
+            Op::Coordinate => self.coordinate_call(c),
             Op::Ping => Box::pin(async move {
                 let r = c.call(Rpc::StatusPing, encode_ping).await;
                 Done::Pinged(r.map(|_| ()).map_err(Refusal::from))
             }),
             Op::Move => Box::pin(async { Done::Moved(None) }),
-            Op::Sign => {
-                let req = self.sign_request();
-                Box::pin(async move {
-                    let (csr, dc) = match req {
-                        Ok(r) => r,
-                        Err(r) => return Done::Signed(Err(r)),
-                    };
-                    let r = c
-                        .call(Rpc::ConnectSign, |seq, out| {
-                            crate::rpc::connect_ca::encode_sign(seq, &csr, &dc, &sh.token, out)
-                        })
-                        .await;
-                    Done::Signed(match r {
-                        Ok(reply) => crate::agent::connect::signed(&reply),
-                        Err(e) => Err(e.into()),
-                    })
-                })
-            }
+            Op::Sign => self.sign_call(c),
         }
+    }
+
+    /// `Session.Apply` creating the agent's TTL session.
+    fn create_session_call(&self, c: Caller) -> UpkeepCall {
+        let node = self.node();
+        let sh = c.sh.clone();
+        let ttl = sh.ttl.as_ref().map(|(_, t)| t.clone()).unwrap_or_default();
+        Box::pin(async move {
+            let s = session::NewSession {
+                datacenter: &sh.cfg.conn.datacenter,
+                node: &node,
+                name: "agent-sim",
+                ttl: &ttl,
+                behavior: "release",
+                // A node that is no gossip member has no serfHealth.
+                node_checks: &[],
+                token: &sh.token,
+            };
+            let create = |seq, out: &mut Vec<u8>| session::encode_create(seq, &s, out);
+            let r = match c.call(Rpc::SessionApply, create).await {
+                Ok(reply) => session::decode_apply(&reply.body)
+                    .map(|id| id.into_owned())
+                    .map_err(Refusal::from),
+                Err(e) => Err(e.into()),
+            };
+            Done::SessionCreated(r)
+        })
+    }
+
+    /// `Session.Renew` of the agent's session, timed.
+    fn renew_call(&self, c: Caller) -> UpkeepCall {
+        let id = self.session_id.as_deref().unwrap_or_default().to_owned();
+        Box::pin(async move {
+            let start = Instant::now();
+            let sh = &c.sh;
+            let dc = &sh.cfg.conn.datacenter;
+            let r = match c
+                .call(Rpc::SessionRenew, |seq, out| {
+                    session::encode_renew(seq, dc, &id, &sh.token, out)
+                })
+                .await
+            {
+                Ok(reply) => session::decode_renew(&reply.body).map_err(Refusal::from),
+                Err(e) => Err(e.into()),
+            };
+            Done::Renewed(r, start.elapsed())
+        })
+    }
+
+    /// The next flap: the service registered again with its check's new
+    /// status.
+    fn flap_call(&self, c: Caller) -> UpkeepCall {
+        let node = self.node_spec();
+        let (id, status) = self.next_flap();
+        Box::pin(async move {
+            let Some(svc) = node.services.iter().find(|s| s.id == id) else {
+                return Done::Flapped(Ok(()));
+            };
+            let flipped = Service {
+                status: Some(status),
+                id: svc.id.clone(),
+                service: svc.service.clone(),
+                port: svc.port,
+                sidecar: None,
+            };
+            Done::Flapped(register_service(&c, &node.ident, &flipped).await)
+        })
+    }
+
+    /// `Coordinate.Update` with the agent's coordinate (its gossip
+    /// member's, else its own Vivaldi's), timed.
+    fn coordinate_call(&self, c: Caller) -> UpkeepCall {
+        let node = self.node();
+        let coord = match self.member() {
+            Some((pool, slot)) => pool.coordinate(slot),
+            None => self
+                .extra
+                .as_ref()
+                .and_then(|e| e.vivaldi.as_ref())
+                .map_or_else(Default::default, |v| v.coord().clone()),
+        };
+        Box::pin(async move {
+            let start = Instant::now();
+            let sh = &c.sh;
+            let dc = &sh.cfg.conn.datacenter;
+            let r = c
+                .call(Rpc::CoordinateUpdate, |seq, out| {
+                    crate::rpc::coordinate::encode_update(seq, dc, &node, &coord, &sh.token, out)
+                })
+                .await;
+            Done::Coordinated(r.map(|_| ()).map_err(Refusal::from), start.elapsed())
+        })
+    }
+
+    /// `ConnectCA.Sign` of a new leaf's CSR.
+    fn sign_call(&self, c: Caller) -> UpkeepCall {
+        let req = self.sign_request();
+        Box::pin(async move {
+            let (csr, dc) = match req {
+                Ok(r) => r,
+                Err(r) => return Done::Signed(Err(r)),
+            };
+            let sh = &c.sh;
+            let r = c
+                .call(Rpc::ConnectSign, |seq, out| {
+                    crate::rpc::connect_ca::encode_sign(seq, &csr, &dc, &sh.token, out)
+                })
+                .await;
+            Done::Signed(match r {
+                Ok(reply) => crate::agent::connect::signed(&reply),
+                Err(e) => Err(e.into()),
+            })
+        })
     }
 }
 

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Body, json_response, ok_true, server_error, text, with_index};
 use crate::consul::ConsulState;
-use crate::consul::state::CATALOG_FULL;
+use crate::consul::write_error::CATALOG_FULL;
 use crate::consul::writes::nullable;
 
 #[derive(Deserialize)]

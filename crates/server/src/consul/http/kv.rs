@@ -97,14 +97,25 @@ impl Params {
     }
 
     /// Go's `ParseUint` of `name`, its error in Go's words.
-    fn uint(&self, name: &str) -> Result<u64, String> {
+    fn uint(&self, name: &str) -> Result<u64, ParseUintError> {
         let v = self.get(name);
         if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!("strconv.ParseUint: parsing {v:?}: invalid syntax"));
+            return Err(ParseUintError::Syntax(v.to_owned()));
         }
-        v.parse()
-            .map_err(|_| format!("strconv.ParseUint: parsing {v:?}: value out of range"))
+        v.parse().map_err(|_| ParseUintError::Range(v.to_owned()))
     }
+}
+
+/// Why a query value is no `uint64`, in Go's `strconv.ParseUint` words
+/// (Consul answers them as its 500 body).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum ParseUintError {
+    /// Not digits only (or empty).
+    #[error("strconv.ParseUint: parsing {0:?}: invalid syntax")]
+    Syntax(String),
+    /// Digits past `u64::MAX`.
+    #[error("strconv.ParseUint: parsing {0:?}: value out of range")]
+    Range(String),
 }
 
 /// Percent-decoding (`+` as a space in a query); a `%` not followed by
@@ -300,13 +311,13 @@ fn kv_put(state: &ConsulState, key: &str, p: &Params, req: &ApiRequest<'_>) -> R
     if p.has("flags") {
         match p.uint("flags") {
             Ok(f) => r.flags = f,
-            Err(e) => return server_error(e),
+            Err(e) => return server_error(e.to_string()),
         }
     }
     if p.has("cas") {
         match p.uint("cas") {
             Ok(i) => r.index = i,
-            Err(e) => return server_error(e),
+            Err(e) => return server_error(e.to_string()),
         }
         verb = Verb::Cas;
     }
@@ -344,7 +355,7 @@ fn kv_delete(state: &ConsulState, key: &str, p: &Params, token: &str) -> Respons
     if p.has("cas") {
         match p.uint("cas") {
             Ok(i) => r.index = i,
-            Err(e) => return server_error(e),
+            Err(e) => return server_error(e.to_string()),
         }
         verb = Verb::DeleteCas;
     }
@@ -429,13 +440,13 @@ mod tests {
         );
         assert_eq!(p.uint("cas"), Ok(3));
         assert_eq!(
-            p.uint("recurse"),
-            Err("strconv.ParseUint: parsing \"\": invalid syntax".into())
+            p.uint("recurse").unwrap_err().to_string(),
+            "strconv.ParseUint: parsing \"\": invalid syntax"
         );
         let big = Params::parse("cas=99999999999999999999");
         assert_eq!(
-            big.uint("cas"),
-            Err("strconv.ParseUint: parsing \"99999999999999999999\": value out of range".into())
+            big.uint("cas").unwrap_err().to_string(),
+            "strconv.ParseUint: parsing \"99999999999999999999\": value out of range"
         );
         assert_eq!(unescape("a%2Fb%", false), "a/b%");
     }

@@ -51,7 +51,7 @@ use super::blocking::block;
 use super::conn::{accept_loop, drive_connection, tls_accept};
 use super::render::pretty;
 use super::sessions::Session;
-use super::state::WriteError;
+use super::write_error::WriteError;
 use crate::faults::{self, Action, ConnCtl, INJECTED_WORDS, RETRY_ELSEWHERE, RETRY_LATER, Target};
 
 /// Consul's `txn_max_req_len` default; used as the body limit everywhere.
@@ -169,7 +169,7 @@ fn server_error(msg: impl Into<String>) -> Response<Body> {
 
 impl From<WriteError> for Response<Body> {
     fn from(e: WriteError) -> Self {
-        server_error(e.0)
+        server_error(e.to_string())
     }
 }
 
@@ -390,124 +390,166 @@ pub struct ApiRequest<'a> {
 pub fn dispatch(state: &ConsulState, req: &ApiRequest<'_>) -> Response<Body> {
     let c = &state.inner.counters;
     c.bump(&c.http_requests);
-    let method = req.method.clone();
-    let (path, query, token, body) = (req.path, req.query, req.token, req.body);
-    let write = method == Method::PUT || method == Method::POST;
-    let Some(route) = path.strip_prefix("/v1/") else {
-        return text(StatusCode::NOT_FOUND, "404 page not found\n");
+    let Some(route) = req.path.strip_prefix("/v1/") else {
+        return not_found();
     };
-    let not_allowed = || {
-        text(
-            StatusCode::METHOD_NOT_ALLOWED,
-            format!("method {method} not allowed"),
-        )
-    };
-    let (head, tail) = match route.find('/') {
-        Some(i) => (&route[..i], &route[i + 1..]),
-        None => (route, ""),
-    };
-    match (head, tail) {
-        ("catalog", "register")
-        | ("catalog", "deregister")
-        | ("txn", "")
-        | ("session", "create")
-        | ("config", "") => {
-            if !write {
-                return not_allowed();
-            }
-            if let Err(refused) = acl_write(state, token, head, tail, body) {
-                return *refused;
-            }
-            match (head, tail) {
-                ("catalog", "register") => catalog_register(state, body),
-                ("catalog", "deregister") => catalog_deregister(state, body),
-                ("txn", _) => txn(state, body),
-                ("session", _) => session_create(state, body),
-                _ => config_put(state, body, query),
+    let (head, tail) = route.split_once('/').unwrap_or((route, ""));
+    let get = *req.method == Method::GET;
+    match head {
+        "catalog" => catalog_route(state, req, tail),
+        "session" => session_route(state, req, tail),
+        "config" => config_route(state, req, tail),
+        "health" => health_route(state, req, tail),
+        "kv" => kv::kv_endpoint(state, req, tail),
+        "txn" if tail.is_empty() => body_write(state, req, (head, tail), txn),
+        "connect" if tail.starts_with("ca/") => {
+            let write = is_write(req.method);
+            match state.ca().http(write, &tail["ca/".len()..], req.body) {
+                Ok(v) => json_response(StatusCode::OK, &v),
+                Err(e) => text(e.status(), e.to_string()),
             }
         }
-        ("session", t) if t.starts_with("renew/") || t.starts_with("destroy/") => {
-            if !write {
-                return not_allowed();
+        "coordinate" if tail == "nodes" && get => coordinate_nodes(state),
+        "agent" if tail == "members" && get => agent_members(state, req.token),
+        "agent" if tail == "metrics" && get => agent_metrics(state, req.query),
+        "status" if tail == "leader" => {
+            if !get {
+                return not_allowed(req.method);
             }
-            if let Err(refused) = acl_write(state, token, head, t, b"") {
-                return *refused;
-            }
-            let (op, id) = t.split_once('/').expect("checked prefix");
-            if id.is_empty() {
-                return text(StatusCode::BAD_REQUEST, "Missing session");
-            }
-            if op == "renew" {
-                session_renew(state, id)
-            } else {
-                session_destroy(state, id)
-            }
+            json_response(StatusCode::OK, &state.leader_addr().to_string())
         }
-        ("catalog", "nodes") | ("session", "list") if method == Method::GET => {
-            if head == "catalog" {
-                catalog_nodes(state, query)
-            } else {
-                session_list(state, None)
-            }
+        _ => not_found(),
+    }
+}
+
+/// A PUT or POST.
+fn is_write(method: &Method) -> bool {
+    method == Method::PUT || method == Method::POST
+}
+
+/// The answer to a path this API does not have.
+fn not_found() -> Response<Body> {
+    text(StatusCode::NOT_FOUND, "404 page not found\n")
+}
+
+/// The answer to a method a path does not take.
+fn not_allowed(method: &Method) -> Response<Body> {
+    text(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method {method} not allowed"),
+    )
+}
+
+/// A write route (`route`: head and tail of its path): refused unless a
+/// PUT or POST whose token may write (`body` is what the ACL check
+/// reads), else answered by `answer`.
+fn guarded_write(
+    state: &ConsulState,
+    req: &ApiRequest<'_>,
+    route: (&str, &str),
+    body: &[u8],
+    answer: impl FnOnce() -> Response<Body>,
+) -> Response<Body> {
+    if !is_write(req.method) {
+        return not_allowed(req.method);
+    }
+    if let Err(refused) = acl_write(state, req.token, route.0, route.1, body) {
+        return *refused;
+    }
+    answer()
+}
+
+/// A write route answered from its body alone (checked as
+/// [`guarded_write`] checks).
+fn body_write(
+    state: &ConsulState,
+    req: &ApiRequest<'_>,
+    route: (&str, &str),
+    answer: fn(&ConsulState, &[u8]) -> Response<Body>,
+) -> Response<Body> {
+    guarded_write(state, req, route, req.body, || answer(state, req.body))
+}
+
+/// `/v1/catalog/...`.
+fn catalog_route(state: &ConsulState, req: &ApiRequest<'_>, tail: &str) -> Response<Body> {
+    let get = *req.method == Method::GET;
+    let route = ("catalog", tail);
+    match tail {
+        "register" => body_write(state, req, route, catalog_register),
+        "deregister" => body_write(state, req, route, catalog_deregister),
+        "nodes" if get => catalog_nodes(state, req.query),
+        t if get && t.starts_with("node/") => catalog_node(state, &t["node/".len()..]),
+        t if get && t.starts_with("service/") => catalog_service(state, &t["service/".len()..]),
+        _ => not_found(),
+    }
+}
+
+/// `/v1/session/...`.
+fn session_route(state: &ConsulState, req: &ApiRequest<'_>, tail: &str) -> Response<Body> {
+    let get = *req.method == Method::GET;
+    let route = ("session", tail);
+    match tail {
+        "create" => body_write(state, req, route, session_create),
+        t if t.starts_with("renew/") || t.starts_with("destroy/") => {
+            guarded_write(state, req, route, b"", || {
+                let (op, id) = t.split_once('/').expect("checked prefix");
+                if id.is_empty() {
+                    text(StatusCode::BAD_REQUEST, "Missing session")
+                } else if op == "renew" {
+                    session_renew(state, id)
+                } else {
+                    session_destroy(state, id)
+                }
+            })
         }
-        ("catalog", t) if method == Method::GET && t.starts_with("node/") => {
-            catalog_node(state, &t["node/".len()..])
-        }
-        ("catalog", t) if method == Method::GET && t.starts_with("service/") => {
-            catalog_service(state, &t["service/".len()..])
-        }
-        ("session", t) if method == Method::GET && t.starts_with("node/") => {
-            session_list(state, Some(&t["node/".len()..]))
-        }
-        ("connect", t) if t.starts_with("ca/") => match state.ca().http(write, &t[3..], body) {
-            Ok(v) => json_response(StatusCode::OK, &v),
-            Err((code, words)) => text(
-                StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                words,
-            ),
-        },
-        ("session", t) if t.starts_with("info/") => {
-            if method != Method::GET {
-                return not_allowed();
+        "list" if get => session_list(state, None),
+        t if get && t.starts_with("node/") => session_list(state, Some(&t["node/".len()..])),
+        t if t.starts_with("info/") => {
+            if !get {
+                return not_allowed(req.method);
             }
             let id = &t["info/".len()..];
             let found: Vec<Session> = state.sessions().get(id).cloned().into_iter().collect();
             json_response(StatusCode::OK, &found)
         }
-        ("config", t) if t.contains('/') => {
-            let (kind, name) = t.split_once('/').expect("checked");
-            match method {
-                Method::DELETE => config_delete(state, kind, name, query),
-                Method::GET => config_get(state, kind, name),
-                _ => not_allowed(),
-            }
+        _ => not_found(),
+    }
+}
+
+/// `/v1/config` (a PUT) and `/v1/config/<kind>/<name>`.
+fn config_route(state: &ConsulState, req: &ApiRequest<'_>, tail: &str) -> Response<Body> {
+    if tail.is_empty() {
+        return guarded_write(state, req, ("config", tail), req.body, || {
+            config_put(state, req.body, req.query)
+        });
+    }
+    let Some((kind, name)) = tail.split_once('/') else {
+        return not_found();
+    };
+    match *req.method {
+        Method::DELETE => config_delete(state, kind, name, req.query),
+        Method::GET => config_get(state, kind, name),
+        _ => not_allowed(req.method),
+    }
+}
+
+/// `/v1/health/...` (reads only).
+fn health_route(state: &ConsulState, req: &ApiRequest<'_>, tail: &str) -> Response<Body> {
+    let get = *req.method == Method::GET;
+    if let Some(service) = tail.strip_prefix("service/") {
+        if !get {
+            return not_allowed(req.method);
         }
-        ("health", t) if t.starts_with("service/") => {
-            if method != Method::GET {
-                return not_allowed();
-            }
-            let passing = query
-                .split('&')
-                .any(|kv| kv == "passing" || kv.starts_with("passing="));
-            health_service(state, &t["service/".len()..], passing)
-        }
-        ("health", t) if method == Method::GET && t.starts_with("node/") => {
-            health_node(state, &t["node/".len()..])
-        }
-        ("health", t) if method == Method::GET && t.starts_with("state/") => {
-            health_state(state, &t["state/".len()..])
-        }
-        ("kv", key) => kv::kv_endpoint(state, req, key),
-        ("coordinate", "nodes") if method == Method::GET => coordinate_nodes(state),
-        ("agent", "members") if method == Method::GET => agent_members(state, token),
-        ("agent", "metrics") if method == Method::GET => agent_metrics(state, query),
-        ("status", "leader") => {
-            if method != Method::GET {
-                return not_allowed();
-            }
-            json_response(StatusCode::OK, &state.leader_addr().to_string())
-        }
-        _ => text(StatusCode::NOT_FOUND, "404 page not found\n"),
+        let passing = req
+            .query
+            .split('&')
+            .any(|kv| kv == "passing" || kv.starts_with("passing="));
+        return health_service(state, service, passing);
+    }
+    match tail {
+        t if get && t.starts_with("node/") => health_node(state, &t["node/".len()..]),
+        t if get && t.starts_with("state/") => health_state(state, &t["state/".len()..]),
+        _ => not_found(),
     }
 }
 

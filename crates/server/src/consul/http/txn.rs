@@ -12,12 +12,11 @@ use super::txn_kv::{self, TxnError, TxnResult};
 use super::{Body, MAX_TXN_OPS, json_response, text, with_index};
 use crate::consul::ConsulState;
 use crate::consul::kv::txn as kv_txn;
-use crate::consul::kv::{KvRequest, Verb};
+use crate::consul::kv::{self, KvRequest, Verb};
 use crate::consul::render::{check_json, node_json, service_json};
-use crate::consul::state::{
-    CATALOG_FULL, CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Store, Touched, WriteError,
-};
+use crate::consul::state::{CheckDef, NodeDef, SERF_HEALTH, ServiceDef, Store, Touched};
 use crate::consul::timing::TxnTimer;
+use crate::consul::write_error::WriteError;
 use crate::consul::writes::{
     CheckBody, NodeBody, ServiceBody, check_def, node_def, nullable, service_def,
 };
@@ -66,6 +65,59 @@ pub(super) struct TxnCheckOp {
 
 // ---------------------------------------------------------------- txn
 
+/// Why an op of a txn failed: its `What`, in Consul's words (byte for
+/// byte, as a real server's), each cause its own variant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum OpError {
+    /// A KV op refused (its verb, key, lock-delay, or the store's check).
+    #[error(transparent)]
+    Kv(#[from] kv::Error),
+    /// A catalog op refused as a catalog write is.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// A node op without a node name.
+    #[error("Must provide node")]
+    NoNode,
+    /// A verb the op's kind does not have.
+    #[error("unknown {kind} verb {verb:?}")]
+    UnknownVerb {
+        /// `node`, `service` or `check`.
+        kind: &'static str,
+        /// The verb as sent.
+        verb: String,
+    },
+    /// An op of no kind.
+    #[error("operation has no KV, Node, Service or Check")]
+    NoKind,
+    /// A node `get` of a node that does not exist.
+    #[error("node {0:?} doesn't exist")]
+    NoSuchNode(String),
+    /// A service `get` of a service that does not exist.
+    #[error("service {id:?} on node {node:?} doesn't exist")]
+    NoSuchService {
+        /// The node named.
+        node: String,
+        /// The service ID named.
+        id: String,
+    },
+}
+
+/// A failed op: its index in the txn and why.
+type Failed = (usize, OpError);
+
+/// The answer refusing a whole txn before its ops are checked.
+type Refusal = Box<Response<Body>>;
+
+impl OpError {
+    /// The txn's error entry for the op at `op_index`.
+    fn entry(&self, op_index: usize) -> TxnError {
+        TxnError {
+            op_index,
+            what: self.to_string(),
+        }
+    }
+}
+
 pub(super) enum Op {
     NodeSet(String, NodeDef),
     NodeGet(String),
@@ -88,11 +140,15 @@ impl Op {
     }
 }
 
-pub(super) fn parse_op(body: TxnOpBody) -> Result<Op, String> {
+pub(super) fn parse_op(body: TxnOpBody) -> Result<Op, OpError> {
+    let unknown = |kind, verb: &str| OpError::UnknownVerb {
+        kind,
+        verb: verb.to_owned(),
+    };
     if let Some(n) = body.node {
         let name = n.node.node.clone();
         if name.is_empty() {
-            return Err("Must provide node".into());
+            return Err(OpError::NoNode);
         }
         return match n.verb.as_str() {
             "set" | "cas" => Ok(Op::NodeSet(
@@ -106,7 +162,7 @@ pub(super) fn parse_op(body: TxnOpBody) -> Result<Op, String> {
             )),
             "get" => Ok(Op::NodeGet(name)),
             "delete" | "delete-cas" => Ok(Op::NodeDelete(name)),
-            v => Err(format!("unknown node verb {v:?}")),
+            v => Err(unknown("node", v)),
         };
     }
     if let Some(s) = body.service {
@@ -122,10 +178,10 @@ pub(super) fn parse_op(body: TxnOpBody) -> Result<Op, String> {
                     }
                     Op::ServiceSet(node, d)
                 })
-                .map_err(|e| e.0),
+                .map_err(OpError::from),
             "get" => Ok(Op::ServiceGet(node, s.service.id)),
             "delete" | "delete-cas" => Ok(Op::ServiceDelete(node, s.service.id)),
-            v => Err(format!("unknown service verb {v:?}")),
+            v => Err(unknown("service", v)),
         };
     }
     if let Some(c) = body.check {
@@ -133,18 +189,18 @@ pub(super) fn parse_op(body: TxnOpBody) -> Result<Op, String> {
         return match c.verb.as_str() {
             "set" | "cas" => check_def(c.check)
                 .map(|d| Op::CheckSet(node, d))
-                .map_err(|e| e.0),
+                .map_err(OpError::from),
             "get" => Ok(Op::CheckGet(node, c.check.check_id)),
             "delete" | "delete-cas" => Ok(Op::CheckDelete(node, c.check.check_id)),
-            v => Err(format!("unknown check verb {v:?}")),
+            v => Err(unknown("check", v)),
         };
     }
-    Err("operation has no KV, Node, Service or Check".into())
+    Err(OpError::NoKind)
 }
 
 /// Replays the ops' effect on existence, so that a txn either applies whole
 /// or not at all.
-pub(super) fn validate(store: &Store, ops: &[Op]) -> Vec<(usize, String)> {
+pub(super) fn validate(store: &Store, ops: &[Op]) -> Vec<Failed> {
     let mut nodes: HashMap<&str, bool> = HashMap::new();
     let mut services: HashMap<(&str, &str), bool> = HashMap::new();
     let mut deleted: HashSet<&str> = HashSet::new();
@@ -170,48 +226,50 @@ pub(super) fn validate(store: &Store, ops: &[Op]) -> Vec<(usize, String)> {
             })
     };
     for (i, op) in ops.iter().enumerate() {
-        let problem = match op {
-            Op::NodeSet(n, _) if !store.room_for_node(n) => Some(CATALOG_FULL.to_owned()),
-            Op::NodeSet(n, _) => {
-                nodes.insert(n, true);
-                None
-            }
-            Op::NodeDelete(n) => {
-                nodes.insert(n, false);
-                deleted.insert(n);
-                services.retain(|(sn, _), _| sn != n);
-                None
-            }
-            Op::NodeGet(n) => {
-                (!node_exists(&nodes, n)).then(|| format!("node {n:?} doesn't exist"))
-            }
-            Op::ServiceSet(n, d) => {
-                if node_exists(&nodes, n) {
-                    services.insert((n, &d.id), true);
-                    None
-                } else {
-                    Some(WriteError::missing_node().0)
-                }
-            }
-            Op::ServiceDelete(n, id) => {
-                services.insert((n, id), false);
-                None
-            }
-            Op::ServiceGet(n, id) => (!service_exists(&nodes, &services, &deleted, n, id))
-                .then(|| format!("service {id:?} on node {n:?} doesn't exist")),
-            Op::CheckSet(n, d) => {
-                if !node_exists(&nodes, n) {
-                    Some(WriteError::missing_node().0)
-                } else if !d.service_id.is_empty()
-                    && !service_exists(&nodes, &services, &deleted, n, &d.service_id)
-                {
-                    Some("Missing service registration".into())
-                } else {
+        let problem =
+            match op {
+                Op::NodeSet(n, _) if !store.room_for_node(n) => Some(WriteError::Full.into()),
+                Op::NodeSet(n, _) => {
+                    nodes.insert(n, true);
                     None
                 }
-            }
-            Op::CheckDelete(..) | Op::CheckGet(..) | Op::Kv(..) => None,
-        };
+                Op::NodeDelete(n) => {
+                    nodes.insert(n, false);
+                    deleted.insert(n);
+                    services.retain(|(sn, _), _| sn != n);
+                    None
+                }
+                Op::NodeGet(n) => (!node_exists(&nodes, n)).then(|| OpError::NoSuchNode(n.clone())),
+                Op::ServiceSet(n, d) => {
+                    if node_exists(&nodes, n) {
+                        services.insert((n, &d.id), true);
+                        None
+                    } else {
+                        Some(WriteError::MissingNode.into())
+                    }
+                }
+                Op::ServiceDelete(n, id) => {
+                    services.insert((n, id), false);
+                    None
+                }
+                Op::ServiceGet(n, id) => (!service_exists(&nodes, &services, &deleted, n, id))
+                    .then(|| OpError::NoSuchService {
+                        node: n.clone(),
+                        id: id.clone(),
+                    }),
+                Op::CheckSet(n, d) => {
+                    if !node_exists(&nodes, n) {
+                        Some(WriteError::MissingNode.into())
+                    } else if !d.service_id.is_empty()
+                        && !service_exists(&nodes, &services, &deleted, n, &d.service_id)
+                    {
+                        Some(WriteError::MissingService.into())
+                    } else {
+                        None
+                    }
+                }
+                Op::CheckDelete(..) | Op::CheckGet(..) | Op::Kv(..) => None,
+            };
         if let Some(what) = problem {
             errors.push((i, what));
         }
@@ -219,41 +277,19 @@ pub(super) fn validate(store: &Store, ops: &[Op]) -> Vec<(usize, String)> {
     errors
 }
 
+/// `PUT /v1/txn`: the ops parsed, checked against the store (existence,
+/// lock-delays), then applied whole (KV ops first, in order, then the
+/// catalog's) or not at all (409 with every failing op).
 pub(super) fn txn(state: &ConsulState, body: &[u8]) -> Response<Body> {
-    let raw: Vec<TxnOpBody> = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(e) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                format!("Failed to parse body: {e}"),
-            );
-        }
+    let raw = match decode_ops(body) {
+        Ok(raw) => raw,
+        Err(answer) => return *answer,
     };
-    if raw.len() > MAX_TXN_OPS {
-        return text(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "Transaction contains too many operations ({} > {MAX_TXN_OPS})",
-                raw.len()
-            ),
-        );
-    }
-    let mut ops = Vec::with_capacity(raw.len());
-    let mut errors = Vec::new();
     let has_kv = raw.iter().any(|r| r.kv.is_some());
-    for (i, mut r) in raw.into_iter().enumerate() {
-        let parsed = match r.kv.take() {
-            Some(kv) => match txn_kv::parse(state, &kv) {
-                Ok((verb_name, req)) => kv_txn::check(&verb_name, &req).map(|v| Op::Kv(v, req)),
-                Err(answer) => return *answer,
-            },
-            None => parse_op(r),
-        };
-        match parsed {
-            Ok(op) => ops.push(op),
-            Err(what) => errors.push((i, what)),
-        }
-    }
+    let (ops, mut errors) = match parse_ops(state, raw) {
+        Ok(parsed) => parsed,
+        Err(answer) => return *answer,
+    };
     let writes = ops.iter().any(Op::is_write);
     let _timer = TxnTimer::start(state, writes);
     let mut store = state.store();
@@ -261,33 +297,11 @@ pub(super) fn txn(state: &ConsulState, body: &[u8]) -> Response<Body> {
         errors = validate(&store, &ops);
     }
     if errors.is_empty() {
-        let now = tokio::time::Instant::now();
-        errors = ops
-            .iter()
-            .enumerate()
-            .filter_map(|(i, op)| match op {
-                Op::Kv(verb, req) => kv_txn::delayed(&store.kv, *verb, req, now).map(|w| (i, w)),
-                _ => None,
-            })
-            .collect();
+        errors = lock_delayed(&store, &ops);
     }
     if !errors.is_empty() {
         drop(store);
-        if has_kv {
-            let errors = errors
-                .into_iter()
-                .map(|(op_index, what)| TxnError { op_index, what })
-                .collect();
-            return txn_kv::answer(!writes, Err(errors));
-        }
-        let errors: Vec<Value> = errors
-            .into_iter()
-            .map(|(i, what)| json!({"OpIndex": i, "What": what}))
-            .collect();
-        return json_response(
-            StatusCode::CONFLICT,
-            &json!({"Results": Value::Null, "Errors": errors}),
-        );
+        return refused(has_kv, writes, &errors);
     }
     let idx = if writes {
         store.next_index()
@@ -307,6 +321,92 @@ pub(super) fn txn(state: &ConsulState, body: &[u8]) -> Response<Body> {
     c.bump(&c.txns);
     if has_kv {
         c.bump(&c.kv_txns);
+    }
+    answered(has_kv, writes, results, idx)
+}
+
+/// The body as a list of ops, or the answer refusing it (not JSON: 400;
+/// too many ops: 413).
+fn decode_ops(body: &[u8]) -> Result<Vec<TxnOpBody>, Refusal> {
+    let raw: Vec<TxnOpBody> = serde_json::from_slice(body).map_err(|e| {
+        Box::new(text(
+            StatusCode::BAD_REQUEST,
+            format!("Failed to parse body: {e}"),
+        ))
+    })?;
+    if raw.len() > MAX_TXN_OPS {
+        return Err(Box::new(text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "Transaction contains too many operations ({} > {MAX_TXN_OPS})",
+                raw.len()
+            ),
+        )));
+    }
+    Ok(raw)
+}
+
+/// Each op parsed: the ops, and the failing ones by op index; or the
+/// answer refusing the whole txn (a KV op's value that does not decode).
+fn parse_ops(state: &ConsulState, raw: Vec<TxnOpBody>) -> Result<(Vec<Op>, Vec<Failed>), Refusal> {
+    let mut ops = Vec::with_capacity(raw.len());
+    let mut errors = Vec::new();
+    for (i, mut r) in raw.into_iter().enumerate() {
+        let parsed = match r.kv.take() {
+            Some(kv) => match txn_kv::parse(state, &kv) {
+                Ok((verb_name, req)) => kv_txn::check(&verb_name, &req)
+                    .map(|v| Op::Kv(v, req))
+                    .map_err(OpError::from),
+                Err(answer) => return Err(answer),
+            },
+            None => parse_op(r),
+        };
+        match parsed {
+            Ok(op) => ops.push(op),
+            Err(what) => errors.push((i, what)),
+        }
+    }
+    Ok((ops, errors))
+}
+
+/// `kvsPreApply`'s lock-delay check of every KV lock, by op index.
+fn lock_delayed(store: &Store, ops: &[Op]) -> Vec<Failed> {
+    let now = tokio::time::Instant::now();
+    ops.iter()
+        .enumerate()
+        .filter_map(|(i, op)| match op {
+            Op::Kv(verb, req) => kv_txn::delayed(&store.kv, *verb, req, now).map(|w| (i, w.into())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The 409 of a txn refused before anything applied: a txn with KV ops
+/// answers as `Txn.Apply`/`Txn.Read` do, a catalog-only one as the
+/// catalog's.
+fn refused(has_kv: bool, writes: bool, errors: &[Failed]) -> Response<Body> {
+    if has_kv {
+        let errors = errors.iter().map(|(i, e)| e.entry(*i)).collect();
+        return txn_kv::answer(!writes, Err(errors));
+    }
+    let errors: Vec<Value> = errors
+        .iter()
+        .map(|(i, what)| json!({"OpIndex": i, "What": what.to_string()}))
+        .collect();
+    json_response(
+        StatusCode::CONFLICT,
+        &json!({"Results": Value::Null, "Errors": errors}),
+    )
+}
+
+/// The 200 of an applied txn: its results in op order.
+fn answered(
+    has_kv: bool,
+    writes: bool,
+    mut results: Vec<(usize, TxnResult)>,
+    idx: u64,
+) -> Response<Body> {
+    if has_kv {
         results.sort_by_key(|(i, _)| *i);
         let results = results.into_iter().map(|(_, r)| r).collect();
         return txn_kv::answer(!writes, Ok(results));
@@ -357,7 +457,7 @@ fn kv_pass(
             .collect()),
         Err(errors) => Err(errors
             .into_iter()
-            .map(|(op_index, what)| TxnError { op_index, what })
+            .map(|(i, e)| OpError::from(e).entry(i))
             .collect()),
     }
 }
@@ -482,7 +582,8 @@ mod tests {
             ),
         ];
         let errors = validate(&store, &ops);
-        assert_eq!(errors, vec![(2, "Missing node registration".to_owned())]);
+        assert_eq!(errors, vec![(2, WriteError::MissingNode.into())]);
+        assert_eq!(errors[0].1.to_string(), "Missing node registration");
         let mut t = Touched::default();
         store.ensure_node("n2", NodeDef::default(), 1, &mut t);
         assert!(validate(&store, &ops).is_empty());

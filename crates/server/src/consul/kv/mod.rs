@@ -12,8 +12,8 @@
 //! `http::txn_kv`. Errors keep
 //! Consul's words (`agent/consul/state/kvs.go`, `state/txn.go`).
 
+mod error;
 mod faults;
-pub(crate) mod rpc;
 mod store;
 pub(crate) mod txn;
 
@@ -23,7 +23,8 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use store::{DirEntry, KV_FULL, KvStore};
+pub(crate) use error::Error;
+pub(crate) use store::{DirEntry, KvStore};
 
 use super::sessions::{Session, Sessions};
 use super::timing::Timed;
@@ -133,7 +134,7 @@ fn set(
     idx: u64,
     mut e: DirEntry,
     session: Option<&str>,
-) -> Result<DirEntry, String> {
+) -> Result<DirEntry, Error> {
     let existing = kv.get(&e.key).cloned();
     e.create_index = existing.as_ref().map_or(idx, |x| x.create_index);
     e.session = match session {
@@ -154,7 +155,7 @@ fn set(
         }
     }
     if !kv.room_for(&e.key, e.value.len()) {
-        return Err(KV_FULL.into());
+        return Err(Error::Full);
     }
     e.modify_index = idx;
     let key = e.key.clone();
@@ -176,12 +177,12 @@ fn lock(
     sessions: &Sessions,
     idx: u64,
     req: &KvRequest,
-) -> Result<Option<DirEntry>, String> {
+) -> Result<Option<DirEntry>, Error> {
     if req.session.is_empty() {
-        return Err("missing session".into());
+        return Err(Error::MissingSession);
     }
     if sessions.get(&req.session).is_none() {
-        return Err(format!("invalid session {:?}", req.session));
+        return Err(Error::InvalidSession(req.session.clone()));
     }
     let mut e = entry_of(req);
     match kv.get(&req.key) {
@@ -196,9 +197,9 @@ fn lock(
 }
 
 /// `kvsUnlockTxn`.
-fn unlock(kv: &mut KvStore, idx: u64, req: &KvRequest) -> Result<Option<DirEntry>, String> {
+fn unlock(kv: &mut KvStore, idx: u64, req: &KvRequest) -> Result<Option<DirEntry>, Error> {
     if req.session.is_empty() {
-        return Err("missing session".into());
+        return Err(Error::MissingSession);
     }
     let Some(x) = kv.get(&req.key) else {
         return Ok(None);
@@ -220,7 +221,7 @@ pub(crate) fn apply(
     idx: u64,
     verb: Verb,
     req: &KvRequest,
-) -> Result<Applied, String> {
+) -> Result<Applied, Error> {
     let key = req.key.as_str();
     let one = |e: DirEntry| Applied {
         ok: true,
@@ -268,7 +269,7 @@ pub(crate) fn apply(
         }
         Verb::Get => match kv.get(key) {
             Some(e) => one(e.clone()),
-            None => return Err(format!("key {key:?} doesn't exist")),
+            None => return Err(Error::NoSuchKey(key.to_owned())),
         },
         Verb::GetOrEmpty => one(kv.get(key).cloned().unwrap_or_else(|| DirEntry {
             value: Bytes::new(),
@@ -279,31 +280,29 @@ pub(crate) fn apply(
             entries: kv.range(key).cloned().collect(),
         },
         Verb::CheckSession => match kv.get(key) {
-            None => {
-                return Err(format!(
-                    "failed to check session, key {key:?} doesn't exist"
-                ));
-            }
+            None => return Err(Error::CheckSessionNoKey(key.to_owned())),
             Some(e) if e.session != req.session => {
-                return Err(format!(
-                    "failed session check for key {key:?}, current session {:?} != {:?}",
-                    e.session, req.session
-                ));
+                return Err(Error::SessionMismatch {
+                    key: key.to_owned(),
+                    current: e.session.clone(),
+                    asked: req.session.clone(),
+                });
             }
             Some(e) => one(e.clone()),
         },
         Verb::CheckIndex => match kv.get(key) {
-            None => return Err(format!("failed to check index, key {key:?} doesn't exist")),
+            None => return Err(Error::CheckIndexNoKey(key.to_owned())),
             Some(e) if e.modify_index != req.index => {
-                return Err(format!(
-                    "failed index check for key {key:?}, current modify index {} != {}",
-                    e.modify_index, req.index
-                ));
+                return Err(Error::IndexMismatch {
+                    key: key.to_owned(),
+                    current: e.modify_index,
+                    asked: req.index,
+                });
             }
             Some(e) => one(e.clone()),
         },
         Verb::CheckNotExists => match kv.get(key) {
-            Some(_) => return Err(format!("key {key:?} exists")),
+            Some(_) => return Err(Error::KeyExists(key.to_owned())),
             None => Applied::done(true),
         },
     })
@@ -337,14 +336,14 @@ impl ConsulState {
     /// `KVS.Apply` of one write: refused (`false`, no raft write) when a
     /// lock is asked within the key's lock-delay; otherwise applied at the
     /// next raft index (a CAS or lock that loses still takes one).
-    pub(crate) fn kv_apply(&self, verb: Verb, r: &KvRequest) -> Result<bool, String> {
+    pub(crate) fn kv_apply(&self, verb: Verb, r: &KvRequest) -> Result<bool, Error> {
         let started = std::time::Instant::now();
         let answer = self.kv_apply_untimed(verb, r);
         self.timed(Timed::KvsApply, started);
         answer
     }
 
-    fn kv_apply_untimed(&self, verb: Verb, r: &KvRequest) -> Result<bool, String> {
+    fn kv_apply_untimed(&self, verb: Verb, r: &KvRequest) -> Result<bool, Error> {
         let c = &self.inner.counters;
         let mut store = self.store();
         if verb == Verb::Lock && store.kv.lock_delayed(&r.key, Instant::now()) {

@@ -114,9 +114,9 @@ fn locks_count_their_holders_and_unlock_only_by_the_holder() {
         Verb::Lock,
         &with_session("l", "", "s9"),
     );
-    assert_eq!(err.err().unwrap(), "invalid session \"s9\"");
+    assert_eq!(err.err().unwrap().to_string(), "invalid session \"s9\"");
     let err = apply(&mut kv, &sessions, 8, Verb::Unlock, &req("l", ""));
-    assert_eq!(err.err().unwrap(), "missing session");
+    assert_eq!(err.err().unwrap().to_string(), "missing session");
 }
 
 #[tokio::test(start_paused = true)]
@@ -179,7 +179,10 @@ fn txn_checks_fail_in_consuls_words() {
     apply(&mut kv, &sessions, 1, Verb::Set, &req("k", "v")).unwrap();
     let check = |verb, r: KvRequest| apply(&mut KvStore::default(), &sessions, 2, verb, &r);
     assert_eq!(
-        check(Verb::CheckIndex, req("k", "")).err().unwrap(),
+        check(Verb::CheckIndex, req("k", ""))
+            .err()
+            .unwrap()
+            .to_string(),
         "failed to check index, key \"k\" doesn't exist"
     );
     let idx = KvRequest {
@@ -189,13 +192,15 @@ fn txn_checks_fail_in_consuls_words() {
     assert_eq!(
         apply(&mut kv, &sessions, 2, Verb::CheckIndex, &idx)
             .err()
-            .unwrap(),
+            .unwrap()
+            .to_string(),
         "failed index check for key \"k\", current modify index 1 != 5"
     );
     assert_eq!(
         apply(&mut kv, &sessions, 2, Verb::CheckNotExists, &req("k", ""))
             .err()
-            .unwrap(),
+            .unwrap()
+            .to_string(),
         "key \"k\" exists"
     );
     let got = apply(&mut kv, &sessions, 2, Verb::GetOrEmpty, &req("none", "")).unwrap();

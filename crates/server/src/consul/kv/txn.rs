@@ -7,30 +7,30 @@
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::{DirEntry, KvRequest, KvStore, Verb, apply};
+use super::{DirEntry, Error, KvRequest, KvStore, Verb, apply};
 use crate::consul::ConsulState;
 use crate::consul::sessions::Sessions;
 
-/// A failed op: its index in the txn and Consul's words.
-pub(crate) type OpError = (usize, String);
+/// A failed op: its index in the txn and why (Consul's words).
+pub(crate) type OpError = (usize, Error);
 
 /// `kvsPreApply`'s checks of one op named `verb_name` that need no store:
 /// the verb known, a key given (but to `delete-tree`).
-pub(crate) fn check(verb_name: &str, req: &KvRequest) -> Result<Verb, String> {
+pub(crate) fn check(verb_name: &str, req: &KvRequest) -> Result<Verb, Error> {
     let Some(verb) = Verb::parse(verb_name) else {
-        return Err(format!("unknown KV operation: {verb_name}"));
+        return Err(Error::UnknownOp(verb_name.to_owned()));
     };
     if req.key.is_empty() && verb != Verb::DeleteTree {
-        return Err("Must provide key".into());
+        return Err(Error::NoKey);
     }
     Ok(verb)
 }
 
 /// `kvsPreApply`'s lock-delay check: a lock within its key's lock-delay
 /// fails before anything is applied.
-pub(crate) fn delayed(kv: &KvStore, verb: Verb, req: &KvRequest, now: Instant) -> Option<String> {
+pub(crate) fn delayed(kv: &KvStore, verb: Verb, req: &KvRequest, now: Instant) -> Option<Error> {
     (verb == Verb::Lock && kv.lock_delayed(&req.key, now))
-        .then(|| format!("failed to lock key {:?} due to lock delay", req.key))
+        .then(|| Error::LockDelayed(req.key.clone()))
 }
 
 /// Applies the txn's KV ops (`(op index, verb, request)`) at `idx`: the
@@ -74,7 +74,7 @@ fn one(
     idx: u64,
     verb: Verb,
     req: &KvRequest,
-) -> Result<Vec<DirEntry>, String> {
+) -> Result<Vec<DirEntry>, Error> {
     let c = &state.inner.counters;
     c.bump(if verb.is_write() {
         &c.kv_writes
@@ -83,17 +83,15 @@ fn one(
     });
     let applied = apply(kv, sessions, idx, verb, req)?;
     if !applied.ok {
+        let key = req.key.clone();
         return Err(match verb {
-            Verb::Cas => format!("failed to set key {:?}, index is stale", req.key),
-            Verb::DeleteCas => format!("failed to delete key {:?}, index is stale", req.key),
+            Verb::Cas => Error::StaleSet(key),
+            Verb::DeleteCas => Error::StaleDelete(key),
             Verb::Lock => {
                 c.bump(&c.kv_lock_refused);
-                format!("failed to lock key {:?}, lock is already held", req.key)
+                Error::LockHeld(key)
             }
-            _ => format!(
-                "failed to unlock key {:?}, lock isn't held, or is held by another session",
-                req.key
-            ),
+            _ => Error::NotHeld(key),
         });
     }
     if verb == Verb::Lock {

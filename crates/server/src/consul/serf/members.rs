@@ -29,8 +29,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sim_gossip::serf as serf_wire;
-use agent_sim_gossip::wire::kind;
 use agent_sim_gossip::wire::msgs::{Alive, Verdict, state};
+use agent_sim_gossip::wire::{ip_bytes, kind};
 use tokio::time::Instant;
 
 use super::queue::{Key, Queue, retransmit_limit};
@@ -222,14 +222,6 @@ pub(crate) fn ip_of(raw: &[u8]) -> Option<IpAddr> {
     }
 }
 
-/// An IP as memberlist sends it (4 bytes for IPv4).
-pub(crate) fn raw_of(ip: IpAddr) -> Vec<u8> {
-    match ip {
-        IpAddr::V4(v4) => v4.octets().to_vec(),
-        IpAddr::V6(v6) => v6.octets().to_vec(),
-    }
-}
-
 /// The protocol versions this server speaks (Consul 1.20's memberlist and
 /// serf).
 pub(crate) const VSN: [u8; 6] = [1, 5, 2, 2, 5, 4];
@@ -241,7 +233,7 @@ impl Table {
         let now = Instant::now();
         let ip = IpAddr::from([127, 0, 0, 1]);
         let me = Member {
-            addr_raw: raw_of(ip),
+            addr_raw: ip_bytes(ip),
             addr: ip,
             port: 8301,
             meta,
@@ -293,7 +285,7 @@ impl Table {
             return;
         }
         m.addr = addr;
-        m.addr_raw = raw_of(addr);
+        m.addr_raw = ip_bytes(addr);
         m.port = port;
         m.meta = meta;
         m.incarnation += 1;

@@ -54,7 +54,7 @@ use std::time::Duration;
 
 use agent_sim_gossip::coordinate::Coord;
 use agent_sim_gossip::serf::encode_tags;
-use agent_sim_gossip::{Keyring, Security};
+use agent_sim_gossip::{Keyring, Security, WireError};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::time::Instant;
@@ -140,9 +140,16 @@ impl Default for SerfConfig {
 }
 
 /// Settings that cannot work, in one line.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct SerfConfigError(pub String);
+#[derive(Debug, thiserror::Error)]
+pub enum SerfConfigError {
+    /// A gossip key that is not one (not base64, or not 16, 24 or 32
+    /// bytes), in the keyring's words.
+    #[error(transparent)]
+    Keys(#[from] WireError),
+    /// A setting out of its range (what is wrong, in one line).
+    #[error("{0}")]
+    Invalid(&'static str),
+}
 
 impl SerfConfig {
     /// Memberlist's LAN settings on `bind`, with the pool's gossip keys
@@ -155,7 +162,7 @@ impl SerfConfig {
     ) -> Result<Self, SerfConfigError> {
         let keyring = match keys {
             [] => None,
-            keys => Some(Keyring::from_base64(keys).map_err(|e| SerfConfigError(e.to_string()))?),
+            keys => Some(Keyring::from_base64(keys)?),
         };
         let cfg = SerfConfig {
             bind,
@@ -168,7 +175,7 @@ impl SerfConfig {
 
     /// Checks the settings before a socket is opened.
     pub fn validate(&self) -> Result<(), SerfConfigError> {
-        let bad = |s: &str| Err(SerfConfigError(s.into()));
+        let bad = |s| Err(SerfConfigError::Invalid(s));
         if self.security.label.len() > 255 {
             return bad("a gossip label is at most 255 bytes");
         }

@@ -18,9 +18,11 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use tokio_util::sync::CancellationToken;
 
-use super::{DirEntry, KvRequest, Query, Verb, txn, wait};
+use super::kv::Error;
+use super::kv::{DirEntry, KvRequest, Query, Verb, txn, wait};
 use crate::consul::ConsulState;
 use crate::consul::fields::nullable;
+use crate::consul::rpc_error::RpcError;
 use crate::consul::timing::TxnTimer;
 
 /// `KeyRequest` and `KeyListRequest` (the fields this server reads).
@@ -199,17 +201,17 @@ fn encode_bool(v: bool) -> Bytes {
     Bytes::from_static(if v { &[0xc3] } else { &[0xc2] })
 }
 
-fn decode<T: for<'de> Deserialize<'de>>(args: &[u8]) -> Result<T, String> {
-    rmp_serde::from_slice(args).map_err(|e| format!("rpc: decoding the request: {e}"))
+fn decode<T: for<'de> Deserialize<'de>>(args: &[u8]) -> Result<T, RpcError> {
+    Ok(rmp_serde::from_slice(args)?)
 }
 
 /// The token and datacenter checks every call makes first.
-fn admitted(state: &ConsulState, token: &str, dc: &str) -> Result<(), String> {
+fn admitted(state: &ConsulState, token: &str, dc: &str) -> Result<(), RpcError> {
     if state.acl_check(token) == Err(Some(())) {
-        return Err("ACL not found".into());
+        return Err(RpcError::AclNotFound);
     }
     if !dc.is_empty() && dc != state.store().datacenter {
-        return Err("No path to datacenter".into());
+        return Err(RpcError::NoPathToDatacenter);
     }
     Ok(())
 }
@@ -220,7 +222,7 @@ pub(crate) async fn answer(
     method: &str,
     args: &[u8],
     shutdown: &CancellationToken,
-) -> Option<Result<Bytes, String>> {
+) -> Option<Result<Bytes, RpcError>> {
     Some(match method {
         "KVS.Get" | "KVS.List" | "KVS.ListKeys" => read(state, method, args, shutdown).await,
         "KVS.Apply" => apply(state, args),
@@ -234,7 +236,7 @@ async fn read(
     method: &str,
     args: &[u8],
     shutdown: &CancellationToken,
-) -> Result<Bytes, String> {
+) -> Result<Bytes, RpcError> {
     let req: KeyRequest = decode(args)?;
     admitted(state, &req.token, &req.datacenter)?;
     let wait_for = Duration::from_nanos(req.max_query_time);
@@ -299,32 +301,26 @@ async fn read(
 
 /// `KVS.Apply`: the op's bool (`false` for a set or delete, whose FSM
 /// answer is no bool), or its error in Consul's words.
-fn apply(state: &ConsulState, args: &[u8]) -> Result<Bytes, String> {
+fn apply(state: &ConsulState, args: &[u8]) -> Result<Bytes, RpcError> {
     let req: KvsRequest = decode(args)?;
     admitted(state, &req.token, &req.datacenter)?;
     if state.acl_check(&req.token).is_err() {
-        return Err(format!(
-            "Permission denied: anonymous token lacks permission 'key:write' on {:?}. The \
-             anonymous token is used implicitly when a request does not specify a token.",
-            req.dir_ent.key
-        ));
+        return Err(RpcError::PermissionDenied {
+            perm: "key:write",
+            on: format!("{:?}", req.dir_ent.key),
+        });
     }
     let Some(verb) = Verb::parse(&req.op) else {
-        return Err(format!("unknown KV operation: {}", req.op));
+        return Err(Error::UnknownOp(req.op).into());
     };
     if req.dir_ent.key.is_empty() && verb != Verb::DeleteTree {
-        return Err("Must provide key".into());
+        return Err(Error::NoKey.into());
     }
     if !verb.is_write() {
-        return Err(format!(
-            "raft apply failed: Invalid KVS operation '{}'",
-            req.op
-        ));
+        return Err(RpcError::NotAWrite(req.op));
     }
     let r = req.dir_ent.request();
-    let ok = state
-        .kv_apply(verb, &r)
-        .map_err(|e| format!("raft apply failed: {e}"))?;
+    let ok = state.kv_apply(verb, &r).map_err(RpcError::RaftApply)?;
     // The FSM answers a bool only for the ops that may lose; a set or a
     // delete leaves the reply `false`.
     let answers = matches!(
@@ -337,7 +333,7 @@ fn apply(state: &ConsulState, args: &[u8]) -> Result<Bytes, String> {
 /// `Txn.Apply` (a raft write, whatever its ops) and `Txn.Read` (reads
 /// only): `TxnResponse` (`Results`, `Errors`), the read's with its
 /// `QueryMeta`. Only KV ops are served; another kind is that op's error.
-fn txn(state: &ConsulState, method: &str, args: &[u8]) -> Result<Bytes, String> {
+fn txn(state: &ConsulState, method: &str, args: &[u8]) -> Result<Bytes, RpcError> {
     let req: TxnRequest = decode(args)?;
     admitted(state, &req.token, &req.datacenter)?;
     let read = method == "Txn.Read";
@@ -345,13 +341,13 @@ fn txn(state: &ConsulState, method: &str, args: &[u8]) -> Result<Bytes, String> 
     let mut errors = Vec::new();
     for (i, op) in req.ops.into_iter().enumerate() {
         let Some(kv) = op.kv else {
-            errors.push((i, NOT_KV.to_owned()));
+            errors.push((i, Error::NotKv));
             continue;
         };
         let r = kv.dir_ent.request();
         match txn::check(&kv.verb, &r) {
             Ok(verb) if read && verb.is_write() => {
-                errors.push((i, format!("{} in a read-only transaction", kv.verb)));
+                errors.push((i, Error::ReadOnly(kv.verb)));
             }
             Ok(verb) => ops.push((i, verb, r)),
             Err(what) => errors.push((i, what)),
@@ -389,9 +385,6 @@ fn txn(state: &ConsulState, method: &str, args: &[u8]) -> Result<Bytes, String> 
     Ok(txn_response(read, &outcome))
 }
 
-/// Words for a non-KV op of a txn on the RPC port.
-const NOT_KV: &str = "agent-sim serve: only KV operations are served in a txn over RPC";
-
 /// `TxnResponse` (and `TxnReadResponse`, its `QueryMeta` beside it),
 /// keys sorted.
 fn txn_response(read: bool, outcome: &Result<Vec<(usize, DirEntry)>, Vec<txn::OpError>>) -> Bytes {
@@ -407,7 +400,8 @@ fn txn_response(read: bool, outcome: &Result<Vec<(usize, DirEntry)>, Vec<txn::Op
         Err(errors) => {
             w.array(errors.len() as u32);
             for (i, what) in errors {
-                w.map(2).kv_uint("OpIndex", *i as u64).kv_str("What", what);
+                let what = what.to_string();
+                w.map(2).kv_uint("OpIndex", *i as u64).kv_str("What", &what);
             }
         }
         Ok(_) => {
