@@ -58,24 +58,6 @@ for kind in $KINDS; do
       --max-dialing "${MAX_DIALING:-$agents}" \
       --duration "$((STORM_AT + recover))s" --summary "$summary" ${SIM_ARGS:-} \
       --progress-every 5s >"$OUT/$kind-$policy.txt" 2>"$OUT/$kind-$policy.log" || true
-    python3 - "$summary" <<'PY'
-import base64, json, sys
-s = json.load(open(sys.argv[1]))
-a = s["agents"]
-print(f"  agents {a['requested']} connected at the end {a['connected']} exit {s['outcome']['exit_code']}"
-      f"  errors { {k: v['count'] for k, v in s['errors'].items()} }")
-def secs(v):
-    return "never" if v is None else f"{v:.2f}s"
-for d in s.get("disruptions", []):
-    b, l = d["back_after_s"], d["reconnect_us"]
-    print(f"  #{d['id']} {d['cause']} ({d['fleet']}) at {d['began_s']:.1f}s: lost {d['sessions_lost']}, back {d['back']}, "
-          f"attempts {d['attempts']}, missing {sum(d['missing_at_end'].values())} {d['missing_at_end'] or ''}")
-    print(f"     back after: 50% {secs(b['p50'])}  90% {secs(b['p90'])}  99% {secs(b['p99'])}  100% {secs(b['p100'])}")
-    print(f"     reconnect per agent: min {l['min']/1e3:.0f}ms p50 {l['p50']/1e3:.0f}ms p90 {l['p90']/1e3:.0f}ms "
-          f"p99 {l['p99']/1e3:.0f}ms max {l['max']/1e3:.0f}ms")
-    if d["snapshots"] + d["resumes"] + d["resumes_silent"]:
-        print(f"     resynced: snapshots {d['snapshots']} resumes {d['resumes']} silent {d['resumes_silent']}")
-print(f"  peak RSS {s['process']['peak_rss_bytes']/2**20:.1f} MiB, cpu {s['process']['cpu_user_s'] + s['process']['cpu_sys_s']:.1f}s")
-PY
+    python3 benches/scripts/disruptions.py "$summary"
   done
 done

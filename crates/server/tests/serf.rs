@@ -217,6 +217,8 @@ async fn a_member_joining_by_push_pull_is_alive_in_members_and_in_the_catalog() 
     let s = stats(&b).serf;
     assert_eq!((s.serf_probes_failed, s.serf_members_alive), (0, 2));
     assert_eq!(s.serf_push_pulls_answered, 1);
+    assert_eq!(s.serf_push_pulls_refused, 0);
+    assert!(s.serf_push_pull_encodings >= 1, "its answer encoded");
     assert!(s.serf_received_by_type["push_pull"] >= 1);
     assert!(s.serf_sent_by_type["ping"] >= 3);
     b.stop().await;

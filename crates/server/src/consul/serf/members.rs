@@ -15,11 +15,13 @@
 //! - Consul's merge rules: a member of another datacenter, or with this
 //!   server's node ID under another name, is refused.
 //!
-//! Each change queues what to gossip (`queue`) and marks the members whose
-//! catalog entry must follow (`reconcile`). A peer's push-pull merged and
-//! the timers' work (suspicions run out, members reaped) are in `merge`;
-//! selection for probes, gossip and push-pulls, the push-pull state and
-//! the views in `view`.
+//! Each change queues what to gossip (`queue`), marks the members whose
+//! catalog entry must follow (`reconcile`) and, when it changed the
+//! push-pull state, moves the table's version (the state's encoding is
+//! kept until then: `answer`). A peer's push-pull merged and the timers'
+//! work (suspicions run out, members reaped) are in `merge`; selection for
+//! probes, gossip and push-pulls, the push-pull state and the views in
+//! `view`.
 //!
 //! What it is not: no sockets, no clock of its own (callers pass `now`).
 
@@ -208,6 +210,10 @@ pub(crate) struct Table {
     /// Members whose catalog entry must be reconciled.
     pub(super) dirty: HashSet<Arc<str>>,
     pub(super) counters: Arc<SerfCounters>,
+    /// Moves on every change of what the push-pull state holds (a member
+    /// added, removed or changed; a status time; serf's clocks), so an
+    /// encoded answer is reused while it stands still (`answer`).
+    pub(crate) version: u64,
 }
 
 /// An IP from memberlist's bytes (an IPv4-mapped 16-byte one as IPv4).
@@ -261,6 +267,7 @@ impl Table {
             queue: Queue::new(MAX_QUEUED),
             dirty: HashSet::new(),
             counters,
+            version: 0,
         }
     }
 
@@ -289,7 +296,13 @@ impl Table {
         m.port = port;
         m.meta = meta;
         m.incarnation += 1;
+        self.touch();
         self.gossip_me();
+    }
+
+    /// What the push-pull state holds changed.
+    pub(super) fn touch(&mut self) {
+        self.version = self.version.wrapping_add(1);
     }
 
     /// Members held (this server included).
@@ -322,6 +335,7 @@ impl Table {
     fn refute(&mut self, accused: u32) {
         let m = self.me_mut();
         m.incarnation = m.incarnation.max(accused).saturating_add(1);
+        self.touch();
         self.counters.bump(&self.counters.refutations);
         self.gossip_me();
     }
@@ -392,6 +406,7 @@ impl Table {
             self.refute(a.incarnation);
             return Ok(());
         }
+        self.touch();
         let mut msg = Vec::with_capacity(64 + a.meta.len());
         a.encode(&mut msg);
         let name: Arc<str> = match self.members.get_key_value(a.node) {
@@ -515,6 +530,8 @@ impl Table {
         m.incarnation = v.incarnation;
         m.liveness = Liveness::Suspect;
         m.changed = now;
+        // `touch`, with `m` still borrowed.
+        self.version = self.version.wrapping_add(1);
         let r = &self.rules;
         let k = r.suspicion_mult.saturating_sub(2);
         let k = if n.saturating_sub(2) < k as usize {
@@ -554,6 +571,8 @@ impl Table {
             Liveness::Dead
         };
         m.changed = now;
+        // `touch`, with `m` still borrowed.
+        self.version = self.version.wrapping_add(1);
         match m.status {
             Status::Leaving => {
                 m.status = Status::Left;
@@ -573,10 +592,13 @@ impl Table {
         self.dirty.insert(name);
     }
 
-    pub(super) fn witness(clock: &mut u64, t: u64) {
+    /// serf's Lamport `Witness`: the clock past `t`; `true` when it moved.
+    pub(super) fn witness(clock: &mut u64, t: u64) -> bool {
         if t >= *clock {
             *clock = t + 1;
+            return true;
         }
+        false
     }
 
     /// serf's join or leave intent (`handleNodeJoinIntent`,
@@ -599,7 +621,9 @@ impl Table {
         node: &str,
         now: Instant,
     ) -> bool {
-        Self::witness(&mut self.clock, ltime);
+        if Self::witness(&mut self.clock, ltime) {
+            self.touch();
+        }
         let Some((name, m)) = self.members.get_key_value(node) else {
             return self.wait_intent(leave, ltime, node, now);
         };
@@ -616,6 +640,8 @@ impl Table {
         }
         let m = self.members.get_mut(&name).expect("found above");
         m.status_ltime = ltime;
+        // `touch`, with `m` still borrowed.
+        self.version = self.version.wrapping_add(1);
         if !leave {
             if m.status == Status::Leaving {
                 m.status = Status::Alive;

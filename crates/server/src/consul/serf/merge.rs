@@ -73,14 +73,18 @@ impl Table {
     }
 
     fn merge_serf(&mut self, s: &SerfState<'_>, now: Instant) {
+        let mut moved = false;
         if s.ltime > 0 {
-            Self::witness(&mut self.clock, s.ltime - 1);
+            moved |= Self::witness(&mut self.clock, s.ltime - 1);
         }
         if s.event_ltime > 0 {
-            Self::witness(&mut self.event_clock, s.event_ltime - 1);
+            moved |= Self::witness(&mut self.event_clock, s.event_ltime - 1);
         }
         if s.query_ltime > 0 {
-            Self::witness(&mut self.query_clock, s.query_ltime - 1);
+            moved |= Self::witness(&mut self.query_clock, s.query_ltime - 1);
+        }
+        if moved {
+            self.touch();
         }
         let times: HashMap<&str, u64> = s.status.iter().copied().collect();
         let left: HashSet<&str> = s.left.iter().copied().collect();
@@ -142,6 +146,9 @@ impl Table {
             })
             .map(|(n, _)| n.clone())
             .collect();
+        if !gone.is_empty() {
+            self.touch();
+        }
         for name in gone {
             self.members.remove(&name);
             self.dirty.insert(name);

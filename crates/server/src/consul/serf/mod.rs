@@ -5,7 +5,8 @@
 //!
 //! - It answers pings (an ack with its coordinate), indirect pings (it
 //!   pings the target, relays the ack or sends a nack), TCP pings,
-//!   push-pulls (its whole state; then it merges the peer's), gossip
+//!   push-pulls (its whole state, encoded once per change of it; then it
+//!   merges the peer's; past memberlist's 128 pending, none), gossip
 //!   (alive, suspect, dead; serf's join and leave intents) and serf
 //!   messages on streams.
 //! - It probes one member per probe interval (1 s), round robin over a
@@ -22,7 +23,8 @@
 //!
 //! Parts: `members` (the table and memberlist's and serf's rules), `merge`,
 //! `suspicion`, `queue` (what to gossip), `view` (selection, push-pull
-//! state, rows), `packet` (UDP), `stream` (TCP), `probe` (the timers:
+//! state, rows), `answer` (the push-pull state kept encoded, push-pulls in
+//! flight), `packet` (UDP), `stream` (TCP), `probe` (the timers:
 //! probes, gossip, suspicion deadlines, push-pulls), `reconcile` (the
 //! catalog), `stats`.
 //!
@@ -32,6 +34,7 @@
 //! stretch), no reconnect of failed members; the `consul` service of other
 //! servers is not registered.
 
+mod answer;
 mod members;
 mod merge;
 mod packet;
@@ -105,8 +108,8 @@ pub struct SerfConfig {
     pub max_stream_bytes: usize,
     /// Most members held (and claimed by one push-pull).
     pub max_members: usize,
-    /// Streams handled at once; more are closed at accept (128, as
-    /// memberlist bounds its push-pulls).
+    /// Streams handled at once; more are closed at accept (128; of them,
+    /// push-pulls are bounded as memberlist bounds them, in `answer`).
     pub max_tcp_handlers: usize,
     /// How long left members stay listed (serf's tombstone timeout, 24 h).
     pub reap_left: Duration,
@@ -264,6 +267,8 @@ pub(crate) struct Serf {
     /// Rung when members need their catalog entry reconciled.
     dirty: Notify,
     tcp_slots: Arc<Semaphore>,
+    /// The push-pull state kept encoded, and the push-pulls in flight.
+    answers: answer::Answers,
     /// The ack payload: serf's version byte and this server's coordinate.
     ack_payload: Vec<u8>,
     me: Arc<str>,
@@ -338,6 +343,7 @@ impl Serf {
             socket: Mutex::new(None),
             dirty: Notify::new(),
             tcp_slots: Arc::new(Semaphore::new(cfg.max_tcp_handlers.max(1))),
+            answers: answer::Answers::default(),
             ack_payload: ack_payload(),
             me,
             cfg,

@@ -1,7 +1,8 @@
 //! What the serf port counted: packets, streams and bytes each way,
 //! messages and their bytes by memberlist type, probes and their
-//! outcomes, push-pulls, transitions of members, catalog writes of the
-//! reconcile, and bad input by cause. Flattened into the server's
+//! outcomes, push-pulls (answered, refused, the state's encodings),
+//! transitions of members, catalog writes of the reconcile, and bad input
+//! by cause. Flattened into the server's
 //! [`crate::consul::ConsulTargetSnapshot`] as its `serf_*` fields (maps
 //! become one labelled family each in `serve --metrics-addr`).
 
@@ -76,6 +77,8 @@ pub(crate) struct SerfCounters {
     pub(crate) tcp_bytes_received: AtomicU64,
     pub(crate) tcp_bytes_sent: AtomicU64,
     pub(crate) push_pulls_answered: AtomicU64,
+    pub(crate) push_pulls_refused: AtomicU64,
+    pub(crate) push_pull_encodings: AtomicU64,
     pub(crate) push_pulls_sent: AtomicU64,
     pub(crate) push_pulls_failed: AtomicU64,
     pub(crate) probes: AtomicU64,
@@ -111,6 +114,8 @@ impl Default for SerfCounters {
             tcp_bytes_received: AtomicU64::new(0),
             tcp_bytes_sent: AtomicU64::new(0),
             push_pulls_answered: AtomicU64::new(0),
+            push_pulls_refused: AtomicU64::new(0),
+            push_pull_encodings: AtomicU64::new(0),
             push_pulls_sent: AtomicU64::new(0),
             push_pulls_failed: AtomicU64::new(0),
             probes: AtomicU64::new(0),
@@ -198,6 +203,8 @@ impl SerfCounters {
             serf_sent_by_type: by(&KINDS, &self.sent),
             serf_sent_bytes_by_type: by(&KINDS, &self.sent_bytes),
             serf_push_pulls_answered: get(&self.push_pulls_answered),
+            serf_push_pulls_refused: get(&self.push_pulls_refused),
+            serf_push_pull_encodings: get(&self.push_pull_encodings),
             serf_push_pulls_sent: get(&self.push_pulls_sent),
             serf_push_pulls_failed: get(&self.push_pulls_failed),
             serf_probes_sent: get(&self.probes),
@@ -260,6 +267,12 @@ pub struct SerfSnapshot {
     pub serf_sent_bytes_by_type: BTreeMap<String, u64>,
     /// Push-pulls answered.
     pub serf_push_pulls_answered: u64,
+    /// Push-pulls closed unanswered, as memberlist closes them: "Too many
+    /// pending push/pull requests" (128 pending, this one included).
+    pub serf_push_pulls_refused: u64,
+    /// This server's push-pull state encoded (once per change of it and
+    /// `join` flag; answers and its own push-pulls between share one).
+    pub serf_push_pull_encodings: u64,
     /// Push-pulls this server started (every push-pull interval).
     pub serf_push_pulls_sent: u64,
     /// Of those, the ones that failed (no connection, no answer, bad answer).

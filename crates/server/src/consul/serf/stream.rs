@@ -1,6 +1,7 @@
 //! The TCP side of the serf port. An accepted stream carries one message
 //! (after the label header a dialer writes): a push-pull (answered with
-//! this server's whole state, then the peer's merged), a ping (an ack) or
+//! this server's whole state as `answer` keeps it encoded, then the peer's
+//! merged; closed unanswered past memberlist's bound), a ping (an ack) or
 //! a serf message. The server dials too: its own push-pulls and the TCP
 //! pings of a probe whose UDP ping went unanswered.
 //!
@@ -23,6 +24,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::Serf;
+use super::answer::Sealed;
 use super::stats::SerfCounters;
 
 /// Bytes read from a stream at a time.
@@ -43,14 +45,24 @@ pub(super) async fn accepted(serf: Arc<Serf>, mut stream: TcpStream) {
         return c.bad("busy");
     };
     let _ = stream.set_nodelay(true);
-    match tokio::time::timeout(serf.cfg.tcp_timeout, answer(&serf, &mut stream)).await {
+    handle(&serf, &mut stream).await;
+}
+
+/// Answers the one message of a stream within the stream timeout; what
+/// went wrong is counted.
+pub(super) async fn handle<S: AsyncRead + AsyncWrite + Unpin>(serf: &Serf, stream: &mut S) {
+    let c = &serf.counters;
+    match tokio::time::timeout(serf.cfg.tcp_timeout, answer(serf, stream)).await {
         Err(_) => c.bad("timeout"),
         Ok(Err(cause)) => c.bad(cause),
         Ok(Ok(())) => {}
     }
 }
 
-async fn answer(serf: &Serf, stream: &mut TcpStream) -> Result<(), Cause> {
+async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
+    serf: &Serf,
+    stream: &mut S,
+) -> Result<(), Cause> {
     let sec = &serf.cfg.security;
     let c = &serf.counters;
     let msg = read_message(stream, sec, serf.cfg.max_stream_bytes, true, c).await?;
@@ -58,10 +70,14 @@ async fn answer(serf: &Serf, stream: &mut TcpStream) -> Result<(), Cause> {
     let body = &msg[1..];
     let reply = match msg[0] {
         kind::PUSH_PULL => {
-            // As memberlist: the answer first, then the merge.
+            // As memberlist: pending from here until merged; too many
+            // pending, closed without an answer; the answer, then the merge.
+            let Some(_pending) = serf.push_pull_slot() else {
+                return Ok(());
+            };
             let join = header(body, serf.cfg.max_members)?.join;
-            let reply = serf.with_table(|t| t.local_state(join, Instant::now()));
-            write_message(stream, sec, &reply, false, c).await?;
+            let state = serf.push_pull_state(join).await;
+            write_sealed(stream, sec, &state, false, c).await?;
             c.bump(&c.push_pulls_answered);
             return serf.merge_push_pull(body);
         }
@@ -131,8 +147,8 @@ impl Serf {
             let mut stream = TcpStream::connect(to).await.map_err(|_| "connect")?;
             c.bump(&c.tcp_dialed);
             let _ = stream.set_nodelay(true);
-            let mine = self.with_table(|t| t.local_state(false, Instant::now()));
-            write_message(&mut stream, sec, &mine, true, c).await?;
+            let mine = self.push_pull_state(false).await;
+            write_sealed(&mut stream, sec, &mine, true, c).await?;
             let reply = read_message(&mut stream, sec, self.cfg.max_stream_bytes, false, c).await?;
             c.received(reply[0], reply.len());
             match reply[0] {
@@ -194,6 +210,30 @@ async fn write_message<W: AsyncWrite + Unpin>(
     let _ = w.flush().await;
     c.add(&c.tcp_bytes_sent, out.len());
     c.sent(msg[0], msg.len());
+    Ok(())
+}
+
+/// Writes this server's push-pull state as sealed once for every stream,
+/// after the label header when this end dialed.
+async fn write_sealed<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    sec: &Security,
+    state: &Sealed,
+    dialed: bool,
+    c: &SerfCounters,
+) -> Result<(), Cause> {
+    let preamble = if dialed {
+        sec.stream_preamble()
+    } else {
+        Vec::new()
+    };
+    if !preamble.is_empty() {
+        w.write_all(&preamble).await.map_err(|_| "io")?;
+    }
+    w.write_all(&state.bytes).await.map_err(|_| "io")?;
+    let _ = w.flush().await;
+    c.add(&c.tcp_bytes_sent, preamble.len() + state.bytes.len());
+    c.sent(kind::PUSH_PULL, state.len);
     Ok(())
 }
 

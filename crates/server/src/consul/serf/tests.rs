@@ -33,7 +33,7 @@ fn table() -> Table {
     Table::new(rules(), encode_tags(&[("role", "consul")]), Arc::default())
 }
 
-fn meta(id: &str) -> Vec<u8> {
+pub(super) fn meta(id: &str) -> Vec<u8> {
     encode_tags(&[
         ("role", "node"),
         ("dc", "dc1"),
@@ -42,7 +42,7 @@ fn meta(id: &str) -> Vec<u8> {
     ])
 }
 
-fn alive<'a>(name: &'a str, inc: u32, meta: &'a [u8]) -> Alive<'a> {
+pub(super) fn alive<'a>(name: &'a str, inc: u32, meta: &'a [u8]) -> Alive<'a> {
     Alive {
         incarnation: inc,
         node: name,
@@ -53,7 +53,7 @@ fn alive<'a>(name: &'a str, inc: u32, meta: &'a [u8]) -> Alive<'a> {
     }
 }
 
-fn verdict<'a>(node: &'a str, inc: u32, from: &'a str) -> Verdict<'a> {
+pub(super) fn verdict<'a>(node: &'a str, inc: u32, from: &'a str) -> Verdict<'a> {
     Verdict {
         incarnation: inc,
         node,
@@ -543,4 +543,87 @@ mod hostile {
             survive_stream(&serf(true), &q);
         }
     }
+}
+
+/// A peer's push-pull holding only serf's state, merged.
+fn merge_serf(t: &mut Table, ltime: u64, event_ltime: u64, now: Instant) {
+    let pp = PushPull {
+        join: false,
+        nodes: vec![],
+        user_state: &[],
+    };
+    let serf = SerfState {
+        ltime,
+        status: vec![("a", 1)],
+        left: vec![],
+        event_ltime,
+        query_ltime: 1,
+    };
+    t.merge(&pp, Some(&serf), now).unwrap();
+}
+
+/// Applies `step`: the version must move exactly when it `changes` what
+/// the push-pull state holds, and the state never without it.
+fn step(t: &mut Table, what: &str, changes: bool, step: impl FnOnce(&mut Table)) {
+    let now = Instant::now();
+    let (version, state) = (t.version, t.local_state(true, now));
+    step(t);
+    assert_eq!(t.version != version, changes, "{what}: the version");
+    if t.local_state(true, now) != state {
+        assert!(changes, "{what}: the state changed, the version did not");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_version_moves_exactly_when_the_push_pull_state_changes() {
+    let mut t = table();
+    let now = Instant::now();
+    let (ma, mb) = (meta("a"), meta("b"));
+    let a = |inc| alive("a", inc, &ma);
+    step(&mut t, "a joins", true, |t| t.alive(&a(1), now).unwrap());
+    step(&mut t, "old news of a", false, |t| {
+        t.alive(&a(1), now).unwrap()
+    });
+    step(&mut t, "an old suspicion", false, |t| {
+        t.suspect(&verdict("a", 0, "x"), now);
+    });
+    step(&mut t, "a suspected", true, |t| {
+        t.suspect(&verdict("a", 1, "x"), now);
+    });
+    step(&mut t, "a confirmation", false, |t| {
+        t.suspect(&verdict("a", 1, "y"), now);
+    });
+    step(&mut t, "a refutes", true, |t| t.alive(&a(2), now).unwrap());
+    step(&mut t, "a's join intent", true, |t| {
+        t.intent(false, 5, "a", now);
+    });
+    step(&mut t, "the same intent", false, |t| {
+        t.intent(false, 5, "a", now);
+    });
+    step(&mut t, "an intent for b, unknown", false, |t| {
+        t.intent(true, 3, "b", now);
+    });
+    step(&mut t, "b joins, leaving", true, |t| {
+        t.alive(&alive("b", 1, &mb), now).unwrap();
+    });
+    step(&mut t, "b leaves", true, |t| {
+        t.dead(&verdict("b", 1, "b"), now)
+    });
+    step(&mut t, "b leaves again", false, |t| {
+        t.dead(&verdict("b", 1, "b"), now);
+    });
+    step(&mut t, "older clocks", false, |t| merge_serf(t, 2, 1, now));
+    step(&mut t, "a later event clock", true, |t| {
+        merge_serf(t, 2, 9, now)
+    });
+    step(&mut t, "nothing to reap or expire", false, |t| {
+        t.reap(now);
+        t.expire(now);
+    });
+    step(&mut t, "a probe round", false, |t| _ = t.next_probe(now));
+    step(&mut t, "the server accused", true, |t| {
+        t.suspect(&verdict("server", 1, "a"), now);
+    });
+    let later = now + Duration::from_secs(3600);
+    step(&mut t, "b reaped", true, |t| t.reap(later));
 }

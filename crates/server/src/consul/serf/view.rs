@@ -214,6 +214,18 @@ impl Table {
         out
     }
 
+    /// Until when [`Table::local_state`] stays what it is at `now` while
+    /// the version stands still: the moment the first dead or left member
+    /// it holds is forgotten (`None`: it holds none).
+    pub(crate) fn local_state_until(&self, now: Instant) -> Option<Instant> {
+        self.members
+            .values()
+            .filter(|m| matches!(m.liveness, Liveness::Dead | Liveness::Left))
+            .filter(|m| !self.forgotten(m, now))
+            .filter_map(|m| m.changed.checked_add(self.rules.gossip_to_the_dead))
+            .min()
+    }
+
     /// Every member as `/v1/agent/members` lists it.
     pub(crate) fn rows(&self) -> Vec<Row> {
         self.members
