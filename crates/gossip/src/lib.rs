@@ -41,6 +41,9 @@ pub mod names {
     pub const PROBE_TIMEOUTS: &str = "gossip_probe_timeouts";
     /// State exchanges (joins, periodic, the servers' own, closing).
     pub const PUSH_PULLS: &str = "gossip_push_pulls";
+    /// Bytes of the members' join answers (each the server's whole member
+    /// list, read as it arrives and not held; in `BYTES_RECEIVED` too).
+    pub const JOIN_ANSWER_BYTES: &str = "gossip_join_answer_bytes";
     /// UDP packets sent.
     pub const PACKETS_SENT: &str = "gossip_packets_sent";
     /// UDP packets received.
@@ -114,6 +117,7 @@ pub fn metrics_spec() -> MetricsSpec {
             names::PROBES,
             names::PROBE_TIMEOUTS,
             names::PUSH_PULLS,
+            names::JOIN_ANSWER_BYTES,
             names::PACKETS_SENT,
             names::PACKETS_RECEIVED,
             names::BYTES_SENT,

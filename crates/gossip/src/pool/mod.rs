@@ -7,11 +7,13 @@
 //! times, push-pulls at the scaled interval, and leaves in serf's order.
 //!
 //! Parts: `view` (the shared state), `net` (packets and streams in and
-//! out), `tick` (the model's timers), `close` (the pool's leave, step by
-//! step), `error` (why a start, a join or a push-pull failed).
+//! out), `answer` (a join's answer, read as it arrives), `tick` (the
+//! model's timers), `close` (the pool's leave, step by step), `error` (why
+//! a start, a join or a push-pull failed).
 
 pub mod view;
 
+mod answer;
 mod close;
 mod error;
 mod net;
@@ -137,6 +139,7 @@ pub(crate) struct Ids {
     probes: CounterId,
     probe_timeouts: CounterId,
     push_pulls: CounterId,
+    join_answer_bytes: CounterId,
     packets_tx: CounterId,
     packets_rx: CounterId,
     bytes_tx: CounterId,
@@ -185,7 +188,8 @@ impl std::fmt::Debug for Pool {
 }
 
 /// Joins the pool has in flight at once (each reads the server's whole
-/// member list: memory, and the server's 128 concurrent push-pulls).
+/// member list, through a 16 KiB window: the bound is for the server's 128
+/// concurrent push-pulls).
 pub const JOINS_AT_ONCE: usize = 32;
 /// Leaves gossiped at once; more go by a batch of push-pulls.
 pub const GOSSIPED_LEAVES: usize = 256;
@@ -210,6 +214,7 @@ impl Pool {
             probes: metrics.counter(names::PROBES),
             probe_timeouts: metrics.counter(names::PROBE_TIMEOUTS),
             push_pulls: metrics.counter(names::PUSH_PULLS),
+            join_answer_bytes: metrics.counter(names::JOIN_ANSWER_BYTES),
             packets_tx: metrics.counter(names::PACKETS_SENT),
             packets_rx: metrics.counter(names::PACKETS_RECEIVED),
             bytes_tx: metrics.counter(names::BYTES_SENT),

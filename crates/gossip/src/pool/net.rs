@@ -1,7 +1,8 @@
 //! The pool's packets and streams: binding endpoints, the UDP loop that
 //! answers probes and takes in gossip, the TCP loop that answers
 //! push-pulls and fallback pings, and the exchanges the pool starts (its
-//! hello, a member's join; `tick` and `close` start theirs by `exchange`).
+//! hello, a member's join, its answer read by `answer`; `tick` and `close`
+//! start theirs by `exchange`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,11 +12,12 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
+use super::answer::{self, Reply};
 use super::view::{Phase, Shown, Who, socket_addr};
 use super::{ExchangeError, Inner, JoinError, PoolError};
 use crate::coordinate::Coord;
 use crate::serf;
-use crate::wire::msgs::{self, Ack, Alive, IndirectPing, Nack, Ping, PushPull, Verdict};
+use crate::wire::msgs::{Ack, Alive, IndirectPing, Nack, Ping, PushPull, Verdict};
 use crate::wire::{self, MAX_STATE_BYTES, UDP_BUFFER, kind};
 use tokio::time::Instant;
 
@@ -459,7 +461,7 @@ pub(super) async fn exchange(
 /// A push-pull with `to`: sends `msg`, reads the answer (a push-pull,
 /// still compressed if it came so; or an error in the server's words),
 /// within `tcp_timeout`.
-pub(super) async fn exchange_frame(
+async fn exchange_frame(
     inner: &Inner,
     to: SocketAddr,
     msg: &[u8],
@@ -476,32 +478,64 @@ async fn push_pull_with(
     to: SocketAddr,
     msg: &[u8],
 ) -> Result<wire::Frame, ExchangeError> {
+    let mut conn = open(inner, to, msg).await?;
+    let mut buf = Vec::new();
+    let answer = read_frame(inner, &mut conn, &mut buf)
+        .await
+        .map_err(|e| unreadable(to, e))?;
+    let reply = answer::reply_of(&answer).map_err(|source| ExchangeError::Answer { to, source })?;
+    refused(to, reply).map(|()| answer)
+}
+
+/// A push-pull with `to` sent: the stream it is to be answered on.
+async fn open(inner: &Inner, to: SocketAddr, msg: &[u8]) -> Result<TcpStream, ExchangeError> {
     let mut conn = TcpStream::connect(to)
         .await
         .map_err(|source| ExchangeError::Connect { to, source })?;
     write_msg(inner, &mut conn, msg, true)
         .await
         .map_err(|source| ExchangeError::Send { to, source })?;
-    let mut buf = Vec::new();
-    let answer = read_frame(inner, &mut conn, &mut buf)
-        .await
-        .map_err(|e| match e {
-            wire::WireError::Truncated => ExchangeError::Closed { to },
-            source => ExchangeError::Answer { to, source },
-        })?;
-    match answer.kind() {
-        Ok(kind::PUSH_PULL) => Ok(answer),
-        Ok(kind::ERR) => {
-            let words = answer
-                .message()
-                .map_err(|source| ExchangeError::Answer { to, source })?;
-            Err(ExchangeError::Refused {
-                to,
-                said: msgs::decode_err(&words[1..]).unwrap_or_default(),
-            })
-        }
-        _ => Err(ExchangeError::NotPushPull { to }),
+    Ok(conn)
+}
+
+/// An answer that could not be read: cut short (the server closed it), or
+/// bytes that are not what they should be.
+fn unreadable(to: SocketAddr, e: wire::WireError) -> ExchangeError {
+    match e {
+        wire::WireError::Truncated => ExchangeError::Closed { to },
+        source => ExchangeError::Answer { to, source },
     }
+}
+
+/// An answer that is not a push-pull: the server's error, or another
+/// message.
+fn refused(to: SocketAddr, reply: Reply) -> Result<(), ExchangeError> {
+    match reply {
+        Reply::PushPull => Ok(()),
+        Reply::Error(said) => Err(ExchangeError::Refused { to, said }),
+        Reply::Other => Err(ExchangeError::NotPushPull { to }),
+    }
+}
+
+/// A member's join push-pull with `to`: sends `msg`, reads the answer as
+/// it arrives, counted and never held whole (`answer`), within
+/// `tcp_timeout`.
+async fn join_exchange(inner: &Inner, to: SocketAddr, msg: &[u8]) -> Result<(), ExchangeError> {
+    let after = inner.cfg.timings.tcp_timeout;
+    let exchange = async {
+        let mut conn = open(inner, to, msg).await?;
+        let mut count = |n: usize| {
+            inner.metrics.add(inner.ids.bytes_rx, n as u64);
+            inner.metrics.add(inner.ids.join_answer_bytes, n as u64);
+        };
+        let reply = answer::read_reply(&inner.cfg.security, &mut conn, &mut count)
+            .await
+            .map_err(|e| unreadable(to, e))?;
+        refused(to, reply)
+    };
+    tokio::time::timeout(after, exchange)
+        .await
+        .unwrap_or(Err(ExchangeError::Timeout { to, after }))
 }
 
 /// The pool's first exchange, before any member joins: a push-pull with
@@ -553,16 +587,16 @@ pub(super) async fn join(inner: &Inner, slot: usize) -> Result<(), JoinError> {
     if inner.closing.is_cancelled() {
         return Err(JoinError::Closing);
     }
-    if let Err(e) = exchange_frame(inner, to, &msg).await {
+    if let Err(e) = join_exchange(inner, to, &msg).await {
         let e = JoinError::failed(e, inner.joined.load(Ordering::Relaxed));
         if let Some(kind) = e.kind() {
             inner.metrics.error_with(kind, Some(&e.to_string()));
         }
         return Err(e);
     }
-    // Every join brings the server's whole member list, read off the wire
-    // whole, but left compressed: the pool learnt the cluster at its hello
-    // and keeps learning it from its periodic push-pulls, and a node of a
+    // Every join brings the server's whole member list, read as it arrives
+    // and counted, not held: the pool learnt the cluster at its hello and
+    // keeps learning it from its periodic push-pulls, and a node of a
     // member's name the servers still hold was outrun when it was added.
     let mut v = inner.lock();
     v.refresh_size();

@@ -320,6 +320,18 @@ impl PushPullHeader {
 
     /// Reads the header; `nodes` is checked against what is left.
     pub fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        let h = Self::read_head(r)?;
+        // Each node state takes well over 20 bytes: a header promising more
+        // than the message could hold is refused before any allocation.
+        if h.nodes.saturating_mul(20) > r.rest().len() {
+            return Err(WireError::Truncated);
+        }
+        Ok(h)
+    }
+
+    /// Reads the header alone (`user_state_len` checked), as a stream
+    /// read as it arrives does: its node states are not there yet.
+    pub fn read_head(r: &mut Reader<'_>) -> Result<Self, WireError> {
         let mut h = PushPullHeader::default();
         r.fields(|k, r| {
             match k {
@@ -332,11 +344,6 @@ impl PushPullHeader {
         })?;
         if h.user_state_len > super::MAX_STATE_BYTES {
             return Err(WireError::TooLarge(super::MAX_STATE_BYTES));
-        }
-        // Each node state takes well over 20 bytes: a header promising more
-        // than the message could hold is refused before any allocation.
-        if h.nodes.saturating_mul(20) > r.rest().len() {
-            return Err(WireError::Truncated);
         }
         Ok(h)
     }

@@ -1,0 +1,517 @@
+//! A member's join answer read as it arrives: the server's whole member
+//! list (up to 2 MiB at 10,000 members) is checked from its first bytes (a
+//! push-pull, or the error a server sends) and drained through one fixed
+//! window, each read counted, never held whole. The pool learnt the
+//! cluster at its hello and keeps learning it from its periodic
+//! push-pulls, so a join's list is not merged.
+//!
+//! What is held at once: the window ([`WINDOW`]), in which each msgpack
+//! value read or skipped must fit whole (a node state takes well under
+//! 1 KiB: memberlist caps a node's meta at 512 bytes; a larger one is
+//! refused as oversized). The exception is an encrypted answer: AES-GCM
+//! authenticates a frame only at its end and `ring` opens a frame whole, so
+//! nothing of it can be trusted (not even its type) before all of it is in;
+//! it is held, at most memberlist's 20 MiB (refused from its 5-byte header
+//! past that), as every push-pull was before.
+//!
+//! Limits: memberlist's where they apply to what is read here (serf's
+//! state at most 20 MiB, an encrypted frame at most 20 MiB); a plain
+//! answer's total size is not bound (memberlist reads a plain push-pull as
+//! it arrives too), only by the stream's deadline: none of it is held.
+//!
+//! Not here: the connection and its deadline (`net`), the counters.
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::wire::msgs::{self, PushPullHeader};
+use crate::wire::read::Reader;
+use crate::wire::{Frame, MAX_DECOMPRESSED, MAX_STATE_BYTES, Security, WireError, kind, lzw};
+
+/// The window an answer is read through.
+pub const WINDOW: usize = 16 * 1024;
+/// LZW bytes enough for a compressed message's type byte (a clear code and
+/// the first code: 18 bits).
+const TYPE_PREFIX: usize = 16;
+
+/// What a push-pull's answer is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Reply {
+    /// A push-pull.
+    PushPull,
+    /// memberlist's error message, in the server's words.
+    Error(String),
+    /// Another message (or a compressed one that does not say its type).
+    Other,
+}
+
+/// What a whole stream message is (a frame read whole: an exchange's
+/// answer, or an encrypted join answer).
+pub(super) fn reply_of(frame: &Frame) -> Result<Reply, WireError> {
+    match frame.kind() {
+        Ok(kind::PUSH_PULL) => Ok(Reply::PushPull),
+        Ok(kind::ERR) => {
+            let words = frame.clone().message()?;
+            Ok(Reply::Error(error_words(&words[1..])))
+        }
+        _ => Ok(Reply::Other),
+    }
+}
+
+/// An error message's words (empty when they do not decode, as memberlist
+/// logs an error it cannot read).
+fn error_words(body: &[u8]) -> String {
+    msgs::decode_err(body).unwrap_or_default()
+}
+
+/// Reads a join's answer from `conn` to its end (a push-pull) or as far as
+/// it tells what it is, passing each read's size to `count`. A stream that
+/// ends (or fails) early is [`WireError::Truncated`].
+pub(super) async fn read_reply<R: AsyncRead + Unpin>(
+    sec: &Security,
+    conn: &mut R,
+    count: &mut (dyn FnMut(usize) + Send),
+) -> Result<Reply, WireError> {
+    let mut w = Window {
+        conn,
+        buf: vec![0; WINDOW].into_boxed_slice(),
+        at: 0,
+        end: 0,
+        count,
+    };
+    w.fill(1).await?;
+    let first = w.held()[0];
+    // A whole frame's checks that its first byte decides: encrypted where
+    // this pool encrypts (and only there), a known message type. No frame
+    // is whole in one byte, so this is an error or `None`.
+    sec.open_stream_frame(&[first])?;
+    if first == kind::ENCRYPT {
+        return held_frame(&mut w, sec).await;
+    }
+    w.consume(1);
+    match first {
+        kind::PUSH_PULL => {
+            let h = w.parse(PushPullHeader::read_head).await?;
+            w.skip_values(h.nodes).await?;
+            w.drain(h.user_state_len).await?;
+            Ok(Reply::PushPull)
+        }
+        kind::COMPRESS => compressed(&mut w).await,
+        kind::ERR => {
+            let words = w
+                .parse(|r| {
+                    let body = r.rest();
+                    r.skip()?;
+                    Ok(error_words(&body[..r.position()]))
+                })
+                .await?;
+            Ok(Reply::Error(words))
+        }
+        _ => Ok(Reply::Other),
+    }
+}
+
+/// An encrypted answer, held whole (the module's doc says why).
+async fn held_frame<R: AsyncRead + Unpin>(
+    w: &mut Window<'_, R>,
+    sec: &Security,
+) -> Result<Reply, WireError> {
+    w.fill(5).await?;
+    let h = w.held();
+    let len = u32::from_be_bytes([h[1], h[2], h[3], h[4]]) as usize;
+    if len > MAX_STATE_BYTES {
+        return Err(WireError::TooLarge(MAX_STATE_BYTES));
+    }
+    let mut frame = Vec::with_capacity(5 + len);
+    w.take_into(&mut frame, 5 + len).await?;
+    let (f, _) = sec.open_stream_frame(&frame)?.ok_or(WireError::Truncated)?;
+    drop(frame);
+    reply_of(&f)
+}
+
+/// A compress message's fields (`Algo`, `Buf`, or one not read).
+enum Field {
+    Algo,
+    Buf,
+    Other,
+}
+
+/// A compress message `{Algo, Buf}`: its type from `Buf`'s first bytes,
+/// the rest of `Buf` drained (an error's `Buf` is held, at most the window:
+/// memberlist's error is one sentence).
+async fn compressed<R: AsyncRead + Unpin>(w: &mut Window<'_, R>) -> Result<Reply, WireError> {
+    let fields = w.parse(|r| r.map()).await?;
+    let (mut algo, mut first, mut words) = (0, None, None);
+    for _ in 0..fields {
+        let field = w
+            .parse(|r| {
+                Ok(match r.str()? {
+                    "Algo" => Field::Algo,
+                    "Buf" => Field::Buf,
+                    _ => Field::Other,
+                })
+            })
+            .await?;
+        match field {
+            Field::Algo => algo = w.parse(|r| r.uint()).await?,
+            Field::Other => w.parse(|r| r.skip()).await?,
+            Field::Buf => {
+                let len = w.parse_with(bytes_header).await?;
+                let head = len.min(TYPE_PREFIX);
+                w.fill(head).await?;
+                first = lzw::decompress_prefix(&w.held()[..head], 1)
+                    .ok()
+                    .and_then(|b| b.first().copied());
+                if first != Some(kind::ERR) {
+                    w.drain(len).await?;
+                    continue;
+                }
+                if len > WINDOW {
+                    return Err(WireError::TooLarge(WINDOW));
+                }
+                w.fill(len).await?;
+                let msg = lzw::decompress(&w.held()[..len], MAX_DECOMPRESSED)?;
+                words = Some(error_words(msg.get(1..).unwrap_or_default()));
+                w.consume(len);
+            }
+        }
+    }
+    // As a whole frame's type: an unknown algorithm does not say it.
+    Ok(match (algo, first, words) {
+        (0, Some(kind::PUSH_PULL), _) => Reply::PushPull,
+        (0, Some(kind::ERR), Some(words)) => Reply::Error(words),
+        _ => Reply::Other,
+    })
+}
+
+/// The header of a raw value (str, bin or nil): its data's length and the
+/// header's.
+fn bytes_header(b: &[u8]) -> Result<(usize, usize), WireError> {
+    let (&m, rest) = b.split_first().ok_or(WireError::Truncated)?;
+    let width = match m {
+        0xa0..=0xbf => return Ok((usize::from(m & 0x1f), 1)),
+        0xc0 => return Ok((0, 1)),
+        0xc4 | 0xd9 => 1,
+        0xc5 | 0xda => 2,
+        0xc6 | 0xdb => 4,
+        _ => return Err(WireError::Type("bytes", m)),
+    };
+    let len = rest.get(..width).ok_or(WireError::Truncated)?;
+    let len = len.iter().fold(0, |v, b| v << 8 | usize::from(*b));
+    Ok((len, 1 + width))
+}
+
+/// A stream read through a fixed buffer: bytes `at..end` of `buf` are read
+/// and not yet used.
+struct Window<'a, R> {
+    conn: &'a mut R,
+    buf: Box<[u8]>,
+    at: usize,
+    end: usize,
+    count: &'a mut (dyn FnMut(usize) + Send),
+}
+
+impl<R: AsyncRead + Unpin> Window<'_, R> {
+    /// The bytes read and not yet used.
+    fn held(&self) -> &[u8] {
+        &self.buf[self.at..self.end]
+    }
+
+    /// Uses `n` held bytes.
+    fn consume(&mut self, n: usize) {
+        self.at += n;
+    }
+
+    /// One more read (what is held moved to the front when the window's
+    /// end is reached); a window full of one value is an oversized value.
+    async fn more(&mut self) -> Result<(), WireError> {
+        if self.at == self.end {
+            (self.at, self.end) = (0, 0);
+        }
+        if self.end == self.buf.len() {
+            if self.at == 0 {
+                return Err(WireError::TooLarge(WINDOW));
+            }
+            self.buf.copy_within(self.at..self.end, 0);
+            (self.end, self.at) = (self.end - self.at, 0);
+        }
+        let n = self
+            .conn
+            .read(&mut self.buf[self.end..])
+            .await
+            .map_err(|_| WireError::Truncated)?;
+        if n == 0 {
+            return Err(WireError::Truncated);
+        }
+        (self.count)(n);
+        self.end += n;
+        Ok(())
+    }
+
+    /// Reads until `n` bytes (at most the window) are held.
+    async fn fill(&mut self, n: usize) -> Result<(), WireError> {
+        while self.end - self.at < n {
+            self.more().await?;
+        }
+        Ok(())
+    }
+
+    /// Reads one value with `f` (its value and the bytes it used) from what
+    /// is held, reading more while it is cut short.
+    async fn parse_with<T>(
+        &mut self,
+        mut f: impl FnMut(&[u8]) -> Result<(T, usize), WireError>,
+    ) -> Result<T, WireError> {
+        loop {
+            match f(self.held()) {
+                Ok((v, used)) => {
+                    self.consume(used);
+                    return Ok(v);
+                }
+                Err(WireError::Truncated) => self.more().await?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// [`Window::parse_with`] a msgpack [`Reader`].
+    async fn parse<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Reader<'_>) -> Result<T, WireError>,
+    ) -> Result<T, WireError> {
+        self.parse_with(|b| {
+            let mut r = Reader::new(b);
+            let v = f(&mut r)?;
+            Ok((v, r.position()))
+        })
+        .await
+    }
+
+    /// Skips `n` msgpack values, each whole in the window.
+    async fn skip_values(&mut self, mut n: usize) -> Result<(), WireError> {
+        while n > 0 {
+            let mut r = Reader::new(self.held());
+            let mut used = 0;
+            while n > 0 {
+                match r.skip() {
+                    Ok(()) => (used, n) = (r.position(), n - 1),
+                    Err(WireError::Truncated) => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            self.consume(used);
+            if n > 0 {
+                self.more().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Skips `n` bytes, reading them through the window.
+    async fn drain(&mut self, n: usize) -> Result<(), WireError> {
+        self.pass(n, None).await
+    }
+
+    /// Moves the next `n` bytes into `out`, reading them through the window.
+    async fn take_into(&mut self, out: &mut Vec<u8>, n: usize) -> Result<(), WireError> {
+        self.pass(n, Some(out)).await
+    }
+
+    /// Uses the next `n` bytes (kept in `keep` if given), reading them
+    /// through the window.
+    async fn pass(
+        &mut self,
+        mut n: usize,
+        mut keep: Option<&mut Vec<u8>>,
+    ) -> Result<(), WireError> {
+        loop {
+            let take = n.min(self.end - self.at);
+            if let Some(out) = keep.as_deref_mut() {
+                out.extend_from_slice(&self.held()[..take]);
+            }
+            self.consume(take);
+            n -= take;
+            if n == 0 {
+                return Ok(());
+            }
+            self.more().await?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use agent_sim_proto::msgpack::Writer;
+    use tokio::io::ReadBuf;
+
+    use super::*;
+    use crate::wire::Keyring;
+    use crate::wire::msgs::{NodeState, PushPull};
+
+    const KEY: &str = "pUqJrVyVRj5jsiYEkM/tFQYfWyJIv4s3XkvDwy7Cu5s=";
+
+    /// A stream that gives at most `step` bytes a read.
+    struct Trickle {
+        data: Vec<u8>,
+        at: usize,
+        step: usize,
+    }
+
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let n = self
+                .step
+                .min(buf.remaining())
+                .min(self.data.len() - self.at);
+            buf.put_slice(&self.data[self.at..self.at + n]);
+            self.at += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Reads `data` as a join's answer, `step` bytes a read: the reply and
+    /// the bytes counted.
+    async fn read(sec: &Security, data: &[u8], step: usize) -> (Result<Reply, WireError>, usize) {
+        let mut conn = Trickle {
+            data: data.to_vec(),
+            at: 0,
+            step,
+        };
+        let mut counted = 0;
+        let reply = read_reply(sec, &mut conn, &mut |n| counted += n).await;
+        (reply, counted)
+    }
+
+    fn keyed() -> Security {
+        Security {
+            label: "prod".into(),
+            keyring: Some(Keyring::from_base64(&[KEY]).unwrap()),
+        }
+    }
+
+    /// A push-pull of `n` members, `meta` bytes of meta each.
+    fn push_pull(n: usize, meta: usize) -> Vec<u8> {
+        let names: Vec<String> = (0..n).map(|i| format!("member-{i}")).collect();
+        let meta = vec![b'm'; meta];
+        let nodes = names.iter().map(|name| NodeState {
+            name,
+            addr: &[10, 0, 0, 1],
+            port: 8301,
+            meta: &meta,
+            ..Default::default()
+        });
+        let mut out = Vec::new();
+        PushPull {
+            join: false,
+            nodes: nodes.collect(),
+            user_state: &[2, 0x80],
+        }
+        .encode(&mut out);
+        out
+    }
+
+    /// memberlist's error message.
+    fn error(words: &str) -> Vec<u8> {
+        let mut out = vec![kind::ERR];
+        Writer(&mut out).map(1).kv_str("Error", words);
+        out
+    }
+
+    #[tokio::test]
+    async fn a_push_pull_is_read_to_its_end_in_every_framing_and_counted() {
+        let msg = push_pull(2_000, 100);
+        assert!(msg.len() > 10 * WINDOW);
+        let plain = Security::default();
+        let framings = [
+            (plain.clone(), msg.clone()),
+            (plain.clone(), plain.seal_stream(&msg)),
+            (keyed(), keyed().seal_stream(&msg)),
+        ];
+        for (sec, wire) in framings {
+            for step in [1, 7, 4096, usize::MAX] {
+                let (reply, counted) = read(&sec, &wire, step).await;
+                assert_eq!(reply, Ok(Reply::PushPull), "step {step}");
+                assert_eq!(counted, wire.len(), "step {step}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_servers_error_is_told_in_its_words_in_every_framing() {
+        let msg = error("Too many pending push/pull requests");
+        let plain = Security::default();
+        for (sec, wire) in [
+            (plain.clone(), msg.clone()),
+            (plain.clone(), plain.seal_stream(&msg)),
+            (keyed(), keyed().seal_stream(&msg)),
+        ] {
+            for step in [1, 4096] {
+                let (reply, _) = read(&sec, &wire, step).await;
+                let want = Reply::Error("Too many pending push/pull requests".into());
+                assert_eq!(reply, Ok(want), "step {step}");
+            }
+        }
+        let mut ping = vec![kind::PING];
+        Writer(&mut ping).map(0);
+        assert_eq!(read(&plain, &ping, 1).await.0, Ok(Reply::Other));
+        assert_eq!(
+            read(&plain, &plain.seal_stream(&ping), 1).await.0,
+            Ok(Reply::Other)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_cut_short_anywhere_is_truncated() {
+        let msg = push_pull(3, 10);
+        let plain = Security::default();
+        for (sec, wire) in [
+            (plain.clone(), msg.clone()),
+            (plain.clone(), plain.seal_stream(&msg)),
+            (keyed(), keyed().seal_stream(&msg)),
+        ] {
+            for cut in 0..wire.len() {
+                let (reply, counted) = read(&sec, &wire[..cut], 3).await;
+                assert_eq!(reply, Err(WireError::Truncated), "cut at {cut}");
+                assert_eq!(counted, cut);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_wrong_wrapping_or_an_oversized_part_is_refused_early() {
+        let msg = push_pull(3, 10);
+        let plain = Security::default();
+        // Plain where the pool encrypts, encrypted where it does not.
+        let (reply, counted) = read(&keyed(), &plain.seal_stream(&msg), 1).await;
+        assert!(matches!(reply, Err(WireError::Crypt(_))), "{reply:?}");
+        assert_eq!(counted, 1);
+        let (reply, _) = read(&plain, &keyed().seal_stream(&msg), 1).await;
+        assert!(matches!(reply, Err(WireError::Crypt(_))), "{reply:?}");
+        // An encrypted frame claiming more than memberlist's limit.
+        let mut head = vec![kind::ENCRYPT];
+        head.extend_from_slice(&(MAX_STATE_BYTES as u32 + 1).to_be_bytes());
+        let (reply, _) = read(&keyed(), &head, 1).await;
+        assert_eq!(reply, Err(WireError::TooLarge(MAX_STATE_BYTES)));
+        // A node state larger than the window.
+        let (reply, counted) = read(&plain, &push_pull(1, WINDOW), 4096).await;
+        assert_eq!(reply, Err(WireError::TooLarge(WINDOW)));
+        assert!(counted < WINDOW + 64, "{counted}");
+        // What the first byte is checked by: no frame is whole in one byte.
+        for b in 0..=u8::MAX {
+            for sec in [plain.clone(), keyed()] {
+                assert!(!matches!(sec.open_stream_frame(&[b]), Ok(Some(_))), "{b}");
+            }
+        }
+        // An unknown message type.
+        assert_eq!(
+            read(&plain, &[0x42, 0], 1).await.0,
+            Err(WireError::Unknown(0x42))
+        );
+    }
+}
