@@ -195,13 +195,12 @@ fn stack(
             "--kind/--agents/--target cannot be combined with [[fleet]] sections in --config; set them per section",
         );
     }
-    if (cli.boot_window.is_some() || file_top.boot_window.is_some())
-        && (cli.ramp.is_some() || file_top.ramp.is_some())
-    {
-        return usage(
-            "--boot-window and --ramp both set: choose one (--boot-window starts each agent at a \
-             random moment of the window, --ramp paces them)",
-        );
+    boot_or_ramp(&overlay(cli.clone(), file_top.clone()))?;
+    for section in &file_fleets {
+        boot_or_ramp(&overlay(
+            cli.clone(),
+            overlay(section.clone(), file_top.clone()),
+        ))?;
     }
     let file_top = overlay(file_top, defaults());
     let mut top = overlay(cli.clone(), file_top.clone());
@@ -272,6 +271,17 @@ fn share_rates(fleets: &mut [FleetPlan], s: Shard) {
             .map(|r| agent_sim_fleet::Rate::per_second(r.as_per_second() / s.count as f64));
         f.max_dialing = f.max_dialing.div_ceil(s.count as usize).max(1);
     }
+}
+
+/// A layer (before the defaults) that sets both a boot window and a ramp.
+fn boot_or_ramp(a: &RunArgs) -> Result<(), UsageError> {
+    if a.boot_window.is_some() && a.ramp.is_some() {
+        return usage(
+            "--boot-window and --ramp both set: choose one (--boot-window starts each agent at a \
+             random moment of the window, --ramp paces them)",
+        );
+    }
+    Ok(())
 }
 
 /// What depends on the fleet's kind, filled in once the layers are stacked:
@@ -1142,5 +1152,19 @@ mod tests {
         .unwrap_err()
         .0;
         assert!(e.contains("--boot-window and --ramp"), "{e}");
+        // A [[fleet]] section's ramp under a boot window of the file's top.
+        let dir = std::env::temp_dir().join(format!("agent-sim-boot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("boot.toml");
+        std::fs::write(
+            &p,
+            "boot-window = \"1m\"\n[[fleet]]\nkind = \"sensu\"\nagents = 5\nramp = \"10/s\"\n",
+        )
+        .unwrap();
+        let e = resolve(args(|a| a.config = Some(p.clone())), &no_env)
+            .unwrap_err()
+            .0;
+        assert!(e.contains("--boot-window and --ramp"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -243,8 +243,7 @@ impl Gossip {
                 None
             }
             Err(e) => {
-                self.metrics
-                    .error_with(agent_sim_gossip::JOIN_FAILED.kind, Some(&e.to_string()));
+                self.metrics.error_with(e.kind(), Some(&e.to_string()));
                 None
             }
         }

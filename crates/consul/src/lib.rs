@@ -475,14 +475,14 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             hint: "an agent's own RPC got no answer within 10 s: the server is stalled or \
                    overloaded; the call's stream is dropped and the next call opens another",
             heals: true,
-            said_by: agent_sim_metrics::Speaker::Server,
+            said_by: agent_sim_metrics::Speaker::Local,
         },
         K {
             kind: "decode_answer",
             hint: "an RPC answer did not decode as Consul's msgpack (or answered another call): \
                    is --target a Consul 1.20 server RPC port? The stream is opened again",
             heals: true,
-            said_by: agent_sim_metrics::Speaker::Server,
+            said_by: agent_sim_metrics::Speaker::Local,
         },
         K {
             kind: "answer_too_large",
@@ -673,7 +673,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             kind: "http_timeout",
             hint: "an HTTP API call got no answer within 10 s: the server stalls or is overloaded",
             heals: true,
-            said_by: agent_sim_metrics::Speaker::Server,
+            said_by: agent_sim_metrics::Speaker::Local,
         },
         K {
             kind: "message_too_large",
@@ -717,7 +717,7 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             hint: "a subscribed service has more instances (or an intentions entry more \
                    sources) than one agent's view keeps (65,536); the rest are not tracked",
             heals: true,
-            said_by: agent_sim_metrics::Speaker::Server,
+            said_by: agent_sim_metrics::Speaker::Local,
         },
     ]
 };

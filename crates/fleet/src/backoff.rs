@@ -131,7 +131,8 @@ impl Backoff {
             ReconnectPolicy::Exponential => step.mul_f64(0.5 + 0.5 * fastrand::f64()),
             ReconnectPolicy::FullJitter => step.mul_f64(fastrand::f64()),
             ReconnectPolicy::Fixed => self.min,
-            ReconnectPolicy::None | ReconnectPolicy::SensuAgent => Duration::ZERO,
+            ReconnectPolicy::None => Duration::ZERO,
+            ReconnectPolicy::SensuAgent => unreachable!("answered above"),
         }
     }
 
@@ -145,6 +146,13 @@ impl Backoff {
         let wait = self.current.min(cap);
         self.current = (wait * 2).mul_f64(1.0 + fastrand::f64()).min(cap);
         wait
+    }
+
+    /// A session started at once without asking for a delay (a move to
+    /// another server): `sensu-agent`'s attempt at once after a held
+    /// session is used up.
+    pub fn started_at_once(&mut self) {
+        self.at_once = false;
     }
 
     /// Back to the smallest step (after a session that worked).
@@ -239,6 +247,11 @@ mod tests {
             // A held session ends: the first attempt at once, then min.
             b.reset();
             assert_eq!(b.next_delay(), Duration::ZERO);
+            assert_eq!(b.next_delay(), min);
+            // A held session that moved on at once used up its attempt at
+            // once: the next failure waits min.
+            b.reset();
+            b.started_at_once();
             assert_eq!(b.next_delay(), min);
         }
     }

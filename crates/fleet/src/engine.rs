@@ -651,7 +651,10 @@ impl<A: Agent> AgentTask<A> {
                 None
             }
             // A move to another server: the next session at once.
-            None if end == SessionEnd::Moved => None,
+            None if end == SessionEnd::Moved => {
+                self.backoff.started_at_once();
+                None
+            }
             None => Some(self.backoff.next_delay()),
         };
         Then::Turn

@@ -72,7 +72,7 @@ pub const JOIN_OVERLOADED: ErrorKindSpec = ErrorKindSpec {
            overloaded (a real memberlist refuses push-pulls past 128 in flight). Slow --ramp, or \
            spread the joins with --boot-window as large fleets boot",
     heals: true,
-    said_by: agent_sim_metrics::Speaker::Server,
+    said_by: agent_sim_metrics::Speaker::Local,
 };
 /// Gossip bytes that could not be read.
 pub const BAD_PACKET: ErrorKindSpec = ErrorKindSpec {
@@ -104,7 +104,7 @@ pub const ACKED_LATE: ErrorKindSpec = ErrorKindSpec {
            flap as suspect or failed as real agents on a saturated host would; use fewer agents \
            per process or more cores",
     heals: true,
-    said_by: agent_sim_metrics::Speaker::Server,
+    said_by: agent_sim_metrics::Speaker::Local,
 };
 
 /// What a pool records.

@@ -269,13 +269,13 @@ const ERROR_KINDS: &[ErrorKindSpec] = &[
                (overloaded: lower --ramp; after a storm or restart, keep --reconnect jittered \
                or lower --max-dialing)",
         heals: true,
-        said_by: agent_sim_metrics::Speaker::Server,
+        said_by: agent_sim_metrics::Speaker::Local,
     },
     ErrorKindSpec {
         kind: "pong_timeout",
         hint: "no pong within 45 s of a ping: the backend or the network stalls",
         heals: true,
-        said_by: agent_sim_metrics::Speaker::Server,
+        said_by: agent_sim_metrics::Speaker::Local,
     },
     ErrorKindSpec {
         kind: "ws_closed",

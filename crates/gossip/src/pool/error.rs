@@ -102,11 +102,19 @@ impl JoinError {
         }
     }
 
-    /// A failed exchange, told apart by whether `joined` members had
-    /// joined before it.
+    /// A failed exchange: a server that went silent (no answer in time,
+    /// or the stream closed unanswered, as memberlist closes a push-pull
+    /// past its bound) after `joined` members had joined is overloaded;
+    /// anything else (refused, the server's own words, another key) is
+    /// told as it is.
     pub fn failed(source: ExchangeError, joined: u64) -> Self {
+        let silent = matches!(
+            source,
+            ExchangeError::Closed { .. } | ExchangeError::Timeout { .. }
+        );
         match joined {
             0 => JoinError::Exchange(source),
+            _ if !silent => JoinError::Exchange(source),
             joined => JoinError::Overloaded { joined, source },
         }
     }
@@ -190,6 +198,16 @@ mod tests {
         };
         assert_eq!(
             JoinError::failed(timeout(), 0).kind(),
+            Some("gossip_join_failed")
+        );
+        let refused = ExchangeError::Connect {
+            to,
+            source: io::Error::from(io::ErrorKind::ConnectionRefused),
+        };
+        // A server that refuses or speaks is not overloaded, however many
+        // joined before.
+        assert_eq!(
+            JoinError::failed(refused, 9).kind(),
             Some("gossip_join_failed")
         );
         let o = JoinError::failed(timeout(), 4_307);

@@ -523,9 +523,10 @@ impl ConsulAgent {
             Ok(()) => {}
             Err(r) => {
                 sh.metrics.error_with(r.kind, r.words.as_deref());
-                // The client wire's loop has already moved the server the
-                // ping went to, as after any failed call (it may not be the
-                // session's: a failed call moves the calls, not the streams).
+                // The client wire's loop moves the server the ping went to
+                // after this handler, as after any failed call (it may not be
+                // the session's: a failed call moves the calls, not the
+                // streams).
                 if sh.cfg.agent == AgentWire::Api {
                     self.router.failed(self.session_server);
                 }
