@@ -640,6 +640,16 @@ mod tests {
         None
     }
 
+    /// `text` as the config file `name` in a fresh folder of this test
+    /// (`tag`): the folder (to remove) and the file.
+    fn toml_file(tag: &str, name: &str, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("agent-sim-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        (dir, p)
+    }
+
     fn args(f: impl FnOnce(&mut RunArgs)) -> RunArgs {
         let mut a = RunArgs::default();
         f(&mut a);
@@ -731,14 +741,11 @@ mod tests {
 
     #[test]
     fn config_file_is_under_flags_and_can_declare_fleets() {
-        let dir = std::env::temp_dir().join(format!("agent-sim-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("run.toml");
-        std::fs::write(
-            &p,
+        let (dir, p) = toml_file(
+            "cfg",
+            "run.toml",
             "duration = \"30s\"\nramp = \"100/s\"\n[[fleet]]\nkind = \"sensu\"\nagents = 20\nkeepalive-interval = \"5s\"\n[[fleet]]\nkind = \"consul\"\nagents = 5\nupstreams = \"web\"\n",
-        )
-        .unwrap();
+        );
         let c = resolve(
             args(|a| {
                 a.config = Some(p.clone());
@@ -767,14 +774,11 @@ mod tests {
 
     #[test]
     fn kv_watches_come_from_flags_or_toml_and_a_probe_outside_them_is_refused() {
-        let dir = std::env::temp_dir().join(format!("agent-sim-kv-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("kv.toml");
-        std::fs::write(
-            &p,
+        let (dir, p) = toml_file(
+            "kv",
+            "kv.toml",
             "kind = \"consul\"\nprobe = \"kv\"\nwatch-kv = [\"agent-sim/\", \"app/{i%4}/\"]\n",
-        )
-        .unwrap();
+        );
         let c = resolve(args(|a| a.config = Some(p.clone())), &no_env).unwrap();
         let Protocol::Consul(cc) = &c.fleets[0].protocol else {
             panic!()
@@ -966,14 +970,11 @@ mod tests {
 
     #[test]
     fn a_later_layer_turns_a_flag_off_again() {
-        let dir = std::env::temp_dir().join(format!("agent-sim-off-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("run.toml");
-        std::fs::write(
-            &p,
+        let (dir, p) = toml_file(
+            "off",
+            "run.toml",
             "deregister = true\nquiet = true\nsession-ttl = \"off\"\n",
-        )
-        .unwrap();
+        );
         let sensu = |c: &RunConfig| match &c.fleets[0].protocol {
             Protocol::Sensu(s) => s.clone(),
             _ => panic!(),
@@ -1054,14 +1055,11 @@ mod tests {
 
     #[test]
     fn several_fleets_list_their_own_settings() {
-        let dir = std::env::temp_dir().join(format!("agent-sim-eff-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("mixed.toml");
-        std::fs::write(
-            &p,
+        let (dir, p) = toml_file(
+            "eff",
+            "mixed.toml",
             "duration = \"30s\"\n[[fleet]]\nkind = \"sensu\"\nagents = 20\nkeepalive-interval = \"5s\"\n[[fleet]]\nkind = \"consul\"\nagents = 5\nramp = \"all\"\n",
-        )
-        .unwrap();
+        );
         let c = resolve(args(|a| a.config = Some(p.clone())), &no_env).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         let e = &c.effective;
@@ -1153,14 +1151,11 @@ mod tests {
         .0;
         assert!(e.contains("--boot-window and --ramp"), "{e}");
         // A [[fleet]] section's ramp under a boot window of the file's top.
-        let dir = std::env::temp_dir().join(format!("agent-sim-boot-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("boot.toml");
-        std::fs::write(
-            &p,
+        let (dir, p) = toml_file(
+            "boot",
+            "boot.toml",
             "boot-window = \"1m\"\n[[fleet]]\nkind = \"sensu\"\nagents = 5\nramp = \"10/s\"\n",
-        )
-        .unwrap();
+        );
         let e = resolve(args(|a| a.config = Some(p.clone())), &no_env)
             .unwrap_err()
             .0;
