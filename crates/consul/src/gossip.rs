@@ -9,7 +9,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use agent_sim_gossip::{Keyring, Pool, PoolConfig, Security, Timings};
+use agent_sim_gossip::{Keyring, News, Pool, PoolConfig, Security, ServerNews, Timings};
 use agent_sim_metrics::{ErrorKindSpec, Metrics};
 
 /// The gossip settings of a fleet.
@@ -284,5 +284,17 @@ impl Gossip {
     /// The pool, if it has started.
     pub(crate) fn started(&self) -> Option<&Pool> {
         self.pool.get().and_then(|p| p.as_ref())
+    }
+
+    /// The servers of `news` the agents call, by their index in the run's
+    /// targets (a server of the pool at no target is none of the agents'
+    /// business: they cannot dial it).
+    pub(crate) fn targets<'n>(
+        &self,
+        news: &'n News,
+    ) -> impl Iterator<Item = (usize, &'n ServerNews)> + use<'n, '_> {
+        news.servers
+            .iter()
+            .filter_map(|s| Some((self.rpc.iter().position(|t| *t == s.rpc)?, s)))
     }
 }

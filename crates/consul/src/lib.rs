@@ -235,6 +235,16 @@ pub mod names {
     /// (client wire: it goes to the end of the list and the next is
     /// checked, as Consul's router does; the agent stays where it is).
     pub const ROUTER_SKIPS: &str = "router_skips";
+    /// Full anti-entropy syncs gossip triggered (Consul's `ServerUp`): a
+    /// server joined or came back, or a new leader's `consul:new-leader`
+    /// event; each waits its stagger before it runs.
+    pub const SYNCS_SERVER_UP: &str = "anti_entropy_server_up";
+    /// Servers an agent took off its router's list because gossip said
+    /// they failed or left (Consul's `RemoveServer`).
+    pub const ROUTER_REMOVES: &str = "router_removes";
+    /// Servers an agent put back at the end of its list when gossip saw
+    /// them join again (Consul's `AddServer`).
+    pub const ROUTER_ADDS: &str = "router_adds";
     /// A client agent's own RPCs, each method timed from the call written
     /// to its whole answer read (`--consul-agent client`).
     pub const RPC_LATENCIES: [&str; 8] = [
@@ -314,6 +324,9 @@ pub fn metrics_spec() -> MetricsSpec {
             names::COORDINATE_UPDATES,
             names::ROUTER_PINGS,
             names::ROUTER_SKIPS,
+            names::SYNCS_SERVER_UP,
+            names::ROUTER_REMOVES,
+            names::ROUTER_ADDS,
             names::LEAF_CERTS_ISSUED,
             names::LEAF_CERTS_RENEWED,
             names::LEAF_RATE_LIMITED,

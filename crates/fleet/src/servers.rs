@@ -100,6 +100,36 @@ impl Router {
         rng.shuffle(&mut self.order);
     }
 
+    /// Gossip declared `server` failed or left (Consul's `RemoveServer`):
+    /// it leaves the list, unless it is the last one (a list is never
+    /// empty here; a real agent's would be, and its calls would fail with
+    /// "no known Consul servers" as ours fail on the dead server).
+    pub fn remove(&mut self, server: usize) {
+        if self.order.len() > 1 {
+            self.order.retain(|&s| usize::from(s) != server);
+        }
+    }
+
+    /// Gossip saw `server` join (Consul's `AddServer`): a server not on
+    /// the list is appended at its end, so it gets its share only at the
+    /// next rebalance; one already there stays where it is. Whether it
+    /// was added.
+    pub fn add(&mut self, server: usize) -> bool {
+        let Ok(s) = u16::try_from(server) else {
+            return false;
+        };
+        if self.order.contains(&s) {
+            return false;
+        }
+        self.order.push(s);
+        true
+    }
+
+    /// Whether `server` is on the list.
+    pub fn contains(&self, server: usize) -> bool {
+        u16::try_from(server).is_ok_and(|s| self.order.contains(&s))
+    }
+
     /// How many servers the list holds.
     pub fn len(&self) -> usize {
         self.order.len()
@@ -233,6 +263,40 @@ mod tests {
         let mut one = Router::new(1, 3);
         one.failed(0);
         assert_eq!(one.current(), 0);
+    }
+
+    #[test]
+    fn a_server_gossip_lost_leaves_the_list_and_comes_back_at_its_end() {
+        let mut r = Router::new(3, 5);
+        let a = r.current();
+        r.remove(a);
+        assert_eq!(r.len(), 2);
+        assert!(!r.contains(a));
+        assert_ne!(
+            r.current(),
+            a,
+            "no call goes to a server gossip declared dead"
+        );
+        // Failing over between the two left never reaches it.
+        for _ in 0..4 {
+            let c = r.current();
+            r.failed(c);
+            assert_ne!(r.current(), a);
+        }
+        assert!(r.add(a));
+        assert!(!r.add(a), "already there: stays where it is");
+        assert_eq!(r.len(), 3);
+        // Appended at the end: the two others come first.
+        let b = r.current();
+        r.failed(b);
+        let c = r.current();
+        r.failed(c);
+        assert_eq!(r.current(), a);
+        // The last server is never taken off.
+        let mut one = Router::new(1, 3);
+        one.remove(0);
+        assert_eq!(one.len(), 1);
+        assert!(!one.add(70_000), "not a server index");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! - `pool`: the members of one process sharing one membership view, its
 //!   sockets and the timers that make servers see what N real members would
 //!   send them (probes, gossip, push-pulls, leaves).
-//! - [`serf`]: serf's messages and tags; [`coordinate`]: serf's Vivaldi
+//! - [`serf`]: serf's messages (intents, user events, queries, the
+//!   keyring's) and tags; [`coordinate`]: serf's Vivaldi
 //!   estimate and the coordinate in a probe's ack.
 //! - [`wire`]: memberlist's messages and the layers around them (label,
 //!   encryption, CRC, compression, compound).
@@ -23,7 +24,7 @@ pub use wire::{Keyring, Security, WireError};
 
 pub mod pool;
 
-pub use pool::{ExchangeError, JoinError, Pool, PoolConfig, PoolError, Timings};
+pub use pool::{ExchangeError, JoinError, News, Pool, PoolConfig, PoolError, ServerNews, Timings};
 
 use agent_sim_metrics::{ErrorKindSpec, MetricsSpec};
 
@@ -54,6 +55,25 @@ pub mod names {
     pub const BYTES_RECEIVED: &str = "gossip_bytes_received";
     /// Ticks of the pool's timers that came late (a busy load box).
     pub const LATE_TICKS: &str = "gossip_late_ticks";
+    /// Alive messages of the members a join taught a member, re-announced
+    /// to servers as a fresh memberlist member does (in `PACKETS_SENT` and
+    /// `BYTES_SENT` too).
+    pub const REANNOUNCED: &str = "gossip_reannounced";
+    /// serf user events taken in (each once, however many copies came).
+    pub const USER_EVENTS: &str = "gossip_user_events";
+    /// Members' answers to serf queries (an ack, a response or both, each
+    /// member once per query).
+    pub const QUERIES_ANSWERED: &str = "gossip_queries_answered";
+    /// Answers to queries not sent before the query's deadline (more
+    /// members answering than the pool's ceiling lets through in time).
+    pub const QUERY_ANSWERS_DROPPED: &str = "gossip_query_answers_dropped";
+    /// Servers suspected (an unanswered probe, or another member's suspect).
+    pub const SERVERS_SUSPECTED: &str = "gossip_servers_suspected";
+    /// Servers declared failed (their suspicion ran out, or another
+    /// member's dead message).
+    pub const SERVERS_FAILED: &str = "gossip_servers_failed";
+    /// Servers alive again after they failed or left.
+    pub const SERVERS_RETURNED: &str = "gossip_servers_returned";
 }
 
 /// A member's join push-pull failed.
@@ -123,6 +143,13 @@ pub fn metrics_spec() -> MetricsSpec {
             names::BYTES_SENT,
             names::BYTES_RECEIVED,
             names::LATE_TICKS,
+            names::REANNOUNCED,
+            names::USER_EVENTS,
+            names::QUERIES_ANSWERED,
+            names::QUERY_ANSWERS_DROPPED,
+            names::SERVERS_SUSPECTED,
+            names::SERVERS_FAILED,
+            names::SERVERS_RETURNED,
         ],
         latencies: Vec::new(),
         errors: vec![

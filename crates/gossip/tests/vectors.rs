@@ -5,22 +5,18 @@
 //! messages decoded to the manifest's values, and every message this crate
 //! writes is written again byte for byte as the real agent wrote it.
 
-use std::path::PathBuf;
+mod golden;
 
 use agent_sim_gossip::coordinate::Coord;
+use agent_sim_gossip::serf::event::{self, UserEvent};
 use agent_sim_gossip::serf::{self, SerfState};
 use agent_sim_gossip::wire::msgs::{Ack, Alive, IndirectPing, Nack, Ping, PushPull, Verdict};
-use agent_sim_gossip::wire::{Keyring, Security, each_message, kind};
+use agent_sim_gossip::wire::{each_message, kind};
+use golden::{dir, security};
 use serde_json::Value;
 
-/// `testdata/vectors`: the manifest's paths start there.
-fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/vectors")
-}
-
 fn manifest() -> Value {
-    let m = dir().join("consul/gossip/manifest.json");
-    serde_json::from_str(&std::fs::read_to_string(m).unwrap()).unwrap()
+    golden::manifest("consul/gossip")
 }
 
 /// The manifest's leaf messages of an entry, in order: `(type, fields)`.
@@ -108,23 +104,26 @@ fn check(file: &str, t: u8, body: &[u8], want: &Value) {
             a.encode(&mut again);
         }
         kind::USER => {
-            // serf's intents and user events: the intents are read.
+            // serf's intents and user events: both read, the events
+            // written again.
             if let Some((_, ltime, node)) = serf::decode_intent(body).unwrap() {
                 assert_eq!(Value::from(node), f("Node"), "{file}");
                 assert_eq!(Value::from(ltime), f("LTime"), "{file}");
+                return;
             }
+            let e = UserEvent::decode(body).unwrap().expect(file);
+            assert_eq!(Value::from(e.ltime), f("LTime"), "{file}");
+            assert_eq!(Value::from(e.name), f("Name"), "{file}");
+            let payload = std::str::from_utf8(e.payload).unwrap();
+            assert_eq!(Value::from(payload), f("Payload"), "{file}");
+            assert_eq!(Value::from(e.cc), f("CC"), "{file}");
+            e.encode(&mut again);
+            assert_eq!(&again[1..], body, "{file}: the user event written again");
             return;
         }
         other => panic!("{file}: message type {other}"),
     }
     assert_eq!(&again[1..], body, "{file}: type {t} written again");
-}
-
-fn security(encrypted: bool, key: &str) -> Security {
-    Security {
-        label: String::new(),
-        keyring: encrypted.then(|| Keyring::from_base64(&[key]).unwrap()),
-    }
 }
 
 #[test]
@@ -201,6 +200,20 @@ fn check_push_pull(file: &str, body: &[u8], decoded: &Value) {
     for (name, t) in &s.status {
         assert_eq!(Value::from(*t), f["StatusLTimes"][*name], "{file}");
     }
+    // The event buffer's kept slots (the new leader's event, in the
+    // servers' answers).
+    let kept = event::state_events(pp.user_state).unwrap();
+    let want = f["Events"]["non_nil"].as_object();
+    assert_eq!(kept.len(), want.map_or(0, |w| w.len()), "{file}");
+    for (ltime, evs) in &kept {
+        let w = &f["Events"]["non_nil"][ltime.to_string()];
+        assert_eq!(Value::from(*ltime), w["LTime"], "{file}");
+        for ((name, payload), we) in evs.iter().zip(w["Events"].as_array().unwrap()) {
+            assert_eq!(Value::from(*name), we["Name"], "{file}");
+            let payload = std::str::from_utf8(payload).unwrap();
+            assert_eq!(Value::from(payload), we["Payload"], "{file}");
+        }
+    }
 }
 
 #[test]
@@ -220,7 +233,10 @@ fn a_joining_members_push_pull_is_shaped_as_a_real_agents() {
         })
         .unwrap();
     let bytes = std::fs::read(dir().join(e["file"].as_str().unwrap())).unwrap();
-    let (msg, _) = Security::default().open_stream(&bytes).unwrap().unwrap();
+    let (msg, _) = agent_sim_gossip::wire::Security::default()
+        .open_stream(&bytes)
+        .unwrap()
+        .unwrap();
     let real = PushPull::decode(&msg[1..]).unwrap();
     let s = SerfState::decode(real.user_state).unwrap();
     let mut ours = Vec::new();

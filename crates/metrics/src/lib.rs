@@ -25,7 +25,8 @@
 //!   fleet's reconvergence after each, live and in the summary.
 //! - [`compare`]: two runs side by side with the ratio B/A.
 //! - [`server`]: the summary's `server` section (what observed servers did,
-//!   and what each agent cost them).
+//!   and what each agent cost them), and [`storm`]: its storm figures (an
+//!   observed Consul server's gossip and anti-entropy reads, as it counts them).
 //! - [`histo`] and [`units`]: the leaves every part uses (histogram
 //!   encoding and exact adds; readable units and instants).
 //!
@@ -50,6 +51,7 @@ pub mod report;
 pub mod schema;
 pub mod server;
 pub mod spread;
+pub mod storm;
 pub mod summary;
 pub mod timeline;
 pub mod units;

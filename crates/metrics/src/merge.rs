@@ -487,6 +487,9 @@ fn merge_servers(parts: &[Summary], offset: impl Fn(usize) -> f64) -> Vec<Server
             if let Some(g) = srv.gossip.as_mut() {
                 g.shift(shift);
             }
+            if let Some(st) = srv.storm.as_mut() {
+                st.shift(shift);
+            }
             if let Some((a, b)) = srv.sizing.steady_s.as_mut().map(|w| (&mut w.0, &mut w.1)) {
                 *a += shift;
                 *b += shift;

@@ -399,6 +399,9 @@ fn server(out: &mut String, s: &Summary) {
         if let Some(g) = &srv.gossip {
             gossip(out, g);
         }
+        for line in srv.storm.iter().flat_map(|st| st.table_lines()) {
+            let _ = writeln!(out, "{line}");
+        }
     }
 }
 
@@ -602,6 +605,51 @@ mod tests {
             "sessions_established averaged when asked: {v}"
         );
         assert!(v.find("outcome").unwrap() < v.find("counters").unwrap());
+    }
+
+    #[test]
+    fn a_servers_storm_figures_are_a_few_lines_when_present() {
+        use crate::server::ServerSummary;
+        use crate::storm::{Count, Peak, StormSummary};
+        let table = |storm: Option<StormSummary>| {
+            render(&Summary {
+                server: vec![ServerSummary {
+                    kind: "consul".into(),
+                    storm,
+                    ..ServerSummary::default()
+                }],
+                ..Summary::default()
+            })
+        };
+        let storm = StormSummary {
+            total: [
+                (Count::GossipBytesIn, 345_088.0),
+                (Count::AliveMsgs, 1200.0),
+                (Count::MemberFailed, 3.0),
+                (Count::HandlerDrops, 0.0),
+            ]
+            .into(),
+            peak_per_s: [(
+                Count::AliveMsgs,
+                Peak {
+                    value: 240.0,
+                    at_s: 3.0,
+                },
+            )]
+            .into(),
+            ..StormSummary::default()
+        };
+        let t = table(Some(storm));
+        assert!(
+            t.contains(
+                "storm      gossip       337.0 KiB in\n\
+                 storm      messages     1,200 alive (peak 240/s at 3.0s); \
+                 0 dropped (handler queue full)\n\
+                 storm      members      3 failed\n"
+            ),
+            "{t}"
+        );
+        assert!(!table(None).contains("storm"), "{}", table(None));
     }
 
     #[test]

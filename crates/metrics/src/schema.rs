@@ -301,6 +301,7 @@ mod tests {
                     first_critical_s: Some(5.0),
                     ..Default::default()
                 }),
+                storm: Some(storm()),
             }],
             ..populated()
         };
@@ -313,12 +314,62 @@ mod tests {
         let mut bad = v.clone();
         bad["server"][0]["gossip"]["samples"][0]["suspect"] = serde_json::json!(1);
         assert!(validate_summary_json(&bad).is_err());
+        // A summary written before the storm part reads, without one.
+        let mut old = v.clone();
+        old["server"][0].as_object_mut().unwrap().remove("storm");
+        validate_summary_json(&old).unwrap();
+        let read = crate::Summary::from_json(&old.to_string()).unwrap();
+        assert_eq!(read.server[0].storm, None);
+        let mut bad = v.clone();
+        bad["server"][0]["storm"]["total"]["pings"] = serde_json::json!(1);
+        assert!(validate_summary_json(&bad).is_err());
+        let mut bad = v.clone();
+        bad["server"][0]["storm"]["queue_max"]["intent"] = serde_json::json!(3);
+        assert!(validate_summary_json(&bad).is_err());
         let mut bad = v;
         bad["server"][0]["gossip"]
             .as_object_mut()
             .unwrap()
             .remove("failed_ever");
         assert!(validate_summary_json(&bad).is_err());
+    }
+
+    /// A server's storm part with a figure of each shape.
+    fn storm() -> crate::storm::StormSummary {
+        use crate::storm::{Count, Depth, Peak, Queue, StormSample, StormSummary};
+        StormSummary {
+            samples: vec![StormSample {
+                t_s: 5.0,
+                per_s: [(Count::AliveMsgs, 24.0), (Count::AeReads, 2.5)].into(),
+                queues: [(
+                    Queue::Intent,
+                    Depth {
+                        p50: Some(3.0),
+                        p99: Some(40.0),
+                        mean: Some(5.0),
+                        ..Depth::default()
+                    },
+                )]
+                .into(),
+            }],
+            total: [(Count::AliveMsgs, 120.0), (Count::AeReads, 12.5)].into(),
+            peak_per_s: [(
+                Count::AliveMsgs,
+                Peak {
+                    value: 24.0,
+                    at_s: 5.0,
+                },
+            )]
+            .into(),
+            queue_max: [(
+                Queue::Intent,
+                Peak {
+                    value: 40.0,
+                    at_s: 5.0,
+                },
+            )]
+            .into(),
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The summary's `server` section: what each observed server did during
 //! the run (`--observe`), on the run's time axis, and what each agent cost
 //! it; for a Consul server while the fleet gossips, its own view of the
-//! run's members ([`GossipSummary`]). Written by `agent-sim-observe`, read
+//! run's members ([`GossipSummary`]), and what its gossip layers went
+//! through ([`crate::storm`]). Written by `agent-sim-observe`, read
 //! by the table, the page, the assertions and `report compare`. A model
 //! only: nothing here computes but a few readings of its own fields.
 //!
@@ -48,6 +49,10 @@ pub struct ServerSummary {
     /// `/v1/agent/members` and `serfHealth` checks), when the fleet gossips.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gossip: Option<GossipSummary>,
+    /// What this Consul server's gossip layers and anti-entropy reads went
+    /// through, from its own metrics, when it exported any of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm: Option<crate::storm::StormSummary>,
 }
 
 /// The run's gossip members as one Consul server saw them: its

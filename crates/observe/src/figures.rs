@@ -193,7 +193,9 @@ pub fn sample(prev: Option<(&Reading, f64)>, cur: &Reading, run: RunState) -> Se
         ..ServerSample::default()
     };
     for (name, value) in &cur.series {
-        if kinds::PROCESS.contains(&name.as_str()) {
+        // The process's are the sample's own fields; the storm series are
+        // the storm part's (`crate::storm`), their summaries not latencies.
+        if kinds::PROCESS.contains(&name.as_str()) || kinds::storm(name) {
             continue;
         }
         let key = kinds::normalize(name);

@@ -12,6 +12,8 @@
 
 use std::fmt;
 
+use agent_sim_metrics::storm::{Count, Queue};
+
 /// What kind of server a target is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerKind {
@@ -114,11 +116,80 @@ pub fn defaults(kind: ServerKind) -> &'static [&'static str] {
     }
 }
 
-/// Whether a series is kept for `kind` (its defaults, the extra names
-/// asked for, either as exposed or as normalized).
+/// The counters of a Consul server's storm figures, as a 1.20.1 server
+/// names them: memberlist's and serf's go-metrics keys under `consul_`
+/// (their label sets, `network="lan"` and `"wan"`, added up). A counter
+/// the server has not moved for its `prometheus_retention_time` may leave
+/// the exposition, and come back from zero. A colon in a name reads as `_`
+/// (`consul_serf_events_consul:new_leader`, see [`crate::reading`]). The
+/// handler queue's drops are the embedded server's own series: a real one
+/// only logs them.
+pub const STORM_COUNTERS: [(&str, Count); 13] = [
+    // memberlist's net transport: the bytes of every UDP packet.
+    ("consul_memberlist_udp_received", Count::GossipBytesIn),
+    ("consul_memberlist_udp_sent", Count::GossipBytesOut),
+    // memberlist's stream listener: one per TCP connection (push-pulls).
+    ("consul_memberlist_tcp_accept", Count::TcpAccepts),
+    // memberlist's state: one per alive, suspect, dead message applied.
+    ("consul_memberlist_msg_alive", Count::AliveMsgs),
+    ("consul_memberlist_msg_suspect", Count::SuspectMsgs),
+    ("consul_memberlist_msg_dead", Count::DeadMsgs),
+    // A probe begun while the health score had stretched its interval.
+    ("consul_memberlist_degraded_probe", Count::DegradedProbes),
+    // serf's member events, `serf.member.<status>` on a leave or failure.
+    ("consul_serf_member_join", Count::MemberJoins),
+    ("consul_serf_member_failed", Count::MemberFailed),
+    ("consul_serf_member_left", Count::MemberLeft),
+    // serf's user events, all and by name.
+    ("consul_serf_events", Count::SerfEvents),
+    (
+        "consul_serf_events_consul_new_leader",
+        Count::NewLeaderEvents,
+    ),
+    (
+        "agent_sim_memberlist_handler_queue_dropped",
+        Count::HandlerDrops,
+    ),
+];
+
+/// The queue depths of the storm figures: summaries of serf's samples of
+/// each queue (every 30 s, its `QueueCheckInterval`) and memberlist's of
+/// its broadcasts, in messages.
+pub const STORM_QUEUES: [(&str, Queue); 4] = [
+    ("consul_memberlist_queue_broadcasts", Queue::Broadcasts),
+    ("consul_serf_queue_Intent", Queue::Intent),
+    ("consul_serf_queue_Event", Queue::Event),
+    ("consul_serf_queue_Query", Queue::Query),
+];
+
+/// Serf's messages received: a summary of their sizes, whose count is the
+/// messages.
+pub const SERF_MSGS: &str = "consul_serf_msgs_received";
+
+/// The server's RPC calls: a summary of their times (milliseconds) per
+/// label set, `method` among the labels; its count per method is calls.
+pub const RPC_CALLS: &str = "consul_rpc_server_call";
+
+/// The reads of a client agent's anti-entropy sync (`Catalog.NodeServiceList`
+/// for its services, `Health.NodeChecks` for its checks).
+pub const AE_METHODS: [&str; 2] = ["Catalog.NodeServiceList", "Health.NodeChecks"];
+
+/// Whether a series is one of the storm figures' (a counter with or
+/// without `_total`).
+pub fn storm(name: &str) -> bool {
+    let base = name.strip_suffix("_total").unwrap_or(name);
+    STORM_COUNTERS.iter().any(|(n, _)| *n == base)
+        || STORM_QUEUES.iter().any(|(n, _)| *n == name)
+        || name == SERF_MSGS
+        || name == RPC_CALLS
+}
+
+/// Whether a series is kept for `kind` (its defaults, the storm figures',
+/// the extra names asked for, either as exposed or as normalized).
 pub fn kept(kind: ServerKind, name: &str, extra: &[String]) -> bool {
     PROCESS.contains(&name)
         || defaults(kind).contains(&name)
+        || storm(name)
         || (kind == ServerKind::AgentSim && name.starts_with("agent_sim_serve_"))
         || extra.iter().any(|e| e == name || *e == normalize(name))
 }
@@ -226,5 +297,23 @@ mod tests {
             &["consul_raft_apply".into()]
         ));
         assert!(kept(ServerKind::Other, "x_y", &["x_y".into()]));
+    }
+
+    #[test]
+    fn the_storm_series_are_kept_for_any_kind_with_or_without_total() {
+        for name in [
+            "consul_memberlist_udp_received",
+            "consul_serf_queue_Intent",
+            "consul_serf_msgs_received",
+            "consul_rpc_server_call",
+            "consul_serf_events_consul_new_leader",
+            "agent_sim_memberlist_handler_queue_dropped",
+            "agent_sim_memberlist_handler_queue_dropped_total",
+        ] {
+            assert!(kept(ServerKind::Consul, name, &[]), "{name}");
+            assert!(kept(ServerKind::AgentSim, name, &[]), "{name}");
+        }
+        assert!(!storm("consul_serf_queue_Intent_total"));
+        assert!(!storm("consul_memberlist_gossip"));
     }
 }

@@ -20,6 +20,10 @@
 //! - [`figures`]: readings to the summary's `server` section: per-interval
 //!   rates and quantiles, the baseline, the steady state, cores per 1,000
 //!   agents, RSS per agent, latencies under load vs at baseline.
+//! - [`storm`]: a Consul server's storm figures (its gossip bytes and
+//!   messages, serf's queues and member events, the handler queue's drops,
+//!   anti-entropy reads) per interval and over the run: the section's
+//!   `storm`.
 //! - [`members`]: a Consul server's own view of the run's gossip members
 //!   (`/v1/agent/members` by serf status, critical `serfHealth` checks),
 //!   polled with the metrics when the fleet gossips: the section's `gossip`.
@@ -38,6 +42,7 @@ pub mod kinds;
 pub mod members;
 mod observer;
 pub mod reading;
+pub mod storm;
 pub mod target;
 
 pub use kinds::ServerKind;

@@ -32,6 +32,7 @@ use crate::figures::{self, RunState};
 use crate::kinds::{self, ServerKind};
 use crate::members::{self, GossipWatch, MembersTrack, Polled};
 use crate::reading::{self, Reading};
+use crate::storm;
 use crate::target::{Endpoint, Target};
 
 /// Warning kind of a scrape that failed.
@@ -375,6 +376,9 @@ impl Observer {
                     );
                 }
                 figures::bound(&mut t.out.samples);
+                if let Some(st) = t.out.storm.as_mut() {
+                    figures::bound(&mut st.samples);
+                }
                 figures::summarize(&mut t.out, &t.units);
                 t.out
             })
@@ -604,7 +608,11 @@ fn record(t: &mut Track, r: Reading, run: RunState, phase: Option<Phase>) {
     }
     match phase {
         Some(Phase::Baseline) => t.out.baseline = s,
-        Some(Phase::Run) => t.out.samples.push(s),
+        Some(Phase::Run) => {
+            t.out.samples.push(s);
+            let before = prev.as_ref().map(|(p, st)| (p, st.t_s));
+            storm::record(&mut t.out.storm, before, &r, run.t_s);
+        }
         None => {}
     }
     t.prev = Some((r, run));

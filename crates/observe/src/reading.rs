@@ -92,10 +92,30 @@ fn add_scalar(series: &mut BTreeMap<String, Value>, name: &str, v: Value) {
     }
 }
 
+/// A line with any colon of its series name made `_`: the format allows
+/// colons in names (Consul's `consul_serf_events_consul:new_leader`), the
+/// parser reads a name as word characters only and would skip the line.
+fn colons_out(line: &str) -> String {
+    let at = match line.strip_prefix("# ") {
+        Some(rest) if rest.starts_with("TYPE ") || rest.starts_with("HELP ") => 7,
+        Some(_) => return line.to_string(),
+        None => 0,
+    };
+    let end = line[at..]
+        .find(|c: char| c == '{' || c.is_whitespace())
+        .map_or(line.len(), |n| at + n);
+    let name = &line[at..end];
+    if !name.contains(':') {
+        return line.to_string();
+    }
+    format!("{}{}{}", &line[..at], name.replace(':', "_"), &line[end..])
+}
+
 /// Parses the Prometheus text format, keeping what `keep(kind, name)`
-/// wants (the kind is told by every series name first).
+/// wants (the kind is told by every series name first). A colon in a
+/// series name reads as `_`.
 pub fn parse_prometheus(text: &str, keep: &dyn Fn(ServerKind, &str) -> bool) -> Reading {
-    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let lines = text.lines().map(|l| Ok(colons_out(l)));
     let Ok(scrape) = prometheus_parse::Scrape::parse(lines) else {
         return Reading::default();
     };
@@ -222,7 +242,7 @@ pub fn parse_consul_json(text: &str, keep: &dyn Fn(ServerKind, &str) -> bool) ->
     let num = |x: &serde_json::Value, k: &str| x.get(k).and_then(|n| n.as_f64()).unwrap_or(0.0);
     for g in items("Gauges") {
         exposed += 1;
-        let name = g["Name"].as_str().unwrap_or_default().replace('.', "_");
+        let name = json_name(&g);
         let name = match name.as_str() {
             "consul_runtime_alloc_bytes" => kinds::HEAP.to_string(),
             "consul_runtime_num_goroutines" => kinds::GOROUTINES.to_string(),
@@ -234,7 +254,7 @@ pub fn parse_consul_json(text: &str, keep: &dyn Fn(ServerKind, &str) -> bool) ->
     }
     for c in items("Counters") {
         exposed += 1;
-        let name = c["Name"].as_str().unwrap_or_default().replace('.', "_");
+        let name = json_name(&c);
         if keep(kind, &name) {
             let rate = num(&c, "Rate");
             match series.get_mut(&name) {
@@ -247,7 +267,7 @@ pub fn parse_consul_json(text: &str, keep: &dyn Fn(ServerKind, &str) -> bool) ->
     }
     for s in items("Samples") {
         exposed += 1;
-        let name = s["Name"].as_str().unwrap_or_default().replace('.', "_");
+        let name = json_name(&s);
         if keep(kind, &name) {
             let (mean, max, count) = (num(&s, "Mean"), num(&s, "Max"), num(&s, "Count"));
             match series.get_mut(&name) {
@@ -274,6 +294,15 @@ pub fn parse_consul_json(text: &str, keep: &dyn Fn(ServerKind, &str) -> bool) ->
         series,
         exposed,
     }
+}
+
+/// A JSON metric's name as the Prometheus sink writes it, and a colon
+/// made `_` as [`parse_prometheus`] reads it.
+fn json_name(metric: &serde_json::Value) -> String {
+    metric["Name"]
+        .as_str()
+        .unwrap_or_default()
+        .replace(['.', ':'], "_")
 }
 
 /// A `/proc/PID` reading as the same series a Prometheus process
@@ -319,6 +348,19 @@ mod tests {
         assert_eq!((set.sum, set.count), (30.0, 10.0));
         assert_eq!(r.scalar("up"), Some(2.0), "label sets of a gauge add up");
         assert_eq!(r.series.get("reqs"), Some(&Value::Counter(5.0)));
+    }
+
+    #[test]
+    fn a_colon_in_a_series_name_reads_as_an_underscore() {
+        let text = "# HELP a:b a:b\n# TYPE a:b counter\na:b{network=\"lan\"} 2\n\
+                    # some comment: with a colon\nplain{x=\"c:d\"} 1\n";
+        let r = parse_prometheus(text, &all);
+        assert_eq!(r.series.get("a_b"), Some(&Value::Counter(2.0)), "{r:?}");
+        assert_eq!(r.scalar("plain"), Some(1.0), "a label's colon untouched");
+        assert_eq!(colons_out("# some comment: here"), "# some comment: here");
+        let json = r#"{"Counters":[{"Name":"consul.serf.events.consul:new_leader","Rate":0.1}]}"#;
+        let r = parse_consul_json(json, &all);
+        assert_eq!(r.scalar("consul_serf_events_consul_new_leader"), Some(0.1));
     }
 
     #[test]

@@ -194,6 +194,7 @@ impl Backend {
                 let state = c.state.clone().unwrap_or_else(|| {
                     ConsulState::new(ConsulTargetConfig {
                         faults: faults.clone(),
+                        serf: c.cfg.serf.clone().map(|s| s.logging_to(cfg.log.clone())),
                         ..c.cfg.clone()
                     })
                 });

@@ -322,6 +322,7 @@ impl AgentFactory for ConsulFactory {
             extra: None,
             router: Router::new(s.dialers.len(), index.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
             session_server: 0,
+            news_seen: Default::default(),
             moved: false,
             moved_link: None,
             kv: s.kv.watches(index),

@@ -27,6 +27,7 @@ mod connect;
 mod factory;
 mod kv;
 mod link;
+mod news;
 mod session;
 mod streaming;
 mod subscriptions;
@@ -92,6 +93,9 @@ pub(crate) struct Ids {
     coordinate_updates: CounterId,
     pings: CounterId,
     skips: CounterId,
+    syncs_server_up: CounterId,
+    router_removes: CounterId,
+    router_adds: CounterId,
     leaf_issued: CounterId,
     leaf_renewed: CounterId,
     leaf_rate_limited: CounterId,
@@ -135,6 +139,9 @@ impl Ids {
             coordinate_updates: m.counter(names::COORDINATE_UPDATES),
             pings: m.counter(names::ROUTER_PINGS),
             skips: m.counter(names::ROUTER_SKIPS),
+            syncs_server_up: m.counter(names::SYNCS_SERVER_UP),
+            router_removes: m.counter(names::ROUTER_REMOVES),
+            router_adds: m.counter(names::ROUTER_ADDS),
             leaf_issued: m.counter(names::LEAF_CERTS_ISSUED),
             leaf_renewed: m.counter(names::LEAF_CERTS_RENEWED),
             leaf_rate_limited: m.counter(names::LEAF_RATE_LIMITED),
@@ -265,7 +272,10 @@ pub struct ConsulAgent {
     /// The run's servers in this agent's order (Consul's router).
     router: Router,
     /// The server of the current (or last) session.
-    session_server: usize,
+    session_server: u16,
+    /// What gossip's news the agent has acted on, across its sessions
+    /// (a session that starts after a new leader's event still syncs).
+    news_seen: news::Seen,
     /// The last session ended with a move to another server, or was lost
     /// and the router's next server is another one: the next session
     /// syncs nothing (the cluster kept the agent's state) and confirms
@@ -334,7 +344,7 @@ impl ConsulAgent {
 
     /// The server (its dialer) of this agent's session.
     fn server(&self) -> usize {
-        self.session_server
+        usize::from(self.session_server)
     }
 }
 

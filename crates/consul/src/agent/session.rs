@@ -6,7 +6,8 @@
 //! here, the same for all.
 //!
 //! The loop, top to bottom, each turn: start what is due (`turn_due`),
-//! one wait over the agent's RPC connection, the roots query, the watches,
+//! one wait over the agent's RPC connection, the roots query, gossip's
+//! news of the servers ([`super::news`]), the watches,
 //! the KV reads, at most one upkeep call and one timer
 //! (`agent_sim_fleet::wake`), then one handler per wake (`on_woke`), which
 //! says what the session does next ([`Next`]): stay, move the agent off a
@@ -24,6 +25,7 @@ use tokio_util::sync::WaitForCancellationFuture;
 
 use super::kv::{KvIo, KvSession};
 use super::link::Link;
+use super::news::NewsWatch;
 use super::subscriptions::Slot;
 use super::upkeep::{Done, Sched, UpkeepCall};
 use super::{ConsulAgent, HTTP_BACKOFF};
@@ -44,6 +46,8 @@ enum Either<Io> {
     Kv(KvIo),
     /// The blocking roots query answered (agents keeping a leaf).
     Roots(Result<Reply, CallError>),
+    /// Gossip's news of the servers changed.
+    News(tokio::sync::watch::Receiver<agent_sim_gossip::News>),
 }
 
 /// The connection of one session and the watches on it, as the session's
@@ -134,6 +138,8 @@ struct Turns<'s, W> {
     call: Option<UpkeepCall>,
     /// The blocking roots query in flight (agents keeping a leaf).
     roots: Option<Exchange>,
+    /// Gossip's news of the servers (client agents that gossip).
+    news: Option<NewsWatch>,
     /// An earlier session ran ([`ConsulAgent::session_sched`]).
     reconnect: bool,
     /// The engine was told the session is established.
@@ -163,6 +169,11 @@ impl<W: Watches> Turns<'_, W> {
                 && let Poll::Ready((_, r)) = f.as_mut().poll(tcx)
             {
                 return Poll::Ready(Either::Roots(r));
+            }
+            if let Some(n) = self.news.as_mut()
+                && let Poll::Ready(rx) = n.poll(tcx)
+            {
+                return Poll::Ready(Either::News(rx));
             }
             if let Poll::Ready(io) = self.w.poll(self.slots, rotate, tcx) {
                 return Poll::Ready(Either::Watch(io));
@@ -203,8 +214,10 @@ impl ConsulAgent {
         if let Some(b) = &self.shared.connect {
             b.dialing(Instant::now());
         }
+        self.follow_now();
         let server = self.router.current();
-        self.session_server = server;
+        // Router indexes are u16 (at most 65,535 servers).
+        self.session_server = server as u16;
         cx.on_server(server);
         let end = if self.shared.cfg.watch == WatchMode::Streaming {
             self.stream_session(cx).await
@@ -260,7 +273,8 @@ impl ConsulAgent {
         w: &'s mut W,
         link: Option<Box<Link>>,
     ) -> Turns<'s, W> {
-        let (reconnect, hs) = self.session_sched(now);
+        let (reconnect, mut hs) = self.session_sched(now);
+        let news = self.news_watch(&mut hs, now);
         let stamp = link.as_ref().and_then(|l| l.stamp.clone());
         let kv = self.kv_session(now, stamp, cx.bind_addr);
         Turns {
@@ -273,6 +287,7 @@ impl ConsulAgent {
             hs,
             call: None,
             roots: None,
+            news,
             reconnect,
             established: false,
             rotate: 0,
@@ -335,6 +350,10 @@ impl ConsulAgent {
             },
             Woke::Io(Either::Kv(io)) => {
                 self.on_kv(&mut s.kv, io);
+                Next::Stay
+            }
+            Woke::Io(Either::News(rx)) => {
+                s.news = Some(self.on_news(&mut s.hs, rx, Instant::now()));
                 Next::Stay
             }
             Woke::Call(done) => self.on_call(s, done),

@@ -1,14 +1,18 @@
 //! A member's join answer read as it arrives: the server's whole member
 //! list (up to 2 MiB at 10,000 members) is checked from its first bytes (a
-//! push-pull, or the error a server sends) and drained through one fixed
+//! push-pull, or the error a server sends) and read through one fixed
 //! window, each read counted, never held whole. The pool learnt the
 //! cluster at its hello and keeps learning it from its periodic
-//! push-pulls, so a join's list is not merged.
+//! push-pulls, so a join's list is not merged: it is counted ([`Learnt`]:
+//! the alive members listed, the servers among them), for the member's
+//! re-announcement of them (`reannounce`).
 //!
 //! What is held at once: the window ([`WINDOW`]), in which each msgpack
-//! value read or skipped must fit whole (a node state takes well under
-//! 1 KiB: memberlist caps a node's meta at 512 bytes; a larger one is
-//! refused as oversized). The exception is an encrypted answer: AES-GCM
+//! value read must fit whole (a node state takes well under 1 KiB:
+//! memberlist caps a node's meta at 512 bytes; a larger one is refused as
+//! oversized); a compressed answer (a real server compresses every
+//! stream) is decoded as it arrives, through a second window of the same
+//! size and the decoder's 12 KiB table. The exception is an encrypted answer: AES-GCM
 //! authenticates a frame only at its end and `ring` opens a frame whole, so
 //! nothing of it can be trusted (not even its type) before all of it is in;
 //! it is held, at most memberlist's 20 MiB (refused from its 5-byte header
@@ -23,7 +27,8 @@
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::wire::msgs::{self, PushPullHeader};
+use crate::serf::TAGS_MAGIC;
+use crate::wire::msgs::{self, Alive, NodeState, PushPullHeader, state};
 use crate::wire::read::Reader;
 use crate::wire::{Frame, MAX_DECOMPRESSED, MAX_STATE_BYTES, Security, WireError, kind, lzw};
 
@@ -42,6 +47,220 @@ pub(super) enum Reply {
     Error(String),
     /// Another message (or a compressed one that does not say its type).
     Other,
+}
+
+/// What a join's answer taught its member, as memberlist's `mergeState` of
+/// a fresh node takes it: every alive member listed but itself is new to
+/// it, so each is re-announced; suspect, dead and left ones are not (a
+/// fresh node ignores news of members it does not know).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Learnt {
+    /// Alive members listed, the member itself apart.
+    pub members: u64,
+    /// Of those, Consul servers (`role=consul`).
+    pub servers: u64,
+    /// The bytes of the alive messages of the first [`SAMPLED`] of them.
+    sampled_bytes: u64,
+    /// How many were sized.
+    sampled: u64,
+}
+
+/// Members whose alive message is sized (the mean is what sets how many
+/// fit in a packet; sizing every one would cost an encoding each).
+const SAMPLED: u64 = 64;
+
+impl Learnt {
+    /// The mean size of the learnt members' alive messages (`None` when
+    /// none was learnt).
+    pub fn alive_len(&self) -> Option<usize> {
+        (self.sampled > 0).then(|| self.sampled_bytes.div_ceil(self.sampled) as usize)
+    }
+}
+
+#[cfg(test)]
+impl Learnt {
+    /// `members` learnt, `servers` of them, their alive messages
+    /// `alive_len` bytes.
+    pub fn of(members: u64, servers: u64, alive_len: u64) -> Learnt {
+        Learnt {
+            members,
+            servers,
+            sampled_bytes: alive_len,
+            sampled: 1,
+        }
+    }
+}
+
+/// Whether a node's meta says it is a Consul server (serf's tags, or an old
+/// role-only meta), read without allocating.
+fn is_server(meta: &[u8]) -> bool {
+    let Some((&TAGS_MAGIC, tags)) = meta.split_first() else {
+        return meta == b"consul";
+    };
+    let mut consul = false;
+    let _ = Reader::new(tags).fields(|k, r| {
+        let v = r.str()?;
+        consul |= k == "role" && v == "consul";
+        Ok(())
+    });
+    consul
+}
+
+/// A push-pull's members counted as its bytes come (after its type
+/// byte): its header, then each node state, read whole.
+struct Tally<'a> {
+    /// The joining member's name.
+    me: &'a str,
+    /// Node states still to come (`None` before the header).
+    left: Option<usize>,
+    /// The header's length of serf's state, after the node states.
+    user_state: usize,
+    learnt: Learnt,
+    /// Where an alive message is sized.
+    scratch: Vec<u8>,
+}
+
+impl<'a> Tally<'a> {
+    fn new(me: &'a str) -> Self {
+        Tally {
+            me,
+            left: None,
+            user_state: 0,
+            learnt: Learnt::default(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Every node state has been read.
+    fn done(&self) -> bool {
+        self.left == Some(0)
+    }
+
+    /// Reads the whole values at the start of `b` (the header, node
+    /// states); the bytes used (a value cut short is left for more).
+    fn take(&mut self, b: &[u8]) -> Result<usize, WireError> {
+        let mut r = Reader::new(b);
+        let mut used = 0;
+        loop {
+            let read = match self.left {
+                Some(0) => return Ok(used),
+                None => PushPullHeader::read_head(&mut r).map(|h| {
+                    self.left = Some(h.nodes);
+                    self.user_state = h.user_state_len;
+                }),
+                Some(k) => NodeState::read(&mut r).map(|n| {
+                    self.count(&n);
+                    self.left = Some(k - 1);
+                }),
+            };
+            match read {
+                Ok(()) => used = r.position(),
+                Err(WireError::Truncated) => return Ok(used),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn count(&mut self, n: &NodeState<'_>) {
+        if n.state != state::ALIVE || n.name == self.me {
+            return;
+        }
+        let l = &mut self.learnt;
+        l.members += 1;
+        l.servers += u64::from(is_server(n.meta));
+        if l.sampled < SAMPLED {
+            self.scratch.clear();
+            Alive {
+                incarnation: n.incarnation,
+                node: n.name,
+                addr: n.addr,
+                port: n.port,
+                meta: n.meta,
+                vsn: n.vsn,
+            }
+            .encode(&mut self.scratch);
+            l.sampled += 1;
+            l.sampled_bytes += self.scratch.len() as u64;
+        }
+    }
+}
+
+/// A compressed push-pull's members counted as its bytes come: decoded a
+/// window at a time, each window's whole values counted, the rest of the
+/// stream passed over once every node state is.
+struct Inflate<'a> {
+    decoder: Box<lzw::Decoder>,
+    /// Decoded bytes not yet counted (a value cut short).
+    plain: Vec<u8>,
+    /// The message's type byte is behind.
+    typed: bool,
+    tally: Tally<'a>,
+}
+
+impl<'a> Inflate<'a> {
+    fn new(me: &'a str) -> Self {
+        Inflate {
+            decoder: Box::default(),
+            plain: Vec::new(),
+            typed: false,
+            tally: Tally::new(me),
+        }
+    }
+
+    /// Decodes and counts the next compressed bytes.
+    fn feed(&mut self, mut input: &[u8]) -> Result<(), WireError> {
+        while !input.is_empty() && !self.tally.done() && !self.decoder.ended() {
+            let used = self.decoder.feed(input, &mut self.plain, WINDOW)?;
+            input = &input[used..];
+            let mut at = 0;
+            if !self.typed && !self.plain.is_empty() {
+                (at, self.typed) = (1, true);
+            }
+            at += self.tally.take(&self.plain[at..])?;
+            self.plain.drain(..at);
+            if self.plain.len() >= WINDOW {
+                return Err(WireError::TooLarge(WINDOW));
+            }
+        }
+        Ok(())
+    }
+
+    /// What it taught, once all of it was fed (a message that ends before
+    /// its node states is cut short).
+    fn learnt(&self) -> Result<Learnt, WireError> {
+        match self.tally.done() {
+            true => Ok(self.tally.learnt),
+            false => Err(WireError::Truncated),
+        }
+    }
+}
+
+/// What a whole push-pull (a frame read whole: an encrypted answer)
+/// taught the member.
+fn learnt_of(frame: &Frame, me: &str) -> Result<Learnt, WireError> {
+    match frame {
+        Frame::Plain(m) => {
+            let mut t = Tally::new(me);
+            t.take(m.get(1..).unwrap_or_default())?;
+            match t.done() {
+                true => Ok(t.learnt),
+                false => Err(WireError::Truncated),
+            }
+        }
+        Frame::Compressed(body) => {
+            let mut buf: &[u8] = &[];
+            Reader::new(body).fields(|k, r| {
+                match k {
+                    "Buf" => buf = r.bytes()?,
+                    _ => r.skip()?,
+                }
+                Ok(())
+            })?;
+            let mut inf = Inflate::new(me);
+            inf.feed(buf)?;
+            inf.learnt()
+        }
+    }
 }
 
 /// What a whole stream message is (a frame read whole: an exchange's
@@ -63,14 +282,16 @@ fn error_words(body: &[u8]) -> String {
     msgs::decode_err(body).unwrap_or_default()
 }
 
-/// Reads a join's answer from `conn` to its end (a push-pull) or as far as
-/// it tells what it is, passing each read's size to `count`. A stream that
-/// ends (or fails) early is [`WireError::Truncated`].
+/// Reads member `me`'s join answer from `conn` to its end (a push-pull) or
+/// as far as it tells what it is, passing each read's size to `count`:
+/// what it is, and what a push-pull taught the member. A stream that ends
+/// (or fails) early is [`WireError::Truncated`].
 pub(super) async fn read_reply<R: AsyncRead + Unpin>(
     sec: &Security,
+    me: &str,
     conn: &mut R,
     count: &mut (dyn FnMut(usize) + Send),
-) -> Result<Reply, WireError> {
+) -> Result<(Reply, Learnt), WireError> {
     let mut w = Window {
         conn,
         buf: vec![0; WINDOW].into_boxed_slice(),
@@ -85,17 +306,25 @@ pub(super) async fn read_reply<R: AsyncRead + Unpin>(
     // is whole in one byte, so this is an error or `None`.
     sec.open_stream_frame(&[first])?;
     if first == kind::ENCRYPT {
-        return held_frame(&mut w, sec).await;
+        return held_frame(&mut w, sec, me).await;
     }
     w.consume(1);
+    let nothing = Learnt::default();
     match first {
         kind::PUSH_PULL => {
-            let h = w.parse(PushPullHeader::read_head).await?;
-            w.skip_values(h.nodes).await?;
-            w.drain(h.user_state_len).await?;
-            Ok(Reply::PushPull)
+            let mut t = Tally::new(me);
+            loop {
+                let used = t.take(w.held())?;
+                w.consume(used);
+                if t.done() {
+                    break;
+                }
+                w.more().await?;
+            }
+            w.drain(t.user_state).await?;
+            Ok((Reply::PushPull, t.learnt))
         }
-        kind::COMPRESS => compressed(&mut w).await,
+        kind::COMPRESS => compressed(&mut w, me).await,
         kind::ERR => {
             let words = w
                 .parse(|r| {
@@ -104,9 +333,9 @@ pub(super) async fn read_reply<R: AsyncRead + Unpin>(
                     Ok(error_words(&body[..r.position()]))
                 })
                 .await?;
-            Ok(Reply::Error(words))
+            Ok((Reply::Error(words), nothing))
         }
-        _ => Ok(Reply::Other),
+        _ => Ok((Reply::Other, nothing)),
     }
 }
 
@@ -114,7 +343,8 @@ pub(super) async fn read_reply<R: AsyncRead + Unpin>(
 async fn held_frame<R: AsyncRead + Unpin>(
     w: &mut Window<'_, R>,
     sec: &Security,
-) -> Result<Reply, WireError> {
+    me: &str,
+) -> Result<(Reply, Learnt), WireError> {
     w.fill(5).await?;
     let h = w.held();
     let len = u32::from_be_bytes([h[1], h[2], h[3], h[4]]) as usize;
@@ -125,7 +355,10 @@ async fn held_frame<R: AsyncRead + Unpin>(
     w.take_into(&mut frame, 5 + len).await?;
     let (f, _) = sec.open_stream_frame(&frame)?.ok_or(WireError::Truncated)?;
     drop(frame);
-    reply_of(&f)
+    match reply_of(&f)? {
+        Reply::PushPull => Ok((Reply::PushPull, learnt_of(&f, me)?)),
+        other => Ok((other, Learnt::default())),
+    }
 }
 
 /// A compress message's fields (`Algo`, `Buf`, or one not read).
@@ -135,12 +368,17 @@ enum Field {
     Other,
 }
 
-/// A compress message `{Algo, Buf}`: its type from `Buf`'s first bytes,
-/// the rest of `Buf` drained (an error's `Buf` is held, at most the window:
+/// A compress message `{Algo, Buf}`: its type from `Buf`'s first bytes;
+/// a push-pull's `Buf` decoded as it comes and its members counted, any
+/// other's drained (an error's `Buf` is held, at most the window:
 /// memberlist's error is one sentence).
-async fn compressed<R: AsyncRead + Unpin>(w: &mut Window<'_, R>) -> Result<Reply, WireError> {
+async fn compressed<R: AsyncRead + Unpin>(
+    w: &mut Window<'_, R>,
+    me: &str,
+) -> Result<(Reply, Learnt), WireError> {
     let fields = w.parse(|r| r.map()).await?;
     let (mut algo, mut first, mut words) = (0, None, None);
+    let mut learnt = Learnt::default();
     for _ in 0..fields {
         let field = w
             .parse(|r| {
@@ -161,6 +399,13 @@ async fn compressed<R: AsyncRead + Unpin>(w: &mut Window<'_, R>) -> Result<Reply
                 first = lzw::decompress_prefix(&w.held()[..head], 1)
                     .ok()
                     .and_then(|b| b.first().copied());
+                // Go writes `Algo` first: an unknown one is not decoded.
+                if first == Some(kind::PUSH_PULL) && algo == 0 {
+                    let mut inf = Inflate::new(me);
+                    w.pass(len, &mut |b| inf.feed(b)).await?;
+                    learnt = inf.learnt()?;
+                    continue;
+                }
                 if first != Some(kind::ERR) {
                     w.drain(len).await?;
                     continue;
@@ -177,9 +422,9 @@ async fn compressed<R: AsyncRead + Unpin>(w: &mut Window<'_, R>) -> Result<Reply
     }
     // As a whole frame's type: an unknown algorithm does not say it.
     Ok(match (algo, first, words) {
-        (0, Some(kind::PUSH_PULL), _) => Reply::PushPull,
-        (0, Some(kind::ERR), Some(words)) => Reply::Error(words),
-        _ => Reply::Other,
+        (0, Some(kind::PUSH_PULL), _) => (Reply::PushPull, learnt),
+        (0, Some(kind::ERR), Some(words)) => (Reply::Error(words), Learnt::default()),
+        _ => (Reply::Other, Learnt::default()),
     })
 }
 
@@ -286,48 +531,29 @@ impl<R: AsyncRead + Unpin> Window<'_, R> {
         .await
     }
 
-    /// Skips `n` msgpack values, each whole in the window.
-    async fn skip_values(&mut self, mut n: usize) -> Result<(), WireError> {
-        while n > 0 {
-            let mut r = Reader::new(self.held());
-            let mut used = 0;
-            while n > 0 {
-                match r.skip() {
-                    Ok(()) => (used, n) = (r.position(), n - 1),
-                    Err(WireError::Truncated) => break,
-                    Err(e) => return Err(e),
-                }
-            }
-            self.consume(used);
-            if n > 0 {
-                self.more().await?;
-            }
-        }
-        Ok(())
-    }
-
     /// Skips `n` bytes, reading them through the window.
     async fn drain(&mut self, n: usize) -> Result<(), WireError> {
-        self.pass(n, None).await
+        self.pass(n, &mut |_| Ok(())).await
     }
 
     /// Moves the next `n` bytes into `out`, reading them through the window.
     async fn take_into(&mut self, out: &mut Vec<u8>, n: usize) -> Result<(), WireError> {
-        self.pass(n, Some(out)).await
+        self.pass(n, &mut |b| {
+            out.extend_from_slice(b);
+            Ok(())
+        })
+        .await
     }
 
-    /// Uses the next `n` bytes (kept in `keep` if given), reading them
-    /// through the window.
+    /// Uses the next `n` bytes, each piece as read given to `each`.
     async fn pass(
         &mut self,
         mut n: usize,
-        mut keep: Option<&mut Vec<u8>>,
+        each: &mut (dyn FnMut(&[u8]) -> Result<(), WireError> + Send),
     ) -> Result<(), WireError> {
         loop {
             let take = n.min(self.end - self.at);
-            if let Some(out) = keep.as_deref_mut() {
-                out.extend_from_slice(&self.held()[..take]);
-            }
+            each(&self.held()[..take])?;
             self.consume(take);
             n -= take;
             if n == 0 {
@@ -375,17 +601,28 @@ mod tests {
         }
     }
 
-    /// Reads `data` as a join's answer, `step` bytes a read: the reply and
-    /// the bytes counted.
-    async fn read(sec: &Security, data: &[u8], step: usize) -> (Result<Reply, WireError>, usize) {
+    /// Reads `data` as member `me`'s join answer, `step` bytes a read: the
+    /// reply with what it taught, and the bytes counted.
+    async fn read_as(
+        sec: &Security,
+        me: &str,
+        data: &[u8],
+        step: usize,
+    ) -> (Result<(Reply, Learnt), WireError>, usize) {
         let mut conn = Trickle {
             data: data.to_vec(),
             at: 0,
             step,
         };
         let mut counted = 0;
-        let reply = read_reply(sec, &mut conn, &mut |n| counted += n).await;
+        let reply = read_reply(sec, me, &mut conn, &mut |n| counted += n).await;
         (reply, counted)
+    }
+
+    /// [`read_as`] a member named in no answer, the reply alone.
+    async fn read(sec: &Security, data: &[u8], step: usize) -> (Result<Reply, WireError>, usize) {
+        let (reply, counted) = read_as(sec, "joiner", data, step).await;
+        (reply.map(|(r, _)| r), counted)
     }
 
     fn keyed() -> Security {
@@ -397,13 +634,20 @@ mod tests {
 
     /// A push-pull of `n` members, `meta` bytes of meta each.
     fn push_pull(n: usize, meta: usize) -> Vec<u8> {
-        let names: Vec<String> = (0..n).map(|i| format!("member-{i}")).collect();
         let meta = vec![b'm'; meta];
-        let nodes = names.iter().map(|name| NodeState {
+        push_pull_of(n, |_| (&meta[..], state::ALIVE))
+    }
+
+    /// A push-pull of members `member-<i>`, each with the meta and state
+    /// `of(i)` gives.
+    fn push_pull_of<'m>(n: usize, of: impl Fn(usize) -> (&'m [u8], u8)) -> Vec<u8> {
+        let names: Vec<String> = (0..n).map(|i| format!("member-{i}")).collect();
+        let nodes = names.iter().enumerate().map(|(i, name)| NodeState {
             name,
             addr: &[10, 0, 0, 1],
             port: 8301,
-            meta: &meta,
+            meta: of(i).0,
+            state: of(i).1,
             ..Default::default()
         });
         let mut out = Vec::new();
@@ -513,5 +757,60 @@ mod tests {
             read(&plain, &[0x42, 0], 1).await.0,
             Err(WireError::Unknown(0x42))
         );
+    }
+
+    #[tokio::test]
+    async fn the_alive_members_listed_and_the_servers_among_them_are_counted_in_every_framing() {
+        // 300 members (far more than a window): every 10th a server, every
+        // 7th not alive, member-5 the joiner itself.
+        let server = crate::serf::encode_tags(&[("role", "consul"), ("dc", "dc1")]);
+        let client = crate::serf::encode_tags(&[("role", "node"), ("dc", "dc1")]);
+        let msg = push_pull_of(300, |i| {
+            let meta = if i % 10 == 0 { &server } else { &client };
+            let gone = [state::SUSPECT, state::DEAD, state::LEFT][i % 3];
+            let st = if i % 7 == 3 { gone } else { state::ALIVE };
+            (&meta[..], st)
+        });
+        let alive = |i: &usize| i % 7 != 3 && *i != 5;
+        let members = (0..300).filter(alive).count() as u64;
+        let servers = (0..300).filter(|i| alive(i) && i % 10 == 0).count() as u64;
+        let plain = Security::default();
+        for (sec, wire) in [
+            (plain.clone(), msg.clone()),
+            (plain.clone(), plain.seal_stream(&msg)),
+            (keyed(), keyed().seal_stream(&msg)),
+        ] {
+            for step in [1, 977, usize::MAX] {
+                let (reply, counted) = read_as(&sec, "member-5", &wire, step).await;
+                let (reply, learnt) = reply.unwrap();
+                assert_eq!(reply, Reply::PushPull);
+                assert_eq!(counted, wire.len(), "step {step}");
+                assert_eq!((learnt.members, learnt.servers), (members, servers));
+                // A sample's mean: between a client's alive and a server's.
+                let len = learnt.alive_len().unwrap();
+                assert!((50..90).contains(&len), "{len}");
+            }
+        }
+        assert_eq!(Learnt::default().alive_len(), None);
+        assert!(is_server(b"consul") && !is_server(b"node") && !is_server(&client));
+    }
+
+    #[tokio::test]
+    async fn a_compressed_answer_that_ends_before_its_members_is_truncated() {
+        // A header promising 10 nodes, 2 given; compressed whole.
+        let two = push_pull(2, 10);
+        let mut msg = Vec::new();
+        PushPullHeader {
+            nodes: 10,
+            user_state_len: 0,
+            join: false,
+        }
+        .encode(&mut msg);
+        for n in &PushPull::decode(&two[1..]).unwrap().nodes {
+            n.encode(&mut msg);
+        }
+        let plain = Security::default();
+        let (reply, _) = read(&plain, &plain.seal_stream(&msg), 64).await;
+        assert_eq!(reply, Err(WireError::Truncated));
     }
 }

@@ -7,9 +7,15 @@
 //! times, push-pulls at the scaled interval, and leaves in serf's order.
 //!
 //! Parts: `view` (the shared state), `net` (packets and streams in and
-//! out), `answer` (a join's answer, read as it arrives), `tick` (the
-//! model's timers), `close` (the pool's leave, step by step), `error` (why
-//! a start, a join or a push-pull failed).
+//! out), `answer` (a join's answer, read as it arrives), `reannounce` (a
+//! joined member's re-announcement of what its join taught it), `tick` (the
+//! model's timers), `probe` (one probe round: send, ack, timeout,
+//! suspicion), `user` (serf's events, queries and relays taken in) and
+//! `outbox` (the queries' answers, paced), `close` (the pool's leave, step
+//! by step), `error` (why a start, a join or a push-pull failed). Below
+//! the view: `news` (what the agents hear of the servers), `suspicion`
+//! (memberlist's timing of a suspect), `seen` (serf's event and query
+//! buffers).
 
 pub mod view;
 
@@ -17,10 +23,19 @@ mod answer;
 mod close;
 mod error;
 mod net;
+mod news;
+mod outbox;
+mod probe;
+mod reannounce;
+mod seen;
+mod suspicion;
 mod tick;
+mod user;
 
 pub use error::{ExchangeError, JoinError, PoolError};
+pub use news::{News, ServerNews};
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -51,7 +66,8 @@ pub struct Timings {
     pub push_pull_interval: Duration,
     /// Sends of a broadcast: this times log10 of the pool's size.
     pub retransmit_mult: u32,
-    /// Suspicion lasts this times log10 of the pool's size probe intervals.
+    /// A suspected server has at least this times log10 of the pool's size
+    /// probe intervals to refute it (at most 6 times that).
     pub suspicion_mult: u32,
     /// A stream's deadline (a push-pull's whole exchange).
     pub tcp_timeout: Duration,
@@ -145,6 +161,13 @@ pub(crate) struct Ids {
     bytes_tx: CounterId,
     bytes_rx: CounterId,
     late_ticks: CounterId,
+    reannounced: CounterId,
+    user_events: CounterId,
+    queries_answered: CounterId,
+    answers_dropped: CounterId,
+    servers_suspected: CounterId,
+    servers_failed: CounterId,
+    servers_returned: CounterId,
 }
 
 /// What every task of a pool shares.
@@ -154,7 +177,9 @@ pub(crate) struct Inner {
     udp: Vec<Arc<UdpSocket>>,
     seq: AtomicU32,
     /// Probes and relayed pings waiting for their ack.
-    waiting: Mutex<std::collections::HashMap<u32, net::Waiting>>,
+    waiting: Mutex<HashMap<u32, probe::Waiting>>,
+    /// The queries' answers owed.
+    outbox: Mutex<outbox::Outbox>,
     metrics: Metrics,
     ids: Ids,
     joins: Semaphore,
@@ -171,6 +196,8 @@ pub(crate) struct Inner {
     batch: Arc<tokio::sync::Mutex<()>>,
     /// Notified after each of the ticker's gossip rounds.
     gossiped: Notify,
+    /// The joined members' re-announcements under way.
+    reannouncing: Mutex<Vec<reannounce::Reannounce>>,
 }
 
 /// A pool of simulated members; cheap to clone.
@@ -220,12 +247,24 @@ impl Pool {
             bytes_tx: metrics.counter(names::BYTES_SENT),
             bytes_rx: metrics.counter(names::BYTES_RECEIVED),
             late_ticks: metrics.counter(names::LATE_TICKS),
+            reannounced: metrics.counter(names::REANNOUNCED),
+            user_events: metrics.counter(names::USER_EVENTS),
+            queries_answered: metrics.counter(names::QUERIES_ANSWERED),
+            answers_dropped: metrics.counter(names::QUERY_ANSWERS_DROPPED),
+            servers_suspected: metrics.counter(names::SERVERS_SUSPECTED),
+            servers_failed: metrics.counter(names::SERVERS_FAILED),
+            servers_returned: metrics.counter(names::SERVERS_RETURNED),
         };
-        let view = View {
+        let mut cfg = cfg;
+        // The pool's own ring: serf's keyring queries change it.
+        cfg.security.keyring = cfg.security.keyring.as_ref().map(|k| k.detached());
+        let mut view = View {
             endpoints,
             tags: cfg.tags.clone(),
             ..View::default()
         };
+        view.suspicions.mult = cfg.timings.suspicion_mult;
+        view.suspicions.interval = cfg.timings.probe_interval;
         let stop = CancellationToken::new();
         let inner = Arc::new(Inner {
             cfg,
@@ -233,6 +272,7 @@ impl Pool {
             udp: udp.into_iter().map(Arc::new).collect(),
             seq: AtomicU32::new(fastrand::u32(..)),
             waiting: Mutex::new(Default::default()),
+            outbox: Mutex::default(),
             metrics,
             ids,
             joins: Semaphore::new(JOINS_AT_ONCE),
@@ -243,6 +283,7 @@ impl Pool {
             joined: AtomicU64::new(0),
             batch: Arc::default(),
             gossiped: Notify::new(),
+            reannouncing: Mutex::default(),
         });
         for (i, sock) in inner.udp.iter().enumerate() {
             tokio::spawn(net::packets(inner.clone(), i, sock.clone()));
@@ -274,7 +315,11 @@ impl Pool {
     /// as `consul agent -retry-join` does); on failure, why (counted as
     /// [`JoinError::kind`]; the caller may retry later).
     pub async fn join(&self, slot: usize) -> Result<(), JoinError> {
-        net::join(&self.inner, slot).await
+        // A fresh member re-announces every member its join taught it.
+        if let Some(learnt) = net::join(&self.inner, slot).await? {
+            reannounce::start(&self.inner, slot, &learnt);
+        }
+        Ok(())
     }
 
     /// Starts member `slot`'s leave (its leave intent, then its dead
@@ -349,6 +394,19 @@ impl Pool {
             .len()
     }
 
+    /// What the pool heard about the servers (new leaders, servers seen,
+    /// failed, left, back), current at once and updated on each change.
+    pub fn news(&self) -> tokio::sync::watch::Receiver<News> {
+        self.inner.lock().news.subscribe()
+    }
+
+    /// The keys the pool holds, its primary first (serf's keyring queries
+    /// change them).
+    pub fn keys(&self) -> Vec<Vec<u8>> {
+        let ring = self.inner.cfg.security.keyring.as_ref();
+        ring.map(crate::wire::Keyring::keys).unwrap_or_default()
+    }
+
     /// Servers this pool suspects or believes dead (their probes failed).
     pub fn suspected_servers(&self) -> usize {
         self.inner
@@ -414,5 +472,25 @@ impl Inner {
 
     fn next_seq(&self) -> u32 {
         self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The probes and relayed pings awaiting an ack.
+    fn awaited(&self) -> std::sync::MutexGuard<'_, HashMap<u32, probe::Waiting>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The queries' answers owed.
+    fn outbox(&self) -> std::sync::MutexGuard<'_, outbox::Outbox> {
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds what the view tallied since the last call to the run's counters.
+    fn count_tally(&self) {
+        let t = std::mem::take(&mut self.lock().news.tally);
+        let m = &self.metrics;
+        m.add(self.ids.user_events, t.user_events);
+        m.add(self.ids.servers_suspected, t.suspected);
+        m.add(self.ids.servers_failed, t.failed);
+        m.add(self.ids.servers_returned, t.returned);
     }
 }

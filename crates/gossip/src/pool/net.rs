@@ -13,13 +13,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 use super::answer::{self, Reply};
-use super::view::{Phase, Shown, Who, socket_addr};
-use super::{ExchangeError, Inner, JoinError, PoolError};
-use crate::coordinate::Coord;
+use super::view::{Phase, Shown, Who};
+use super::{ExchangeError, Inner, JoinError, PoolError, probe, user};
 use crate::serf;
 use crate::wire::msgs::{Ack, Alive, IndirectPing, Nack, Ping, PushPull, Verdict};
-use crate::wire::{self, MAX_STATE_BYTES, UDP_BUFFER, kind};
-use tokio::time::Instant;
+use crate::wire::{self, MAX_STATE_BYTES, UDP_BUFFER, kind, socket_addr};
 
 /// Binds UDP and TCP on each address (port 0: the first bound port is
 /// tried on the others).
@@ -148,7 +146,11 @@ fn on_message(
             }
         }
         kind::INDIRECT_PING => indirect(inner, ep, from, &IndirectPing::decode(body)?),
-        kind::ACK => on_ack(inner, &Ack::decode(body)?),
+        kind::ACK => {
+            if let Some(o) = probe::on_ack(inner, &Ack::decode(body)?) {
+                send(inner, o.ep, o.to, &o.msg);
+            }
+        }
         kind::NACK => {
             Nack::decode(body)?;
         }
@@ -168,14 +170,17 @@ fn on_message(
     Ok(())
 }
 
+/// A serf message: an intent goes to the view, the others (events,
+/// queries, relays) to `user`.
 fn on_user(inner: &Inner, from: SocketAddr, body: &[u8], limit: u8) -> Result<(), wire::WireError> {
-    if let Some((_, ltime, node)) = serf::decode_intent(body)? {
-        let s = server_at(inner, from);
-        let mut raw = Vec::with_capacity(body.len() + 1);
-        raw.push(kind::USER);
-        raw.extend_from_slice(body);
-        inner.lock().on_intent(ltime, node, &raw, s, limit);
-    }
+    let Some((_, ltime, node)) = serf::decode_intent(body)? else {
+        return user::take(inner, body, limit);
+    };
+    let s = server_at(inner, from);
+    let mut raw = Vec::with_capacity(body.len() + 1);
+    raw.push(kind::USER);
+    raw.extend_from_slice(body);
+    inner.lock().on_intent(ltime, node, &raw, s, limit);
     Ok(())
 }
 
@@ -240,7 +245,7 @@ fn indirect(inner: &Inner, ep: usize, from: SocketAddr, ind: &IndirectPing<'_>) 
                 source_node: "",
             }
             .encode(&mut out);
-            wait_relay(inner, seq, reply_to, ind.seq, ind.nack);
+            probe::wait_relay(inner, seq, reply_to, ind.seq, ind.nack);
             send(inner, ep, target, &out);
         }
     }
@@ -517,10 +522,15 @@ fn refused(to: SocketAddr, reply: Reply) -> Result<(), ExchangeError> {
     }
 }
 
-/// A member's join push-pull with `to`: sends `msg`, reads the answer as
-/// it arrives, counted and never held whole (`answer`), within
-/// `tcp_timeout`.
-async fn join_exchange(inner: &Inner, to: SocketAddr, msg: &[u8]) -> Result<(), ExchangeError> {
+/// Member `me`'s join push-pull with `to`: sends `msg`, reads the answer
+/// as it arrives, counted and never held whole (`answer`), within
+/// `tcp_timeout`; what it taught the member.
+async fn join_exchange(
+    inner: &Inner,
+    me: &str,
+    to: SocketAddr,
+    msg: &[u8],
+) -> Result<answer::Learnt, ExchangeError> {
     let after = inner.cfg.timings.tcp_timeout;
     let exchange = async {
         let mut conn = open(inner, to, msg).await?;
@@ -528,10 +538,10 @@ async fn join_exchange(inner: &Inner, to: SocketAddr, msg: &[u8]) -> Result<(), 
             inner.metrics.add(inner.ids.bytes_rx, n as u64);
             inner.metrics.add(inner.ids.join_answer_bytes, n as u64);
         };
-        let reply = answer::read_reply(&inner.cfg.security, &mut conn, &mut count)
+        let (reply, learnt) = answer::read_reply(&inner.cfg.security, me, &mut conn, &mut count)
             .await
             .map_err(|e| unreadable(to, e))?;
-        refused(to, reply)
+        refused(to, reply).map(|()| learnt)
     };
     tokio::time::timeout(after, exchange)
         .await
@@ -549,6 +559,10 @@ pub(super) async fn hello(inner: &Inner) -> Result<(), PoolError> {
     let pp = PushPull::decode(&answer[1..])
         .map_err(|source| PoolError::Hello(ExchangeError::Answer { to, source }))?;
     let mut v = inner.lock();
+    // Consul joins with ignoreOld: the events before the join are not news.
+    if let Ok(s) = serf::SerfState::decode(pp.user_state) {
+        v.seen.ignore_before(s.event_ltime);
+    }
     v.merge(&pp, None, 1);
     v.queues.clear();
     let server_dc = v.remotes.iter().filter(|r| r.server).find_map(|r| {
@@ -570,8 +584,9 @@ pub(super) async fn hello(inner: &Inner) -> Result<(), PoolError> {
     Ok(())
 }
 
-/// A member's join (none starts once the pool is closing).
-pub(super) async fn join(inner: &Inner, slot: usize) -> Result<(), JoinError> {
+/// A member's join (none starts once the pool is closing): what its
+/// answer taught the member, when the join made it a member.
+pub(super) async fn join(inner: &Inner, slot: usize) -> Result<Option<answer::Learnt>, JoinError> {
     if inner.closing.is_cancelled() {
         return Err(JoinError::Closing);
     }
@@ -583,17 +598,23 @@ pub(super) async fn join(inner: &Inner, slot: usize) -> Result<(), JoinError> {
         .await
         .map_err(|_| JoinError::Closing)?;
     let to = inner.cfg.join[slot % inner.cfg.join.len()];
-    let msg = inner.lock().join_push_pull(slot);
+    let (msg, me) = {
+        let v = inner.lock();
+        (v.join_push_pull(slot), v.locals[slot].name.clone())
+    };
     if inner.closing.is_cancelled() {
         return Err(JoinError::Closing);
     }
-    if let Err(e) = join_exchange(inner, to, &msg).await {
-        let e = JoinError::failed(e, inner.joined.load(Ordering::Relaxed));
-        if let Some(kind) = e.kind() {
-            inner.metrics.error_with(kind, Some(&e.to_string()));
+    let learnt = match join_exchange(inner, &me, to, &msg).await {
+        Ok(learnt) => learnt,
+        Err(e) => {
+            let e = JoinError::failed(e, inner.joined.load(Ordering::Relaxed));
+            if let Some(kind) = e.kind() {
+                inner.metrics.error_with(kind, Some(&e.to_string()));
+            }
+            return Err(e);
         }
-        return Err(e);
-    }
+    };
     // Every join brings the server's whole member list, read as it arrives
     // and counted, not held: the pool learnt the cluster at its hello and
     // keeps learning it from its periodic push-pulls, and a node of a
@@ -601,81 +622,12 @@ pub(super) async fn join(inner: &Inner, slot: usize) -> Result<(), JoinError> {
     let mut v = inner.lock();
     v.refresh_size();
     let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);
-    if v.locals[slot].phase == Phase::Joining {
+    let fresh = v.locals[slot].phase == Phase::Joining;
+    if fresh {
         v.joined(slot, limit);
     }
     inner.joined.fetch_add(1, Ordering::Relaxed);
     inner.metrics.incr(inner.ids.joins);
     inner.metrics.incr(inner.ids.push_pulls);
-    Ok(())
-}
-
-/// What an ack is awaited for.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Waiting {
-    /// A member's probe of a server.
-    Probe {
-        /// The member.
-        slot: usize,
-        /// The server (remote index).
-        server: usize,
-        /// When it was sent.
-        sent: Instant,
-    },
-    /// A ping sent for a server's indirect probe: its ack goes back there.
-    Relay {
-        /// The asker.
-        to: SocketAddr,
-        /// The asker's sequence number.
-        seq: u32,
-        /// Whether it wants a nack.
-        nack: bool,
-        /// When it was sent.
-        sent: Instant,
-    },
-}
-
-/// Registers a relayed ping.
-pub(super) fn wait_relay(inner: &Inner, local: u32, to: SocketAddr, seq: u32, nack: bool) {
-    let w = Waiting::Relay {
-        to,
-        seq,
-        nack,
-        sent: Instant::now(),
-    };
-    inner
-        .waiting
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(local, w);
-}
-
-/// An ack: a probe's round trip moves the member's coordinate; a relayed
-/// one goes back to its asker.
-pub(super) fn on_ack(inner: &Inner, ack: &Ack<'_>) {
-    let w = inner
-        .waiting
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&ack.seq);
-    match w {
-        Some(Waiting::Probe { slot, server, sent }) => {
-            let rtt = sent.elapsed();
-            let peer = Coord::from_ack_payload(ack.payload).ok();
-            let mut v = inner.lock();
-            if let (Some(c), Some(r)) = (&peer, v.remotes.get_mut(server)) {
-                r.coord = c.clone();
-            }
-            let other = peer.unwrap_or_default();
-            if let Some(l) = v.locals.get_mut(slot) {
-                l.vivaldi.observe(&other, rtt);
-            }
-        }
-        Some(Waiting::Relay { to, seq, .. }) => {
-            let mut out = Vec::new();
-            Ack { seq, payload: &[] }.encode(&mut out);
-            send(inner, 0, to, &out);
-        }
-        None => {}
-    }
+    Ok(fresh.then_some(learnt))
 }

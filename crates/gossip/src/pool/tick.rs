@@ -1,8 +1,9 @@
 //! The model's timers, on one task (what they send goes out through
 //! `net`): each tick sends the servers their
 //! share of what the pool's members would send them (probes, gossip,
-//! push-pulls), times out probes, completes leaves, and notices when the
-//! process itself was too busy to tick on time.
+//! push-pulls), runs the probe round's timeouts and suspicions (`probe`),
+//! sends the queries' answers due (`outbox`), completes leaves, and
+//! notices when the process itself was too busy to tick on time.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -12,11 +13,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::net::Waiting;
+use super::probe::{self, Target};
 use super::view::Phase;
-use super::{Inner, close, net, push_pull_scale};
-use crate::wire::msgs::{Nack, Ping, Verdict, state};
-use crate::wire::{self, UDP_BUFFER, compound, kind};
+use super::{Inner, close, net, outbox, push_pull_scale};
+use crate::wire::{UDP_BUFFER, compound};
 
 /// The ticker's period.
 const TICK: Duration = Duration::from_millis(100);
@@ -28,7 +28,11 @@ const LATE: Duration = Duration::from_millis(250);
 struct Owed {
     probes: HashMap<usize, f64>,
     push_pulls: HashMap<usize, f64>,
+    reconnects: HashMap<usize, f64>,
 }
+
+/// serf's `ReconnectInterval`.
+const RECONNECT_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The ticker.
 pub(super) async fn run(inner: Arc<Inner>) {
@@ -49,8 +53,14 @@ pub(super) async fn run(inner: Arc<Inner>) {
             late(&inner, dt);
         }
         inner.lock().refresh_size();
-        probe(&inner, &mut owed, dt, now);
-        expire(&inner, now);
+        // The probe round (send, ack, timeout, suspicion): `probe`.
+        let (servers, share, _) = shares(&inner);
+        let probes = probe::due(&inner, &servers, share, &mut owed.probes, dt, now);
+        for o in probes.into_iter().chain(probe::expire(&inner, now)) {
+            net::send(&inner, o.ep, o.to, &o.msg);
+        }
+        inner.count_tally();
+        outbox::send_due(&inner, now);
         since_gossip += dt;
         if since_gossip >= inner.cfg.timings.gossip_interval {
             since_gossip = Duration::ZERO;
@@ -61,6 +71,7 @@ pub(super) async fn run(inner: Arc<Inner>) {
             start_batch(&inner);
         }
         push_pulls(&inner, &mut owed, dt);
+        reconnect(&inner, &mut owed, dt);
     }
 }
 
@@ -77,9 +88,6 @@ fn late(inner: &Inner, dt: Duration) {
     }
 }
 
-/// A live server: its index, gossip address and name.
-type Target = (usize, SocketAddr, std::sync::Arc<str>);
-
 /// The live servers and the share of the pool's probes (or push-pulls)
 /// each gets per second: every alive member sends one per interval to one
 /// of the others.
@@ -94,122 +102,10 @@ fn shares(inner: &Inner) -> (Vec<Target>, f64, usize) {
     (servers, v.alive as f64 / others, v.size)
 }
 
-/// A random alive member (slot, endpoint) to send from.
-fn some_member(inner: &Inner) -> Option<(usize, usize, std::sync::Arc<str>, SocketAddr)> {
-    let v = inner.lock();
-    if v.alive == 0 {
-        return None;
-    }
-    for _ in 0..32 {
-        let slot = fastrand::usize(..v.locals.len());
-        let l = &v.locals[slot];
-        if l.phase == Phase::Alive {
-            let ep = usize::from(l.endpoint);
-            return Some((slot, ep, l.name.clone(), v.endpoints[ep]));
-        }
-    }
-    None
-}
-
-fn probe(inner: &Inner, owed: &mut Owed, dt: Duration, now: Instant) {
-    let (servers, share, _) = shares(inner);
-    let per = dt.as_secs_f64() / inner.cfg.timings.probe_interval.as_secs_f64();
-    for (s, addr, name) in servers {
-        let o = owed.probes.entry(s).or_insert(fastrand::f64());
-        *o += share * per;
-        while *o >= 1.0 {
-            *o -= 1.0;
-            let Some((slot, ep, member, me)) = some_member(inner) else {
-                break;
-            };
-            let seq = inner.next_seq();
-            let ip = wire::ip_bytes(me.ip());
-            let mut out = Vec::with_capacity(80);
-            Ping {
-                seq,
-                node: &name,
-                source_addr: &ip,
-                source_port: me.port(),
-                source_node: &member,
-            }
-            .encode(&mut out);
-            inner
-                .waiting
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(
-                    seq,
-                    Waiting::Probe {
-                        slot,
-                        server: s,
-                        sent: now,
-                    },
-                );
-            inner.metrics.incr(inner.ids.probes);
-            net::send(inner, ep, addr, &out);
-        }
-    }
-}
-
-/// Probes with no ack in time: the server is suspected (and the suspicion
-/// gossiped to the others, as the member's memberlist would); relayed
-/// pings with no ack get their nack.
-fn expire(inner: &Inner, now: Instant) {
-    let timeout = inner.cfg.timings.probe_timeout;
-    // Bound: what waits is at most one probe timeout old (swept here).
-    let mut gone = Vec::new();
-    inner
-        .waiting
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|_, w| {
-            let sent = match w {
-                Waiting::Probe { sent, .. } | Waiting::Relay { sent, .. } => *sent,
-            };
-            if now - sent < timeout {
-                return true;
-            }
-            gone.push(*w);
-            false
-        });
-    for w in gone {
-        match w {
-            Waiting::Probe { slot, server, .. } => {
-                inner.metrics.incr(inner.ids.probe_timeouts);
-                let mut v = inner.lock();
-                let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);
-                let (Some(r), Some(l)) = (v.remotes.get(server), v.locals.get(slot)) else {
-                    continue;
-                };
-                if r.state != state::ALIVE {
-                    continue;
-                }
-                let (name, inc, from) = (r.name.clone(), r.incarnation, l.name.clone());
-                let verdict = Verdict {
-                    incarnation: inc,
-                    node: &name,
-                    from: &from,
-                };
-                v.on_verdict(kind::SUSPECT, &verdict, None, limit);
-            }
-            Waiting::Relay {
-                to,
-                seq,
-                nack: true,
-                ..
-            } => {
-                let mut out = Vec::new();
-                Nack { seq }.encode(&mut out);
-                net::send(inner, 0, to, &out);
-            }
-            Waiting::Relay { .. } => {}
-        }
-    }
-}
-
 /// Each server with broadcasts owed gets the packets the pool's gossip
 /// would send it this round: `gossip_nodes` targets per member with
-/// something to say, of whom it is one in (pool size − 1).
+/// something to say, of whom it is one in (pool size − 1); then the
+/// joined members' re-announcements take their round.
 fn gossip(inner: &Inner) {
     let (servers, share, _) = shares(inner);
     let n = (share * f64::from(inner.cfg.timings.gossip_nodes))
@@ -235,6 +131,7 @@ fn gossip(inner: &Inner) {
             }
         }
     }
+    super::reannounce::round(inner);
 }
 
 /// Quiet leaves waiting: a batch of push-pulls takes them (one at a time;
@@ -286,17 +183,46 @@ fn push_pulls(inner: &Arc<Inner>, owed: &mut Owed, dt: Duration) {
             continue;
         }
         *o -= 1.0;
-        let inner = inner.clone();
-        tokio::spawn(async move {
-            let msg = inner.lock().push_pull(false, super::view::Shown::Intents);
-            if let Ok(answer) = net::exchange(&inner, addr, &msg).await {
-                inner.metrics.incr(inner.ids.push_pulls);
-                if let Ok(pp) = crate::wire::msgs::PushPull::decode(&answer[1..]) {
-                    let mut v = inner.lock();
-                    let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);
-                    v.merge(&pp, Some(s), limit);
-                }
+        spawn_push_pull(inner, s, addr, false);
+    }
+}
+
+/// A push-pull with server `s` in the background, its answer merged.
+fn spawn_push_pull(inner: &Arc<Inner>, s: usize, addr: SocketAddr, join: bool) {
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        let msg = inner.lock().push_pull(join, super::view::Shown::Intents);
+        if let Ok(answer) = net::exchange(&inner, addr, &msg).await {
+            inner.metrics.incr(inner.ids.push_pulls);
+            if let Ok(pp) = crate::wire::msgs::PushPull::decode(&answer[1..]) {
+                let mut v = inner.lock();
+                let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);
+                v.merge(&pp, Some(s), limit);
             }
-        });
+        }
+    });
+}
+
+/// serf's reconnect: every 30 s each member joins a random failed member
+/// with probability failed/alive, so a dead server gets about one join
+/// push-pull per 30 s from the whole cluster, of which the pool sends its
+/// share. A server alive again refutes the death our state shows it (a
+/// higher incarnation), and is back.
+fn reconnect(inner: &Arc<Inner>, owed: &mut Owed, dt: Duration) {
+    let (dead, share): (Vec<(usize, SocketAddr)>, f64) = {
+        let v = inner.lock();
+        let dead = v.remotes.iter().enumerate();
+        let dead = dead.filter(|(_, r)| r.server && r.state == crate::wire::msgs::state::DEAD);
+        let share = v.alive as f64 / v.size.max(1) as f64;
+        (dead.map(|(s, r)| (s, r.addr)).collect(), share)
+    };
+    let per = dt.as_secs_f64() / RECONNECT_INTERVAL.as_secs_f64();
+    for (s, addr) in dead {
+        let o = owed.reconnects.entry(s).or_insert(fastrand::f64());
+        *o += share * per;
+        if *o >= 1.0 {
+            *o -= 1.0;
+            spawn_push_pull(inner, s, addr, true);
+        }
     }
 }

@@ -10,10 +10,13 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::news::{Desk, rpc_of};
+use super::seen::Seen;
+use super::suspicion::Suspicions;
 use crate::coordinate::{Coord, Vivaldi};
-use crate::serf::{self, SerfState};
+use crate::serf::{self, SerfState, event};
 use crate::wire::msgs::{Alive, NodeState, PushPull, Verdict, state};
-use crate::wire::{ip_bytes, kind};
+use crate::wire::{ip_bytes, kind, socket_addr};
 
 /// memberlist and serf versions a Consul 1.20 agent speaks: protocol min,
 /// max, current; delegate (serf) min, max, current.
@@ -187,21 +190,12 @@ pub struct View {
     pub quiet: Vec<usize>,
     /// Members whose leave intent is out, in the order they left.
     pub leaving: VecDeque<usize>,
-}
-
-/// An address from a message's `Addr` and port.
-pub fn socket_addr(ip: &[u8], port: u16) -> Option<SocketAddr> {
-    match ip.len() {
-        4 => Some(SocketAddr::from((<[u8; 4]>::try_from(ip).ok()?, port))),
-        16 => {
-            let v6 = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(ip).ok()?);
-            let ip = v6
-                .to_ipv4_mapped()
-                .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4);
-            Some(SocketAddr::new(ip, port))
-        }
-        _ => None,
-    }
+    /// What the agents hear of the servers, and the tally for counters.
+    pub news: Desk,
+    /// The servers suspected, each until refuted or dead.
+    pub suspicions: Suspicions,
+    /// serf's event and query clocks, and what was taken in.
+    pub seen: Seen,
 }
 
 impl View {
@@ -433,7 +427,10 @@ impl View {
             Some(Who::Remote(i)) => {
                 let r = &mut self.remotes[i];
                 let newer = a.incarnation > r.incarnation;
+                // A server is alive again only by a higher incarnation
+                // (memberlist's rule: a suspicion stands until refuted).
                 let revived = a.incarnation == r.incarnation
+                    && !r.server
                     && r.state != state::ALIVE
                     && r.state != state::LEFT;
                 if !(newer || revived || r.state == state::LEFT && a.incarnation > r.incarnation) {
@@ -443,6 +440,9 @@ impl View {
                 r.state = state::ALIVE;
                 r.addr = addr;
                 r.meta = a.meta.to_vec();
+                if r.server {
+                    self.server_up(i);
+                }
                 self.pass_on(a, &[from_server, Some(i)], limit);
                 true
             }
@@ -469,6 +469,9 @@ impl View {
                     coord: Coord::default(),
                 });
                 let i = self.remotes.len() - 1;
+                if server {
+                    self.server_up(i);
+                }
                 self.pass_on(a, &[from_server, Some(i)], limit);
                 true
             }
@@ -479,6 +482,58 @@ impl View {
         let mut out = Vec::new();
         a.encode(&mut out);
         self.broadcast(out, limit, except);
+    }
+
+    /// Server `i` alive (first seen, refuted, back): no longer suspected,
+    /// and news for the agents.
+    fn server_up(&mut self, i: usize) {
+        self.suspicions.end(i);
+        let r = &self.remotes[i];
+        let tags = serf::decode_tags(&r.meta).unwrap_or_default();
+        self.news.up(i, rpc_of(r.addr, &tags));
+    }
+
+    /// Server `i` suspected by `from` (its suspicion starts), or failed or
+    /// left (news for the agents).
+    fn server_verdict(&mut self, i: usize, new: u8, from: &str) {
+        if new == state::SUSPECT {
+            self.suspicions.start(i, from, self.size, Instant::now());
+            self.news.tally.suspected += 1;
+            return;
+        }
+        self.suspicions.end(i);
+        self.news.tally.failed += u64::from(new == state::DEAD);
+        self.news.down(i);
+    }
+
+    /// The servers whose suspicion ran out are dead: member `me` says so
+    /// (a `dead` from it, gossiped).
+    pub fn fail_overdue(&mut self, now: Instant, me: &str, limit: u8) {
+        for i in self.suspicions.overdue(now) {
+            let r = &self.remotes[i];
+            if r.state == state::SUSPECT {
+                let (incarnation, node) = (r.incarnation, r.name.clone());
+                let v = Verdict {
+                    incarnation,
+                    node: &node,
+                    from: me,
+                };
+                self.on_verdict(kind::DEAD, &v, None, limit);
+            }
+        }
+    }
+
+    /// A user event (gossiped or in a push-pull): true when taken in, a
+    /// new leader's news for the agents.
+    pub fn take_event(&mut self, ltime: u64, name: &str, payload: &[u8]) -> bool {
+        if !self.seen.event(ltime, name, payload) {
+            return false;
+        }
+        self.news.tally.user_events += 1;
+        if name == event::NEW_LEADER {
+            self.news.new_leader();
+        }
+        true
     }
 
     /// Applies a suspect or dead message; true when it was news.
@@ -494,17 +549,30 @@ impl View {
                 {
                     return false;
                 }
+                let server = r.server;
                 let new = match t {
                     kind::SUSPECT if r.state == state::ALIVE => state::SUSPECT,
+                    kind::SUSPECT if !server || !self.suspicions.confirm(i, v.from) => {
+                        return false;
+                    }
+                    kind::SUSPECT => state::SUSPECT,
                     kind::DEAD if v.node == v.from => state::LEFT,
                     kind::DEAD => state::DEAD,
                     _ => return false,
                 };
+                let r = &mut self.remotes[i];
+                let fresh = r.state != new;
                 r.state = new;
                 r.incarnation = v.incarnation;
                 let mut out = Vec::new();
                 v.encode(t, &mut out);
-                self.broadcast(out, limit, &[from, Some(i)]);
+                // A server hears its suspicion too, as gossip reaches a
+                // suspect member: it refutes it if it is alive.
+                let about = (t == kind::DEAD || !server).then_some(i);
+                self.broadcast(out, limit, &[from, about]);
+                if server && fresh {
+                    self.server_verdict(i, new, v.from);
+                }
                 true
             }
             None => false,
@@ -575,6 +643,12 @@ impl View {
         }
         if let Ok(s) = SerfState::decode(pp.user_state) {
             self.clock = self.clock.max(s.ltime);
+            self.seen.event_clock.witness_state(s.event_ltime);
+            self.seen.query_clock.witness_state(s.query_ltime);
+            for (ltime, evs) in event::state_events(pp.user_state).unwrap_or_default() {
+                evs.iter()
+                    .for_each(|(n, p)| _ = self.take_event(ltime, n, p));
+            }
             for (name, t) in s.status {
                 if let Some(Who::Remote(i)) = self.names.get(name).copied() {
                     let r = &mut self.remotes[i];
@@ -661,8 +735,8 @@ impl View {
             ltime: self.clock,
             status,
             left,
-            event_ltime: 0,
-            query_ltime: 0,
+            event_ltime: self.seen.event_clock.0,
+            query_ltime: self.seen.query_clock.0,
         }
         .encode(&mut user);
         let mut out = Vec::with_capacity(nodes.len() * 200 + user.len());

@@ -6,6 +6,8 @@
 //! `[10][length u32][packet]` and authenticates those five bytes plus the
 //! label.
 
+use std::sync::{Arc, RwLock};
+
 use base64::Engine;
 use ring::aead::{AES_128_GCM, AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 
@@ -16,15 +18,53 @@ pub const OVERHEAD: usize = 1 + NONCE_LEN + 16;
 
 /// The keys a member accepts, the first one used to encrypt (Consul's
 /// keyring: the primary key, then the others being rotated in or out).
+/// Clones share one ring: serf's keyring queries change it under the
+/// sockets that use it ([`Keyring::detached`] makes one of its own).
 #[derive(Clone)]
 pub struct Keyring {
+    ring: Arc<RwLock<Ring>>,
+}
+
+/// The keys, as given and ready for AES-GCM, primary first.
+struct Ring {
+    raw: Vec<Vec<u8>>,
     keys: Vec<LessSafeKey>,
+}
+
+/// Why a keyring query could not change the ring (the Display text is
+/// memberlist's, which the answer carries back to `consul keyring`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyringError {
+    /// Not 16, 24 or 32 bytes.
+    #[error("key size must be 16, 24 or 32 bytes")]
+    Size(usize),
+    /// A 24-byte key, which memberlist takes and this crate's AES does not.
+    #[error("a 24-byte (AES-192) key is not supported by agent-sim")]
+    Aes192,
+    /// `use` of a key the ring does not hold.
+    #[error("Requested key is not in the keyring")]
+    NotInRing,
+    /// `remove` of the primary key.
+    #[error("Removing the primary key is not allowed")]
+    RemovePrimary,
 }
 
 impl std::fmt::Debug for Keyring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Keyring({} keys)", self.keys.len())
+        write!(f, "Keyring({} keys)", self.read().keys.len())
     }
+}
+
+/// A key ready for AES-GCM.
+fn cipher(raw: &[u8]) -> Result<LessSafeKey, KeyringError> {
+    let alg = match raw.len() {
+        16 => &AES_128_GCM,
+        32 => &AES_256_GCM,
+        24 => return Err(KeyringError::Aes192),
+        n => return Err(KeyringError::Size(n)),
+    };
+    let key = UnboundKey::new(alg, raw).map_err(|_| KeyringError::Size(raw.len()))?;
+    Ok(LessSafeKey::new(key))
 }
 
 impl Keyring {
@@ -34,32 +74,94 @@ impl Keyring {
         if keys.is_empty() {
             return Err(WireError::Key("no key given".into()));
         }
-        let keys = keys
+        let mut ring = Ring {
+            raw: Vec::new(),
+            keys: Vec::new(),
+        };
+        for k in keys {
+            let k = k.as_ref().trim();
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(k)
+                .map_err(|e| WireError::Key(format!("{k:?} is not base64: {e}")))?;
+            let key = cipher(&raw).map_err(|e| match e {
+                KeyringError::Aes192 => WireError::Key(
+                    "a 24-byte (AES-192) key is not supported; use 16 or 32 bytes (consul keygen makes 32)".into(),
+                ),
+                _ => WireError::Key(format!(
+                    "a key is 16 or 32 bytes of base64 (consul keygen), this one is {} bytes",
+                    raw.len()
+                )),
+            })?;
+            ring.raw.push(raw);
+            ring.keys.push(key);
+        }
+        Ok(Keyring {
+            ring: Arc::new(RwLock::new(ring)),
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Ring> {
+        self.ring.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Ring> {
+        self.ring.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A ring of the same keys that no clone of this one shares.
+    pub fn detached(&self) -> Keyring {
+        let r = self.read();
+        Keyring {
+            ring: Arc::new(RwLock::new(Ring {
+                raw: r.raw.clone(),
+                keys: r.keys.clone(),
+            })),
+        }
+    }
+
+    /// The keys held, the primary first.
+    pub fn keys(&self) -> Vec<Vec<u8>> {
+        self.read().raw.clone()
+    }
+
+    /// Adds a key (memberlist's `AddKey`: one already held is no change).
+    pub fn install(&self, key: &[u8]) -> Result<(), KeyringError> {
+        let c = cipher(key)?;
+        let mut r = self.write();
+        if !r.raw.iter().any(|k| k == key) {
+            r.raw.push(key.to_vec());
+            r.keys.push(c);
+        }
+        Ok(())
+    }
+
+    /// Makes a key held the primary (memberlist's `UseKey`).
+    pub fn use_key(&self, key: &[u8]) -> Result<(), KeyringError> {
+        let mut r = self.write();
+        let i = r
+            .raw
             .iter()
-            .map(|k| {
-                let k = k.as_ref().trim();
-                let raw = base64::engine::general_purpose::STANDARD
-                    .decode(k)
-                    .map_err(|e| WireError::Key(format!("{k:?} is not base64: {e}")))?;
-                let alg = match raw.len() {
-                    16 => &AES_128_GCM,
-                    32 => &AES_256_GCM,
-                    24 => {
-                        return Err(WireError::Key(
-                            "a 24-byte (AES-192) key is not supported; use 16 or 32 bytes (consul keygen makes 32)".into(),
-                        ));
-                    }
-                    n => {
-                        return Err(WireError::Key(format!(
-                            "a key is 16 or 32 bytes of base64 (consul keygen), this one is {n} bytes"
-                        )));
-                    }
-                };
-                let key = UnboundKey::new(alg, &raw).map_err(|_| WireError::Key("rejected by AES".into()))?;
-                Ok(LessSafeKey::new(key))
-            })
-            .collect::<Result<Vec<_>, WireError>>()?;
-        Ok(Keyring { keys })
+            .position(|k| k == key)
+            .ok_or(KeyringError::NotInRing)?;
+        let raw = r.raw.remove(i);
+        let c = r.keys.remove(i);
+        r.raw.insert(0, raw);
+        r.keys.insert(0, c);
+        Ok(())
+    }
+
+    /// Takes a key out (memberlist's `RemoveKey`: never the primary; a key
+    /// not held is no change).
+    pub fn remove(&self, key: &[u8]) -> Result<(), KeyringError> {
+        let mut r = self.write();
+        if r.raw.first().is_some_and(|k| k == key) {
+            return Err(KeyringError::RemovePrimary);
+        }
+        if let Some(i) = r.raw.iter().position(|k| k == key) {
+            r.raw.remove(i);
+            r.keys.remove(i);
+        }
+        Ok(())
     }
 
     /// Encrypts `msg` (version 1) with the primary key, `aad` authenticated.
@@ -71,7 +173,7 @@ impl Keyring {
         out.extend_from_slice(&nonce);
         let start = out.len();
         out.extend_from_slice(msg);
-        let tag = self.keys[0]
+        let tag = self.read().keys[0]
             .seal_in_place_separate_tag(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(aad),
@@ -96,7 +198,7 @@ impl Keyring {
             )));
         }
         let (nonce, sealed) = rest.split_at(NONCE_LEN);
-        for key in &self.keys {
+        for key in &self.read().keys {
             let mut buf = sealed.to_vec();
             let nonce =
                 Nonce::try_assume_unique_for_key(nonce).map_err(|_| WireError::Truncated)?;
@@ -158,6 +260,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("AES-192"), "{e}");
+    }
+
+    #[test]
+    fn install_use_and_remove_change_what_seals_and_opens() {
+        let ring = Keyring::from_base64(&[KEY]).unwrap();
+        let shared = ring.clone();
+        let mut old = Vec::new();
+        ring.seal(b"x", b"", &mut old);
+        let new = [7u8; 16];
+        assert_eq!(ring.install(&[1; 5]), Err(KeyringError::Size(5)));
+        assert_eq!(ring.use_key(&new), Err(KeyringError::NotInRing));
+        ring.install(&new).unwrap();
+        ring.install(&new).unwrap();
+        assert_eq!(ring.keys().len(), 2);
+        ring.use_key(&new).unwrap();
+        assert_eq!(shared.keys()[0], new, "clones share the ring");
+        let mut sealed = Vec::new();
+        ring.seal(b"y", b"", &mut sealed);
+        let only_new = Keyring::from_base64(&["BwcHBwcHBwcHBwcHBwcHBw=="]).unwrap();
+        assert_eq!(only_new.open(&sealed, b"").unwrap(), b"y");
+        let first = ring.keys()[1].clone();
+        assert_eq!(ring.remove(&new), Err(KeyringError::RemovePrimary));
+        assert_eq!(ring.open(&old, b"").unwrap(), b"x");
+        ring.remove(&first).unwrap();
+        assert!(ring.open(&old, b"").is_err(), "a removed key opens nothing");
+        let alone = ring.detached();
+        alone.install(&[9; 32]).unwrap();
+        assert_eq!((ring.keys().len(), alone.keys().len()), (1, 2));
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //!
 //! The decoder stops at a caller's limit of output bytes: a small packet
 //! cannot make it allocate more than that (LZW expands ~2,000-fold at most).
+//! [`Decoder`] takes a stream a piece at a time, for what is read as it
+//! arrives.
 
 use super::WireError;
 
@@ -170,70 +172,135 @@ pub fn decompress_prefix(input: &[u8], n: usize) -> Result<Vec<u8>, WireError> {
 
 fn decompress_upto(input: &[u8], limit: usize, stop: usize) -> Result<Vec<u8>, WireError> {
     let mut out: Vec<u8> = Vec::with_capacity((input.len() * 3).min(limit).min(stop));
-    // prefix[c], suffix[c]: the string of code c is prefix's string + suffix.
-    let mut prefix = [0u16; 1 << MAX_WIDTH];
-    let mut suffix = [0u8; 1 << MAX_WIDTH];
-    let (mut width, mut hi, mut last): (u32, u16, Option<u16>) = (9, EOF, None);
-    let (mut acc, mut n, mut at) = (0u64, 0u32, 0usize);
-    let mut scratch: Vec<u8> = Vec::with_capacity(64);
-    loop {
-        while n < width {
-            let Some(&b) = input.get(at) else {
-                return Ok(out);
-            };
-            acc |= u64::from(b) << n;
-            n += 8;
-            at += 1;
+    Decoder::new().feed(input, &mut out, stop.min(limit.saturating_add(1)))?;
+    if out.len() > limit {
+        return Err(WireError::TooLarge(limit));
+    }
+    out.truncate(stop);
+    Ok(out)
+}
+
+/// A decoder fed a stream a piece at a time, for a compressed message read
+/// as it arrives (a join's answer): its code table and the bits of a code
+/// cut between two pieces are its whole state (12 KiB).
+pub struct Decoder {
+    /// `prefix[c]`, `suffix[c]`: the string of code c is prefix's string
+    /// then suffix.
+    prefix: [u16; 1 << MAX_WIDTH],
+    suffix: [u8; 1 << MAX_WIDTH],
+    width: u32,
+    hi: u16,
+    last: Option<u16>,
+    acc: u64,
+    n: u32,
+    /// One code's string, last byte first while it is expanded.
+    scratch: Vec<u8>,
+    ended: bool,
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Decoder {
+    /// A decoder at a stream's start.
+    pub fn new() -> Decoder {
+        Decoder {
+            prefix: [0; 1 << MAX_WIDTH],
+            suffix: [0; 1 << MAX_WIDTH],
+            width: 9,
+            hi: EOF,
+            last: None,
+            acc: 0,
+            n: 0,
+            scratch: Vec::with_capacity(64),
+            ended: false,
         }
-        let code = (acc & ((1 << width) - 1)) as u16;
-        acc >>= width;
-        n -= width;
+    }
+
+    /// Whether the stream's end code was read (what follows it is not
+    /// decoded).
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Decodes `input` onto `out` until `input` is used up, the end code,
+    /// or `out` holds at least `until` bytes (then up to one code's string,
+    /// at most 4,096 bytes, more); returns the bytes of `input` used. A
+    /// code cut at the end of `input` is finished by the next piece.
+    pub fn feed(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        until: usize,
+    ) -> Result<usize, WireError> {
+        let mut at = 0;
+        while !self.ended && out.len() < until {
+            while self.n < self.width {
+                let Some(&b) = input.get(at) else {
+                    return Ok(at);
+                };
+                self.acc |= u64::from(b) << self.n;
+                self.n += 8;
+                at += 1;
+            }
+            let code = (self.acc & ((1 << self.width) - 1)) as u16;
+            self.acc >>= self.width;
+            self.n -= self.width;
+            self.code(code, out)?;
+        }
+        Ok(at)
+    }
+
+    /// One code: a clear, the end, or a string appended to `out`.
+    fn code(&mut self, code: u16, out: &mut Vec<u8>) -> Result<(), WireError> {
         if code == CLEAR {
-            (width, hi, last) = (9, EOF, None);
-            continue;
+            (self.width, self.hi, self.last) = (9, EOF, None);
+            return Ok(());
         }
         if code == EOF {
-            return Ok(out);
+            self.ended = true;
+            return Ok(());
         }
-        if code > hi || (code == hi && last.is_none()) {
+        if code > self.hi || (code == self.hi && self.last.is_none()) {
             return Err(WireError::Lzw);
         }
         // Expand `code` (or, for the code being defined, the last string
         // plus its own first byte) into scratch, last byte first.
-        scratch.clear();
-        let mut c = if code == hi { last.unwrap_or(0) } else { code };
+        self.scratch.clear();
+        let mut c = if code == self.hi {
+            self.last.unwrap_or(0)
+        } else {
+            code
+        };
         while c > CLEAR {
-            scratch.push(suffix[usize::from(c)]);
-            c = prefix[usize::from(c)];
+            self.scratch.push(self.suffix[usize::from(c)]);
+            c = self.prefix[usize::from(c)];
         }
         let head = c as u8;
-        scratch.push(head);
-        scratch.reverse();
-        if code == hi {
-            scratch.push(head);
+        self.scratch.push(head);
+        self.scratch.reverse();
+        if code == self.hi {
+            self.scratch.push(head);
         }
-        if out.len() + scratch.len() > limit {
-            return Err(WireError::TooLarge(limit));
+        out.extend_from_slice(&self.scratch);
+        if let Some(l) = self.last {
+            self.suffix[usize::from(self.hi)] = head;
+            self.prefix[usize::from(self.hi)] = l;
         }
-        out.extend_from_slice(&scratch);
-        if out.len() >= stop {
-            out.truncate(stop);
-            return Ok(out);
-        }
-        if let Some(l) = last {
-            suffix[usize::from(hi)] = head;
-            prefix[usize::from(hi)] = l;
-        }
-        last = Some(code);
-        hi += 1;
-        if u32::from(hi) >= 1 << width {
-            if width == MAX_WIDTH {
-                last = None;
-                hi -= 1;
+        self.last = Some(code);
+        self.hi += 1;
+        if u32::from(self.hi) >= 1 << self.width {
+            if self.width == MAX_WIDTH {
+                self.last = None;
+                self.hi -= 1;
             } else {
-                width += 1;
+                self.width += 1;
             }
         }
+        Ok(())
     }
 }
 
@@ -299,6 +366,26 @@ mod tests {
             assert_eq!(decompress_prefix(&z, n).unwrap(), &text[..n]);
         }
         assert_eq!(decompress_prefix(&z, 1 << 20).unwrap(), text);
+    }
+
+    #[test]
+    fn a_stream_fed_in_pieces_decodes_as_the_whole() {
+        let mut x = 11;
+        let text = lcg(60_000, true, &mut x);
+        let z = compress(&text);
+        for piece in [1, 3, 1000] {
+            let (mut d, mut out) = (Decoder::new(), Vec::new());
+            for chunk in z.chunks(piece) {
+                // A small `until` makes each piece decode in several calls.
+                let mut at = 0;
+                while at < chunk.len() && !d.ended() {
+                    let until = out.len() + 100;
+                    at += d.feed(&chunk[at..], &mut out, until).unwrap();
+                }
+            }
+            assert!(d.ended());
+            assert_eq!(out, text, "pieces of {piece}");
+        }
     }
 
     #[test]

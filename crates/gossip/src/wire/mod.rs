@@ -21,7 +21,7 @@ use std::net::IpAddr;
 
 use agent_sim_proto::msgpack::Writer;
 
-pub use crypt::Keyring;
+pub use crypt::{Keyring, KeyringError};
 use read::Reader;
 
 /// Message type bytes (memberlist's `messageType`).
@@ -74,6 +74,17 @@ pub fn ip_bytes(ip: IpAddr) -> Vec<u8> {
         IpAddr::V4(v4) => v4.octets().to_vec(),
         IpAddr::V6(v6) => v6.octets().to_vec(),
     }
+}
+
+/// An address from a message's `Addr` (4 bytes, or 16 with IPv4 mapped)
+/// and port.
+pub fn socket_addr(ip: &[u8], port: u16) -> Option<std::net::SocketAddr> {
+    let ip = match ip.len() {
+        4 => IpAddr::from(<[u8; 4]>::try_from(ip).ok()?),
+        16 => std::net::Ipv6Addr::from(<[u8; 16]>::try_from(ip).ok()?).to_canonical(),
+        _ => return None,
+    };
+    Some(std::net::SocketAddr::new(ip, port))
 }
 
 /// What is wrong with bytes received (each a cause a run counts).

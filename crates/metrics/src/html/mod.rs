@@ -8,8 +8,8 @@
 //! code); each propagation probe's arrival histogram and CDF over the fleet
 //! with p50/p90/p99/max marked and delivered/expected; sessions, rates and
 //! latency percentiles over time; each observed server's CPU, memory and
-//! latencies (`--observe`), and a Consul server's view of the run's gossip
-//! members; disruptions and reconvergence; errors by
+//! latencies (`--observe`), a Consul server's view of the run's gossip
+//! members and its storm figures; disruptions and reconvergence; errors by
 //! kind over time with the server's words; the process's CPU and RSS over
 //! time; the configuration the run used (secrets were redacted when the
 //! summary was written).
@@ -19,7 +19,8 @@
 //! data to charts), `sections` (the headline, probes, the run over time,
 //! the simulator and its settings), `events` (disruptions, errors and
 //! warnings), `server` (the observed servers' section), `gossip` (the
-//! members a Consul server saw, in that section). Input is a
+//! members a Consul server saw, in that section), `storm` (what its gossip
+//! layers and anti-entropy reads went through, there too). Input is a
 //! [`Page`]: a summary (one run's, or merged), the verdicts, and latency
 //! windows from interval logs or from the run itself.
 //!
@@ -34,6 +35,7 @@ mod events;
 mod gossip;
 mod sections;
 mod server;
+mod storm;
 pub mod svg;
 mod vault;
 

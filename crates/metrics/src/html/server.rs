@@ -1,7 +1,8 @@
 //! The page's "Server" section: each observed server's CPU, memory and
 //! kept latencies over the run, on the sessions' time axis (disruptions
 //! marked), its baseline as the dashed line, and what each agent cost it;
-//! a Consul server's view of the run's gossip members ([`super::gossip`]).
+//! a Consul server's view of the run's gossip members ([`super::gossip`])
+//! and its storm figures ([`super::storm`]).
 
 use super::blocks::{close, disruption_marks, figure, kv, note, open, table};
 use super::charts::over_time;
@@ -100,6 +101,7 @@ pub(super) fn server(o: &mut String, s: &Summary) {
     latency_charts(o, s);
     for (i, srv) in s.server.iter().enumerate() {
         super::gossip::gossip(o, s, i, srv);
+        super::storm::storm(o, s, i, srv);
     }
     for (i, srv) in s.server.iter().enumerate() {
         details(o, i, srv);

@@ -97,7 +97,9 @@ pub use grpc::serve_grpc;
 pub use http::{ApiRequest, dispatch, serve_http};
 pub use kv::KV_MAX_VALUE_SIZE;
 pub use rpc::serve_rpc;
-pub use serf::{SerfConfig, SerfConfigError, SerfMember, SerfSnapshot, bind_serf, serve_serf};
+pub use serf::{
+    SerfConfig, SerfConfigError, SerfLog, SerfMember, SerfSnapshot, bind_serf, serve_serf,
+};
 
 use crate::faults::{Faults, RestartState};
 use sessions::Sessions;

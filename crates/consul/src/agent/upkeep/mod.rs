@@ -293,7 +293,7 @@ impl ConsulAgent {
             if !std::mem::take(&mut hs.checking) {
                 self.router.rebalance(&mut fastrand::Rng::new());
             }
-            if self.router.current() != self.session_server {
+            if self.router.current() != self.server() {
                 return Some(Op::Move);
             }
             return Some(Op::Ping);
@@ -528,7 +528,7 @@ impl ConsulAgent {
                 // the session's: a failed call moves the calls, not the
                 // streams).
                 if sh.cfg.agent == AgentWire::Api {
-                    self.router.failed(self.session_server);
+                    self.router.failed(self.server());
                 }
             }
         }

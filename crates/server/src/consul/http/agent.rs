@@ -3,20 +3,26 @@
 //! `Port`, `Tags`, `Status`, protocol and delegate versions). With ACLs on,
 //! an unknown token is `ACL not found`, and no token sees no member (the
 //! anonymous token may not read nodes). `GET /v1/agent/metrics`: the KV
-//! and txn apply summaries (`consul::timing`).
+//! and txn apply summaries (`consul::timing`) and, in Prometheus text, the
+//! gossip series of the serf port under a real server's names
+//! (`consul::serf`'s exposition).
 
 use hyper::{Response, StatusCode};
 
 use super::{Body, json_response, text};
 use crate::consul::{ConsulState, SerfMember, lock};
 
-/// `/v1/agent/metrics`: the KV and txn apply summaries, in Prometheus
-/// text with `?format=prometheus`, else as the JSON `Samples` (no gauges,
-/// points or counters: the rest of a real server's metrics is not kept).
+/// `/v1/agent/metrics`: the KV and txn apply summaries and the serf port's
+/// gossip series, in Prometheus text with `?format=prometheus`; else the
+/// apply summaries as the JSON `Samples` (no gauges, points or counters:
+/// the rest of a real server's metrics is not kept).
 pub(super) fn agent_metrics(state: &ConsulState, query: &str) -> Response<Body> {
     let timings = lock(&state.inner.timings);
     if query.split('&').any(|kv| kv == "format=prometheus") {
-        let mut r = text(StatusCode::OK, timings.prometheus());
+        let mut exposition = timings.prometheus();
+        drop(timings);
+        state.serf().prometheus(&mut exposition);
+        let mut r = text(StatusCode::OK, exposition);
         r.headers_mut().insert(
             hyper::header::CONTENT_TYPE,
             hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

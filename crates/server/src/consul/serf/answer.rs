@@ -12,8 +12,9 @@
 //! - [`Serf::push_pull_slot`]: memberlist's `pushPullReq`: a push-pull
 //!   counts from its message read until its answer is written and the
 //!   peer's state merged; one that finds 128 pending, itself included, is
-//!   closed unanswered ("Too many pending push/pull requests") and counted
-//!   as `serf_push_pulls_refused`.
+//!   closed unanswered, counted as `serf_push_pulls_refused` and logged as
+//!   memberlist logs it, "[ERR] memberlist: Too many pending push/pull
+//!   requests" (at most once a second, with the count held back).
 //!
 //! What it is not: no encoding of its own (`view`), no socket (`stream`).
 
@@ -22,6 +23,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::handoff::held_back;
 use super::{Serf, lock};
 
 /// memberlist's `maxPushPullRequests`: a push-pull that finds this many
@@ -106,6 +108,12 @@ impl Serf {
         let slot = PushPullSlot(&self.answers.in_flight);
         if n >= MAX_PUSH_PULLS {
             self.counters.bump(&self.counters.push_pulls_refused);
+            if let Some(held) = lock(&self.throttles[1]).due(Instant::now()) {
+                self.log(format!(
+                    "[ERR] memberlist: Too many pending push/pull requests{}",
+                    held_back(held)
+                ));
+            }
             return None;
         }
         Some(slot)
@@ -238,10 +246,15 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn past_memberlist_s_bound_a_push_pull_is_closed_unanswered_and_counted() {
-        let serf = serf(SerfConfig {
-            tcp_timeout: Duration::from_secs(3600),
-            ..SerfConfig::default()
-        });
+        let lines: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let kept = lines.clone();
+        let serf = serf(
+            SerfConfig {
+                tcp_timeout: Duration::from_secs(3600),
+                ..SerfConfig::default()
+            }
+            .logging_to(Some(Arc::new(move |l| kept.lock().unwrap().push(l)))),
+        );
         let stats = || -> SerfSnapshot { serf.snapshot() };
         // memberlist counts the newcomer too: 127 pending, the 128th refused.
         let held = MAX_PUSH_PULLS - 1;
@@ -265,6 +278,8 @@ mod tests {
             .unwrap();
         assert!(got.is_empty(), "no answer");
         assert_eq!(stats().serf_push_pulls_refused, 1);
+        let said = "[ERR] memberlist: Too many pending push/pull requests";
+        assert_eq!(lines.lock().unwrap().clone(), vec![said.to_owned()]);
         assert_eq!(pending(&serf), held);
         assert_eq!(stats().serf_push_pulls_answered, 0);
 

@@ -14,6 +14,9 @@
 //!   member makes it `left`; intents about unknown members wait for them;
 //! - Consul's merge rules: a member of another datacenter, or with this
 //!   server's node ID under another name, is refused.
+//! - serf's user events: one fired takes the event clock's time and moves
+//!   it on; one heard is witnessed by the clock, kept in the event buffer
+//!   (`event`) unless too old or seen, and passed on once.
 //!
 //! Each change queues what to gossip (`queue`), marks the members whose
 //! catalog entry must follow (`reconcile`) and, when it changed the
@@ -31,10 +34,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sim_gossip::serf as serf_wire;
+use agent_sim_gossip::serf::event::UserEvent;
 use agent_sim_gossip::wire::msgs::{Alive, Verdict, state};
 use agent_sim_gossip::wire::{ip_bytes, kind};
 use tokio::time::Instant;
 
+use super::awareness::Awareness;
+use super::event::Events;
 use super::queue::{Key, Queue, retransmit_limit};
 use super::stats::SerfCounters;
 use super::suspicion::{Suspicion, min_timeout};
@@ -204,6 +210,10 @@ pub(crate) struct Table {
     pub(super) clock: u64,
     pub(super) event_clock: u64,
     pub(super) query_clock: u64,
+    /// serf's event buffer.
+    pub(super) events: Events,
+    /// memberlist's health awareness of this server.
+    pub(crate) awareness: Awareness,
     pub(super) intents: HashMap<Arc<str>, Intent>,
     /// What to gossip.
     pub(crate) queue: Queue,
@@ -263,6 +273,8 @@ impl Table {
             clock: 1,
             event_clock: 1,
             query_clock: 1,
+            events: Events::default(),
+            awareness: Awareness::default(),
             intents: HashMap::new(),
             queue: Queue::new(MAX_QUEUED),
             dirty: HashSet::new(),
@@ -331,12 +343,27 @@ impl Table {
         self.queue.push(key, msg);
     }
 
-    /// Answers an accusation of this server: an incarnation above it, gossiped.
+    /// Answers an accusation of this server: an incarnation above it,
+    /// gossiped; memberlist takes being accused as a sign of its own poor
+    /// health (awareness up one).
     fn refute(&mut self, accused: u32) {
         let m = self.me_mut();
         m.incarnation = m.incarnation.max(accused).saturating_add(1);
         self.touch();
         self.counters.bump(&self.counters.refutations);
+        self.awareness.apply(1);
+        self.gossip_me();
+    }
+
+    /// This server serving again after a restart: an incarnation above
+    /// any the pool may have declared dead, gossiped, as a real server's
+    /// refutation of its own death has it (memberlist starts over and
+    /// refutes once it hears of the death; the pool kept here saves it the
+    /// wait).
+    pub(crate) fn return_me(&mut self) {
+        let m = self.me_mut();
+        m.incarnation = m.incarnation.saturating_add(1);
+        self.touch();
         self.gossip_me();
     }
 
@@ -404,6 +431,7 @@ impl Table {
                 return Ok(());
             }
             self.refute(a.incarnation);
+            self.counters.bump(&self.counters.msg_alive);
             return Ok(());
         }
         self.touch();
@@ -431,6 +459,7 @@ impl Table {
             m.liveness = Liveness::Alive;
             m.changed = now;
         }
+        self.counters.bump(&self.counters.msg_alive);
         if fresh || was.gone() {
             self.serf_join(&name, fresh);
         } else if meta_changed {
@@ -573,11 +602,13 @@ impl Table {
         m.changed = now;
         // `touch`, with `m` still borrowed.
         self.version = self.version.wrapping_add(1);
+        self.counters.bump(&self.counters.msg_dead);
         match m.status {
             Status::Leaving => {
                 m.status = Status::Left;
                 m.gone_at = Some(now);
                 self.counters.bump(&self.counters.leaves);
+                self.counters.bump(&self.counters.member_left);
             }
             Status::Alive => {
                 m.status = Status::Failed;
@@ -686,5 +717,47 @@ impl Table {
             },
         );
         true
+    }
+
+    /// serf's `UserEvent`: `name` with `payload` at the event clock's time,
+    /// the clock moved on, taken here and queued for gossip.
+    pub(crate) fn fire_event(&mut self, name: &str, payload: &[u8]) {
+        let ev = UserEvent {
+            ltime: self.event_clock,
+            name,
+            payload,
+            cc: false,
+        };
+        let mut msg = Vec::with_capacity(32 + name.len() + payload.len());
+        ev.encode(&mut msg);
+        self.event_clock += 1;
+        self.touch();
+        self.take_event(&ev);
+        self.queue.push(Key::Event, msg);
+    }
+
+    /// serf's `handleUserEvent`: the clock witnesses it; `true` when it is
+    /// new (kept and counted).
+    pub(crate) fn take_event(&mut self, ev: &UserEvent<'_>) -> bool {
+        if Self::witness(&mut self.event_clock, ev.ltime) {
+            self.touch();
+        }
+        if !self.events.take(self.event_clock, ev) {
+            return false;
+        }
+        self.touch();
+        self.counters.event(ev.name);
+        true
+    }
+
+    /// A user event heard in gossip (`body`: the user message's body, as
+    /// heard): taken, and passed on when it was new.
+    pub(crate) fn heard_event(&mut self, ev: &UserEvent<'_>, body: &[u8]) {
+        if self.take_event(ev) {
+            let mut msg = Vec::with_capacity(1 + body.len());
+            msg.push(kind::USER);
+            msg.extend_from_slice(body);
+            self.queue.push(Key::Event, msg);
+        }
     }
 }

@@ -7,34 +7,48 @@
 //!   pings the target, relays the ack or sends a nack), TCP pings,
 //!   push-pulls (its whole state, encoded once per change of it; then it
 //!   merges the peer's; past memberlist's 128 pending, none), gossip
-//!   (alive, suspect, dead; serf's join and leave intents) and serf
-//!   messages on streams.
-//! - It probes one member per probe interval (1 s), round robin over a
-//!   shuffled list; no ack within 500 ms: indirect pings through up to 3
-//!   members and a TCP ping, then suspicion; a suspicion not refuted in
-//!   memberlist's time makes the member failed. It gossips what changed to
-//!   3 members every 200 ms and push-pulls with one every 30 s (scaled).
+//!   (alive, suspect, dead; serf's join and leave intents and user events)
+//!   and serf messages on streams. Gossip goes through memberlist's handler
+//!   queue (1,024 a queue: past it, dropped, counted and logged).
+//! - It leads: serving (at start and after every restart) it fires serf's
+//!   user event `consul:new-leader` with its name, as a server taking
+//!   leadership does (real client agents then run a full anti-entropy
+//!   sync); after a restart it gossips itself alive at a higher
+//!   incarnation, so members that declared it dead take it back.
+//! - It probes one member per probe interval (1 s, stretched by its health
+//!   awareness), round robin over a shuffled list; no ack within 500 ms:
+//!   indirect pings through up to 3 members and a TCP ping, then suspicion;
+//!   a suspicion not refuted in memberlist's time makes the member failed.
+//!   It gossips what changed to 3 members every 200 ms and push-pulls with
+//!   one every 30 s (scaled).
 //! - Its catalog follows the pool as a Consul leader's does: an alive
 //!   member's node is registered with a passing `serfHealth` check, a
 //!   failed one's `serfHealth` goes critical, a left one's node is
 //!   deregistered.
-//! - `/v1/agent/members` lists the pool (`consul::http`), and the port's
-//!   counters are `serf_*` fields of the server's snapshot.
+//! - `/v1/agent/members` lists the pool (`consul::http`), the port's
+//!   counters are `serf_*` fields of the server's snapshot, and
+//!   `/v1/agent/metrics?format=prometheus` shows them under the names a
+//!   real server exports (`exposition`).
 //!
 //! Parts: `members` (the table and memberlist's and serf's rules), `merge`,
-//! `suspicion`, `queue` (what to gossip), `view` (selection, push-pull
-//! state, rows), `answer` (the push-pull state kept encoded, push-pulls in
-//! flight), `packet` (UDP), `stream` (TCP), `probe` (the timers:
-//! probes, gossip, suspicion deadlines, push-pulls), `reconcile` (the
-//! catalog), `stats`.
+//! `suspicion`, `awareness`, `event` (user events), `queue` (what to
+//! gossip), `view` (selection, push-pull state, rows), `answer` (the
+//! push-pull state kept encoded, push-pulls in flight), `packet` (UDP),
+//! `handoff` (the handler queue), `stream` (TCP), `probe` (the timers:
+//! probes, gossip, suspicion deadlines, push-pulls, queue checks),
+//! `reconcile` (the catalog), `stats`, `exposition`.
 //!
-//! What it is not: no WAN pool, no serf user events or queries (received
-//! and counted, not answered), no Vivaldi of its own (its coordinate is
-//! serf's starting one), no health awareness (probe intervals do not
-//! stretch), no reconnect of failed members; the `consul` service of other
-//! servers is not registered.
+//! What it is not: no WAN pool, no serf queries (received and counted, not
+//! answered), no Vivaldi of its own (its coordinate is serf's starting
+//! one), no reconnect of failed members, no rejoin of the members it knew
+//! after a restart (it gossips to them instead); the `consul` service of
+//! other servers is not registered.
 
 mod answer;
+mod awareness;
+mod event;
+mod exposition;
+mod handoff;
 mod members;
 mod merge;
 mod packet;
@@ -51,12 +65,13 @@ mod view;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use agent_sim_gossip::coordinate::Coord;
 use agent_sim_gossip::serf::encode_tags;
+use agent_sim_gossip::serf::event::NEW_LEADER;
 use agent_sim_gossip::{Keyring, Security, WireError};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{Notify, Semaphore, mpsc};
@@ -115,6 +130,19 @@ pub struct SerfConfig {
     pub reap_left: Duration,
     /// How long failed members stay listed (Consul's reconnect timeout, 72 h).
     pub reap_failed: Duration,
+    /// Where its log lines go (the handler queue's drops, refused
+    /// push-pulls, as memberlist words them); none: nowhere.
+    pub log: Option<SerfLog>,
+}
+
+/// Where the serf port's log lines go, one line each.
+#[derive(Clone)]
+pub struct SerfLog(pub Arc<dyn Fn(String) + Send + Sync>);
+
+impl std::fmt::Debug for SerfLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SerfLog")
+    }
 }
 
 impl Default for SerfConfig {
@@ -138,6 +166,7 @@ impl Default for SerfConfig {
             max_tcp_handlers: 128,
             reap_left: Duration::from_secs(24 * 3600),
             reap_failed: Duration::from_secs(72 * 3600),
+            log: None,
         }
     }
 }
@@ -174,6 +203,15 @@ impl SerfConfig {
         };
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// These settings, logging to `log` (the backend's log, when it has
+    /// one; else where they logged).
+    pub fn logging_to(self, log: Option<Arc<dyn Fn(String) + Send + Sync>>) -> Self {
+        SerfConfig {
+            log: log.map(SerfLog).or(self.log.clone()),
+            ..self
+        }
     }
 
     /// Checks the settings before a socket is opened.
@@ -272,6 +310,13 @@ pub(crate) struct Serf {
     /// The ack payload: serf's version byte and this server's coordinate.
     ack_payload: Vec<u8>,
     me: Arc<str>,
+    /// memberlist's handler queue.
+    handoff: handoff::Handoff,
+    /// Log lines at most once a second: the handler queue full, push-pulls
+    /// refused.
+    throttles: [Mutex<handoff::Throttle>; 2],
+    /// Times it started serving (the second on are restarts).
+    served: AtomicU64,
 }
 
 impl std::fmt::Debug for Serf {
@@ -347,6 +392,9 @@ impl Serf {
             ack_payload: ack_payload(),
             me,
             cfg,
+            handoff: handoff::Handoff::default(),
+            throttles: Default::default(),
+            served: AtomicU64::new(0),
         }
     }
 
@@ -374,10 +422,13 @@ impl Serf {
         (t.me().addr_raw.clone(), t.me().port)
     }
 
-    /// The counters, with the members by state.
+    /// The counters, with the members by state and the queues' depths.
     pub(crate) fn snapshot(&self) -> SerfSnapshot {
-        let census = lock(&self.table).census();
-        self.counters.snapshot(census)
+        let (census, depths) = {
+            let t = lock(&self.table);
+            (t.census(), t.queue.depths())
+        };
+        self.counters.snapshot(census, depths, self.handoff.len())
     }
 }
 
@@ -456,11 +507,22 @@ pub async fn serve_serf(
     let at = tcp.local_addr()?;
     let ip = advertise(at.ip());
     let meta = state.serf_meta();
-    serf.with_table(|t| t.set_me(ip, at.port(), meta));
+    let again = serf.served.fetch_add(1, Ordering::Relaxed) > 0;
+    serf.with_table(|t| {
+        t.set_me(ip, at.port(), meta);
+        if again {
+            t.return_me();
+        }
+        // A Consul server that takes leadership fires this (leader.go's
+        // `leaderLoop`); this one leads from the moment it serves.
+        t.fire_event(NEW_LEADER, serf.me.as_bytes());
+    });
     let udp = Arc::new(udp);
     *lock(&serf.socket) = Some(udp.clone());
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(packet::receive(serf.clone(), udp, shutdown.clone()));
+    tasks.spawn(handoff::handler(serf.clone(), shutdown.clone()));
+    tasks.spawn(probe::queue_checks(serf.clone(), shutdown.clone()));
     tasks.spawn(probe::probes(serf.clone(), shutdown.clone()));
     tasks.spawn(probe::gossip(serf.clone(), shutdown.clone()));
     tasks.spawn(probe::timers(serf.clone(), shutdown.clone()));
@@ -474,8 +536,9 @@ pub async fn serve_serf(
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
     *lock(&serf.socket) = None;
-    // A probe cut short left its waiter; a restart keeping the state
-    // starts without it.
+    // A probe cut short left its waiter, and the handler what it had not
+    // handled; a restart keeping the state starts without them.
     lock(&serf.waiters).clear();
+    serf.handoff.clear();
     served
 }

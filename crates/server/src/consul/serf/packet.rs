@@ -1,11 +1,13 @@
 //! The UDP side of the serf port: each packet is opened (label, keyring,
 //! CRC), its messages walked (compound and compressed layers) and each
-//! answered or applied as memberlist's `handleCommand` does: a ping gets an
-//! ack with this server's coordinate, an indirect ping becomes a ping of
+//! answered or handed on as memberlist's `handleCommand` does: a ping gets
+//! an ack with this server's coordinate, an indirect ping becomes a ping of
 //! its target whose ack is relayed (or a nack after the probe timeout),
-//! acks and nacks go to the probe waiting for them, alive, suspect, dead
-//! and serf's intents change the table. Sending is here too: every packet
-//! sealed and counted by the types of its messages.
+//! acks and nacks go to the probe waiting for them; alive, suspect, dead
+//! and user (serf) messages go to the handler queue (`handoff`), whose
+//! task changes the table with them (serf's messages: `on_user` here, for
+//! streams too). Sending is here too: every packet sealed and counted by
+//! the types of its messages.
 //!
 //! Bad input (undecryptable, truncated, malformed, unknown types) is
 //! counted by cause and dropped.
@@ -14,7 +16,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use agent_sim_gossip::serf::decode_intent;
-use agent_sim_gossip::wire::msgs::{Ack, Alive, IndirectPing, Nack, Ping, Verdict};
+use agent_sim_gossip::serf::event::UserEvent;
+use agent_sim_gossip::wire::msgs::{Ack, IndirectPing, Nack, Ping};
 use agent_sim_gossip::wire::{WireError, each_message, kind};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
@@ -68,7 +71,12 @@ impl Serf {
         let c = &self.counters;
         c.bump(&c.udp_packets_sent);
         c.add(&c.udp_bytes_sent, packet.len());
-        let _ = each_message(msg, &mut |t, body| c.sent(t, body.len() + 1));
+        let _ = each_message(msg, &mut |t, body| {
+            c.sent(t, body.len() + 1);
+            if t == kind::USER {
+                lock(&c.samples.msgs_sent).record(body.len() as f64);
+            }
+        });
     }
 
     /// Handles one packet from `from`.
@@ -119,33 +127,26 @@ impl Serf {
                 }
                 Ok(())
             }
-            kind::ALIVE => {
-                let a = Alive::decode(body)?;
-                if let Err(r) = self.with_table(|tb| tb.alive(&a, now)) {
-                    self.counters.bad(r.cause());
-                }
+            kind::ALIVE | kind::SUSPECT | kind::DEAD | kind::USER => {
+                self.hand_off(t, body, from);
                 Ok(())
             }
-            kind::SUSPECT => {
-                let v = Verdict::decode(body)?;
-                self.with_table(|tb| tb.suspect(&v, now));
-                Ok(())
-            }
-            kind::DEAD => {
-                let v = Verdict::decode(body)?;
-                self.with_table(|tb| tb.dead(&v, now));
-                Ok(())
-            }
-            kind::USER => self.on_user(body, now),
             other => Err(WireError::Unknown(other)),
         }
     }
 
-    /// A serf message (after memberlist's user type byte): join and leave
-    /// intents are applied; serf's other messages are only counted.
+    /// A serf message (after memberlist's user type byte), as serf's
+    /// `NotifyMsg` takes it: its size sampled, join and leave intents and
+    /// user events applied (and passed on when new); queries and the rest
+    /// only counted.
     pub(super) fn on_user(&self, body: &[u8], now: Instant) -> Result<(), WireError> {
+        if !body.is_empty() {
+            lock(&self.counters.samples.msgs_received).record(body.len() as f64);
+        }
         if let Some((leave, ltime, node)) = decode_intent(body)? {
             self.with_table(|tb| tb.intent(leave, ltime, node, now));
+        } else if let Some(ev) = UserEvent::decode(body)? {
+            self.with_table(|tb| tb.heard_event(&ev, body));
         }
         Ok(())
     }

@@ -3,13 +3,18 @@
 //! - [`probes`]: one member per probe interval (`probe` below): a ping
 //!   (with the suspicion attached when it is suspected), then after the
 //!   probe timeout indirect pings through up to `indirect_checks` alive
-//!   members and a TCP ping; no ack by the end of the interval: suspect.
+//!   members and a TCP ping; no ack by the end of the interval (stretched
+//!   by the health awareness, `awareness`): suspect. An answered probe
+//!   lowers the awareness score; a failed one raises it by the nacks
+//!   missing (by one when no peer could nack).
 //! - [`gossip`]: every gossip interval, what is queued to a few members,
 //!   packed into compound packets of at most 1400 bytes.
 //! - [`timers`]: suspicions whose time ran out become failures; serf's
 //!   reaper removes long-left and long-failed members.
 //! - [`push_pulls`]: a push-pull with a random alive member every
 //!   interval, longer as the pool grows past 32 (memberlist's scale).
+//! - [`queue_checks`]: the queues' depths sampled every 30 s, as serf's
+//!   and memberlist's `QueueCheckInterval` has them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +33,8 @@ const TIMERS_EVERY: Duration = Duration::from_millis(250);
 /// Pool size up to which push-pulls are not spread out (memberlist's
 /// `pushPullScaleThreshold`).
 const PUSH_PULL_SCALE_FROM: usize = 32;
+/// serf's and memberlist's `QueueCheckInterval`.
+const QUEUE_CHECK_EVERY: Duration = Duration::from_secs(30);
 
 /// A ticker of `period` whose first tick comes after a random part of it
 /// (memberlist staggers its timers so servers do not tick together).
@@ -56,13 +63,37 @@ pub(super) async fn probes(serf: Arc<Serf>, shutdown: CancellationToken) {
     }
 }
 
-/// Waits for an ack (nacks only say a peer tried).
-async fn acked(rx: &mut mpsc::Receiver<Reply>) {
+/// Waits for an ack, counting the nacks heard meanwhile (a nack only says
+/// a peer tried).
+async fn acked(rx: &mut mpsc::Receiver<Reply>, nacks: &mut i32) {
     loop {
         match rx.recv().await {
             Some(Reply::Ack) => return,
-            Some(Reply::Nack) => {}
+            Some(Reply::Nack) => *nacks += 1,
             None => std::future::pending().await,
+        }
+    }
+}
+
+/// How a probe went.
+struct Probed {
+    answered: bool,
+    /// Nacks expected (peers speaking protocol 4 asked) and heard.
+    expected_nacks: i32,
+    nacks: i32,
+}
+
+impl Probed {
+    /// memberlist's awareness delta for it: answered, better by one;
+    /// failed, worse by the nacks missing (the peers' nacks say the target
+    /// is at fault), or by one when no peer could send any.
+    fn awareness_delta(&self) -> i32 {
+        if self.answered {
+            -1
+        } else if self.expected_nacks == 0 {
+            1
+        } else {
+            (self.expected_nacks - self.nacks).max(0)
         }
     }
 }
@@ -73,7 +104,11 @@ impl Serf {
         let c = &self.counters;
         let seq = self.next_seq();
         let start = Instant::now();
-        let deadline = start + self.cfg.probe_interval;
+        let awareness = lock(&self.table).awareness;
+        if awareness.score() > 0 {
+            c.bump(&c.degraded_probes);
+        }
+        let deadline = start + awareness.scale(self.cfg.probe_interval);
         let (tx, mut rx) = mpsc::channel(self.cfg.indirect_checks + 2);
         let direct_until = start + self.cfg.probe_timeout;
         lock(&self.waiters).insert(seq, Waiter::Probe { tx, direct_until });
@@ -100,14 +135,23 @@ impl Serf {
             self.send(target.to, &ping).await;
         }
         c.bump(&c.probes);
-        let answered = tokio::time::timeout_at(direct_until, acked(&mut rx))
-            .await
-            .is_ok()
-            || self
+        let mut further = Probed {
+            answered: true,
+            expected_nacks: 0,
+            nacks: 0,
+        };
+        let direct = acked(&mut rx, &mut further.nacks);
+        if tokio::time::timeout_at(direct_until, direct).await.is_err() {
+            further = self
                 .probe_further(&target, &ping, seq, deadline, &mut rx)
                 .await;
+        }
         lock(&self.waiters).remove(&seq);
-        if answered {
+        let took = start.elapsed().as_secs_f64() * 1e3;
+        lock(&c.samples.probe_node).record(took);
+        let delta = further.awareness_delta();
+        self.with_table(|t| t.awareness.apply(delta));
+        if further.answered {
             return;
         }
         c.bump(&c.probes_failed);
@@ -128,10 +172,15 @@ impl Serf {
         seq: u32,
         deadline: Instant,
         rx: &mut mpsc::Receiver<Reply>,
-    ) -> bool {
+    ) -> Probed {
         let c = &self.counters;
         let peers = lock(&self.table).indirect_peers(self.cfg.indirect_checks, &target.name);
         let (my_addr, my_port) = self.me_addr();
+        let mut out = Probed {
+            answered: false,
+            expected_nacks: 0,
+            nacks: 0,
+        };
         for (peer, pmax) in peers {
             let mut msg = Vec::with_capacity(96 + target.name.len());
             IndirectPing {
@@ -145,6 +194,7 @@ impl Serf {
                 source_node: &self.me,
             }
             .encode(&mut msg);
+            out.expected_nacks += i32::from(pmax >= 4);
             self.send(peer, &msg).await;
             c.bump(&c.probes_indirect);
         }
@@ -153,16 +203,14 @@ impl Serf {
             let (serf, to, ping) = (self.clone(), target.to, ping.to_vec());
             tokio::spawn(async move { serf.tcp_ping(to, &ping, seq, deadline).await })
         });
-        if tokio::time::timeout_at(deadline, acked(rx)).await.is_ok() {
-            if let Some(t) = tcp {
-                t.abort();
-            }
-            return true;
-        }
+        let heard = acked(rx, &mut out.nacks);
+        out.answered = tokio::time::timeout_at(deadline, heard).await.is_ok();
         match tcp {
-            Some(t) => t.await.unwrap_or(false),
-            None => false,
+            Some(t) if out.answered => t.abort(),
+            Some(t) => out.answered = t.await.unwrap_or(false),
+            None => {}
         }
+        out
     }
 
     /// The room a gossip packet has for messages (memberlist's UDP buffer
@@ -231,6 +279,19 @@ pub(super) async fn timers(serf: Arc<Serf>, shutdown: CancellationToken) {
             t.expire(now);
             t.reap(now);
         });
+    }
+}
+
+/// Samples the queues' depths every QUEUE_CHECK_EVERY until `shutdown`
+/// (serf's `checkQueueDepth`, memberlist's `checkBroadcastQueueDepth`).
+pub(super) async fn queue_checks(serf: Arc<Serf>, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(QUEUE_CHECK_EVERY) => {}
+            () = shutdown.cancelled() => return,
+        }
+        let depths = lock(&serf.table).queue.depths();
+        serf.counters.samples.queues(depths);
     }
 }
 

@@ -1,8 +1,12 @@
 //! What the server has to gossip: memberlist's verdicts (alive, suspect,
-//! dead) and serf's intents, each sent a limited number of times
-//! (memberlist's `retransmitMult × ceil(log10(n + 1))`), fewest sends
-//! first and newest first among equals, a newer message about a member
-//! replacing the older one, as memberlist's transmit-limited queue does.
+//! dead), serf's intents and serf's user events, each sent a limited
+//! number of times (memberlist's `retransmitMult × ceil(log10(n + 1))`),
+//! a newer message about a member replacing the older one, as memberlist's
+//! transmit-limited queues do. memberlist's own messages fill a packet
+//! first, then serf's intents, then its events, as memberlist's
+//! `getBroadcasts` asks serf's delegate only for the room left (so in a
+//! storm the intents wait behind the alive messages: hashicorp/consul#9926);
+//! within each, fewest sends first and newest first among equals.
 //!
 //! What it is not: no sockets; `probe`'s gossip task sends what it takes.
 
@@ -15,6 +19,31 @@ pub(crate) enum Key {
     Member(Arc<str>),
     /// serf's join or leave intent of a member.
     Intent(Arc<str>),
+    /// One of serf's user events (never replaced: serf's event broadcasts
+    /// invalidate nothing).
+    Event,
+}
+
+impl Key {
+    /// Which of memberlist's and serf's queues the message is in: the
+    /// order a packet is filled in.
+    fn class(&self) -> usize {
+        match self {
+            Key::Member(_) => 0,
+            Key::Intent(_) => 1,
+            Key::Event => 2,
+        }
+    }
+}
+
+/// Messages waiting by queue: memberlist's broadcasts, serf's intents and
+/// serf's events (what memberlist samples as `queue.broadcasts` and serf as
+/// `queue.Intent` and `queue.Event`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Depths {
+    pub(crate) broadcasts: usize,
+    pub(crate) intents: usize,
+    pub(crate) events: usize,
 }
 
 #[derive(Debug)]
@@ -48,9 +77,24 @@ impl Queue {
         self.items.len()
     }
 
+    /// Messages waiting, by queue.
+    pub(crate) fn depths(&self) -> Depths {
+        let mut d = Depths::default();
+        for i in &self.items {
+            match i.key.class() {
+                0 => d.broadcasts += 1,
+                1 => d.intents += 1,
+                _ => d.events += 1,
+            }
+        }
+        d
+    }
+
     /// Queues `msg` (type byte first), replacing any about the same key.
     pub(crate) fn push(&mut self, key: Key, msg: Vec<u8>) {
-        self.items.retain(|i| i.key != key);
+        if key != Key::Event {
+            self.items.retain(|i| i.key != key);
+        }
         if self.items.len() >= self.cap
             && let Some(worst) = self
                 .items
@@ -71,11 +115,12 @@ impl Queue {
     }
 
     /// Messages for one packet: as many as fit `budget` bytes, each
-    /// costing `overhead` more, fewest sends first. Each taken counts a
+    /// costing `overhead` more, memberlist's first, then serf's intents,
+    /// then its events, fewest sends first in each. Each taken counts a
     /// send; one sent `limit` times leaves the queue.
     pub(crate) fn take(&mut self, budget: usize, overhead: usize, limit: u32) -> Vec<Vec<u8>> {
         self.items
-            .sort_unstable_by_key(|i| (i.sends, std::cmp::Reverse(i.id)));
+            .sort_unstable_by_key(|i| (i.key.class(), i.sends, std::cmp::Reverse(i.id)));
         let mut left = budget;
         let mut out = Vec::new();
         for item in &mut self.items {
@@ -127,6 +172,26 @@ mod tests {
             2,
             "an intent and a verdict about one member both stay"
         );
+    }
+
+    #[test]
+    fn memberlist_s_messages_fill_a_packet_before_serf_s() {
+        let mut q = Queue::new(10);
+        q.push(Key::Event, vec![1; 10]);
+        q.push(Key::Event, vec![2; 10]);
+        q.push(Key::Intent("a".into()), vec![3; 10]);
+        q.push(member("a"), vec![4; 10]);
+        let depths = Depths {
+            broadcasts: 1,
+            intents: 1,
+            events: 2,
+        };
+        assert_eq!(q.depths(), depths, "two events: they replace nothing");
+        assert_eq!(q.take(24, 2, 5), vec![vec![4; 10], vec![3; 10]]);
+        // Sent once, the alive and the intent still go first.
+        assert_eq!(q.take(24, 2, 5), vec![vec![4; 10], vec![3; 10]]);
+        assert_eq!(q.take(100, 2, 2)[2..], [vec![2; 10], vec![1; 10]]);
+        assert_eq!(q.depths().broadcasts, 0, "past its limit");
     }
 
     #[test]

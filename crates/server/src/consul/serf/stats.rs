@@ -1,15 +1,23 @@
 //! What the serf port counted: packets, streams and bytes each way,
 //! messages and their bytes by memberlist type, probes and their
 //! outcomes, push-pulls (answered, refused, the state's encodings),
-//! transitions of members, catalog writes of the reconcile, and bad input
-//! by cause. Flattened into the server's
-//! [`crate::consul::ConsulTargetSnapshot`] as its `serf_*` fields (maps
-//! become one labelled family each in `serve --metrics-addr`).
+//! transitions of members, messages memberlist and serf applied, user
+//! events, the handler queue's drops, catalog writes of the reconcile, and
+//! bad input by cause; and the samples go-metrics keeps as summaries (serf
+//! messages' sizes, the queues' depths, probe times). Flattened into the
+//! server's [`crate::consul::ConsulTargetSnapshot`] as its `serf_*` fields
+//! (maps become one labelled family each in `serve --metrics-addr`); the
+//! names a real server exports are in `exposition`.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
+
+use super::lock;
+use super::queue::Depths;
+use crate::consul::timing::Summary;
 
 /// Names of memberlist's message types, by type byte.
 const KINDS: [&str; 14] = [
@@ -95,6 +103,56 @@ pub(crate) struct SerfCounters {
     pub(crate) refutations: AtomicU64,
     pub(crate) reconcile_writes: AtomicU64,
     pub(crate) reconcile_skipped: AtomicU64,
+    /// memberlist's `msg.alive` and `msg.dead`: messages that changed the
+    /// table (or made this server refute), not every one heard (its
+    /// `msg.suspect` is `suspicions`).
+    pub(crate) msg_alive: AtomicU64,
+    pub(crate) msg_dead: AtomicU64,
+    /// serf's `member.left`: a leaving member declared dead (a failed one
+    /// made left by its intent is not counted, as serf does not).
+    pub(crate) member_left: AtomicU64,
+    /// memberlist's `degraded.probe`: probes with a stretched interval.
+    pub(crate) degraded_probes: AtomicU64,
+    /// Messages the handler queue dropped, full.
+    pub(crate) handler_dropped: AtomicU64,
+    /// serf's `events`: user events taken (this server's own included).
+    pub(crate) events: AtomicU64,
+    /// serf's `events.<name>`, by name.
+    // Bound: MAX_EVENT_NAMES names (others only in `events`).
+    pub(crate) events_by_name: Mutex<BTreeMap<String, u64>>,
+    /// The samples kept as summaries.
+    pub(crate) samples: Samples,
+}
+
+/// Event names counted one by one at most (more are only in `events`).
+const MAX_EVENT_NAMES: usize = 64;
+
+/// The go-metrics samples of the serf port, each a summary.
+#[derive(Debug, Default)]
+pub(crate) struct Samples {
+    /// serf's `msgs.received`: the size of each serf message handled.
+    pub(crate) msgs_received: Mutex<Summary>,
+    /// serf's `msgs.sent`: the size of each serf message gossiped.
+    pub(crate) msgs_sent: Mutex<Summary>,
+    /// memberlist's `queue.broadcasts`, serf's `queue.Intent`,
+    /// `queue.Event`, `queue.Query`: depths every queue check (30 s).
+    pub(crate) queue_broadcasts: Mutex<Summary>,
+    pub(crate) queue_intent: Mutex<Summary>,
+    pub(crate) queue_event: Mutex<Summary>,
+    pub(crate) queue_query: Mutex<Summary>,
+    /// memberlist's `probeNode`: a probe's time, in milliseconds.
+    pub(crate) probe_node: Mutex<Summary>,
+}
+
+impl Samples {
+    /// The queues' depths, as serf's and memberlist's queue checks sample
+    /// them (serf keeps no query broadcasts here: 0).
+    pub(crate) fn queues(&self, d: Depths) {
+        lock(&self.queue_broadcasts).record(d.broadcasts as f64);
+        lock(&self.queue_intent).record(d.intents as f64);
+        lock(&self.queue_event).record(d.events as f64);
+        lock(&self.queue_query).record(0.0);
+    }
 }
 
 impl Default for SerfCounters {
@@ -132,6 +190,14 @@ impl Default for SerfCounters {
             refutations: AtomicU64::new(0),
             reconcile_writes: AtomicU64::new(0),
             reconcile_skipped: AtomicU64::new(0),
+            msg_alive: AtomicU64::new(0),
+            msg_dead: AtomicU64::new(0),
+            member_left: AtomicU64::new(0),
+            degraded_probes: AtomicU64::new(0),
+            handler_dropped: AtomicU64::new(0),
+            events: AtomicU64::new(0),
+            events_by_name: Mutex::new(BTreeMap::new()),
+            samples: Samples::default(),
         }
     }
 }
@@ -172,8 +238,19 @@ impl SerfCounters {
         self.bump(&self.bad[i]);
     }
 
-    /// A copy, with the members by state from the table.
-    pub(crate) fn snapshot(&self, census: Census) -> SerfSnapshot {
+    /// A user event taken, by name.
+    pub(crate) fn event(&self, name: &str) {
+        self.bump(&self.events);
+        let mut by = lock(&self.events_by_name);
+        if let Some(n) = by.get_mut(name) {
+            *n += 1;
+        } else if by.len() < MAX_EVENT_NAMES {
+            by.insert(name.to_owned(), 1);
+        }
+    }
+
+    /// A copy, with the members by state and the queues from the table.
+    pub(crate) fn snapshot(&self, census: Census, depths: Depths, handoff: usize) -> SerfSnapshot {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let by = |names: &[&str], counts: &[AtomicU64]| -> BTreeMap<String, u64> {
             names
@@ -222,6 +299,15 @@ impl SerfCounters {
             serf_reconcile_writes: get(&self.reconcile_writes),
             serf_reconcile_skipped: get(&self.reconcile_skipped),
             serf_bad_by_cause: by(&CAUSES, &self.bad),
+            serf_msg_alive: get(&self.msg_alive),
+            serf_msg_dead: get(&self.msg_dead),
+            serf_degraded_probes: get(&self.degraded_probes),
+            serf_handler_queue_dropped: get(&self.handler_dropped),
+            serf_user_events: get(&self.events),
+            serf_queue_broadcasts: depths.broadcasts as u64,
+            serf_queue_intents: depths.intents as u64,
+            serf_queue_events: depths.events as u64,
+            serf_handler_queue: handoff as u64,
         }
     }
 }
@@ -293,7 +379,8 @@ pub struct SerfSnapshot {
     pub serf_indirect_relayed: u64,
     /// Members joining (or coming back).
     pub serf_joins: u64,
-    /// Suspicions raised (by this server or heard).
+    /// Suspicions raised (by this server or heard: memberlist's
+    /// `msg.suspect`).
     pub serf_suspicions: u64,
     /// Members declared failed.
     pub serf_failures: u64,
@@ -310,4 +397,26 @@ pub struct SerfSnapshot {
     /// Input refused, by cause (the wire's causes, `timeout`,
     /// `too_many_members`, `wrong_dc`, `busy`, ...).
     pub serf_bad_by_cause: BTreeMap<String, u64>,
+    /// Alive messages that changed the table (memberlist's `msg.alive`).
+    pub serf_msg_alive: u64,
+    /// Dead messages that declared a member dead (`msg.dead`).
+    pub serf_msg_dead: u64,
+    /// Probes made with a stretched interval (health awareness above 0:
+    /// memberlist's `degraded.probe`).
+    pub serf_degraded_probes: u64,
+    /// Alive, suspect, dead and serf messages dropped with the handler
+    /// queue full (1,024 each: memberlist's "handler queue full, dropping
+    /// message").
+    pub serf_handler_queue_dropped: u64,
+    /// serf user events taken, this server's own `consul:new-leader`
+    /// included (serf's `events`).
+    pub serf_user_events: u64,
+    /// memberlist's broadcasts waiting now (gauge).
+    pub serf_queue_broadcasts: u64,
+    /// serf's join and leave intents waiting now (gauge).
+    pub serf_queue_intents: u64,
+    /// serf's user events waiting now (gauge).
+    pub serf_queue_events: u64,
+    /// Messages waiting in the handler queue now (gauge).
+    pub serf_handler_queue: u64,
 }

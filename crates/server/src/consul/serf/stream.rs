@@ -25,6 +25,7 @@ use tokio::time::Instant;
 
 use super::Serf;
 use super::answer::Sealed;
+use super::event::state_user_events;
 use super::stats::SerfCounters;
 
 /// Bytes read from a stream at a time.
@@ -95,6 +96,8 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
             ack
         }
         kind::USER => {
+            // memberlist hands a stream's user message to serf at once
+            // (no handler queue).
             let user = decode_user_stream(body).map_err(wire)?;
             return serf.on_user(user, Instant::now()).map_err(wire);
         }
@@ -117,18 +120,29 @@ impl Serf {
     pub(super) fn merge_push_pull(&self, body: &[u8]) -> Result<(), Cause> {
         header(body, self.cfg.max_members)?;
         let pp = PushPull::decode(body).map_err(wire)?;
-        let serf = match pp.user_state {
-            [] => None,
-            s => match SerfState::decode(s) {
-                Ok(s) => Some(s),
+        let (serf, events) = match pp.user_state {
+            [] => (None, Vec::new()),
+            s => match SerfState::decode(s).and_then(|st| Ok((st, state_user_events(s)?))) {
+                Ok((st, events)) => (Some(st), events),
                 Err(e) => {
                     self.counters.bad(e.cause());
-                    None
+                    (None, Vec::new())
                 }
             },
         };
         let now = Instant::now();
-        match self.with_table(|t| t.merge(&pp, serf.as_ref(), now)) {
+        let merged = self.with_table(|t| {
+            let merged = t.merge(&pp, serf.as_ref(), now);
+            // serf's `MergeRemoteState`: the peer's recent events, taken
+            // (not passed on), unless the state was refused whole.
+            if merged.is_ok() {
+                for ev in &events {
+                    t.take_event(ev);
+                }
+            }
+            merged
+        });
+        match merged {
             Ok(refused) => {
                 for r in refused {
                     self.counters.bad(r.cause());

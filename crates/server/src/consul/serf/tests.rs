@@ -29,7 +29,7 @@ fn rules() -> Rules {
     }
 }
 
-fn table() -> Table {
+pub(super) fn table() -> Table {
     Table::new(rules(), encode_tags(&[("role", "consul")]), Arc::default())
 }
 
@@ -308,6 +308,53 @@ async fn probes_go_round_the_pool_and_skip_the_dead() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_restarted_server_comes_back_above_its_old_incarnation() {
+    let mut t = table();
+    let before = t.me().incarnation;
+    t.return_me();
+    assert_eq!(t.me().incarnation, before + 1);
+    let msgs = t.queue.take(1400, 2, 10);
+    let a = Alive::decode(&msgs[0][1..]).unwrap();
+    assert_eq!((a.node, a.incarnation), ("server", before + 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_s_state_brings_its_events_and_the_server_s_own_go_out() {
+    use super::event::{encode_state, state_user_events};
+    use agent_sim_gossip::serf::event::NEW_LEADER;
+    let mut t = table();
+    let now = Instant::now();
+    t.fire_event(NEW_LEADER, b"server");
+    assert_eq!(t.event_clock, 2);
+    // The server's push-pull state carries its event.
+    let pp = t.local_state(false, now);
+    let state = PushPull::decode(&pp[1..]).unwrap().user_state.to_vec();
+    let mine = state_user_events(&state).unwrap();
+    assert_eq!(
+        (mine.len(), mine[0].name, mine[0].ltime),
+        (1, NEW_LEADER, 1)
+    );
+    // A peer's state with the same event and another: only the other is new.
+    let mut peer = table();
+    peer.event_clock = 1;
+    peer.fire_event(NEW_LEADER, b"server");
+    peer.fire_event("deploy", b"v2");
+    let s = SerfState {
+        ltime: 1,
+        status: vec![],
+        left: vec![],
+        event_ltime: peer.event_clock,
+        query_ltime: 1,
+    };
+    let mut user = Vec::new();
+    encode_state(&s, &peer.events, &mut user);
+    let events = state_user_events(&user).unwrap();
+    let taken: Vec<bool> = events.iter().map(|e| t.take_event(e)).collect();
+    assert_eq!(taken, vec![false, true]);
+    assert_eq!(t.event_clock, 3, "the peer's clock witnessed");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_gossiped_intent_is_passed_on_once() {
     let mut t = table();
     let now = Instant::now();
@@ -488,6 +535,7 @@ mod hostile {
             .build()
             .unwrap();
         rt.block_on(s.on_packet(bytes, from()));
+        s.drain_handoff();
         let t = lock(&s.table);
         assert!(t.len() <= 64);
         assert_eq!(&*t.me().addr_raw, &[127, 0, 0, 1]);

@@ -3,7 +3,7 @@
 //! wrap), whom to ask for indirect probes, gossip to or push-pull with
 //! (random picks, as memberlist's `kRandomNodes`), the push-pull state it
 //! sends (every member it has not forgotten, and serf's clocks, status
-//! times and left members), and the rows of `/v1/agent/members`, of the
+//! times, left members and event buffer), and the rows of `/v1/agent/members`, of the
 //! reconcile and of the gauges.
 
 use std::net::{IpAddr, SocketAddr};
@@ -13,6 +13,7 @@ use agent_sim_gossip::serf::SerfState;
 use agent_sim_gossip::wire::msgs::{NodeState, PushPull};
 use tokio::time::Instant;
 
+use super::event::encode_state;
 use super::members::{Liveness, Member, Status, Table};
 use super::stats::Census;
 
@@ -202,8 +203,8 @@ impl Table {
             event_ltime: self.event_clock,
             query_ltime: self.query_clock,
         };
-        let mut user = Vec::with_capacity(16 + 24 * self.members.len());
-        serf.encode(&mut user);
+        let mut user = Vec::with_capacity(1200 + 24 * self.members.len());
+        encode_state(&serf, &self.events, &mut user);
         let mut out = Vec::with_capacity(user.len() + 160 * nodes.len() + 32);
         PushPull {
             join,

@@ -2,6 +2,16 @@
 //! messages (type byte 8, then serf's own type byte and a msgpack map), its
 //! tags are a node's memberlist metadata (the coordinate an ack carries is
 //! in [`crate::coordinate`]).
+//!
+//! Here: tags, join and leave intents, serf's push-pull state. Apart:
+//! [`event`] (user events), [`query`] (queries, their answers, relays),
+//! [`keys`] (serf's internal queries: the keyring's and the conflict's).
+//! Every struct is written as serf's Go codec writes it: a map of its field
+//! names in sorted order, `[]byte` as raw, a nil slice as nil.
+
+pub mod event;
+pub mod keys;
+pub mod query;
 
 use agent_sim_proto::msgpack::Writer;
 
@@ -22,6 +32,14 @@ pub mod kind_serf {
     pub const QUERY: u8 = 4;
     /// A query's answer.
     pub const QUERY_RESPONSE: u8 = 5;
+    /// The answer to a `_serf_conflict` query (inside a response's payload).
+    pub const CONFLICT_RESPONSE: u8 = 6;
+    /// A keyring query's payload.
+    pub const KEY_REQUEST: u8 = 7;
+    /// A keyring query's answer (inside a response's payload).
+    pub const KEY_RESPONSE: u8 = 8;
+    /// A message another member is asked to pass on to its destination.
+    pub const RELAY: u8 = 9;
 }
 
 /// serf's event buffer (`EventBuffer`): its push-pull state always carries
