@@ -17,6 +17,8 @@
 # service each ({"service":{"name":"app","port":8080}}), ~100 MiB of RSS apiece.
 # The window starts WARMUP seconds (default 45) after the last agent registered.
 # Extra flags after `--` go to agent-sim (e.g. `--consul-agent api`).
+# SIM_RAMP: agent-sim's --ramp (default 50/s; `all` starts the fleet at once,
+# as the real agents start: a join storm).
 # SERVER_IP: the server's address (default 127.0.0.1; ports 8300, 8301, 8500,
 # 8502, 8600 there must be free). GOSSIP_KEY: a gossip encryption key (`consul
 # keygen`; "new" makes one) set as `encrypt` on the server and the real agents
@@ -31,6 +33,7 @@ shift $(($# < 3 ? $# : 3))
 [ "${1:-}" = "--" ] && shift
 SIM_FLAGS=("$@")
 WARMUP=${WARMUP:-45}
+SIM_RAMP=${SIM_RAMP:-50/s}
 SERVER_IP=${SERVER_IP:-127.0.0.1}
 CONSUL_BIN=${CONSUL_BIN:?set CONSUL_BIN to a consul 1.20.1 binary}
 OUT=${OUT:-target/bench-consul-fidelity}
@@ -158,12 +161,14 @@ after_leave() {
     >"$OUT/$1-members-after.json"
 }
 
+# Waits (at most ~300 s) until N agents registered; says how long it took.
 wait_registered() {
+  local t0=$SECONDS
   for _ in $(seq 300); do
     [ "$(registered 2>/dev/null || echo 0)" -ge "$N" ] && break
     sleep 1
   done
-  echo "$1: $(registered) of $N registered" >&2
+  echo "$1: $(registered) of $N registered after $((SECONDS - t0)) s" >&2
 }
 
 run=0
@@ -194,7 +199,7 @@ for fleet in $FLEETS_RUN; do
     ;;
   sim)
     "$BIN" --kind consul --agents "$N" --target "$SERVER_IP:8300" --http-target "$HTTP" \
-      --upstreams web --probe off --session-ttl off --services-per-agent 1 --ramp 50/s \
+      --upstreams web --probe off --session-ttl off --services-per-agent 1 --ramp "$SIM_RAMP" \
       --duration "$((WARMUP + WINDOW + N / 50 + 20))s" --quiet --summary "$OUT/sim$run.json" \
       "${SIM_FLAGS[@]}" >"$OUT/sim$run.txt" 2>&1 &
     fleet_pids=($!)
@@ -253,7 +258,8 @@ rows = [("server CPU (s over the window)", "cpu_s", 1.0, "window"),
         ("join: memberlist UDP out (B)", "consul_memberlist_udp_sent", 1.0, "join"),
         ("join: serf msgs received", "consul_serf_msgs_received_count", 1.0, "join"),
         ("join: TCP accepts", "consul_memberlist_tcp_accept", 1.0, "join"),
-        ("join: serf member join", "consul_serf_member_join", 1.0, "join")]
+        ("join: serf member join", "consul_serf_member_join", 1.0, "join"),
+        ("join: msg suspect", "consul_memberlist_msg_suspect", 1.0, "join")]
 snaps = {}
 for r in runs:
     snaps[r] = {k: json.load(open(f"{d}/{r}-{k}.json")) for k in ("joined", "start", "end", "after")}
@@ -295,6 +301,10 @@ for r in runs:
         k = re.sub(r"[0-9a-f.:]{6,}|real-\d+|\S+-\d+", "#", l)[:140]
         kinds[k] = kinds.get(k, 0) + 1
     print(f"{r}: memberlist WARN/ERROR lines {len(ml)}")
+    full = sum("handler queue full" in l for l in lines)
+    pending = sum("Too many pending push/pull requests" in l for l in lines)
+    print(f"{r}: queue overflow lines {full + pending} ({full} handler queue full, "
+          f"{pending} too many pending push/pulls)")
     for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:6]:
         print(f"    {n} x {k}")
 PY

@@ -18,6 +18,15 @@
 # and the result as JSON). The servers keep their data in a temporary folder,
 # removed at the end; every process started here is stopped on exit.
 #
+# KILL=follower kills a follower instead of the leader (default `leader`): no
+# election, the agents only lose a server. BACK=S starts the killed server again
+# S seconds after the kill (same data dir and flags, its log in srv-I-back.log)
+# and prints a second table: the RPCs the survivors and the returned server
+# served in the AFTER seconds after its return. The first table then covers
+# min(AFTER, S) seconds. result.json keeps the kill's and the return's wall
+# clock (epoch seconds) and when the survivors' serf saw the server fail and
+# join again, to line up with agent-sim's summary timeline.
+#
 # The servers' telemetry keeps a series 60 s after its last update
 # (prometheus_retention_time), so a method idle for a minute leaves the
 # exposition and starts again from zero: the survivors are read every 5 s
@@ -32,6 +41,10 @@ SIM_FLAGS=("$@")
 case "$FLEET" in real | sim) ;; *) echo "unknown fleet $FLEET (real or sim)" >&2; exit 64 ;; esac
 QUIET=${QUIET:-60}
 AFTER=${AFTER:-45}
+KILL=${KILL:-leader}
+BACK=${BACK:-}
+case "$KILL" in leader | follower) ;; *) echo "unknown KILL=$KILL (leader or follower)" >&2; exit 64 ;; esac
+case "$BACK" in '' | *[!0-9]*) [ -z "$BACK" ] || { echo "BACK=$BACK is not a number of seconds" >&2; exit 64; } ;; esac
 CONSUL_BIN=${CONSUL_BIN:?set CONSUL_BIN to a consul 1.20.1 binary}
 OUT=${OUT:-target/bench-leader-change}
 SERVERS=(127.0.3.1 127.0.3.2 127.0.3.3)
@@ -63,6 +76,8 @@ stop_pids() {
 stop_all() {
   stop_pids "${fleet_pids[@]}"
   fleet_pids=()
+  # The server started again after BACK seconds (its pid written by the reader below).
+  [ -s "$OUT/back.pid" ] && server_pids+=("$(cat "$OUT/back.pid")") && rm -f "$OUT/back.pid"
   stop_pids "${server_pids[@]}"
   server_pids=()
   [ -n "${DATA:-}" ] && rm -rf "$DATA"
@@ -73,11 +88,16 @@ DATA=$(mktemp -d "${TMPDIR:-/tmp}/leader-change.XXXXXX")
 
 joins=()
 for ip in "${SERVERS[@]}"; do joins+=(-retry-join "$ip"); done
+# The command line of server I (1-3), the same when BACK starts it again.
+server_cmd() {
+  local ip=${SERVERS[$(($1 - 1))]}
+  printf '%s\0' "$CONSUL_BIN" agent -server -bootstrap-expect 3 -node "srv-$1" -bind "$ip" \
+    -client "$ip" -data-dir "$DATA/srv-$1" "${joins[@]}" -config-file "$OUT/server.hcl" \
+    -log-level info
+}
 for i in 1 2 3; do
-  ip=${SERVERS[$((i - 1))]}
-  "$CONSUL_BIN" agent -server -bootstrap-expect 3 -node "srv-$i" -bind "$ip" -client "$ip" \
-    -data-dir "$DATA/srv-$i" "${joins[@]}" -config-file "$OUT/server.hcl" -log-level info \
-    >"$OUT/srv-$i.log" 2>&1 &
+  mapfile -d '' cmd < <(server_cmd "$i")
+  "${cmd[@]}" >"$OUT/srv-$i.log" 2>&1 &
   server_pids+=($!)
   disown $!   # no "Killed" notice from the shell when the leader goes
 done
@@ -131,18 +151,30 @@ echo "$FLEET: $(($(nodes "$leader") - 3)) of $N nodes in the catalog after $((SE
 sleep "$QUIET"
 
 leader=$(leader_of "${SERVERS[0]}")
-lpid=
-for i in 0 1 2; do [ "${SERVERS[$i]}" = "$leader" ] && lpid=${server_pids[$i]}; done
-[ -n "$lpid" ] || { echo "no leader to kill ($leader)" >&2; exit 1; }
+victim=
+for i in 0 1 2; do
+  [ -z "$victim" ] || break
+  if [ "$KILL" = leader ]; then
+    [ "${SERVERS[$i]}" = "$leader" ] && victim=$i
+  elif [ -n "$leader" ] && [ "${SERVERS[$i]}" != "$leader" ]; then
+    victim=$i
+  fi
+done
+[ -n "$victim" ] || { echo "no $KILL to kill (leader: $leader)" >&2; exit 1; }
+lpid=${server_pids[$victim]}
+mapfile -d '' back_cmd < <(server_cmd $((victim + 1)))
 
-# Reads the survivors, kills the leader (-9), reads their call counts every 5 s
-# for AFTER seconds, finds the election in their logs, prints the table.
-python3 - "$OUT" "$leader" "$lpid" "$AFTER" "$N" "$FLEET" "${SERVERS[@]}" <<'PY'
-import datetime, json, os, signal, sys, time, urllib.request
-out, leader, lpid, after, n, fleet = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
-servers = sys.argv[7:]
+# Reads the survivors, kills the chosen server (-9), reads their call counts
+# every 5 s for AFTER seconds, finds the election in their logs, prints the
+# table; with BACK, starts the server again and does the same once more.
+python3 - "$OUT" "${SERVERS[$victim]}" "$lpid" "$AFTER" "$N" "$FLEET" "$KILL" "${BACK:-0}" \
+  "${SERVERS[*]}" "${back_cmd[@]}" <<'PY'
+import datetime, json, os, signal, subprocess, sys, time, urllib.request
+out, victim, vpid, after, n, fleet = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
+kill, back = sys.argv[7], float(sys.argv[8])
+servers, back_cmd = sys.argv[9].split(), sys.argv[10:]
 names = {ip: f"srv-{i + 1}" for i, ip in enumerate(servers)}
-survivors = [ip for ip in servers if ip != leader]
+survivors = [ip for ip in servers if ip != victim]
 AE = ("Catalog.NodeServiceList", "Health.NodeChecks")
 
 def get(ip, path, timeout=3):
@@ -184,64 +216,122 @@ def fold(ip, cur):
             errored[ip] += inc
     prev[ip] = cur
 
-os.kill(lpid, signal.SIGKILL)
-t_kill, wall_kill = time.monotonic(), time.time()
-next_read = t_kill + 5
-while time.monotonic() - t_kill < after:
-    if time.monotonic() >= next_read:
-        for ip in survivors:
-            fold(ip, calls(ip, f"t{next_read - t_kill:.0f}"))
-        next_read += 5
-    time.sleep(0.1)
-for ip in survivors:
-    fold(ip, calls(ip, "after"))
+def read_for(span, t_from, ips, prefix=""):
+    """Reads the servers' call counts every 5 s for span seconds after t_from, then once more.
+    A server that does not answer (one starting again) is read at the next turn."""
+    next_read = t_from + 5
+    while time.monotonic() - t_from < span:
+        if time.monotonic() >= next_read:
+            for ip in ips:
+                try:
+                    fold(ip, calls(ip, f"{prefix}t{next_read - t_from:.0f}"))
+                except OSError:
+                    pass
+            next_read += 5
+        time.sleep(0.1)
+    for ip in ips:
+        fold(ip, calls(ip, f"{prefix}after"))
 
-# The election, from the survivors' logs (polling /v1/status/leader would be
-# Status.Leader RPCs counted among the calls): the first "entering leader state".
-new_leader, elected_s = None, None
-for ip in survivors:
-    for line in open(f"{out}/{names[ip]}.log", errors="replace"):
-        if "entering leader state" not in line:
+def log_times(ip, needle, wall_from, log=None):
+    """Seconds after wall_from of the lines of a server's log that hold needle."""
+    ts_all = []
+    for line in open(log or f"{out}/{names[ip]}.log", errors="replace"):
+        if needle not in line:
             continue
         try:
             ts = datetime.datetime.strptime(line[:23], "%Y-%m-%dT%H:%M:%S.%f")
         except ValueError:
             continue
-        t = ts.replace(tzinfo=datetime.timezone.utc).timestamp() - wall_kill
-        if t >= 0 and (elected_s is None or t < elected_s):
-            new_leader, elected_s = ip, t
+        t = ts.replace(tzinfo=datetime.timezone.utc).timestamp() - wall_from
+        if t >= 0:
+            ts_all.append(t)
+    return ts_all
 
-res = {"fleet": fleet, "agents": int(n), "killed": names[leader], "after_s": after,
+os.kill(vpid, signal.SIGKILL)
+t_kill, wall_kill = time.monotonic(), time.time()
+first = min(after, back) if back else after
+read_for(first, t_kill, survivors)
+after_kill = {ip: dict(got[ip]) for ip in survivors}
+errored_kill = dict(errored)
+
+# The election, from the survivors' logs (polling /v1/status/leader would be
+# Status.Leader RPCs counted among the calls): the first "entering leader state".
+new_leader, elected_s = None, None
+for ip in survivors:
+    for t in log_times(ip, "entering leader state", wall_kill):
+        if elected_s is None or t < elected_s:
+            new_leader, elected_s = ip, t
+failed_seen = {names[ip]: min(log_times(ip, f"EventMemberFailed: {names[victim]} ", wall_kill), default=None)
+               for ip in survivors}
+
+def row(label, vals):
+    print(f"{label:<40}" + "".join(f"{v:>10.0f}" for v in vals))
+
+def table(ips, got, errored):
+    """One column per server and the sum: AE reads, every other method, failed calls."""
+    tot = {}
+    for ip in ips:
+        for m, v in got[ip].items():
+            tot[m] = tot.get(m, 0.0) + v
+    print(f"{'':<40}" + "".join(f"{names[ip]:>10}" for ip in ips) + f"{'sum':>10}")
+    ae = [sum(got[ip].get(m, 0.0) for m in AE) for ip in ips]
+    row("AE reads (NodeServiceList+NodeChecks)", ae + [sum(ae)])
+    for m in AE:
+        row(f"  {m}", [got[ip].get(m, 0.0) for ip in ips] + [tot.get(m, 0.0)])
+    others = sorted((m for m in tot if m not in AE), key=lambda m: -tot[m])
+    if others:
+        print("other methods:")
+    for m in others:
+        row(f"  {m}", [got[ip].get(m, 0.0) for ip in ips] + [tot[m]])
+    rest = [sum(v for m, v in got[ip].items() if m not in AE) for ip in ips]
+    row("all other methods", rest + [sum(rest)])
+    row("calls that failed (errored=true)", [errored[ip] for ip in ips] + [sum(errored[ip] for ip in ips)])
+
+res = {"fleet": fleet, "agents": int(n), "killed": names[victim], "kill": kill, "after_s": after,
+       "killed_at_epoch": wall_kill, "first_window_s": first,
        "new_leader": names.get(new_leader), "election_s": elected_s,
-       "calls": {names[ip]: got[ip] for ip in survivors},
-       "errored": {names[ip]: errored[ip] for ip in survivors},
+       "failed_seen_s": failed_seen,
+       "calls": {names[ip]: after_kill[ip] for ip in survivors},
+       "errored": {names[ip]: errored_kill[ip] for ip in survivors},
        "series_restarted": {names[ip]: resets[ip] for ip in survivors}}
 json.dump(res, open(f"{out}/result.json", "w"), indent=1)
 
-cols = [names[ip] for ip in survivors]
-tot = {}
-for ip in survivors:
-    for m, v in got[ip].items():
-        tot[m] = tot.get(m, 0.0) + v
-def row(label, vals):
-    print(f"{label:<40}" + "".join(f"{v:>10.0f}" for v in vals))
-print(f"{fleet}: {n} agents; leader {names[leader]} ({leader}) killed with -9; "
-      f"the survivors' RPCs in the {after:.0f} s after")
-el = f"{elected_s:.2f} s ({names[new_leader]})" if elected_s is not None else f"none in {after:.0f} s"
+print(f"{fleet}: {n} agents; {kill} {names[victim]} ({victim}) killed with -9; "
+      f"the survivors' RPCs in the {first:.0f} s after")
+el = f"{elected_s:.2f} s ({names[new_leader]})" if elected_s is not None else f"none in {first:.0f} s"
 print(f"new leader after {el}")
-print(f"{'':<40}" + "".join(f"{c:>10}" for c in cols) + f"{'sum':>10}")
-ae = [sum(got[ip].get(m, 0.0) for m in AE) for ip in survivors]
-row("AE reads (NodeServiceList+NodeChecks)", ae + [sum(ae)])
-for m in AE:
-    row(f"  {m}", [got[ip].get(m, 0.0) for ip in survivors] + [tot.get(m, 0.0)])
-others = sorted((m for m in tot if m not in AE), key=lambda m: -tot[m])
-if others:
-    print("other methods:")
-for m in others:
-    row(f"  {m}", [got[ip].get(m, 0.0) for ip in survivors] + [tot[m]])
-rest = [sum(v for m, v in got[ip].items() if m not in AE) for ip in survivors]
-row("all other methods", rest + [sum(rest)])
-row("calls that failed (errored=true)", [errored[ip] for ip in survivors] + [sum(errored.values())])
+seen = ", ".join(f"{k} {v:.2f} s" if v is not None else f"{k} never" for k, v in failed_seen.items())
+print(f"the survivors' serf saw {names[victim]} fail after: {seen}")
+table(survivors, after_kill, errored_kill)
 if any(resets.values()):
     print(f"series that restarted from zero: {res['series_restarted']}")
+if not back:
+    sys.exit(0)
+
+# The return: the survivors read on until BACK, the server started again with
+# its own command line, then every server read for AFTER seconds.
+read_for(back - first, t_kill + first, survivors, "pre-back-")
+log = f"{out}/{names[victim]}-back.log"
+proc = subprocess.Popen(back_cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL)
+t_back, wall_back = time.monotonic(), time.time()
+open(f"{out}/back.pid", "w").write(str(proc.pid))
+everyone = survivors + [victim]
+prev[victim] = {}
+got = {ip: {} for ip in everyone}
+errored = {ip: 0.0 for ip in everyone}
+resets[victim] = 0
+read_for(after, t_back, everyone, "back-")
+joined_seen = {names[ip]: min(log_times(ip, f"EventMemberJoin: {names[victim]} ", wall_back), default=None)
+               for ip in survivors}
+res.update({"back_s": back, "back_at_epoch": wall_back, "join_seen_s": joined_seen,
+            "calls_after_back": {names[ip]: got[ip] for ip in everyone},
+            "errored_after_back": {names[ip]: errored[ip] for ip in everyone},
+            "series_restarted": {names[ip]: resets[ip] for ip in everyone}})
+json.dump(res, open(f"{out}/result.json", "w"), indent=1)
+print()
+print(f"{names[victim]} started again {back:.0f} s after the kill; every server's RPCs in the {after:.0f} s after")
+seen = ", ".join(f"{k} {v:.2f} s" if v is not None else f"{k} never" for k, v in joined_seen.items())
+print(f"the survivors' serf saw {names[victim]} join again after: {seen}")
+table(everyone, got, errored)
 PY

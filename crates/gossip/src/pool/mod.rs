@@ -28,7 +28,7 @@ mod outbox;
 mod probe;
 mod reannounce;
 mod seen;
-mod suspicion;
+pub mod suspicion;
 mod tick;
 mod user;
 

@@ -148,17 +148,25 @@ impl<'a> SerfState<'a> {
     /// serf's type byte and map, fields in sorted order (an empty event
     /// buffer: this pool sends no events).
     pub fn encode(&self, out: &mut Vec<u8>) {
+        self.encode_with_events(out, &|w| {
+            // serf sends its whole event buffer: a slot per Lamport time,
+            // nil where no event is kept (all of them, for this pool).
+            w.array(EVENT_BUFFER as u32);
+            for _ in 0..EVENT_BUFFER {
+                w.nil();
+            }
+        });
+    }
+
+    /// The state with the event buffer `events` writes (the whole
+    /// `Events` value: a server keeps the events it fired and heard).
+    pub fn encode_with_events(&self, out: &mut Vec<u8>, events: &dyn Fn(&mut Writer<'_>)) {
         out.push(kind_serf::PUSH_PULL);
         let mut w = Writer(out);
         w.map(6)
             .kv_uint("EventLTime", self.event_ltime)
-            .str("Events")
-            .array(EVENT_BUFFER as u32);
-        // serf sends its whole event buffer: a slot per Lamport time, nil
-        // where no event is kept (all of them, for this pool).
-        for _ in 0..EVENT_BUFFER {
-            w.nil();
-        }
+            .str("Events");
+        events(&mut w);
         w.kv_uint("LTime", self.ltime)
             .str("LeftMembers")
             .array(self.left.len() as u32);

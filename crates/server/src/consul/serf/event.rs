@@ -19,7 +19,7 @@
 
 use agent_sim_gossip::WireError;
 use agent_sim_gossip::serf::event::{UserEvent, state_events};
-use agent_sim_gossip::serf::{EVENT_BUFFER, SerfState, kind_serf};
+use agent_sim_gossip::serf::{EVENT_BUFFER, SerfState};
 use agent_sim_proto::msgpack::Writer;
 
 /// Events kept per Lamport time at most (serf keeps every distinct one).
@@ -99,27 +99,10 @@ impl Events {
     }
 }
 
-/// serf's push-pull state (type byte first) with the event buffer, fields
-/// in the order a real server writes them (as
-/// `agent_sim_gossip::serf::SerfState::encode`, which sends no events;
-/// to merge into it).
+/// serf's push-pull state (type byte first) with the server's event
+/// buffer, fields in the order a real server writes them.
 pub(crate) fn encode_state(s: &SerfState<'_>, events: &Events, out: &mut Vec<u8>) {
-    out.push(kind_serf::PUSH_PULL);
-    let mut w = Writer(out);
-    w.map(6).kv_uint("EventLTime", s.event_ltime).str("Events");
-    events.encode(&mut w);
-    w.kv_uint("LTime", s.ltime)
-        .str("LeftMembers")
-        .array(s.left.len() as u32);
-    for n in &s.left {
-        w.str(n);
-    }
-    w.kv_uint("QueryLTime", s.query_ltime)
-        .str("StatusLTimes")
-        .map(s.status.len() as u32);
-    for (n, t) in &s.status {
-        w.str(n).uint(*t);
-    }
+    s.encode_with_events(out, &|w| events.encode(w));
 }
 
 /// The events a peer's push-pull state carries (serf's type byte first),

@@ -43,7 +43,7 @@ use super::awareness::Awareness;
 use super::event::Events;
 use super::queue::{Key, Queue, retransmit_limit};
 use super::stats::SerfCounters;
-use super::suspicion::{Suspicion, min_timeout};
+use agent_sim_gossip::pool::suspicion::{Suspicion, min_timeout};
 
 /// memberlist's view of a member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

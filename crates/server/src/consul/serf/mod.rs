@@ -30,8 +30,9 @@
 //!   `/v1/agent/metrics?format=prometheus` shows them under the names a
 //!   real server exports (`exposition`).
 //!
-//! Parts: `members` (the table and memberlist's and serf's rules), `merge`,
-//! `suspicion`, `awareness`, `event` (user events), `queue` (what to
+//! Parts: `members` (the table and memberlist's and serf's rules; a
+//! suspicion is timed by the gossip crate's `pool::suspicion`, the
+//! simulated members' own), `merge`, `awareness`, `event` (user events), `queue` (what to
 //! gossip), `view` (selection, push-pull state, rows), `answer` (the
 //! push-pull state kept encoded, push-pulls in flight), `packet` (UDP),
 //! `handoff` (the handler queue), `stream` (TCP), `probe` (the timers:
@@ -57,7 +58,6 @@ mod queue;
 mod reconcile;
 mod stats;
 mod stream;
-mod suspicion;
 #[cfg(test)]
 mod tests;
 mod view;
