@@ -9,7 +9,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use agent_sim_gossip::{Keyring, News, Pool, PoolConfig, Security, ServerNews, Timings};
+use agent_sim_gossip::{
+    ExchangeError, Keyring, News, Pool, PoolConfig, Security, ServerNews, Timings,
+};
 use agent_sim_metrics::{ErrorKindSpec, Metrics};
 
 /// The gossip settings of a fleet.
@@ -169,8 +171,21 @@ pub(crate) struct Gossip {
     join: Vec<SocketAddr>,
     bind: Vec<SocketAddr>,
     datacenter: String,
-    pool: tokio::sync::OnceCell<Option<Pool>>,
+    pool: tokio::sync::OnceCell<Membership>,
     metrics: Metrics,
+}
+
+/// What became of the run's gossip when its pool started.
+enum Membership {
+    /// The agents are members.
+    Pool(Pool),
+    /// Off for the run (the derived join address did not answer as a
+    /// gossip port, or a given one failed): the agents run without it.
+    Off,
+    /// The servers' gossip security is not the run's (another key, or
+    /// label): a real agent so set up never learns its servers, and no
+    /// agent of the run holds a session (the kind and the words).
+    Refused(&'static str, String),
 }
 
 impl Gossip {
@@ -207,11 +222,25 @@ impl Gossip {
     /// The pool, started on first use; `None` when gossip is off for the
     /// run (the derived join address refused).
     pub(crate) async fn pool(&self) -> Option<&Pool> {
-        self.pool.get_or_init(|| self.start()).await.as_ref()
+        match self.pool.get_or_init(|| self.start()).await {
+            Membership::Pool(p) => Some(p),
+            _ => None,
+        }
     }
 
-    async fn start(&self) -> Option<Pool> {
-        let first = *self.join.first()?;
+    /// Why no agent may hold a session: the servers' gossip security is
+    /// not the run's (the kind and the words), once the pool tried.
+    pub(crate) async fn refused(&self) -> Option<(&'static str, &str)> {
+        match self.pool.get_or_init(|| self.start()).await {
+            Membership::Refused(kind, words) => Some((kind, words)),
+            _ => None,
+        }
+    }
+
+    async fn start(&self) -> Membership {
+        let Some(&first) = self.join.first() else {
+            return Membership::Off;
+        };
         let cfg = PoolConfig {
             bind: self.bind.clone(),
             join: self.join.clone(),
@@ -230,9 +259,21 @@ impl Gossip {
                         self.rpc
                     )),
                 );
-                None
+                Membership::Off
             }
-            Ok(p) => Some(p),
+            Ok(p) => Membership::Pool(p),
+            Err(e) if let Some(k) = e.security() => {
+                // Each agent's session counts it (none can hold one).
+                let words = match e {
+                    agent_sim_gossip::PoolError::Hello(ExchangeError::Closed { to }) => format!(
+                        "gossip: {to} closed our first push-pull unanswered, as memberlist \
+                         closes one it cannot open: the cluster's gossip key or label is not \
+                         this run's"
+                    ),
+                    e => e.to_string(),
+                };
+                Membership::Refused(k.kind, words)
+            }
             Err(e) if !self.cfg.join_given => {
                 self.metrics.warn(
                     GOSSIP_OFF.kind,
@@ -240,11 +281,11 @@ impl Gossip {
                         "{e} (the default join address {first}): gossip is off for this run"
                     )),
                 );
-                None
+                Membership::Off
             }
             Err(e) => {
                 self.metrics.error_with(e.kind(), Some(&e.to_string()));
-                None
+                Membership::Off
             }
         }
     }
@@ -267,7 +308,7 @@ impl Gossip {
     /// run); with `keep`, the members stop without leaving (the servers
     /// mark them failed, as after a killed agent, and the nodes stay).
     pub(crate) async fn close(&self, keep: bool) {
-        if let Some(Some(p)) = self.pool.get() {
+        if let Some(Membership::Pool(p)) = self.pool.get() {
             if keep {
                 p.stop();
             } else {
@@ -283,7 +324,10 @@ pub const RETRY_JOIN: Duration = Duration::from_secs(30);
 impl Gossip {
     /// The pool, if it has started.
     pub(crate) fn started(&self) -> Option<&Pool> {
-        self.pool.get().and_then(|p| p.as_ref())
+        match self.pool.get() {
+            Some(Membership::Pool(p)) => Some(p),
+            _ => None,
+        }
     }
 
     /// The servers of `news` the agents call, by their index in the run's

@@ -2,7 +2,10 @@
 //! server with its serf port (real loopback sockets, real time, bounded):
 //! a server that restarts fires `consul:new-leader` as a Consul leader
 //! does when it takes leadership, and every agent answers it with one full
-//! anti-entropy sync (Consul's `ServerUp`), counted apart.
+//! anti-entropy sync (Consul's `ServerUp`), counted apart; a server down
+//! past its suspicion is dead to the pool, and back it is a return with a
+//! sync; a gossip key that is not the server's lets no agent hold a
+//! session.
 
 mod common;
 
@@ -13,6 +16,7 @@ use std::time::Duration;
 use agent_sim_consul::gossip::GossipConfig;
 use agent_sim_consul::{ConsulConfig, ConsulFactory};
 use agent_sim_fleet::{FleetConfig, FleetStatus};
+use agent_sim_gossip::{Keyring, Security};
 use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
 use agent_sim_server::consul::{ConsulTargetConfig, SerfConfig};
 use agent_sim_server::faults::RestartState;
@@ -21,6 +25,10 @@ use common::{counter, metrics};
 use tokio_util::sync::CancellationToken;
 
 async fn backend() -> Backend {
+    backend_with(Security::default()).await
+}
+
+async fn backend_with(security: Security) -> Backend {
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     Backend::start(BackendConfig {
         consul: Some(ConsulAddrs {
@@ -30,6 +38,7 @@ async fn backend() -> Backend {
             cfg: ConsulTargetConfig {
                 serf: Some(SerfConfig {
                     bind: any,
+                    security,
                     ..SerfConfig::default()
                 }),
                 ..ConsulTargetConfig::default()
@@ -42,27 +51,69 @@ async fn backend() -> Backend {
     .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_leaders_new_leader_event_brings_one_full_sync_per_agent() {
-    let b = backend().await;
+/// A config of `n` agents gossiping with the backend's serf port.
+fn gossiping(b: &Backend, keys: Vec<String>) -> ConsulConfig {
     let (rpc, http) = b.consul_addrs().unwrap();
-    let serf = b.consul_serf_addr().unwrap();
-    let n = 5;
-    let cfg = ConsulConfig {
+    ConsulConfig {
         conn: agent_sim_consul::Connection {
             targets: vec![rpc.to_string()],
             http_target: http.to_string(),
             ..agent_sim_consul::Connection::to(&[])
         },
         gossip: Some(GossipConfig {
-            join: vec![serf.to_string()],
+            join: vec![b.consul_serf_addr().unwrap().to_string()],
             join_given: true,
             bind: vec!["127.0.0.1".into()],
+            keys,
             ..GossipConfig::default()
         }),
         cluster_size: 10,
         ..ConsulConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_gossip_key_is_no_membership_and_no_session() {
+    let server_key = "pUqJrVyVRj5jsiYEkM/tFQYfWyJIv4s3XkvDwy7Cu5s=";
+    let b = backend_with(Security {
+        label: String::new(),
+        keyring: Some(Keyring::from_base64(&[server_key]).unwrap()),
+    })
+    .await;
+    let ours = "4mKYJNl+0eW7+5Ko9CAVrIF6TPU2w5A6hoSFMkwUGNA=".to_string();
+    let m = metrics();
+    let n = 3;
+    let fleet = FleetConfig {
+        agents: n,
+        duration: Some(Duration::from_secs(5)),
+        label: "consul",
+        ..FleetConfig::default()
     };
+    let report = agent_sim_fleet::run(
+        fleet,
+        Arc::new(ConsulFactory::new(gossiping(&b, vec![ours]), m.clone()).unwrap()),
+        m.clone(),
+        Arc::new(FleetStatus::default()),
+        CancellationToken::new(),
+    )
+    .await;
+    // As a real agent with another key never learns its servers, none of
+    // the run's agents held a session, each stopped by the cause.
+    assert_eq!(report.ever_connected, 0);
+    let errors = m.snapshot().errors;
+    assert_eq!(errors.get("gossip_encryption"), Some(&n), "{errors:?}");
+    // A cause that does not heal, whose hint names the flag.
+    let spec = agent_sim_gossip::BAD_KEY;
+    assert!(!spec.heals && spec.hint.contains("--gossip-key"));
+    assert_eq!(counter(&m, "registrations"), 0);
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_leaders_new_leader_event_brings_one_full_sync_per_agent() {
+    let b = backend().await;
+    let n = 5;
+    let cfg = gossiping(&b, Vec::new());
     let m = metrics();
     let stop = CancellationToken::new();
     let fleet = FleetConfig {
@@ -119,5 +170,69 @@ async fn a_restarted_leaders_new_leader_event_brings_one_full_sync_per_agent() {
     stop.cancel();
     let report = run.await.unwrap();
     assert_eq!(report.ever_connected, n);
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_down_past_its_suspicion_is_dead_then_back_with_a_sync() {
+    let b = backend().await;
+    let n = 5;
+    let m = metrics();
+    let stop = CancellationToken::new();
+    let fleet = FleetConfig {
+        agents: n,
+        duration: None,
+        grace: Duration::from_secs(10),
+        label: "consul",
+        ..FleetConfig::default()
+    };
+    let run = tokio::spawn(agent_sim_fleet::run(
+        fleet,
+        Arc::new(ConsulFactory::new(gossiping(&b, Vec::new()), m.clone()).unwrap()),
+        m.clone(),
+        Arc::new(FleetStatus::default()),
+        stop.clone(),
+    ));
+    let mm = m.clone();
+    until(
+        Duration::from_secs(30),
+        "every agent a member and registered",
+        async move || counter(&mm, "gossip_joins") == n && counter(&mm, "registrations") == n,
+    )
+    .await;
+    // Down for 8 s: the members' probes go unanswered, the suspicion runs
+    // its course (4 s at the least in a pool this small, confirmed by
+    // each member's failed probe) and the server is dead to them; back at
+    // a higher incarnation, it is alive again: a return.
+    let restart = {
+        let b = b.clone();
+        tokio::spawn(async move { b.restart(Duration::from_secs(8), RestartState::Keep).await })
+    };
+    let mm = m.clone();
+    until(
+        Duration::from_secs(30),
+        "the server dead to the pool",
+        async move || counter(&mm, "gossip_servers_failed") >= 1,
+    )
+    .await;
+    restart.await.unwrap().unwrap();
+    let mm = m.clone();
+    until(
+        Duration::from_secs(30),
+        "the server back, and a sync per agent",
+        async move || {
+            counter(&mm, "gossip_servers_returned") >= 1
+                && counter(&mm, "anti_entropy_server_up") >= n
+        },
+    )
+    .await;
+    // Its return and its new-leader event come together: one sync each
+    // agent, two when the first ran between them.
+    let up = counter(&m, "anti_entropy_server_up");
+    assert!((n..=2 * n).contains(&up), "{up}");
+    // The only server stays on every list.
+    assert_eq!(counter(&m, "router_removes"), 0);
+    stop.cancel();
+    run.await.unwrap();
     b.stop().await;
 }

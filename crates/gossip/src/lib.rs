@@ -106,7 +106,8 @@ pub const BAD_PACKET: ErrorKindSpec = ErrorKindSpec {
 pub const BAD_KEY: ErrorKindSpec = ErrorKindSpec {
     kind: "gossip_encryption",
     hint: "--gossip-key must be the cluster's `encrypt` key (consul keygen, base64), and is \
-           needed when the cluster encrypts and refused when it does not",
+           needed when the cluster encrypts and refused when it does not (a server that closes \
+           the first push-pull unanswered could not open it: the key, or --gossip-label)",
     heals: false,
     said_by: agent_sim_metrics::Speaker::Server,
 };

@@ -47,6 +47,7 @@ use crate::config::{ConsulConfig, NamePattern};
 use crate::conn::{ByteCounters, Dialer};
 use crate::http::{self, HttpApi};
 use crate::probe::{Owed, ProbeBoard};
+use agent_sim_fleet::SessionEnd;
 use agent_sim_fleet::servers::Router;
 use link::Link;
 
@@ -325,15 +326,27 @@ impl ConsulAgent {
 
     /// Makes this agent a gossip member on its first session (it joins in
     /// the background, as `retry_join` does, every 30 s until it is in).
-    async fn ensure_member(&self) {
-        let Some(g) = &self.shared.gossip else { return };
-        let Some(pool) = g.pool().await else { return };
-        if pool.slot(self.index).is_some() {
-            return;
+    /// When the servers' gossip security is not the run's, the agent stops
+    /// there: a real one so set up never learns its servers.
+    async fn ensure_member(&self) -> Result<(), SessionEnd> {
+        let Some(g) = &self.shared.gossip else {
+            return Ok(());
+        };
+        if let Some((kind, words)) = g.refused().await {
+            return Err(SessionEnd::Fatal(agent_sim_fleet::Failure {
+                kind,
+                detail: Some(words.into()),
+            }));
         }
-        let node = self.node();
-        let (slot, _) = pool.add(&node, &upkeep::node_id(&node), self.index);
-        pool.join_retrying(slot, crate::gossip::RETRY_JOIN);
+        let Some(pool) = g.pool().await else {
+            return Ok(());
+        };
+        if pool.slot(self.index).is_none() {
+            let node = self.node();
+            let (slot, _) = pool.add(&node, &upkeep::node_id(&node), self.index);
+            pool.join_retrying(slot, crate::gossip::RETRY_JOIN);
+        }
+        Ok(())
     }
 
     /// This agent's gossip member, when it has one.

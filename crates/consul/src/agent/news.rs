@@ -107,9 +107,10 @@ impl ConsulAgent {
             taken: true,
         };
         let sh = self.shared.clone();
-        if up && sh.cfg.register {
+        if up && sh.cfg.register && !hs.server_up_pending {
             let at = now + stagger(AE_SERVER_UP, sh.cfg.cluster_size);
             hs.ae_due = Some(hs.ae_due.map_or(at, |t| t.min(at)));
+            hs.server_up_pending = true;
             sh.metrics.incr(sh.ids.syncs_server_up);
         }
         NewsWatch { next: changed(rx) }
@@ -195,6 +196,7 @@ mod tests {
             backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(30)),
             flap_due: None,
             ae_due: None,
+            server_up_pending: false,
             coord_due: None,
             ping_due: None,
             ae_answered: false,
@@ -264,15 +266,23 @@ mod tests {
             "a loss syncs nothing"
         );
 
-        // It comes back: at the end of the list, and one more sync; an
-        // earlier sync already due stays due.
+        // It comes back before the sync ran: at the end of the list, and
+        // the sync already due covers it (Consul's trigger holds one).
         tx.send(news(1, [true; 3], [0, 1, 0])).unwrap();
         a.on_news(&mut hs, rx.clone(), now);
         assert!(a.router.contains(second));
         assert_ne!(a.router.current(), second, "appended, not in front");
         assert_eq!(count(&m, crate::names::ROUTER_ADDS), 1);
+        assert_eq!(count(&m, crate::names::SYNCS_SERVER_UP), 1);
+        assert_eq!(hs.ae_due, Some(due));
+
+        // Once that sync ran, the next trigger brings another.
+        let later = now + Duration::from_secs(10);
+        (hs.ae_due, hs.server_up_pending) = (None, false);
+        tx.send(news(2, [true; 3], [0, 1, 0])).unwrap();
+        a.on_news(&mut hs, rx.clone(), later);
         assert_eq!(count(&m, crate::names::SYNCS_SERVER_UP), 2);
-        assert!(hs.ae_due.unwrap() <= due);
+        assert!(hs.ae_due.unwrap() >= later);
     }
 
     #[tokio::test(start_paused = true)]

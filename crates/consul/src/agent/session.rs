@@ -210,7 +210,9 @@ impl ConsulAgent {
     /// of the agent's router; a session lost there moves that server to the
     /// end of the list (a real agent's next call goes to the next one).
     async fn session(&mut self, cx: &SessionCx) -> SessionEnd {
-        self.ensure_member().await;
+        if let Err(end) = self.ensure_member().await {
+            return end;
+        }
         if let Some(b) = &self.shared.connect {
             b.dialing(Instant::now());
         }
@@ -487,6 +489,7 @@ impl ConsulAgent {
             backoff: Backoff::new(HTTP_BACKOFF.0, HTTP_BACKOFF.1),
             flap_due: None,
             ae_due: self.first_sync(now, reconnect && !moved),
+            server_up_pending: false,
             coord_due: None,
             ping_due: None,
             ae_answered: false,

@@ -151,6 +151,24 @@ pub enum PoolError {
 }
 
 impl PoolError {
+    /// Whether the pool could not start because the servers' gossip
+    /// security is not this pool's, a cause retrying does not heal: their
+    /// answer could not be opened with our key or label, or the first
+    /// server took our push-pull and closed it unanswered, as memberlist
+    /// closes a stream it cannot open (another key, encryption on one
+    /// side only, another label). The kind to count it as.
+    pub fn security(&self) -> Option<&'static agent_sim_metrics::ErrorKindSpec> {
+        match self {
+            PoolError::Hello(ExchangeError::Answer { source, .. }) => match source {
+                WireError::Label { .. } => Some(&crate::BAD_LABEL),
+                WireError::Crypt(_) | WireError::Key(_) => Some(&crate::BAD_KEY),
+                _ => None,
+            },
+            PoolError::Hello(ExchangeError::Closed { .. }) => Some(&crate::BAD_KEY),
+            _ => None,
+        }
+    }
+
     /// The error kind a pool that cannot start is counted as, when its
     /// caller counts it (every cause is the run's gossip not joining).
     pub fn kind(&self) -> &'static str {
@@ -217,6 +235,22 @@ mod tests {
             "10.0.0.1:8301: no answer in 10s (after 4307 members had joined)"
         );
         assert!(o.source().unwrap().is::<ExchangeError>());
+        // Another key or label does not heal; a refused port does.
+        let closed = PoolError::Hello(ExchangeError::Closed { to });
+        assert_eq!(closed.security().map(|k| k.kind), Some("gossip_encryption"));
+        let label = PoolError::Hello(ExchangeError::Answer {
+            to,
+            source: WireError::Label {
+                got: "a".into(),
+                want: "b".into(),
+            },
+        });
+        assert_eq!(label.security().map(|k| k.kind), Some("gossip_label"));
+        let refused = PoolError::Hello(ExchangeError::Connect {
+            to,
+            source: io::Error::from(io::ErrorKind::ConnectionRefused),
+        });
+        assert!(refused.security().is_none());
         let said = ExchangeError::Refused {
             to,
             said: "Remote node has a conflicting node ID".into(),

@@ -108,6 +108,9 @@ pub(super) struct Sched {
     pub(super) flap_due: Option<Instant>,
     /// Next anti-entropy sync.
     pub(super) ae_due: Option<Instant>,
+    /// A full sync gossip triggered is due and has not run: another
+    /// trigger adds nothing (Consul's `SyncFull` is a channel of one).
+    pub(super) server_up_pending: bool,
     /// Next coordinate update (client wire).
     pub(super) coord_due: Option<Instant>,
     /// Next rebalance of the router (with its ping on the client wire).
@@ -263,6 +266,7 @@ impl ConsulAgent {
         }
         if due_now(hs.ae_due) {
             hs.ae_due = None;
+            hs.server_up_pending = false;
             return Some(Op::Sync);
         }
         if sh.ttl.is_some() && self.session_id.is_none() {
