@@ -8,6 +8,8 @@
 //!   addresses lets one box exceed ~28k connections per destination), the
 //!   plain-or-TLS client socket [`MaybeTlsStream`], and stable error kinds of
 //!   failed dials.
+//! - [`coalesce`]: a socket whose writes wait for the next flush and go
+//!   out in one write ([`Coalesced`]).
 //! - [`count`]: a socket whose bytes in and out are counted into the
 //!   caller's tally ([`Counted`]).
 //! - [`stamp`]: kernel receive timestamps of a TCP socket (`SO_TIMESTAMPNS`).
@@ -22,6 +24,7 @@
 //! callers name their error kinds) and no metrics.
 
 pub mod accept;
+pub mod coalesce;
 pub mod count;
 pub mod dial;
 pub mod http;
@@ -29,6 +32,7 @@ pub mod stamp;
 pub mod tls;
 
 pub use accept::accept_until;
+pub use coalesce::Coalesced;
 pub use count::{Counted, Tally};
 pub use dial::{MaybeTlsStream, dial, dial_error_kind};
 pub use stamp::{RxStamp, StampedTcp};

@@ -32,8 +32,11 @@ pub const MAX_ANSWER: usize = 64 << 20;
 /// watched service.
 const MAX_STREAMS: usize = 64;
 
-/// The socket under yamux (counted when the session counts bytes).
-pub type MuxIo = Compat<Counted<RpcIo>>;
+/// The socket under yamux (counted when the session counts bytes), its
+/// writes gathered until yamux flushes: the crate writes a frame's header
+/// and body apart, which would be two syscalls and two TCP segments a
+/// frame where Consul's yamux sends one.
+pub type MuxIo = Compat<agent_sim_net::Coalesced<Counted<RpcIo>>>;
 
 /// yamux over the RPC connection.
 pub struct Mux {
@@ -71,7 +74,11 @@ impl Mux {
         let mut cfg = yamux::Config::default();
         cfg.set_max_num_streams(MAX_STREAMS);
         Mux {
-            conn: yamux::Connection::new(io.compat(), cfg, yamux::Mode::Client),
+            conn: yamux::Connection::new(
+                agent_sim_net::Coalesced::new(io).compat(),
+                cfg,
+                yamux::Mode::Client,
+            ),
         }
     }
 

@@ -86,6 +86,8 @@ where
     let _open = Gauge::up(&state, |c| &c.rpc_connections_open);
     let mut cfg = yamux::Config::default();
     cfg.set_max_num_streams(MAX_STREAMS);
+    // Writes gathered until yamux flushes: one write a frame, as Consul sends.
+    let io = agent_sim_net::Coalesced::new(io);
     let mut conn = yamux::Connection::new(io.compat(), cfg, yamux::Mode::Server);
     // Bound: at most MAX_STREAMS streams (yamux refuses more), one task each.
     let mut calls = tokio::task::JoinSet::new();
