@@ -259,7 +259,13 @@ rows = [("server CPU (s over the window)", "cpu_s", 1.0, "window"),
         ("join: serf msgs received", "consul_serf_msgs_received_count", 1.0, "join"),
         ("join: TCP accepts", "consul_memberlist_tcp_accept", 1.0, "join"),
         ("join: serf member join", "consul_serf_member_join", 1.0, "join"),
-        ("join: msg suspect", "consul_memberlist_msg_suspect", 1.0, "join")]
+        ("join: msg suspect", "consul_memberlist_msg_suspect", 1.0, "join"),
+        # The storm's whole tail: the server's start to the window's start, less
+        # the window's (steady) rate over that time; the join rows above end when
+        # the catalog is full, before most of a fast fleet's gossip.
+        ("storm: memberlist UDP in (B), less steady", "consul_memberlist_udp_received", 1.0, "storm"),
+        ("storm: serf msgs received, less steady", "consul_serf_msgs_received_count", 1.0, "storm"),
+        ("storm: msg alive", "consul_memberlist_msg_alive", 1.0, "storm")]
 snaps = {}
 for r in runs:
     snaps[r] = {k: json.load(open(f"{d}/{r}-{k}.json")) for k in ("joined", "start", "end", "after")}
@@ -267,8 +273,26 @@ for r in runs:
 pairs = {"window": ("start", "end"), "span": ("joined", "end"), "leave": ("end", "after"),
          "join": ("zero", "joined")}
 def delta(r, key, kind):
+    if kind == "storm":
+        return storm(r, key)
     a, b = (snaps[r].get(p, {}) for p in pairs[kind])
     return b.get(key, 0.0) - a.get(key, 0.0)
+def started(r):
+    # The server log's first timestamped line: the server's start.
+    import datetime
+    for l in open(f"{d}/server-{r}.log", errors="replace"):
+        if l.startswith("20"):
+            t = datetime.datetime.strptime(l[:23], "%Y-%m-%dT%H:%M:%S.%f")
+            return t.replace(tzinfo=datetime.timezone.utc).timestamp()
+    return None
+def storm(r, key):
+    import os
+    t0 = started(r)
+    if t0 is None:
+        return float("nan")
+    to_window = os.path.getmtime(f"{d}/{r}-start.prom") - t0
+    steady = (snaps[r]["end"].get(key, 0.0) - snaps[r]["start"].get(key, 0.0)) / window
+    return snaps[r]["start"].get(key, 0.0) - steady * to_window
 ref = runs[fleets.index("real")] if "real" in fleets else None
 width = max(len(r) for r in runs) + 4
 print(f"{'the server saw':<40}" + "".join(f"{r:>{max(width, 12)}}" for r in runs)

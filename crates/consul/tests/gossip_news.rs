@@ -17,6 +17,7 @@ use agent_sim_consul::gossip::GossipConfig;
 use agent_sim_consul::{ConsulConfig, ConsulFactory};
 use agent_sim_fleet::{FleetConfig, FleetStatus};
 use agent_sim_gossip::{Keyring, Security};
+use agent_sim_metrics::Metrics;
 use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
 use agent_sim_server::consul::{ConsulTargetConfig, SerfConfig};
 use agent_sim_server::faults::RestartState;
@@ -109,11 +110,16 @@ async fn another_gossip_key_is_no_membership_and_no_session() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_leaders_new_leader_event_brings_one_full_sync_per_agent() {
-    let b = backend().await;
-    let n = 5;
-    let cfg = gossiping(&b, Vec::new());
+/// `n` agents of `cfg` running until `stop`, once every one is a gossip
+/// member and registered: the metrics, the stop, the run.
+async fn members(
+    cfg: ConsulConfig,
+    n: u64,
+) -> (
+    Metrics,
+    CancellationToken,
+    tokio::task::JoinHandle<agent_sim_fleet::FleetReport>,
+) {
     let m = metrics();
     let stop = CancellationToken::new();
     let fleet = FleetConfig {
@@ -137,6 +143,14 @@ async fn a_restarted_leaders_new_leader_event_brings_one_full_sync_per_agent() {
         async move || counter(&mm, "gossip_joins") == n && counter(&mm, "registrations") == n,
     )
     .await;
+    (m, stop, run)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_leaders_new_leader_event_brings_one_full_sync_per_agent() {
+    let b = backend().await;
+    let n = 5;
+    let (m, stop, run) = members(gossiping(&b, Vec::new()), n).await;
     // The start's own event came before the joins: not acted on.
     assert_eq!(counter(&m, "anti_entropy_server_up"), 0);
 
@@ -177,29 +191,7 @@ async fn a_restarted_leaders_new_leader_event_brings_one_full_sync_per_agent() {
 async fn a_server_down_past_its_suspicion_is_dead_then_back_with_a_sync() {
     let b = backend().await;
     let n = 5;
-    let m = metrics();
-    let stop = CancellationToken::new();
-    let fleet = FleetConfig {
-        agents: n,
-        duration: None,
-        grace: Duration::from_secs(10),
-        label: "consul",
-        ..FleetConfig::default()
-    };
-    let run = tokio::spawn(agent_sim_fleet::run(
-        fleet,
-        Arc::new(ConsulFactory::new(gossiping(&b, Vec::new()), m.clone()).unwrap()),
-        m.clone(),
-        Arc::new(FleetStatus::default()),
-        stop.clone(),
-    ));
-    let mm = m.clone();
-    until(
-        Duration::from_secs(30),
-        "every agent a member and registered",
-        async move || counter(&mm, "gossip_joins") == n && counter(&mm, "registrations") == n,
-    )
-    .await;
+    let (m, stop, run) = members(gossiping(&b, Vec::new()), n).await;
     // Down for 8 s: the members' probes go unanswered, the suspicion runs
     // its course (4 s at the least in a pool this small, confirmed by
     // each member's failed probe) and the server is dead to them; back at
