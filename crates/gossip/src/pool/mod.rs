@@ -264,6 +264,7 @@ impl Pool {
             ..View::default()
         };
         view.suspicions.mult = cfg.timings.suspicion_mult;
+        view.retransmit_mult = cfg.timings.retransmit_mult;
         view.suspicions.interval = cfg.timings.probe_interval;
         let stop = CancellationToken::new();
         let inner = Arc::new(Inner {

@@ -26,7 +26,7 @@ use std::net::SocketAddr;
 use super::Inner;
 use super::answer::Learnt;
 use super::net;
-use super::view::{Phase, View, Who};
+use super::view::{Phase, View, Who, retransmit_limit};
 use crate::wire::msgs::{Alive, state};
 use crate::wire::{Security, UDP_BUFFER, compound, crypt, ip_bytes};
 
@@ -94,13 +94,6 @@ impl Plan {
     pub fn expected_at_servers(&self) -> f64 {
         self.total() as f64 * self.server_share()
     }
-}
-
-/// memberlist's `retransmitLimit`: `mult × ceil(log10(n + 1))` for a member
-/// that knows `n` nodes, itself included.
-pub(super) fn retransmit_limit(mult: u32, n: u64) -> u64 {
-    let scale = ((n + 1) as f64).log10().ceil() as u64;
-    u64::from(mult) * scale.max(1)
 }
 
 /// The bytes of messages a gossip packet takes (memberlist's `gossip`: the

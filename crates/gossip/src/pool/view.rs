@@ -196,6 +196,15 @@ pub struct View {
     pub suspicions: Suspicions,
     /// serf's event and query clocks, and what was taken in.
     pub seen: Seen,
+    /// `RetransmitMult`: the limit follows the pool's size at each send (0: each keeps its own).
+    pub retransmit_mult: u32,
+}
+
+/// memberlist's `retransmitLimit`: `mult × ceil(log10(n + 1))` sends of
+/// a broadcast for a member that knows `n` nodes, itself included.
+pub(super) fn retransmit_limit(mult: u32, n: u64) -> u64 {
+    let scale = ((n.max(1) + 1) as f64).log10().ceil() as u64;
+    u64::from(mult) * scale.max(1)
 }
 
 impl View {
@@ -222,8 +231,7 @@ impl View {
 
     /// memberlist's retransmit limit for the pool's size.
     pub fn retransmit_limit(&self, mult: u32) -> u8 {
-        let n = self.size.max(1) as f64;
-        (mult as f64 * (n + 1.0).log10().ceil()).clamp(1.0, 255.0) as u8
+        retransmit_limit(mult, self.size as u64).clamp(1, 255) as u8
     }
 
     /// The metadata of local member `slot` (serf's tags with its `id`).
@@ -306,6 +314,12 @@ impl View {
     /// compound overhead, the least-sent first; each goes one level up
     /// with a send less (and out when it has none left).
     pub fn take_broadcasts(&mut self, server: usize, room: usize) -> Vec<Arc<[u8]>> {
+        // memberlist takes the limit when it sends (the nodes it knows then):
+        // one queued early in a join storm goes out as often as the grown pool's.
+        let grown = match self.retransmit_mult {
+            0 => 0,
+            m => retransmit_limit(m, self.size as u64) as usize,
+        };
         let Some(q) = self.queues.get_mut(&server) else {
             return Vec::new();
         };
@@ -321,8 +335,8 @@ impl View {
                 q.len -= 1;
                 used += b.msg.len() + 2;
                 out.push(b.msg.clone());
-                b.left -= 1;
-                if b.left > 0 {
+                b.left = b.left.saturating_sub(1);
+                if b.left > 0 || sent + 1 < grown {
                     resend.push((sent + 1, b));
                 }
             }
@@ -908,6 +922,31 @@ mod tests {
         };
         assert_eq!(state_of(&v, Shown::Intents), state::ALIVE);
         assert_eq!(state_of(&v, Shown::Leaves), state::LEFT);
+    }
+
+    #[test]
+    fn a_broadcast_is_sent_as_often_as_the_pool_it_grew_into() {
+        let mut v = view();
+        v.retransmit_mult = 4;
+        let s = server(&mut v, "s1");
+        v.size = 5;
+        let limit = v.retransmit_limit(4);
+        assert_eq!(limit, 4);
+        v.broadcast(vec![kind::USER, 1], limit, &[]);
+        // A join storm: 150 members before it has gone out 4 times, and
+        // memberlist takes the limit when it sends: 12.
+        v.size = 150;
+        let sends = (0..20)
+            .filter(|_| !v.take_broadcasts(s, 1400).is_empty())
+            .count();
+        assert_eq!(sends, 12);
+        // Without the pool's mult, a broadcast keeps its own limit.
+        v.retransmit_mult = 0;
+        v.broadcast(vec![kind::USER, 2], 4, &[]);
+        let sends = (0..20)
+            .filter(|_| !v.take_broadcasts(s, 1400).is_empty())
+            .count();
+        assert_eq!(sends, 4);
     }
 
     #[test]
