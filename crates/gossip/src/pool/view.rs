@@ -202,7 +202,7 @@ pub struct View {
 
 /// memberlist's `retransmitLimit`: `mult × ceil(log10(n + 1))` sends of
 /// a broadcast for a member that knows `n` nodes, itself included.
-pub(super) fn retransmit_limit(mult: u32, n: u64) -> u64 {
+pub fn retransmit_limit(mult: u32, n: u64) -> u64 {
     let scale = ((n.max(1) + 1) as f64).log10().ceil() as u64;
     u64::from(mult) * scale.max(1)
 }

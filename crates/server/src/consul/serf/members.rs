@@ -41,7 +41,7 @@ use tokio::time::Instant;
 
 use super::awareness::Awareness;
 use super::event::Events;
-use super::queue::{Key, Queue, retransmit_limit};
+use super::queue::{Key, Queue};
 use super::stats::SerfCounters;
 use agent_sim_gossip::pool::suspicion::{Suspicion, min_timeout};
 
@@ -324,7 +324,9 @@ impl Table {
 
     /// How many times a gossiped message is sent.
     pub(crate) fn retransmit_limit(&self) -> u32 {
-        retransmit_limit(self.rules.retransmit_mult, self.members.len())
+        // memberlist's, as the simulated members compute it.
+        let n = self.members.len() as u64;
+        agent_sim_gossip::pool::view::retransmit_limit(self.rules.retransmit_mult, n) as u32
     }
 
     fn gossip_me(&mut self) {

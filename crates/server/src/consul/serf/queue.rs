@@ -140,11 +140,6 @@ impl Queue {
     }
 }
 
-/// memberlist's `retransmitLimit`: `mult × ceil(log10(n + 1))`.
-pub(crate) fn retransmit_limit(mult: u32, n: usize) -> u32 {
-    mult * ((n as f64 + 1.0).log10().ceil() as u32)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,9 +196,5 @@ mod tests {
             q.push(member(&i.to_string()), vec![i]);
         }
         assert_eq!(q.len(), 3);
-        assert_eq!(retransmit_limit(4, 1), 4);
-        assert_eq!(retransmit_limit(4, 9), 4);
-        assert_eq!(retransmit_limit(4, 10), 8);
-        assert_eq!(retransmit_limit(4, 10_000), 20);
     }
 }
