@@ -122,7 +122,8 @@ enum Move {
 
 /// The state of one session's loop, built once at its start: what it
 /// drives (`w`'s watches, their `slots`, the RPC connection, the KV reads,
-/// the upkeep's call, the roots query) and where the session stands.
+/// the upkeep's call, the roots query, gossip's news) and where the
+/// session stands.
 struct Turns<'s, W> {
     cx: &'s SessionCx,
     slots: &'s mut [Slot],
@@ -150,8 +151,8 @@ struct Turns<'s, W> {
 
 impl<W: Watches> Turns<'_, W> {
     /// The next wake: cancellation, then the RPC connection, the roots
-    /// query, the watches (from the next in turn) and the KV reads, then
-    /// the upkeep's call, then `timer`.
+    /// query, gossip's news, the watches (from the next in turn) and the
+    /// KV reads, then the upkeep's call, then `timer`.
     async fn wait(
         &mut self,
         cancel: Pin<&mut WaitForCancellationFuture<'_>>,
