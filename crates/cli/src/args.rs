@@ -243,8 +243,8 @@ pub struct ServeArgs {
     /// after accept, as Consul's limits.rpc_max_conns_per_client does (0 = no cap).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub rpc_max_conns_per_client: usize,
-    /// Consul: turn ACLs on (default deny) with this token known (repeatable):
-    /// writes without a token are denied, unknown tokens are "ACL not found".
+    /// Consul: turn ACLs on (default deny) with this management token (repeatable);
+    /// it creates the tokens agents carry (node and service identities, policies).
     #[arg(long = "acl-token", value_name = "TOKEN")]
     pub acl_tokens: Vec<String>,
     /// Consul: PEM certificate of the TLS listeners (RPC 0x03 + TLS, HTTPS);
@@ -257,6 +257,24 @@ pub struct ServeArgs {
     /// Consul: require client certificates signed by this CA (verify_incoming).
     #[arg(long, value_name = "FILE")]
     pub tls_client_ca_file: Option<PathBuf>,
+    /// Sensu: check the agent password with bcrypt at this cost (4 to 14;
+    /// a real backend's is 10, ~50-80 ms of CPU) on every connect, as a
+    /// real backend does; default: compared as text, at no cost.
+    #[arg(long, value_name = "COST")]
+    pub sensu_password_cost: Option<u32>,
+    /// Sensu: serve wss:// with this PEM certificate; with
+    /// --sensu-tls-key-file.
+    #[arg(long, value_name = "FILE")]
+    pub sensu_tls_cert_file: Option<PathBuf>,
+    /// Sensu: PEM key of --sensu-tls-cert-file.
+    #[arg(long, value_name = "FILE")]
+    pub sensu_tls_key_file: Option<PathBuf>,
+    /// Sensu: ask agents for a client certificate signed by this CA (with
+    /// --sensu-tls-cert-file): one lets the agent in without the password
+    /// check, as its CN; none: the password; one from another CA fails the
+    /// TLS handshake.
+    #[arg(long, value_name = "FILE")]
+    pub sensu_agent_ca_file: Option<PathBuf>,
     /// Inject a fault (repeatable): TARGET=ACTION@WHEN[,ITEM...] or
     /// restart@at:DUR[,every:DUR],down:DUR,state:keep|lose (grammar below).
     #[arg(long = "faults", value_name = "SPEC", help_heading = heading::FAULTS)]
@@ -409,6 +427,14 @@ pub struct RunArgs {
         hide_env_values = true
     )]
     pub token: Option<String>,
+    /// Consul: each agent's own ACL token: node-identity (one created per agent
+    /// with --token, deleted at the end) or FILE (one secret per line, line i for agent i).
+    #[arg(long, value_name = "node-identity|FILE", help_heading = heading::CONSUL)]
+    pub acl_tokens: Option<agent_sim_consul::acl::TokenSource>,
+    /// Consul: token creates per second with --acl-tokens node-identity
+    /// (each is a raft write).
+    #[arg(long, value_name = "RATE", help_heading = heading::CONSUL)]
+    pub acl_token_rate: Option<Rate>,
     /// Consul: upstream services each agent subscribes to (comma-separated;
     /// `{i}` or `{i%N}` expand per agent, e.g. svc-{i%100}).
     #[arg(long, value_name = "LIST", help_heading = heading::CONSUL)]
@@ -753,7 +779,7 @@ macro_rules! with_run_args_fields {
                 shutdown_grace, name_prefix, threads, fail_fast, give_up_after, keepalive_interval,
                 keepalive_warning_timeout, keepalive_critical_timeout, namespace, user,
                 password, subscriptions, encoding, deregister, event_rate, event_output_size,
-                insecure_skip_tls_verify, tls_server_name, http_target, token, upstreams, services_per_agent,
+                insecure_skip_tls_verify, tls_server_name, http_target, token, acl_tokens, acl_token_rate, upstreams, services_per_agent,
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
                 anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, consul_agent, gossip, gossip_key, gossip_label, leaf_certs, rotate_ca_at, allow_ca_rotation, watch,
                 blocking_wait, seed_service, change_every,

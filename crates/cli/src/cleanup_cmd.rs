@@ -128,6 +128,24 @@ pub fn render(r: &CleanupReport, prefix: &str, dry_run: bool) -> String {
     for k in &r.kv_keys {
         out.push_str(&format!("  kv key {k}\n"));
     }
+    if !r.acl_tokens.is_empty() || !r.acl_policies.is_empty() {
+        out.push_str(&format!(
+            "  {} ACL token(s) and {} ACL polic{} marked as this prefix's\n",
+            r.acl_tokens.len(),
+            r.acl_policies.len(),
+            if r.acl_policies.len() == 1 {
+                "y"
+            } else {
+                "ies"
+            }
+        ));
+    }
+    if let Some(w) = &r.acl_unchecked {
+        out.push_str(&format!(
+            "  ACL tokens not looked for: the token cannot list them ({w}); give --token a \
+             management token to remove them\n"
+        ));
+    }
     for n in r.nodes.iter().take(20) {
         out.push_str(&format!("  node {n}\n"));
     }

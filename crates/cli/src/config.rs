@@ -545,6 +545,10 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     }
     set!(c.conn.http_target, a.http_target);
     c.conn.token = a.token.clone().filter(|t| !t.is_empty());
+    c.acl_tokens = a.acl_tokens.clone().map(Box::new);
+    if let Some(r) = a.acl_token_rate {
+        c.acl_token_rate = r.as_per_second();
+    }
     if let Some(l) = &a.upstreams {
         c.upstreams = l.0.clone();
     }
@@ -601,7 +605,7 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
             label: a.gossip_label.clone().unwrap_or_default(),
         });
     }
-    c.seed = a.seed_service.clone();
+    c.seed = a.seed_service.clone().map(Box::new);
     if let Some(d) = a.change_every {
         c.probe.every = d.0;
         c.probe.meta = true;

@@ -22,6 +22,8 @@ pub struct ServePlan {
     stats_every: Duration,
     /// TLS of the Consul listeners.
     consul_tls: Option<Arc<rustls::ServerConfig>>,
+    /// TLS of the Sensu agent port (with the agent CA, if given).
+    sensu_tls: Option<Arc<rustls::ServerConfig>>,
     /// Faults to inject.
     faults: Vec<FaultSpec>,
     /// Their dice.
@@ -74,14 +76,59 @@ pub fn plan(a: &ServeArgs) -> Result<ServePlan, UsageError> {
     };
     let faults = fault_specs(a)?;
     let consul_serf = serf_config(a)?;
+    let sensu_tls = sensu_auth(a)?;
     Ok(ServePlan {
         args_check_interval: check,
         stats_every,
         consul_tls,
+        sensu_tls,
         faults,
         faults_seed: a.faults_seed.unwrap_or_else(|| fastrand::u64(..)),
         consul_serf,
     })
+}
+
+/// The Sensu port's TLS from `--sensu-tls-*` and `--sensu-agent-ca-file`,
+/// after checking `--sensu-password-cost` and that all of them have a Sensu
+/// port to apply to.
+fn sensu_auth(a: &ServeArgs) -> Result<Option<Arc<rustls::ServerConfig>>, UsageError> {
+    let any = a.sensu_password_cost.is_some()
+        || a.sensu_tls_cert_file.is_some()
+        || a.sensu_tls_key_file.is_some()
+        || a.sensu_agent_ca_file.is_some();
+    if any && a.sensu.is_none() {
+        return Err(UsageError(
+            "serve: --sensu-password-cost, --sensu-tls-* and --sensu-agent-ca-file need --sensu"
+                .into(),
+        ));
+    }
+    let costs = agent_sim_server::sensu::PASSWORD_COSTS;
+    if let Some(c) = a.sensu_password_cost
+        && !costs.contains(&c)
+    {
+        return Err(UsageError(format!(
+            "--sensu-password-cost {c}: must be {} to {} (a real backend's is 10)",
+            costs.start(),
+            costs.end()
+        )));
+    }
+    match (&a.sensu_tls_cert_file, &a.sensu_tls_key_file) {
+        (None, None) if a.sensu_agent_ca_file.is_none() => Ok(None),
+        (Some(cert), Some(key)) => {
+            agent_sim_server::sensu::tls::server_config(cert, key, a.sensu_agent_ca_file.as_deref())
+                .map(Some)
+                .map_err(|e| {
+                    UsageError(format!(
+                        "serve --sensu-tls-cert-file/--sensu-tls-key-file: {e}"
+                    ))
+                })
+        }
+        _ => Err(UsageError(
+            "serve: --sensu-tls-cert-file and --sensu-tls-key-file go together (and \
+             --sensu-agent-ca-file needs them)"
+                .into(),
+        )),
+    }
 }
 
 /// The serf LAN port's settings from `--consul-serf*`.
@@ -143,6 +190,8 @@ fn backend_config(a: &ServeArgs, p: &ServePlan) -> BackendConfig {
             let cfg = SensuTargetConfig {
                 user: a.user.clone(),
                 password: a.password.clone(),
+                password_cost: a.sensu_password_cost,
+                tls: p.sensu_tls.clone(),
                 checks: vec![CheckSpec {
                     name: "agent-sim-check".into(),
                     command: "!sensu_test_check!".into(),
@@ -298,7 +347,17 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
         serve_metrics(addr, backend.clone(), shutdown.clone()).await?;
     }
     if let Some(addr) = backend.sensu_addr() {
-        eprintln!("agent-sim serve: sensu agent endpoint on ws://{addr}/");
+        let scheme = if p.sensu_tls.is_some() { "wss" } else { "ws" };
+        let certs = if a.sensu_agent_ca_file.is_some() {
+            " (client certificates of the agent CA, else the password)"
+        } else {
+            ""
+        };
+        let cost = match a.sensu_password_cost {
+            Some(c) => format!(", password checked with bcrypt cost {c}"),
+            None => String::new(),
+        };
+        eprintln!("agent-sim serve: sensu agent endpoint on {scheme}://{addr}/{certs}{cost}");
     }
     if let Some((rpc, http)) = backend.consul_addrs() {
         let tls = if p.consul_tls.is_some() {
@@ -475,6 +534,74 @@ mod tests {
             out.contains("# TYPE agent_sim_serve_consul_serf_members_alive gauge"),
             "{out}"
         );
+    }
+
+    /// The Sensu endpoint's settings from `serve` flags (after `--sensu`).
+    fn sensu_cfg(extra: &[&str]) -> Result<SensuTargetConfig, UsageError> {
+        let argv = [&["agent-sim", "serve", "--sensu", "127.0.0.1:0"][..], extra].concat();
+        let Some(Command::Serve(a)) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("serve");
+        };
+        let p = plan(&a)?;
+        Ok(backend_config(&a, &p).sensu.unwrap().1)
+    }
+
+    #[test]
+    fn sensu_password_cost_and_tls_flags_reach_the_endpoint_and_are_checked() {
+        let plain = sensu_cfg(&[]).unwrap();
+        assert_eq!(plain.password_cost, None);
+        assert!(plain.tls.is_none());
+        assert_eq!(
+            sensu_cfg(&["--sensu-password-cost", "4"])
+                .unwrap()
+                .password_cost,
+            Some(4)
+        );
+        let e = sensu_cfg(&["--sensu-password-cost", "3"]).unwrap_err().0;
+        assert!(e.contains("4 to 14"), "{e}");
+        let pki = agent_sim_testkit::Pki::new("serve-sensu-tls");
+        let (cert, key, ca) = (
+            pki.path("server.pem"),
+            pki.path("server-key.pem"),
+            pki.path("ca.pem"),
+        );
+        let (cert, key, ca) = (
+            cert.to_str().unwrap(),
+            key.to_str().unwrap(),
+            ca.to_str().unwrap(),
+        );
+        let tls = sensu_cfg(&[
+            "--sensu-tls-cert-file",
+            cert,
+            "--sensu-tls-key-file",
+            key,
+            "--sensu-agent-ca-file",
+            ca,
+        ])
+        .unwrap();
+        assert!(tls.tls.is_some());
+        let e = sensu_cfg(&["--sensu-agent-ca-file", ca]).unwrap_err().0;
+        assert!(e.contains("go together"), "{e}");
+        let e = sensu_cfg(&[
+            "--sensu-tls-cert-file",
+            cert,
+            "--sensu-tls-key-file",
+            "/nope",
+        ])
+        .unwrap_err()
+        .0;
+        assert!(e.contains("/nope"), "{e}");
+        let e = serve_plan(&[
+            "--consul-rpc",
+            "127.0.0.1:0",
+            "--consul-http",
+            "127.0.0.1:0",
+            "--sensu-password-cost",
+            "10",
+        ])
+        .unwrap_err()
+        .0;
+        assert!(e.contains("need --sensu"), "{e}");
     }
 
     #[test]

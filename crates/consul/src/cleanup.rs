@@ -31,6 +31,14 @@ pub struct CleanupReport {
     pub kv_keys: Vec<String>,
     /// Objects with the run's names that are not marked as its own: left.
     pub left_alone: Vec<String>,
+    /// ACL tokens the run created (`--acl-tokens node-identity`), by
+    /// accessor, removed.
+    pub acl_tokens: Vec<String>,
+    /// ACL policies the run created, by ID, removed.
+    pub acl_policies: Vec<String>,
+    /// Why the run's ACL tokens could not be looked for (the cleanup's
+    /// token cannot list tokens), if so: the server's words.
+    pub acl_unchecked: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -113,6 +121,7 @@ pub async fn cleanup(
     }
 
     kv_probe_key(api, prefix, dry_run, &mut report).await?;
+    acl_left(api, prefix, dry_run, &mut report).await?;
     if !dry_run {
         for chunk in report.nodes.chunks(DELETES_PER_TXN) {
             let ops: Vec<String> = chunk.iter().map(|n| http::deregistration_op(n)).collect();
@@ -121,6 +130,36 @@ pub async fn cleanup(
         }
     }
     Ok(report)
+}
+
+/// The ACL tokens and policies the run created: the run's by their
+/// description. A cleanup whose token may not list tokens says so and
+/// removes the rest.
+async fn acl_left(
+    api: &HttpApi,
+    prefix: &str,
+    dry_run: bool,
+    report: &mut CleanupReport,
+) -> Result<(), HttpError> {
+    match crate::acl::left_by(api, prefix).await {
+        Ok(None) => Ok(()),
+        Ok(Some((tokens, policies))) => {
+            if !dry_run {
+                let (_, failed) = crate::acl::delete(api, &tokens, &policies).await;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+            }
+            report.acl_tokens = tokens;
+            report.acl_policies = policies;
+            Ok(())
+        }
+        Err(e) if e.status == Some(403) => {
+            report.acl_unchecked = e.words();
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The KV probe's key (`--probe kv`): the run's by its name and its value,

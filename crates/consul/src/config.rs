@@ -76,7 +76,7 @@ pub struct ConsulConfig {
     pub blocking_wait: Duration,
     /// A service the run registers before its agents start and removes
     /// after them ([`crate::seed`]).
-    pub seed: Option<crate::modes::SeedService>,
+    pub seed: Option<Box<crate::modes::SeedService>>,
     /// The agents' gossip membership (client wire only; `None`: off).
     pub gossip: Option<crate::gossip::GossipConfig>,
     /// Connect leaf certificates and the CA rotation.
@@ -87,6 +87,11 @@ pub struct ConsulConfig {
     /// Simulated Vault servers storing in the cluster (`--vault-nodes`;
     /// run by the probe's controller process only).
     pub vault: Option<Box<crate::vault_config::VaultConfig>>,
+    /// Each agent's own ACL token (the `acl` module; `None`: every agent
+    /// uses `conn.token`). Client wire only.
+    pub acl_tokens: Option<Box<crate::modes::TokenSource>>,
+    /// Token creates per second when the run creates them.
+    pub acl_token_rate: f64,
 }
 
 impl Default for ConsulConfig {
@@ -116,6 +121,8 @@ impl Default for ConsulConfig {
             seed: None,
             watch_kv: Vec::new(),
             vault: None,
+            acl_tokens: None,
+            acl_token_rate: crate::modes::DEFAULT_TOKEN_RATE,
         }
     }
 }
@@ -625,7 +632,13 @@ impl ConsulConfig {
             && self.upstreams.is_empty()
             && self.probe.service.as_deref() != Some(seed.name.as_str())
         {
-            return Err(ConfigError::SeedUnwatched(seed.clone()));
+            return Err(ConfigError::SeedUnwatched((**seed).clone()));
+        }
+        if self.acl_tokens.is_some() && self.agent != crate::modes::AgentWire::Client {
+            return Err(ConfigError::AclTokensWire);
+        }
+        if !(self.acl_token_rate > 0.0 && self.acl_token_rate <= 100_000.0) {
+            return Err(ConfigError::AclTokenRate(self.acl_token_rate));
         }
         Ok(())
     }

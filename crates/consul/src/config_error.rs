@@ -71,6 +71,16 @@ pub enum ConfigError {
     /// certificate.
     #[error("a client certificate needs both a certificate file and a key file")]
     HalfClientCert,
+    /// Per-agent tokens with a wire that batches registrations (one token
+    /// per request, not per agent).
+    #[error(
+        "per-agent tokens need the client agent wire (--consul-agent client): the HTTP wire \
+         batches many agents' registrations in one request under one token"
+    )]
+    AclTokensWire,
+    /// A token create rate out of (0, 100000] per second.
+    #[error("{0}/s: must be above 0 and at most 100000/s")]
+    AclTokenRate(f64),
     /// A Vault setting.
     #[error(transparent)]
     Vault(#[from] VaultConfigError),
@@ -215,6 +225,8 @@ impl ConfigError {
             E::BlockingWait(_) => "blocking_wait",
             E::IntentionsNotStreaming | E::ChangeEveryNotCatalog | E::ProbeKind(_) => "probe",
             E::SeedUnwatched(_) => "seed_service",
+            E::AclTokensWire => "acl_tokens",
+            E::AclTokenRate(_) => "acl_token_rate",
             E::ProbeEvery => "probe.every",
             E::ProbeTimeoutZero | E::ProbeTimeoutOver { .. } => "probe.timeout",
             E::ProbeServicePattern | E::ProbeServiceEmpty => "probe.service",

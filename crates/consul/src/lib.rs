@@ -32,6 +32,7 @@
 //! What it is not: a Consul server (see `agent-sim-server`), nor a CLI; it
 //! prints nothing.
 
+pub mod acl;
 pub mod ca_rotation;
 pub mod cleanup;
 pub mod codec;

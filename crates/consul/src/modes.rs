@@ -226,3 +226,46 @@ pub fn kv_normal_prefix(prefix: &str) -> &str {
 
 /// Most KV prefixes one agent watches.
 pub const KV_MAX_PREFIXES: usize = 16;
+
+/// The default pace of token creates (`--acl-token-rate`): each is a raft
+/// write on the leader.
+pub const DEFAULT_TOKEN_RATE: f64 = 200.0;
+
+/// Where each agent's own ACL token comes from (`--acl-tokens`; the `acl`
+/// module gets them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// The run creates one per agent (node identity, service identity,
+    /// the run's policy) before the agents boot, and deletes them after.
+    NodeIdentity,
+    /// One secret per line; line `i` (from 0) is agent `i`'s.
+    File(std::path::PathBuf),
+}
+
+impl FromStr for TokenSource {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "node-identity" => TokenSource::NodeIdentity,
+            path => TokenSource::File(std::path::PathBuf::from(path)),
+        })
+    }
+}
+
+/// From a config file: the same words as the flag.
+impl<'de> serde::Deserialize<'de> for TokenSource {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <String as serde::Deserialize>::deserialize(d)?;
+        Ok(s.parse()
+            .unwrap_or_else(|never: std::convert::Infallible| match never {}))
+    }
+}
+
+impl fmt::Display for TokenSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenSource::NodeIdentity => f.write_str("node-identity"),
+            TokenSource::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}

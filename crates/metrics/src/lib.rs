@@ -262,6 +262,7 @@ struct Inner {
     cumulative: Mutex<Vec<Histogram<u64>>>,
     errors: Mutex<BTreeMap<String, KindStat>>,
     warnings: Mutex<BTreeMap<String, KindStat>>,
+    denied: Mutex<BTreeMap<String, u64>>,
     kinds: Vec<ErrorKindSpec>,
     secrets: Mutex<Vec<String>>,
     created: std::time::Instant,
@@ -350,6 +351,7 @@ impl Metrics {
                 cumulative: Mutex::new(hist_set(new_latency_histogram)),
                 errors: Mutex::new(BTreeMap::new()),
                 warnings: Mutex::new(BTreeMap::new()),
+                denied: Mutex::new(BTreeMap::new()),
                 kinds: spec.errors.clone(),
                 secrets: Mutex::new(Vec::new()),
                 created: std::time::Instant::now(),
@@ -448,6 +450,22 @@ impl Metrics {
     /// (e.g. no `entity_config` within its wait); not an error.
     pub fn warn(&self, kind: &str, sample: Option<&str>) {
         self.tally(&self.inner.warnings, kind, sample);
+    }
+
+    /// Counts one call the server refused for the caller's credentials
+    /// (unknown token, permission denied, bad password), by what was
+    /// called (`Catalog.Register`, `subscribe`, `agent websocket`): beside
+    /// the error, never a success.
+    pub fn denied(&self, what: &str) {
+        *self
+            .lock(&self.inner.denied)
+            .entry(what.to_owned())
+            .or_insert(0) += 1;
+    }
+
+    /// The calls refused for their credentials so far, by what was called.
+    pub fn denial_report(&self) -> BTreeMap<String, u64> {
+        self.lock(&self.inner.denied).clone()
     }
 
     /// A secret (password, token) that must never appear in a sample: every

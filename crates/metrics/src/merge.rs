@@ -322,6 +322,9 @@ fn add_counts(out: &mut Summary, p: &Summary) {
     for (k, v) in &p.counters {
         *out.counters.entry(k.clone()).or_insert(0) += v;
     }
+    for (k, v) in &p.denied {
+        *out.denied.entry(k.clone()).or_insert(0) += v;
+    }
     for (k, v) in &p.sessions_lost {
         *out.sessions_lost.entry(k.clone()).or_insert(0) += v;
     }

@@ -273,6 +273,13 @@ fn wrapped(out: &mut String, label: &str, items: &[String]) {
 fn errors(out: &mut String, s: &Summary) {
     let _ = writeln!(out, "errors     {} total", s.errors_total());
     kinds(out, &s.errors, |e| e.said_by.said());
+    if !s.denied.is_empty() {
+        let _ = writeln!(
+            out,
+            "denied     {} (refused for credentials: not successes)",
+            crate::units::by_count(&s.denied)
+        );
+    }
     if !s.warnings.is_empty() {
         let total: u64 = s.warnings.values().map(|w| w.count).sum();
         let _ = writeln!(out, "warnings   {total} total");
@@ -354,6 +361,12 @@ fn server(out: &mut String, s: &Summary) {
             z.rss_per_agent_kib
                 .map(|k| format!(": {k:.1} KiB per agent")),
         );
+        if let Some(ms) = z.cpu_ms_per_connect {
+            let _ = writeln!(
+                out,
+                "  connect  {ms:.1} ms of server CPU per agent connect (over the run, above baseline)"
+            );
+        }
         if let Some((a, b)) = z.steady_s {
             let _ = writeln!(
                 out,

@@ -279,6 +279,31 @@ pub struct ServerSizing {
     /// (steady RSS − baseline RSS) per agent held, KiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rss_per_agent_kib: Option<f64>,
+    /// The server's CPU above its baseline over the whole observed run,
+    /// per agent connect, ms: what each accepted session cost it to open
+    /// and hold (on a Sensu backend with passwords, a bcrypt check each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ms_per_connect: Option<f64>,
+}
+
+impl ServerSummary {
+    /// Sets [`ServerSizing::cpu_ms_per_connect`]: the CPU above the
+    /// baseline summed over every interval of the run, over `connects`
+    /// (none without connects or a baseline CPU reading).
+    pub fn set_cpu_per_connect(&mut self, connects: u64) {
+        let Some(base) = self.baseline.cpu_cores else {
+            return;
+        };
+        let mut since = self.baseline.t_s;
+        let mut cpu_s = 0.0;
+        for x in &self.samples {
+            if let Some(c) = x.cpu_cores {
+                cpu_s += (c - base).max(0.0) * (x.t_s - since).max(0.0);
+            }
+            since = x.t_s;
+        }
+        self.sizing.cpu_ms_per_connect = (connects > 0).then(|| cpu_s * 1000.0 / connects as f64);
+    }
 }
 
 /// A level at baseline, on average at steady state, and at its highest.
@@ -361,5 +386,30 @@ impl ServerSummary {
             "baseline" => self.baseline.values.get(name).copied(),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod cpu_per_connect_tests {
+    use super::*;
+
+    #[test]
+    fn cpu_above_baseline_over_the_run_per_connect() {
+        let at = |t_s: f64, cpu: f64| ServerSample {
+            t_s,
+            cpu_cores: Some(cpu),
+            ..ServerSample::default()
+        };
+        let mut s = ServerSummary {
+            baseline: at(-1.0, 0.5),
+            // 1 s at 1.5 cores, 2 s at 2.5, 1 s below baseline (none).
+            samples: vec![at(0.0, 1.5), at(2.0, 2.5), at(3.0, 0.1)],
+            ..ServerSummary::default()
+        };
+        s.set_cpu_per_connect(0);
+        assert_eq!(s.sizing.cpu_ms_per_connect, None);
+        // (1 × 1.0 + 2 × 2.0) CPU-s = 5 s over 100 connects: 50 ms.
+        s.set_cpu_per_connect(100);
+        assert_eq!(s.sizing.cpu_ms_per_connect, Some(50.0));
     }
 }

@@ -290,6 +290,11 @@ pub struct Summary {
     /// counts once per loss).
     #[serde(default)]
     pub sessions_lost: BTreeMap<String, u64>,
+    /// Calls the servers refused for the caller's credentials (an unknown
+    /// token, a permission the token lacks, bad credentials), by what was
+    /// called: each is an error too, and never counted as a success.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub denied: BTreeMap<String, u64>,
     /// Latency percentiles by name (µs).
     pub latency_us: BTreeMap<String, LatencySummary>,
     /// Rates achieved over the run (per second), e.g. `keepalives`, `events`.

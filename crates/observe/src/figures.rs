@@ -303,6 +303,8 @@ pub fn summarize(s: &mut ServerSummary, units: &BTreeMap<String, &'static str>) 
         rss_per_agent_kib: per(&rss_level, 1.0 / 1024.0),
         cpu_cores: cpu_level,
         rss_bytes: rss_level,
+        // Set by the run, which knows its connects.
+        cpu_ms_per_connect: None,
     };
     let mut names: Vec<&String> = s
         .samples

@@ -168,7 +168,7 @@ pub fn ws_config() -> WebSocketConfig {
 /// backoff (as a real agent does); the status line and body the backend
 /// sent are kept as the server's words, and what the transport said when
 /// it did not answer.
-fn upgrade_error_kind(e: &tungstenite::Error) -> SessionEnd {
+fn upgrade_error_kind(e: &tungstenite::Error, with_cert: bool) -> SessionEnd {
     use tungstenite::error::ProtocolError;
     match e {
         tungstenite::Error::Http(resp) => {
@@ -200,6 +200,11 @@ fn upgrade_error_kind(e: &tungstenite::Error) -> SessionEnd {
         tungstenite::Error::Io(e) if e.kind() == io::ErrorKind::TimedOut => {
             SessionEnd::lost("handshake_timeout")
         }
+        // TLS 1.3: the client's side of the handshake ends before the
+        // server reads its certificate, so a refusal comes on the first read.
+        tungstenite::Error::Io(io_err) if client_cert_refused(io_err, with_cert) => {
+            SessionEnd::lost_with("tls_client_cert", io_err.to_string())
+        }
         tungstenite::Error::Io(io_err) => match io_err.kind() {
             io::ErrorKind::ConnectionReset
             | io::ErrorKind::ConnectionAborted
@@ -218,6 +223,31 @@ fn upgrade_error_kind(e: &tungstenite::Error) -> SessionEnd {
     }
 }
 
+/// Whether a TLS error is the server's alert refusing the agent's client
+/// certificate (or the lack of one). Only a server sends these about a
+/// certificate: a client that refuses the server's reports it locally. A
+/// `decrypt_error` is one too when the agent presented a certificate: it is
+/// what a certificate whose issuer has the CA's name but not its key gets
+/// (a bad signature).
+fn client_cert_refused(e: &io::Error, with_cert: bool) -> bool {
+    use rustls::AlertDescription as A;
+    match e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::AlertReceived(alert)) => match alert {
+            A::BadCertificate
+            | A::UnsupportedCertificate
+            | A::CertificateRevoked
+            | A::CertificateExpired
+            | A::CertificateUnknown
+            | A::UnknownCA
+            | A::CertificateRequired
+            | A::AccessDenied => true,
+            A::DecryptError => with_cert,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 /// TCP + TLS + upgrade, bounded by the handshake timeout and cancellation.
 pub(crate) async fn connect(
     shared: &Shared,
@@ -227,6 +257,7 @@ pub(crate) async fn connect(
 ) -> Result<Ws, SessionEnd> {
     let cfg = &shared.cfg;
     let target = &shared.targets[server % shared.targets.len()];
+    let with_cert = cfg.cert_file.is_some();
     let handshake = async {
         let addr = target.addr(cx.index).await?;
         let tcp = dial(addr, cx.bind_addr)
@@ -238,6 +269,9 @@ pub(crate) async fn connect(
                     .connect(target.server_name.clone(), tcp)
                     .await
                     .map_err(|e| match e.kind() {
+                        _ if client_cert_refused(&e, with_cert) => {
+                            SessionEnd::lost_with("tls_client_cert", e.to_string())
+                        }
                         io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof => {
                             SessionEnd::lost_with("tls_reset", e.to_string())
                         }
@@ -255,7 +289,7 @@ pub(crate) async fn connect(
             // A 429 is retried like any refused handshake: sensu-go's agent
             // has a branch that would double its backoff, but gorilla's
             // dialer fails every non-101 answer before it is reached.
-            .map_err(|e| upgrade_error_kind(&e))?;
+            .map_err(|e| upgrade_error_kind(&e, with_cert))?;
         // The backend answers in the encoding it chose; a mismatch would make
         // every frame undecodable.
         if resp
@@ -294,3 +328,41 @@ pub(crate) async fn connect(
 /// Size of the WebSocket stream type (for the memory-budget test).
 #[cfg(test)]
 pub(crate) const WS_SIZE: usize = std::mem::size_of::<Ws>();
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io_alert(alert: rustls::AlertDescription) -> tungstenite::Error {
+        tungstenite::Error::Io(io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::AlertReceived(alert),
+        ))
+    }
+
+    #[test]
+    fn a_refused_client_certificate_is_a_kind_that_does_not_heal() {
+        let end = upgrade_error_kind(&io_alert(rustls::AlertDescription::UnknownCA), false);
+        let f = end.failure().unwrap();
+        assert_eq!(f.kind, "tls_client_cert");
+        assert!(f.detail.as_deref().unwrap().contains("UnknownCA"), "{f:?}");
+        let spec = crate::ERROR_KINDS
+            .iter()
+            .find(|k| k.kind == "tls_client_cert")
+            .unwrap();
+        assert!(!spec.heals);
+        for flag in ["--cert-file", "--key-file", "--ca-file"] {
+            assert!(spec.hint.contains(flag), "{}", spec.hint);
+        }
+        // A bad signature on the certificate (its issuer named as the CA,
+        // another key) is a decrypt_error: the certificate's fault only
+        // when the agent presented one.
+        let bad_signature = io_alert(rustls::AlertDescription::DecryptError);
+        let kind = |e, with_cert| upgrade_error_kind(e, with_cert).failure().unwrap().kind;
+        assert_eq!(kind(&bad_signature, true), "tls_client_cert");
+        assert_eq!(kind(&bad_signature, false), "upgrade_io");
+        // An alert about something else is no verdict on the certificate.
+        let other = io_alert(rustls::AlertDescription::HandshakeFailure);
+        assert_eq!(kind(&other, true), "upgrade_io");
+    }
+}

@@ -170,6 +170,9 @@ pub(crate) const C_ENTITY_CONFIGS_RECEIVED: &str = "entity_configs_received";
 pub(crate) const C_FRAMES_RECEIVED: &str = "frames_received";
 pub(crate) const C_BYTES_SENT: &str = "bytes_sent";
 pub(crate) const C_BYTES_RECEIVED: &str = "bytes_received";
+/// Sessions whose upgrade the backend accepted (each one a credentials
+/// check on a real backend: bcrypt, ~50-80 ms of its CPU).
+pub(crate) const C_CONNECTS: &str = "connects";
 
 /// Counters whose per-second rate means something: steady activity of the
 /// sessions (keepalives, events, checks, traffic), not one-off counts such
@@ -183,6 +186,7 @@ pub const RATED_COUNTERS: &[&str] = &[
     C_FRAMES_RECEIVED,
     C_BYTES_SENT,
     C_BYTES_RECEIVED,
+    C_CONNECTS,
 ];
 
 pub(crate) const L_CONNECT: &str = "connect";
@@ -204,6 +208,7 @@ pub fn metrics_spec() -> MetricsSpec {
             C_FRAMES_RECEIVED,
             C_BYTES_SENT,
             C_BYTES_RECEIVED,
+            C_CONNECTS,
         ],
         latencies: vec![
             L_CONNECT,
@@ -260,6 +265,15 @@ const ERROR_KINDS: &[ErrorKindSpec] = &[
         kind: "tls",
         hint: "TLS handshake failed: wss:// needs TLS on the backend's agent port; check --ca-file \
                or --insecure-skip-tls-verify, or use ws:// for a plain port",
+        heals: false,
+        said_by: agent_sim_metrics::Speaker::Server,
+    },
+    ErrorKindSpec {
+        kind: "tls_client_cert",
+        hint: "the backend refused the agent's client certificate in the TLS handshake (its alert \
+               in the sample): --cert-file / --key-file must be a certificate signed by the CA \
+               the backend trusts for agents, and --ca-file the CA of the backend's own \
+               certificate; a backend that requires one refuses agents without --cert-file",
         heals: false,
         said_by: agent_sim_metrics::Speaker::Server,
     },
@@ -402,6 +416,7 @@ pub(crate) struct Ids {
     pub frames_received: CounterId,
     pub bytes_sent: CounterId,
     pub bytes_received: CounterId,
+    pub connects: CounterId,
     pub connect: LatencyId,
     pub session_ready: LatencyId,
     pub keepalive_lateness: LatencyId,
@@ -421,6 +436,7 @@ impl Ids {
             frames_received: m.counter(C_FRAMES_RECEIVED),
             bytes_sent: m.counter(C_BYTES_SENT),
             bytes_received: m.counter(C_BYTES_RECEIVED),
+            connects: m.counter(C_CONNECTS),
             connect: m.latency(L_CONNECT),
             session_ready: m.latency(L_SESSION_READY),
             keepalive_lateness: m.latency(L_KEEPALIVE_LATENESS),

@@ -221,11 +221,20 @@ pub(crate) async fn run(
     // Boxed: the handshake state machine is freed once the session is up.
     let ws = match Box::pin(connect(shared, builder.name(), server, cx)).await {
         Ok(ws) => ws,
-        Err(end) => return end,
+        Err(end) => {
+            // Refused for its credentials: beside the error, never a success.
+            if let Some(f) = end.failure()
+                && matches!(f.kind, "upgrade_401" | "upgrade_403" | "tls_client_cert")
+            {
+                shared.metrics.denied("agent websocket");
+            }
+            return end;
+        }
     };
     shared
         .metrics
         .record(shared.ids.connect, cx.shard_key(), t0.elapsed());
+    shared.metrics.incr(shared.ids.connects);
     checks.new_session();
     let mut steady = Steady {
         shared,

@@ -1,7 +1,8 @@
 //! TCP listeners of the embedded targets: [`bind`] (with `SO_REUSEPORT`)
 //! and `serve_tracked`, the accept side every server shares
 //! ([`agent_sim_net::accept_until`], one tracked task per connection, a
-//! bounded wait for them at shutdown).
+//! bounded wait for them at shutdown), and `tls_accept`, a bounded server
+//! TLS handshake that hands the stream back when it fails.
 
 use std::future::Future;
 use std::io;
@@ -10,7 +11,9 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use agent_sim_net::accept_until;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -62,6 +65,32 @@ pub(crate) async fn serve_tracked<F, Fut>(
     .await;
     tracker.close();
     let _ = tokio::time::timeout(grace, tracker.wait()).await;
+}
+
+/// The server side of a TLS handshake on `stream` within `limit`: `None`
+/// at shutdown; on failure the error and, unless it ran out of time, the
+/// stream back (to close it politely, so that the alert reaches the
+/// client).
+pub(crate) async fn tls_accept<S>(
+    stream: S,
+    tls: std::sync::Arc<rustls::ServerConfig>,
+    limit: Duration,
+    shutdown: &CancellationToken,
+) -> Option<Result<TlsStream<S>, (io::Error, Option<S>)>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let handshake = tokio_rustls::TlsAcceptor::from(tls)
+        .accept(stream)
+        .into_fallible();
+    tokio::select! {
+        () = shutdown.cancelled() => None,
+        r = tokio::time::timeout(limit, handshake) => Some(match r {
+            Ok(Ok(tls)) => Ok(tls),
+            Ok(Err((e, stream))) => Err((e, Some(stream))),
+            Err(_) => Err((io::ErrorKind::TimedOut.into(), None)),
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,12 @@
 //!
 //! Main parts:
 //! - [`serve`]: the listener (the accept loop every server shares, `crate::listen`) and
-//!   the check schedulers. Each connection is its own task: a boxed WebSocket
-//!   handshake (headers, namespace, Basic credentials, encoding choice), then a small
-//!   session loop (`session`).
+//!   the check schedulers. Each connection is its own task: TLS when the port has it
+//!   ([`tls`], `wss://`), a boxed WebSocket handshake (`upgrade`: headers, namespace,
+//!   client certificate or Basic credentials, encoding choice), then a small session
+//!   loop (`session`).
+//! - `auth`: the password check, plain or with bcrypt at a cost as the real backend's
+//!   (counted with its CPU time), and the CN of a verified client certificate.
 //! - `session`: sends the `entity_config` placeholder first, validates every
 //!   `keepalive` / `event` the way the backend does (invalid frames are counted by
 //!   reason and the connection stays open), pushes the updated `entity_config` after the
@@ -24,14 +27,17 @@
 //! message limit, and the handshake boxed so that its state machine does not stay in the
 //! session future (≈7 KiB per connection is the reference figure).
 //!
-//! What it is not: a Sensu backend. No storage, no etcd, no bcrypt, no REST API, no
+//! What it is not: a Sensu backend. No storage, no etcd, no REST API, no
 //! `/health` route, no entity or keepalive bookkeeping beyond counters; a stored entity
 //! never overrides the header subscriptions.
 
+mod auth;
 pub mod inbound;
 mod schedule;
 mod session;
 mod stats;
+pub mod tls;
+mod upgrade;
 
 use std::io;
 use std::sync::Arc;
@@ -48,6 +54,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use auth::PASSWORD_COSTS;
 pub use stats::{SensuTargetSnapshot, SensuTargetStats};
 
 use crate::faults::Faults;
@@ -86,6 +93,14 @@ pub struct SensuTargetConfig {
     pub user: String,
     /// Agent password (wrong user or password → 401 `bad credentials`).
     pub password: String,
+    /// Check the password with bcrypt at this cost ([`PASSWORD_COSTS`]; a
+    /// real backend's hash is cost 10) on every connect, as a real backend
+    /// does; `None`: compare it as text (no CPU cost).
+    pub password_cost: Option<u32>,
+    /// TLS of the agent port (`wss://`), from [`tls::server_config`]; with
+    /// an agent CA in it, a verified client certificate lets an agent in
+    /// without the password check. `None`: plain `ws://`.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Checks to schedule.
     pub checks: Vec<CheckSpec>,
     /// Value of the `Backend-ID` header of the `101` response.
@@ -106,6 +121,8 @@ impl Default for SensuTargetConfig {
             namespaces: vec!["default".to_owned()],
             user: "agent".to_owned(),
             password: "P@ssw0rd!".to_owned(),
+            password_cost: None,
+            tls: None,
             checks: vec![CheckSpec {
                 name: "agent-sim-check".to_owned(),
                 command: TEST_CHECK_COMMAND.to_owned(),
@@ -128,7 +145,8 @@ impl Default for SensuTargetConfig {
 ///
 /// On shutdown: stops accepting, sends close 1001 to every session and returns once all
 /// sessions have ended, after at most ~2 s. Errors: only an invalid configuration
-/// (`InvalidInput`: zero check interval, `backend_id` not a header value); failed accepts
+/// (`InvalidInput`: zero check interval, `backend_id` not a header value, a password
+/// cost outside [`PASSWORD_COSTS`]); failed accepts
 /// are counted (`accept_errors`) and retried after a pause that doubles
 /// from 5 ms to 1 s ([`agent_sim_net::accept`]).
 pub async fn serve(
@@ -137,7 +155,9 @@ pub async fn serve(
     stats: Arc<SensuTargetStats>,
     shutdown: CancellationToken,
 ) -> io::Result<()> {
-    let shared = Arc::new(Shared::new(cfg, stats)?);
+    let passwords =
+        auth::Passwords::new(cfg.user.clone(), cfg.password.clone(), cfg.password_cost).await?;
+    let shared = Arc::new(Shared::new(cfg, stats, passwords)?);
     shared.faults.start();
     let tracker = TaskTracker::new();
     for idx in 0..shared.checks.len() {
@@ -181,8 +201,10 @@ struct Shared {
     namespaces: Vec<String>,
     /// Before this instant every namespace is unknown (404).
     namespaces_ready_at: tokio::time::Instant,
-    user: String,
-    password: String,
+    /// The agent user and the check of its password.
+    passwords: auth::Passwords,
+    /// TLS of the port, if any.
+    tls: Option<Arc<rustls::ServerConfig>>,
     backend_id: HeaderValue,
     ws_config: WebSocketConfig,
     checks: Vec<ScheduledCheck>,
@@ -221,7 +243,11 @@ fn frame_index(ns: usize, enc: Encoding) -> usize {
 const ENCODINGS: [Encoding; 2] = [Encoding::Protobuf, Encoding::Json];
 
 impl Shared {
-    fn new(cfg: SensuTargetConfig, stats: Arc<SensuTargetStats>) -> io::Result<Self> {
+    fn new(
+        cfg: SensuTargetConfig,
+        stats: Arc<SensuTargetStats>,
+        passwords: auth::Passwords,
+    ) -> io::Result<Self> {
         let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
         let backend_id = HeaderValue::from_str(&cfg.backend_id).map_err(|_| {
             invalid(format!(
@@ -272,8 +298,8 @@ impl Shared {
         Ok(Self {
             namespaces: cfg.namespaces,
             namespaces_ready_at: tokio::time::Instant::now() + cfg.namespaces_ready_after,
-            user: cfg.user,
-            password: cfg.password,
+            passwords,
+            tls: cfg.tls,
             backend_id,
             ws_config,
             checks,

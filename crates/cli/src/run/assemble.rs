@@ -125,6 +125,7 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         errors: entries(f.metrics.error_report()),
         warnings: entries(f.metrics.warning_report()),
         sessions_lost: add_up(f.reports.iter().map(|r| &r.sessions_lost)),
+        denied: f.metrics.denial_report(),
         latency_us,
         rates_per_s,
         process: agent_sim_metrics::process::stats(),

@@ -17,6 +17,7 @@ mod observe;
 mod outcome;
 mod reporter;
 mod taken;
+mod tokens;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -166,6 +167,16 @@ fn metrics_spec(cfg: &RunConfig) -> MetricsSpec {
                 ..MetricsSpec::default()
             });
         }
+        if cfg
+            .fleets
+            .iter()
+            .any(|f| matches!(&f.protocol, Protocol::Consul(c) if c.acl_tokens.is_some()))
+        {
+            spec = spec.merge(&MetricsSpec {
+                errors: vec![tokens::ACL_TOKENS],
+                ..MetricsSpec::default()
+            });
+        }
     }
     if cfg
         .fleets
@@ -299,6 +310,7 @@ async fn run_fleets(
     metrics: &Metrics,
     statuses: &[Arc<FleetStatus>],
     end: &CancellationToken,
+    show: bool,
 ) -> Ran {
     let mut fleet_tasks: tokio::task::JoinSet<FleetReport> = tokio::task::JoinSet::new();
     let mut probe_tasks: Vec<JoinHandle<Vec<ProbeSummary>>> = Vec::new();
@@ -310,6 +322,20 @@ async fn run_fleets(
             _ => None,
         })
         .collect();
+    // Each agent's own ACL token is had before it boots; without them the
+    // fleets do not start.
+    let consul_fleets: Vec<_> = cfg
+        .fleets
+        .iter()
+        .zip(&built)
+        .filter_map(|(p, b)| match b {
+            Built::Consul(f) => Some((p, f.clone())),
+            _ => None,
+        })
+        .collect();
+    if !tokens::provision(&consul_fleets, metrics, end, show).await {
+        end.cancel();
+    }
     for f in &seeded {
         if let Err(e) = f.seed().await {
             seed_failed(metrics, "registering", &e);
@@ -370,6 +396,7 @@ async fn run_fleets(
             seed_failed(metrics, "removing", &e);
         }
     }
+    tokens::release(&consul_fleets, metrics, show).await;
     Ran {
         reports,
         probes,
@@ -482,7 +509,8 @@ pub async fn execute(
 
     // A --server-down's time is from the fleets' first dial, as a storm's.
     embedded.schedule_downs(&cfg.server_downs, tokio::time::Instant::now());
-    let ran = run_fleets(&cfg, built, &metrics, &statuses, &beside.end).await;
+    let show = output == Output::Terminal && !cfg.quiet;
+    let ran = run_fleets(&cfg, built, &metrics, &statuses, &beside.end, show).await;
 
     let (recorded, servers) = beside.finish().await;
     let (embedded_sensu, embedded_consul) = embedded.stop().await;
@@ -496,6 +524,13 @@ pub async fn execute(
         timeline: recorded.timeline,
     });
     summary.server = servers;
+    // What each Sensu connect cost the backend (a bcrypt check each with
+    // passwords): the run's connects over the server's CPU above baseline.
+    if let Some(&connects) = summary.counters.get("connects") {
+        for s in summary.server.iter_mut().filter(|s| s.kind == "sensu") {
+            s.set_cpu_per_connect(connects);
+        }
+    }
     summary.vault = ran.vault;
     summary.connect = ran.connect.summary(&summary);
     let verdicts = conclude(&cfg, &mut summary, &ran.reports, &recorded.windows);

@@ -142,7 +142,7 @@ impl ConsulAgent {
             seq,
             &sh.cfg.conn.datacenter,
             l.roots_index,
-            &sh.token,
+            self.token(),
             &mut req,
         );
         Some(exchange(stream, seq, req, MAX_ROOTS_ANSWER))

@@ -127,6 +127,8 @@ impl ConsulFactory {
                 gossip,
                 connect,
                 kv,
+                tokens: OnceLock::new(),
+                acl_created: Default::default(),
             }),
         })
     }
@@ -175,6 +177,79 @@ impl ConsulFactory {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Gets each agent's own ACL token before the agents `first..first +
+    /// count` boot (`--acl-tokens`): reads them from the file, or creates
+    /// them through the HTTP API at the configured rate, calling
+    /// `progress` with the count made. Nothing to do without per-agent
+    /// tokens. On a failure what was made stays recorded, to be deleted by
+    /// [`ConsulFactory::release_tokens`].
+    pub async fn provision_tokens(
+        &self,
+        first: u64,
+        count: u64,
+        end: &tokio_util::sync::CancellationToken,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<usize, crate::acl::AclError> {
+        use crate::acl::{self, TokenSource};
+        let s = &self.shared;
+        let tokens = match s.cfg.acl_tokens.as_deref() {
+            None => return Ok(0),
+            Some(TokenSource::File(path)) => acl::read_file(path, first, count)?,
+            Some(TokenSource::NodeIdentity) => {
+                let plan = self.token_plan().await?;
+                let (made, failed) = acl::create(&s.http, &plan, first, count, end, progress).await;
+                *s.acl_created.lock().unwrap_or_else(|p| p.into_inner()) =
+                    (made.accessors, made.policy.into_iter().collect());
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                made.tokens
+            }
+        };
+        let n = tokens.len();
+        let _ = s.tokens.set(tokens);
+        Ok(n)
+    }
+
+    /// What each created token holds: the node identity in the servers'
+    /// datacenter (asked of them when not configured), the agents' service
+    /// when they register one, and the rules the run's features need.
+    async fn token_plan(&self) -> Result<crate::acl::TokenPlan, crate::acl::AclError> {
+        let s = &self.shared;
+        let cfg = &s.cfg;
+        let datacenter = match cfg.conn.datacenter.as_str() {
+            "" => crate::acl::server_datacenter(&s.http).await?,
+            dc => dc.to_owned(),
+        };
+        let mut kv_reads = cfg.watch_kv.clone();
+        if cfg.probe.kind == Some(ProbeKind::Kv) {
+            kv_reads.push(crate::kv::probe_key(&cfg.conn.name_prefix));
+        }
+        Ok(crate::acl::TokenPlan {
+            prefix: cfg.conn.name_prefix.clone(),
+            datacenter,
+            service: (cfg.register && cfg.services_per_agent > 0).then(|| cfg.service_name.clone()),
+            rules: crate::acl::needed_rules(
+                &cfg.conn.name_prefix,
+                cfg.session_ttl.is_some(),
+                &kv_reads,
+            ),
+            rate: cfg.acl_token_rate,
+        })
+    }
+
+    /// Deletes the ACL tokens (and policy) the run created: how many
+    /// tokens, and the first failure.
+    pub async fn release_tokens(&self) -> (usize, Option<http::HttpError>) {
+        let s = &self.shared;
+        let (accessors, policies) =
+            std::mem::take(&mut *s.acl_created.lock().unwrap_or_else(|p| p.into_inner()));
+        if accessors.is_empty() && policies.is_empty() {
+            return (0, None);
+        }
+        crate::acl::delete(&s.http, &accessors, &policies).await
     }
 
     /// Removes what [`ConsulFactory::seed`] registered (unless the run

@@ -317,7 +317,7 @@ impl ConsulAgent {
                 max_query_time_ns: sh.kv.wait.as_nanos() as u64,
                 // consul-template's default max_stale (2 s) reads stale.
                 allow_stale: true,
-                token: &sh.token,
+                token: self.token(),
             };
             c.call = Call::Rpc(kv::rpc::call(stream, c.seq, args, probe_key, sh.kv.max));
         } else {
@@ -332,7 +332,7 @@ impl ConsulAgent {
                 sh.kv.wait.as_secs(),
                 true,
             );
-            let token = (!sh.token.is_empty()).then(|| sh.token.clone());
+            let token = Some(self.token().to_owned()).filter(|t| !t.is_empty());
             let deadline = kv::read_deadline(sh.kv.wait);
             c.call = Call::Http(kv::http::read(
                 conn, path, token, probe_key, sh.kv.max, deadline,
@@ -346,6 +346,7 @@ impl ConsulAgent {
     /// A read failed: counted in the server's words, retried later.
     fn kv_failed(&self, c: &mut KvCall, e: &CallError, now: Instant) {
         self.shared.metrics.error_with(e.kind, Some(&e.detail));
+        super::link::count_denial(&self.shared.metrics, e.kind, crate::kv::rpc::KVS_LIST);
         c.failures += 1;
         c.call = Call::Idle {
             at: now + kv::retry_wait(c.failures),

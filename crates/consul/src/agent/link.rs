@@ -128,6 +128,31 @@ pub(super) enum Rpc {
     ConnectSign,
 }
 
+impl Rpc {
+    /// The method as the server names it.
+    pub(super) fn method(self) -> &'static str {
+        use crate::rpc::{catalog, connect_ca, coordinate, session};
+        match self {
+            Rpc::Register => catalog::REGISTER,
+            Rpc::NodeServices => catalog::NODE_SERVICE_LIST,
+            Rpc::NodeChecks => catalog::NODE_CHECKS,
+            Rpc::SessionApply => session::APPLY,
+            Rpc::SessionRenew => session::RENEW,
+            Rpc::CoordinateUpdate => coordinate::UPDATE,
+            Rpc::StatusPing => crate::rpc::PING,
+            Rpc::ConnectSign => connect_ca::SIGN,
+        }
+    }
+}
+
+/// Counts a call the server refused for the caller's token (beside the
+/// error the caller counts).
+pub(super) fn count_denial(metrics: &agent_sim_metrics::Metrics, kind: &str, method: &str) {
+    if matches!(kind, "acl_denied" | "acl_not_found") {
+        metrics.denied(method);
+    }
+}
+
 /// The next sequence number of the connection's calls (a call on a
 /// stream of its own counts in the same sequence, as the agent's pool
 /// numbers them).
@@ -199,6 +224,7 @@ impl Caller {
             Ok(reply)
         } else {
             let kind = crate::http::cause_kind(&reply.header.error).unwrap_or("rpc_error");
+            count_denial(&self.sh.metrics, kind, method.method());
             Err(CallError::new(kind, reply.header.error))
         }
     }

@@ -175,6 +175,11 @@ pub(crate) struct Shared {
     connect: Option<Arc<crate::connect::ConnectBoard>>,
     /// The KV prefixes watched (`--watch-kv`), and the probe key.
     kv: kv::KvShared,
+    /// Each agent's own ACL token (`--acl-tokens`), once had.
+    tokens: OnceLock<crate::acl::AgentTokens>,
+    /// What the run created of ACLs (token accessors, policy IDs): what it
+    /// deletes at its end.
+    acl_created: std::sync::Mutex<(Vec<String>, Vec<String>)>,
 }
 
 /// The HTTP API as `--watch http` dials it: a connection per watched
@@ -190,6 +195,14 @@ pub(crate) struct WatchApi {
 }
 
 impl Shared {
+    /// The token agent `index` calls with: its own, else the run's.
+    fn token(&self, index: u64) -> &str {
+        self.tokens
+            .get()
+            .and_then(|t| t.get(index))
+            .unwrap_or(&self.token)
+    }
+
     /// Where a connection's bytes go: the run's totals, and the watches'
     /// when `watching`.
     fn bytes(&self, watching: bool) -> ByteCounters {
@@ -313,6 +326,11 @@ impl ConsulAgent {
 
     fn node(&self) -> String {
         http::node_name(&self.shared.cfg.conn.name_prefix, self.index)
+    }
+
+    /// The ACL token this agent calls with.
+    fn token(&self) -> &str {
+        self.shared.token(self.index)
     }
 
     /// The node's address in the catalog: the one its gossip member

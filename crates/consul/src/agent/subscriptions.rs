@@ -156,7 +156,7 @@ impl ConsulAgent {
             sub.topic,
             &sub.name,
             index,
-            &sh.token,
+            sh.token(self.index),
             &sh.cfg.conn.datacenter,
         );
         slot.state = SlotState::Starting(start_call(grpc, req, &sh.metrics));
@@ -202,6 +202,7 @@ impl ConsulAgent {
         let words = status_words(status);
         let aborted = status.code() == Code::Aborted;
         let kind = grpc_kind(status);
+        super::link::count_denial(&self.shared.metrics, kind, "subscribe.Subscribe");
         if !aborted && (from_transport(status) || kind == "server_shutting_down") {
             return Some(SessionEnd::lost_with(kind, words));
         }

@@ -168,7 +168,7 @@ impl ConsulAgent {
                     service: &sub.name,
                     min_index: w.index,
                     max_query_time_ns: sh.cfg.blocking_wait.as_nanos() as u64,
-                    token: &sh.token,
+                    token: self.token(),
                 };
                 w.call = Call::Rpc(rpc::call(stream, w.seq, args));
             }
@@ -180,7 +180,7 @@ impl ConsulAgent {
                         w.index,
                         sh.cfg.blocking_wait.as_secs(),
                     );
-                    let token = (!sh.token.is_empty()).then(|| sh.token.clone());
+                    let token = Some(self.token().to_owned()).filter(|t| !t.is_empty());
                     w.call = Call::Http(watch::http::poll(conn, path, token));
                 }
                 None => {
@@ -282,6 +282,11 @@ impl ConsulAgent {
         let digest = match r {
             Ok(rpc::Answer { result: Ok(d), .. }) => d,
             Ok(rpc::Answer { result: Err(e), .. }) | Err(e) => {
+                super::link::count_denial(
+                    &sh.metrics,
+                    e.kind,
+                    crate::watch::msgpack::SERVICE_NODES,
+                );
                 // Counted once, with the agent's last cause.
                 cx.report(&Failure {
                     kind: e.kind,

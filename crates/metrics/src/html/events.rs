@@ -209,6 +209,22 @@ pub(super) fn errors(o: &mut String, s: &Summary) {
         let _ = writeln!(o, "<p>{total} error(s) in all.</p>");
         kinds_table(o, &s.errors, "words", true);
     }
+    if !s.denied.is_empty() {
+        let _ = writeln!(o, "<h3>Denied</h3>");
+        note(
+            o,
+            "Calls the servers refused for the caller's credentials (unknown token, a \
+             permission the token lacks, bad credentials), by what was called. Each is an \
+             error above too; none is counted as a success.",
+        );
+        let mut rows: Vec<(&String, &u64)> = s.denied.iter().collect();
+        rows.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let rows: Vec<Vec<String>> = rows
+            .into_iter()
+            .map(|(k, v)| vec![k.clone(), v.to_string()])
+            .collect();
+        table(o, &["called", "denied"], &rows);
+    }
     if !s.warnings.is_empty() {
         let _ = writeln!(o, "<h3>Warnings</h3>");
         note(o, "What a real agent logs and carries on with.");

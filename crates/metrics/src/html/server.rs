@@ -133,6 +133,7 @@ fn sizing_table(o: &mut String, s: &Summary) {
                 opt(z.rss_bytes.baseline, |b| fmt_mib(b as u64)),
                 opt(z.rss_bytes.mean, |b| fmt_mib(b as u64)),
                 opt(z.rss_per_agent_kib, |k| format!("{k:.1}")),
+                opt(z.cpu_ms_per_connect, |ms| format!("{ms:.1}")),
             ]
         })
         .collect();
@@ -147,6 +148,7 @@ fn sizing_table(o: &mut String, s: &Summary) {
             ">RSS baseline",
             ">RSS steady",
             ">KiB / agent",
+            ">CPU ms / connect",
         ],
         &rows,
     );

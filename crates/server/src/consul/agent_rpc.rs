@@ -16,12 +16,12 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::ConsulState;
+use super::acl::{Access, Authz, Resource, vet};
 use super::render::{check_json, node_json, service_json};
 use super::rpc_error::RpcError;
 use super::writes::{self, DeregisterBody, RegisterBody, SessionBody, lock_delay, nullable};
 
-/// Datacenter and token, which every call carries, and the node a write
-/// is about.
+/// Datacenter and token, which every call carries.
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct Common {
@@ -29,11 +29,6 @@ struct Common {
     datacenter: String,
     #[serde(rename = "Token", deserialize_with = "nullable")]
     token: String,
-    #[serde(rename = "Node", deserialize_with = "nullable")]
-    node: String,
-    /// `Session.Apply` names the node inside its session.
-    #[serde(rename = "Session")]
-    session: Option<Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -101,44 +96,25 @@ fn indexed(index: u64, key: &str, result: Value) -> Bytes {
     msgpack(&v)
 }
 
-/// What every call checks first: the token, then the datacenter. A write
-/// without a token is denied in Consul 1.20's words (the anonymous token);
-/// reads pass (what they may see is not filtered here).
-fn admitted(state: &ConsulState, method: &str, args: &[u8]) -> Result<(), RpcError> {
+/// What every call checks first: the token (`ACL not found`), then the
+/// datacenter; what the token may do, for the call to check (writes as
+/// Consul's endpoints check them, `acl::vet`; reads are not filtered).
+fn admitted(state: &ConsulState, args: &[u8]) -> Result<Authz, RpcError> {
     let c: Common = decode(args)?;
-    match state.acl_check(&c.token) {
-        Ok(()) => {}
-        Err(Some(())) => return Err(RpcError::AclNotFound),
-        Err(None) => {
-            let perm = match method {
-                "Catalog.NodeServiceList" | "Health.NodeChecks" | "Status.Ping" => None,
-                "Session.Apply" | "Session.Renew" => Some("session:write"),
-                _ => Some("node:write"),
-            };
-            if let Some(perm) = perm {
-                let node = c
-                    .session
-                    .as_ref()
-                    .and_then(|s| s.get("Node"))
-                    .and_then(Value::as_str)
-                    .unwrap_or(&c.node);
-                return Err(RpcError::PermissionDenied {
-                    perm,
-                    on: format!("\"{node}\""),
-                });
-            }
-        }
-    }
+    let authz = state.acl(&c.token)?;
     let dc = state.store().datacenter.clone();
     if !c.datacenter.is_empty() && c.datacenter != dc {
         return Err(RpcError::NoPathToDatacenter);
     }
-    Ok(())
+    Ok(authz)
 }
+
+/// A call's handler: the state, what its token may do, its arguments.
+type Handler = fn(&ConsulState, &Authz, &[u8]) -> Answer;
 
 /// The answer to `method`, or `None` when it is not a client agent's call.
 pub(crate) fn answer(state: &ConsulState, method: &str, args: &[u8]) -> Option<Answer> {
-    let f: fn(&ConsulState, &[u8]) -> Answer = match method {
+    let f: Handler = match method {
         "Catalog.Register" => register,
         "Catalog.Deregister" => deregister,
         "Catalog.NodeServiceList" => node_services,
@@ -149,22 +125,24 @@ pub(crate) fn answer(state: &ConsulState, method: &str, args: &[u8]) -> Option<A
         "Status.Ping" => return Some(empty()),
         _ => return None,
     };
-    Some(admitted(state, method, args).and_then(|()| f(state, args)))
+    Some(admitted(state, args).and_then(|authz| f(state, &authz, args)))
 }
 
-fn register(state: &ConsulState, args: &[u8]) -> Answer {
+fn register(state: &ConsulState, authz: &Authz, args: &[u8]) -> Answer {
     let b: RegisterBody = decode(args)?;
+    vet::register(state, authz, &b)?;
     writes::register(state, b)?;
     empty()
 }
 
-fn deregister(state: &ConsulState, args: &[u8]) -> Answer {
+fn deregister(state: &ConsulState, authz: &Authz, args: &[u8]) -> Answer {
     let b: DeregisterBody = decode(args)?;
+    vet::deregister(state, authz, &b)?;
     writes::deregister(state, b)?;
     empty()
 }
 
-fn node_services(state: &ConsulState, args: &[u8]) -> Answer {
+fn node_services(state: &ConsulState, _: &Authz, args: &[u8]) -> Answer {
     let r: NodeRead = decode(args)?;
     let store = state.store();
     let result = match store.nodes.get(&r.node) {
@@ -180,7 +158,7 @@ fn node_services(state: &ConsulState, args: &[u8]) -> Answer {
     Ok(indexed(store.raft_index, "NodeServices", result))
 }
 
-fn node_checks(state: &ConsulState, args: &[u8]) -> Answer {
+fn node_checks(state: &ConsulState, _: &Authz, args: &[u8]) -> Answer {
     let r: NodeRead = decode(args)?;
     let store = state.store();
     let checks: Vec<Value> = store
@@ -196,11 +174,12 @@ fn node_checks(state: &ConsulState, args: &[u8]) -> Answer {
     Ok(indexed(store.raft_index, "HealthChecks", checks))
 }
 
-fn coordinate_update(state: &ConsulState, args: &[u8]) -> Answer {
+fn coordinate_update(state: &ConsulState, authz: &Authz, args: &[u8]) -> Answer {
     let u: CoordinateUpdate = decode(args)?;
     let Some(coord) = u.coord.filter(valid_coordinate) else {
         return Err(RpcError::InvalidCoordinate);
     };
+    authz.check(Resource::Node, Access::Write, &u.node)?;
     if let Some(n) = state.store().nodes.get_mut(&u.node) {
         n.coord = Some(coord);
     }
@@ -217,12 +196,13 @@ fn valid_coordinate(c: &Value) -> bool {
         && ["Error", "Adjustment", "Height"].into_iter().all(finite)
 }
 
-fn session_apply(state: &ConsulState, args: &[u8]) -> Answer {
+fn session_apply(state: &ConsulState, authz: &Authz, args: &[u8]) -> Answer {
     let a: SessionApply = decode(args)?;
     let session = a.session.unwrap_or(Value::Null);
     match a.op.as_str() {
         "create" => {
             let b: SessionBody = serde_json::from_value(session).map_err(RpcError::DecodeField)?;
+            vet::session_create(state, authz, &b.node)?;
             let delay = lock_delay(b.lock_delay.as_ref())?;
             let id = writes::create_session(state, b, delay)?;
             Ok(msgpack(&Value::from(id)))
@@ -232,6 +212,7 @@ fn session_apply(state: &ConsulState, args: &[u8]) -> Answer {
                 .get("ID")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
+            vet::session_of(state, authz, id)?;
             writes::destroy_session(state, id);
             Ok(msgpack(&Value::from("")))
         }
@@ -239,13 +220,14 @@ fn session_apply(state: &ConsulState, args: &[u8]) -> Answer {
     }
 }
 
-fn session_renew(state: &ConsulState, args: &[u8]) -> Answer {
+fn session_renew(state: &ConsulState, authz: &Authz, args: &[u8]) -> Answer {
     let r: SessionRenew = decode(args)?;
     let id = if r.session_id.is_empty() {
         r.session
     } else {
         r.session_id
     };
+    vet::session_of(state, authz, &id)?;
     let sessions = match writes::renew_session(state, &id) {
         Some(s) => json!([s]),
         None => Value::Null,

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use agent_sim_proto::consul::subscribe::Topic;
 
+use super::acl::{Access, Resource};
 use super::render::{health_entries, pretty};
 use super::rpc_error::RpcError;
 use super::state::TopicKey;
@@ -163,9 +164,7 @@ pub(crate) async fn service_nodes(
     shutdown: &CancellationToken,
 ) -> Result<Bytes, RpcError> {
     let req: ServiceNodesRequest = rmp_serde::from_slice(args)?;
-    if state.acl_check(&req.token) == Err(Some(())) {
-        return Err(RpcError::AclNotFound);
-    }
+    let authz = state.acl(&req.token)?;
     let dc = state.store().datacenter.clone();
     if !req.datacenter.is_empty() && req.datacenter != dc {
         return Err(RpcError::NoPathToDatacenter);
@@ -184,5 +183,27 @@ pub(crate) async fn service_nodes(
     .await;
     let counters = &state.inner.counters;
     counters.bump(&counters.blocking_answers);
+    if !authz.allows(Resource::Service, Access::Read, &req.service_name) {
+        let index = state.store().service_index(&req.service_name);
+        return Ok(filtered(index));
+    }
     Ok(result(state, &req.service_name, false, Encoding::Msgpack).1)
+}
+
+/// `IndexedCheckServiceNodes` with every instance filtered out: what a
+/// token that may not read the service is answered.
+fn filtered(index: u64) -> Bytes {
+    let body = json!({
+        "Index": index,
+        "LastContact": 0,
+        "KnownLeader": true,
+        "ConsistencyLevel": "leader",
+        "NotModified": false,
+        "Backend": 0,
+        "ResultsFilteredByACLs": true,
+        "QueryBackend": 0,
+        "Nodes": [],
+    });
+    // serde_json values always encode.
+    Bytes::from(rmp_serde::to_vec_named(&body).unwrap_or_default())
 }

@@ -2,7 +2,7 @@
 //! certificates and a rotation: `ConnectCA.Roots` (blocking on the roots'
 //! index), `ConnectCA.Sign` (the CSR parsed and checked, its SPIFFE ID a
 //! service of this trust domain and datacenter, a leaf signed by the active
-//! root), Consul's rationing of signing (`csr_max_per_second` as a token
+//! root, the token allowed to write the service), Consul's rationing of signing (`csr_max_per_second` as a token
 //! bucket of burst 1 waited on at most 500 ms, else `csr_max_concurrent`
 //! slots waited on as long) answered in the real server's words, and
 //! `GET/PUT /v1/connect/ca/configuration` and `GET /v1/connect/ca/roots`.
@@ -13,7 +13,7 @@
 //! blocking roots query answers. Other changes (a TTL) keep the root.
 //!
 //! Keys and certificates are rcgen's (ECDSA P-256). Not here: intermediates
-//! and cross-signing, ACLs on signing, agent or mesh-gateway IDs.
+//! and cross-signing, agent or mesh-gateway IDs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -33,6 +33,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use agent_sim_proto::msgpack::Writer;
+
+use super::acl::AclError;
 
 /// `ConnectCA.Roots`.
 pub(crate) const ROOTS: &str = "ConnectCA.Roots";
@@ -106,6 +108,9 @@ pub(crate) enum CaError {
     /// A method the path under `/v1/connect/ca/` (named) does not take.
     #[error("method not allowed on /v1/connect/ca/{0}")]
     MethodNotAllowed(String),
+    /// The Sign's token is unknown, or may not write the service.
+    #[error(transparent)]
+    Acl(#[from] AclError),
 }
 
 impl CaError {
@@ -277,6 +282,8 @@ struct SignArgs {
     csr: String,
     #[serde(rename = "Datacenter", default)]
     datacenter: String,
+    #[serde(rename = "Token", default)]
+    token: String,
 }
 
 #[derive(Deserialize)]
@@ -371,8 +378,14 @@ impl Ca {
         }
     }
 
-    /// `ConnectCA.Sign`: an `IssuedCert`, or the error words.
-    pub(crate) async fn sign(&self, args: &[u8]) -> Result<Bytes, CaError> {
+    /// `ConnectCA.Sign`: an `IssuedCert`, or the error words;
+    /// `authorize(token, service)` checks the call's token may write the
+    /// service the CSR names (Consul's `service:write`).
+    pub(crate) async fn sign(
+        &self,
+        args: &[u8],
+        authorize: impl FnOnce(&str, &str) -> Result<(), AclError>,
+    ) -> Result<Bytes, CaError> {
         let a: SignArgs = rmp_serde::from_slice(args)?;
         if !a.datacenter.is_empty() && a.datacenter != self.datacenter {
             return Err(CaError::NoPathToDatacenter);
@@ -391,6 +404,7 @@ impl Ca {
                 return Err(e);
             }
         };
+        authorize(&a.token, &service)?;
         let Some(_slot) = self.admit().await else {
             self.bump(1);
             return Err(CaError::RateLimited);
@@ -671,6 +685,11 @@ mod tests {
     use super::*;
     use agent_sim_proto::msgpack::Writer;
 
+    /// No ACLs: every Sign may write its service.
+    fn allow(_: &str, _: &str) -> Result<(), AclError> {
+        Ok(())
+    }
+
     fn sign_args(csr: &str) -> Vec<u8> {
         let mut out = Vec::new();
         Writer(&mut out)
@@ -693,12 +712,15 @@ mod tests {
     async fn signs_a_service_leaf_under_the_active_root_and_rotates() {
         let ca = Ca::new(CaConfig::default(), "abcd1234-0000", "dc1");
         let uri = "spiffe://abcd1234-0000.consul/ns/default/dc/dc1/svc/web";
-        let body = ca.sign(&sign_args(&csr_for(uri))).await.unwrap();
+        let body = ca.sign(&sign_args(&csr_for(uri)), allow).await.unwrap();
         assert!(body.len() > 500);
         assert_eq!(ca.snapshot().leaves_signed, 1);
         // Another trust domain or datacenter: refused in Consul's words.
         let other = "spiffe://other.consul/ns/default/dc/dc1/svc/web";
-        let e = ca.sign(&sign_args(&csr_for(other))).await.unwrap_err();
+        let e = ca
+            .sign(&sign_args(&csr_for(other)), allow)
+            .await
+            .unwrap_err();
         assert!(matches!(e, CaError::OtherTrustDomain { .. }), "{e}");
         assert!(
             e.to_string()
@@ -731,7 +753,11 @@ mod tests {
         // A burst of one, then a token every 500 ms (waited for), then
         // one that would wait 1 s: refused at once.
         let args = sign_args(&csr);
-        let (a, b, c) = tokio::join!(ca.sign(&args), ca.sign(&args), ca.sign(&args));
+        let (a, b, c) = tokio::join!(
+            ca.sign(&args, allow),
+            ca.sign(&args, allow),
+            ca.sign(&args, allow)
+        );
         assert!(a.is_ok() && b.is_ok());
         let c = c.unwrap_err();
         assert!(matches!(c, CaError::RateLimited));

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::kv::Error;
 use super::kv::{DirEntry, KvRequest, Query, Verb, txn, wait};
 use crate::consul::ConsulState;
+use crate::consul::acl::{Access, Authz, Denied, Resource, vet};
 use crate::consul::fields::nullable;
 use crate::consul::rpc_error::RpcError;
 use crate::consul::timing::TxnTimer;
@@ -205,15 +206,14 @@ fn decode<T: for<'de> Deserialize<'de>>(args: &[u8]) -> Result<T, RpcError> {
     Ok(rmp_serde::from_slice(args)?)
 }
 
-/// The token and datacenter checks every call makes first.
-fn admitted(state: &ConsulState, token: &str, dc: &str) -> Result<(), RpcError> {
-    if state.acl_check(token) == Err(Some(())) {
-        return Err(RpcError::AclNotFound);
-    }
+/// The token and datacenter checks every call makes first: what the
+/// token may do.
+fn admitted(state: &ConsulState, token: &str, dc: &str) -> Result<Authz, RpcError> {
+    let authz = state.acl(token)?;
     if !dc.is_empty() && dc != state.store().datacenter {
         return Err(RpcError::NoPathToDatacenter);
     }
-    Ok(())
+    Ok(authz)
 }
 
 /// Answers a `KVS.*` call; `None` for a method this server lacks.
@@ -238,7 +238,7 @@ async fn read(
     shutdown: &CancellationToken,
 ) -> Result<Bytes, RpcError> {
     let req: KeyRequest = decode(args)?;
-    admitted(state, &req.token, &req.datacenter)?;
+    let authz = admitted(state, &req.token, &req.datacenter)?;
     let wait_for = Duration::from_nanos(req.max_query_time);
     let q = match method {
         "KVS.Get" => Query::Key(&req.key),
@@ -250,6 +250,11 @@ async fn read(
     let fault = state.kv_read_fault(match q {
         Query::Key(k) | Query::Prefix(k) => k,
     });
+    // Reads need key:read: a key's is checked, a listing drops the rest.
+    let readable = |k: &str| authz.allows(Resource::Key, Access::Read, k);
+    if method == "KVS.Get" {
+        authz.check(Resource::Key, Access::Read, &req.key)?;
+    }
     let store = state.store();
     let kv = &store.kv;
     match method {
@@ -266,7 +271,8 @@ async fn read(
         }
         "KVS.List" => {
             let index = fault.index(kv.list_index(&req.key));
-            let mut entries: Vec<&DirEntry> = kv.range(&req.key).collect();
+            let mut entries: Vec<&DirEntry> =
+                kv.range(&req.key).filter(|e| readable(&e.key)).collect();
             let huge = entries.first().and_then(|e| fault.entry(e));
             if let Some(h) = &huge {
                 entries[0] = h;
@@ -284,7 +290,8 @@ async fn read(
         }
         _ => {
             let index = fault.index(kv.list_index(&req.prefix));
-            let keys = kv.list_keys(&req.prefix, &req.separator);
+            let mut keys = kv.list_keys(&req.prefix, &req.separator);
+            keys.retain(|k| readable(k));
             Ok(indexed(index, "Keys", |w| {
                 if keys.is_empty() {
                     w.nil();
@@ -303,19 +310,14 @@ async fn read(
 /// answer is no bool), or its error in Consul's words.
 fn apply(state: &ConsulState, args: &[u8]) -> Result<Bytes, RpcError> {
     let req: KvsRequest = decode(args)?;
-    admitted(state, &req.token, &req.datacenter)?;
-    if state.acl_check(&req.token).is_err() {
-        return Err(RpcError::PermissionDenied {
-            perm: "key:write",
-            on: format!("{:?}", req.dir_ent.key),
-        });
-    }
+    let authz = admitted(state, &req.token, &req.datacenter)?;
     let Some(verb) = Verb::parse(&req.op) else {
         return Err(Error::UnknownOp(req.op).into());
     };
     if req.dir_ent.key.is_empty() && verb != Verb::DeleteTree {
         return Err(Error::NoKey.into());
     }
+    vet::kv_op(&authz, &req.op, &req.dir_ent.key)?;
     if !verb.is_write() {
         return Err(RpcError::NotAWrite(req.op));
     }
@@ -335,8 +337,23 @@ fn apply(state: &ConsulState, args: &[u8]) -> Result<Bytes, RpcError> {
 /// `QueryMeta`. Only KV ops are served; another kind is that op's error.
 fn txn(state: &ConsulState, method: &str, args: &[u8]) -> Result<Bytes, RpcError> {
     let req: TxnRequest = decode(args)?;
-    admitted(state, &req.token, &req.datacenter)?;
+    let authz = admitted(state, &req.token, &req.datacenter)?;
     let read = method == "Txn.Read";
+    // Ops the token may not do: the answer's errors, nothing applied.
+    let denied: Vec<(usize, Denied)> = req
+        .ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, op)| {
+            let kv = op.kv.as_ref()?;
+            vet::txn_kv_op(&authz, &kv.verb, &kv.dir_ent.key)
+                .err()
+                .map(|d| (i, d))
+        })
+        .collect();
+    if !denied.is_empty() {
+        return Ok(txn_response::<Denied>(read, &Err(denied)));
+    }
     let mut ops = Vec::with_capacity(req.ops.len());
     let mut errors = Vec::new();
     for (i, op) in req.ops.into_iter().enumerate() {
@@ -385,9 +402,12 @@ fn txn(state: &ConsulState, method: &str, args: &[u8]) -> Result<Bytes, RpcError
     Ok(txn_response(read, &outcome))
 }
 
+/// A txn's results, or its ops' errors (each op's index and error).
+type TxnOutcome<E> = Result<Vec<(usize, DirEntry)>, Vec<(usize, E)>>;
+
 /// `TxnResponse` (and `TxnReadResponse`, its `QueryMeta` beside it),
 /// keys sorted.
-fn txn_response(read: bool, outcome: &Result<Vec<(usize, DirEntry)>, Vec<txn::OpError>>) -> Bytes {
+fn txn_response<E: std::fmt::Display>(read: bool, outcome: &TxnOutcome<E>) -> Bytes {
     let mut buf = Vec::with_capacity(256);
     let mut w = Writer(&mut buf);
     w.map(if read { 9 } else { 2 });

@@ -59,8 +59,10 @@
 //! they share), `kv` (the KV store, its locks and blocking reads), `http` (the API, one file per endpoint family), `render`
 //! (the catalog in Consul's JSON), `sessions`, `grpc` (the public gRPC
 //! port, one file per service) and `xds` (Envoy resources from the
-//! catalog) and `serf` (the LAN pool).
+//! catalog), `serf` (the LAN pool) and `acl` (tokens, policies, and
+//! what a request's token may do).
 
+mod acl;
 mod agent_rpc;
 mod blocking;
 mod conn;
@@ -92,6 +94,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::watch;
 
+pub use acl::AclSnapshot;
 pub use connect_ca::{CaConfig, CaSnapshot, RATE_LIMITED};
 pub use grpc::serve_grpc;
 pub use http::{ApiRequest, dispatch, serve_http};
@@ -128,11 +131,13 @@ pub struct ConsulTargetConfig {
     /// this many from one client IP are closed right after accept, without
     /// a byte (0 = no cap; a real server's default is 100).
     pub rpc_max_conns_per_client: usize,
-    /// ACLs with `default_policy = "deny"` when set: the tokens the server
-    /// knows (each allowed everything). Writes without a token are denied
-    /// and unknown tokens are `ACL not found`, in Consul 1.20's words; a
-    /// Subscribe without a token gets an empty snapshot, with an unknown
-    /// token `Unknown: ACL not found`.
+    /// ACLs with `default_policy = "deny"` when set: these secrets are
+    /// management tokens (everything allowed); more tokens, with node and
+    /// service identities and policies, are made at `/v1/acl/token` (see
+    /// `acl`). Requests are allowed what their token's rules grant, denied
+    /// and `ACL not found` in Consul 1.20's words; a Subscribe whose token
+    /// may not read the service (no token included) gets an empty
+    /// snapshot, with an unknown token `Unknown: ACL not found`.
     pub acl_tokens: Option<Vec<String>>,
     /// How long the xDS server waits after a catalog change before it
     /// rebuilds a proxy's resources (Consul's proxycfg coalescing, 200 ms).
@@ -294,6 +299,8 @@ pub struct ConsulTargetSnapshot {
     pub serf: SerfSnapshot,
     /// The Connect CA: leaves signed, rate-limited answers, roots.
     pub connect_ca: CaSnapshot,
+    /// ACL resolutions and denials, tokens and policies held.
+    pub acl: AclSnapshot,
 }
 
 #[derive(Default)]
@@ -340,6 +347,7 @@ struct Counters {
     kv_lock_refused: AtomicU64,
     kv_txns: AtomicU64,
     serf: Arc<serf::SerfCounters>,
+    acl: Arc<acl::AclCounters>,
 }
 
 /// The methods whose calls are counted by name (the rest as `other`).
@@ -421,6 +429,8 @@ struct Inner {
     ca: connect_ca::Ca,
     /// How long KV and txn applies took (`/v1/agent/metrics`).
     timings: Mutex<timing::Timings>,
+    /// Tokens and policies (ACLs on with `acl_tokens`).
+    acl: acl::Acl,
 }
 
 /// One RPC connection counted against its client IP's cap; uncounted on drop.
@@ -449,15 +459,10 @@ impl ConsulState {
         })
     }
 
-    /// Whether a request's token may act: `Ok` with ACLs off or a known
-    /// token; `Err(None)` no token; `Err(Some(()))` an unknown token.
-    pub(crate) fn acl_check(&self, token: &str) -> Result<(), Option<()>> {
-        match &self.inner.cfg.acl_tokens {
-            None => Ok(()),
-            Some(_) if token.is_empty() => Err(None),
-            Some(known) if known.iter().any(|t| t == token) => Ok(()),
-            Some(_) => Err(Some(())),
-        }
+    /// What a request's token may do (`""`: the anonymous token), or
+    /// `ACL not found`.
+    pub(crate) fn acl(&self, token: &str) -> Result<acl::Authz, acl::AclError> {
+        self.inner.acl.resolve(token)
     }
 }
 
@@ -535,6 +540,12 @@ impl ConsulState {
             counters.serf.clone(),
         );
         let trust_domain = uuid::Uuid::new_v4().to_string();
+        let acl = acl::Acl::new(
+            cfg.acl_tokens.as_deref(),
+            &cfg.datacenter,
+            idx,
+            counters.acl.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 store: Mutex::new(store),
@@ -552,6 +563,7 @@ impl ConsulState {
                 node_id,
                 serf: Arc::new(serf),
                 timings: Mutex::new(timing::Timings::default()),
+                acl,
             }),
         }
     }
@@ -618,6 +630,7 @@ impl ConsulState {
             kv_keys,
             serf: self.inner.serf.snapshot(),
             connect_ca: self.inner.ca.snapshot(),
+            acl: self.inner.acl.snapshot(),
         }
     }
 

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use agent_sim_proto::msgpack::MessageScan;
 use bytes::Bytes;
 
+use super::acl::{Access, Resource};
 use super::blocking::{SERVICE_NODES, service_nodes};
 use super::rpc_error::RpcError;
 use super::{ConsulState, Gauge, agent_rpc, connect_ca, kv_rpc};
@@ -47,7 +48,13 @@ async fn call(
     match method {
         SERVICE_NODES => service_nodes(state, args, shutdown).await,
         connect_ca::ROOTS => Ok(state.ca().roots(args, shutdown).await?),
-        connect_ca::SIGN => Ok(state.ca().sign(args).await?),
+        connect_ca::SIGN => {
+            let authorize = |token: &str, service: &str| {
+                let authz = state.acl(token)?;
+                Ok(authz.check(Resource::Service, Access::Write, service)?)
+            };
+            Ok(state.ca().sign(args, authorize).await?)
+        }
         m => match agent_rpc::answer(state, m, args) {
             Some(answer) => answer,
             None => Err(unknown_method(m)),

@@ -39,6 +39,7 @@ use tonic::server::{Grpc, ServerStreamingService};
 use agent_sim_proto::codec::{Buffers, PreEncoded, SmallCodec};
 use agent_sim_proto::consul::subscribe::{SubscribeRequest, Topic, subscribe_request::Subject};
 
+use super::acl::{Access, Resource};
 use super::conn::{accept_loop, drive_connection, h2_builder, tls_accept};
 use super::mux::{RPC_MULTIPLEX_V2, serve_mux};
 use super::state::{Start, TopicKey};
@@ -334,6 +335,9 @@ struct Subscription {
     end_after: Option<usize>,
     /// The stream was ended by a fault (cut or truncated).
     faulted: bool,
+    /// The token may not read the service: snapshots empty, events
+    /// dropped.
+    blind: bool,
 }
 
 enum Wake {
@@ -352,25 +356,20 @@ impl Subscription {
         let counters = &state.inner.counters;
         counters.bump(&counters.subscribe_calls);
         let key = topic_key(&req)?;
-        let anonymous = match state.acl_check(&req.token) {
-            Ok(()) => false,
+        // A token that may not read the topic's service (the anonymous
+        // one under default-deny) sees nothing: an empty snapshot and no
+        // events, not an error (Consul filters a stream's events by ACL).
+        let blind = match state.acl(&req.token) {
+            Ok(a) => !a.allows(Resource::Service, Access::Read, &key.key),
             // As Consul 1.20: code Unknown, the bare text.
-            Err(Some(())) => return Err(Status::unknown("ACL not found")),
-            Err(None) => true,
+            Err(_) => return Err(Status::unknown("ACL not found")),
         };
         let mut store = state.store();
         if !store.room_for_topic(&key) {
             return Err(Status::resource_exhausted(super::write_error::CATALOG_FULL));
         }
-        let (mut start, rx) = store.subscribe(&key, req.index);
+        let (start, rx) = store.subscribe(&key, req.index);
         drop(store);
-        if anonymous {
-            // Under default-deny an anonymous subscriber sees nothing: an
-            // empty snapshot, not an error.
-            if let Start::Snapshot { payloads, .. } = &mut start {
-                *payloads = Default::default();
-            }
-        }
         let mut sub = Self {
             state: state.clone(),
             key,
@@ -384,6 +383,7 @@ impl Subscription {
             truncate: None,
             end_after: None,
             faulted: false,
+            blind,
         };
         sub.start(start, false);
         Ok(sub)
@@ -404,7 +404,10 @@ impl Subscription {
         }
     }
 
-    fn start(&mut self, start: Start, force_new_snapshot: bool) {
+    fn start(&mut self, mut start: Start, force_new_snapshot: bool) {
+        if let (true, Start::Snapshot { payloads, .. }) = (self.blind, &mut start) {
+            *payloads = Default::default();
+        }
         let counters = &self.state.inner.counters;
         match start {
             Start::Resume => counters.bump(&counters.resumes_served),
@@ -484,6 +487,7 @@ impl Subscription {
                         return Some(Err(status));
                     }
                 }
+                Wake::Event(Ok(_)) if self.blind => {}
                 Wake::Event(Ok(b)) => return self.emit(b).await,
                 Wake::Event(Err(_lagged_or_closed)) => self.resnapshot(),
             }

@@ -4,6 +4,7 @@
 //! (the tests compare them to a real server's), so the words stay as they
 //! are and the cause stays matchable.
 
+use super::acl::{AclError, Denied};
 use super::connect_ca::CaError;
 use super::kv;
 use super::write_error::WriteError;
@@ -20,24 +21,13 @@ pub(crate) enum RpcError {
     /// be (a session's body).
     #[error("rpc: decoding the request: {0}")]
     DecodeField(#[source] serde_json::Error),
-    /// The token is not one this server knows.
-    #[error("ACL not found")]
-    AclNotFound,
+    /// The token is not one this server knows (`ACL not found`), or it
+    /// lacks a permission (`Permission denied: ...`).
+    #[error(transparent)]
+    Acl(#[from] AclError),
     /// The call names another datacenter.
     #[error("No path to datacenter")]
     NoPathToDatacenter,
-    /// A write without a token (the anonymous token lacks `perm` on `on`,
-    /// `on` as Consul quotes it).
-    #[error(
-        "Permission denied: anonymous token lacks permission '{perm}' on {on}. The anonymous \
-         token is used implicitly when a request does not specify a token."
-    )]
-    PermissionDenied {
-        /// The permission lacked (`key:write`, `node:write`, ...).
-        perm: &'static str,
-        /// The resource, quoted.
-        on: String,
-    },
     /// `Health.ServiceNodes` without a service name.
     #[error("Must provide service name")]
     NoServiceName,
@@ -74,4 +64,10 @@ pub(crate) enum RpcError {
     /// A `consul.rpc` fault answering as a rate-limited server does.
     #[error("rpc error: {}", RETRY_LATER)]
     RateLimited,
+}
+
+impl From<Denied> for RpcError {
+    fn from(d: Denied) -> Self {
+        RpcError::Acl(AclError::Denied(d))
+    }
 }

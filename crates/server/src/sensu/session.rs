@@ -1,5 +1,6 @@
-//! One agent connection: the upgrade (headers, credentials, encoding) and the session
-//! loop (entity_config, validation, check requests, close).
+//! One agent connection: TLS when the port has it, the upgrade (`upgrade`:
+//! headers, credentials or client certificate, encoding) and the session loop
+//! (entity_config, validation, check requests, close).
 
 use std::future::pending;
 use std::pin::Pin;
@@ -8,54 +9,29 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use agent_sim_proto::sensu::{v2, v3};
-use agent_sim_sensu::codec::{self, Encoding};
-use base64::Engine as _;
+use agent_sim_sensu::codec;
 use bytes::Bytes;
 use futures_util::stream::{SelectAll, Stream};
 use futures_util::{SinkExt as _, StreamExt as _};
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
-use http::{HeaderMap, HeaderValue, StatusCode};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::error::Error as WsError;
-use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 
 use super::inbound::Inbound;
 use super::stats::{ActiveGuard, inc};
+use super::tls::{self, Conn};
+use super::upgrade::{self, Hello, Way, Ws};
 use super::{Publication, Shared, frame_index};
-use crate::faults::{
-    self, Action, FaultIo, INJECTED_WORDS, Kill, OVERSIZED_WS, STALL_LIMIT, Target,
-};
+use crate::faults::{self, Action, Kill, OVERSIZED_WS, STALL_LIMIT, Target};
 
-/// An upgrade that sends no complete request within this is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// After shutdown, how long a session waits for its close frame to go out and the
 /// peer's close to come back.
 const CLOSE_GRACE: Duration = Duration::from_millis(1500);
-
-const OCTET_STREAM: &str = "application/octet-stream";
-const JSON: &str = "application/json";
-
-type Ws = WebSocketStream<FaultIo>;
-
-/// What the upgrade request told us.
-struct Hello {
-    /// `Sensu-AgentName` (may be empty).
-    name: String,
-    /// `Sensu-User`.
-    user: String,
-    /// Index into the configured namespaces.
-    ns: usize,
-    enc: Encoding,
-    /// Header subscriptions plus `entity:<name>`.
-    subscriptions: Vec<String>,
-}
 
 /// Runs one connection to its end.
 pub(super) async fn run(stream: TcpStream, shared: Arc<Shared>, shutdown: CancellationToken) {
@@ -76,11 +52,28 @@ pub(super) async fn run(stream: TcpStream, shared: Arc<Shared>, shutdown: Cancel
             _ => {}
         }
     }
+    let conn = match &shared.tls {
+        // Boxed, as the upgrade: rustls's handshake state must not stay
+        // inside the session future.
+        Some(cfg) => {
+            let accept = tls::accept(io, cfg.clone(), &shared.stats, &shutdown);
+            match Box::pin(accept).await {
+                Some(conn) => conn,
+                None => return,
+            }
+        }
+        None => Conn::Plain(io),
+    };
     // Boxed: the handshake state machine must not stay inside the session future.
-    let Some((mut ws, hello)) = Box::pin(handshake(io, &shared, &shutdown, injected)).await else {
+    let upgrade = upgrade::handshake(conn, &shared, &shutdown, injected);
+    let Some((mut ws, hello)) = Box::pin(upgrade).await else {
         return;
     };
     inc(&shared.stats.upgrades_accepted);
+    inc(match hello.way {
+        Way::Password => &shared.stats.accepted_password,
+        Way::Certificate => &shared.stats.accepted_certificate,
+    });
     session_fault(&shared, &mut ws);
     let _active = ActiveGuard::new(&shared.stats.sessions_active);
     let feeds = Feeds::new(&shared, &hello.subscriptions);
@@ -93,155 +86,16 @@ pub(super) async fn run(stream: TcpStream, shared: Arc<Shared>, shutdown: Cancel
     session.run(ws, &shutdown).await;
 }
 
-/// Upgrades `stream`; `None` if the request was rejected or failed (counted).
-// The callback's error type is tungstenite's `ErrorResponse`.
-#[allow(clippy::result_large_err)]
-async fn handshake(
-    stream: FaultIo,
-    shared: &Shared,
-    shutdown: &CancellationToken,
-    injected: Option<u16>,
-) -> Option<(Ws, Hello)> {
-    let mut hello = None;
-    let callback = |req: &Request, resp: Response| match injected {
-        Some(code) => Err(injected_response(code)),
-        None => check_upgrade(shared, req, resp, &mut hello),
-    };
-    let accept = tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(shared.ws_config)),
-    );
-    let result = tokio::select! {
-        () = shutdown.cancelled() => return None,
-        result = accept => result,
-    };
-    match result {
-        Ok(Ok(ws)) => match hello {
-            Some(hello) => Some((ws, hello)),
-            None => {
-                inc(&shared.stats.handshake_errors);
-                None
-            }
-        },
-        // Rejected by `check_upgrade` (counted there) or by a fault.
-        Ok(Err(WsError::Http(_))) => None,
-        Ok(Err(_)) | Err(_) => {
-            inc(&shared.stats.handshake_errors);
-            None
-        }
-    }
-}
-
-/// The upgrade callback: namespace (404), credentials (401), encoding; adds the
-/// `Backend-ID`, `Accept` (twice) and `Content-Type` headers to the `101`.
-#[allow(clippy::result_large_err)] // the error type is tungstenite's `ErrorResponse`
-fn check_upgrade(
-    shared: &Shared,
-    req: &Request,
-    mut resp: Response,
-    out: &mut Option<Hello>,
-) -> Result<Response, ErrorResponse> {
-    let headers = req.headers();
-    let stats = &shared.stats;
-    // The real backend's order: authentication (401), then authorization
-    // (403), then the namespace (404); bodies as Go's http.Error writes them.
-    let credentials_ok = match basic_auth(headers) {
-        None => {
-            inc(&stats.upgrades_rejected);
-            inc(&stats.rejected_credentials);
-            return Err(error_response(
-                StatusCode::UNAUTHORIZED,
-                "missing credentials\n",
-            ));
-        }
-        Some((user, password)) => user == shared.user && password == shared.password,
-    };
-    if !credentials_ok {
-        inc(&stats.upgrades_rejected);
-        inc(&stats.rejected_credentials);
-        return Err(error_response(
-            StatusCode::UNAUTHORIZED,
-            "bad credentials\n",
-        ));
-    }
-    let asked = header_str(headers, "sensu-namespace").unwrap_or_default();
-    let ns = shared
-        .namespaces
-        .iter()
-        .position(|n| n == asked)
-        .filter(|_| tokio::time::Instant::now() >= shared.namespaces_ready_at);
-    let Some(ns) = ns else {
-        inc(&stats.upgrades_rejected);
-        inc(&stats.rejected_namespace);
-        return Err(error_response(
-            StatusCode::NOT_FOUND,
-            &format!("namespace {asked:?} not found\n"),
-        ));
-    };
-    let enc = if headers
-        .get_all(ACCEPT)
-        .iter()
-        .any(|v| v.to_str().is_ok_and(|v| v.contains(OCTET_STREAM)))
-    {
-        Encoding::Protobuf
-    } else {
-        Encoding::Json
-    };
-    let name = header_str(headers, "sensu-agentname")
-        .unwrap_or_default()
-        .to_owned();
-    let user = header_str(headers, "sensu-user")
-        .unwrap_or_default()
-        .to_owned();
-    // Bound: the upgrade request is at most 64 KiB (tungstenite's handshake
-    // limit), and the list is dropped after the first entity_config.
-    let mut subscriptions: Vec<String> = header_str(headers, "sensu-subscriptions")
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if !name.is_empty() {
-        let entity = format!("entity:{name}");
-        if !subscriptions.contains(&entity) {
-            subscriptions.push(entity);
-        }
-    }
-    subscriptions.shrink_to_fit();
-
-    let h = resp.headers_mut();
-    h.insert("backend-id", shared.backend_id.clone());
-    h.append(ACCEPT, HeaderValue::from_static(OCTET_STREAM));
-    h.append(ACCEPT, HeaderValue::from_static(JSON));
-    h.insert(CONTENT_TYPE, HeaderValue::from_static(enc.content_type()));
-    *out = Some(Hello {
-        name,
-        user,
-        ns,
-        enc,
-        subscriptions,
-    });
-    Ok(resp)
-}
-
-/// The answer to an upgrade refused by a fault: the status, and a body
-/// saying who refused it.
-fn injected_response(code: u16) -> ErrorResponse {
-    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-    error_response(status, &format!("{INJECTED_WORDS}\n"))
-}
-
 /// A `sensu.session` fault decided when the session starts: listed for
 /// faults at a time, and hit `after` into its life by a fault with a rate.
 fn session_fault(shared: &Shared, ws: &mut Ws) {
     let faults = &shared.faults;
-    faults.enlist(ws.get_mut(), Target::SensuSession);
+    faults.enlist(ws.get_mut().fault_io_mut(), Target::SensuSession);
     let Some(hit) = faults.draw(Target::SensuSession, None) else {
         return;
     };
     let kill = faults::kill_of(&hit.action);
-    let Some(ctl) = ws.get_ref().ctl() else {
+    let Some(ctl) = ws.get_ref().fault_io().ctl() else {
         return;
     };
     let ctl = std::sync::Arc::downgrade(&ctl);
@@ -255,38 +109,6 @@ fn session_fault(shared: &Shared, ws: &mut Ws) {
             ctl.kill(kill);
         }
     });
-}
-
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-/// `(user, password)` of an `Authorization: Basic` header, like Go's `Request.BasicAuth`.
-fn basic_auth(headers: &HeaderMap) -> Option<(String, String)> {
-    let value = headers.get(AUTHORIZATION)?.as_bytes();
-    let (scheme, rest) = value.split_at_checked(6)?;
-    if !scheme.eq_ignore_ascii_case(b"basic ") {
-        return None;
-    }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(rest)
-        .ok()?;
-    let decoded = String::from_utf8(decoded).ok()?;
-    let (user, password) = decoded.split_once(':')?;
-    Some((user.to_owned(), password.to_owned()))
-}
-
-fn error_response(status: StatusCode, body: &str) -> ErrorResponse {
-    let mut resp = ErrorResponse::new(Some(body.to_owned()));
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    h.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-    h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-    resp
 }
 
 /// The check channels a session listens to.
@@ -556,7 +378,7 @@ async fn send_frame(
                 let mut raw = server_frame_header(frame.len());
                 raw.extend_from_slice(&frame[..frame.len() / 2]);
                 let _ = write_raw(ws, &raw).await;
-                ws.get_ref().kill(Kill::Drop);
+                ws.get_ref().fault_io().kill(Kill::Drop);
                 return Err(End::Closed);
             }
             _ => {}
@@ -618,35 +440,4 @@ async fn close(ws: &mut Ws) {
         }
     })
     .await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn headers(auth: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(AUTHORIZATION, HeaderValue::from_str(auth).unwrap());
-        h
-    }
-
-    #[test]
-    fn basic_auth_parses_like_go() {
-        // base64("agent:P@ssw0rd!")
-        let h = headers("Basic YWdlbnQ6UEBzc3cwcmQh");
-        assert_eq!(
-            basic_auth(&h),
-            Some(("agent".to_owned(), "P@ssw0rd!".to_owned()))
-        );
-        assert_eq!(
-            basic_auth(&headers("basic YWdlbnQ6UEBzc3cwcmQh")).map(|c| c.0),
-            Some("agent".to_owned())
-        );
-        assert_eq!(basic_auth(&headers("Bearer abc")), None);
-        assert_eq!(basic_auth(&headers("Basic !!!")), None);
-        assert_eq!(basic_auth(&headers("Basic")), None);
-        assert_eq!(basic_auth(&HeaderMap::new()), None);
-        // base64("nocolon")
-        assert_eq!(basic_auth(&headers("Basic bm9jb2xvbg==")), None);
-    }
 }

@@ -19,6 +19,21 @@ pub struct SensuTargetStats {
     pub rejected_namespace: AtomicU64,
     /// Upgrades answered 401 (missing or wrong credentials).
     pub rejected_credentials: AtomicU64,
+    /// Of `upgrades_accepted`, those let in by their password.
+    pub accepted_password: AtomicU64,
+    /// Of `upgrades_accepted`, those let in by a verified client
+    /// certificate (no password check).
+    pub accepted_certificate: AtomicU64,
+    /// Password checks made with bcrypt (`password_cost` set), right or
+    /// wrong.
+    pub bcrypt_checks: AtomicU64,
+    /// CPU time of those checks, in microseconds.
+    pub bcrypt_cpu_us: AtomicU64,
+    /// TLS handshakes that failed (`tls` set), whatever the cause.
+    pub tls_handshake_errors: AtomicU64,
+    /// Of those, the ones that refused the client's certificate (not
+    /// signed by the agent CA, expired, ...).
+    pub rejected_client_cert: AtomicU64,
     /// Connections that failed before a session started for another reason (not a
     /// WebSocket request, timeout, I/O error).
     pub handshake_errors: AtomicU64,
@@ -60,6 +75,12 @@ pub struct SensuTargetSnapshot {
     pub upgrades_rejected: u64,
     pub rejected_namespace: u64,
     pub rejected_credentials: u64,
+    /// Accepted upgrades by the way in: `password`, `certificate`.
+    pub upgrades_accepted_by_auth: BTreeMap<String, u64>,
+    pub bcrypt_checks: u64,
+    pub bcrypt_cpu_us: u64,
+    pub tls_handshake_errors: u64,
+    pub rejected_client_cert: u64,
     pub handshake_errors: u64,
     pub accept_errors: u64,
     /// Clamped at 0.
@@ -82,15 +103,27 @@ pub struct SensuTargetSnapshot {
 impl SensuTargetSnapshot {
     /// The counts of two backends together.
     pub fn add(&self, o: &SensuTargetSnapshot) -> SensuTargetSnapshot {
-        let mut rejected_by_reason = self.rejected_by_reason.clone();
-        for (k, v) in &o.rejected_by_reason {
-            *rejected_by_reason.entry(k.clone()).or_insert(0) += v;
-        }
+        let sum = |a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>| {
+            let mut out = a.clone();
+            for (k, v) in b {
+                *out.entry(k.clone()).or_insert(0) += v;
+            }
+            out
+        };
+        let rejected_by_reason = sum(&self.rejected_by_reason, &o.rejected_by_reason);
         SensuTargetSnapshot {
             upgrades_accepted: self.upgrades_accepted + o.upgrades_accepted,
             upgrades_rejected: self.upgrades_rejected + o.upgrades_rejected,
             rejected_namespace: self.rejected_namespace + o.rejected_namespace,
             rejected_credentials: self.rejected_credentials + o.rejected_credentials,
+            upgrades_accepted_by_auth: sum(
+                &self.upgrades_accepted_by_auth,
+                &o.upgrades_accepted_by_auth,
+            ),
+            bcrypt_checks: self.bcrypt_checks + o.bcrypt_checks,
+            bcrypt_cpu_us: self.bcrypt_cpu_us + o.bcrypt_cpu_us,
+            tls_handshake_errors: self.tls_handshake_errors + o.tls_handshake_errors,
+            rejected_client_cert: self.rejected_client_cert + o.rejected_client_cert,
             handshake_errors: self.handshake_errors + o.handshake_errors,
             accept_errors: self.accept_errors + o.accept_errors,
             sessions_active: self.sessions_active + o.sessions_active,
@@ -119,6 +152,17 @@ impl SensuTargetStats {
             upgrades_rejected: get(&self.upgrades_rejected),
             rejected_namespace: get(&self.rejected_namespace),
             rejected_credentials: get(&self.rejected_credentials),
+            upgrades_accepted_by_auth: [
+                ("password", &self.accepted_password),
+                ("certificate", &self.accepted_certificate),
+            ]
+            .into_iter()
+            .map(|(k, c)| (k.to_owned(), get(c)))
+            .collect(),
+            bcrypt_checks: get(&self.bcrypt_checks),
+            bcrypt_cpu_us: get(&self.bcrypt_cpu_us),
+            tls_handshake_errors: get(&self.tls_handshake_errors),
+            rejected_client_cert: get(&self.rejected_client_cert),
             handshake_errors: get(&self.handshake_errors),
             accept_errors: get(&self.accept_errors),
             sessions_active: self.sessions_active.load(Ordering::Relaxed).max(0) as u64,

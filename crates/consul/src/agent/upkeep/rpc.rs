@@ -177,7 +177,7 @@ impl ConsulAgent {
             address: self.node_address(),
             node,
             prefix: sh.cfg.conn.name_prefix.clone(),
-            token: sh.token.clone(),
+            token: self.token().to_owned(),
         };
         let n = sh.cfg.services_per_agent;
         let upstreams: Vec<(String, u16)> = self
@@ -306,6 +306,7 @@ impl ConsulAgent {
         let node = self.node();
         let sh = c.sh.clone();
         let ttl = sh.ttl.as_ref().map(|(_, t)| t.clone()).unwrap_or_default();
+        let index = self.index;
         Box::pin(async move {
             let s = session::NewSession {
                 datacenter: &sh.cfg.conn.datacenter,
@@ -315,7 +316,7 @@ impl ConsulAgent {
                 behavior: "release",
                 // A node that is no gossip member has no serfHealth.
                 node_checks: &[],
-                token: &sh.token,
+                token: sh.token(index),
             };
             let create = |seq, out: &mut Vec<u8>| session::encode_create(seq, &s, out);
             let r = match c.call(Rpc::SessionApply, create).await {
@@ -331,13 +332,14 @@ impl ConsulAgent {
     /// `Session.Renew` of the agent's session, timed.
     fn renew_call(&self, c: Caller) -> UpkeepCall {
         let id = self.session_id.as_deref().unwrap_or_default().to_owned();
+        let index = self.index;
         Box::pin(async move {
             let start = Instant::now();
             let sh = &c.sh;
             let dc = &sh.cfg.conn.datacenter;
             let r = match c
                 .call(Rpc::SessionRenew, |seq, out| {
-                    session::encode_renew(seq, dc, &id, &sh.token, out)
+                    session::encode_renew(seq, dc, &id, sh.token(index), out)
                 })
                 .await
             {
@@ -380,13 +382,21 @@ impl ConsulAgent {
                 .and_then(|e| e.vivaldi.as_ref())
                 .map_or_else(Default::default, |v| v.coord().clone()),
         };
+        let index = self.index;
         Box::pin(async move {
             let start = Instant::now();
             let sh = &c.sh;
             let dc = &sh.cfg.conn.datacenter;
             let r = c
                 .call(Rpc::CoordinateUpdate, |seq, out| {
-                    crate::rpc::coordinate::encode_update(seq, dc, &node, &coord, &sh.token, out)
+                    crate::rpc::coordinate::encode_update(
+                        seq,
+                        dc,
+                        &node,
+                        &coord,
+                        sh.token(index),
+                        out,
+                    )
                 })
                 .await;
             Done::Coordinated(r.map(|_| ()).map_err(Refusal::from), start.elapsed())
@@ -396,6 +406,7 @@ impl ConsulAgent {
     /// `ConnectCA.Sign` of a new leaf's CSR.
     fn sign_call(&self, c: Caller) -> UpkeepCall {
         let req = self.sign_request();
+        let index = self.index;
         Box::pin(async move {
             let (csr, dc) = match req {
                 Ok(r) => r,
@@ -404,7 +415,7 @@ impl ConsulAgent {
             let sh = &c.sh;
             let r = c
                 .call(Rpc::ConnectSign, |seq, out| {
-                    crate::rpc::connect_ca::encode_sign(seq, &csr, &dc, &sh.token, out)
+                    crate::rpc::connect_ca::encode_sign(seq, &csr, &dc, sh.token(index), out)
                 })
                 .await;
             Done::Signed(match r {

@@ -244,17 +244,19 @@ impl hyper::service::Service<Request<Incoming>> for Router {
     }
 }
 
-/// The ACL check of a call's `x-consul-token`, in Consul's words.
+/// The ACL check of a call's `x-consul-token`, in Consul's words: any
+/// token the server holds passes (its rules are not applied to what the
+/// dataplane sees), no token is denied, an unknown one is `ACL not found`.
 fn authorize(state: &ConsulState, md: &MetadataMap) -> Result<(), Status> {
     let token = md
         .get("x-consul-token")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    match state.acl_check(token) {
-        Ok(()) => Ok(()),
-        Err(Some(())) => Err(Status::unauthenticated("ACL not found")),
-        Err(None) => Err(Status::permission_denied(
+    match state.acl(token) {
+        Ok(a) if a.is_anonymous() => Err(Status::permission_denied(
             "Permission denied: anonymous token lacks permission 'service:read'",
         )),
+        Ok(_) => Ok(()),
+        Err(_) => Err(Status::unauthenticated("ACL not found")),
     }
 }

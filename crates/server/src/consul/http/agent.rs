@@ -1,15 +1,16 @@
 //! `GET /v1/agent/members`: the LAN pool as this server sees it, itself
 //! included, shaped as Consul 1.20 prints serf's members (`Name`, `Addr`,
 //! `Port`, `Tags`, `Status`, protocol and delegate versions). With ACLs on,
-//! an unknown token is `ACL not found`, and no token sees no member (the
-//! anonymous token may not read nodes). `GET /v1/agent/metrics`: the KV
+//! an unknown token is `ACL not found`, and a token sees the members it
+//! may read (`node:read`; the anonymous token none). `GET /v1/agent/metrics`: the KV
 //! and txn apply summaries (`consul::timing`) and, in Prometheus text, the
 //! gossip series of the serf port under a real server's names
 //! (`consul::serf`'s exposition).
 
 use hyper::{Response, StatusCode};
 
-use super::{Body, json_response, text};
+use super::{Body, acl_refused, json_response, text};
+use crate::consul::acl::{Access, Resource};
 use crate::consul::{ConsulState, SerfMember, lock};
 
 /// `/v1/agent/metrics`: the KV and txn apply summaries and the serf port's
@@ -39,11 +40,14 @@ pub(super) fn agent_metrics(state: &ConsulState, query: &str) -> Response<Body> 
     json_response(StatusCode::OK, &body)
 }
 
-/// The members, sorted by name.
+/// The members the token may read (`node:read` on each), sorted by name.
 pub(super) fn agent_members(state: &ConsulState, token: &str) -> Response<Body> {
-    match state.acl_check(token) {
-        Ok(()) => json_response(StatusCode::OK, &state.serf_members()),
-        Err(None) => json_response(StatusCode::OK, &Vec::<SerfMember>::new()),
-        Err(Some(())) => text(StatusCode::FORBIDDEN, "ACL not found"),
+    match state.acl(token) {
+        Ok(a) => {
+            let mut members: Vec<SerfMember> = state.serf_members();
+            members.retain(|m| a.allows(Resource::Node, Access::Read, &m.name));
+            json_response(StatusCode::OK, &members)
+        }
+        Err(e) => acl_refused(&e),
     }
 }

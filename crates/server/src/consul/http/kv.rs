@@ -15,8 +15,9 @@ use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Response, StatusCode};
 use serde::Serialize;
 
-use super::{ApiRequest, Body, json_bytes, json_response, server_error, text};
+use super::{ApiRequest, Body, acl_refused, json_bytes, json_response, server_error, text};
 use crate::consul::ConsulState;
+use crate::consul::acl::{Access, Authz, Resource};
 use crate::consul::kv::{self, DirEntry, KvRequest, Verb};
 use crate::consul::render::pretty;
 
@@ -207,20 +208,12 @@ pub(super) fn kv_endpoint(state: &ConsulState, req: &ApiRequest<'_>, key: &str) 
     }
 }
 
-/// ACLs on: an unknown token is `ACL not found`; no token may not touch
-/// a key (`key:read` / `key:write` in Consul's words).
-fn acl_key(state: &ConsulState, token: &str, perm: &str, key: &str) -> Option<Response<Body>> {
-    match state.acl_check(token) {
-        Ok(()) => None,
-        Err(Some(())) => Some(text(StatusCode::FORBIDDEN, "ACL not found")),
-        Err(None) => Some(text(
-            StatusCode::FORBIDDEN,
-            format!(
-                "Permission denied: anonymous token lacks permission '{perm}' on \"{key}\". The \
-                 anonymous token is used implicitly when a request does not specify a token."
-            ),
-        )),
-    }
+/// `need` on `key` (Consul's `kvsPreApply` checks), or the denial (403).
+fn acl_key(authz: &Authz, need: Access, key: &str) -> Option<Response<Body>> {
+    authz
+        .check(Resource::Key, need, key)
+        .err()
+        .map(|d| acl_refused(&d.into()))
 }
 
 fn kv_get(state: &ConsulState, key: &str, p: &Params, token: &str) -> Response<Body> {
@@ -229,18 +222,22 @@ fn kv_get(state: &ConsulState, key: &str, p: &Params, token: &str) -> Response<B
         return bad_request("Missing key name");
     }
     state.kv_read();
-    if let Some(r) = acl_key(state, token, "key:read", key) {
-        // A listing filters what the token may not read: nothing is left.
-        return if recurse {
-            not_found(state.store().kv.table_index().max(1))
-        } else {
-            r
-        };
+    let authz = match state.acl(token) {
+        Ok(a) => a,
+        Err(e) => return acl_refused(&e),
+    };
+    if !recurse && let Some(r) = acl_key(&authz, Access::Read, key) {
+        return r;
     }
+    let readable = |e: &&DirEntry| authz.allows(Resource::Key, Access::Read, &e.key);
     let fault = state.kv_read_fault(key);
     let store = state.store();
     let (index, mut entries): (u64, Vec<&DirEntry>) = if recurse {
-        (store.kv.list_index(key), store.kv.range(key).collect())
+        // A listing filters what the token may not read.
+        (
+            store.kv.list_index(key),
+            store.kv.range(key).filter(readable).collect(),
+        )
     } else {
         let (i, e) = store.kv.get_index(key);
         (i, e.into_iter().collect())
@@ -280,15 +277,16 @@ fn kv_keys(state: &ConsulState, prefix: &str, p: &Params, token: &str) -> Respon
         p.get("seperator")
     };
     state.kv_read();
+    let authz = match state.acl(token) {
+        Ok(a) => a,
+        Err(e) => return acl_refused(&e),
+    };
     let fault = state.kv_read_fault(prefix);
     let store = state.store();
     let index = fault.index(store.kv.list_index(prefix));
-    let keys = if state.acl_check(token).is_ok() {
-        store.kv.list_keys(prefix, sep)
-    } else {
-        Vec::new()
-    };
+    let mut keys = store.kv.list_keys(prefix, sep);
     drop(store);
+    keys.retain(|k| authz.allows(Resource::Key, Access::Read, k));
     if keys.is_empty() && !prefix.is_empty() {
         return not_found(index);
     }
@@ -329,8 +327,11 @@ fn kv_put(state: &ConsulState, key: &str, p: &Params, req: &ApiRequest<'_>) -> R
         r.session = p.get("release").to_owned();
         verb = Verb::Unlock;
     }
-    if let Some(refused) = acl_key(state, req.token, "key:write", key) {
-        return refused;
+    let vetted = state
+        .acl(req.token)
+        .and_then(|a| Ok(a.check(Resource::Key, Access::Write, key)?));
+    if let Err(e) = vetted {
+        return acl_refused(&e);
     }
     match state.kv_apply(verb, &r) {
         Ok(ok) => json_response(StatusCode::OK, &(ok || verb == Verb::Set)),
@@ -359,8 +360,17 @@ fn kv_delete(state: &ConsulState, key: &str, p: &Params, token: &str) -> Respons
         }
         verb = Verb::DeleteCas;
     }
-    if let Some(refused) = acl_key(state, token, "key:write", key) {
-        return refused;
+    let authz = match state.acl(token) {
+        Ok(a) => a,
+        Err(e) => return acl_refused(&e),
+    };
+    let vetted = if verb == Verb::DeleteTree {
+        authz.check_key_write_prefix(key)
+    } else {
+        authz.check(Resource::Key, Access::Write, key)
+    };
+    if let Err(d) = vetted {
+        return acl_refused(&d.into());
     }
     match state.kv_apply(verb, &r) {
         Ok(ok) => json_response(StatusCode::OK, &(ok || verb != Verb::DeleteCas)),

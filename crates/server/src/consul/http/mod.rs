@@ -11,8 +11,13 @@
 //! the endpoint families share. The families live apart: `catalog`
 //! (register, deregister, health), `read` (catalog and session listings),
 //! `txn`, `session_api` (create, renew, destroy), `config` (config
-//! entries) and `agent` (`/v1/agent/members`). The JSON views of the catalog are `consul::render`'s.
+//! entries), `agent` (`/v1/agent/members`) and `acl` (tokens and
+//! policies). The JSON views of the catalog are `consul::render`'s.
+//! With ACLs on, writes are vetted for the request's token here
+//! (`consul::acl::vet`), and reads of a service's instances come back
+//! empty (marked filtered) when it may not read the service.
 
+mod acl;
 mod agent;
 mod catalog;
 mod config;
@@ -47,11 +52,13 @@ use session_api::{session_create, session_destroy, session_renew};
 use txn::txn;
 
 use super::ConsulState;
+use super::acl::{Access, AclError, Resource, vet};
 use super::blocking::block;
 use super::conn::{accept_loop, drive_connection, tls_accept};
 use super::render::pretty;
 use super::sessions::Session;
 use super::write_error::WriteError;
+use super::writes::{DeregisterBody, RegisterBody, SessionBody};
 use crate::faults::{self, Action, ConnCtl, INJECTED_WORDS, RETRY_ELSEWHERE, RETRY_LATER, Target};
 
 /// Consul's `txn_max_req_len` default; used as the body limit everywhere.
@@ -196,9 +203,19 @@ fn token_of(req: &Request<Incoming>) -> String {
         .unwrap_or_default()
 }
 
-/// With ACLs on: a write without a token is denied and an unknown token is
-/// `ACL not found`, in Consul 1.20's words (403 text; a txn answers 409 with
-/// the denial as the failing op's error).
+/// A refusal of the request's token: `ACL not found` and denials are 403
+/// text (Consul's words), a deregister of what the node lacks a 500.
+pub(super) fn acl_refused(e: &AclError) -> Response<Body> {
+    match e {
+        AclError::NotFound | AclError::Denied(_) => text(StatusCode::FORBIDDEN, e.to_string()),
+        _ => server_error(e.to_string()),
+    }
+}
+
+/// With ACLs on: the write (`head`/`tail` of its path, its `body`) vetted
+/// as Consul vets it for the request's token (`acl::vet`): refused with
+/// [`acl_refused`], or, for a txn, 409 with each denied op's error.
+/// A body that does not decode is the write's to refuse.
 fn acl_write(
     state: &ConsulState,
     token: &str,
@@ -206,60 +223,49 @@ fn acl_write(
     tail: &str,
     body: &[u8],
 ) -> Result<(), Box<Response<Body>>> {
-    match state.acl_check(token) {
-        Ok(()) => Ok(()),
-        Err(Some(())) => Err(Box::new(text(StatusCode::FORBIDDEN, "ACL not found"))),
-        Err(None) => {
-            let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
-            let node = |v: &serde_json::Value| v["Node"].as_str().unwrap_or_default().to_owned();
-            let (perm, name) = match (head, tail) {
-                ("txn", _) => {
-                    // Every op is denied, each with its own error.
-                    let errors: Vec<serde_json::Value> = v
-                        .as_array()
-                        .map(Vec::as_slice)
-                        .unwrap_or_default()
-                        .iter()
-                        .enumerate()
-                        .map(|(i, op)| {
-                            let op_node = op["Node"]["Node"]["Node"]
-                                .as_str()
-                                .or(op["Service"]["Node"].as_str())
-                                .or(op["Check"]["Check"]["Node"].as_str())
-                                .unwrap_or_default();
-                            serde_json::json!({
-                                "OpIndex": i,
-                                "What": format!(
-                                    "Permission denied: anonymous token lacks permission \
-                                     'node:write' on \"{op_node}\". The anonymous token is used \
-                                     implicitly when a request does not specify a token."
-                                ),
-                            })
-                        })
-                        .collect();
-                    let body = serde_json::json!({ "Results": null, "Errors": errors });
-                    return Err(Box::new(json_response(StatusCode::CONFLICT, &body)));
-                }
-                ("catalog", "register") => (
-                    "service:write",
-                    v["Service"]["Service"]
-                        .as_str()
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| node(&v)),
-                ),
-                ("session", _) => ("session:write", node(&v)),
-                _ => ("node:write", node(&v)),
-            };
-            Err(Box::new(text(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "Permission denied: anonymous token lacks permission '{perm}' on \"{name}\". \
-                     The anonymous token is used implicitly when a request does not specify a \
-                     token."
-                ),
-            )))
-        }
+    let refuse = |e: AclError| Box::new(acl_refused(&e));
+    let authz = state.acl(token).map_err(refuse)?;
+    if authz.is_all() {
+        return Ok(());
     }
+    let checked: Result<(), AclError> = match (head, tail) {
+        ("txn", _) => {
+            let ops: Vec<serde_json::Value> = serde_json::from_slice(body).unwrap_or_default();
+            let denied = vet::txn_ops(&authz, &ops);
+            if denied.is_empty() {
+                return Ok(());
+            }
+            let errors: Vec<serde_json::Value> = denied
+                .iter()
+                .map(|(i, d)| serde_json::json!({"OpIndex": i, "What": d.to_string()}))
+                .collect();
+            let body = serde_json::json!({ "Results": null, "Errors": errors });
+            return Err(Box::new(json_response(StatusCode::CONFLICT, &body)));
+        }
+        ("catalog", "register") => match decode::<RegisterBody>(body) {
+            Ok(b) => vet::register(state, &authz, &b).map_err(AclError::from),
+            Err(_) => Ok(()),
+        },
+        ("catalog", _) => match decode::<DeregisterBody>(body) {
+            Ok(b) => vet::deregister(state, &authz, &b),
+            Err(_) => Ok(()),
+        },
+        ("session", "create") => match decode::<SessionBody>(body) {
+            Ok(b) => vet::session_create(state, &authz, &b.node).map_err(AclError::from),
+            Err(_) => Ok(()),
+        },
+        ("session", t) => {
+            let id = t.split_once('/').map_or("", |(_, id)| id);
+            vet::session_of(state, &authz, id).map_err(AclError::from)
+        }
+        _ => {
+            // A config entry: its kind and name.
+            let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+            let field = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+            vet::config_entry(&authz, &field("Kind"), &field("Name")).map_err(AclError::from)
+        }
+    };
+    checked.map_err(refuse)
 }
 
 /// What a `consul.http` fault does to a request: `Some` answer instead of
@@ -401,6 +407,7 @@ pub fn dispatch(state: &ConsulState, req: &ApiRequest<'_>) -> Response<Body> {
         "config" => config_route(state, req, tail),
         "health" => health_route(state, req, tail),
         "kv" => kv::kv_endpoint(state, req, tail),
+        "acl" => acl::acl_route(state, req, tail),
         "txn" if tail.is_empty() => body_write(state, req, (head, tail), txn),
         "connect" if tail.starts_with("ca/") => {
             let write = is_write(req.method);
@@ -478,8 +485,12 @@ fn catalog_route(state: &ConsulState, req: &ApiRequest<'_>, tail: &str) -> Respo
         "register" => body_write(state, req, route, catalog_register),
         "deregister" => body_write(state, req, route, catalog_deregister),
         "nodes" if get => catalog_nodes(state, req.query),
+        "datacenters" if get => json_response(StatusCode::OK, &[&state.inner.cfg.datacenter]),
         t if get && t.starts_with("node/") => catalog_node(state, &t["node/".len()..]),
-        t if get && t.starts_with("service/") => catalog_service(state, &t["service/".len()..]),
+        t if get && t.starts_with("service/") => {
+            let name = &t["service/".len()..];
+            service_read(state, req.token, name).unwrap_or_else(|| catalog_service(state, name))
+        }
         _ => not_found(),
     }
 }
@@ -527,9 +538,35 @@ fn config_route(state: &ConsulState, req: &ApiRequest<'_>, tail: &str) -> Respon
         return not_found();
     };
     match *req.method {
-        Method::DELETE => config_delete(state, kind, name, req.query),
+        Method::DELETE => {
+            let vetted = state
+                .acl(req.token)
+                .and_then(|a| vet::config_entry(&a, kind, name).map_err(AclError::from));
+            match vetted {
+                Ok(()) => config_delete(state, kind, name, req.query),
+                Err(e) => acl_refused(&e),
+            }
+        }
         Method::GET => config_get(state, kind, name),
         _ => not_allowed(req.method),
+    }
+}
+
+/// A read of a service's instances: `None` when the token may read the
+/// service, else `ACL not found`, or an empty list marked as filtered
+/// (Consul drops what a token may not read).
+fn service_read(state: &ConsulState, token: &str, service: &str) -> Option<Response<Body>> {
+    match state.acl(token) {
+        Err(e) => Some(acl_refused(&e)),
+        Ok(a) if a.allows(Resource::Service, Access::Read, service) => None,
+        Ok(_) => {
+            let mut r = json_response(StatusCode::OK, &Vec::<serde_json::Value>::new());
+            r.headers_mut().insert(
+                "X-Consul-Results-Filtered-By-ACLs",
+                HeaderValue::from_static("true"),
+            );
+            Some(with_index(r, state.raft_index()))
+        }
     }
 }
 
@@ -544,7 +581,8 @@ fn health_route(state: &ConsulState, req: &ApiRequest<'_>, tail: &str) -> Respon
             .query
             .split('&')
             .any(|kv| kv == "passing" || kv.starts_with("passing="));
-        return health_service(state, service, passing);
+        return service_read(state, req.token, service)
+            .unwrap_or_else(|| health_service(state, service, passing));
     }
     match tail {
         t if get && t.starts_with("node/") => health_node(state, &t["node/".len()..]),

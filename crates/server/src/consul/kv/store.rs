@@ -76,6 +76,7 @@ pub(crate) struct KvStore {
 
 impl KvStore {
     /// The table's index: the last write to any key or tombstone.
+    #[cfg(test)]
     pub(crate) fn table_index(&self) -> u64 {
         self.table_index
     }
