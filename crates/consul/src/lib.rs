@@ -392,7 +392,8 @@ pub fn check_overhead(metrics: &agent_sim_metrics::Metrics) {
 /// alike).
 pub const ACL_NOT_FOUND: agent_sim_metrics::ErrorKindSpec = agent_sim_metrics::ErrorKindSpec {
     kind: "acl_not_found",
-    hint: "--token (CONSUL_HTTP_TOKEN): the server does not know this ACL token",
+    hint: "--token (CONSUL_HTTP_TOKEN) or --acl-tokens: the server does not know this ACL \
+           token (mistyped, deleted or expired, or another cluster's)",
     heals: false,
     said_by: agent_sim_metrics::Speaker::Server,
 };
@@ -436,8 +437,10 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
         ACL_NOT_FOUND,
         K {
             kind: "acl_denied",
-            hint: "--token: the token lacks what agents need (node:write, service:write and \
-                   session:write on their names, service:read on the upstreams)",
+            hint: "--token or --acl-tokens: the token lacks what agents need (node:write on \
+                   their node, service:write on their service, session:write on their node \
+                   with sessions, service:read on the upstreams); the sample names what it \
+                   lacked and on what",
             heals: false,
             said_by: agent_sim_metrics::Speaker::Server,
         },

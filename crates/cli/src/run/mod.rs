@@ -526,8 +526,10 @@ pub async fn execute(
     summary.server = servers;
     // What each Sensu connect cost the backend (a bcrypt check each with
     // passwords): the run's connects over the server's CPU above baseline.
-    if let Some(&connects) = summary.counters.get("connects") {
-        for s in summary.server.iter_mut().filter(|s| s.kind == "sensu") {
+    if let Some(&connects) = summary.counters.get("connects")
+        && summary.kind == "sensu"
+    {
+        for s in &mut summary.server {
             s.set_cpu_per_connect(connects);
         }
     }

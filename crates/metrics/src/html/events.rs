@@ -223,7 +223,7 @@ pub(super) fn errors(o: &mut String, s: &Summary) {
             .into_iter()
             .map(|(k, v)| vec![k.clone(), v.to_string()])
             .collect();
-        table(o, &["called", "denied"], &rows);
+        table(o, &["called", ">denied"], &rows);
     }
     if !s.warnings.is_empty() {
         let _ = writeln!(o, "<h3>Warnings</h3>");
