@@ -65,79 +65,73 @@ pub fn dial_error_kind(e: &io::Error) -> &'static str {
     }
 }
 
-/// A plaintext or TLS client socket over `S` (TCP, or a TCP socket with
-/// kernel receive timestamps, [`crate::StampedTcp`]).
-pub enum MaybeTlsStream<S = TcpStream> {
+/// A plaintext or TLS socket: `P` the plain one, `T` the TLS stream over it
+/// (the client's or the server's side of rustls).
+pub enum MaybeTls<P, T> {
     /// Plain TCP.
-    Plain(S),
+    Plain(P),
     /// TLS over TCP (boxed: the rustls state is large and plain sessions
     /// should not pay for it).
-    Tls(Box<TlsStream<S>>),
+    Tls(Box<T>),
 }
 
-impl<S> std::fmt::Debug for MaybeTlsStream<S> {
+/// A plaintext or TLS client socket over `S` (TCP, or a TCP socket with
+/// kernel receive timestamps, [`crate::StampedTcp`]).
+pub type MaybeTlsStream<S = TcpStream> = MaybeTls<S, TlsStream<S>>;
+
+impl<P, T> std::fmt::Debug for MaybeTls<P, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            MaybeTlsStream::Plain(_) => "MaybeTlsStream::Plain",
-            MaybeTlsStream::Tls(_) => "MaybeTlsStream::Tls",
+            MaybeTls::Plain(_) => "MaybeTls::Plain",
+            MaybeTls::Tls(_) => "MaybeTls::Tls",
         })
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTlsStream<S> {
+impl<P, T> AsyncRead for MaybeTls<P, T>
+where
+    P: AsyncRead + Unpin,
+    T: AsyncRead + Unpin,
+{
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            MaybeTlsStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            MaybeTlsStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            MaybeTls::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
+impl<P, T> AsyncWrite for MaybeTls<P, T>
+where
+    P: AsyncWrite + Unpin,
+    T: AsyncWrite + Unpin,
+{
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            MaybeTlsStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            MaybeTlsStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            MaybeTls::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            MaybeTlsStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            MaybeTlsStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            MaybeTls::Plain(s) => Pin::new(s).poll_flush(cx),
+            MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            MaybeTlsStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            MaybeTlsStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            MaybeTlsStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            MaybeTlsStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            MaybeTlsStream::Plain(s) => s.is_write_vectored(),
-            MaybeTlsStream::Tls(s) => s.is_write_vectored(),
+            MaybeTls::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

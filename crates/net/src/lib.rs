@@ -34,6 +34,6 @@ pub mod tls;
 pub use accept::accept_until;
 pub use coalesce::Coalesced;
 pub use count::{Counted, Tally};
-pub use dial::{MaybeTlsStream, dial, dial_error_kind};
+pub use dial::{MaybeTls, MaybeTlsStream, dial, dial_error_kind};
 pub use stamp::{RxStamp, StampedTcp};
 pub use tls::{ClientTls, TlsError, client_config, server_config};

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use agent_sim_net::MaybeTls;
 use agent_sim_proto::sensu::{v2, v3};
 use agent_sim_sensu::codec;
 use bytes::Bytes;
@@ -24,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::inbound::Inbound;
 use super::stats::{ActiveGuard, inc};
-use super::tls::{self, Conn};
+use super::tls::{self, AgentConn as _};
 use super::upgrade::{self, Hello, Way, Ws};
 use super::{Publication, Shared, frame_index};
 use crate::faults::{self, Action, Kill, OVERSIZED_WS, STALL_LIMIT, Target};
@@ -62,7 +63,7 @@ pub(super) async fn run(stream: TcpStream, shared: Arc<Shared>, shutdown: Cancel
                 None => return,
             }
         }
-        None => Conn::Plain(io),
+        None => MaybeTls::Plain(io),
     };
     // Boxed: the handshake state machine must not stay inside the session future.
     let upgrade = upgrade::handshake(conn, &shared, &shutdown, injected);

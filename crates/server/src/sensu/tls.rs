@@ -12,16 +12,14 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
+use agent_sim_net::MaybeTls;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 
@@ -103,35 +101,40 @@ fn roots(path: &Path) -> Result<RootCertStore, SensuTlsError> {
 /// bounds it by its read and write timeouts (15 s each).
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The stream of one agent connection.
-pub(super) enum Conn {
-    Plain(FaultIo),
-    /// Boxed: rustls's state is large, and most ports are plain.
-    Tls(Box<TlsStream<FaultIo>>),
-}
+/// The stream of one agent connection: plain, or TLS (boxed: rustls's
+/// state is large, and most ports are plain).
+pub(super) type Conn = MaybeTls<FaultIo, TlsStream<FaultIo>>;
 
-impl Conn {
+/// What a session asks of its connection, plain or TLS.
+pub(super) trait AgentConn {
     /// The TCP socket's fault switch underneath.
-    pub(super) fn fault_io(&self) -> &FaultIo {
-        match self {
-            Conn::Plain(io) => io,
-            Conn::Tls(t) => t.get_ref().0,
-        }
-    }
-
-    pub(super) fn fault_io_mut(&mut self) -> &mut FaultIo {
-        match self {
-            Conn::Plain(io) => io,
-            Conn::Tls(t) => t.get_mut().0,
-        }
-    }
-
+    fn fault_io(&self) -> &FaultIo;
+    /// The same, to enlist it.
+    fn fault_io_mut(&mut self) -> &mut FaultIo;
     /// The DER certificate the client presented (rustls verified it
     /// against the agent CA during the handshake).
-    pub(super) fn peer_certificate(&self) -> Option<&[u8]> {
+    fn peer_certificate(&self) -> Option<&[u8]>;
+}
+
+impl AgentConn for Conn {
+    fn fault_io(&self) -> &FaultIo {
         match self {
-            Conn::Plain(_) => None,
-            Conn::Tls(t) => t
+            MaybeTls::Plain(io) => io,
+            MaybeTls::Tls(t) => t.get_ref().0,
+        }
+    }
+
+    fn fault_io_mut(&mut self) -> &mut FaultIo {
+        match self {
+            MaybeTls::Plain(io) => io,
+            MaybeTls::Tls(t) => t.get_mut().0,
+        }
+    }
+
+    fn peer_certificate(&self) -> Option<&[u8]> {
+        match self {
+            MaybeTls::Plain(_) => None,
+            MaybeTls::Tls(t) => t
                 .get_ref()
                 .1
                 .peer_certificates()?
@@ -151,7 +154,7 @@ pub(super) async fn accept(
     shutdown: &CancellationToken,
 ) -> Option<Conn> {
     match listen::tls_accept(io, cfg, TLS_HANDSHAKE_TIMEOUT, shutdown).await? {
-        Ok(tls) => Some(Conn::Tls(Box::new(tls))),
+        Ok(tls) => Some(MaybeTls::Tls(Box::new(tls))),
         Err((e, io)) => {
             inc(&stats.tls_handshake_errors);
             if refused_client_cert(&e) {
@@ -174,44 +177,4 @@ fn refused_client_cert(e: &io::Error) -> bool {
         e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()),
         Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
     )
-}
-
-impl AsyncRead for Conn {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(io) => Pin::new(io).poll_read(cx, buf),
-            Conn::Tls(t) => Pin::new(t.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Conn {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Plain(io) => Pin::new(io).poll_write(cx, buf),
-            Conn::Tls(t) => Pin::new(t.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(io) => Pin::new(io).poll_flush(cx),
-            Conn::Tls(t) => Pin::new(t.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            Conn::Tls(t) => Pin::new(t.as_mut()).poll_shutdown(cx),
-        }
-    }
 }

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::auth::common_name;
 use super::stats::inc;
-use super::tls::Conn;
+use super::tls::{AgentConn as _, Conn};
 use crate::faults::INJECTED_WORDS;
 
 /// An upgrade that sends no complete request (or cannot be answered)
