@@ -117,21 +117,7 @@ pub(crate) fn result(
     drop(store);
     let encoded = Bytes::from(match enc {
         Encoding::Json => pretty(&nodes),
-        Encoding::Msgpack => {
-            let body = json!({
-                "Index": index,
-                "LastContact": 0,
-                "KnownLeader": true,
-                "ConsistencyLevel": "leader",
-                "NotModified": false,
-                "Backend": 0,
-                "ResultsFilteredByACLs": false,
-                "QueryBackend": 0,
-                "Nodes": nodes,
-            });
-            // serde_json values always encode.
-            rmp_serde::to_vec_named(&body).unwrap_or_default()
-        }
+        Encoding::Msgpack => indexed_nodes(index, false, json!(nodes)),
     });
     if cache.len() >= CACHE_ENTRIES {
         cache.clear();
@@ -193,6 +179,12 @@ pub(crate) async fn service_nodes(
 /// `IndexedCheckServiceNodes` with every instance filtered out: what a
 /// token that may not read the service is answered.
 fn filtered(index: u64) -> Bytes {
+    Bytes::from(indexed_nodes(index, true, json!([])))
+}
+
+/// `IndexedCheckServiceNodes` in msgpack: the query meta of a leader's
+/// answer and `nodes`.
+fn indexed_nodes(index: u64, filtered: bool, nodes: serde_json::Value) -> Vec<u8> {
     let body = json!({
         "Index": index,
         "LastContact": 0,
@@ -200,10 +192,10 @@ fn filtered(index: u64) -> Bytes {
         "ConsistencyLevel": "leader",
         "NotModified": false,
         "Backend": 0,
-        "ResultsFilteredByACLs": true,
+        "ResultsFilteredByACLs": filtered,
         "QueryBackend": 0,
-        "Nodes": [],
+        "Nodes": nodes,
     });
     // serde_json values always encode.
-    Bytes::from(rmp_serde::to_vec_named(&body).unwrap_or_default())
+    rmp_serde::to_vec_named(&body).unwrap_or_default()
 }
