@@ -216,3 +216,49 @@ async fn cleanup_removes_the_tokens_and_policy_a_killed_run_left() {
     assert_eq!((report.acl_tokens.len(), report.acl_policies.len()), (3, 1));
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_runs_tokens_are_removed_by_the_cleanup_command() {
+    use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin as _, until, wait_within};
+    use std::process::{Command, Stdio};
+    let b = backend().await;
+    let _guard = b.stop.clone().drop_guard();
+    let api = api(&b);
+    let bin = env!("CARGO_BIN_EXE_agent-sim");
+    let (rpc, http) = (b.rpc.to_string(), b.http.to_string());
+    let target = ["--target", &rpc, "--http-target", &http, "--token", MGMT];
+    let mut child = Command::new(bin)
+        .args(["--kind", "consul", "--agents", "10", "--ramp", "all"])
+        .args(["--duration", "60s", "--name-prefix", "acl", "--quiet"])
+        .args(["--acl-tokens", "node-identity", "--gossip=false"])
+        .args(["--probe", "off", "--upstreams", "web"])
+        .args(target)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let state = b.state.clone();
+    until(Duration::from_secs(20), "10 sessions", async || {
+        state.stats().sessions_active == 10
+    })
+    .await;
+    child.kill().unwrap();
+    wait_within(&mut child, CHILD_LIMIT);
+    // Killed: its tokens (and its sessions' policy) are still there.
+    assert_eq!(runs_tokens(&api).await.len(), 10);
+    let o = Command::new(bin)
+        .args(["cleanup", "--kind", "consul", "--name-prefix", "acl"])
+        .args(target)
+        .output_within(CHILD_LIMIT);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("10 ACL token(s) and 1 ACL policy marked as this prefix's"),
+        "{out}"
+    );
+    assert!(runs_tokens(&api).await.is_empty());
+}
