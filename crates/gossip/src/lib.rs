@@ -12,10 +12,13 @@
 //!   estimate and the coordinate in a probe's ack.
 //! - [`wire`]: memberlist's messages and the layers around them (label,
 //!   encryption, CRC, compression, compound).
+//! - [`broadcast`]: memberlist's transmit-limited queue, the one the pool
+//!   fills for each server and the embedded server fills for its members.
 //!
 //! What it is not: a full memberlist. The simulated members do not gossip
 //! among themselves on the network; see docs/gossip.md for the model.
 
+pub mod broadcast;
 pub mod coordinate;
 pub mod serf;
 pub mod wire;

@@ -48,7 +48,7 @@ pub(super) fn take(inner: &Inner, body: &[u8], limit: u8) -> Result<(), WireErro
             if v.take_event(e.ltime, e.name, e.payload) {
                 // To every server, its sender too: real members pass it
                 // on to random members, the one it came from among them.
-                v.broadcast(user_message(body), limit, &[]);
+                v.broadcast(None, user_message(body), limit, &[]);
             }
         }
         kind_serf::QUERY => {
@@ -83,7 +83,7 @@ fn query(inner: &Inner, q: &Query<'_>, body: &[u8], limit: u8) {
             return;
         }
         if q.flags & FLAG_NO_BROADCAST == 0 {
-            v.broadcast(user_message(body), limit, &[]);
+            v.broadcast(None, user_message(body), limit, &[]);
         }
         members_for(&v, &q.filters)
     };

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::news::{Desk, rpc_of};
 use super::seen::Seen;
 use super::suspicion::Suspicions;
+use crate::broadcast::Queue;
 use crate::coordinate::{Coord, Vivaldi};
 use crate::serf::{self, SerfState, event};
 use crate::wire::msgs::{Alive, NodeState, PushPull, Verdict, state};
@@ -25,8 +26,8 @@ pub const VSN: [u8; 6] = [1, 5, 2, 2, 5, 4];
 /// forgets a left node after memberlist's gossip-to-the-dead time (30 s on
 /// a LAN); listed after that, it would come back as a new member.
 pub const FORGOTTEN_AFTER: std::time::Duration = std::time::Duration::from_secs(25);
-/// Broadcasts waiting for one server at most (serf's queue depth); older
-/// ones are dropped first.
+/// Broadcasts waiting for one server at most (serf's queue depth); the
+/// most sent, oldest ones are dropped first.
 pub const QUEUE_MAX: usize = 4096;
 
 /// How a push-pull shows the members in their leave. serf marks a member
@@ -108,57 +109,6 @@ pub enum Who {
     Remote(usize),
 }
 
-/// A message waiting to be sent to one server, with the sends it has left.
-#[derive(Debug, Clone)]
-pub struct Queued {
-    /// The encoded message (type byte first), shared by every server's queue.
-    pub msg: Arc<[u8]>,
-    /// Sends left.
-    pub left: u8,
-}
-
-/// One server's broadcasts by how often each was sent: memberlist sends
-/// the least-sent first, so news goes out before the tail of old news.
-#[derive(Debug, Default)]
-pub struct Queue {
-    /// `by_sent[k]`: those sent `k` times, oldest first.
-    by_sent: Vec<VecDeque<Queued>>,
-    len: usize,
-}
-
-impl Queue {
-    /// Broadcasts waiting.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Nothing waits.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Broadcasts not sent even once yet.
-    pub fn unsent(&self) -> usize {
-        self.by_sent.first().map_or(0, VecDeque::len)
-    }
-
-    fn push(&mut self, sent: usize, q: Queued) {
-        if self.by_sent.len() <= sent {
-            self.by_sent.resize_with(sent + 1, VecDeque::new);
-        }
-        self.by_sent[sent].push_back(q);
-        self.len += 1;
-    }
-
-    /// Drops the most-sent, oldest broadcast (a full queue).
-    fn drop_one(&mut self) {
-        if let Some(level) = self.by_sent.iter_mut().rev().find(|l| !l.is_empty()) {
-            level.pop_front();
-            self.len -= 1;
-        }
-    }
-}
-
 /// What the servers should hear of.
 #[derive(Debug, Default)]
 pub struct View {
@@ -170,8 +120,9 @@ pub struct View {
     pub names: HashMap<Arc<str>, Who>,
     /// serf's member clock.
     pub clock: u64,
-    /// Broadcasts owed, by remote index of a server.
-    pub queues: HashMap<usize, Queue>,
+    /// Broadcasts owed, by remote index of a server (keyed by the member
+    /// an alive, suspect or dead is about: the newer replaces the older).
+    pub queues: HashMap<usize, Queue<Arc<str>>>,
     /// Broadcasts dropped from a full queue.
     pub dropped: u64,
     /// Suspicions of a local member refuted.
@@ -287,64 +238,44 @@ impl View {
     }
 
     /// Queues `msg` for every live server but those in `except` (the one
-    /// that told us, the one it is about).
-    pub fn broadcast(&mut self, msg: Vec<u8>, limit: u8, except: &[Option<usize>]) {
+    /// that told us, the one it is about), replacing the one queued about
+    /// the same member (`about`: memberlist's alive, suspect or dead).
+    pub fn broadcast(
+        &mut self,
+        about: Option<&Arc<str>>,
+        msg: Vec<u8>,
+        limit: u8,
+        except: &[Option<usize>],
+    ) {
         let msg: Arc<[u8]> = msg.into();
         for s in self.live_servers() {
             if except.contains(&Some(s)) {
                 continue;
             }
-            let q = self.queues.entry(s).or_default();
+            let q = self
+                .queues
+                .entry(s)
+                .or_insert_with(|| Queue::new(QUEUE_MAX));
             // Bound: QUEUE_MAX broadcasts per server, the most sent dropped.
-            if q.len() >= QUEUE_MAX {
-                q.drop_one();
-                self.dropped += 1;
-            }
-            q.push(
-                0,
-                Queued {
-                    msg: msg.clone(),
-                    left: limit,
-                },
-            );
+            let dropped = q.push(about.cloned(), 0, msg.clone(), u32::from(limit));
+            self.dropped += u64::from(dropped);
         }
     }
 
     /// Broadcasts for one packet to `server`, at most `room` bytes with
-    /// compound overhead, the least-sent first; each goes one level up
-    /// with a send less (and out when it has none left).
+    /// compound overhead, the least-sent (then newest) first; each sent as
+    /// often as the larger of its own limit and the pool's at this send.
     pub fn take_broadcasts(&mut self, server: usize, room: usize) -> Vec<Arc<[u8]>> {
         // memberlist takes the limit when it sends (the nodes it knows then):
         // one queued early in a join storm goes out as often as the grown pool's.
         let grown = match self.retransmit_mult {
             0 => 0,
-            m => retransmit_limit(m, self.size as u64) as usize,
+            m => retransmit_limit(m, self.size as u64).min(u64::from(u32::MAX)) as u32,
         };
-        let Some(q) = self.queues.get_mut(&server) else {
-            return Vec::new();
-        };
-        let (mut out, mut used, mut resend) = (Vec::new(), 0usize, Vec::new());
-        'levels: for sent in 0..q.by_sent.len() {
-            while let Some(b) = q.by_sent[sent].front() {
-                if used + b.msg.len() + 2 > room || out.len() == 255 {
-                    break 'levels;
-                }
-                let Some(mut b) = q.by_sent[sent].pop_front() else {
-                    break;
-                };
-                q.len -= 1;
-                used += b.msg.len() + 2;
-                out.push(b.msg.clone());
-                b.left = b.left.saturating_sub(1);
-                if b.left > 0 || sent + 1 < grown {
-                    resend.push((sent + 1, b));
-                }
-            }
+        match self.queues.get_mut(&server) {
+            Some(q) => q.take(room, 2, grown),
+            None => Vec::new(),
         }
-        for (sent, b) in resend {
-            q.push(sent, b);
-        }
-        out
     }
 
     /// Marks `slot` joined: alive, with its join intent's time.
@@ -357,10 +288,10 @@ impl View {
         self.alive += 1;
         let name = l.name.clone();
         let alive = self.alive_msg(slot);
-        self.broadcast(alive, limit, &[]);
+        self.broadcast(Some(&name), alive, limit, &[]);
         let mut intent = Vec::new();
         serf::intent(false, ltime, &name, &mut intent);
-        self.broadcast(intent, limit, &[]);
+        self.broadcast(None, intent, limit, &[]);
     }
 
     /// Starts `slot`'s leave: its leave intent goes out first; the leave
@@ -379,7 +310,7 @@ impl View {
         self.leaving.push_back(slot);
         let mut intent = Vec::new();
         serf::intent(true, ltime, &l.name.clone(), &mut intent);
-        self.broadcast(intent, limit, &[]);
+        self.broadcast(None, intent, limit, &[]);
     }
 
     /// Starts `slot`'s leave without gossiping it: the next batch of
@@ -408,7 +339,7 @@ impl View {
             from: &name,
         }
         .encode(kind::DEAD, &mut out);
-        self.broadcast(out, limit, &[]);
+        self.broadcast(Some(&name), out, limit, &[]);
     }
 
     /// A suspicion or death of a local member from someone else: refuted
@@ -420,8 +351,9 @@ impl View {
         }
         l.incarnation = incarnation + 1;
         self.refuted += 1;
+        let name = l.name.clone();
         let alive = self.alive_msg(slot);
-        self.broadcast(alive, limit, &[]);
+        self.broadcast(Some(&name), alive, limit, &[]);
     }
 
     /// Applies a remote member's alive (from a message or a push-pull);
@@ -495,7 +427,8 @@ impl View {
     fn pass_on(&mut self, a: &Alive<'_>, except: &[Option<usize>], limit: u8) {
         let mut out = Vec::new();
         a.encode(&mut out);
-        self.broadcast(out, limit, except);
+        let name: Arc<str> = a.node.into();
+        self.broadcast(Some(&name), out, limit, except);
     }
 
     /// Server `i` alive (first seen, refuted, back): no longer suspected,
@@ -583,7 +516,8 @@ impl View {
                 // A server hears its suspicion too, as gossip reaches a
                 // suspect member: it refutes it if it is alive.
                 let about = (t == kind::DEAD || !server).then_some(i);
-                self.broadcast(out, limit, &[from, about]);
+                let name = r.name.clone();
+                self.broadcast(Some(&name), out, limit, &[from, about]);
                 if server && fresh {
                     self.server_verdict(i, new, v.from);
                 }
@@ -612,7 +546,7 @@ impl View {
             return false;
         }
         r.status_ltime = ltime;
-        self.broadcast(raw.to_vec(), limit, &[from, Some(i)]);
+        self.broadcast(None, raw.to_vec(), limit, &[from, Some(i)]);
         true
     }
 
@@ -839,9 +773,11 @@ mod tests {
                     each_message(&m, &mut |t, _| kinds.push(t)).unwrap();
                 }
             }
+            // Newest first among equal sends (memberlist's order): the
+            // intent, queued after the alive, leads each packet.
             assert_eq!(
                 kinds,
-                vec![kind::ALIVE, kind::USER, kind::ALIVE, kind::USER]
+                vec![kind::USER, kind::ALIVE, kind::USER, kind::ALIVE]
             );
         }
     }
@@ -864,6 +800,9 @@ mod tests {
         );
         assert_eq!(v.locals[a].incarnation, 2);
         assert_eq!(v.refuted, 1);
+        // The refuting alive replaced the join's queued alive (by name);
+        // the intent stays.
+        assert_eq!(v.queues[&0].len(), 2);
         // An old suspicion (of an incarnation already refuted) changes nothing.
         let old = Verdict {
             incarnation: 1,
@@ -881,13 +820,20 @@ mod tests {
         let a = v.add_local("agent-1", "id-1", 0);
         v.joined(a, 1);
         v.take_broadcasts(s, 1400);
+        let kinds = |v: &mut View| {
+            let mut kinds = Vec::new();
+            for m in v.take_broadcasts(s, 1400) {
+                each_message(&m, &mut |t, _| kinds.push(t)).unwrap();
+            }
+            kinds
+        };
         v.leave(a, 1, Instant::now());
+        // The pool sends the leave once the intent has had gossip rounds
+        // to go (`tick::finish_leaves`): a newer dead queued beside it
+        // would go first (newest first, as memberlist orders).
+        assert_eq!(kinds(&mut v), vec![kind::USER]);
         v.leave_done(a, 1);
-        let mut kinds = Vec::new();
-        for m in v.take_broadcasts(s, 1400) {
-            each_message(&m, &mut |t, _| kinds.push(t)).unwrap();
-        }
-        assert_eq!(kinds, vec![kind::USER, kind::DEAD]);
+        assert_eq!(kinds(&mut v), vec![kind::DEAD]);
         assert!(matches!(v.locals[a].phase, Phase::Left(Some(_))));
     }
 
@@ -932,7 +878,7 @@ mod tests {
         v.size = 5;
         let limit = v.retransmit_limit(4);
         assert_eq!(limit, 4);
-        v.broadcast(vec![kind::USER, 1], limit, &[]);
+        v.broadcast(None, vec![kind::USER, 1], limit, &[]);
         // A join storm: 150 members before it has gone out 4 times, and
         // memberlist takes the limit when it sends: 12.
         v.size = 150;
@@ -942,7 +888,7 @@ mod tests {
         assert_eq!(sends, 12);
         // Without the pool's mult, a broadcast keeps its own limit.
         v.retransmit_mult = 0;
-        v.broadcast(vec![kind::USER, 2], 4, &[]);
+        v.broadcast(None, vec![kind::USER, 2], 4, &[]);
         let sends = (0..20)
             .filter(|_| !v.take_broadcasts(s, 1400).is_empty())
             .count();
@@ -954,13 +900,13 @@ mod tests {
         let mut v = view();
         let s = server(&mut v, "s1");
         for i in 0..100u8 {
-            v.broadcast(vec![kind::USER, i], 5, &[]);
+            v.broadcast(None, vec![kind::USER, i], 5, &[]);
         }
         // Every old one sent once: 20 packets of 5.
         for _ in 0..20 {
             assert_eq!(v.take_broadcasts(s, 20).len(), 5);
         }
-        v.broadcast(vec![kind::USER, 200], 5, &[]);
+        v.broadcast(None, vec![kind::USER, 200], 5, &[]);
         let first = v.take_broadcasts(s, 20);
         assert_eq!(&first[0][..], &[kind::USER, 200]);
     }
@@ -1011,7 +957,7 @@ mod tests {
         let mut v = view();
         let s = server(&mut v, "s1");
         for _ in 0..QUEUE_MAX + 10 {
-            v.broadcast(vec![kind::USER, 0], 3, &[]);
+            v.broadcast(None, vec![kind::USER, 0], 3, &[]);
         }
         assert_eq!(v.queues[&s].len(), QUEUE_MAX);
         assert!(v.dropped >= 10);

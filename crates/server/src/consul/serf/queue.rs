@@ -6,14 +6,24 @@
 //! first, then serf's intents, then its events, as memberlist's
 //! `getBroadcasts` asks serf's delegate only for the room left (so in a
 //! storm the intents wait behind the alive messages: hashicorp/consul#9926);
-//! within each, fewest sends first and newest first among equals.
+//! within each, fewest sends first and newest first among equals: the
+//! gossip crate's [`broadcast::Queue`], memberlist's transmit-limited
+//! queue, with a class each.
 //!
 //! What it is not: no sockets; `probe`'s gossip task sends what it takes.
 
 use std::sync::Arc;
 
+use agent_sim_gossip::broadcast;
+
+/// The classes, in the order a packet is filled: memberlist's messages,
+/// serf's intents, serf's events.
+const MEMBERS: u8 = 0;
+const INTENTS: u8 = 1;
+const EVENTS: u8 = 2;
+
 /// What a message is about: a newer one with the same key replaces it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Key {
     /// memberlist's word on a member.
     Member(Arc<str>),
@@ -27,11 +37,11 @@ pub(crate) enum Key {
 impl Key {
     /// Which of memberlist's and serf's queues the message is in: the
     /// order a packet is filled in.
-    fn class(&self) -> usize {
+    fn class(&self) -> u8 {
         match self {
-            Key::Member(_) => 0,
-            Key::Intent(_) => 1,
-            Key::Event => 2,
+            Key::Member(_) => MEMBERS,
+            Key::Intent(_) => INTENTS,
+            Key::Event => EVENTS,
         }
     }
 }
@@ -46,29 +56,17 @@ pub(crate) struct Depths {
     pub(crate) events: usize,
 }
 
-#[derive(Debug)]
-struct Item {
-    key: Key,
-    msg: Vec<u8>,
-    sends: u32,
-    id: u64,
-}
-
 /// The queue, bounded: beyond `cap` messages the most sent goes.
 #[derive(Debug)]
 pub(crate) struct Queue {
-    items: Vec<Item>,
-    next_id: u64,
-    cap: usize,
+    items: broadcast::Queue<Key>,
 }
 
 impl Queue {
     /// An empty queue of at most `cap` messages.
     pub(crate) fn new(cap: usize) -> Self {
         Queue {
-            items: Vec::new(),
-            next_id: 0,
-            cap: cap.max(1),
+            items: broadcast::Queue::new(cap),
         }
     }
 
@@ -79,39 +77,18 @@ impl Queue {
 
     /// Messages waiting, by queue.
     pub(crate) fn depths(&self) -> Depths {
-        let mut d = Depths::default();
-        for i in &self.items {
-            match i.key.class() {
-                0 => d.broadcasts += 1,
-                1 => d.intents += 1,
-                _ => d.events += 1,
-            }
+        Depths {
+            broadcasts: self.items.depth(MEMBERS),
+            intents: self.items.depth(INTENTS),
+            events: self.items.depth(EVENTS),
         }
-        d
     }
 
     /// Queues `msg` (type byte first), replacing any about the same key.
     pub(crate) fn push(&mut self, key: Key, msg: Vec<u8>) {
-        if key != Key::Event {
-            self.items.retain(|i| i.key != key);
-        }
-        if self.items.len() >= self.cap
-            && let Some(worst) = self
-                .items
-                .iter()
-                .enumerate()
-                .max_by_key(|(_, i)| (i.sends, std::cmp::Reverse(i.id)))
-                .map(|(at, _)| at)
-        {
-            self.items.swap_remove(worst);
-        }
-        self.next_id += 1;
-        self.items.push(Item {
-            key,
-            msg,
-            sends: 0,
-            id: self.next_id,
-        });
+        let class = key.class();
+        let key = (key != Key::Event).then_some(key);
+        self.items.push(key, class, msg.into(), 0);
     }
 
     /// Messages for one packet: as many as fit `budget` bytes, each
@@ -119,24 +96,8 @@ impl Queue {
     /// then its events, fewest sends first in each. Each taken counts a
     /// send; one sent `limit` times leaves the queue.
     pub(crate) fn take(&mut self, budget: usize, overhead: usize, limit: u32) -> Vec<Vec<u8>> {
-        self.items
-            .sort_unstable_by_key(|i| (i.key.class(), i.sends, std::cmp::Reverse(i.id)));
-        let mut left = budget;
-        let mut out = Vec::new();
-        for item in &mut self.items {
-            let cost = item.msg.len() + overhead;
-            if cost > left {
-                continue;
-            }
-            left -= cost;
-            item.sends += 1;
-            out.push(item.msg.clone());
-            if out.len() == usize::from(u8::MAX) {
-                break;
-            }
-        }
-        self.items.retain(|i| i.sends < limit.max(1));
-        out
+        let taken = self.items.take(budget, overhead, limit);
+        taken.iter().map(|m| m.to_vec()).collect()
     }
 }
 
