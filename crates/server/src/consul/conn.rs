@@ -90,13 +90,8 @@ pub(super) async fn tls_accept<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let handshake = tokio_rustls::TlsAcceptor::from(tls).accept(stream);
-    tokio::select! {
-        _ = shutdown.cancelled() => None,
-        r = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, handshake) => {
-            Some(r.unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())))
-        }
-    }
+    let r = listen::tls_accept(stream, tls, TLS_HANDSHAKE_TIMEOUT, shutdown).await?;
+    Some(r.map_err(|(e, _)| e))
 }
 
 /// Drives one accepted connection until it ends; on `shutdown` starts its
