@@ -7,7 +7,7 @@
 //! end. On `127.0.0.1:0`, bounded by [`within`].
 #![cfg(feature = "consul")]
 
-use std::future::{Future, poll_fn};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -17,20 +17,16 @@ use agent_sim_proto::consul::subscribe::{
     Event, NamedSubject, SubscribeRequest, Topic, event::Payload,
     state_change_subscription_client::StateChangeSubscriptionClient, subscribe_request::Subject,
 };
-use agent_sim_proto::msgpack::MessageScan;
 use agent_sim_server::consul::ConsulTargetConfig;
 use bytes::Bytes;
-use futures_util::{AsyncReadExt as _, AsyncWriteExt as _};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper::{Request, Response, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
-use tokio_util::compat::TokioAsyncReadCompatExt as _;
 use tonic::Streaming;
 
 mod common;
@@ -109,50 +105,9 @@ fn agent_token(node: &str, policy: Option<&str>) -> Value {
 
 // ---------------------------------------------------------------- RPC
 
-#[derive(Serialize)]
-struct Header<'a> {
-    #[serde(rename = "ServiceMethod")]
-    method: &'a str,
-    #[serde(rename = "Seq")]
-    seq: u64,
-}
-
-#[derive(Deserialize)]
-struct AnswerHeader {
-    #[serde(rename = "Error")]
-    error: String,
-}
-
-/// One net/rpc call on the multiplexed port: the error words ("" when
-/// none) and the body.
+/// One call on the RPC port, within the test's bound.
 async fn rpc(t: &Target, method: &str, args: Value) -> (String, Vec<u8>) {
-    within(async {
-        let mut tcp = TcpStream::connect(t.rpc).await.unwrap();
-        tcp.write_all(&[0x04]).await.unwrap();
-        let mut conn =
-            yamux::Connection::new(tcp.compat(), yamux::Config::default(), yamux::Mode::Client);
-        let mut s = poll_fn(|cx| conn.poll_new_outbound(cx)).await.unwrap();
-        let driver = tokio::spawn(async move {
-            while let Some(Ok(_)) = poll_fn(|cx| conn.poll_next_inbound(cx)).await {}
-        });
-        let mut req = rmp_serde::to_vec_named(&Header { method, seq: 1 }).unwrap();
-        req.extend(rmp_serde::to_vec_named(&args).unwrap());
-        s.write_all(&req).await.unwrap();
-        s.flush().await.unwrap();
-        let (mut buf, mut chunk, mut scan) = (Vec::new(), [0u8; 4096], MessageScan::default());
-        let (h, end) = loop {
-            if let Some(done) = scan.scan(&buf).unwrap() {
-                break done;
-            }
-            let n = s.read(&mut chunk).await.unwrap();
-            assert!(n > 0, "stream closed before the answer");
-            buf.extend_from_slice(&chunk[..n]);
-        };
-        driver.abort();
-        let header: AnswerHeader = rmp_serde::from_slice(&buf[..h]).unwrap();
-        (header.error, buf[h..end].to_vec())
-    })
-    .await
+    within(common::rpc_call(t.rpc, method, &args)).await
 }
 
 fn register_node(node: &str, token: &str) -> Value {

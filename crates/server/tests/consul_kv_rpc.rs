@@ -4,65 +4,20 @@
 //! field names from Consul's `agent/structs`. Bounded, on `127.0.0.1:0`.
 #![cfg(feature = "consul")]
 
-use std::future::poll_fn;
 use std::net::SocketAddr;
 
-use agent_sim_proto::msgpack::MessageScan;
 use agent_sim_server::consul::ConsulTargetConfig;
 use agent_sim_testkit::bounded::until;
-use futures_util::{AsyncReadExt as _, AsyncWriteExt as _};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
-use tokio::io::AsyncWriteExt as _;
-use tokio::net::TcpStream;
-use tokio_util::compat::TokioAsyncReadCompatExt as _;
 
 mod common;
 
 use common::{BOUND, start};
 
-#[derive(Serialize)]
-struct Header<'a> {
-    #[serde(rename = "ServiceMethod")]
-    method: &'a str,
-    #[serde(rename = "Seq")]
-    seq: u64,
-}
-
-#[derive(Deserialize)]
-struct AnswerHeader {
-    #[serde(rename = "Error")]
-    error: String,
-}
-
 /// One call on its own connection: the error words and the body.
 async fn call<A: Serialize>(addr: SocketAddr, method: &str, args: &A) -> (String, Vec<u8>) {
-    let mut tcp = TcpStream::connect(addr).await.unwrap();
-    tcp.write_all(&[0x04]).await.unwrap();
-    let mut conn =
-        yamux::Connection::new(tcp.compat(), yamux::Config::default(), yamux::Mode::Client);
-    let mut s = poll_fn(|cx| conn.poll_new_outbound(cx)).await.unwrap();
-    let driver = tokio::spawn(async move {
-        while let Some(Ok(_)) = poll_fn(|cx| conn.poll_next_inbound(cx)).await {}
-    });
-    let mut req = rmp_serde::to_vec_named(&Header { method, seq: 1 }).unwrap();
-    req.extend(rmp_serde::to_vec_named(args).unwrap());
-    s.write_all(&req).await.unwrap();
-    s.flush().await.unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let mut scan = MessageScan::default();
-    let (h, end) = loop {
-        if let Some(done) = scan.scan(&buf).unwrap() {
-            break done;
-        }
-        let n = s.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "stream closed before the answer");
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    driver.abort();
-    let header: AnswerHeader = rmp_serde::from_slice(&buf[..h]).unwrap();
-    (header.error, buf[h..end].to_vec())
+    common::rpc_call(addr, method, args).await
 }
 
 /// Go's `[]byte` as a 1.20.1 server writes it: a msgpack str (bin

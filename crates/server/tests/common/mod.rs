@@ -125,3 +125,56 @@ pub async fn call_at(
         body,
     }
 }
+
+#[derive(serde::Serialize)]
+struct RpcHeader<'a> {
+    #[serde(rename = "ServiceMethod")]
+    method: &'a str,
+    #[serde(rename = "Seq")]
+    seq: u64,
+}
+
+#[derive(serde::Deserialize)]
+struct RpcAnswerHeader {
+    #[serde(rename = "Error")]
+    error: String,
+}
+
+/// One net/rpc call on the RPC port (`0x04`, yamux, msgpack) on its own
+/// connection: the answer's error words and its body.
+pub async fn rpc_call<A: serde::Serialize>(
+    addr: SocketAddr,
+    method: &str,
+    args: &A,
+) -> (String, Vec<u8>) {
+    use futures_util::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::io::AsyncWriteExt as _;
+    use tokio_util::compat::TokioAsyncReadCompatExt as _;
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(&[0x04]).await.unwrap();
+    let mut conn =
+        yamux::Connection::new(tcp.compat(), yamux::Config::default(), yamux::Mode::Client);
+    let mut s = std::future::poll_fn(|cx| conn.poll_new_outbound(cx))
+        .await
+        .unwrap();
+    let driver = tokio::spawn(async move {
+        while let Some(Ok(_)) = std::future::poll_fn(|cx| conn.poll_next_inbound(cx)).await {}
+    });
+    let mut req = rmp_serde::to_vec_named(&RpcHeader { method, seq: 1 }).unwrap();
+    req.extend(rmp_serde::to_vec_named(args).unwrap());
+    s.write_all(&req).await.unwrap();
+    s.flush().await.unwrap();
+    let (mut buf, mut chunk) = (Vec::new(), [0u8; 4096]);
+    let mut scan = agent_sim_proto::msgpack::MessageScan::default();
+    let (h, end) = loop {
+        if let Some(done) = scan.scan(&buf).unwrap() {
+            break done;
+        }
+        let n = s.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "stream closed before the answer");
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    driver.abort();
+    let header: RpcAnswerHeader = rmp_serde::from_slice(&buf[..h]).unwrap();
+    (header.error, buf[h..end].to_vec())
+}
