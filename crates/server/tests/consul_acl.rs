@@ -19,7 +19,6 @@ use agent_sim_proto::consul::subscribe::{
 };
 use agent_sim_server::consul::ConsulTargetConfig;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper::{Request, Response, Uri};
@@ -48,38 +47,12 @@ async fn acl_target() -> Target {
 
 /// One request with `token` in `X-Consul-Token` ("" sends none).
 async fn api(t: &Target, method: &str, path: &str, token: &str, body: Value) -> Reply {
-    within(async {
-        let s = TcpStream::connect(t.http).await.unwrap();
-        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        let body = if body.is_null() {
-            Bytes::new()
-        } else {
-            Bytes::from(body.to_string())
-        };
-        let mut req = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("host", t.http.to_string());
-        if !token.is_empty() {
-            req = req.header("X-Consul-Token", token);
-        }
-        let resp = send
-            .send_request(req.body(Full::new(body)).unwrap())
-            .await
-            .unwrap();
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let body = resp.into_body().collect().await.unwrap().to_bytes();
-        Reply {
-            status,
-            headers,
-            body,
-        }
-    })
-    .await
+    let body = if body.is_null() {
+        Bytes::new()
+    } else {
+        Bytes::from(body.to_string())
+    };
+    within(common::call_with_token(t.http, method, path, token, body)).await
 }
 
 /// A token made with the management token: (accessor, secret).

@@ -103,19 +103,33 @@ pub async fn call_at(
     path: impl AsRef<str>,
     body: impl Into<Bytes>,
 ) -> Reply {
-    let path = path.as_ref();
+    call_with_token(addr, method, path.as_ref(), "", body.into()).await
+}
+
+/// [`call_at`] with `token` in `X-Consul-Token` ("" sends none).
+pub async fn call_with_token(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Bytes,
+) -> Reply {
     let s = TcpStream::connect(addr).await.unwrap();
     let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
         .await
         .unwrap();
     tokio::spawn(conn);
-    let req = Request::builder()
+    let mut req = Request::builder()
         .method(method)
         .uri(path)
-        .header("host", addr.to_string())
-        .body(Full::new(body.into()))
+        .header("host", addr.to_string());
+    if !token.is_empty() {
+        req = req.header("X-Consul-Token", token);
+    }
+    let resp = send
+        .send_request(req.body(Full::new(body)).unwrap())
+        .await
         .unwrap();
-    let resp = send.send_request(req).await.unwrap();
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
