@@ -85,6 +85,32 @@ pub enum Command {
     /// Takes the run's flags (--agents, --kind, --target, --source-addr,
     /// --shard, --config). Exit 0: fits; 2: does not fit; 64: bad usage.
     Doctor(Box<DoctorArgs>),
+    /// Run a published experiment as one command (docs/studies/): its
+    /// fleet, topology and probes, against the embedded backend or real
+    /// servers with --target; the table and the page end with the published
+    /// figures beside the run's. `--list` names them.
+    Study(Box<StudyArgs>),
+}
+
+/// `agent-sim study NAME ...`
+#[derive(Debug, Args)]
+pub struct StudyArgs {
+    /// The study (consul-global-scale, sensu-scaling, criteo-streaming,
+    /// vault-outage, auth-cost).
+    #[arg(value_name = "NAME", required_unless_present = "list")]
+    pub name: Option<String>,
+    /// List the studies, their default scale and page, and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// The fleet and topology as a share of the published ones (0 < F <= 1;
+    /// default: the study's own, small enough for one laptop); durations
+    /// the study names shrink with it, so rates stay the published ones.
+    #[arg(long, value_name = "F")]
+    pub scale: Option<f64>,
+    /// The run's flags: they beat the study's settings (e.g. --target,
+    /// --http-target, --observe, --summary, --report-html).
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// `agent-sim doctor ...`

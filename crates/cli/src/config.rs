@@ -40,53 +40,54 @@ fn overlay(hi: RunArgs, lo: RunArgs) -> RunArgs {
 
 /// What a `--config` file holds: the top-level layer, its `[[fleet]]`
 /// sections and its `[[scenario]]` sections.
-type FileLayers = (RunArgs, Vec<RunArgs>, Vec<ScenarioSection>);
+pub(crate) type FileLayers = (RunArgs, Vec<RunArgs>, Vec<ScenarioSection>);
 
 /// Reads the `--config` file: the top-level layer and its sections.
 fn read_file(path: &std::path::Path) -> Result<FileLayers, UsageError> {
-    let text = std::fs::read_to_string(path)
-        .or_else(|e| usage(format!("--config {}: {e}", path.display())))?;
-    let mut table: toml::Table =
-        toml::from_str(&text).or_else(|e| usage(format!("--config {}: {e}", path.display())))?;
-    // toml's message spans several lines; a usage error is one.
-    let one_line = |e: toml::de::Error| {
-        e.to_string()
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let origin = format!("--config {}", path.display());
+    let text = std::fs::read_to_string(path).or_else(|e| usage(format!("{origin}: {e}")))?;
+    let table: toml::Table =
+        toml::from_str(&text).or_else(|e| usage(format!("{origin}: {}", one_line(e))))?;
+    if table.contains_key("study") {
+        return usage(format!(
+            "{origin}: a study's file: run it with `agent-sim study NAME` (agent-sim study --list)"
+        ));
+    }
+    layers_of(table, &origin)
+}
+
+/// toml's message spans several lines; a usage error is one.
+pub(crate) fn one_line(e: toml::de::Error) -> String {
+    e.to_string()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A config table's top-level layer and its sections; `origin` begins
+/// every refusal (`--config FILE`, `study NAME`).
+pub(crate) fn layers_of(mut table: toml::Table, origin: &str) -> Result<FileLayers, UsageError> {
     let fleets = match table.remove("fleet") {
         None => Vec::new(),
         Some(toml::Value::Array(items)) => items
             .into_iter()
             .enumerate()
             .map(|(i, v)| {
-                v.try_into::<RunArgs>().or_else(|e| {
-                    usage(format!(
-                        "--config {}: [[fleet]] #{}: {}",
-                        path.display(),
-                        i + 1,
-                        one_line(e)
-                    ))
-                })
+                v.try_into::<RunArgs>()
+                    .or_else(|e| usage(format!("{origin}: [[fleet]] #{}: {}", i + 1, one_line(e))))
             })
             .collect::<Result<_, _>>()?,
-        Some(_) => {
-            return usage(format!(
-                "--config {}: `fleet` must be [[fleet]] sections",
-                path.display()
-            ));
-        }
+        Some(_) => return usage(format!("{origin}: `fleet` must be [[fleet]] sections")),
     };
     let scenarios = match table.remove("scenario") {
         None => Vec::new(),
-        Some(v) => crate::scenario::sections(v, &path.display().to_string())?,
+        Some(v) => crate::scenario::sections(v, origin.trim_start_matches("--config "))?,
     };
     let top = toml::Value::Table(table)
         .try_into::<RunArgs>()
-        .or_else(|e| usage(format!("--config {}: {}", path.display(), one_line(e))))?;
+        .or_else(|e| usage(format!("{origin}: {}", one_line(e))))?;
     Ok((top, fleets, scenarios))
 }
 
@@ -128,15 +129,25 @@ fn dataplane_refused(e: agent_sim_dataplane::DataplaneError) -> UsageError {
 
 /// Resolves the CLI layer (flags+env) and the optional config file into a [`RunConfig`].
 pub fn resolve(
-    mut cli: RunArgs,
+    cli: RunArgs,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<RunConfig, UsageError> {
-    let local_child =
-        crate::local::apply_child(&mut cli, env).map_err(|e| UsageError(e.to_string()))?;
-    let (file_top, file_fleets, scenarios) = match &cli.config {
+    let file = match &cli.config {
         Some(p) => read_file(p)?,
         None => (RunArgs::default(), Vec::new(), Vec::new()),
     };
+    resolve_with(cli, env, file)
+}
+
+/// [`resolve`] with the file's layers given (a study's, [`crate::study`]).
+pub(crate) fn resolve_with(
+    mut cli: RunArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+    file: FileLayers,
+) -> Result<RunConfig, UsageError> {
+    let local_child =
+        crate::local::apply_child(&mut cli, env).map_err(|e| UsageError(e.to_string()))?;
+    let (file_top, file_fleets, scenarios) = file;
     let (top, layers) = stack(cli, file_top, file_fleets)?;
     let (shard, shard_from) = match crate::shard::resolve(top.shard, env)? {
         Some((s, from)) => (Some(s), from),
@@ -176,6 +187,7 @@ pub fn resolve(
         processes: top.processes,
         local_child,
         effective,
+        study: None,
     })
 }
 

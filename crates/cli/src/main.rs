@@ -4,7 +4,9 @@
 
 use std::process::ExitCode;
 
-use agent_sim::args::{CleanupArgs, Command, DoctorArgs, ReportCommand, RunArgs, ServeArgs};
+use agent_sim::args::{
+    CleanupArgs, Command, DoctorArgs, ReportCommand, RunArgs, ServeArgs, StudyArgs,
+};
 use agent_sim::run::{Output, exit};
 use agent_sim::{config, preflight, report_cmd, run, serve};
 use tokio_util::sync::CancellationToken;
@@ -124,6 +126,7 @@ fn main() -> ExitCode {
         Some(Command::Cleanup(args)) => cleanup(*args),
         Some(Command::Doctor(args)) => doctor(&args),
         Some(Command::Serve(args)) => serve_backend(*args),
+        Some(Command::Study(args)) => study(*args),
         None => run_fleet(cli.run),
     }
 }
@@ -194,13 +197,34 @@ fn serve_backend(args: ServeArgs) -> ExitCode {
     })
 }
 
-/// A fleet run (no subcommand): resolved and checked before any socket,
-/// run as local processes or in this one.
+/// `agent-sim study ...`: the study's run, or the list of studies.
+fn study(args: StudyArgs) -> ExitCode {
+    if args.list {
+        return match agent_sim::study::list() {
+            Ok(text) => {
+                print!("{text}");
+                code(exit::OK)
+            }
+            Err(e) => refuse(e),
+        };
+    }
+    match agent_sim::study::resolve(args, &|k| std::env::var(k).ok()) {
+        Ok(cfg) => run_resolved(cfg),
+        Err(e) => refuse(e),
+    }
+}
+
+/// A fleet run (no subcommand).
 fn run_fleet(args: RunArgs) -> ExitCode {
-    let mut cfg = match config::resolve(args, &|k| std::env::var(k).ok()) {
-        Ok(c) => c,
-        Err(e) => return refuse(e),
-    };
+    match config::resolve(args, &|k| std::env::var(k).ok()) {
+        Ok(cfg) => run_resolved(cfg),
+        Err(e) => refuse(e),
+    }
+}
+
+/// A resolved run, checked before any socket, run as local processes or
+/// in this one.
+fn run_resolved(mut cfg: agent_sim::plan::RunConfig) -> ExitCode {
     // Results are written at the end: a path they cannot take is
     // refused now, before a long run would lose them.
     if let Err(e) = preflight::outputs(&cfg) {

@@ -153,6 +153,8 @@ pub struct RunConfig {
     /// The effective settings for the summary's `config` (see
     /// [`crate::settings::effective_settings`]).
     pub effective: serde_json::Map<String, serde_json::Value>,
+    /// The published experiment the run reproduces (`agent-sim study`).
+    pub study: Option<agent_sim_metrics::study::StudySummary>,
 }
 
 impl RunConfig {

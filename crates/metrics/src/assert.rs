@@ -25,6 +25,7 @@
 //! | `disruptions.back_after_p50` (`_p90`, `_p99`, `_p100`) | the longest time until that share of a disruption's lost sessions were back (fails if one never got there) | duration |
 //! | `server.cpu_cores.<max\|mean\|baseline>`, `server.rss_bytes.<max\|mean\|baseline>` | an observed server's CPU (cores) and RSS: highest scrape, mean at steady state, before the run | number; size |
 //! | `server.cores_per_1000_agents`, `server.rss_per_agent_kib` | what each agent cost the server at steady state, above its baseline | number |
+//! | `server.cpu_ms_per_connect` | a Sensu backend's CPU milliseconds per agent connection (`--observe sensu`) | number |
 //! | `server.<latency>.<p50\|p99\|mean\|baseline_p50\|baseline_p99>` | a kept server latency under load or at baseline (`consul_raft_commit_time`, `etcd_disk_wal_fsync_duration_seconds`, ...) | duration |
 //! | `server.<series>.<max\|mean\|last\|baseline>` | a kept gauge, or a counter's rate (`<name>_per_s`) | number |
 //! | `vault.split_brain` `vault.mismatch` `vault.read_back_lost` `vault.read_back_changed` `vault.keys_left` `vault.sessions_left` `vault.tokens_created` `vault.leadership_changes` `vault.fenced_writes` `vault.handover_max_s` | the run's simulated Vault servers (`--vault-nodes`, docs/writes.md): the lock checker's split-brain and mismatched checks, read-backs lost or changed, what the clean-up left, tokens created, leadership changes, fenced writes, the longest handover in seconds | number |
@@ -198,7 +199,13 @@ impl Metric {
             Metric::Server { name, stat } => match (name.as_str(), stat.as_str()) {
                 ("rss_bytes", _) => Unit::Bytes,
                 (_, "p50" | "p99" | "baseline_p50" | "baseline_p99") => Unit::Micros,
-                ("cpu_cores" | "cores_per_1000_agents" | "rss_per_agent_kib", _) => Unit::Plain,
+                (
+                    "cpu_cores"
+                    | "cores_per_1000_agents"
+                    | "rss_per_agent_kib"
+                    | "cpu_ms_per_connect",
+                    _,
+                ) => Unit::Plain,
                 _ => Unit::Plain,
             },
         }
@@ -281,7 +288,7 @@ pub enum AssertError {
     /// A `server.` path of no known shape.
     #[error(
         "unknown server path {0:?} (server.cpu_cores.max, server.rss_bytes.mean, \
-         server.cores_per_1000_agents, server.rss_per_agent_kib, \
+         server.cores_per_1000_agents, server.rss_per_agent_kib, server.cpu_ms_per_connect, \
          server.<latency>.p99, server.<series>.max)"
     )]
     UnknownServerPath(String),
@@ -381,7 +388,7 @@ fn parse_path(path: &str) -> Result<Metric, AssertError> {
         ["duration_s"] => Metric::DurationS,
         [
             "server",
-            f @ ("cores_per_1000_agents" | "rss_per_agent_kib"),
+            f @ ("cores_per_1000_agents" | "rss_per_agent_kib" | "cpu_ms_per_connect"),
         ] => Metric::Server {
             name: (*f).to_owned(),
             stat: String::new(),
@@ -649,6 +656,78 @@ impl Verdict {
             (Some(a), Ok(parsed)) => fmt_value(parsed.metric.unit(), a),
             (Some(a), Err(_)) => format!("{a}"),
             (None, _) => "-".to_string(),
+        }
+    }
+}
+
+/// A path of the assertion grammar read on its own, with no comparison:
+/// what a study's figure names (`propagation.p99`, `server.cpu_cores.max`).
+/// Parsed once; read from any summary in the path's base unit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measure {
+    path: String,
+    metric: Metric,
+}
+
+/// How a [`Measure`]'s value reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MeasureUnit {
+    /// Microseconds.
+    Micros,
+    /// Bytes.
+    Bytes,
+    /// Anything else (counts, seconds, rates, ratios).
+    Number,
+}
+
+impl FromStr for Measure {
+    type Err = AssertError;
+
+    fn from_str(s: &str) -> Result<Self, AssertError> {
+        let path = s.trim();
+        Ok(Measure {
+            path: path.to_owned(),
+            metric: parse_path(path)?,
+        })
+    }
+}
+
+impl Measure {
+    /// The path as written.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The value in `s`, in the path's base unit (µs, bytes, seconds,
+    /// count), or why `s` has none.
+    pub fn read(&self, s: &Summary) -> Result<f64, Absent> {
+        actual(&self.metric, s)
+    }
+
+    /// `v` written in the path's unit (`361ms`, `45.0 MiB`, `2000`).
+    pub fn show(&self, v: f64) -> String {
+        fmt_value(self.metric.unit(), v)
+    }
+
+    /// How the value reads.
+    pub fn unit(&self) -> MeasureUnit {
+        match self.metric.unit() {
+            Unit::Micros => MeasureUnit::Micros,
+            Unit::Bytes => MeasureUnit::Bytes,
+            _ => MeasureUnit::Number,
+        }
+    }
+
+    /// `text` (a published figure: `361 ms`, `45 %`, `40,000`) read in the
+    /// path's unit, if it reads as one plain value.
+    pub fn parse_value(&self, text: &str) -> Option<f64> {
+        let compact: String = text
+            .chars()
+            .filter(|c| !c.is_whitespace() && *c != ',' && *c != '~')
+            .collect();
+        match parse_value(&compact, self.metric.unit()) {
+            Ok(Value::Number(n)) => Some(n),
+            _ => None,
         }
     }
 }

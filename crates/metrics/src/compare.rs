@@ -92,7 +92,32 @@ pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
     for i in 0..a.server.len().max(b.server.len()) {
         server(&mut r, i, a.server.get(i), b.server.get(i));
     }
+    study(&mut r, a, b);
     r.0
+}
+
+/// The published figures of the study both runs reproduced, each with both
+/// runs' values (the published value in the figure's name).
+fn study(r: &mut Rows, a: &Summary, b: &Summary) {
+    let Some(st) = a.study.as_ref().or(b.study.as_ref()) else {
+        return;
+    };
+    let same = |s: &Summary| s.study.as_ref().is_some_and(|x| x.name == st.name);
+    let group = format!("study {}", st.name);
+    for f in &st.figures {
+        let value = |s: &Summary| {
+            let (m, v) = crate::study::read(f, s).ok().filter(|_| same(s))?;
+            Some((m.unit(), v))
+        };
+        let (va, vb) = (value(a), value(b));
+        let kind = match va.or(vb).map(|x| x.0) {
+            Some(crate::assert::MeasureUnit::Micros) => Kind::Micros,
+            Some(crate::assert::MeasureUnit::Bytes) => Kind::Bytes,
+            _ => Kind::Number,
+        };
+        let name = format!("{} (published {})", f.label, f.published);
+        r.push(&group, &name, va.map(|x| x.1), vb.map(|x| x.1), kind);
+    }
 }
 
 /// A figure of a run, if it has it.

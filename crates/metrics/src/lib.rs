@@ -52,6 +52,7 @@ pub mod schema;
 pub mod server;
 pub mod spread;
 pub mod storm;
+pub mod study;
 pub mod summary;
 pub mod timeline;
 pub mod units;

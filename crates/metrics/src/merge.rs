@@ -448,6 +448,7 @@ fn merge_over_time(parts: &[Summary], out: &mut Summary) -> Result<(), MetricsEr
     out.config = merge_configs(parts.iter().map(|p| p.config.as_ref()));
     // One shard (the probe's controller) runs the Vault servers.
     out.vault = parts.iter().find_map(|p| p.vault.clone());
+    out.study = parts.iter().find_map(|p| p.study.clone());
     // A detected disruption (a backend restart) is one wall-clock event:
     // put every part's on the earliest start's clock before joining them. A
     // scheduled one is at the same offset from each part's own start.

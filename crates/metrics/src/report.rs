@@ -82,6 +82,7 @@ pub fn render_with(s: &Summary, opts: &TableOptions<'_>) -> String {
     if opts.verbose {
         counters(&mut out, s);
     }
+    crate::study::render(&mut out, s);
     out
 }
 

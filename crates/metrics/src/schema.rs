@@ -216,11 +216,29 @@ mod tests {
                     .unwrap()
                     .clone(),
             ),
+            study: Some(crate::study::StudySummary {
+                name: "demo".into(),
+                title: "A published run".into(),
+                source: "https://example.com/run".into(),
+                doc: "docs/studies/demo.md".into(),
+                scale: 0.5,
+                scaled: vec!["agents: 5 of 10".into()],
+                differences: vec!["one server".into()],
+                figures: vec![crate::study::StudyFigure {
+                    label: "connect p99".into(),
+                    published: "1 s".into(),
+                    ours: Some("connect.p99".into()),
+                    note: None,
+                }],
+            }),
             ..populated()
         };
         let v = serde_json::to_value(&s).unwrap();
         validate_summary_json(&v).unwrap();
         assert!(v["disruptions"][0]["back_after_s"]["p99"].is_null());
+        let mut bad = v.clone();
+        bad["study"]["scale"] = serde_json::json!(0);
+        assert!(validate_summary_json(&bad).is_err());
         assert_eq!(crate::Summary::from_json(&v.to_string()).unwrap(), s);
         let mut bad = v.clone();
         bad["timeline"][0]["connected"] = serde_json::json!(-1);

@@ -346,6 +346,52 @@ pub struct Summary {
     /// The run's simulated Vault servers (`--vault-nodes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vault: Option<crate::vault::VaultSummary>,
+    /// The published experiment the run reproduced (`agent-sim study`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub study: Option<StudySummary>,
+}
+
+/// The study a run reproduced, as the summary keeps it (read and shown
+/// by [`crate::study`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct StudySummary {
+    /// The study's name (`consul-global-scale`).
+    pub name: String,
+    /// What the original was, in a line (`HashiCorp's 10,000-node Consul
+    /// benchmark (2020)`).
+    pub title: String,
+    /// Where it was published.
+    pub source: String,
+    /// The page of docs/studies/ that explains what we reproduce.
+    pub doc: String,
+    /// The fleet and topology against the published ones (1 = as published).
+    pub scale: f64,
+    /// What the scale changed, one line each (`agents: 100 of 10,000`).
+    #[serde(default)]
+    pub scaled: Vec<String>,
+    /// How this run's setup differs from the original's, one line each.
+    #[serde(default)]
+    pub differences: Vec<String>,
+    /// The published figures, in the order they were published.
+    #[serde(default)]
+    pub figures: Vec<StudyFigure>,
+}
+
+/// One published figure and the path of ours.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct StudyFigure {
+    /// What was measured (`endpoint propagation p99`).
+    pub label: String,
+    /// The value as published, units and all (`32.1 s`, `~4,000/s`).
+    pub published: String,
+    /// The assertion path of our figure (`propagation.p99`); none when the
+    /// run does not measure it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ours: Option<String>,
+    /// What to know when reading the two side by side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// One of the run's servers as its sessions saw it.

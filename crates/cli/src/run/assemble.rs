@@ -138,6 +138,7 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         by_server,
         config: Some(f.cfg.effective.clone()),
         vault: None,
+        study: f.cfg.study.clone(),
         disruptions: f.metrics.disruptions().summaries(),
         // Filled in by the observer after the run, when it observed.
         server: Vec::new(),

@@ -276,6 +276,7 @@ fn server_stat_value(s: &Summary, name: &str, stat: &str) -> Result<f64, Absent>
         .filter_map(|srv| match name {
             "cores_per_1000_agents" => srv.sizing.cores_per_1000_agents,
             "rss_per_agent_kib" => srv.sizing.rss_per_agent_kib,
+            "cpu_ms_per_connect" => srv.sizing.cpu_ms_per_connect,
             _ => srv.stat(name, stat),
         })
         .reduce(f64::max)

@@ -36,6 +36,7 @@ mod gossip;
 mod sections;
 mod server;
 mod storm;
+mod study;
 pub mod svg;
 mod vault;
 
@@ -166,6 +167,7 @@ pub fn render(page: &Page<'_>) -> String {
     events::errors(&mut o, s);
     sections::process(&mut o, s);
     sections::config(&mut o, s);
+    study::study(&mut o, s);
     let _ = write!(
         o,
         "<footer>Written by agent-sim {}{}. Latencies are from HDR histograms (3 significant \
