@@ -272,7 +272,13 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
         // Only the controller records `propagation` (latency after T0);
         // with observers joined, the fleet's figure is the merged probes'.
         let mut h = new_latency_histogram();
-        for p in out.probes.iter().filter(|p| !p.is_observer()) {
+        // The agents' own entries: not those timed at another fleet
+        // (dataplane sidecars) or at the proxies behind the agents.
+        for p in out
+            .probes
+            .iter()
+            .filter(|p| !p.is_observer() && p.fleet.is_none())
+        {
             add_into(
                 &mut h,
                 &p.latency_us.merge_histogram(&format!("probe #{}", p.id))?,
@@ -979,14 +985,20 @@ mod tests {
     #[test]
     fn observer_entries_without_a_controller_entry_are_kept_and_flagged() {
         let o: Vec<u64> = (0..20).map(|i| i * 500).collect();
-        let a = consul_part(vec![probe_entry("controller", 50, T0, 20, &o)]);
+        // The same change timed at the proxies behind the agents: its own
+        // entry, not part of the agents' `propagation`.
+        let at_proxies = ProbeSummary {
+            fleet: Some("proxy".into()),
+            ..probe_entry("controller", 50, T0, 20, &o)
+        };
+        let a = consul_part(vec![probe_entry("controller", 50, T0, 20, &o), at_proxies]);
         let lone = probe_entry("observer", 49, T0 - 1_000_000, 20, &o);
         let b = consul_part(vec![
             lone.clone(),
             probe_entry("observer", 50, T0 + 1_000, 20, &o),
         ]);
         let m = merge_summaries(&[a, b]).unwrap();
-        assert_eq!(m.probes.len(), 2);
+        assert_eq!(m.probes.len(), 3);
         // Ordered by raft index; the lone one unchanged but for its note.
         let p = &m.probes[0];
         assert_eq!(p.change_id, Some(49));

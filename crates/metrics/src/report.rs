@@ -160,7 +160,7 @@ fn probes(out: &mut String, s: &Summary) {
     }
     let _ = writeln!(
         out,
-        "probes     {:<13} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "probes     {:<14} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "kind", "delivered", "p50", "p90", "p95", "p99", "p99.9", "max", "99% at"
     );
     for p in &s.probes {
@@ -174,7 +174,7 @@ fn probes(out: &mut String, s: &Summary) {
         };
         let _ = writeln!(
             out,
-            "  #{:<3} {:<15} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "  #{:<3} {:<16} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
             p.id,
             kind,
             format!("{}/{}", p.delivered, p.expected),
