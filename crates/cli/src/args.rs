@@ -426,6 +426,11 @@ pub struct RunArgs {
     /// Consul: allow --rotate-ca-at against a real cluster (its CA changes).
     #[arg(long, help_heading = heading::CONSUL, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub allow_ca_rotation: Option<bool>,
+    /// Consul: each client agent first asks the servers for its own TLS
+    /// certificate (auto_encrypt: AutoEncrypt.Sign on each server in turn,
+    /// backing off as a 1.20 agent), timed as latency auto_encrypt.
+    #[arg(long, help_heading = heading::CONSUL, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub auto_encrypt: Option<bool>,
     /// Consul: how each upstream is watched: streaming (Subscribe on the
     /// RPC port), blocking (Health.ServiceNodes blocking queries on the RPC
     /// port, as agents with streaming off) or http (long polls of
@@ -454,6 +459,19 @@ pub struct RunArgs {
     /// <name-prefix>/].
     #[arg(long = "watch-kv", value_name = "PREFIX", help_heading = heading::CONSUL)]
     pub watch_kv: Vec<String>,
+    /// Consul: Connect proxies behind each agent, each watching all its
+    /// upstreams through the agent's own subscriptions; the probe is also
+    /// timed at each proxy's xDS hand-off (propagation_proxy); 0 = none.
+    #[arg(long, value_name = "N", help_heading = heading::CONSUL)]
+    pub proxies_per_agent: Option<u32>,
+    /// Consul: proxycfg's coalescing window: an update reaches a proxy this
+    /// long after the one that started its send, at the earliest.
+    #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
+    pub proxy_coalesce: Option<Secs>,
+    /// Consul: each agent's proxy update limiter, shared by its proxies
+    /// (Consul's xds.update_max_per_second, burst 1).
+    #[arg(long, value_name = "RATE", help_heading = heading::CONSUL)]
+    pub proxy_update_rate: Option<Rate>,
 
     // --- Vault on Consul (docs/writes.md#vaults-storage) ---
     /// Consul: simulated Vault servers storing in the cluster as Vault's
@@ -584,6 +602,11 @@ pub struct RunArgs {
     /// Check schedule of the embedded Sensu target (demo mode only).
     #[arg(long, value_name = "DURATION", hide = true)]
     pub embedded_check_interval: Option<Secs>,
+    /// Sensu: the embedded backend checks each agent's password with bcrypt
+    /// at this cost, as Sensu's backend does (10: about 60 ms of CPU per
+    /// connection); without it, a plain comparison. Demo mode only.
+    #[arg(long, value_name = "COST", help_heading = heading::SENSU)]
+    pub embedded_password_cost: Option<u32>,
 
     // --- Results ---
     /// Write the run summary JSON (schema agent-sim.summary.v2) here.
@@ -686,11 +709,12 @@ macro_rules! with_run_args_fields {
                 password, subscriptions, encoding, deregister, event_rate, event_output_size,
                 insecure_skip_tls_verify, tls_server_name, http_target, token, acl_tokens, acl_token_rate, upstreams, services_per_agent,
                 service_name, sidecars, no_register, keep_registrations, session_ttl,
-                anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, consul_agent, gossip, gossip_key, gossip_label, leaf_certs, rotate_ca_at, allow_ca_rotation, watch,
+                anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, consul_agent, gossip, gossip_key, gossip_label, leaf_certs, rotate_ca_at, allow_ca_rotation, auto_encrypt, watch,
                 blocking_wait, seed_service, change_every,
+                proxies_per_agent, proxy_coalesce, proxy_update_rate,
                 vault_nodes, vault_tokens, vault_token_ttl, vault_renew, vault_path, vault_stop_active_at,
                 vault_kill_active_at,
-                embedded_check_interval, embedded_servers, rebalance_min, hlog_interval, metrics_addr, shard, seed, quiet,
+                embedded_check_interval, embedded_password_cost, embedded_servers, rebalance_min, hlog_interval, metrics_addr, shard, seed, quiet,
                 progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,
                 churn, max_session_length, ramp_down, reconnect, observe_every, observe_shard,
                 processes;

@@ -179,6 +179,7 @@ pub(crate) fn resolve_with(
         progress_every: secs(top.progress_every),
         threads: top.threads,
         embedded_check_interval: secs(top.embedded_check_interval),
+        embedded_password_cost: password_cost(&top)?,
         embedded_servers,
         server_downs: top.server_downs.clone(),
         report_html: top.report_html.clone(),
@@ -228,6 +229,19 @@ fn stack(
     };
     layers.iter_mut().for_each(fill_kind);
     Ok((top, layers))
+}
+
+/// `--embedded-password-cost`, checked as `serve` checks its own.
+fn password_cost(top: &RunArgs) -> Result<Option<u32>, UsageError> {
+    let costs = agent_sim_server::sensu::PASSWORD_COSTS;
+    match top.embedded_password_cost {
+        Some(c) if !costs.contains(&c) => usage(format!(
+            "--embedded-password-cost {c}: must be {} to {} (a real backend's is 10)",
+            costs.start(),
+            costs.end()
+        )),
+        c => Ok(c),
+    }
 }
 
 /// The run's duration and hlog interval, checked (and its thread count).
@@ -355,6 +369,37 @@ fn failover_flags(top: &RunArgs, servers: usize, embedded: bool) -> Result<(), U
 }
 
 /// One fleet from its fully layered arguments (defaults included).
+/// Flags one kind reads given to another: refused, not ignored.
+fn only_for_kind(a: &RunArgs) -> Result<(), UsageError> {
+    if !matches!(a.kind.unwrap_or_default(), Kind::ConsulDataplane)
+        && let Some(flag) = [
+            (a.adopt.is_some(), "--adopt"),
+            (a.adopt_node.is_some(), "--adopt-node"),
+            (a.watch_servers == Some(true), "--watch-servers"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag))
+    {
+        return usage(format!("{flag}: only --kind consul-dataplane reads it"));
+    }
+    if !matches!(a.kind.unwrap_or_default(), Kind::Consul) {
+        if a.vault_nodes.is_some_and(|n| n > 0) {
+            return usage(
+                "--vault-nodes: only --kind consul reads it (Vault stores in a Consul cluster)",
+            );
+        }
+        if a.auto_encrypt == Some(true) {
+            return usage("--auto-encrypt: only --kind consul reads it (client agents ask for it)");
+        }
+        if a.proxies_per_agent.is_some_and(|n| n > 0) {
+            return usage(
+                "--proxies-per-agent: only --kind consul reads it (a dataplane sidecar is the proxy)",
+            );
+        }
+    }
+    Ok(())
+}
+
 fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageError> {
     let total = a.agents.unwrap_or(DEFAULT_AGENTS);
     if total == 0 {
@@ -418,6 +463,9 @@ fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageEr
             if let Err(reason) = c.connect.check_rotation(embedded, c.agent, c.sidecars) {
                 return usage(reason.to_string());
             }
+            if let Err(reason) = c.connect.check_auto_encrypt(c.agent) {
+                return usage(reason.to_string());
+            }
             Protocol::Consul(c)
         }
         Kind::ConsulDataplane => {
@@ -426,22 +474,7 @@ fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageEr
             Protocol::Dataplane(c)
         }
     };
-    if !matches!(a.kind.unwrap_or_default(), Kind::ConsulDataplane)
-        && let Some(flag) = [
-            (a.adopt.is_some(), "--adopt"),
-            (a.adopt_node.is_some(), "--adopt-node"),
-            (a.watch_servers == Some(true), "--watch-servers"),
-        ]
-        .into_iter()
-        .find_map(|(set, flag)| set.then_some(flag))
-    {
-        return usage(format!("{flag}: only --kind consul-dataplane reads it"));
-    }
-    if !matches!(a.kind.unwrap_or_default(), Kind::Consul) && a.vault_nodes.is_some_and(|n| n > 0) {
-        return usage(
-            "--vault-nodes: only --kind consul reads it (Vault stores in a Consul cluster)",
-        );
-    }
+    only_for_kind(a)?;
     Ok(FleetPlan {
         protocol,
         fleet,
@@ -547,6 +580,18 @@ fn vault_config(a: &RunArgs) -> Option<agent_sim_consul::vault::VaultConfig> {
     Some(v)
 }
 
+/// The proxies behind the Consul agents (`--proxies-per-agent`): the flags
+/// over the library's defaults.
+fn proxy_config(a: &RunArgs) -> agent_sim_consul::proxy::ProxyConfig {
+    let mut p = agent_sim_consul::proxy::ProxyConfig::default();
+    set!(p.per_agent, a.proxies_per_agent);
+    if let Some(d) = a.proxy_coalesce {
+        p.coalesce = d.0;
+    }
+    set!(p.update_rate, a.proxy_update_rate);
+    p
+}
+
 /// Maps the flags onto [`ConsulConfig`] (its `validate` holds the rules).
 fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     let mut c = ConsulConfig::default();
@@ -574,6 +619,7 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     set!(c.connect.leaf_certs, a.leaf_certs);
     c.connect.rotate_at = a.rotate_ca_at.map(|d| d.0);
     set!(c.connect.allow_rotation, a.allow_ca_rotation);
+    set!(c.connect.auto_encrypt, a.auto_encrypt);
     set!(c.keep_registrations, a.keep_registrations);
     if let Some(t) = a.session_ttl {
         c.session_ttl = t.into_option().map(|d| d.0);
@@ -626,6 +672,7 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
         c.blocking_wait = d.0;
     }
     c.watch_kv = a.watch_kv.clone();
+    c.proxies = Box::new(proxy_config(a));
     c.vault = vault_config(a).map(Box::new);
     // TLS when any TLS setting is given, or the HTTP API is https://.
     let insecure = a.insecure_skip_tls_verify.unwrap_or(false);
@@ -720,6 +767,14 @@ mod tests {
                     a.rotate_ca_at = Some("30s".parse().unwrap())
                 }),
                 "it needs --sidecars",
+            ),
+            (
+                args(|a| {
+                    a.kind = Some(Kind::Consul);
+                    a.consul_agent = Some(agent_sim_consul::modes::AgentWire::Api);
+                    a.auto_encrypt = Some(true)
+                }),
+                "--auto-encrypt is a client agent's boot step",
             ),
         ] {
             let e = resolve(a, &no_env).unwrap_err().0;

@@ -74,6 +74,9 @@ pub fn defaults() -> RunArgs {
         probe: Some(Toggle::On(ProbeKind::Catalog)),
         probe_every: Some(Secs(consul.probe.every)),
         watch: Some(consul.watch),
+        proxies_per_agent: Some(consul.proxies.per_agent),
+        proxy_coalesce: Some(Secs(consul.proxies.coalesce)),
+        proxy_update_rate: Some(consul.proxies.update_rate),
         blocking_wait: Some(Secs(consul.blocking_wait)),
         watch_servers: Some(DataplaneConfig::default().watch_servers),
         envoy_version: Some(

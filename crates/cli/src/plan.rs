@@ -135,6 +135,9 @@ pub struct RunConfig {
     pub threads: Option<usize>,
     /// Check schedule of the embedded Sensu target (demo and tests).
     pub embedded_check_interval: Duration,
+    /// bcrypt cost of the embedded Sensu backend's password checks (`None`:
+    /// a plain comparison).
+    pub embedded_password_cost: Option<u32>,
     /// Servers of the embedded backend (per protocol).
     pub embedded_servers: usize,
     /// Embedded servers stopped and started again during the run.

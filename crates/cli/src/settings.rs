@@ -99,7 +99,7 @@ pub fn effective_settings(
     let observing = !top.observe.is_empty() || !top.observe_pid.is_empty();
     // Whether a field belongs in a fleet of `kind` (None: no fleet's own).
     let belongs = |field: &str, kind: Option<&str>| {
-        if field == "embedded_check_interval" {
+        if field == "embedded_check_interval" || field == "embedded_password_cost" {
             return embedded;
         }
         match heading(field).as_deref() {

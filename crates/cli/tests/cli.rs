@@ -29,6 +29,10 @@ fn bad_usage_exits_64_with_one_line() {
         ],
         vec!["--kind", "consul", "--cert-file", "/nonexistent.pem"],
         vec!["--deregister=maybe"],
+        vec!["--kind", "consul-dataplane", "--proxies-per-agent", "2"],
+        vec!["--kind", "sensu", "--proxies-per-agent", "2"],
+        vec!["--embedded-password-cost", "99"],
+        vec!["--kind", "consul-dataplane", "--auto-encrypt"],
     ] {
         let out = agent_sim().args(&args).output_within(CHILD_LIMIT);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");

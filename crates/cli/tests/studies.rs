@@ -90,10 +90,22 @@ fn consul_global_scale_times_the_upstream_change_at_every_agent() {
         st.scaled
     );
     assert_eq!(s.agents.connected, 20);
-    // Our propagation figures are read from the run, beside the published.
+    // Our propagation figures, at the proxy and at the agent, read from
+    // the run beside the published.
     let rows = agent_sim_metrics::study::rows(&s);
-    let p50 = rows.iter().find(|r| r.label == "endpoint propagation p50");
-    assert!(p50.unwrap().value.is_some(), "{rows:?}");
+    for label in [
+        "endpoint propagation p50, at the proxy",
+        "endpoint propagation p99, at the proxy",
+        "endpoint propagation p50, at the agent",
+    ] {
+        let row = rows.iter().find(|r| r.label == label);
+        assert!(row.unwrap().value.is_some(), "{label}: {rows:?}");
+    }
+    // 18 proxies behind each agent, each change handed to every one.
+    let (agent, proxy) = (&s.latency_us["propagation"], &s.latency_us["propagation_proxy"]);
+    assert_eq!(proxy.count, 18 * agent.count, "{agent:?} {proxy:?}");
+    // Every node asked for its certificate at boot.
+    assert_eq!(s.latency_us["auto_encrypt"].count, 20);
 }
 
 #[test]
@@ -153,6 +165,10 @@ fn auth_cost_drops_every_session_and_times_the_return() {
     check_section(&s, &out, "auth-cost");
     assert_eq!(s.agents.connected, 20);
     assert!(!s.disruptions.is_empty());
+    // The embedded backend checked each password with bcrypt at cost 10
+    // (tens of milliseconds each), as Sensu's does.
+    let connect = &s.latency_us["connect"];
+    assert!(connect.p50 >= 20_000, "{connect:?}");
 }
 
 #[test]

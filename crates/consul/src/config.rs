@@ -92,6 +92,9 @@ pub struct ConsulConfig {
     pub acl_tokens: Option<Box<crate::modes::TokenSource>>,
     /// Token creates per second when the run creates them.
     pub acl_token_rate: f64,
+    /// Connect proxies behind every agent, timed as proxycfg hands them
+    /// their upstreams' updates ([`crate::proxy`]; `per_agent` 0: none).
+    pub proxies: Box<crate::proxy::ProxyConfig>,
 }
 
 impl Default for ConsulConfig {
@@ -123,6 +126,7 @@ impl Default for ConsulConfig {
             vault: None,
             acl_tokens: None,
             acl_token_rate: crate::modes::DEFAULT_TOKEN_RATE,
+            proxies: Box::default(),
         }
     }
 }
@@ -559,6 +563,15 @@ impl ConsulConfig {
         self.check_registration()?;
         self.check_timers()?;
         self.check_probe_modes()?;
+        let timed_at_proxies = matches!(
+            self.probe.kind,
+            Some(ProbeKind::Catalog | ProbeKind::Intentions)
+        ) && self.probe.controller;
+        self.proxies.check(
+            self.agent,
+            self.watch,
+            timed_at_proxies.then(|| self.probe.timeout()),
+        )?;
         let probe_service = match self.probe.kind {
             None => None,
             Some(_) => Some(self.probe_service()?),

@@ -11,6 +11,7 @@ use agent_sim_fleet::Rate;
 
 use crate::modes::{KV_MAX_PREFIXES, SeedService, go_duration};
 use crate::pattern::PatternError;
+use crate::proxy::ProxyConfigError;
 use crate::vault_config::VaultConfigError;
 
 /// Why a [`ConsulConfig`](crate::config::ConsulConfig) (or the
@@ -84,6 +85,9 @@ pub enum ConfigError {
     /// A Vault setting.
     #[error(transparent)]
     Vault(#[from] VaultConfigError),
+    /// A setting of the proxies behind the agents.
+    #[error(transparent)]
+    Proxies(#[from] ProxyConfigError),
     /// No upstream.
     #[error("needs at least one service")]
     NoUpstreams,
@@ -216,6 +220,7 @@ impl ConfigError {
             E::NoCa => "tls",
             E::HalfClientCert => "tls.cert_file",
             E::Vault(v) => v.field(),
+            E::Proxies(p) => p.field(),
             E::NoUpstreams | E::Upstream(_) => "upstreams",
             E::ServiceName => "service_name",
             E::NoServices | E::TxnOps { .. } => "services_per_agent",

@@ -23,7 +23,9 @@
 //! - [`modes`]: the watch mode and the seeded service (a leaf);
 //!   [`seed`]: registering and removing that service.
 //! - [`probe`]: the propagation probe ([`ProbeRunner`] in the controller
-//!   process, [`ProbeObserver`] in the others, [`probe::ProbeBoard`]).
+//!   process, [`ProbeObserver`] in the others, [`probe::ProbeBoard`]);
+//!   [`proxy`]: the Connect proxies behind each agent and when proxycfg
+//!   hands them an update (`--proxies-per-agent`).
 //! - [`ConsulFactory`] / [`ConsulAgent`]: the `agent_sim_fleet` agent.
 //! - [`cleanup`]: removes what a killed run left (`agent-sim cleanup`).
 //! - [`vault`]: simulated Vault servers storing in the cluster
@@ -47,6 +49,7 @@ pub mod kv;
 pub mod modes;
 pub mod pattern;
 pub mod probe;
+pub mod proxy;
 pub mod rpc;
 pub mod seed;
 pub mod txn;
@@ -193,6 +196,14 @@ pub mod names {
     /// Probe deliveries: kernel arrival at the agent's socket − T0 (the
     /// instant the change's write was sent).
     pub const PROPAGATION: &str = "propagation";
+    /// Probe deliveries at the proxies behind the agents
+    /// (`--proxies-per-agent`): the instant proxycfg hands the change to a
+    /// proxy's xDS stream (after its coalescing window and the agent's
+    /// update limiter) − T0; one per proxy of each agent that had it.
+    pub const PROPAGATION_PROXY: &str = "propagation_proxy";
+    /// Config snapshots proxycfg sends the proxies' xDS streams, one per
+    /// proxy and coalescing window (counted when the send is scheduled).
+    pub const PROXY_UPDATES: &str = "proxy_updates";
     /// The simulator's own delay per probe delivery: the agent processed
     /// the event − the kernel received its bytes (runtime queueing, decode).
     pub const PROBE_OVERHEAD: &str = "probe_overhead";
@@ -273,6 +284,11 @@ pub mod names {
     pub const LEAF_CERTS_RENEWED: &str = "leaf_certs_renewed";
     /// Signs the servers answered with their rate limit.
     pub const LEAF_RATE_LIMITED: &str = "leaf_rate_limited";
+    /// `--auto-encrypt`: per agent, its first `AutoEncrypt.Sign` round to
+    /// its certificate (the waits between rounds included).
+    pub const AUTO_ENCRYPT: &str = "auto_encrypt";
+    /// `AutoEncrypt.Sign` calls the servers answered with their rate limit.
+    pub const AUTO_ENCRYPT_RATE_LIMITED: &str = "auto_encrypt_rate_limited";
 }
 
 /// Counters whose per-second rate means something: the steady traffic of
@@ -292,6 +308,7 @@ pub const RATED_COUNTERS: &[&str] = &[
     names::COORDINATE_UPDATES,
     names::KV_WATCH_ANSWERS,
     names::KV_WATCH_BYTES,
+    names::PROXY_UPDATES,
 ];
 
 /// Counters and latencies this crate records; merge into the run's spec.
@@ -331,20 +348,24 @@ pub fn metrics_spec() -> MetricsSpec {
             names::LEAF_CERTS_ISSUED,
             names::LEAF_CERTS_RENEWED,
             names::LEAF_RATE_LIMITED,
+            names::AUTO_ENCRYPT_RATE_LIMITED,
             names::KV_WATCH_CALLS,
             names::KV_WATCH_ANSWERS,
             names::KV_WATCH_CHANGED,
             names::KV_WATCH_BYTES,
+            names::PROXY_UPDATES,
         ],
         latencies: [
             names::CONNECT,
             names::SUBSCRIBE_SNAPSHOT,
             names::SESSION_RENEW,
             names::PROPAGATION,
+            names::PROPAGATION_PROXY,
             names::PROBE_OVERHEAD,
             names::PROBE_WRITE,
             names::LEAF_BOOT,
             names::LEAF_ROTATION,
+            names::AUTO_ENCRYPT,
         ]
         .into_iter()
         .chain(names::RPC_LATENCIES)
@@ -480,6 +501,8 @@ const ERROR_KINDS: &[agent_sim_metrics::ErrorKindSpec] = {
             said_by: agent_sim_metrics::Speaker::Server,
         },
         PROBE_OVERHEAD_HIGH,
+        agent::AUTO_ENCRYPT_REFUSED,
+        agent::AUTO_ENCRYPT_RATE_LIMITED,
         K {
             kind: "rpc_error",
             hint: "the server answered an RPC with an error; the sample is its words (an \

@@ -13,8 +13,8 @@
 use std::fmt::Write as _;
 
 use crate::assert::Measure;
-pub use crate::summary::{StudyFigure, StudySummary};
 use crate::summary::Summary;
+pub use crate::summary::{StudyFigure, StudySummary};
 
 /// A figure's row as shown: both values written out.
 #[derive(Debug, Clone, PartialEq)]

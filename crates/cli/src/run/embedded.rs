@@ -39,6 +39,7 @@ fn io(what: &'static str) -> impl Fn(std::io::Error) -> RunError {
 async fn sensu_backends(
     s: &agent_sim_sensu::SensuConfig,
     check_interval: Duration,
+    password_cost: Option<u32>,
     n: usize,
 ) -> Result<Vec<Backend>, RunError> {
     let tcfg = SensuTargetConfig {
@@ -51,6 +52,7 @@ async fn sensu_backends(
             interval: check_interval,
             subscriptions: s.subscriptions.clone(),
         }],
+        password_cost,
         ..SensuTargetConfig::default()
     };
     let mut out = Vec::with_capacity(n);
@@ -112,7 +114,8 @@ pub(super) async fn start(cfg: &mut RunConfig) -> Result<Embedded, RunError> {
         match &mut plan.protocol {
             Protocol::Sensu(s) => {
                 if emb.sensu.is_empty() {
-                    emb.sensu = sensu_backends(s, check_interval, n).await?;
+                    emb.sensu =
+                        sensu_backends(s, check_interval, cfg.embedded_password_cost, n).await?;
                 }
                 s.targets = emb
                     .sensu

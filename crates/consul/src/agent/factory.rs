@@ -75,9 +75,10 @@ impl ConsulFactory {
                 &crate::kv::probe_key(&cfg.conn.name_prefix),
                 &cfg.conn.name_prefix,
             ))),
-            (Some(kind), Some(svc)) if cfg.probe.controller => {
-                Some(Arc::new(ProbeBoard::new(kind, svc, &cfg.conn.name_prefix)))
-            }
+            (Some(kind), Some(svc)) if cfg.probe.controller => Some(Arc::new(
+                ProbeBoard::new(kind, svc, &cfg.conn.name_prefix)
+                    .with_proxies(cfg.proxies.per_agent),
+            )),
             (Some(kind), Some(svc)) => Some(Arc::new(ProbeBoard::new_observer(
                 kind,
                 svc,
@@ -112,6 +113,7 @@ impl ConsulFactory {
         let kv = super::kv::KvShared::new(&cfg, v.watch_kv);
         Ok(ConsulFactory {
             shared: Arc::new(Shared {
+                auto_encrypt: super::auto_encrypt::insecure_tls(&cfg, &dialers, &v.rpc_hosts)?,
                 token: cfg.conn.token.clone().unwrap_or_default(),
                 cfg,
                 dialers,

@@ -23,6 +23,7 @@
 //! views, status handling) and `upkeep` (registration, TTL session, check
 //! flaps, the exit cleanup).
 
+mod auto_encrypt;
 mod connect;
 mod factory;
 mod kv;
@@ -34,6 +35,9 @@ mod subscriptions;
 mod upkeep;
 mod watching;
 
+pub(crate) use auto_encrypt::{
+    RATE_LIMITED_KIND as AUTO_ENCRYPT_RATE_LIMITED, REFUSED as AUTO_ENCRYPT_REFUSED,
+};
 pub use factory::{ConsulFactory, api_client, http_api};
 
 use std::sync::{Arc, OnceLock};
@@ -102,6 +106,9 @@ pub(crate) struct Ids {
     leaf_rate_limited: CounterId,
     leaf_boot: LatencyId,
     leaf_rotation: LatencyId,
+    auto_encrypt: LatencyId,
+    auto_encrypt_rate_limited: CounterId,
+    proxy_updates: CounterId,
     /// A client agent's calls by method (`link::Rpc` order).
     rpc: [LatencyId; 8],
     kv: kv::KvIds,
@@ -148,6 +155,9 @@ impl Ids {
             leaf_rate_limited: m.counter(names::LEAF_RATE_LIMITED),
             leaf_boot: m.latency(names::LEAF_BOOT),
             leaf_rotation: m.latency(names::LEAF_ROTATION),
+            auto_encrypt: m.latency(names::AUTO_ENCRYPT),
+            auto_encrypt_rate_limited: m.counter(names::AUTO_ENCRYPT_RATE_LIMITED),
+            proxy_updates: m.counter(names::PROXY_UPDATES),
             rpc: names::RPC_LATENCIES.map(|n| m.latency(n)),
             kv: kv::KvIds::resolve(m),
         })
@@ -173,6 +183,9 @@ pub(crate) struct Shared {
     gossip: Option<crate::gossip::Gossip>,
     /// The fleet's certificates (boot and rotation figures).
     connect: Option<Arc<crate::connect::ConnectBoard>>,
+    /// Each server's TLS for `AutoEncrypt.Sign`, when the agents ask for
+    /// their certificate at boot (`auto_encrypt`, client wire).
+    auto_encrypt: Option<auto_encrypt::InsecureTls>,
     /// The KV prefixes watched (`--watch-kv`), and the probe key.
     kv: kv::KvShared,
     /// Each agent's own ACL token (`--acl-tokens`), once had.
@@ -263,6 +276,11 @@ struct Extra {
     vivaldi: Option<Vivaldi>,
     /// The leaf certificate of the agent's sidecars (client wire).
     leaf: Option<connect::Leaf>,
+    /// What the agent keeps of its own certificate (`auto_encrypt`).
+    agent_cert: Option<auto_encrypt::AgentCert>,
+    /// The Connect proxies behind the agent (`--proxies-per-agent`), made
+    /// at its first update.
+    proxies: Option<crate::proxy::Proxies>,
 }
 
 /// One simulated Consul client agent.

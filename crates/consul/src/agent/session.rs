@@ -211,6 +211,12 @@ impl ConsulAgent {
     /// of the agent's router; a session lost there moves that server to the
     /// end of the list (a real agent's next call goes to the next one).
     async fn session(&mut self, cx: &SessionCx) -> SessionEnd {
+        // A real agent asks for its certificate before it joins or calls.
+        if let Some(asking) = self.auto_encrypt(cx)
+            && let Err(end) = asking.await
+        {
+            return end;
+        }
         if let Err(end) = self.ensure_member().await {
             return end;
         }

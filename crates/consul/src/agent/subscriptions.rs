@@ -22,7 +22,8 @@ use crate::conn::{self, GrpcClient};
 use crate::ended::status_words;
 use crate::http;
 use crate::probe::{Expect, Owed, ProbeBoard};
-use crate::view::{Change, Signal, View, ViewKind};
+use crate::proxy::Proxies;
+use crate::view::{Change, Phase, Signal, View, ViewKind};
 use crate::watch::Digest;
 
 /// When an event arrived: decoded by the agent, and received by the
@@ -395,6 +396,11 @@ impl ConsulAgent {
         }
         let board = if sub.probe { sh.board.as_deref() } else { None };
         let arrived = arrival.at();
+        // What the agent's proxycfg takes: a whole view (its snapshot
+        // done) or a live change of one.
+        let proxied = signal == Signal::EndOfSnapshot
+            || (signal == Signal::Item && sub.view.phase() == Phase::Live);
+        let mut probe_hit = None;
         if let (Some(kind), Some(b)) = (seen, board) {
             sub.probe_state = kind as u8;
             if sub.probe_seen != index
@@ -404,15 +410,45 @@ impl ConsulAgent {
                 delivered(&sh, agent, arrival);
             }
         }
+        let hit_index = if hit_live { index } else { 0 };
         if let (Some(id), Some(b)) = (hit, board)
             && sub.probe_seen != id
             && ProbeBoard::expects(slot.mark, sub.probe_owed, id)
-            && b.arrive(id, arrived, if hit_live { index } else { 0 })
+            && b.arrive(id, arrived, hit_index)
         {
             sub.probe_seen = id;
             delivered(&sh, agent, arrival);
+            probe_hit = Some((id, hit_index));
+        }
+        if proxied {
+            self.hand_to_proxies(arrived, probe_hit);
         }
         resynced
+    }
+
+    /// The proxies behind the agent (`--proxies-per-agent`) take an update
+    /// that reached it at `at`; `probe`: the probe id (and raft index) whose
+    /// arrival it was, timed again at each proxy's hand-off.
+    fn hand_to_proxies(&mut self, at: Instant, probe: Option<(u64, u64)>) {
+        let sh = &self.shared;
+        let cfg = &sh.cfg.proxies;
+        if !cfg.is_on() {
+            return;
+        }
+        let extra = self.extra.get_or_insert_with(Box::default);
+        let proxies = extra
+            .proxies
+            .get_or_insert_with(|| Proxies::new(cfg.per_agent, at));
+        let mut handed = Vec::new();
+        let scheduled = proxies.update(at, cfg, |h| {
+            if probe.is_some() {
+                handed.push(h);
+            }
+        });
+        sh.metrics.add(sh.ids.proxy_updates, scheduled);
+        if let (Some((id, index)), Some(b)) = (probe, &sh.board) {
+            b.arrive_proxied(id, index, &handed);
+        }
     }
 
     /// Subscription `i` completed a snapshot (its last event at raft

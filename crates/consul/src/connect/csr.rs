@@ -2,7 +2,12 @@
 //! ECDSA P-256 key (the agent's default `ec`, 256 bits) per certificate, an
 //! empty subject and one SAN, the service's SPIFFE ID (critical, as the
 //! subject is empty), signed with ECDSA-SHA256, PEM-encoded. The key is not
-//! kept: no simulated proxy serves TLS with it.
+//! kept: no simulated proxy serves TLS with it. The agent's own certificate
+//! (`auto_encrypt`, [`new_agent_csr`]) is asked for alike, its SAN holding
+//! `localhost`, `127.0.0.1` and `::1` before the agent's SPIFFE ID, as
+//! `agent/auto-config` writes it.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -21,6 +26,17 @@ pub fn spiffe_service_id(trust_domain: &str, datacenter: &str, service: &str) ->
     format!("spiffe://{trust_domain}/ns/default/dc/{datacenter}/svc/{service}")
 }
 
+/// The SPIFFE ID of client agent `node` in `datacenter` (default
+/// partition, as a CE agent writes it); at boot the agent does not know the
+/// trust domain yet and writes [`UNKNOWN_TRUST_DOMAIN`], which the server
+/// replaces.
+pub fn spiffe_agent_id(trust_domain: &str, datacenter: &str, node: &str) -> String {
+    format!("spiffe://{trust_domain}/agent/client/dc/{datacenter}/id/{node}")
+}
+
+/// The trust domain of an agent's first CSR (`unknownTrustDomain`).
+pub const UNKNOWN_TRUST_DOMAIN: &str = "unknown";
+
 /// Why a CSR could not be made (rcgen's words).
 #[derive(Debug, thiserror::Error)]
 #[error("making a CSR: {0}")]
@@ -35,11 +51,28 @@ impl CsrError {
 
 /// A new P-256 key and the CSR of `spiffe_id` signed with it.
 pub fn new_csr(spiffe_id: &str) -> Result<Csr, CsrError> {
+    csr_with(Vec::new(), spiffe_id)
+}
+
+/// A new P-256 key and the CSR of an agent's `spiffe_id`
+/// ([`spiffe_agent_id`]) with the SANs a 1.20 agent adds (`defaultDNSSANs`,
+/// `defaultIPSANs`), in the order Go writes them: DNS, IP, URI.
+pub fn new_agent_csr(spiffe_id: &str) -> Result<Csr, CsrError> {
+    let sans = vec![
+        SanType::DnsName("localhost".try_into()?),
+        SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        SanType::IpAddress(IpAddr::V6(Ipv6Addr::LOCALHOST)),
+    ];
+    csr_with(sans, spiffe_id)
+}
+
+/// The CSR of `sans` then the URI `spiffe_id`, under a new P-256 key.
+fn csr_with(mut sans: Vec<SanType>, spiffe_id: &str) -> Result<Csr, CsrError> {
     let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
-    let uri = spiffe_id.to_owned().try_into()?;
-    params.subject_alt_names = vec![SanType::URI(uri)];
+    sans.push(SanType::URI(spiffe_id.to_owned().try_into()?));
+    params.subject_alt_names = sans;
     let csr = params.serialize_request(&key)?;
     Ok(Csr { pem: csr.pem()? })
 }
@@ -119,6 +152,27 @@ mod tests {
         }
         // An empty subject: `SEQUENCE {}` right after the version.
         assert!(der.windows(5).any(|w| w == [0x02, 0x01, 0x00, 0x30, 0x00]));
+    }
+
+    #[test]
+    fn an_agent_csr_names_the_node_under_an_unknown_trust_domain() {
+        let id = spiffe_agent_id(UNKNOWN_TRUST_DOMAIN, "dc1", "agent-7");
+        assert_eq!(id, "spiffe://unknown/agent/client/dc/dc1/id/agent-7");
+        let csr = new_agent_csr(&id).unwrap();
+        let body: String = csr
+            .pem
+            .lines()
+            .filter(|l| !l.starts_with("-----"))
+            .collect();
+        let der = STANDARD.decode(body).unwrap();
+        // dNSName localhost, iPAddress 127.0.0.1, then the URI.
+        let dns = der.windows(11).position(|w| w == b"\x82\x09localhost");
+        let ip = der.windows(6).position(|w| w == [0x87, 0x04, 127, 0, 0, 1]);
+        let uri = der.windows(id.len()).position(|w| w == id.as_bytes());
+        assert!(
+            dns < ip && ip < uri && dns.is_some(),
+            "{dns:?} {ip:?} {uri:?}"
+        );
     }
 
     /// The cost of one leaf's key and CSR (run with `--release --ignored

@@ -4,14 +4,24 @@
 //! window of a certificate's life, after a root rotation within a random
 //! 30 s, and on the servers' rate-limit answer by leafcert's back-off.
 //!
-//! The calls themselves (`ConnectCA.Roots`, `ConnectCA.Sign`) are in
-//! [`crate::rpc::connect_ca`]; the agent's state and handlers in
-//! `agent::connect`. This module holds no socket and no timer.
+//! With `auto_encrypt`, the agent's own certificate at boot: its CSR
+//! ([`csr::new_agent_csr`]) and the wait between rounds of servers
+//! ([`auto_encrypt`]).
+//!
+//! The calls themselves (`ConnectCA.Roots`, `ConnectCA.Sign`,
+//! `AutoEncrypt.Sign`) are in [`crate::rpc::connect_ca`] and
+//! [`crate::rpc::auto_encrypt`]; the agent's state and handlers in
+//! `agent::connect` and `agent::auto_encrypt`. This module holds no socket
+//! and no timer.
 
+pub mod auto_encrypt;
 pub mod csr;
 pub mod schedule;
 
-pub use csr::{Csr, CsrError, authority_key_id, new_csr, spiffe_service_id};
+pub use csr::{
+    Csr, CsrError, UNKNOWN_TRUST_DOMAIN, authority_key_id, new_agent_csr, new_csr, spiffe_agent_id,
+    spiffe_service_id,
+};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -30,6 +40,10 @@ pub struct ConnectConfig {
     /// A rotation against a target that is not the embedded backend was
     /// asked for on purpose (`--allow-ca-rotation`).
     pub allow_rotation: bool,
+    /// Each client agent asks the servers for its own certificate at boot
+    /// (`auto_encrypt { tls = true }`: `AutoEncrypt.Sign`) before anything
+    /// else it sends (client wire only).
+    pub auto_encrypt: bool,
 }
 
 impl Default for ConnectConfig {
@@ -38,6 +52,7 @@ impl Default for ConnectConfig {
             leaf_certs: true,
             rotate_at: None,
             allow_rotation: false,
+            auto_encrypt: false,
         }
     }
 }
@@ -60,7 +75,29 @@ pub enum RotationError {
     RealCluster,
 }
 
+/// Why `auto_encrypt` is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AutoEncryptError {
+    /// Agents on the HTTP API's wire have no boot to ask at.
+    #[error(
+        "--auto-encrypt is a client agent's boot step (AutoEncrypt.Sign on the server RPC \
+         port): it needs --consul-agent client, not api"
+    )]
+    NotAClientAgent,
+}
+
 impl ConnectConfig {
+    /// Whether `auto_encrypt` fits the agents' wire.
+    pub fn check_auto_encrypt(
+        &self,
+        wire: crate::modes::AgentWire,
+    ) -> Result<(), AutoEncryptError> {
+        match (self.auto_encrypt, wire) {
+            (true, crate::modes::AgentWire::Api) => Err(AutoEncryptError::NotAClientAgent),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether a rotation may run against the run's target (`embedded`:
     /// the reference backend this process serves): a shared cluster's CA
     /// is never changed by accident.

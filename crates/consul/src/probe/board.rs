@@ -29,6 +29,11 @@ struct Arrivals {
     /// Arrival instant and raft index of the event (0: arrived by a re-sync
     /// snapshot, index unknown).
     at: Vec<(Instant, u64)>,
+    /// The same at the proxies behind the agents: the hand-off to each
+    /// proxy's xDS stream, and the raft index of its agent's arrival.
+    proxied: Vec<(Instant, u64)>,
+    /// Proxies the armed probe expects: behind the live subscriptions.
+    proxied_expected: u64,
 }
 
 /// Arrivals of one change seen by an observer, keyed by raft index.
@@ -122,6 +127,8 @@ pub struct ProbeBoard {
     /// `Some` in observe mode (this process is not the controller), with the
     /// delivery window.
     observer: Option<(Mutex<Observed>, Duration)>,
+    /// Proxies behind each agent that also time the probe (0: none).
+    proxies: u64,
 }
 
 impl ProbeBoard {
@@ -145,7 +152,15 @@ impl ProbeBoard {
             live: AtomicI64::new(0),
             arrivals: Mutex::new(Arrivals::default()),
             observer: None,
+            proxies: 0,
         }
+    }
+
+    /// This controller's board also times the probe at the `per_agent`
+    /// proxies behind every agent ([`ProbeBoard::arrive_proxied`]).
+    pub fn with_proxies(mut self, per_agent: u32) -> Self {
+        self.proxies = u64::from(per_agent);
+        self
     }
 
     /// An observer's board: the same probe instance (derived from the same
@@ -241,6 +256,8 @@ impl ProbeBoard {
             a.id = id;
             a.epoch = id;
             a.at = Vec::with_capacity(live as usize);
+            a.proxied = Vec::new();
+            a.proxied_expected = live * self.proxies;
             live
         };
         self.expect.store(expect as u8, Ordering::Release);
@@ -267,6 +284,28 @@ impl ProbeBoard {
         }
         a.at.push((at, index));
         true
+    }
+
+    /// The proxies behind an agent whose arrival for probe `id` (raft
+    /// `index`, or 0) was recorded get it at the instants `handed`; false if
+    /// that probe is no longer armed.
+    pub fn arrive_proxied(&self, id: u64, index: u64, handed: &[Instant]) -> bool {
+        let mut a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        if a.id != id {
+            return false;
+        }
+        a.proxied.extend(handed.iter().map(|&h| (h, index)));
+        true
+    }
+
+    /// After [`ProbeBoard::disarm`]: the disarmed probe's expected count
+    /// and arrivals at the proxies, when this board times them.
+    pub fn take_proxied(&self) -> Option<(u64, Vec<(Instant, u64)>)> {
+        if self.proxies == 0 {
+            return None;
+        }
+        let mut a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        Some((a.proxied_expected, std::mem::take(&mut a.proxied)))
     }
 
     /// Observe mode: the outcome of `change` (a change on the probe

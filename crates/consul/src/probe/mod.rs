@@ -205,6 +205,32 @@ mod tests {
     }
 
     #[test]
+    fn proxies_behind_the_live_subscriptions_are_expected_too() {
+        let plain = ProbeBoard::new(ProbeKind::Catalog, "web", "agent-sim");
+        plain.arm(1, Expect::Deregister);
+        assert_eq!(plain.take_proxied(), None, "no proxies");
+        let b = ProbeBoard::new(ProbeKind::Catalog, "web", "agent-sim").with_proxies(3);
+        for _ in 0..2 {
+            b.sub_up();
+        }
+        assert_eq!(b.arm(1, Expect::Deregister), 2);
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        assert!(b.arrive(1, t, 9));
+        assert!(b.arrive_proxied(1, 9, &[t + ms(200), t + ms(200), t + ms(204)]));
+        assert!(!b.arrive_proxied(2, 9, &[t]), "not the armed probe");
+        assert_eq!(b.disarm(), vec![(t, 9)]);
+        assert!(!b.arrive_proxied(1, 9, &[t]), "disarmed");
+        let (expected, at) = b.take_proxied().unwrap();
+        assert_eq!(expected, 6);
+        assert_eq!(at.len(), 3);
+        assert_eq!(at[2], (t + ms(204), 9));
+        // The next probe starts empty.
+        b.arm(2, Expect::Register);
+        assert_eq!(b.take_proxied(), Some((6, vec![])));
+    }
+
+    #[test]
     fn a_probe_expects_the_subscriptions_live_when_it_was_armed() {
         let b = ProbeBoard::new(ProbeKind::Catalog, "web", "agent-sim");
         let (mut owed_a, mut owed_c) = (Owed::default(), Owed::default());

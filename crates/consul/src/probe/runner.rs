@@ -101,15 +101,49 @@ fn change_of(kind: ProbeKind, on: bool, meta: bool) -> (Expect, &'static str) {
     }
 }
 
+/// What one probe brought to one board's agents, or to the proxies behind
+/// them: one summary each.
+struct Got {
+    arrivals: Vec<(Instant, u64)>,
+    expected: u64,
+    latency: &'static str,
+    fleet: Option<String>,
+}
+
+/// Disarms every board and collects what its probe brought (`expected`:
+/// each board's, as armed); a board that times the proxies behind its
+/// agents adds their entry right after its own, keeping only the hand-offs
+/// made by now (the window can end early, at the end of the run).
+fn disarm(watched: &[Watched], expected: Vec<u64>) -> Vec<Got> {
+    let now = Instant::now();
+    let mut got = Vec::with_capacity(watched.len() + 1);
+    for (w, expected) in watched.iter().zip(expected) {
+        got.push(Got {
+            arrivals: w.board.disarm(),
+            expected,
+            latency: w.latency,
+            fleet: w.fleet.clone(),
+        });
+        if let Some((expected, mut arrivals)) = w.board.take_proxied() {
+            arrivals.retain(|&(a, _)| a <= now);
+            got.push(Got {
+                arrivals,
+                expected,
+                latency: crate::names::PROPAGATION_PROXY,
+                fleet: Some(crate::proxy::FLEET.into()),
+            });
+        }
+    }
+    got
+}
+
 /// Metadata changes: every one looks alike, so one that reached a watcher
 /// after the next probe was armed (a saturated run) carries an older raft
 /// index than this probe's change, the newest in the window. It is not
 /// this probe's: only the newest index (or none) is kept.
-fn newest_change_only(arrivals: &mut [Vec<(Instant, u64)>]) {
-    for a in arrivals {
-        if let Some(top) = a.iter().map(|&(_, i)| i).max() {
-            a.retain(|&(_, i)| i == 0 || i == top);
-        }
+fn newest_change_only(arrivals: &mut Vec<(Instant, u64)>) {
+    if let Some(top) = arrivals.iter().map(|&(_, i)| i).max() {
+        arrivals.retain(|&(_, i)| i == 0 || i == top);
     }
 }
 
@@ -264,16 +298,16 @@ impl ProbeRunner {
             _ = tokio::time::sleep_until(t0 + self.timeout) => false,
             _ = cancel.cancelled() => true,
         };
-        let mut arrivals: Vec<Vec<(Instant, u64)>> =
-            watched.iter().map(|w| w.board.disarm()).collect();
+        let mut got = disarm(watched, expected);
         if self.meta {
-            newest_change_only(&mut arrivals);
+            for g in &mut got {
+                newest_change_only(&mut g.arrivals);
+            }
         }
         if interrupted
-            && arrivals
+            && got
                 .iter()
-                .zip(&expected)
-                .any(|(a, &e)| (a.len() as u64) < e || e == 0)
+                .any(|g| (g.arrivals.len() as u64) < g.expected || g.expected == 0)
         {
             // The run ended inside this probe's window while agents were
             // closing: its figures would be wrong, so it is counted, not
@@ -283,9 +317,15 @@ impl ProbeRunner {
             return Probed::Interrupted;
         }
         let timeout_us = u64::try_from(self.timeout.as_micros()).unwrap_or(u64::MAX);
-        let mut out = Vec::with_capacity(watched.len());
-        for ((w, arrivals), expected) in watched.iter().zip(arrivals).zip(expected) {
-            let propagation = self.metrics.latency(w.latency);
+        let mut out = Vec::with_capacity(got.len());
+        for Got {
+            arrivals,
+            expected,
+            latency,
+            fleet,
+        } in got
+        {
+            let propagation = self.metrics.latency(latency);
             let lat: Vec<u64> = arrivals.iter().map(|&(a, _)| micros_after(t0, a)).collect();
             for (i, &l) in lat.iter().enumerate() {
                 if l <= timeout_us {
@@ -296,7 +336,7 @@ impl ProbeRunner {
             summary.change_id = common_index(&arrivals);
             summary.role = Some(ROLE_CONTROLLER.into());
             summary.t0_unix_us = Some(unix_us(t0_wall));
-            summary.fleet = w.fleet.clone();
+            summary.fleet = fleet;
             out.push(summary);
         }
         Probed::Done(out)

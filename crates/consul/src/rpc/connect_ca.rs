@@ -58,7 +58,20 @@ pub fn encode_roots(seq: u64, datacenter: &str, min_index: u64, token: &str, out
 
 /// `ConnectCA.Sign` of `csr` (PEM): a `CASignRequest`.
 pub fn encode_sign(seq: u64, csr: &str, datacenter: &str, token: &str, out: &mut Vec<u8>) {
-    request_header(out, seq, SIGN);
+    encode_sign_as(SIGN, seq, csr, datacenter, token, out);
+}
+
+/// A `CASignRequest` of `csr` to `method` (`ConnectCA.Sign`, or
+/// `AutoEncrypt.Sign`, which takes the same).
+pub fn encode_sign_as(
+    method: &str,
+    seq: u64,
+    csr: &str,
+    datacenter: &str,
+    token: &str,
+    out: &mut Vec<u8>,
+) {
+    request_header(out, seq, method);
     Writer(out)
         .map(3)
         .kv_str("CSR", csr)

@@ -5,6 +5,8 @@
 //!   `Catalog.Deregister`, `Catalog.NodeServiceList`, `Health.NodeChecks`);
 //! - [`session`]: `Session.Apply` and `Session.Renew`;
 //! - [`connect_ca`]: `ConnectCA.Roots` (blocking) and `ConnectCA.Sign`;
+//! - [`auto_encrypt`]: `AutoEncrypt.Sign` (at boot, on a TLS connection of
+//!   its own: `0x07`);
 //! - [`coordinate`]: the Vivaldi estimate and `Coordinate.Update`;
 //! - [`mux`]: the connection (`0x04`, yamux) and one call on a stream;
 //! - here: net/rpc's request and response headers, and `Status.Ping` (what
@@ -14,6 +16,7 @@
 //! sent (`testdata/vectors/consul/agent-rpc/`); the calls' scheduling is
 //! the agent's.
 
+pub mod auto_encrypt;
 pub mod catalog;
 pub mod connect_ca;
 pub mod coordinate;

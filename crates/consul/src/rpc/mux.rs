@@ -154,9 +154,10 @@ pub fn exchange(mut stream: yamux::Stream, seq: u64, request: Vec<u8>, max: usiz
     })
 }
 
-/// Reads one answer to call `seq`; whether the stream ended with it.
-async fn read_answer(
-    stream: &mut yamux::Stream,
+/// Reads one answer to call `seq` (on a yamux stream, or on a connection
+/// of its own: `AutoEncrypt.Sign`'s); whether the stream ended with it.
+pub async fn read_answer<S: futures_util::AsyncRead + Unpin>(
+    stream: &mut S,
     seq: u64,
     max: usize,
 ) -> Result<(Reply, bool), CallError> {

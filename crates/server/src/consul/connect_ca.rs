@@ -12,8 +12,12 @@
 //! old root stays listed inactive, the roots' index moves and every
 //! blocking roots query answers. Other changes (a TTL) keep the root.
 //!
+//! Agents' own certificates (`AutoEncrypt.Sign`, `super::auto_encrypt`)
+//! are signed here too ([`Leaf::Agent`]): the CSR's `unknown` trust domain
+//! replaced with the cluster's, a raft index taken for each.
+//!
 //! Keys and certificates are rcgen's (ECDSA P-256). Not here: intermediates
-//! and cross-signing, agent or mesh-gateway IDs.
+//! and cross-signing, mesh-gateway IDs; `ConnectCA.Sign` of an agent ID.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -84,6 +88,20 @@ pub(crate) enum CaError {
         /// This server's.
         ours: String,
     },
+    /// `AutoEncrypt.Sign` from an agent of another datacenter.
+    #[error(
+        "mismatched datacenter (client_dc='{client}' server_dc='{server}'); check client has \
+         same datacenter set as servers"
+    )]
+    MismatchedDatacenter {
+        /// The request's.
+        client: String,
+        /// This server's.
+        server: String,
+    },
+    /// A CSR with other than one URI in its SAN.
+    #[error("CSR SAN contains an invalid number of URIs: {0}")]
+    UriCount(usize),
     /// Signing is rationed and no token or slot came in time.
     #[error("{}", RATE_LIMITED)]
     RateLimited,
@@ -158,6 +176,8 @@ pub struct CaSnapshot {
     pub roots_created: u64,
     /// Roots queries answered.
     pub roots_answers: u64,
+    /// Agents' certificates signed (`AutoEncrypt.Sign`), each a raft write.
+    pub agent_certs_signed: u64,
 }
 
 /// One root.
@@ -193,7 +213,18 @@ pub(crate) struct Ca {
     changed: watch::Sender<u64>,
     bucket: Mutex<Bucket>,
     slots: Semaphore,
-    counters: [AtomicU64; 5],
+    counters: [AtomicU64; 6],
+    /// The TLS of `AutoEncrypt.Sign`'s connections, made at the first.
+    pub(super) insecure_tls: std::sync::OnceLock<Option<std::sync::Arc<rustls::ServerConfig>>>,
+}
+
+/// What a leaf is signed for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Leaf<'a> {
+    /// A service (`ConnectCA.Sign`).
+    Service(&'a str),
+    /// A client agent's node (`AutoEncrypt.Sign`).
+    Agent(&'a str),
 }
 
 /// A token bucket of burst 1 (Go's `rate.Limiter` as the server sets it).
@@ -325,6 +356,7 @@ impl Ca {
             }),
             slots: Semaphore::new(slots),
             counters: Default::default(),
+            insecure_tls: std::sync::OnceLock::new(),
         };
         ca.bump(3);
         ca
@@ -343,6 +375,7 @@ impl Ca {
             sign_refused: g(2),
             roots_created: g(3),
             roots_answers: g(4),
+            agent_certs_signed: g(5),
         }
     }
 
@@ -405,14 +438,63 @@ impl Ca {
             }
         };
         authorize(&a.token, &service)?;
+        self.sign_leaf(csr, Leaf::Service(&service), || None).await
+    }
+
+    /// `csr` (its CSR checked and authorized) signed for `leaf` once the
+    /// rate admits it: an `IssuedCert` of the raft index `index` gives
+    /// then (`None`: the roots').
+    pub(super) async fn sign_leaf(
+        &self,
+        csr: CertificateSigningRequestParams,
+        leaf: Leaf<'_>,
+        index: impl FnOnce() -> Option<u64>,
+    ) -> Result<Bytes, CaError> {
         let Some(_slot) = self.admit().await else {
             self.bump(1);
             return Err(CaError::RateLimited);
         };
         let ttl = lock(&self.cfg).leaf_ttl;
-        let body = self.issue(csr, &service, ttl)?;
-        self.bump(0);
+        let body = self.issue(csr, leaf, ttl, index())?;
+        self.bump(if matches!(leaf, Leaf::Agent(_)) { 5 } else { 0 });
         Ok(body)
+    }
+
+    /// A CSR as the server parses it (a refusal counted).
+    pub(super) fn parse_csr(&self, pem: &str) -> Result<CertificateSigningRequestParams, CaError> {
+        CertificateSigningRequestParams::from_pem(pem).map_err(|e| {
+            self.bump(2);
+            CaError::Csr(e)
+        })
+    }
+
+    /// The node a CSR's one SPIFFE ID names as a client agent's
+    /// (`/agent/client/dc/<dc>/id/<node>`, any trust domain: the server
+    /// puts its own in); a refusal counted.
+    pub(super) fn agent_of(&self, p: &CertificateParams) -> Result<String, CaError> {
+        let uris: Vec<&str> = p
+            .subject_alt_names
+            .iter()
+            .filter_map(|s| match s {
+                SanType::URI(u) => Some(u.as_str()),
+                _ => None,
+            })
+            .collect();
+        let refused = |e| {
+            self.bump(2);
+            Err(e)
+        };
+        let [uri] = uris[..] else {
+            return refused(CaError::UriCount(uris.len()));
+        };
+        let path = uri
+            .strip_prefix("spiffe://")
+            .and_then(|rest| rest.split_once('/'))
+            .map_or("", |(_, path)| path);
+        match path.split('/').collect::<Vec<_>>()[..] {
+            ["agent", "client", "dc", _, "id", node] if !node.is_empty() => Ok(node.to_owned()),
+            _ => refused(CaError::NotAService),
+        }
     }
 
     /// The service a CSR's SPIFFE ID names, checked against this cluster.
@@ -446,19 +528,35 @@ impl Ca {
         Ok(service.to_owned())
     }
 
-    /// A leaf for `csr` signed by the active root, as an `IssuedCert`.
+    /// A leaf for `csr` signed by the active root, as an `IssuedCert` of
+    /// raft index `index` (`None`: the roots').
     fn issue(
         &self,
         mut csr: CertificateSigningRequestParams,
-        service: &str,
+        leaf: Leaf<'_>,
         ttl: Duration,
+        index: Option<u64>,
     ) -> Result<Bytes, CaError> {
         let now = unix_now();
         let (after, before) = (now - 60, now + ttl.as_secs() as i64);
+        let (td, dc) = (&self.trust_domain, &self.datacenter);
+        let uri = match leaf {
+            Leaf::Service(s) => format!("spiffe://{td}/ns/default/dc/{dc}/svc/{s}"),
+            Leaf::Agent(node) => format!("spiffe://{td}/agent/client/dc/{dc}/id/{node}"),
+        };
+        if let Leaf::Agent(_) = leaf {
+            // The agent's CSR names no trust domain yet: the cluster's.
+            let uri = SanType::URI(uri.clone().try_into().map_err(CaError::Signing)?);
+            for san in &mut csr.params.subject_alt_names {
+                if let SanType::URI(_) = san {
+                    *san = uri.clone();
+                }
+            }
+        }
         let mut roots = lock(&self.roots);
         roots.serial += 1;
         let serial = roots.serial;
-        let index = roots.index;
+        let index = index.unwrap_or(roots.index);
         let root = roots
             .roots
             .iter()
@@ -481,23 +579,36 @@ impl Ca {
         ];
         p.use_authority_key_identifier_extension = true;
         let cert = csr.signed_by(&root.issuer).map_err(CaError::Signing)?;
-        let uri = format!(
-            "spiffe://{}/ns/default/dc/{}/svc/{service}",
-            self.trust_domain, self.datacenter
-        );
+        let (service, agent) = match leaf {
+            Leaf::Service(s) => ((s, uri.as_str()), ("", "")),
+            Leaf::Agent(node) => (("", ""), (node, uri.as_str())),
+        };
         let mut out = Vec::with_capacity(1200);
         let mut w = Writer(&mut out);
-        w.map(14).kv_str("Agent", "").kv_str("AgentURI", "");
+        w.map(14)
+            .kv_str("Agent", agent.0)
+            .kv_str("AgentURI", agent.1);
         w.kv_str("CertPEM", &cert.pem());
         w.kv_uint("CreateIndex", index).kv_str("Kind", "");
         w.kv_str("KindURI", "").kv_uint("ModifyIndex", index);
         w.kv_str("PrivateKeyPEM", "");
         w.kv_str("SerialNumber", &format!("{serial:02x}"));
-        w.kv_str("ServerURI", "").kv_str("Service", service);
-        w.kv_str("ServiceURI", &uri);
+        w.kv_str("ServerURI", "").kv_str("Service", service.0);
+        w.kv_str("ServiceURI", service.1);
         w.str("ValidAfter").raw(&go_time(after));
         w.str("ValidBefore").raw(&go_time(before));
         Ok(Bytes::from(out))
+    }
+
+    /// The roots as `IndexedCARoots` in msgpack (`AutoEncrypt.Sign`'s
+    /// answer holds them).
+    pub(super) fn roots_msgpack(&self) -> Result<Vec<u8>, CaError> {
+        Ok(rmp_serde::to_vec_named(&self.roots_json().1)?)
+    }
+
+    /// This server's datacenter.
+    pub(super) fn datacenter(&self) -> &str {
+        &self.datacenter
     }
 
     /// The roots as `IndexedCARoots` (JSON, for both wires).

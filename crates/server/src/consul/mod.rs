@@ -10,7 +10,8 @@
 //!   changes of one key in one transaction), resume by index, and
 //!   `NewSnapshotToFollow`; or `0x04`, then yamux streams of net/rpc calls
 //!   in msgpack: `Health.ServiceNodes` blocking queries. With TLS, `0x03`
-//!   first and either byte inside it.
+//!   first and either byte inside it. `0x07`: `AutoEncrypt.Sign` over a
+//!   TLS handshake of its own (`auto_encrypt`).
 //! - [`serve_http`]: KV at `/v1/kv/<key>` (`GET` with `?recurse`, `?keys`,
 //!   `?raw` and blocking `?index=&wait=`; `PUT` with `?cas=`, `?flags=`,
 //!   `?acquire=`, `?release=`; `DELETE` with `?recurse`, `?cas=`; locks,
@@ -64,6 +65,7 @@
 
 mod acl;
 mod agent_rpc;
+mod auto_encrypt;
 mod blocking;
 mod conn;
 mod connect_ca;

@@ -1,6 +1,7 @@
 //! The RPC port: a `0x08` byte, then h2c gRPC serving
 //! `subscribe.StateChangeSubscription/Subscribe` (or `0x04`, then yamux
-//! and blocking queries: [`super::blocking`]).
+//! and blocking queries: [`super::blocking`]; or `0x07`, then TLS and
+//! `AutoEncrypt.Sign`: [`super::auto_encrypt`]).
 //!
 //! Each accepted socket gets one task: it reads the prefix byte (5 s budget),
 //! then hands the same socket to hyper's HTTP/2 server with a tiny hand-written
@@ -40,6 +41,7 @@ use agent_sim_proto::codec::{Buffers, PreEncoded, SmallCodec};
 use agent_sim_proto::consul::subscribe::{SubscribeRequest, Topic, subscribe_request::Subject};
 
 use super::acl::{Access, Resource};
+use super::auto_encrypt::{RPC_TLS_INSECURE, serve_insecure};
 use super::conn::{accept_loop, drive_connection, h2_builder, tls_accept};
 use super::mux::{RPC_MULTIPLEX_V2, serve_mux};
 use super::state::{Start, TopicKey};
@@ -125,6 +127,8 @@ async fn rpc_connection(
     };
     match (first, state.inner.cfg.tls.clone()) {
         (Ok(Ok(RPC_GRPC)), _) => serve_grpc(stream, state, builder, shutdown).await,
+        // AutoEncrypt.Sign: TLS of its own, whatever the port's TLS.
+        (Ok(Ok(RPC_TLS_INSECURE)), _) => serve_insecure(stream, state, shutdown).await,
         (Ok(Ok(RPC_MULTIPLEX_V2)), _) => serve_mux(stream, state, shutdown).await,
         (Ok(Ok(RPC_TLS)), Some(tls)) => {
             let mut tls = match tls_accept(stream, tls, &shutdown).await {
