@@ -102,7 +102,10 @@ fn consul_global_scale_times_the_upstream_change_at_every_agent() {
         assert!(row.unwrap().value.is_some(), "{label}: {rows:?}");
     }
     // 18 proxies behind each agent, each change handed to every one.
-    let (agent, proxy) = (&s.latency_us["propagation"], &s.latency_us["propagation_proxy"]);
+    let (agent, proxy) = (
+        &s.latency_us["propagation"],
+        &s.latency_us["propagation_proxy"],
+    );
     assert_eq!(proxy.count, 18 * agent.count, "{agent:?} {proxy:?}");
     // Every node asked for its certificate at boot.
     assert_eq!(s.latency_us["auto_encrypt"].count, 20);
