@@ -550,6 +550,17 @@ async fn poll_members(
     })
 }
 
+/// The run's state at an answer, timed halfway between the request and
+/// the answer: a busy server reads its counters somewhere in between, and
+/// stamping them at the answer alone would shorten the next interval by the
+/// whole delay (a server pinned to one core read as two).
+fn at_midpoint(sent_s: f64, answered: RunState) -> RunState {
+    RunState {
+        t_s: sent_s + (answered.t_s - sent_s).max(0.0) / 2.0,
+        ..answered
+    }
+}
+
 /// A GET that answered 200, its body; else the server's words.
 async fn fetch_ok(
     ep: &Endpoint,
@@ -662,11 +673,12 @@ async fn scrape_http(
         (Some(j), true) => j.clone(),
         _ => ep.url.clone(),
     };
+    let sent = shared.view.now().t_s;
     let answer = match fetch::get(ep, &url, tls).await {
         Ok(a) => a,
         Err(source) => return Scraped::Failed(Failure::Get { url, source }),
     };
-    let run = shared.view.now();
+    let run = at_midpoint(sent, shared.view.now());
     if answer.status != http::StatusCode::OK {
         return Scraped::Failed(refused(&url, &answer));
     }
@@ -704,4 +716,22 @@ async fn scrape_http(
         });
     }
     Scraped::Read(parsed, run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_answer_is_timed_halfway() {
+        let answered = RunState {
+            t_s: 14.0,
+            agents: 7,
+            ..RunState::default()
+        };
+        let r = at_midpoint(10.0, answered);
+        assert_eq!((r.t_s, r.agents), (12.0, 7));
+        // A prompt answer keeps its own time.
+        assert_eq!(at_midpoint(14.0, answered).t_s, 14.0);
+    }
 }
