@@ -31,16 +31,35 @@ pub struct StudyRow {
     pub note: String,
 }
 
-/// Our value of `figure` in `s`, parsed and read; `Err` says why there is
-/// none.
-pub fn read(figure: &StudyFigure, s: &Summary) -> Result<(Measure, f64), String> {
+/// Why a figure of ours is missing.
+#[derive(Debug, thiserror::Error)]
+pub enum Missing {
+    /// The figure names no path: the run does not measure it.
+    #[error("not measured by this run")]
+    NotMeasured,
+    /// The study's path does not parse.
+    #[error("the study's path {path:?}: {source}")]
+    BadPath {
+        /// The path as the study wrote it.
+        path: String,
+        /// Why it does not parse.
+        source: crate::assert::AssertError,
+    },
+    /// The summary has no such value.
+    #[error(transparent)]
+    Absent(#[from] crate::assert::Absent),
+}
+
+/// Our value of `figure` in `s`, parsed and read, or why there is none.
+pub fn read(figure: &StudyFigure, s: &Summary) -> Result<(Measure, f64), Missing> {
     let Some(path) = &figure.ours else {
-        return Err("not measured by this run".into());
+        return Err(Missing::NotMeasured);
     };
-    let m: Measure = path
-        .parse()
-        .map_err(|e| format!("the study's path {path:?}: {e}"))?;
-    let v = m.read(s).map_err(|e| e.to_string())?;
+    let m: Measure = path.parse().map_err(|source| Missing::BadPath {
+        path: path.clone(),
+        source,
+    })?;
+    let v = m.read(s)?;
     Ok((m, v))
 }
 
@@ -62,15 +81,15 @@ pub fn rows(s: &Summary) -> Vec<StudyRow> {
                     value: Some(v),
                     note,
                 },
-                Err(why) => StudyRow {
+                Err(missing) => StudyRow {
                     label: f.label.clone(),
                     published: f.published.clone(),
                     ours: "-".into(),
                     value: None,
                     note: if note.is_empty() {
-                        why
+                        missing.to_string()
                     } else {
-                        format!("{note}; {why}")
+                        format!("{note}; {missing}")
                     },
                 },
             }
