@@ -27,14 +27,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rustls::ServerConfig;
 use serde::Deserialize;
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
 
-use agent_sim_proto::msgpack::{MessageScan, Writer};
+use agent_sim_proto::msgpack::Writer;
 
 use super::acl::{Access, Resource};
 use super::conn::tls_accept;
 use super::connect_ca::{CaError, Leaf};
+use super::mux::read_request;
 use super::rpc_error::RpcError;
 use super::writes::nullable;
 use super::{ConsulState, Gauge};
@@ -88,24 +89,10 @@ where
     counters.bump(&counters.rpc_connections);
     let _open = Gauge::up(&state, |c| &c.rpc_connections_open);
     let mut buf: Vec<u8> = Vec::with_capacity(2048);
-    let mut chunk = [0u8; 4096];
     loop {
-        let mut scan = MessageScan::default();
-        let (h, end) = loop {
-            match scan.scan(&buf) {
-                Ok(Some(done)) => break done,
-                Ok(None) if buf.len() <= MAX_REQUEST => {}
-                // Not msgpack, or too long: the connection is closed.
-                _ => return,
-            }
-            let n = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = io.read(&mut chunk) => match r {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                },
-            };
-            buf.extend_from_slice(&chunk[..n]);
+        // Not msgpack, too long or closed: the connection is closed.
+        let Some((h, end)) = read_request(&mut io, &mut buf, MAX_REQUEST, &shutdown).await else {
+            return;
         };
         let Ok(header) = rmp_serde::from_slice::<RequestHeader>(&buf[..h]) else {
             return;

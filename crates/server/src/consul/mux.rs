@@ -10,9 +10,9 @@
 
 use std::future::poll_fn;
 
-use futures_util::{AsyncReadExt as _, AsyncWriteExt as _};
 use serde::{Deserialize, Serialize};
-use tokio_util::compat::TokioAsyncReadCompatExt as _;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_util::compat::{FuturesAsyncReadCompatExt as _, TokioAsyncReadCompatExt as _};
 use tokio_util::sync::CancellationToken;
 
 use agent_sim_proto::msgpack::MessageScan;
@@ -113,28 +113,43 @@ where
     // Dropping the set ends the streams' tasks, and the connection with it.
 }
 
-/// One yamux stream: requests in, answers out, in order.
-async fn serve_stream(mut s: yamux::Stream, state: ConsulState, shutdown: CancellationToken) {
-    let mut buf: Vec<u8> = Vec::with_capacity(1024);
+/// Reads one net/rpc request (its header, then its arguments: two msgpack
+/// values) into `buf`: where the header ends and where the request does;
+/// `None` when the peer closed or sent what is not msgpack or more than
+/// `limit` bytes, or the server stops.
+pub(super) async fn read_request<R: AsyncRead + Unpin>(
+    io: &mut R,
+    buf: &mut Vec<u8>,
+    limit: usize,
+    shutdown: &CancellationToken,
+) -> Option<(usize, usize)> {
     let mut chunk = [0u8; 4096];
+    let mut scan = MessageScan::default();
     loop {
-        // Two values: the header, then the arguments.
-        let mut scan = MessageScan::default();
-        let (h, end) = loop {
-            match scan.scan(&buf) {
-                Ok(Some(done)) => break done,
-                Ok(None) if buf.len() <= MAX_REQUEST => {}
-                // Not msgpack, or too long: the stream is closed.
-                _ => return,
-            }
-            let n = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = s.read(&mut chunk) => match r {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                },
-            };
-            buf.extend_from_slice(&chunk[..n]);
+        match scan.scan(buf) {
+            Ok(Some(done)) => return Some(done),
+            Ok(None) if buf.len() <= limit => {}
+            _ => return None,
+        }
+        let n = tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            r = io.read(&mut chunk) => match r {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => n,
+            },
+        };
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// One yamux stream: requests in, answers out, in order.
+async fn serve_stream(s: yamux::Stream, state: ConsulState, shutdown: CancellationToken) {
+    let mut s = s.compat();
+    let mut buf: Vec<u8> = Vec::with_capacity(1024);
+    loop {
+        // Not msgpack, too long or closed: the stream is closed.
+        let Some((h, end)) = read_request(&mut s, &mut buf, MAX_REQUEST, &shutdown).await else {
+            return;
         };
         let Ok(header) = rmp_serde::from_slice::<RequestHeader>(&buf[..h]) else {
             return;
