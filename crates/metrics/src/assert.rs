@@ -57,7 +57,7 @@ use std::str::FromStr;
 
 use crate::server::GOSSIP_FIELDS;
 use crate::summary::Summary;
-use crate::units::{fmt_mib, fmt_us};
+use crate::units::{Kind, fmt_mib, fmt_us};
 use crate::vault::VAULT_FIELDS;
 
 mod measure;
@@ -670,17 +670,6 @@ pub struct Measure {
     metric: Metric,
 }
 
-/// How a [`Measure`]'s value reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MeasureUnit {
-    /// Microseconds.
-    Micros,
-    /// Bytes.
-    Bytes,
-    /// Anything else (counts, seconds, rates, ratios).
-    Number,
-}
-
 impl FromStr for Measure {
     type Err = AssertError;
 
@@ -710,12 +699,13 @@ impl Measure {
         fmt_value(self.metric.unit(), v)
     }
 
-    /// How the value reads.
-    pub fn unit(&self) -> MeasureUnit {
+    /// How the value reads (counts, seconds, rates and ratios are
+    /// numbers).
+    pub fn unit(&self) -> Kind {
         match self.metric.unit() {
-            Unit::Micros => MeasureUnit::Micros,
-            Unit::Bytes => MeasureUnit::Bytes,
-            _ => MeasureUnit::Number,
+            Unit::Micros => Kind::Micros,
+            Unit::Bytes => Kind::Bytes,
+            _ => Kind::Number,
         }
     }
 }

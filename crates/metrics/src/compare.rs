@@ -13,18 +13,8 @@ use std::fmt::Write as _;
 use crate::html::esc;
 use crate::server::ServerSummary;
 use crate::summary::Summary;
+pub use crate::units::Kind;
 use crate::units::{fmt_mib, fmt_us};
-
-/// How a figure's values read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Microseconds.
-    Micros,
-    /// Bytes.
-    Bytes,
-    /// A count or any plain number.
-    Number,
-}
 
 /// One figure of both runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,11 +100,7 @@ fn study(r: &mut Rows, a: &Summary, b: &Summary) {
             Some((m.unit(), v))
         };
         let (va, vb) = (value(a), value(b));
-        let kind = match va.or(vb).map(|x| x.0) {
-            Some(crate::assert::MeasureUnit::Micros) => Kind::Micros,
-            Some(crate::assert::MeasureUnit::Bytes) => Kind::Bytes,
-            _ => Kind::Number,
-        };
+        let kind = va.or(vb).map_or(Kind::Number, |x| x.0);
         let name = format!("{} (published {})", f.label, f.published);
         r.push(&group, &name, va.map(|x| x.1), vb.map(|x| x.1), kind);
     }

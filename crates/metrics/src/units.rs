@@ -3,6 +3,17 @@
 //! and wall-clock instants as RFC 3339 or unix microseconds (the summary,
 //! hlogs, probes). A leaf: it imports nothing of this crate.
 
+/// How a figure's values read (what [`fmt_us`] and [`fmt_mib`] are for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Microseconds.
+    Micros,
+    /// Bytes.
+    Bytes,
+    /// A count or any plain number.
+    Number,
+}
+
 /// Formats microseconds with a readable unit (`850µs`, `12.3ms`, `4.20s`).
 pub fn fmt_us(us: u64) -> String {
     if us < 1_000 {
