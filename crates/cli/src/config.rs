@@ -18,8 +18,8 @@ use agent_sim_sensu::SensuConfig;
 
 use crate::args::{RunArgs, with_run_args_fields};
 use crate::defaults::{DEFAULT_AGENTS, defaults};
-use crate::plan::usage;
 use crate::plan::{FleetPlan, Protocol, RunConfig, Shard, UsageError};
+use crate::plan::{password_cost, usage};
 use crate::scenario::ScenarioSection;
 use crate::settings::effective_settings;
 use crate::values::{AddrRange, Kind, Secs};
@@ -179,7 +179,10 @@ pub(crate) fn resolve_with(
         progress_every: secs(top.progress_every),
         threads: top.threads,
         embedded_check_interval: secs(top.embedded_check_interval),
-        embedded_password_cost: password_cost(&top)?,
+        embedded_password_cost: password_cost(
+            "--embedded-password-cost",
+            top.embedded_password_cost,
+        )?,
         embedded_servers,
         server_downs: top.server_downs.clone(),
         report_html: top.report_html.clone(),
@@ -229,19 +232,6 @@ fn stack(
     };
     layers.iter_mut().for_each(fill_kind);
     Ok((top, layers))
-}
-
-/// `--embedded-password-cost`, checked as `serve` checks its own.
-fn password_cost(top: &RunArgs) -> Result<Option<u32>, UsageError> {
-    let costs = agent_sim_server::sensu::PASSWORD_COSTS;
-    match top.embedded_password_cost {
-        Some(c) if !costs.contains(&c) => usage(format!(
-            "--embedded-password-cost {c}: must be {} to {} (a real backend's is 10)",
-            costs.start(),
-            costs.end()
-        )),
-        c => Ok(c),
-    }
 }
 
 /// The run's duration and hlog interval, checked (and its thread count).

@@ -25,6 +25,21 @@ pub(crate) fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
     Err(UsageError(msg.into()))
 }
 
+/// A bcrypt cost given by `flag` (`--sensu-password-cost`,
+/// `--embedded-password-cost`), checked against what the embedded Sensu
+/// backend takes.
+pub(crate) fn password_cost(flag: &str, cost: Option<u32>) -> Result<Option<u32>, UsageError> {
+    let costs = agent_sim_server::sensu::PASSWORD_COSTS;
+    match cost {
+        Some(c) if !costs.contains(&c) => usage(format!(
+            "{flag} {c}: must be {} to {} (a real backend's is 10)",
+            costs.start(),
+            costs.end()
+        )),
+        c => Ok(c),
+    }
+}
+
 /// Which slice of a multi-process run this process is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {

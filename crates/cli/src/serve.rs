@@ -13,7 +13,7 @@ use agent_sim_server::sensu::{CheckSpec, SensuTargetConfig};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::ServeArgs;
-use crate::plan::UsageError;
+use crate::plan::{UsageError, password_cost};
 
 /// Validated `serve` settings.
 #[derive(Debug, Clone)]
@@ -102,16 +102,7 @@ fn sensu_auth(a: &ServeArgs) -> Result<Option<Arc<rustls::ServerConfig>>, UsageE
                 .into(),
         ));
     }
-    let costs = agent_sim_server::sensu::PASSWORD_COSTS;
-    if let Some(c) = a.sensu_password_cost
-        && !costs.contains(&c)
-    {
-        return Err(UsageError(format!(
-            "--sensu-password-cost {c}: must be {} to {} (a real backend's is 10)",
-            costs.start(),
-            costs.end()
-        )));
-    }
+    password_cost("--sensu-password-cost", a.sensu_password_cost)?;
     match (&a.sensu_tls_cert_file, &a.sensu_tls_key_file) {
         (None, None) if a.sensu_agent_ca_file.is_none() => Ok(None),
         (Some(cert), Some(key)) => {
