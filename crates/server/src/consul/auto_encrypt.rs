@@ -35,7 +35,7 @@ use agent_sim_proto::msgpack::Writer;
 use super::acl::{Access, Resource};
 use super::conn::tls_accept;
 use super::connect_ca::{CaError, Leaf};
-use super::mux::read_request;
+use super::mux::{answer_frame, read_request};
 use super::rpc_error::RpcError;
 use super::writes::nullable;
 use super::{ConsulState, Gauge};
@@ -56,14 +56,6 @@ struct SignArgs {
     datacenter: String,
     #[serde(rename = "Token", deserialize_with = "nullable")]
     token: String,
-}
-
-#[derive(Deserialize)]
-struct RequestHeader {
-    #[serde(rename = "ServiceMethod", default)]
-    service_method: String,
-    #[serde(rename = "Seq", default)]
-    seq: u64,
 }
 
 /// Serves a connection whose `0x07` was read: the TLS handshake, then its
@@ -91,10 +83,8 @@ where
     let mut buf: Vec<u8> = Vec::with_capacity(2048);
     loop {
         // Not msgpack, too long or closed: the connection is closed.
-        let Some((h, end)) = read_request(&mut io, &mut buf, MAX_REQUEST, &shutdown).await else {
-            return;
-        };
-        let Ok(header) = rmp_serde::from_slice::<RequestHeader>(&buf[..h]) else {
+        let Some((header, h, end)) = read_request(&mut io, &mut buf, MAX_REQUEST, &shutdown).await
+        else {
             return;
         };
         let method = header.service_method.as_str();
@@ -104,18 +94,7 @@ where
             m => Err(RpcError::NoService(m.to_owned())),
         };
         state.count_call(method, answer.is_err());
-        let error = answer.as_ref().err().map(ToString::to_string);
-        let mut out = Vec::with_capacity(256);
-        Writer(&mut out)
-            .map(3)
-            .kv_str("Error", error.as_deref().unwrap_or(""))
-            .kv_uint("Seq", header.seq)
-            .kv_str("ServiceMethod", method);
-        match &answer {
-            Ok(body) => out.extend_from_slice(body),
-            // net/rpc answers an error with an empty struct.
-            Err(_) => out.push(0x80),
-        }
+        let out = answer_frame(method, header.seq, answer.as_ref().map(|b| &b[..]));
         buf.drain(..end);
         if io.write_all(&out).await.is_err() || io.flush().await.is_err() {
             return;

@@ -10,12 +10,12 @@
 
 use std::future::poll_fn;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::compat::{FuturesAsyncReadCompatExt as _, TokioAsyncReadCompatExt as _};
 use tokio_util::sync::CancellationToken;
 
-use agent_sim_proto::msgpack::MessageScan;
+use agent_sim_proto::msgpack::{MessageScan, Writer};
 use bytes::Bytes;
 
 use super::acl::{Access, Resource};
@@ -63,22 +63,15 @@ async fn call(
 }
 
 /// net/rpc's request header.
+/// A net/rpc request's header.
 #[derive(Deserialize)]
-struct RequestHeader {
+pub(super) struct RequestHeader {
+    /// `Service.Method`.
     #[serde(rename = "ServiceMethod", default)]
-    service_method: String,
+    pub(super) service_method: String,
+    /// The call's number, echoed in its answer.
     #[serde(rename = "Seq", default)]
-    seq: u64,
-}
-
-#[derive(Serialize)]
-struct ResponseHeader<'a> {
-    #[serde(rename = "ServiceMethod")]
-    service_method: &'a str,
-    #[serde(rename = "Seq")]
-    seq: u64,
-    #[serde(rename = "Error")]
-    error: &'a str,
+    pub(super) seq: u64,
 }
 
 /// Serves yamux on an RPC connection whose `0x04` was read: each stream
@@ -114,20 +107,23 @@ where
 }
 
 /// Reads one net/rpc request (its header, then its arguments: two msgpack
-/// values) into `buf`: where the header ends and where the request does;
-/// `None` when the peer closed or sent what is not msgpack or more than
-/// `limit` bytes, or the server stops.
+/// values) into `buf`: the header, where it ends and where the request
+/// does; `None` when the peer closed or sent what is not msgpack, a header
+/// that is not one, or more than `limit` bytes, or the server stops.
 pub(super) async fn read_request<R: AsyncRead + Unpin>(
     io: &mut R,
     buf: &mut Vec<u8>,
     limit: usize,
     shutdown: &CancellationToken,
-) -> Option<(usize, usize)> {
+) -> Option<(RequestHeader, usize, usize)> {
     let mut chunk = [0u8; 4096];
     let mut scan = MessageScan::default();
     loop {
         match scan.scan(buf) {
-            Ok(Some(done)) => return Some(done),
+            Ok(Some((h, end))) => {
+                let header = rmp_serde::from_slice::<RequestHeader>(&buf[..h]).ok()?;
+                return Some((header, h, end));
+            }
             Ok(None) if buf.len() <= limit => {}
             _ => return None,
         }
@@ -148,10 +144,8 @@ async fn serve_stream(s: yamux::Stream, state: ConsulState, shutdown: Cancellati
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
     loop {
         // Not msgpack, too long or closed: the stream is closed.
-        let Some((h, end)) = read_request(&mut s, &mut buf, MAX_REQUEST, &shutdown).await else {
-            return;
-        };
-        let Ok(header) = rmp_serde::from_slice::<RequestHeader>(&buf[..h]) else {
+        let Some((header, h, end)) = read_request(&mut s, &mut buf, MAX_REQUEST, &shutdown).await
+        else {
             return;
         };
         let method = header.service_method.as_str();
@@ -162,24 +156,28 @@ async fn serve_stream(s: yamux::Stream, state: ConsulState, shutdown: Cancellati
         };
         buf.drain(..end);
         state.count_call(method, answer.is_err());
-        let (error, body) = match &answer {
-            Ok(body) => (String::new(), &body[..]),
-            // net/rpc answers an error with an empty struct.
-            Err(e) => (e.to_string(), &[0x80u8][..]),
-        };
-        let Ok(mut out) = rmp_serde::to_vec_named(&ResponseHeader {
-            service_method: method,
-            seq: header.seq,
-            error: &error,
-        }) else {
-            return;
-        };
-        // One message, one frame, as a real server writes it.
-        out.extend_from_slice(body);
+        let out = answer_frame(method, header.seq, answer.as_ref().map(|b| &b[..]));
         if s.write_all(&out).await.is_err() || s.flush().await.is_err() {
             return;
         }
     }
+}
+
+/// net/rpc's answer to call `seq` of `method`: its header, with the keys
+/// in the order a 1.20 server writes them (`Error`, `Seq`, `ServiceMethod`,
+/// as in testdata/vectors/consul/agent-rpc), then the body, or an empty
+/// struct after an error. One message, one frame, as a real server writes it.
+pub(super) fn answer_frame(method: &str, seq: u64, answer: Result<&[u8], &RpcError>) -> Vec<u8> {
+    let error = answer.err().map(ToString::to_string);
+    let body = answer.unwrap_or(&[0x80]);
+    let mut out = Vec::with_capacity(64 + method.len() + body.len());
+    Writer(&mut out)
+        .map(3)
+        .kv_str("Error", error.as_deref().unwrap_or(""))
+        .kv_uint("Seq", seq)
+        .kv_str("ServiceMethod", method);
+    out.extend_from_slice(body);
+    out
 }
 
 /// net/rpc's error for a method it does not serve.
