@@ -25,9 +25,9 @@ bench-sessions:
 
 # refresh the repository's copy of the golden vectors from the project's shared data
 refresh-vectors:
-    # consul/rpc, agent-rpc and agent-rpc-connect are this project's own captures: kept across a refresh.
+    # consul/rpc, agent-rpc, agent-rpc-connect, gossip, serf and h2 are this project's own captures: kept across a refresh.
     rm -rf /tmp/agent-sim-own-vectors && mkdir -p /tmp/agent-sim-own-vectors
-    for d in rpc agent-rpc agent-rpc-connect; do mv testdata/vectors/consul/$d /tmp/agent-sim-own-vectors/; done
+    for d in rpc agent-rpc agent-rpc-connect gossip serf h2; do mv testdata/vectors/consul/$d /tmp/agent-sim-own-vectors/; done
     rm -rf testdata/vectors && cp -r ../shared/vectors testdata/vectors
-    for d in rpc agent-rpc agent-rpc-connect; do mv /tmp/agent-sim-own-vectors/$d testdata/vectors/consul/; done
+    for d in rpc agent-rpc agent-rpc-connect gossip serf h2; do mv /tmp/agent-sim-own-vectors/$d testdata/vectors/consul/; done
     cargo test -p agent-sim-proto --test vectors_manifest

@@ -1,39 +1,32 @@
 //! Pure message helpers for `subscribe.StateChangeSubscription/Subscribe`:
-//! building [`SubscribeRequest`]s, the agent's codec (small buffers, on
-//! `agent_sim_proto::codec`), and the compact keys and health values the
-//! views store.
+//! building [`SubscribeRequest`]s, decoding an event ([`decode_event`]),
+//! and the compact keys and health values the views store.
 //!
 //! Hostile input: a Subscribe message over [`MAX_EVENT_MESSAGE`] is refused
-//! by tonic from its length prefix (before any buffer is reserved), and the
-//! decoder names top-level `Event` fields outside [`EVENT_FIELDS`] (payload
-//! oneofs this agent does not know) in the warning `unknown_fields`.
+//! by the agent's HTTP/2 client (`crate::h2`) from its length prefix
+//! (before any buffer is reserved), and the decoder names top-level `Event`
+//! fields outside [`EVENT_FIELDS`] (payload oneofs this agent does not
+//! know) in the warning `unknown_fields`.
 //!
 //! No I/O here: everything is tested on the captured bytes in
 //! `testdata/vectors/consul/subscribe/`.
 
 use agent_sim_metrics::Metrics;
-use agent_sim_proto::codec::{Buffers, Profile, SmallDecoder};
 use agent_sim_proto::consul::subscribe::{
     CheckServiceNode, Event, NamedSubject, SubscribeRequest, Topic, subscribe_request::Subject,
 };
-use tonic::codec::Codec;
-use tonic_prost::ProstEncoder;
 
 /// gRPC path of the Subscribe method.
 pub const SUBSCRIBE_PATH: &str = "/subscribe.StateChangeSubscription/Subscribe";
-
-/// The agent's codec buffers: a request is a few dozen bytes (256 to
-/// encode); the decode buffer starts at 512 bytes and grows on demand for a
-/// large event.
-pub const BUFFERS: Buffers = Buffers::new(256, 512);
 
 /// Largest Subscribe message (one `Event`) an agent accepts: grpc-go's
 /// default receive limit, which Consul's own client agents run with, so a
 /// server sends nothing larger to a real agent. Events are ≈0.3–2 KiB (one
 /// CheckServiceNode); an `EventBatch` of a 128-op txn stays far below.
-/// tonic checks it against the 5-byte length prefix before it reserves the
-/// buffer, so a huge length costs nothing; an over-limit message ends the
-/// session (`message_too_large`) and the agent reconnects.
+/// The agent's HTTP/2 client checks it against the 5-byte length prefix
+/// before it reserves a buffer, so a huge length costs nothing; an
+/// over-limit message ends its call (`message_too_large`, the stream
+/// reset) and the agent subscribes again on the same connection.
 pub const MAX_EVENT_MESSAGE: usize = 4 * 1024 * 1024;
 
 /// Top-level field numbers of `subscribe.Event` agent-sim decodes: Index 1
@@ -65,45 +58,19 @@ pub fn subscribe_request(
     }
 }
 
-/// Prost codec with buffers sized for thousands of streams per process
-/// (tonic's default is 8 KiB per stream), whose decoder reports unknown
-/// top-level `Event` fields to `metrics` (warning `unknown_fields`): the
-/// Subscribe profile of `agent_sim_proto::codec`, and its own codec.
-#[derive(Debug, Clone, Default)]
-pub struct SmallCodec {
-    /// Where unknown fields are counted (`None`: not counted).
-    pub metrics: Option<Metrics>,
-}
-
-impl Profile for SmallCodec {
-    fn buffers(&self) -> Buffers {
-        BUFFERS
+/// One Subscribe message as an `Event`: its unknown top-level fields are
+/// warned to `metrics` (`unknown_fields`: a scan of the event's top-level
+/// fields, a few nanoseconds and no allocation), and bytes that are not an
+/// `Event` fail with prost's words (`failed to decode Protobuf message`,
+/// code `INTERNAL`: the session counts `decode_event`).
+pub fn decode_event(msg: &[u8], metrics: Option<&Metrics>) -> Result<Event, tonic::Status> {
+    if let Some(m) = metrics
+        && let Some(words) = unknown_event_fields(msg)
+    {
+        m.warn("unknown_fields", Some(&words));
     }
-
-    /// A scan of the event's top-level fields (`agent_sim_proto::scan`: a
-    /// few nanoseconds for the two fields an event has, no allocation).
-    fn inspect(&self, msg: &[u8]) {
-        if let Some(m) = &self.metrics
-            && let Some(words) = unknown_event_fields(msg)
-        {
-            m.warn("unknown_fields", Some(&words));
-        }
-    }
-}
-
-impl Codec for SmallCodec {
-    type Encode = SubscribeRequest;
-    type Decode = Event;
-    type Encoder = ProstEncoder<SubscribeRequest>;
-    type Decoder = SmallDecoder<Event, SmallCodec>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::new(BUFFERS.encode_settings())
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        SmallDecoder::new(self.clone())
-    }
+    prost::Message::decode(msg)
+        .map_err(|e: prost::DecodeError| tonic::Status::internal(e.to_string()))
 }
 
 /// The unknown top-level fields of an encoded `Event`, in words

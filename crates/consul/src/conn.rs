@@ -1,9 +1,12 @@
 //! The RPC-port connection of one agent: TCP (optionally from a chosen
 //! source address), the `0x08` byte that switches a Consul server's RPC
-//! port to gRPC (after `0x03` + TLS for the TLS variant), then an HTTP/2
-//! client connection from hyper's low-level `client::conn::http2`. The same
-//! dialer reaches a server's public gRPC port (8502, TLS 8503) without the
-//! prefix bytes ([`Port::Grpc`]): what consul-dataplane connects to.
+//! port to gRPC (after `0x03` + TLS for the TLS variant), then HTTP/2. A
+//! client agent's Subscribe streams ride the lean client of [`crate::h2`]
+//! ([`Dialer::connect_streams`]: no buffer held while idle, no task of its
+//! own); the dataplane sidecars' xDS streams ride hyper's low-level
+//! `client::conn::http2` ([`Dialer::connect`]). The same dialer reaches a
+//! server's public gRPC port (8502, TLS 8503) without the prefix bytes
+//! ([`Port::Grpc`]): what consul-dataplane connects to.
 //!
 //! [`H2Channel`] wraps hyper's `SendRequest` as a tower service so that
 //! `tonic::client::Grpc` can run calls on it: no `tonic::transport::Channel`,
@@ -163,8 +166,8 @@ impl Tally for ByteCounters {
 /// atomic add per read and per write; nothing when no counters are given).
 pub type Counted<S> = agent_sim_net::Counted<S, ByteCounters>;
 
-/// The socket under hyper, keeping the first bytes the server sends.
-struct Sniff {
+/// The socket under HTTP/2, keeping the first bytes the server sends.
+pub struct Sniff {
     io: Counted<RpcIo>,
     first: FirstBytes,
 }
@@ -271,6 +274,20 @@ pub enum ConnectError {
     /// The HTTP/2 handshake failed; the first bytes tell nothing more.
     #[error(transparent)]
     Handshake(hyper::Error),
+    /// Writing the HTTP/2 preface and settings failed.
+    #[error("writing the HTTP/2 preface: {0}")]
+    Preface(std::io::Error),
+    /// Writing the HTTP/2 preface failed, and what the server did tells
+    /// why ([`what_answered`]: it closed at once, a TLS alert).
+    #[error("{words} (writing the HTTP/2 preface: {source})")]
+    PrefaceAnswered {
+        /// The kind [`what_answered`] gives.
+        kind: &'static str,
+        /// What it says answered.
+        words: String,
+        /// The write's error.
+        source: std::io::Error,
+    },
     /// The HTTP/2 handshake failed, and the first bytes tell what answered
     /// ([`what_answered`]: another port, a TLS alert, a close).
     #[error("{words} (h2: {source})")]
@@ -293,8 +310,10 @@ impl ConnectError {
             ConnectError::Dial(e) => agent_sim_net::dial_error_kind(e),
             ConnectError::Tls(_) => "tls_handshake",
             ConnectError::Prefix(_) => "connect_prefix",
-            ConnectError::Handshake(_) => "h2_handshake",
-            ConnectError::Answered { kind, .. } => kind,
+            ConnectError::Handshake(_) | ConnectError::Preface(_) => "h2_handshake",
+            ConnectError::Answered { kind, .. } | ConnectError::PrefaceAnswered { kind, .. } => {
+                kind
+            }
         }
     }
 }
@@ -487,6 +506,73 @@ impl Dialer {
             first_bytes,
             stamp,
         })
+    }
+}
+
+/// An agent's streaming connection: the lean HTTP/2 client on the
+/// counted socket ([`crate::h2`]).
+pub type StreamConn = crate::h2::Conn<Sniff>;
+
+/// An established streaming connection (see [`Dialer::connect_streams`]).
+pub struct Streaming {
+    /// The connection; its calls start with [`crate::h2::Conn::start`].
+    /// Boxed: a session's future then holds a pointer in every state.
+    pub conn: Box<StreamConn>,
+    /// The first bytes the server sent (see [`RpcConn::first_bytes`]).
+    pub first_bytes: FirstBytes,
+    /// Kernel receive time of the latest bytes read.
+    pub stamp: Option<RxStamp>,
+}
+
+impl Dialer {
+    /// Dials, writes the prefix byte(s) and the HTTP/2 preface: the
+    /// connection a client agent's Subscribe streams ride.
+    pub async fn connect_streams(
+        &self,
+        bind: Option<IpAddr>,
+        bytes: Option<ByteCounters>,
+    ) -> Result<Streaming, ConnectError> {
+        let (io, stamp) = self.open(bind, RPC_GRPC).await?;
+        let first_bytes = FirstBytes::default();
+        let io = Sniff {
+            io: Counted::new(io, bytes),
+            first: first_bytes.clone(),
+        };
+        let keepalive = crate::h2::Keepalive {
+            interval: self.keepalive_time,
+            timeout: self.keepalive_timeout,
+        };
+        let authority = self.addr.to_string();
+        let mut conn = Box::new(crate::h2::Conn::new(
+            io,
+            &authority,
+            keepalive,
+            crate::codec::MAX_EVENT_MESSAGE,
+        ));
+        conn.handshake()
+            .await
+            .map_err(|source| match what_answered(&first_bytes) {
+                Some((kind, words)) => ConnectError::PrefaceAnswered {
+                    kind,
+                    words,
+                    source,
+                },
+                None => ConnectError::Preface(source),
+            })?;
+        Ok(Streaming {
+            conn,
+            first_bytes,
+            stamp,
+        })
+    }
+
+    /// [`Dialer::connect_streams`] for a session (see [`within_session`]).
+    pub async fn connect_streams_session(
+        &self,
+        cx: &agent_sim_fleet::SessionCx,
+        bytes: Option<ByteCounters>,
+    ) -> Result<Streaming, agent_sim_fleet::SessionEnd> {
+        within_session(cx, self.connect_streams(cx.bind_addr, bytes)).await
     }
 }
 

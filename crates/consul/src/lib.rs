@@ -13,7 +13,9 @@
 //!   names (`svc-{i}`, `app/{i%10}/`).
 //! - [`codec`]: `SubscribeRequest` building, a small-buffer prost codec, keys.
 //! - [`view`]: the materialized view of one subscription (pure state).
-//! - [`conn`]: dial, prefix byte(s), TLS, hyper HTTP/2 as a tonic channel;
+//! - [`conn`]: dial, prefix byte(s), TLS; the agents' streaming connection
+//!   on [`h2`] (a lean HTTP/2 client for their Subscribe calls), hyper's
+//!   HTTP/2 as a tonic channel for the sidecars;
 //!   [`ended`]: how a session's connection or call ended, as kinds.
 //! - [`http`]: the HTTP API subset (catalog, txn, sessions, config entries)
 //!   on the project's pooled HTTP/1 client (`agent_sim_net::http`).
@@ -44,6 +46,7 @@ pub mod conn;
 pub mod connect;
 pub mod ended;
 pub mod gossip;
+pub mod h2;
 pub mod http;
 pub mod kv;
 pub mod modes;

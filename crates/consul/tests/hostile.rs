@@ -115,6 +115,38 @@ proptest! {
         let (_, peak) = peak_during(|| receive::stream(body.clone()));
         prop_assert!(peak <= MAX_EVENT_MESSAGE + decode_bound(body.len()), "{peak}");
     }
+
+    /// The HTTP/2 connection: whatever bytes a server sends (a real
+    /// server's capture, damaged, or noise), read in pieces of any size,
+    /// the connection ends by itself, never holding more than one
+    /// message's limit.
+    #[test]
+    fn damaged_http2_connections_end_within_the_limit(
+        raw in prop_oneof![
+            vec(any::<u8>(), 0..512),
+            mutated(vec![real_stream()]),
+        ],
+        chunk in 1usize..64,
+    ) {
+        let (_, peak) = peak_during(|| receive::connection(raw.clone(), chunk));
+        prop_assert!(peak <= MAX_EVENT_MESSAGE + decode_bound(raw.len()), "{peak}");
+    }
+}
+
+/// What a real Consul 1.20.1 server sent on a Subscribe stream
+/// (`testdata/vectors/consul/h2/`).
+fn real_stream() -> Vec<u8> {
+    vectors("consul/h2", "subscribe-s2c.bin").remove(0).1
+}
+
+#[test]
+fn a_real_servers_stream_reads_the_same_in_pieces_of_any_size() {
+    for chunk in [1, 2, 5, 9, 10, 100, 8192] {
+        let (events, ended) = receive::connection(real_stream(), chunk);
+        assert_eq!(events.len(), 5, "read {chunk} at a time");
+        assert!(ended.call.is_none(), "{ended:?}");
+        assert_eq!(ended.conn.kind(), "conn_closed", "{ended:?}");
+    }
 }
 
 #[test]
@@ -122,7 +154,8 @@ fn grpc_length_prefixes_over_the_limit_are_refused_before_buffering() {
     let mut body = vec![0];
     body.extend_from_slice(&((MAX_EVENT_MESSAGE + 1) as u32).to_be_bytes());
     body.extend_from_slice(&[0; 32]);
-    let ((_, status), peak) = peak_during(|| receive::stream(body));
+    let ((_, ended), peak) = peak_during(|| receive::stream(body));
+    let status = ended.call.expect("the call ended");
     assert_eq!(status.code(), tonic::Code::OutOfRange);
     // The words the session maps to `message_too_large`.
     assert!(
@@ -131,8 +164,9 @@ fn grpc_length_prefixes_over_the_limit_are_refused_before_buffering() {
         status.message()
     );
     assert!(peak < 64 * 1024, "{peak}");
-    // Bytes that are not an Event: tonic's words for `decode_event`.
-    let (_, status) = receive::stream(grpc_frames(&[vec![0xff, 0xff]]));
+    // Bytes that are not an Event: prost's words for `decode_event`.
+    let (_, ended) = receive::stream(grpc_frames(&[vec![0xff, 0xff]]));
+    let status = ended.call.expect("the call ended");
     assert_eq!(status.code(), tonic::Code::Internal);
     assert!(status.message().contains("failed to decode Protobuf"));
 }
@@ -256,7 +290,8 @@ proptest! {
         }
         let (got, end) = receive::stream(grpc_frames(&msgs));
         prop_assert_eq!(got, evs);
-        prop_assert!(end.message().contains("missing grpc-status trailer"), "{end:?}");
+        let call = end.call.expect("the body ended the call");
+        prop_assert!(call.message().contains("without trailers"), "{call:?}");
     }
 
     #[test]

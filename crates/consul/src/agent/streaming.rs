@@ -4,31 +4,35 @@
 //! connection, then the session's loop (`session`) over the connection
 //! driver and every stream.
 
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use agent_sim_fleet::{Failure, SessionCx, SessionEnd};
+use agent_sim_metrics::Metrics;
 use agent_sim_net::RxStamp;
 use agent_sim_proto::consul::subscribe::Event;
-use futures_util::Stream;
 use tokio::time::Instant;
-use tonic::Status;
-use tonic::codec::Streaming;
+use tonic::{Code, Status};
 
 use super::ConsulAgent;
 use super::link::Link;
 use super::session::{Watches, far_future};
-use super::subscriptions::{Arrival, Slot, SlotState, Slots, grpc_kind};
-use crate::conn::{self, ConnDriver, GrpcClient, RpcConn};
-use crate::ended::{driver_failure, server_said};
+use super::subscriptions::{Arrival, Slot, SlotState, Slots};
+use crate::codec::decode_event;
+use crate::conn::{self, StreamConn, Streaming};
+use crate::ended::server_said;
+use crate::h2::Got;
 use crate::modes::AgentWire;
 use crate::rpc::mux::Mux;
 
 /// What the connection or a stream brought.
+// Made by one poll and handled at once: an event is not boxed to be moved
+// one step.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Io {
     /// The connection ended.
     Closed(Failure),
-    Started(usize, Result<Streaming<Event>, Status>),
+    /// The server took call `i` (its headers), or ended it at once.
+    Started(usize, Result<(), Status>),
     Event(usize, Instant, Result<Event, Status>),
     /// The server ended stream `i` with status OK.
     StreamEnd(usize),
@@ -37,10 +41,11 @@ pub(super) enum Io {
 /// The connection of a streaming session, and whether the server answered
 /// any call on it (a stream event or a call's reply).
 struct Streams {
-    grpc: GrpcClient,
-    driver: ConnDriver,
+    conn: Box<StreamConn>,
     stamp: Option<RxStamp>,
     answered: bool,
+    /// Where unknown fields of events are warned.
+    metrics: Metrics,
 }
 
 impl ConsulAgent {
@@ -52,7 +57,10 @@ impl ConsulAgent {
         let server = self.server();
         let dialer = &sh.dialers[server];
         let t = Instant::now();
-        let conn = match dialer.connect_session(cx, Some(sh.bytes(true))).await {
+        let conn = match dialer
+            .connect_streams_session(cx, Some(sh.bytes(true)))
+            .await
+        {
             Ok(c) => c,
             Err(end) => return end,
         };
@@ -94,14 +102,11 @@ impl ConsulAgent {
     async fn steady(
         &mut self,
         cx: &SessionCx,
-        conn: RpcConn,
+        conn: Streaming,
         link: Option<Box<Link>>,
     ) -> (SessionEnd, bool) {
-        let RpcConn {
-            grpc,
-            driver,
-            stamp,
-            ..
+        let Streaming {
+            mut conn, stamp, ..
         } = conn;
         let now = Instant::now();
         // Uncounts live probe subscriptions however the session ends.
@@ -110,13 +115,13 @@ impl ConsulAgent {
             board: self.shared.board.clone(),
         };
         for (i, slot) in slots.v.iter_mut().enumerate() {
-            self.start_slot(i, slot, &grpc);
+            self.start_slot(i, slot, &mut conn);
         }
         let mut streams = Streams {
-            grpc,
-            driver,
+            conn,
             stamp,
             answered: false,
+            metrics: self.shared.metrics.clone(),
         };
         let end = self
             .run_watches(cx, now, &mut slots.v, &mut streams, link)
@@ -135,7 +140,7 @@ impl Watches for Streams {
         _: Option<&mut Mux>,
         _: Instant,
     ) -> Instant {
-        let mut due = far_future();
+        let mut due = self.conn.keepalive_due().unwrap_or_else(far_future);
         for slot in slots.iter() {
             if let SlotState::Idle { at } = slot.state {
                 due = due.min(at);
@@ -144,33 +149,23 @@ impl Watches for Streams {
         due
     }
 
-    fn poll(&mut self, slots: &mut [Slot], rotate: usize, tcx: &mut Context<'_>) -> Poll<Io> {
-        if let Poll::Ready(r) = self.driver.as_mut().poll(tcx) {
-            // A server going away says so on its streams before it
-            // closes: that is the cause, in its words.
-            if let Some((i, status)) = shutting_down(slots, tcx) {
-                return Poll::Ready(Io::Event(i, Instant::now(), Err(status)));
-            }
-            return Poll::Ready(Io::Closed(driver_failure(r)));
-        }
-        let n = slots.len();
-        for j in 0..n {
-            let i = (j + rotate) % n;
-            match &mut slots[i].state {
-                SlotState::Starting(f) => {
-                    if let Poll::Ready(r) = f.as_mut().poll(tcx) {
-                        return Poll::Ready(Io::Started(i, r));
-                    }
-                }
-                SlotState::Live(s) => match Pin::new(s).poll_next(tcx) {
-                    Poll::Ready(Some(r)) => return Poll::Ready(Io::Event(i, Instant::now(), r)),
-                    Poll::Ready(None) => return Poll::Ready(Io::StreamEnd(i)),
-                    Poll::Pending => {}
-                },
-                SlotState::Idle { .. } | SlotState::Done => {}
-            }
-        }
-        Poll::Pending
+    /// The connection brings everything in the order its frames came (so
+    /// no call starves another, and a status the server sent before it
+    /// closed is told before the close).
+    fn poll(&mut self, _: &mut [Slot], _: usize, tcx: &mut Context<'_>) -> Poll<Io> {
+        let Streams { conn, metrics, .. } = self;
+        let got =
+            std::task::ready!(conn.poll_next(tcx, &mut |msg| decode_event(msg, Some(metrics))));
+        Poll::Ready(match got {
+            Got::Started(i) => Io::Started(i, Ok(())),
+            Got::Message(i, r) => Io::Event(i, Instant::now(), r),
+            Got::Ended(i, status) if status.code() == Code::Ok => Io::StreamEnd(i),
+            Got::Ended(i, status) => Io::Event(i, Instant::now(), Err(status)),
+            Got::Closed(e) => Io::Closed(Failure {
+                kind: e.kind(),
+                detail: Some(e.to_string()),
+            }),
+        })
     }
 
     fn on_io(
@@ -182,15 +177,17 @@ impl Watches for Streams {
     ) -> Option<SessionEnd> {
         match io {
             Io::Closed(f) => return Some(SessionEnd::Lost(f)),
-            Io::Started(i, Ok(stream)) => {
+            Io::Started(i, Ok(())) => {
                 self.answered = true;
-                slots[i].state = SlotState::Live(stream);
+                slots[i].state = SlotState::Live;
             }
             Io::Started(i, Err(status)) | Io::Event(i, _, Err(status)) => {
                 self.answered |= server_said(&status);
+                // A message that did not decode leaves its call open.
+                self.conn.cancel(i);
                 let slot = &mut slots[i];
                 slot.state = SlotState::Done;
-                return agent.on_status(cx, i, slot, &status, &self.grpc);
+                return agent.on_status(cx, i, slot, &status, &mut self.conn);
             }
             Io::Event(i, decoded, Ok(ev)) => {
                 self.answered = true;
@@ -213,7 +210,7 @@ impl Watches for Streams {
                 let slot = &mut slots[i];
                 slot.state = SlotState::Done;
                 let failure = ("stream_end", words.into());
-                agent.retry_stream(cx, i, slot, failure, false, &self.grpc);
+                agent.retry_stream(cx, i, slot, failure, false, &mut self.conn);
             }
         }
         None
@@ -221,38 +218,18 @@ impl Watches for Streams {
 
     fn on_timer(&mut self, agent: &mut ConsulAgent, slots: &mut [Slot]) {
         let now = Instant::now();
+        self.conn.on_timer(now);
         for (i, slot) in slots.iter_mut().enumerate() {
             if let SlotState::Idle { at } = slot.state
                 && at <= now
             {
-                agent.start_slot(i, slot, &self.grpc);
+                agent.start_slot(i, slot, &mut self.conn);
             }
         }
     }
 
     /// A resubscribe accepted waits only for the sync.
     fn waiting(s: &Slot) -> bool {
-        s.resume_pending && matches!(s.state, SlotState::Live(_))
+        s.resume_pending && matches!(s.state, SlotState::Live)
     }
-}
-
-/// On a connection that has closed: a stream whose last word was the
-/// server shutting down (events still buffered before it are dropped: the
-/// session ends here).
-fn shutting_down(slots: &mut [Slot], tcx: &mut Context<'_>) -> Option<(usize, Status)> {
-    for (i, slot) in slots.iter_mut().enumerate() {
-        let SlotState::Live(s) = &mut slot.state else {
-            continue;
-        };
-        loop {
-            match Pin::new(&mut *s).poll_next(tcx) {
-                Poll::Ready(Some(Ok(_))) => continue,
-                Poll::Ready(Some(Err(status))) if grpc_kind(&status) == "server_shutting_down" => {
-                    return Some((i, status));
-                }
-                _ => break,
-            }
-        }
-    }
-    None
 }

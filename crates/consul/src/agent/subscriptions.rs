@@ -4,21 +4,16 @@
 //! brought arrived ([`Arrival`]), which blocking queries and long polls
 //! share.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use ::http::uri::PathAndQuery;
 use agent_sim_fleet::{Backoff, Failure, Resync, SessionCx, SessionEnd};
-use agent_sim_metrics::Metrics;
 use agent_sim_proto::consul::subscribe::{Event, SubscribeRequest, event::Payload};
 use tokio::time::Instant;
-use tonic::codec::Streaming;
 use tonic::{Code, Status};
 
 use super::{ABORT_BACKOFF, ConsulAgent, Shared};
-use crate::codec::{SUBSCRIBE_PATH, SmallCodec, subscribe_request};
-use crate::conn::{self, GrpcClient};
+use crate::codec::{SUBSCRIBE_PATH, subscribe_request};
+use crate::conn::{self, StreamConn};
 use crate::ended::status_words;
 use crate::http;
 use crate::probe::{Expect, Owed, ProbeBoard};
@@ -41,16 +36,15 @@ impl Arrival {
     }
 }
 
-pub(super) type StartFuture =
-    Pin<Box<dyn Future<Output = Result<Streaming<Event>, Status>> + Send>>;
-
-// `Live` is the steady state and the slots sit in one heap Vec: boxing the
-// stream would add an allocation and save nothing.
-#[allow(clippy::large_enum_variant)]
+/// Where a watch stands in its session.
 pub(super) enum SlotState {
+    /// Waiting to (re)subscribe at `at`.
     Idle { at: Instant },
-    Starting(StartFuture),
-    Live(Streaming<Event>),
+    /// The call was sent; the server's headers have not come.
+    Starting,
+    /// The server took the call: events flow.
+    Live,
+    /// Not watching on this session.
     Done,
 }
 
@@ -115,34 +109,16 @@ impl Drop for Slots {
     }
 }
 
-pub(super) fn start_call(
-    grpc: &GrpcClient,
-    req: SubscribeRequest,
-    metrics: &Metrics,
-) -> StartFuture {
-    let codec = SmallCodec {
-        metrics: Some(metrics.clone()),
-    };
-    let mut grpc = grpc.clone();
-    Box::pin(async move {
-        grpc.ready().await.map_err(|e| {
-            let mut s = Status::unavailable(format!("connection not ready: {e}"));
-            s.set_source(Arc::new(e));
-            s
-        })?;
-        let resp = grpc
-            .server_streaming(
-                tonic::Request::new(req),
-                PathAndQuery::from_static(SUBSCRIBE_PATH),
-                codec,
-            )
-            .await?;
-        Ok(resp.into_inner())
-    })
+/// Sends a Subscribe call for slot `i` on the streaming connection.
+pub(super) fn start_call(conn: &mut StreamConn, i: usize, req: &SubscribeRequest) {
+    conn.start(i, SUBSCRIBE_PATH, |w| {
+        // A Vec grows as needed: encoding into it cannot fail.
+        let _ = prost::Message::encode(req, w);
+    });
 }
 
 impl ConsulAgent {
-    pub(super) fn start_slot(&mut self, i: usize, slot: &mut Slot, grpc: &GrpcClient) {
+    pub(super) fn start_slot(&mut self, i: usize, slot: &mut Slot, conn: &mut StreamConn) {
         let sh = &self.shared;
         let sub = &mut self.subs[i];
         let index = sub.view.resume_index();
@@ -160,7 +136,8 @@ impl ConsulAgent {
             sh.token(self.index),
             &sh.cfg.conn.datacenter,
         );
-        slot.state = SlotState::Starting(start_call(grpc, req, &sh.metrics));
+        start_call(conn, i, &req);
+        slot.state = SlotState::Starting;
         sh.metrics.incr(sh.ids.subscriptions);
     }
 
@@ -198,7 +175,7 @@ impl ConsulAgent {
         i: usize,
         slot: &mut Slot,
         status: &Status,
-        grpc: &GrpcClient,
+        conn: &mut StreamConn,
     ) -> Option<SessionEnd> {
         let words = status_words(status);
         let aborted = status.code() == Code::Aborted;
@@ -207,7 +184,7 @@ impl ConsulAgent {
         if !aborted && (from_transport(status) || kind == "server_shutting_down") {
             return Some(SessionEnd::lost_with(kind, words));
         }
-        self.retry_stream(cx, i, slot, (kind, words), aborted, grpc);
+        self.retry_stream(cx, i, slot, (kind, words), aborted, conn);
         None
     }
 
@@ -220,7 +197,7 @@ impl ConsulAgent {
         slot: &mut Slot,
         (kind, words): (&'static str, String),
         aborted: bool,
-        grpc: &GrpcClient,
+        conn: &mut StreamConn,
     ) {
         let sh = self.shared.clone();
         if aborted {
@@ -246,7 +223,7 @@ impl ConsulAgent {
         match &mut slot.backoff {
             None => {
                 slot.backoff = Some(Backoff::new(ABORT_BACKOFF.0, ABORT_BACKOFF.1));
-                self.start_slot(i, slot, grpc);
+                self.start_slot(i, slot, conn);
             }
             Some(b) => {
                 slot.state = SlotState::Idle {
