@@ -565,15 +565,6 @@ impl Dialer {
             stamp,
         })
     }
-
-    /// [`Dialer::connect_streams`] for a session (see [`within_session`]).
-    pub async fn connect_streams_session(
-        &self,
-        cx: &agent_sim_fleet::SessionCx,
-        bytes: Option<ByteCounters>,
-    ) -> Result<Streaming, agent_sim_fleet::SessionEnd> {
-        within_session(cx, self.connect_streams(cx.bind_addr, bytes)).await
-    }
 }
 
 /// A session's connect step: bounded by [`CONNECT_TIMEOUT`] and the

@@ -57,10 +57,8 @@ impl ConsulAgent {
         let server = self.server();
         let dialer = &sh.dialers[server];
         let t = Instant::now();
-        let conn = match dialer
-            .connect_streams_session(cx, Some(sh.bytes(true)))
-            .await
-        {
+        let dial = dialer.connect_streams(cx.bind_addr, Some(sh.bytes(true)));
+        let conn = match conn::within_session(cx, dial).await {
             Ok(c) => c,
             Err(end) => return end,
         };
