@@ -198,6 +198,8 @@ pub(crate) struct Inner {
     gossiped: Notify,
     /// The joined members' re-announcements under way.
     reannouncing: Mutex<Vec<reannounce::Reannounce>>,
+    /// The last compressed join answer decoded, and what it taught.
+    join_memo: Mutex<Option<answer::Memo>>,
 }
 
 /// A pool of simulated members; cheap to clone.
@@ -285,6 +287,7 @@ impl Pool {
             batch: Arc::default(),
             gossiped: Notify::new(),
             reannouncing: Mutex::default(),
+            join_memo: Mutex::default(),
         });
         for (i, sock) in inner.udp.iter().enumerate() {
             tokio::spawn(net::packets(inner.clone(), i, sock.clone()));

@@ -538,9 +538,11 @@ async fn join_exchange(
             inner.metrics.add(inner.ids.bytes_rx, n as u64);
             inner.metrics.add(inner.ids.join_answer_bytes, n as u64);
         };
-        let (reply, learnt) = answer::read_reply(&inner.cfg.security, me, &mut conn, &mut count)
-            .await
-            .map_err(|e| unreadable(to, e))?;
+        let memo = &inner.join_memo;
+        let (reply, learnt) =
+            answer::read_reply(&inner.cfg.security, me, &mut conn, &mut count, memo)
+                .await
+                .map_err(|e| unreadable(to, e))?;
         refused(to, reply).map(|()| learnt)
     };
     tokio::time::timeout(after, exchange)

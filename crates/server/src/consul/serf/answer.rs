@@ -8,7 +8,16 @@
 //!   holds is forgotten. Nothing in it is per connection: the label header
 //!   goes only before what this end dials, and the encryption's data is the
 //!   pool's label. The joins answered before the first of them is merged
-//!   (a join changes the state once merged) share one encoding.
+//!   (a join changes the state once merged) share one encoding, and so do
+//!   the joins of [`JOIN_SHARE`] after an encoding while nothing but
+//!   members' alive news came since (a member suspected, dead or leaving
+//!   is encoded at once): in a join storm every
+//!   merged join is a change, and 200 joins a second of a 10,000-member
+//!   table would otherwise encode and compress ~1.3 MB 200 times a second
+//!   (a real server does, once per push-pull, and stalls past ~5,500
+//!   members at 100 joins/s on this box: BENCHMARKS.md). A joiner then
+//!   misses the members of the last 250 ms at most, which gossip brings
+//!   it; an anti-entropy push-pull still gets the state as it is.
 //! - [`Serf::push_pull_slot`]: memberlist's `pushPullReq`: a push-pull
 //!   counts from its message read until its answer is written and the
 //!   peer's state merged; one that finds 128 pending, itself included, is
@@ -26,6 +35,10 @@ use tokio::time::Instant;
 use super::handoff::held_back;
 use super::{Serf, lock};
 
+/// How long after an encoding the joins share it although the table
+/// changed since (see the module's doc).
+pub(super) const JOIN_SHARE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// memberlist's `maxPushPullRequests`: a push-pull that finds this many
 /// pending, itself included, is refused (so 127 are answered at once).
 pub(super) const MAX_PUSH_PULLS: u32 = 128;
@@ -39,14 +52,19 @@ pub(super) struct Sealed {
     pub(super) len: usize,
     /// The table's version it was encoded from.
     version: u64,
+    /// When it was encoded.
+    made: Instant,
     /// When a dead or left member in it is forgotten (`None`: never).
     until: Option<Instant>,
 }
 
 impl Sealed {
-    /// Still what the table at `version` would encode at `now`.
-    fn fresh(&self, version: u64, now: Instant) -> bool {
-        self.version == version && self.until.is_none_or(|u| now <= u)
+    /// Still what the table at `version` would encode at `now`, or, for a
+    /// join's answer (`join`), made less than [`JOIN_SHARE`] ago with only
+    /// members' alive news since (`settled`: the last other change).
+    fn fresh(&self, (version, settled): (u64, u64), now: Instant, join: bool) -> bool {
+        let shared = join && settled <= self.version && now < self.made + JOIN_SHARE;
+        (self.version == version || shared) && self.until.is_none_or(|u| now <= u)
     }
 }
 
@@ -81,7 +99,8 @@ impl Serf {
         let now = Instant::now();
         let (msg, version, until) = {
             let t = lock(&self.table);
-            if let Some(s) = slot.as_ref().filter(|s| s.fresh(t.version, now)) {
+            let at = (t.version, t.settled);
+            if let Some(s) = slot.as_ref().filter(|s| s.fresh(at, now, join)) {
                 return s.clone();
             }
             (
@@ -94,6 +113,7 @@ impl Serf {
             bytes: Bytes::from(self.cfg.security.seal_stream(&msg)),
             len: msg.len(),
             version,
+            made: now,
             until,
         };
         self.counters.bump(&self.counters.push_pull_encodings);
@@ -136,7 +156,7 @@ mod tests {
     use super::super::stream::{handle, read_message};
     use super::super::tests::{alive, meta, verdict};
     use super::super::{Serf, SerfConfig, SerfSnapshot};
-    use super::{MAX_PUSH_PULLS, Sealed};
+    use super::{JOIN_SHARE, MAX_PUSH_PULLS, Sealed};
 
     /// Virtual time a test may take to see what it waits for.
     const LIMIT: Duration = Duration::from_secs(60);
@@ -184,6 +204,10 @@ mod tests {
         let (m, now) = (meta("a"), Instant::now());
         serf.with_table(|t| t.alive(&alive("a", 1, &m), now))
             .unwrap();
+        // A join within JOIN_SHARE of the encoding shares it; later, not.
+        assert!(same(&first, &serf.push_pull_state(true).await));
+        tokio::time::advance(JOIN_SHARE).await;
+        let now = Instant::now();
         let joined = serf.push_pull_state(true).await;
         assert_eq!(encodings(), 2, "a member joined: encoded again");
         let a = |st| ("a".to_owned(), st);

@@ -224,6 +224,10 @@ pub(crate) struct Table {
     /// added, removed or changed; a status time; serf's clocks), so an
     /// encoded answer is reused while it stands still (`answer`).
     pub(crate) version: u64,
+    /// The version of the last change that was not a member's alive news
+    /// (a join, a refresh): joins may share an answer encoded since
+    /// (`answer`), other changes never hide behind one.
+    pub(crate) settled: u64,
 }
 
 /// An IP from memberlist's bytes (an IPv4-mapped 16-byte one as IPv4).
@@ -280,6 +284,7 @@ impl Table {
             dirty: HashSet::new(),
             counters,
             version: 0,
+            settled: 0,
         }
     }
 
@@ -314,6 +319,13 @@ impl Table {
 
     /// What the push-pull state holds changed.
     pub(super) fn touch(&mut self) {
+        self.version = self.version.wrapping_add(1);
+        self.settled = self.version;
+    }
+
+    /// A member's alive news (or serf's clock moving on with a join)
+    /// changed the push-pull state.
+    pub(super) fn touch_alive(&mut self) {
         self.version = self.version.wrapping_add(1);
     }
 
@@ -436,7 +448,7 @@ impl Table {
             self.counters.bump(&self.counters.msg_alive);
             return Ok(());
         }
-        self.touch();
+        self.touch_alive();
         let mut msg = Vec::with_capacity(64 + a.meta.len());
         a.encode(&mut msg);
         let name: Arc<str> = match self.members.get_key_value(a.node) {
@@ -563,6 +575,7 @@ impl Table {
         m.changed = now;
         // `touch`, with `m` still borrowed.
         self.version = self.version.wrapping_add(1);
+        self.settled = self.version;
         let r = &self.rules;
         let k = r.suspicion_mult.saturating_sub(2);
         let k = if n.saturating_sub(2) < k as usize {
@@ -604,6 +617,7 @@ impl Table {
         m.changed = now;
         // `touch`, with `m` still borrowed.
         self.version = self.version.wrapping_add(1);
+        self.settled = self.version;
         self.counters.bump(&self.counters.msg_dead);
         match m.status {
             Status::Leaving => {
@@ -655,7 +669,8 @@ impl Table {
         now: Instant,
     ) -> bool {
         if Self::witness(&mut self.clock, ltime) {
-            self.touch();
+            // serf's clock moving on is news of the same kind as a join.
+            self.touch_alive();
         }
         let Some((name, m)) = self.members.get_key_value(node) else {
             return self.wait_intent(leave, ltime, node, now);
@@ -673,8 +688,11 @@ impl Table {
         }
         let m = self.members.get_mut(&name).expect("found above");
         m.status_ltime = ltime;
-        // `touch`, with `m` still borrowed.
+        // `touch` (`touch_alive` for a join intent), with `m` still borrowed.
         self.version = self.version.wrapping_add(1);
+        if leave {
+            self.settled = self.version;
+        }
         if !leave {
             if m.status == Status::Leaving {
                 m.status = Status::Alive;

@@ -84,7 +84,8 @@ impl Table {
             moved |= Self::witness(&mut self.query_clock, s.query_ltime - 1);
         }
         if moved {
-            self.touch();
+            // A joiner's clocks: news of the same kind as its join.
+            self.touch_alive();
         }
         let times: HashMap<&str, u64> = s.status.iter().copied().collect();
         let left: HashSet<&str> = s.left.iter().copied().collect();
