@@ -11,7 +11,7 @@
 # server's CPU.
 #
 #   bash benches/scripts/consul-scale.sh [AGENTS] [STEADY_SECONDS]
-#   SERVERS=5 bash benches/scripts/consul-scale.sh 40000 60
+#   SERVERS=5 SHARDS=5 RAMP=40/s bash benches/scripts/consul-scale.sh 40000 60
 #
 # One server process holds 2 descriptors per agent (the RPC and the
 # streaming connection, as a real server does): under a 20,000 hard limit
@@ -53,21 +53,37 @@ else
     MODE=(--gossip=false --probe off)
 fi
 
-RAMP_S=$(python3 -c "print(int($N/float('${RAMP%/s}'))+5)")
+# Each shard starts N/S agents at RAMP.
+RAMP_S=$(python3 -c "print(int($N/${SHARDS:-1}/float('${RAMP%/s}'))+5)")
 DURATION=$((RAMP_S + STEADY))
 TARGET_LIST=$(IFS=,; echo "${TARGETS[*]}")
-taskset -c 1 "$BIN" --kind consul --agents "$N" --target "$TARGET_LIST" --http-target "http://$HTTP" \
-    "${MODE[@]}" --ramp "$RAMP" --duration "${DURATION}s" --progress-every 10s \
-    --summary "$OUT/summary.json" >"$OUT/table.txt" 2>"$OUT/progress.log" &
-SIM=$!
+# SHARDS=S: S agent-sim commands (--shard i/S), as on S boxes: past 4 local
+# processes (2 per core) a run refuses to start more by itself, and a shard
+# starts none, so each shard must fit one process's descriptors.
+S=${SHARDS:-1}
+SIMS=()
+for i in $(seq 0 $((S - 1))); do
+    shard=()
+    [ "$S" -gt 1 ] && shard=(--shard "$i/$S")
+    taskset -c 1 "$BIN" --kind consul --agents "$N" "${shard[@]}" --target "$TARGET_LIST" \
+        --http-target "http://$HTTP" "${MODE[@]}" --ramp "$RAMP" --duration "${DURATION}s" \
+        --progress-every 10s --summary "$OUT/summary-$i.json" >"$OUT/table-$i.txt" 2>"$OUT/progress-$i.log" &
+    SIMS+=($!)
+done
+SIM=${SIMS[0]}
 : >"$OUT/members.txt"
 while kill -0 $SIM 2>/dev/null; do
     curl -s -o /dev/null -m 10 -w '%{http_code} %{time_total}\n' "http://$HTTP/v1/agent/members" \
         >>"$OUT/members.txt" || echo "000 10" >>"$OUT/members.txt"
     sleep 2
 done
-wait $SIM || true
+for p in "${SIMS[@]}"; do wait "$p" || true; done
 S1=$(ticks "${PIDS[@]}")
+if [ "$S" -gt 1 ]; then
+    "$BIN" report merge "$OUT"/summary-*.json --summary "$OUT/summary.json" >"$OUT/merged.txt"
+else
+    cp "$OUT/summary-0.json" "$OUT/summary.json"
+fi
 
 python3 - "$OUT/summary.json" "$N" "$DURATION" "$((S1 - S0))" "$OUT/members.txt" <<'PY'
 import json, sys

@@ -706,7 +706,8 @@ mod tests {
             connect::WS_SIZE
         );
         assert!(agent_size <= 128, "{agent_size}");
-        // ≈1.1 KiB in release (print-type-sizes); debug builds are a bit larger.
-        assert!(fut_size <= 1536, "{fut_size}");
+        // ≈0.9 KiB (the WebSocket, the schedule and the wait; the handlers
+        // are boxed): 896 bytes in debug builds.
+        assert!(fut_size <= 1024, "{fut_size}");
     }
 }
