@@ -98,10 +98,9 @@ pub struct RpcConn {
 }
 
 /// Largest header block (response headers or trailers, which carry
-/// `grpc-message`) an agent accepts: hyper's client default, stated here.
-/// Consul's headers are a few hundred bytes; a longer block fails the
-/// stream instead of being buffered.
-pub const MAX_HEADER_LIST: u32 = 16 * 1024;
+/// `grpc-message`) an agent accepts, on either HTTP/2 client: the lean
+/// one's ([`crate::h2::MAX_HEADER_LIST`], hyper's client default).
+pub const MAX_HEADER_LIST: u32 = crate::h2::MAX_HEADER_LIST;
 
 /// How many of the server's first bytes are kept.
 pub const SNIFF_LEN: usize = 64;

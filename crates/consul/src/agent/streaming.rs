@@ -31,8 +31,8 @@ use crate::rpc::mux::Mux;
 pub(super) enum Io {
     /// The connection ended.
     Closed(Failure),
-    /// The server took call `i` (its headers), or ended it at once.
-    Started(usize, Result<(), Status>),
+    /// The server took call `i` (its headers).
+    Started(usize),
     Event(usize, Instant, Result<Event, Status>),
     /// The server ended stream `i` with status OK.
     StreamEnd(usize),
@@ -155,7 +155,7 @@ impl Watches for Streams {
         let got =
             std::task::ready!(conn.poll_next(tcx, &mut |msg| decode_event(msg, Some(metrics))));
         Poll::Ready(match got {
-            Got::Started(i) => Io::Started(i, Ok(())),
+            Got::Started(i) => Io::Started(i),
             Got::Message(i, r) => Io::Event(i, Instant::now(), r),
             Got::Ended(i, status) if status.code() == Code::Ok => Io::StreamEnd(i),
             Got::Ended(i, status) => Io::Event(i, Instant::now(), Err(status)),
@@ -175,11 +175,11 @@ impl Watches for Streams {
     ) -> Option<SessionEnd> {
         match io {
             Io::Closed(f) => return Some(SessionEnd::Lost(f)),
-            Io::Started(i, Ok(())) => {
+            Io::Started(i) => {
                 self.answered = true;
                 slots[i].state = SlotState::Live;
             }
-            Io::Started(i, Err(status)) | Io::Event(i, _, Err(status)) => {
+            Io::Event(i, _, Err(status)) => {
                 self.answered |= server_said(&status);
                 // A message that did not decode leaves its call open.
                 self.conn.cancel(i);

@@ -169,7 +169,7 @@ const PING_OPAQUE: [u8; 8] = *b"agentsim";
 const UPDATE_AT: u32 = frame::INITIAL_WINDOW / 4;
 /// Largest header block (headers or trailers) accepted, as announced:
 /// 16 KiB, hyper's client default. Consul's are a few hundred octets.
-const MAX_HEADER_LIST: u32 = 16 * 1024;
+pub const MAX_HEADER_LIST: u32 = 16 * 1024;
 /// Octets read from the socket at once (on the stack: only what is left
 /// of an incomplete frame is kept).
 const READ_CHUNK: usize = 8192;
@@ -197,8 +197,8 @@ pub struct Conn<IO> {
     keepalive: Keepalive,
     last_read: Instant,
     ping_sent: Option<Instant>,
-    /// The GOAWAY's last stream and what it said.
-    going_away: Option<(u32, ConnError)>,
+    /// What the server's GOAWAY said (the connection's end, once it closes).
+    going_away: Option<ConnError>,
     /// Calls that end at once (refused before they were sent).
     refused: Vec<(usize, Status)>,
     /// The connection's end, once known.
@@ -313,12 +313,19 @@ impl<IO> Conn<IO> {
     /// Cancels the open call tagged `tag`, if any (RST_STREAM CANCEL).
     pub fn cancel(&mut self, tag: usize) {
         if let Some(i) = self.streams.iter().position(|s| s.tag == tag) {
-            let s = self.streams.swap_remove(i);
+            let s = self.remove(i);
             frame::put_word(&mut self.wbuf, frame::RST_STREAM, s.id, frame::CANCEL);
-            if self.data.is_some_and(|d| d.id == s.id) {
-                self.data = None;
-            }
         }
+    }
+
+    /// Takes call `i` off the connection, and the rest of its DATA frame
+    /// if one is in hand.
+    fn remove(&mut self, i: usize) -> Stream {
+        let s = self.streams.swap_remove(i);
+        if self.data.is_some_and(|d| d.id == s.id) {
+            self.data = None;
+        }
+        s
     }
 
     /// When the keepalive needs the loop's timer: a ping due, or the
@@ -418,10 +425,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => Poll::Ready(Err(ConnError::Io(e))),
             Poll::Ready(Ok(())) if rb.filled().is_empty() => {
-                Poll::Ready(Err(match self.going_away.take() {
-                    Some((_, said)) => said,
-                    None => ConnError::Eof,
-                }))
+                Poll::Ready(Err(self.going_away.take().unwrap_or(ConnError::Eof)))
             }
             Poll::Ready(Ok(())) => {
                 self.last_read = Instant::now();

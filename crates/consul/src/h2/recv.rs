@@ -3,6 +3,7 @@
 //! header blocks decoded into a call's start or end, resets and GOAWAY),
 //! and the messages of a call split from its DATA frames.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use tonic::{Code, Status};
@@ -197,7 +198,7 @@ impl<IO> Conn<IO> {
                     }));
                     return Ok(Step::Handled);
                 }
-                (h.stream, end_stream, None)
+                (h.stream, end_stream, Cow::Borrowed(&payload[from..to]))
             }
             (frame::CONTINUATION, Some(mut c)) if c.id == h.stream => {
                 c.block.extend_from_slice(payload);
@@ -208,19 +209,12 @@ impl<IO> Conn<IO> {
                     self.continued = Some(c);
                     return Ok(Step::Handled);
                 }
-                (c.id, c.end_stream, Some(c.block))
+                (c.id, c.end_stream, Cow::Owned(c.block))
             }
             _ => return Err(ConnError::Protocol("a CONTINUATION out of place")),
         };
         let mut f = Fields::default();
-        let bytes = match &block {
-            Some(b) => &b[..],
-            None => {
-                let (from, to) = frame::unpad(h, payload).unwrap_or((0, 0));
-                &payload[from..to]
-            }
-        };
-        self.hpack.decode(bytes, |name, value| {
+        self.hpack.decode(&block, |name, value| {
             f.size += name.len() + value.len() + 32;
             match name {
                 b":status" => {
@@ -270,7 +264,7 @@ impl<IO> Conn<IO> {
             // Headers in the middle of a call: nothing gRPC sends.
             return Step::Handled;
         }
-        self.streams.swap_remove(i);
+        self.remove(i);
         Step::Got(Got::Ended(tag, f.ending()))
     }
 
@@ -281,10 +275,7 @@ impl<IO> Conn<IO> {
         let Some(i) = self.streams.iter().position(|s| s.id == h.stream) else {
             return Step::Handled;
         };
-        let s = self.streams.swap_remove(i);
-        if self.data.is_some_and(|d| d.id == s.id) {
-            self.data = None;
-        }
+        let s = self.remove(i);
         Step::Got(Got::Ended(s.tag, reset_status(code)))
     }
 
@@ -319,17 +310,11 @@ impl<IO> Conn<IO> {
         let code = u32::from_be_bytes([p[4], p[5], p[6], p[7]]);
         let debug = String::from_utf8_lossy(&p[8..]).into_owned();
         // Calls past its last stream were not taken: they end now.
-        let mut i = 0;
-        while i < self.streams.len() {
-            if self.streams[i].id > last {
-                let s = self.streams.swap_remove(i);
-                let status = Status::unavailable("the server went away before taking the call");
-                self.refused.push((s.tag, status));
-            } else {
-                i += 1;
-            }
+        for s in self.streams.extract_if(.., |s| s.id > last) {
+            let status = Status::unavailable("the server went away before taking the call");
+            self.refused.push((s.tag, status));
         }
-        self.going_away = Some((last, ConnError::GoAway { code, debug }));
+        self.going_away = Some(ConnError::GoAway { code, debug });
         Ok(Step::Handled)
     }
 
@@ -387,17 +372,17 @@ impl<IO> Conn<IO> {
         }
         self.data = None;
         if d.end_stream {
-            self.streams.swap_remove(i);
+            self.remove(i);
             let status = Status::internal("the server ended the call without trailers");
             return Some(Got::Ended(tag, status));
         }
         None
     }
 
-    /// Ends call `tag` with `status` and resets its stream.
+    /// Ends call `tag` with `status` and resets its stream (the rest of
+    /// its frame with it).
     fn fail_stream<T>(&mut self, tag: usize, status: Status) -> Got<T> {
         self.cancel(tag);
-        self.data = None;
         Got::Ended(tag, status)
     }
 }
