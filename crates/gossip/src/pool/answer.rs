@@ -8,7 +8,7 @@
 //! re-announcement of them (`reannounce`). A compressed answer that is the
 //! same bytes as the last one decoded (the embedded server shares one
 //! between the joins of 250 ms) is passed over and its count recalled
-//! ([`Memo`]).
+//! (`memo`).
 //!
 //! What is held at once: the window ([`WINDOW`]), in which each msgpack
 //! value read must fit whole (a node state takes well under 1 KiB:
@@ -28,10 +28,9 @@
 //!
 //! Not here: the connection and its deadline (`net`), the counters.
 
-use std::sync::Mutex;
-
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::memo::{Key, Memos, Step};
 use crate::serf::TAGS_MAGIC;
 use crate::wire::msgs::{self, Alive, NodeState, PushPullHeader, state};
 use crate::wire::read::Reader;
@@ -296,7 +295,7 @@ pub(super) async fn read_reply<R: AsyncRead + Unpin>(
     me: &str,
     conn: &mut R,
     count: &mut (dyn FnMut(usize) + Send),
-    memo: &Mutex<Option<Memo>>,
+    memos: &Memos,
 ) -> Result<(Reply, Learnt), WireError> {
     let mut w = Window {
         conn,
@@ -330,7 +329,7 @@ pub(super) async fn read_reply<R: AsyncRead + Unpin>(
             w.drain(t.user_state).await?;
             Ok((Reply::PushPull, t.learnt))
         }
-        kind::COMPRESS => compressed(&mut w, me, memo).await,
+        kind::COMPRESS => compressed(&mut w, me, memos).await,
         kind::ERR => {
             let words = w
                 .parse(|r| {
@@ -381,7 +380,7 @@ enum Field {
 async fn compressed<R: AsyncRead + Unpin>(
     w: &mut Window<'_, R>,
     me: &str,
-    memo: &Mutex<Option<Memo>>,
+    memos: &Memos,
 ) -> Result<(Reply, Learnt), WireError> {
     let fields = w.parse(|r| r.map()).await?;
     let (mut algo, mut first, mut words) = (0, None, None);
@@ -408,7 +407,7 @@ async fn compressed<R: AsyncRead + Unpin>(
                     .and_then(|b| b.first().copied());
                 // Go writes `Algo` first: an unknown one is not decoded.
                 if first == Some(kind::PUSH_PULL) && algo == 0 {
-                    learnt = push_pull_buf(w, len, me, memo).await?;
+                    learnt = push_pull_buf(w, len, me, memos).await?;
                     continue;
                 }
                 if first != Some(kind::ERR) {
@@ -433,69 +432,58 @@ async fn compressed<R: AsyncRead + Unpin>(
     })
 }
 
-/// The last compressed push-pull decoded by the pool's joins: its length,
-/// the CRC-32 of its first window and of all of it, and what it taught.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Memo {
-    len: usize,
-    head: u32,
-    whole: u32,
-    learnt: Learnt,
-}
-
 /// A push-pull's compressed `Buf` of `len` bytes, read through the window:
-/// decoded and counted (`Inflate`); or, when it begins like the last one
-/// decoded (the same length, the same first window), passed over and that
-/// one's count taken again, as long as all of it is the same (CRC-32). The
-/// embedded server shares one encoding between the joins of 250 ms, so a
-/// storm's answers are mostly the same bytes: decoding each again would
-/// cost the load box ~4.5 MB of LZW per join at 10,000 members. Which
-/// member reads it does not change the count but for the member itself
-/// (listed or not: one at most). An answer that began alike and ended
-/// otherwise keeps the count recalled (it differs by the members that
-/// differ) and is decoded no more: the next one is.
+/// decoded and counted (`Inflate`); or, when the pool's joins know an
+/// answer that begins like it (the same length, the same first window),
+/// passed over and that one's count taken again, as long as all of it is
+/// the same (CRC-32); or, when one is being decoded, read after it
+/// ([`Memos`]). The embedded server shares one encoding between the joins
+/// of 250 ms, so a storm's answers are mostly the same bytes: decoding each
+/// again would cost the load box ~4.5 MB of LZW per join at 10,000
+/// members. Which member reads it does not change the count but for the
+/// member itself (listed or not: one at most). An answer that began alike
+/// and ended otherwise keeps the count recalled (it differs by the members
+/// that differ) and is forgotten: the next one is decoded.
 async fn push_pull_buf<R: AsyncRead + Unpin>(
     w: &mut Window<'_, R>,
     len: usize,
     me: &str,
-    memo: &Mutex<Option<Memo>>,
+    memos: &Memos,
 ) -> Result<Learnt, WireError> {
     let head_len = len.min(WINDOW / 2);
     w.fill(head_len).await?;
-    let head = crc32fast::hash(&w.held()[..head_len]);
-    let recalled = lock(memo).filter(|m| m.len == len && m.head == head);
-    let mut whole = crc32fast::Hasher::new();
-    let Some(m) = recalled else {
-        let mut inf = Inflate::new(me);
-        w.pass(len, &mut |b| {
-            whole.update(b);
-            inf.feed(b)
-        })
-        .await?;
-        let learnt = inf.learnt()?;
-        let whole = whole.finalize();
-        *lock(memo) = Some(Memo {
-            len,
-            head,
-            whole,
-            learnt,
-        });
-        return Ok(learnt);
+    let key = Key {
+        len,
+        head: crc32fast::hash(&w.held()[..head_len]),
     };
-    w.pass(len, &mut |b| {
-        whole.update(b);
-        Ok(())
-    })
-    .await?;
-    if whole.finalize() != m.whole {
-        *lock(memo) = None;
+    let mut crc = crc32fast::Hasher::new();
+    loop {
+        match memos.look(key) {
+            Step::Wait(notify) => memos.wait(key, notify).await,
+            Step::Decode(decoding) => {
+                let mut inf = Inflate::new(me);
+                w.pass(len, &mut |b| {
+                    crc.update(b);
+                    inf.feed(b)
+                })
+                .await?;
+                let learnt = inf.learnt()?;
+                decoding.done(crc.finalize(), learnt);
+                return Ok(learnt);
+            }
+            Step::Recall { whole, learnt } => {
+                w.pass(len, &mut |b| {
+                    crc.update(b);
+                    Ok(())
+                })
+                .await?;
+                if crc.finalize() != whole {
+                    memos.forget(key, whole);
+                }
+                return Ok(learnt);
+            }
+        }
     }
-    Ok(m.learnt)
-}
-
-/// The memo's lock (a panic while holding it leaves nothing half-done).
-fn lock(memo: &Mutex<Option<Memo>>) -> std::sync::MutexGuard<'_, Option<Memo>> {
-    memo.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The header of a raw value (str, bin or nil): its data's length and the
@@ -685,8 +673,8 @@ mod tests {
             step,
         };
         let mut counted = 0;
-        let memo = Mutex::default();
-        let reply = read_reply(sec, me, &mut conn, &mut |n| counted += n, &memo).await;
+        let memos = Memos::default();
+        let reply = read_reply(sec, me, &mut conn, &mut |n| counted += n, &memos).await;
         (reply, counted)
     }
 
@@ -757,15 +745,15 @@ mod tests {
         }
     }
 
-    /// Reads `data` as member "joiner" with the pool's `memo`: what it taught.
-    async fn taught(data: &[u8], memo: &Mutex<Option<Memo>>) -> u64 {
+    /// Reads `data` as member "joiner" with the pool's `memos`: what it taught.
+    async fn taught(data: &[u8], memos: &Memos) -> u64 {
         let mut conn = Trickle {
             data: data.to_vec(),
             at: 0,
             step: 4096,
         };
         let sec = Security::default();
-        let (_, learnt) = read_reply(&sec, "joiner", &mut conn, &mut |_| {}, memo)
+        let (_, learnt) = read_reply(&sec, "joiner", &mut conn, &mut |_| {}, memos)
             .await
             .unwrap();
         learnt.members
@@ -779,27 +767,19 @@ mod tests {
             plain.seal_stream(&push_pull(1_999, 100)),
         );
         assert_eq!(a[0], kind::COMPRESS);
-        let memo = Mutex::default();
-        assert_eq!(taught(&a, &memo).await, 2_000);
+        let memos = Memos::default();
+        assert_eq!(taught(&a, &memos).await, 2_000);
         // Remembered: a forged count shows it is recalled, not decoded.
-        let forge = |whole_off: u32| {
-            let m = lock(&memo).expect("remembered");
-            *lock(&memo) = Some(Memo {
-                whole: m.whole ^ whole_off,
-                learnt: Learnt::of(7, 1, 200),
-                ..m
-            });
-        };
-        forge(0);
-        assert_eq!(taught(&a, &memo).await, 7);
-        // Another answer is decoded, and remembered in its place.
-        assert_eq!(taught(&b, &memo).await, 1_999);
+        memos.forge(2_000, 0, Learnt::of(7, 1, 200));
+        assert_eq!(taught(&a, &memos).await, 7);
+        // Another answer is decoded and remembered beside it.
+        assert_eq!(taught(&b, &memos).await, 1_999);
+        assert_eq!(taught(&a, &memos).await, 7, "the first still known");
         // One that began alike and ended otherwise: recalled, then
         // forgotten, so the next is decoded.
-        forge(1);
-        assert_eq!(taught(&b, &memo).await, 7);
-        assert!(lock(&memo).is_none());
-        assert_eq!(taught(&b, &memo).await, 1_999);
+        memos.forge(1_999, 1, Learnt::of(8, 1, 200));
+        assert_eq!(taught(&b, &memos).await, 8);
+        assert_eq!(taught(&b, &memos).await, 1_999);
     }
 
     #[tokio::test]

@@ -22,6 +22,7 @@ pub mod view;
 mod answer;
 mod close;
 mod error;
+mod memo;
 mod net;
 mod news;
 mod outbox;
@@ -198,8 +199,8 @@ pub(crate) struct Inner {
     gossiped: Notify,
     /// The joined members' re-announcements under way.
     reannouncing: Mutex<Vec<reannounce::Reannounce>>,
-    /// The last compressed join answer decoded, and what it taught.
-    join_memo: Mutex<Option<answer::Memo>>,
+    /// The compressed join answers decoded lately, and what each taught.
+    join_memo: memo::Memos,
 }
 
 /// A pool of simulated members; cheap to clone.
@@ -287,7 +288,7 @@ impl Pool {
             batch: Arc::default(),
             gossiped: Notify::new(),
             reannouncing: Mutex::default(),
-            join_memo: Mutex::default(),
+            join_memo: memo::Memos::default(),
         });
         for (i, sock) in inner.udp.iter().enumerate() {
             tokio::spawn(net::packets(inner.clone(), i, sock.clone()));
