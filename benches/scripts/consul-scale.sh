@@ -7,8 +7,9 @@
 # runs, /v1/agent/members is timed every 2 s. Prints what the issue asks:
 # connected and alive, exit code, memory per agent (peak RSS summed over the
 # local processes the run started, above 20 MiB), CPU per agent-second,
-# probe_overhead p99 against propagation p99, the members answers, and the
-# server's CPU.
+# probe_overhead p99 against propagation p99, the members' acks to the
+# server's probes (from the ping's kernel arrival), the members answers, and
+# the server's CPU.
 #
 #   bash benches/scripts/consul-scale.sh [AGENTS] [STEADY_SECONDS]
 #   SERVERS=5 SHARDS=5 RAMP=40/s bash benches/scripts/consul-scale.sh 40000 60
@@ -101,6 +102,16 @@ print(f"CPU: {p['cpu_user_s']:.1f} user + {p['cpu_sys_s']:.1f} sys s over {dur} 
 prop, over = lat.get("propagation", {}), lat.get("probe_overhead", {})
 if prop.get("count") and over.get("count"):
     print(f"propagation p99 {prop['p99']/1e3:.1f} ms, probe_overhead p99 {over['p99']/1e3:.1f} ms = {100*over['p99']/prop['p99']:.1f} %")
+ack = lat.get("gossip_ack_delay", {})
+if ack.get("count"):
+    late = s["warnings"].get("gossip_acked_late", {}).get("count", 0)
+    print(f"acks to the server's probes: {ack['count']}, p99 {ack['p99']/1e3:.1f} ms, max {ack['max']/1e3:.1f} ms (kernel arrival to send), warned late {late}")
 print(f"/v1/agent/members: {len(polls)} polls, slowest {max(float(x[1]) for x in polls):.2f} s, {len(slow)} over 1 s or failed")
 print(f"server CPU {server_ticks/100:.1f} s over the run (all serve processes)")
 PY
+if [ "$K" = 1 ]; then
+    # The server's side of the members' acks (its probes, those acked after
+    # its 500 ms as it saw them: its own delay in reading them included).
+    grep -o '"serf_probes_sent":[0-9]*\|"serf_acks_late":[0-9]*\|"serf_probes_failed":[0-9]*' "$OUT/serve-0.log" | tr '\n' ' '
+    echo
+fi

@@ -58,6 +58,10 @@ pub mod names {
     pub const BYTES_RECEIVED: &str = "gossip_bytes_received";
     /// Ticks of the pool's timers that came late (a busy load box).
     pub const LATE_TICKS: &str = "gossip_late_ticks";
+    /// How long members took to answer the servers' probes: each ack sent
+    /// after the kernel received its ping (the load box's own delay;
+    /// memberlist gives an ack 500 ms).
+    pub const ACK_DELAY: &str = "gossip_ack_delay";
     /// Alive messages of the members a join taught a member, re-announced
     /// to servers as a fresh memberlist member does (in `PACKETS_SENT` and
     /// `BYTES_SENT` too).
@@ -124,7 +128,8 @@ pub const BAD_LABEL: ErrorKindSpec = ErrorKindSpec {
 /// The pool's own timers ran late.
 pub const ACKED_LATE: ErrorKindSpec = ErrorKindSpec {
     kind: "gossip_acked_late",
-    hint: "the load box was too busy to answer the servers' probes within 500 ms: members will \
+    hint: "the load box was too busy to answer the servers' probes within 500 ms (an ack sent \
+           past it, or the pool's ticker late): members will \
            flap as suspect or failed as real agents on a saturated host would; use fewer agents \
            per process or more cores",
     heals: true,
@@ -155,7 +160,7 @@ pub fn metrics_spec() -> MetricsSpec {
             names::SERVERS_FAILED,
             names::SERVERS_RETURNED,
         ],
-        latencies: Vec::new(),
+        latencies: vec![names::ACK_DELAY],
         errors: vec![
             JOIN_FAILED,
             JOIN_OVERLOADED,

@@ -8,6 +8,8 @@
 //! from another member fails it at once, serf's reconnect joins it again,
 //! and an `alive` with a higher incarnation (its refutation) brings it
 //! back (a return); a leave is a leave, not a failure. The agents hear each of these through `Pool::news`.
+//! And the other way: a member's ack to a server's probe is timed from the
+//! ping's arrival.
 
 mod member_server;
 
@@ -194,5 +196,39 @@ async fn a_server_that_leaves_is_left_not_failed() {
     tokio::time::sleep_until(left + TICK * 2).await;
     assert_eq!(count(&metrics, names::SERVERS_FAILED), 0);
     assert_eq!(count(&metrics, names::SERVERS_SUSPECTED), 0);
+    pool.stop();
+}
+
+/// A server's probe of a member is acked, and the pool records how long
+/// after the ping came (kernel stamp to send): one sample, well within
+/// memberlist's 500 ms, nothing warned. Real time: the kernel stamps.
+#[tokio::test]
+async fn a_members_ack_is_timed_from_the_pings_arrival() {
+    let mut server = MemberServer::start(Security::default(), 10, 0).await;
+    let (pool, metrics, at) = pool_of(&server).await;
+    let mut ping = Vec::new();
+    agent_sim_gossip::wire::msgs::Ping {
+        seq: 4242,
+        node: "m0",
+        source_addr: &[127, 0, 0, 1],
+        source_port: server.join.port(),
+        source_node: "srv",
+    }
+    .encode(&mut ping);
+    server.send(at, &ping).await;
+    let is_ours =
+        |b: &[u8]| agent_sim_gossip::wire::msgs::Ack::decode(b).is_ok_and(|a| a.seq == 4242);
+    timeout(Duration::from_secs(10), server.next_of(kind::ACK, is_ours))
+        .await
+        .expect("acked");
+    metrics.collect();
+    let (_, h) = metrics
+        .cumulative()
+        .into_iter()
+        .find(|(n, _)| *n == names::ACK_DELAY)
+        .expect("declared");
+    assert_eq!(h.len(), 1, "one ack timed");
+    assert!(h.max() < 500_000, "{} µs", h.max());
+    assert!(metrics.warning_report().is_empty());
     pool.stop();
 }

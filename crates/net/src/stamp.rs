@@ -1,6 +1,8 @@
 //! Kernel receive timestamps: a TCP client socket ([`StampedTcp`]) whose
 //! reads go through `recvmsg` with `SO_TIMESTAMPNS` (Linux), so the time
-//! the kernel received the bytes of the latest read is known ([`RxStamp`]).
+//! the kernel received the bytes of the latest read is known ([`RxStamp`]);
+//! and a UDP socket's datagrams read with the time each arrived
+//! ([`stamp_udp`], [`recv_from_stamped`]).
 //!
 //! A protocol reader that decodes a message reads the stamp then: it is the
 //! kernel time of the last bytes read before the decode, so never later
@@ -17,7 +19,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UdpSocket};
 
 /// The kernel receive time of the latest bytes read from a [`StampedTcp`]
 /// (shared with whoever decodes them; cheap to clone).
@@ -80,13 +82,12 @@ impl StampedTcp {
 
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
-fn enable(tcp: &TcpStream) -> bool {
-    use std::os::fd::AsRawFd;
+fn enable(sock: &impl std::os::fd::AsRawFd) -> bool {
     let on: libc::c_int = 1;
     // SAFETY: a valid socket descriptor, an int option of the right size.
     unsafe {
         libc::setsockopt(
-            tcp.as_raw_fd(),
+            sock.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_TIMESTAMPNS,
             (&on as *const libc::c_int).cast(),
@@ -96,22 +97,135 @@ fn enable(tcp: &TcpStream) -> bool {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn enable(_tcp: &TcpStream) -> bool {
+fn enable<S>(_sock: &S) -> bool {
     false
+}
+
+/// Turns on kernel receive timestamps for a UDP socket's datagrams (where
+/// the kernel allows; `false` otherwise: [`recv_from_stamped`] then gives
+/// none).
+pub fn stamp_udp(sock: &UdpSocket) -> bool {
+    enable(sock)
+}
+
+/// One datagram into `buf`: its length, its sender, and the time the kernel
+/// received it (`None` where the kernel does not stamp).
+#[cfg(target_os = "linux")]
+pub async fn recv_from_stamped(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+) -> io::Result<(usize, std::net::SocketAddr, Option<SystemTime>)> {
+    sock.async_io(tokio::io::Interest::READABLE, || {
+        let mut from = Sender::default();
+        // SAFETY (of the call): `buf` is initialized bytes, writable whole.
+        let (n, ns) = recvmsg_stamped(sock, buf.as_mut_ptr(), buf.len(), Some(&mut from))?;
+        let from = from.addr().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "datagram from an unknown address family",
+            )
+        })?;
+        Ok((
+            n,
+            from,
+            (ns > 0).then(|| UNIX_EPOCH + Duration::from_nanos(ns)),
+        ))
+    })
+    .await
+}
+
+/// One datagram into `buf` (no stamps off Linux).
+#[cfg(not(target_os = "linux"))]
+pub async fn recv_from_stamped(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+) -> io::Result<(usize, std::net::SocketAddr, Option<SystemTime>)> {
+    let (n, from) = sock.recv_from(buf).await?;
+    Ok((n, from, None))
+}
+
+/// A datagram's sender as `recvmsg` writes it.
+#[cfg(target_os = "linux")]
+struct Sender {
+    addr: libc::sockaddr_storage,
+    len: libc::socklen_t,
+}
+
+#[cfg(target_os = "linux")]
+impl Default for Sender {
+    #[allow(unsafe_code)]
+    fn default() -> Self {
+        Sender {
+            // SAFETY: sockaddr_storage is plain data; all-zero is valid.
+            addr: unsafe { std::mem::zeroed() },
+            len: std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t,
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Sender {
+    /// The address, for IPv4 and IPv6 senders.
+    #[allow(unsafe_code)]
+    fn addr(&self) -> Option<std::net::SocketAddr> {
+        use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+        let fits = |n: usize| self.len as usize >= n;
+        match i32::from(self.addr.ss_family) {
+            libc::AF_INET if fits(std::mem::size_of::<libc::sockaddr_in>()) => {
+                // SAFETY: the family says sockaddr_in, and the kernel wrote
+                // at least its size.
+                let a: libc::sockaddr_in = unsafe {
+                    std::ptr::read_unaligned((&self.addr as *const libc::sockaddr_storage).cast())
+                };
+                let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+                Some(SocketAddrV4::new(ip, u16::from_be(a.sin_port)).into())
+            }
+            libc::AF_INET6 if fits(std::mem::size_of::<libc::sockaddr_in6>()) => {
+                // SAFETY: as above, for sockaddr_in6.
+                let a: libc::sockaddr_in6 = unsafe {
+                    std::ptr::read_unaligned((&self.addr as *const libc::sockaddr_storage).cast())
+                };
+                let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
+                let port = u16::from_be(a.sin6_port);
+                Some(SocketAddrV6::new(ip, port, a.sin6_flowinfo, a.sin6_scope_id).into())
+            }
+            _ => None,
+        }
+    }
 }
 
 /// One `recvmsg` into `buf`; stores the `SCM_TIMESTAMPNS` stamp if any.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 fn recv_stamped(tcp: &TcpStream, buf: &mut ReadBuf<'_>, stamp: &RxStamp) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
     // Not zeroed first (as tokio's own reads): the kernel writes the bytes,
     // and zeroing would touch every page of a large, mostly idle buffer.
-    // SAFETY: only the first `n` bytes the kernel wrote are marked filled.
+    // SAFETY: only the first `n` bytes the kernel wrote are marked filled
+    // (by the caller).
     let unfilled = unsafe { buf.unfilled_mut() };
+    let (n, found) = recvmsg_stamped(tcp, unfilled.as_mut_ptr().cast(), unfilled.len(), None)?;
+    // A read without a stamp (bytes queued before stamping was on) clears
+    // it: a stale stamp would date these bytes too early.
+    if n > 0 {
+        stamp.set(found);
+    }
+    Ok(n)
+}
+
+/// One non-blocking `recvmsg` of at most `len` bytes to `ptr` (and the
+/// sender into `from`, for a datagram): the bytes read and the
+/// `SCM_TIMESTAMPNS` stamp in nanoseconds (0: none).
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn recvmsg_stamped(
+    sock: &impl std::os::fd::AsRawFd,
+    ptr: *mut u8,
+    len: usize,
+    from: Option<&mut Sender>,
+) -> io::Result<(usize, u64)> {
     let mut iov = libc::iovec {
-        iov_base: unfilled.as_mut_ptr().cast(),
-        iov_len: unfilled.len(),
+        iov_base: ptr.cast(),
+        iov_len: len,
     };
     // Room for one timespec control message, 8-byte aligned.
     let mut control = [0u64; 8];
@@ -121,17 +235,23 @@ fn recv_stamped(tcp: &TcpStream, buf: &mut ReadBuf<'_>, stamp: &RxStamp) -> io::
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: the descriptor is a connected socket; iov points at
-    // `unfilled` (`iov_len` writable bytes) and the control buffer at
-    // `control`, both alive for the call.
-    let n = unsafe { libc::recvmsg(tcp.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+    let mut from = from;
+    if let Some(f) = from.as_deref_mut() {
+        msg.msg_name = (&mut f.addr as *mut libc::sockaddr_storage).cast();
+        msg.msg_namelen = f.len;
+    }
+    // SAFETY: the descriptor is a socket; iov points at `len` writable
+    // bytes (the caller's), the control buffer at `control` and the name at
+    // the sender's storage, all alive for the call.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
+    if let Some(f) = from {
+        f.len = msg.msg_namelen;
+    }
     // SAFETY: walking the control messages the kernel wrote into `control`
     // with the libc macros, within `msg_controllen`.
-    // A read without a stamp (bytes queued before stamping was on) clears
-    // it: a stale stamp would date these bytes too early.
     let mut found = 0;
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
@@ -146,10 +266,7 @@ fn recv_stamped(tcp: &TcpStream, buf: &mut ReadBuf<'_>, stamp: &RxStamp) -> io::
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    if n > 0 {
-        stamp.set(found);
-    }
-    Ok(n as usize)
+    Ok((n as usize, found))
 }
 
 impl AsyncRead for StampedTcp {
@@ -262,5 +379,30 @@ mod tests {
         }
         assert!(stamped > 0 && last_stamped, "{stamped} stamped reads");
         server.await.unwrap();
+    }
+
+    /// A datagram is read with its sender and, once stamping is on, the
+    /// kernel's time of arrival, never later than the read.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn datagrams_carry_their_sender_and_kernel_stamps() {
+        let rx = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        assert!(stamp_udp(&rx));
+        let tx = UdpSocket::bind("127.0.0.2:0").await.unwrap();
+        let mut stamped = 0;
+        let mut buf = [0u8; 64];
+        for i in 0..20u8 {
+            tx.send_to(&[i; 10], rx.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (n, from, at) = recv_from_stamped(&rx, &mut buf).await.unwrap();
+            assert_eq!((n, &buf[..n]), (10, &[i; 10][..]));
+            assert_eq!(from, tx.local_addr().unwrap());
+            if let Some(at) = at {
+                assert!(at <= SystemTime::now());
+                stamped += 1;
+            }
+        }
+        assert!(stamped > 0, "no datagram stamped");
     }
 }

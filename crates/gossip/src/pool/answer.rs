@@ -295,7 +295,7 @@ pub(super) async fn read_reply<R: AsyncRead + Unpin>(
     me: &str,
     conn: &mut R,
     count: &mut (dyn FnMut(usize) + Send),
-    memos: &Memos,
+    memos: &Memos<Learnt>,
 ) -> Result<(Reply, Learnt), WireError> {
     let mut w = Window {
         conn,
@@ -380,7 +380,7 @@ enum Field {
 async fn compressed<R: AsyncRead + Unpin>(
     w: &mut Window<'_, R>,
     me: &str,
-    memos: &Memos,
+    memos: &Memos<Learnt>,
 ) -> Result<(Reply, Learnt), WireError> {
     let fields = w.parse(|r| r.map()).await?;
     let (mut algo, mut first, mut words) = (0, None, None);
@@ -448,7 +448,7 @@ async fn push_pull_buf<R: AsyncRead + Unpin>(
     w: &mut Window<'_, R>,
     len: usize,
     me: &str,
-    memos: &Memos,
+    memos: &Memos<Learnt>,
 ) -> Result<Learnt, WireError> {
     let head_len = len.min(WINDOW / 2);
     w.fill(head_len).await?;
@@ -673,7 +673,7 @@ mod tests {
             step,
         };
         let mut counted = 0;
-        let memos = Memos::default();
+        let memos = Memos::<Learnt>::default();
         let reply = read_reply(sec, me, &mut conn, &mut |n| counted += n, &memos).await;
         (reply, counted)
     }
@@ -746,7 +746,7 @@ mod tests {
     }
 
     /// Reads `data` as member "joiner" with the pool's `memos`: what it taught.
-    async fn taught(data: &[u8], memos: &Memos) -> u64 {
+    async fn taught(data: &[u8], memos: &Memos<Learnt>) -> u64 {
         let mut conn = Trickle {
             data: data.to_vec(),
             at: 0,
@@ -767,17 +767,17 @@ mod tests {
             plain.seal_stream(&push_pull(1_999, 100)),
         );
         assert_eq!(a[0], kind::COMPRESS);
-        let memos = Memos::default();
+        let memos = Memos::<Learnt>::default();
         assert_eq!(taught(&a, &memos).await, 2_000);
         // Remembered: a forged count shows it is recalled, not decoded.
-        memos.forge(2_000, 0, Learnt::of(7, 1, 200));
+        memos.forge(|l| l.members == 2_000, 0, Learnt::of(7, 1, 200));
         assert_eq!(taught(&a, &memos).await, 7);
         // Another answer is decoded and remembered beside it.
         assert_eq!(taught(&b, &memos).await, 1_999);
         assert_eq!(taught(&a, &memos).await, 7, "the first still known");
         // One that began alike and ended otherwise: recalled, then
         // forgotten, so the next is decoded.
-        memos.forge(1_999, 1, Learnt::of(8, 1, 200));
+        memos.forge(|l| l.members == 1_999, 1, Learnt::of(8, 1, 200));
         assert_eq!(taught(&b, &memos).await, 8);
         assert_eq!(taught(&b, &memos).await, 1_999);
     }

@@ -19,8 +19,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use super::answer::Learnt;
-
 /// Answers remembered at once (those of two seconds of a storm's
 /// encodings, at the embedded server's four a second).
 const KEPT: usize = 8;
@@ -33,33 +31,42 @@ pub(super) struct Key {
     pub head: u32,
 }
 
-/// What is known of one answer.
+/// What is known of one answer (`L`: what it taught).
 #[derive(Debug)]
-enum Known {
+enum Known<L> {
     /// Some join is decoding it; woken when that ends.
     Decoding(Arc<Notify>),
     /// Decoded: the CRC-32 of all of it and what it taught.
-    Done { whole: u32, learnt: Learnt },
+    Done { whole: u32, learnt: L },
 }
 
-/// The answers the pool's joins remember, newest last.
-#[derive(Debug, Default)]
-pub(super) struct Memos {
-    kept: Mutex<VecDeque<(Key, Known)>>,
+/// The answers the pool's joins remember, newest last, with what each
+/// taught (`L`).
+#[derive(Debug)]
+pub(super) struct Memos<L> {
+    kept: Mutex<VecDeque<(Key, Known<L>)>>,
+}
+
+impl<L> Default for Memos<L> {
+    fn default() -> Self {
+        Memos {
+            kept: Mutex::default(),
+        }
+    }
 }
 
 /// What a join does with its answer.
-pub(super) enum Step<'a> {
+pub(super) enum Step<'a, L: Copy> {
     /// Read it over and take this count, if all of it has this CRC-32.
-    Recall { whole: u32, learnt: Learnt },
+    Recall { whole: u32, learnt: L },
     /// Wait for the decoding under way (the future given), then look again.
     Wait(Arc<Notify>),
     /// Decode it: this join is the one that does.
-    Decode(Decoding<'a>),
+    Decode(Decoding<'a, L>),
 }
 
-impl Memos {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<(Key, Known)>> {
+impl<L: Copy> Memos<L> {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<(Key, Known<L>)>> {
         // Nothing is left half-done under the lock by a panic.
         self.kept.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -68,7 +75,7 @@ impl Memos {
     /// notification is registered before the lock is let go, so a decoding
     /// that ends in between is not missed: await `notified()` on it at once
     /// (see [`Memos::wait`]).
-    pub(super) fn look(&self, key: Key) -> Step<'_> {
+    pub(super) fn look(&self, key: Key) -> Step<'_, L> {
         let mut kept = self.lock();
         match kept.iter().find(|(k, _)| *k == key).map(|(_, v)| v) {
             Some(Known::Done { whole, learnt }) => Step::Recall {
@@ -129,13 +136,13 @@ impl Memos {
         });
     }
 
-    /// The decoded answer that taught `members`, made to say `learnt` and
+    /// The decoded answers whose count `taught` picks, made to say `learnt` and
     /// its CRC-32 turned by `whole_off` (a test's forgery).
     #[cfg(test)]
-    pub(super) fn forge(&self, members: u64, whole_off: u32, learnt: Learnt) {
+    pub(super) fn forge(&self, taught: impl Fn(&L) -> bool, whole_off: u32, learnt: L) {
         for (_, v) in self.lock().iter_mut() {
             if let Known::Done { whole, learnt: l } = &*v
-                && l.members == members
+                && taught(l)
             {
                 *v = Known::Done {
                     whole: whole ^ whole_off,
@@ -154,20 +161,20 @@ impl Memos {
 /// The one join decoding an answer: [`Decoding::done`] remembers what it
 /// taught; dropped before that (the read failed, or the join was given up),
 /// it is forgotten. Either way, the joins waiting for it wake.
-pub(super) struct Decoding<'a> {
-    memos: &'a Memos,
+pub(super) struct Decoding<'a, L: Copy> {
+    memos: &'a Memos<L>,
     key: Key,
     /// `None`: decoded unremembered (every place was being decoded).
     notify: Option<Arc<Notify>>,
 }
 
-impl Decoding<'_> {
+impl<L: Copy> Decoding<'_, L> {
     /// Decoded: `whole` is the CRC-32 of all of it.
-    pub(super) fn done(mut self, whole: u32, learnt: Learnt) {
+    pub(super) fn done(mut self, whole: u32, learnt: L) {
         self.end(Some(Known::Done { whole, learnt }));
     }
 
-    fn end(&mut self, then: Option<Known>) {
+    fn end(&mut self, then: Option<Known<L>>) {
         let Some(notify) = self.notify.take() else {
             return;
         };
@@ -186,7 +193,7 @@ impl Decoding<'_> {
     }
 }
 
-impl Drop for Decoding<'_> {
+impl<L: Copy> Drop for Decoding<'_, L> {
     fn drop(&mut self) {
         self.end(None);
     }
@@ -195,6 +202,9 @@ impl Drop for Decoding<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What an answer taught, in these tests: a number.
+    type Memos = super::Memos<u64>;
 
     const A: Key = Key { len: 10, head: 1 };
 
@@ -205,11 +215,11 @@ mod tests {
             panic!("the first join decodes")
         };
         assert!(matches!(m.look(A), Step::Wait(_)), "the second waits");
-        d.done(7, Learnt::of(3, 1, 60));
+        d.done(7, 3);
         let Step::Recall { whole, learnt } = m.look(A) else {
             panic!("recalled")
         };
-        assert_eq!((whole, learnt.members), (7, 3));
+        assert_eq!((whole, learnt), (7, 3));
         m.forget(A, 7);
         assert!(
             matches!(m.look(A), Step::Decode(_)),
@@ -243,7 +253,7 @@ mod tests {
         });
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished(), "it waits while the decoding runs");
-        d.done(5, Learnt::of(1, 0, 50));
+        d.done(5, 1);
         assert!(waiter.await.unwrap(), "and recalls its count after");
     }
 
@@ -257,7 +267,7 @@ mod tests {
                 panic!()
             };
             if i == 3 {
-                d.done(0, Learnt::default());
+                d.done(0, 0);
             } else {
                 open.push(d);
             }

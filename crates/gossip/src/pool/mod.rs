@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_sim_metrics::{CounterId, Metrics};
+use agent_sim_metrics::{CounterId, LatencyId, Metrics};
 use tokio::net::UdpSocket;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -169,6 +169,7 @@ pub(crate) struct Ids {
     servers_suspected: CounterId,
     servers_failed: CounterId,
     servers_returned: CounterId,
+    ack_delay: LatencyId,
 }
 
 /// What every task of a pool shares.
@@ -200,7 +201,7 @@ pub(crate) struct Inner {
     /// The joined members' re-announcements under way.
     reannouncing: Mutex<Vec<reannounce::Reannounce>>,
     /// The compressed join answers decoded lately, and what each taught.
-    join_memo: memo::Memos,
+    join_memo: memo::Memos<answer::Learnt>,
 }
 
 /// A pool of simulated members; cheap to clone.
@@ -257,6 +258,7 @@ impl Pool {
             servers_suspected: metrics.counter(names::SERVERS_SUSPECTED),
             servers_failed: metrics.counter(names::SERVERS_FAILED),
             servers_returned: metrics.counter(names::SERVERS_RETURNED),
+            ack_delay: metrics.latency(names::ACK_DELAY),
         };
         let mut cfg = cfg;
         // The pool's own ring: serf's keyring queries change it.

@@ -7,10 +7,11 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::time::Instant;
 
 use super::answer::{self, Reply};
 use super::view::{Phase, Shown, Who};
@@ -86,15 +87,38 @@ fn bad(inner: &Inner, e: &wire::WireError, from: SocketAddr) {
         .error_with(kind, Some(&format!("{} from {from}: {e}", e.cause())));
 }
 
+/// When a packet came: the kernel's time where it stamps packets, and the
+/// moment it was read.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Arrived {
+    kernel: Option<SystemTime>,
+    read: Instant,
+}
+
+impl Arrived {
+    /// Since the packet came (by the kernel's stamp when there is one).
+    fn elapsed(&self) -> Duration {
+        match self.kernel {
+            Some(at) => SystemTime::now().duration_since(at).unwrap_or_default(),
+            None => self.read.elapsed(),
+        }
+    }
+}
+
 /// The UDP loop of endpoint `ep`.
 pub(super) async fn packets(inner: Arc<Inner>, ep: usize, sock: Arc<UdpSocket>) {
     let mut buf = vec![0u8; 65_536];
+    agent_sim_net::stamp_udp(&sock);
     loop {
         let r = tokio::select! {
-            r = sock.recv_from(&mut buf) => r,
+            r = agent_sim_net::recv_from_stamped(&sock, &mut buf) => r,
             () = inner.stop.cancelled() => return,
         };
-        let Ok((n, from)) = r else { continue };
+        let Ok((n, from, kernel)) = r else { continue };
+        let arrived = Arrived {
+            kernel,
+            read: Instant::now(),
+        };
         inner.metrics.incr(inner.ids.packets_rx);
         inner.metrics.add(inner.ids.bytes_rx, n as u64);
         let msg = match inner.cfg.security.open_packet(&buf[..n]) {
@@ -110,7 +134,7 @@ pub(super) async fn packets(inner: Arc<Inner>, ep: usize, sock: Arc<UdpSocket>) 
             bad(&inner, &e, from);
         }
         for (t, body) in parts {
-            if let Err(e) = on_message(&inner, ep, from, t, &body) {
+            if let Err(e) = on_message(&inner, (ep, arrived), from, t, &body) {
                 bad(&inner, &e, from);
             }
         }
@@ -129,7 +153,7 @@ fn server_at(inner: &Inner, from: SocketAddr) -> Option<usize> {
 /// One message of a packet.
 fn on_message(
     inner: &Inner,
-    ep: usize,
+    (ep, arrived): (usize, Arrived),
     from: SocketAddr,
     t: u8,
     body: &[u8],
@@ -143,9 +167,10 @@ fn on_message(
             let to = socket_addr(p.source_addr, p.source_port).unwrap_or(from);
             if let Some(out) = ack_for(inner, p.node, p.seq) {
                 send(inner, ep, to, &out);
+                acked(inner, p.seq, arrived);
             }
         }
-        kind::INDIRECT_PING => indirect(inner, ep, from, &IndirectPing::decode(body)?),
+        kind::INDIRECT_PING => indirect(inner, (ep, arrived), from, &IndirectPing::decode(body)?),
         kind::ACK => {
             if let Some(o) = probe::on_ack(inner, &Ack::decode(body)?) {
                 send(inner, o.ep, o.to, &o.msg);
@@ -208,9 +233,32 @@ fn ack_for(inner: &Inner, node: &str, seq: u32) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// A probe's ack sent: how long after its ping came, recorded; one past
+/// the probe's timeout is warned (the server counted it late, or missed).
+fn acked(inner: &Inner, seq: u32, arrived: Arrived) {
+    let took = arrived.elapsed();
+    inner
+        .metrics
+        .record(inner.ids.ack_delay, seq as usize, took);
+    let timeout = inner.cfg.timings.probe_timeout;
+    if took > timeout {
+        let said = format!(
+            "a member acked a server's probe {} ms after the ping came (the server waits {} ms)",
+            took.as_millis(),
+            timeout.as_millis()
+        );
+        inner.metrics.warn(crate::ACKED_LATE.kind, Some(&said));
+    }
+}
+
 /// "Probe `node` for me": a member of ours answers at once (it is as alive
 /// as the pool is); another member is probed and its ack relayed.
-fn indirect(inner: &Inner, ep: usize, from: SocketAddr, ind: &IndirectPing<'_>) {
+fn indirect(
+    inner: &Inner,
+    (ep, arrived): (usize, Arrived),
+    from: SocketAddr,
+    ind: &IndirectPing<'_>,
+) {
     let reply_to = socket_addr(ind.source_addr, ind.source_port).unwrap_or(from);
     let who = inner.lock().names.get(ind.node).copied();
     match who {
@@ -223,6 +271,7 @@ fn indirect(inner: &Inner, ep: usize, from: SocketAddr, ind: &IndirectPing<'_>) 
                 }
                 .encode(&mut out);
                 send(inner, ep, reply_to, &out);
+                acked(inner, ind.seq, arrived);
             } else if ind.nack {
                 let mut out = Vec::new();
                 Nack { seq: ind.seq }.encode(&mut out);
