@@ -80,6 +80,9 @@ while kill -0 $SIM 2>/dev/null; do
 done
 for p in "${SIMS[@]}"; do wait "$p" || true; done
 S1=$(ticks "${PIDS[@]}")
+# The servers print their counters as they stop.
+kill "${PIDS[@]}" 2>/dev/null || true
+for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
 if [ "$S" -gt 1 ]; then
     "$BIN" report merge "$OUT"/summary-*.json --summary "$OUT/summary.json" >"$OUT/merged.txt"
 else

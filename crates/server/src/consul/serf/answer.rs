@@ -52,7 +52,9 @@ pub(super) struct Sealed {
     pub(super) len: usize,
     /// The table's version it was encoded from.
     version: u64,
-    /// When it was encoded.
+    /// When its encoding was done (a join's share of it runs from then:
+    /// an encoding slower than the share itself would otherwise be made
+    /// again for every join, a storm's cliff on a busy core).
     made: Instant,
     /// When a dead or left member in it is forgotten (`None`: never).
     until: Option<Instant>,
@@ -113,7 +115,7 @@ impl Serf {
             bytes: Bytes::from(self.cfg.security.seal_stream(&msg)),
             len: msg.len(),
             version,
-            made: now,
+            made: Instant::now(),
             until,
         };
         self.counters.bump(&self.counters.push_pull_encodings);
