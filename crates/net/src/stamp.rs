@@ -285,12 +285,22 @@ impl AsyncRead for StampedTcp {
                 });
                 match r {
                     Ok(n) => {
+                        let asked = buf.remaining();
                         // SAFETY: recvmsg wrote these `n` bytes.
                         #[allow(unsafe_code)]
                         unsafe {
                             buf.assume_init(n);
                         }
                         buf.advance(n);
+                        if n > 0 && n < asked {
+                            // Less than asked: the socket is drained (as
+                            // tokio's own reads take it), so the next read
+                            // waits for the next readiness instead of
+                            // costing a recvmsg that returns EAGAIN.
+                            let _ = this.inner.try_io(tokio::io::Interest::READABLE, || {
+                                Err::<(), _>(io::ErrorKind::WouldBlock.into())
+                            });
+                        }
                         return Poll::Ready(Ok(()));
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

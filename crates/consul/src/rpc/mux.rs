@@ -10,11 +10,21 @@
 //! task of its own (the session polls its connection). [`exchange`] is one
 //! call on a stream: the request written, the whole answer read (bounded)
 //! and split into its header and body.
+//!
+//! The session wakes for many things (a delivery on a stream, a timer);
+//! the connection is driven only when it asked to be ([`Nudge`]: its
+//! socket, a call's frames to send). Driven on every wake, the crate would
+//! also send its round-trip ping (every 10 s while the connection is
+//! polled) in the middle of a burst of deliveries, each a write and, on
+//! loopback, the server's processing of it on the load box's core.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
 
+use futures_util::task::AtomicWaker;
 use futures_util::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::compat::{Compat, TokioAsyncReadCompatExt as _};
 
@@ -41,6 +51,27 @@ pub type MuxIo = Compat<agent_sim_net::Coalesced<Counted<RpcIo>>>;
 /// yamux over the RPC connection.
 pub struct Mux {
     conn: yamux::Connection<MuxIo>,
+    /// The waker the connection is driven with.
+    nudge: Arc<Nudge>,
+}
+
+/// The waker yamux is given: it notes that the connection asked to be
+/// driven, then wakes the task that drives it.
+#[derive(Debug)]
+struct Nudge {
+    asked: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for Nudge {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.asked.store(true, Ordering::Release);
+        self.task.wake();
+    }
 }
 
 impl std::fmt::Debug for Mux {
@@ -79,15 +110,26 @@ impl Mux {
                 cfg,
                 yamux::Mode::Client,
             ),
+            nudge: Arc::new(Nudge {
+                asked: AtomicBool::new(true),
+                task: AtomicWaker::new(),
+            }),
         }
     }
 
-    /// Drives the connection (frames in and out, window updates);
-    /// `Ready` when it closed or failed. A stream the server opens is not
-    /// expected and is dropped.
+    /// Drives the connection (frames in and out, window updates) when it
+    /// asked to be since it was last driven (and the first time), waking
+    /// `cx` when it next asks; `Ready` when it closed or failed. A stream
+    /// the server opens is not expected and is dropped.
     pub fn poll_driver(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), CallError>> {
+        self.nudge.task.register(cx.waker());
+        if !self.nudge.asked.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        let waker = Waker::from(self.nudge.clone());
+        let mut driven = Context::from_waker(&waker);
         loop {
-            match self.conn.poll_next_inbound(cx) {
+            match self.conn.poll_next_inbound(&mut driven) {
                 Poll::Ready(Some(Ok(_unexpected))) => continue,
                 Poll::Ready(Some(Err(e))) => {
                     return Poll::Ready(Err(CallError::new("conn_error", e.to_string())));
@@ -100,9 +142,13 @@ impl Mux {
 
     /// Opens a stream (lazily: its SYN goes with the first frame written).
     pub fn poll_open(&mut self, cx: &mut Context<'_>) -> Poll<Result<yamux::Stream, CallError>> {
-        self.conn
-            .poll_new_outbound(cx)
-            .map_err(|e| CallError::new("conn_error", e.to_string()))
+        let opened = self.conn.poll_new_outbound(cx);
+        if let Poll::Ready(Ok(_)) = &opened {
+            // The driver takes a new stream's frames in only once polled:
+            // yamux opens streams from the task that drives it.
+            self.nudge.asked.store(true, Ordering::Release);
+        }
+        opened.map_err(|e| CallError::new("conn_error", e.to_string()))
     }
 
     /// A stream now, if the connection has room for one (a new stream is
