@@ -267,6 +267,11 @@ pub struct RunArgs {
     /// Sensu: keepalive interval.
     #[arg(long, value_name = "DURATION", help_heading = heading::SENSU)]
     pub keepalive_interval: Option<Secs>,
+    /// Sensu: step of the agents' shared timer grid: the keepalives and pings
+    /// due within one step go out in one wakeup; each agent's schedule starts
+    /// on a step, its intervals unchanged (0 = each timer at its own instant).
+    #[arg(long, value_name = "DURATION", help_heading = heading::SENSU)]
+    pub timer_tick: Option<Secs>,
     /// Sensu: keepalive warning timeout in seconds (check.timeout).
     #[arg(long, value_name = "SECS", help_heading = heading::SENSU)]
     pub keepalive_warning_timeout: Option<u32>,
@@ -705,7 +710,7 @@ macro_rules! with_run_args_fields {
         $m!(
             vals: kind, agents, duration, ramp, boot_window, max_dialing, reconnect_min, reconnect_max,
                 shutdown_grace, name_prefix, threads, fail_fast, give_up_after, keepalive_interval,
-                keepalive_warning_timeout, keepalive_critical_timeout, namespace, user,
+                timer_tick, keepalive_warning_timeout, keepalive_critical_timeout, namespace, user,
                 password, subscriptions, encoding, deregister, event_rate, event_output_size,
                 insecure_skip_tls_verify, tls_server_name, http_target, token, acl_tokens, acl_token_rate, upstreams, services_per_agent,
                 service_name, sidecars, no_register, keep_registrations, session_ttl,

@@ -498,6 +498,9 @@ fn sensu_config(a: &RunArgs) -> SensuConfig {
     if let Some(d) = a.keepalive_interval {
         c.keepalive_interval = d.0;
     }
+    if let Some(d) = a.timer_tick {
+        c.timer_tick = d.0;
+    }
     set!(c.keepalive_warning_timeout, a.keepalive_warning_timeout);
     set!(c.keepalive_critical_timeout, a.keepalive_critical_timeout);
     set!(c.name_prefix, a.name_prefix);

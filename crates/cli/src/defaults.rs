@@ -41,6 +41,7 @@ pub fn defaults() -> RunArgs {
         give_up_after: Some(Secs(fleet.give_up_after)),
         name_prefix: Some(sensu.name_prefix),
         keepalive_interval: Some(Secs(sensu.keepalive_interval)),
+        timer_tick: Some(Secs(sensu.timer_tick)),
         keepalive_warning_timeout: Some(sensu.keepalive_warning_timeout),
         keepalive_critical_timeout: Some(sensu.keepalive_critical_timeout),
         namespace: Some(sensu.namespace),

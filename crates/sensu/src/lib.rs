@@ -16,6 +16,7 @@
 
 pub mod codec;
 mod connect;
+mod grid;
 mod json;
 pub mod messages;
 pub mod session;
@@ -85,6 +86,12 @@ pub struct SensuConfig {
     pub agent_version: String,
     /// Handlers put on check result events (empty: the check's own handlers).
     pub handlers: Vec<String>,
+    /// Step of the fleet's shared timer grid: a session's keepalives, pings
+    /// and other timers fire on its points, so the agents due within one
+    /// step are woken (and write) together; each agent's schedule is
+    /// anchored on a point, its intervals unchanged. Zero: every timer at
+    /// its own instant (one process wakeup per message). At most 1 s.
+    pub timer_tick: Duration,
 }
 
 impl Default for SensuConfig {
@@ -113,9 +120,15 @@ impl Default for SensuConfig {
             handshake_timeout: Duration::from_secs(60),
             agent_version: "6.12.0".into(),
             handlers: Vec::new(),
+            timer_tick: DEFAULT_TIMER_TICK,
         }
     }
 }
+
+/// Default [`SensuConfig::timer_tick`]: a session's schedule starts less
+/// than 50 ms after the real agent's would, and the process wakes at most
+/// 20 times a second for its agents' timers.
+pub const DEFAULT_TIMER_TICK: Duration = Duration::from_millis(50);
 
 /// How a real sensu-agent 6.12 waits between connection attempts, the
 /// default of a Sensu fleet: its `--retry-min 1s --retry-max 120s
@@ -454,6 +467,8 @@ pub(crate) struct Shared {
     pub metrics: Metrics,
     pub ids: Ids,
     pub templates: Arc<Templates>,
+    /// The timer grid every session of this factory shares.
+    pub grid: grid::TimerGrid,
 }
 
 /// Creates [`SensuAgent`]s sharing one validated configuration, TLS client
@@ -502,6 +517,7 @@ impl SensuFactory {
         };
         let ids = Ids::resolve(&metrics);
         let templates = Arc::new(Templates::new(&cfg));
+        let cfg_tick = cfg.timer_tick;
         Ok(SensuFactory {
             shared: Arc::new(Shared {
                 cfg,
@@ -510,6 +526,7 @@ impl SensuFactory {
                 metrics,
                 ids,
                 templates,
+                grid: grid::TimerGrid::new(tokio::time::Instant::now(), cfg_tick),
             }),
         })
     }
@@ -576,6 +593,9 @@ impl SensuConfig {
             if d.is_zero() {
                 return bad(field, "must be greater than zero".into());
             }
+        }
+        if self.timer_tick > Duration::from_secs(1) {
+            return bad("timer_tick", "must be at most 1s".into());
         }
         if self.cert_file.is_some() != self.key_file.is_some() {
             return bad(
@@ -668,6 +688,7 @@ mod tests {
             |c| c.name_prefix = "a b".into(),
             |c| c.keepalive_critical_timeout = 10,
             |c| c.subscriptions = vec!["a,b".into()],
+            |c| c.timer_tick = Duration::from_millis(1001),
             |c| {
                 c.targets = vec!["wss://127.0.0.1:8081/".into()];
                 c.ca_file = Some("/nonexistent/ca.pem".into());

@@ -6,8 +6,10 @@
 //!    handshake): resolve, dial, TLS, the WebSocket upgrade with the Sensu
 //!    headers ([`upgrade_request`]), bounded by `handshake_timeout`.
 //! 2. Send nothing until the first `entity_config` (or `entity_config_timeout`),
-//!    then a keepalive at once and every `keepalive_interval`, lateness
-//!    measured from the intended schedule.
+//!    then a keepalive at the next point of the fleet's timer grid
+//!    (`grid`: the agents due within one `timer_tick` share one wakeup) and
+//!    every `keepalive_interval`, lateness measured from the intended
+//!    schedule.
 //! 3. Answer every `check_request` (6.x rule: drop a request whose `issued` is
 //!    not newer than the last one of that check), send agent-side events on a
 //!    Poisson schedule, ping every `ping_interval` and drop the session when no
@@ -243,7 +245,9 @@ pub(crate) async fn run(
         cx,
         ws,
         t0,
-        sched: Schedule::new(&shared.cfg, Instant::now()),
+        // On the fleet's timer grid: pings (and the wait for the entity
+        // config) fall on its points.
+        sched: Schedule::new(&shared.cfg, shared.grid.snap(Instant::now())),
     };
     steady.run().await
 }
@@ -335,7 +339,8 @@ impl Steady<'_> {
         let cx = self.cx;
         let mut timer = pin!(tokio::time::sleep_until(self.sched.ec_deadline));
         loop {
-            wake::arm(timer.as_mut(), self.sched.next_due(&self.shared.cfg));
+            let due = self.sched.next_due(&self.shared.cfg);
+            wake::arm(timer.as_mut(), self.shared.grid.snap(due));
             let woke = {
                 // A new wait on the token each turn: nothing of it is held
                 // while a handler sends.
@@ -449,7 +454,8 @@ impl Steady<'_> {
             self.cx.established();
         }
         if !self.sched.ready {
-            self.sched.start(received);
+            // Keepalives start at the next point of the timer grid.
+            self.sched.start(self.shared.grid.snap(received));
         }
     }
 
@@ -474,7 +480,9 @@ impl Steady<'_> {
                 Some("no entity_config from the backend within the wait; keepalives start anyway"),
             );
             self.cx.release_dial_slot();
-            self.sched.start(now);
+            // From the end of the wait (a point of the grid), not from
+            // when the timer's turn came.
+            self.sched.start(self.sched.ec_deadline);
         }
         if now >= self.sched.next_ping {
             let ping = Message::Ping(Default::default());

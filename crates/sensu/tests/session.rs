@@ -497,6 +497,81 @@ async fn without_entity_config_the_first_keepalive_comes_after_the_10s_wait() {
     hang_up(cancel, ws, task).await;
 }
 
+/// When each of two agents of one factory (a keepalive every 20 s, the
+/// given timer grid step) sends its first two keepalives, counted from the
+/// factory's creation; their `entity_config`s arrive 10 ms and 30 ms in.
+async fn two_agents_keepalives(tick: Duration) -> Vec<[Duration; 2]> {
+    let (listener, port) = listen().await;
+    let m = metrics();
+    let cfg = SensuConfig {
+        keepalive_interval: Duration::from_secs(20),
+        timer_tick: tick,
+        ..config(port, Encoding::Protobuf)
+    };
+    let factory = SensuFactory::new(cfg, m.clone()).unwrap();
+    let origin = Instant::now();
+    let mut agents = Vec::new();
+    for index in 0..2 {
+        let cancel = CancellationToken::new();
+        let cx = SessionCx::standalone(index, m.clone(), cancel.clone());
+        let mut agent = factory.create(index);
+        let task = tokio::spawn(async move { agent.run_session(&cx).await });
+        agents.push((cancel, task, accept(&listener, Headers::default()).await));
+    }
+    // Each backend end on a task of its own: it reads its agent's
+    // keepalives while the other agent is configured.
+    let mut readers = Vec::new();
+    for (at, (cancel, task, mut ws)) in [10, 30].into_iter().zip(agents) {
+        tokio::time::sleep_until(origin + Duration::from_millis(at)).await;
+        send_entity_config(&mut ws, "not found").await;
+        readers.push(tokio::spawn(async move {
+            let mut sent = [Duration::ZERO; 2];
+            for t in &mut sent {
+                next_keepalive(&mut ws).await;
+                *t = origin.elapsed();
+            }
+            (sent, (cancel, task, ws))
+        }));
+    }
+    let mut sent = Vec::new();
+    let mut agents = Vec::new();
+    for r in readers {
+        let (times, agent) = r.await.unwrap();
+        sent.push(times);
+        agents.push(agent);
+    }
+    m.collect();
+    let lateness = m
+        .cumulative()
+        .into_iter()
+        .find(|(n, _)| *n == "keepalive_lateness")
+        .unwrap()
+        .1;
+    assert!(lateness.max() < 1_000, "lateness {} µs", lateness.max());
+    for (cancel, task, ws) in agents {
+        hang_up(cancel, ws, task).await;
+    }
+    sent
+}
+
+/// On a 50 ms timer grid, two agents configured 20 ms apart within one
+/// step send their keepalives together at the step's end, then each
+/// exactly one interval later (lateness measured from the grid point);
+/// without a grid each starts at once.
+#[tokio::test(start_paused = true)]
+async fn agents_due_within_one_timer_tick_send_together() {
+    let ms = Duration::from_millis;
+    let s = |ms: u64| Duration::from_secs(20) + Duration::from_millis(ms);
+    assert_eq!(
+        two_agents_keepalives(ms(50)).await,
+        [[ms(50), s(50)], [ms(50), s(50)]]
+    );
+    assert_eq!(
+        two_agents_keepalives(Duration::ZERO).await,
+        [[ms(10), s(10)], [ms(30), s(30)]]
+    );
+}
+
 /// The agent pings every 30 s and drops the session 45 s after an
 /// unanswered ping; answered pings keep it up.
 #[tokio::test(start_paused = true)]
