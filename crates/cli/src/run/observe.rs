@@ -1,10 +1,11 @@
 //! The run's view for the observer: the whole fleet's sessions held (a
-//! shard's count scaled to the fleet it is a slice of), whether every
-//! agent has been started, and when the run's end came.
+//! shard's count scaled to the fleet it is a slice of), whether the ramp is
+//! over (every agent started, and each connected once or [`SETTLE`] gone
+//! by), and when the run's end came.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use agent_sim_fleet::FleetStatus;
 use agent_sim_metrics::Metrics;
@@ -32,10 +33,28 @@ pub(super) async fn start(
     let view = RunView {
         started,
         agents: Arc::new(move || (m.connected().max(0) as f64 * scale).round() as u64),
-        ramp_done: Arc::new(move || st.iter().all(|s| s.ramp_done.load(Ordering::Relaxed))),
+        ramp_done: Arc::new(move || st.iter().all(|s| settled(s, started))),
         end: ending,
     };
     Observer::start(o, metrics.clone(), view)
         .await
         .map_err(RunError::Observe)
+}
+
+/// How long after its last agent started a fleet's first connects may
+/// still be under way; past it, agents that never connected do not hold
+/// off the steady state.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// Whether fleet `s`'s ramp is over for the server's figures: every agent
+/// started, and each connected once (a session being opened is part of
+/// the ramp, not of the steady state it is measured against), or
+/// [`SETTLE`] passed since the last start.
+fn settled(s: &FleetStatus, started: Instant) -> bool {
+    if !s.ramp_done.load(Ordering::Acquire) {
+        return false;
+    }
+    let all_once = s.ever_connected.load(Ordering::Relaxed) >= s.started.load(Ordering::Relaxed);
+    let ramp = Duration::from_micros(s.ramp_us.load(Ordering::Relaxed));
+    all_once || started.elapsed() >= ramp + SETTLE
 }
