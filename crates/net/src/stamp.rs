@@ -42,10 +42,15 @@ impl RxStamp {
     /// The latest stamp as a tokio instant: `now` minus how long ago the
     /// kernel received the bytes (never after `now`). `None` without one.
     pub fn instant(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
-        let at = self.get()?;
-        let ago = SystemTime::now().duration_since(at).unwrap_or_default();
+        let ago = stamp_age(self.get()?);
         Some(now.checked_sub(ago).unwrap_or(now))
     }
+}
+
+/// How long ago the kernel took stamp `at` (zero if the wall clock has
+/// since stepped back past it).
+pub fn stamp_age(at: SystemTime) -> Duration {
+    SystemTime::now().duration_since(at).unwrap_or_default()
 }
 
 /// A TCP stream whose reads record kernel receive timestamps in an

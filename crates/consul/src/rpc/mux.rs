@@ -63,13 +63,20 @@ struct Nudge {
     task: AtomicWaker,
 }
 
+impl Nudge {
+    /// Notes that the connection is to be driven at the next poll.
+    fn ask(&self) {
+        self.asked.store(true, Ordering::Release);
+    }
+}
+
 impl Wake for Nudge {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.asked.store(true, Ordering::Release);
+        self.ask();
         self.task.wake();
     }
 }
@@ -146,7 +153,7 @@ impl Mux {
         if let Poll::Ready(Ok(_)) = &opened {
             // The driver takes a new stream's frames in only once polled:
             // yamux opens streams from the task that drives it.
-            self.nudge.asked.store(true, Ordering::Release);
+            self.nudge.ask();
         }
         opened.map_err(|e| CallError::new("conn_error", e.to_string()))
     }

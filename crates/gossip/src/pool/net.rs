@@ -99,7 +99,7 @@ impl Arrived {
     /// Since the packet came (by the kernel's stamp when there is one).
     fn elapsed(&self) -> Duration {
         match self.kernel {
-            Some(at) => SystemTime::now().duration_since(at).unwrap_or_default(),
+            Some(at) => agent_sim_net::stamp_age(at),
             None => self.read.elapsed(),
         }
     }
