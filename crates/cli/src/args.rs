@@ -355,6 +355,12 @@ pub struct RunArgs {
     /// Consul: name of the agents' own service.
     #[arg(long, value_name = "NAME", help_heading = heading::CONSUL)]
     pub service_name: Option<String>,
+    /// Consul: chains of services, each tier calling the next (instances
+    /// per tier, e.g. 10,83,85): each agent registers about
+    /// --services-per-agent instances of its tier's NAME-{a,b,..}-{chain}
+    /// and watches the next tier of its chain (docs/consul.md).
+    #[arg(long, value_name = "N,N,..", help_heading = heading::CONSUL)]
+    pub service_chain: Option<agent_sim_consul::chain::ChainSpec>,
     /// Consul: register a connect-proxy sidecar per instance.
     #[arg(long, help_heading = heading::CONSUL, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub sidecars: Option<bool>,
@@ -713,7 +719,7 @@ macro_rules! with_run_args_fields {
                 timer_tick, keepalive_warning_timeout, keepalive_critical_timeout, namespace, user,
                 password, subscriptions, encoding, deregister, event_rate, event_output_size,
                 insecure_skip_tls_verify, tls_server_name, http_target, token, acl_tokens, acl_token_rate, upstreams, services_per_agent,
-                service_name, sidecars, no_register, keep_registrations, session_ttl,
+                service_name, service_chain, sidecars, no_register, keep_registrations, session_ttl,
                 anti_entropy, flap_rate, probe, probe_every, probe_timeout, probe_service, consul_agent, gossip, gossip_key, gossip_label, leaf_certs, rotate_ca_at, allow_ca_rotation, auto_encrypt, watch,
                 blocking_wait, seed_service, change_every,
                 proxies_per_agent, proxy_coalesce, proxy_update_rate,

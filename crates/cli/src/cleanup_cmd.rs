@@ -19,7 +19,7 @@ pub fn plan(args: &CleanupArgs) -> Result<agent_sim_consul::ConsulConfig, UsageE
     }
     let cfg = config::resolve(args.run.clone(), &|k| std::env::var(k).ok())?;
     let mut consul = cfg.fleets.into_iter().filter_map(|f| match f.protocol {
-        Protocol::Consul(c) => Some(c),
+        Protocol::Consul(c) => Some(*c),
         // Sidecars' nodes carry the same prefix and meta: one cleanup.
         Protocol::Dataplane(d) => Some(d.as_consul()),
         Protocol::Sensu(_) => None,

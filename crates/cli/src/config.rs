@@ -456,7 +456,7 @@ fn resolve_fleet(a: &RunArgs, shard: Option<Shard>) -> Result<FleetPlan, UsageEr
             if let Err(reason) = c.connect.check_auto_encrypt(c.agent) {
                 return usage(reason.to_string());
             }
-            Protocol::Consul(c)
+            Protocol::Consul(Box::new(c))
         }
         Kind::ConsulDataplane => {
             let c = dataplane_config(a, shard);
@@ -586,6 +586,28 @@ fn proxy_config(a: &RunArgs) -> agent_sim_consul::proxy::ProxyConfig {
 }
 
 /// Maps the flags onto [`ConsulConfig`] (its `validate` holds the rules).
+/// The client agents' gossip (`--gossip-*`; the join derived from the
+/// `targets` unless given).
+fn gossip_config(a: &RunArgs, targets: &[String]) -> agent_sim_consul::gossip::GossipConfig {
+    agent_sim_consul::gossip::GossipConfig {
+        join: if a.gossip_join.is_empty() {
+            agent_sim_consul::gossip::derived_join(targets)
+        } else {
+            a.gossip_join.clone()
+        },
+        join_given: !a.gossip_join.is_empty(),
+        bind: a.gossip_bind.clone(),
+        keys: a
+            .gossip_key
+            .iter()
+            .flat_map(|k| k.split(','))
+            .map(|k| k.trim().to_string())
+            .filter(|k| !k.is_empty())
+            .collect(),
+        label: a.gossip_label.clone().unwrap_or_default(),
+    }
+}
+
 fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     let mut c = ConsulConfig::default();
     if !a.targets.is_empty() {
@@ -608,6 +630,7 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     }
     set!(c.service_name, a.service_name);
     set!(c.services_per_agent, a.services_per_agent);
+    c.service_chain = a.service_chain.clone();
     set!(c.sidecars, a.sidecars);
     set!(c.connect.leaf_certs, a.leaf_certs);
     c.connect.rotate_at = a.rotate_ca_at.map(|d| d.0);
@@ -638,23 +661,7 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
         .consul_agent
         .unwrap_or(agent_sim_consul::modes::AgentWire::for_watch(c.watch));
     if a.gossip.unwrap_or(true) && c.agent == agent_sim_consul::modes::AgentWire::Client {
-        c.gossip = Some(agent_sim_consul::gossip::GossipConfig {
-            join: if a.gossip_join.is_empty() {
-                agent_sim_consul::gossip::derived_join(&c.conn.targets)
-            } else {
-                a.gossip_join.clone()
-            },
-            join_given: !a.gossip_join.is_empty(),
-            bind: a.gossip_bind.clone(),
-            keys: a
-                .gossip_key
-                .iter()
-                .flat_map(|k| k.split(','))
-                .map(|k| k.trim().to_string())
-                .filter(|k| !k.is_empty())
-                .collect(),
-            label: a.gossip_label.clone().unwrap_or_default(),
-        });
+        c.gossip = Some(gossip_config(a, &c.conn.targets));
     }
     c.seed = a.seed_service.clone().map(Box::new);
     if let Some(d) = a.change_every {

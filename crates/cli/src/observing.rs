@@ -37,7 +37,7 @@ fn gossip_watch(fleets: &[FleetPlan]) -> Option<GossipWatch> {
     let gossiping: Vec<&agent_sim_consul::ConsulConfig> = fleets
         .iter()
         .filter_map(|f| match &f.protocol {
-            Protocol::Consul(c) if c.gossip.is_some() => Some(c),
+            Protocol::Consul(c) if c.gossip.is_some() => Some(&**c),
             _ => None,
         })
         .collect();

@@ -88,7 +88,7 @@ pub enum Protocol {
     /// Sensu Go agents.
     Sensu(SensuConfig),
     /// Consul client agents.
-    Consul(ConsulConfig),
+    Consul(Box<ConsulConfig>),
     /// Consul dataplane sidecars.
     Dataplane(DataplaneConfig),
 }

@@ -198,6 +198,7 @@ async fn cleanup_removes_the_tokens_and_policy_a_killed_run_left() {
         prefix: "acl".into(),
         datacenter: "dc1".into(),
         service: Some("app".into()),
+        chains: None,
         rules: agent_sim_consul::acl::needed_rules("acl", true, &[]),
         rate: 1000.0,
     };

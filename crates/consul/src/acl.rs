@@ -158,6 +158,9 @@ pub struct TokenPlan {
     pub datacenter: String,
     /// The agents' own service (a service identity), if they register one.
     pub service: Option<String>,
+    /// With a service chain: `service` is the base of each agent's tier
+    /// service ([`crate::chain`]).
+    pub chains: Option<crate::chain::Chains>,
     /// Rules identities do not grant and the run's features need.
     pub rules: Option<String>,
     /// Creates per second.
@@ -307,7 +310,14 @@ pub fn token_body(plan: &TokenPlan, policy: Option<&str>, index: u64) -> serde_j
         "NodeIdentities": [{ "NodeName": node, "Datacenter": plan.datacenter }],
     });
     if let Some(s) = &plan.service {
-        body["ServiceIdentities"] = json!([{ "ServiceName": s }]);
+        let name = match &plan.chains {
+            Some(c) => {
+                let p = c.place(index);
+                crate::chain::Chains::service(s, p.chain, p.tier)
+            }
+            None => s.clone(),
+        };
+        body["ServiceIdentities"] = json!([{ "ServiceName": name }]);
     }
     if let Some(p) = policy {
         body["Policies"] = json!([{ "Name": p }]);
@@ -523,6 +533,7 @@ mod tests {
             prefix: "p".into(),
             datacenter: "dc1".into(),
             service: Some("app".into()),
+            chains: None,
             rules: None,
             rate: 1.0,
         };

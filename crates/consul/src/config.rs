@@ -42,6 +42,11 @@ pub struct ConsulConfig {
     pub service_name: String,
     /// Instances of `service_name` per agent.
     pub services_per_agent: u32,
+    /// Chains of services, each tier calling the next (`--service-chain
+    /// 10,83,85`): each agent registers instances of its tier's service
+    /// (`{service_name}-{tier letter}-{chain}`, about `services_per_agent`
+    /// of them) and also watches the next tier ([`crate::chain`]).
+    pub service_chain: Option<crate::chain::ChainSpec>,
     /// Also register a connect-proxy sidecar per instance.
     pub sidecars: bool,
     /// Leave registrations in the catalog at shutdown.
@@ -108,6 +113,7 @@ impl Default for ConsulConfig {
             register: true,
             service_name: "app".into(),
             services_per_agent: 1,
+            service_chain: None,
             sidecars: false,
             keep_registrations: false,
             session_ttl: Some(Duration::from_secs(30)),
@@ -407,7 +413,15 @@ pub fn ae_scale(nodes: u64) -> u32 {
 /// Operations one agent's registration takes in a txn.
 pub(crate) fn ops_per_agent(cfg: &ConsulConfig) -> usize {
     // Node, then per instance: service + its check (+ sidecar).
-    1 + cfg.services_per_agent as usize * if cfg.sidecars { 3 } else { 2 }
+    1 + instances_at_most(cfg) as usize * if cfg.sidecars { 3 } else { 2 }
+}
+
+/// The most instances one agent registers (its tier's share in a chain).
+pub(crate) fn instances_at_most(cfg: &ConsulConfig) -> u32 {
+    match &cfg.service_chain {
+        Some(c) => crate::chain::Chains::new(c, cfg.services_per_agent).max_per_agent(),
+        None => cfg.services_per_agent,
+    }
 }
 
 /// Resolves `host:port` to its first address; a failure names `what` (the
@@ -591,7 +605,7 @@ impl ConsulConfig {
             }
             if ops_per_agent(self) > TXN_MAX_OPS {
                 return Err(ConfigError::TxnOps {
-                    services: self.services_per_agent,
+                    services: instances_at_most(self),
                     sidecars: self.sidecars,
                     ops: ops_per_agent(self),
                     max: TXN_MAX_OPS,

@@ -38,6 +38,7 @@
 
 pub mod acl;
 pub mod ca_rotation;
+pub mod chain;
 pub mod cleanup;
 pub mod codec;
 pub mod config;

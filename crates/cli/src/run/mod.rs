@@ -210,9 +210,10 @@ fn build_factories(cfg: &RunConfig, metrics: &Metrics) -> Result<Vec<Built>, Run
                 Protocol::Sensu(s) => {
                     Built::Sensu(Arc::new(SensuFactory::new(s.clone(), metrics.clone())?))
                 }
-                Protocol::Consul(c) => {
-                    Built::Consul(Arc::new(ConsulFactory::new(c.clone(), metrics.clone())?))
-                }
+                Protocol::Consul(c) => Built::Consul(Arc::new(ConsulFactory::new(
+                    (**c).clone(),
+                    metrics.clone(),
+                )?)),
                 Protocol::Dataplane(c) => {
                     Built::Dataplane(Arc::new(DataplaneFactory::new(c.clone(), metrics.clone())?))
                 }

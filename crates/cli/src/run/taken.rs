@@ -43,7 +43,7 @@ type NodeName = fn(&str, u64) -> String;
 fn registering(plan: &FleetPlan) -> Option<(ConsulConfig, NodeName)> {
     match &plan.protocol {
         Protocol::Consul(c) if c.register && !plan.embedded => {
-            Some((c.clone(), agent_sim_consul::http::node_name))
+            Some(((**c).clone(), agent_sim_consul::http::node_name))
         }
         Protocol::Dataplane(d) if d.adopt.is_none() && !plan.embedded => {
             Some((d.as_consul(), agent_sim_dataplane::node_name))

@@ -107,7 +107,7 @@ impl ConsulAgent {
             "" => "dc1",
             dc => dc,
         };
-        let id = spiffe_service_id(&l.trust_domain, dc, &cfg.service_name);
+        let id = spiffe_service_id(&l.trust_domain, dc, &self.shared.own(self.index).service);
         let csr = new_csr(&id).map_err(|e| Refusal {
             kind: e.kind(),
             words: Some(e.to_string()),

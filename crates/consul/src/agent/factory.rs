@@ -69,24 +69,7 @@ impl ConsulFactory {
             },
             host: v.http_addr.to_string(),
         };
-        let board = match (cfg.probe.kind, &v.probe_service) {
-            (Some(ProbeKind::Kv), _) => Some(Arc::new(ProbeBoard::new(
-                ProbeKind::Kv,
-                &crate::kv::probe_key(&cfg.conn.name_prefix),
-                &cfg.conn.name_prefix,
-            ))),
-            (Some(kind), Some(svc)) if cfg.probe.controller => Some(Arc::new(
-                ProbeBoard::new(kind, svc, &cfg.conn.name_prefix)
-                    .with_proxies(cfg.proxies.per_agent),
-            )),
-            (Some(kind), Some(svc)) => Some(Arc::new(ProbeBoard::new_observer(
-                kind,
-                svc,
-                &cfg.conn.name_prefix,
-                cfg.probe.timeout(),
-            ))),
-            _ => None,
-        };
+        let board = new_board(&cfg, v.probe_service.as_deref());
         let upstreams = v
             .upstreams
             .into_iter()
@@ -113,6 +96,10 @@ impl ConsulFactory {
         let kv = super::kv::KvShared::new(&cfg, v.watch_kv);
         Ok(ConsulFactory {
             shared: Arc::new(Shared {
+                chains: cfg
+                    .service_chain
+                    .as_ref()
+                    .map(|c| crate::chain::Chains::new(c, cfg.services_per_agent)),
                 auto_encrypt: super::auto_encrypt::insecure_tls(&cfg, &dialers, &v.rpc_hosts)?,
                 token: cfg.conn.token.clone().unwrap_or_default(),
                 cfg,
@@ -233,6 +220,7 @@ impl ConsulFactory {
             prefix: cfg.conn.name_prefix.clone(),
             datacenter,
             service: (cfg.register && cfg.services_per_agent > 0).then(|| cfg.service_name.clone()),
+            chains: s.chains.clone(),
             rules: crate::acl::needed_rules(
                 &cfg.conn.name_prefix,
                 cfg.session_ttl.is_some(),
@@ -333,6 +321,28 @@ pub fn api_client(
     HttpApi::with_tls(addr, http_tls, token, datacenter)
 }
 
+/// The probe's board: the controller's (which arms changes and collects
+/// arrivals), an observer's, or none when the run has no probe.
+fn new_board(cfg: &ConsulConfig, probe_service: Option<&str>) -> Option<Arc<ProbeBoard>> {
+    match (cfg.probe.kind, probe_service) {
+        (Some(ProbeKind::Kv), _) => Some(Arc::new(ProbeBoard::new(
+            ProbeKind::Kv,
+            &crate::kv::probe_key(&cfg.conn.name_prefix),
+            &cfg.conn.name_prefix,
+        ))),
+        (Some(kind), Some(svc)) if cfg.probe.controller => Some(Arc::new(
+            ProbeBoard::new(kind, svc, &cfg.conn.name_prefix).with_proxies(cfg.proxies.per_agent),
+        )),
+        (Some(kind), Some(svc)) => Some(Arc::new(ProbeBoard::new_observer(
+            kind,
+            svc,
+            &cfg.conn.name_prefix,
+            cfg.probe.timeout(),
+        ))),
+        _ => None,
+    }
+}
+
 /// Validates `cfg` and builds its HTTP API client alone (for
 /// [`crate::cleanup`]).
 pub fn http_api(cfg: &ConsulConfig) -> Result<HttpApi, ConsulError> {
@@ -345,7 +355,18 @@ impl AgentFactory for ConsulFactory {
     fn create(&self, index: u64) -> ConsulAgent {
         let s = &self.shared;
         let probe_svc = s.board.as_ref().map(|b| b.service());
-        let mut subs: Vec<Sub> = Vec::with_capacity(s.upstreams.len() + 1);
+        let mut subs: Vec<Sub> = Vec::with_capacity(s.upstreams.len() + 2);
+        // In a service chain, the next tier of the agent's own chain first.
+        if let Some(c) = &s.chains
+            && let Some(next) = c.upstream(&s.cfg.service_name, c.place(index))
+        {
+            subs.push(Sub::new(
+                Arc::from(next),
+                Topic::ServiceHealth,
+                ViewKind::Health,
+                false,
+            ));
+        }
         let mut probe_taken = false;
         for (pattern, fixed) in &s.upstreams {
             let name = match fixed {

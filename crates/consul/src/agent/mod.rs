@@ -167,6 +167,8 @@ impl Ids {
 /// What every agent of a fleet shares.
 pub(crate) struct Shared {
     cfg: ConsulConfig,
+    /// The service chains laid out over the agents (`--service-chain`).
+    chains: Option<crate::chain::Chains>,
     dialers: Vec<Dialer>,
     upstreams: Vec<(NamePattern, Option<Arc<str>>)>,
     http: Arc<HttpApi>,
@@ -207,7 +209,32 @@ pub(crate) struct WatchApi {
     host: String,
 }
 
+/// An agent's own service and how many instances of it it registers.
+pub(crate) struct Own<'a> {
+    service: std::borrow::Cow<'a, str>,
+    instances: u32,
+}
+
 impl Shared {
+    /// Agent `index`'s own service: the configured one, or its tier's in
+    /// a service chain (computed from the index, not stored).
+    fn own(&self, index: u64) -> Own<'_> {
+        match &self.chains {
+            Some(c) => {
+                let p = c.place(index);
+                Own {
+                    service: crate::chain::Chains::service(&self.cfg.service_name, p.chain, p.tier)
+                        .into(),
+                    instances: p.instances,
+                }
+            }
+            None => Own {
+                service: self.cfg.service_name.as_str().into(),
+                instances: self.cfg.services_per_agent,
+            },
+        }
+    }
+
     /// The token agent `index` calls with: its own, else the run's.
     fn token(&self, index: u64) -> &str {
         self.tokens

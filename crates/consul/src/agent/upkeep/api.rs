@@ -112,7 +112,7 @@ impl ConsulAgent {
             &self.node(),
             &http::node_address(self.index),
             &id,
-            &sh.cfg.service_name,
+            &sh.own(self.index).service,
             status,
         ));
         Box::pin(async move {

@@ -221,12 +221,13 @@ impl ConsulAgent {
         let upstreams: Vec<String> = self.subs.iter().map(|s| s.name.to_string()).collect();
         let node = self.node();
         let address = self.node_address();
+        let own = sh.own(self.index);
         f(&Registration {
             node: &node,
             address: &address,
             index: self.index,
-            service: &sh.cfg.service_name,
-            instances: sh.cfg.services_per_agent,
+            service: &own.service,
+            instances: own.instances,
             sidecars: sh.cfg.sidecars,
             upstreams: &upstreams,
             prefix: &sh.cfg.conn.name_prefix,
@@ -236,18 +237,15 @@ impl ConsulAgent {
     /// The next check flap's instance and status: the agent's instances in
     /// turn, each to `warning` and back to `passing`.
     pub(super) fn next_flap(&self) -> (String, &'static str) {
-        let sh = &self.shared;
-        let n = sh.cfg.services_per_agent.max(1);
+        let own = self.shared.own(self.index);
+        let n = own.instances.max(1);
         let k = self.flaps % n;
         let status = if (self.flaps / n).is_multiple_of(2) {
             "warning"
         } else {
             "passing"
         };
-        (
-            http::instance_id(&sh.cfg.service_name, self.index, k),
-            status,
-        )
+        (http::instance_id(&own.service, self.index, k), status)
     }
 
     /// The operation due at `now`, if any, in this order: registration,

@@ -179,7 +179,8 @@ impl ConsulAgent {
             prefix: sh.cfg.conn.name_prefix.clone(),
             token: self.token().to_owned(),
         };
-        let n = sh.cfg.services_per_agent;
+        let own = sh.own(self.index);
+        let n = own.instances;
         let upstreams: Vec<(String, u16)> = self
             .subs
             .iter()
@@ -188,12 +189,12 @@ impl ConsulAgent {
             .collect();
         let mut services = Vec::with_capacity(n as usize * 2);
         for k in 0..n {
-            let id = http::instance_id(&sh.cfg.service_name, self.index, k);
+            let id = http::instance_id(&own.service, self.index, k);
             let port = 8080 + k as u16;
             if sh.cfg.sidecars {
                 services.push(Service {
                     id: format!("{id}-sidecar-proxy"),
-                    service: format!("{}-sidecar-proxy", sh.cfg.service_name),
+                    service: format!("{}-sidecar-proxy", own.service),
                     port: 21000 + k as u16,
                     sidecar: Some(Sidecar {
                         destination_id: id.clone(),
@@ -205,7 +206,7 @@ impl ConsulAgent {
             }
             services.push(Service {
                 id,
-                service: sh.cfg.service_name.clone(),
+                service: own.service.to_string(),
                 port,
                 sidecar: None,
                 status: Some(self.check_status(k)),
@@ -216,7 +217,7 @@ impl ConsulAgent {
 
     /// The status instance `k`'s check has after the flaps so far.
     fn check_status(&self, k: u32) -> &'static str {
-        let n = self.shared.cfg.services_per_agent.max(1);
+        let n = self.shared.own(self.index).instances.max(1);
         if self.flaps <= k {
             return "passing";
         }
