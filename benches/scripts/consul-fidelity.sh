@@ -24,6 +24,10 @@
 # keygen`; "new" makes one) set as `encrypt` on the server and the real agents
 # and given to agent-sim as --gossip-key. REPORT_ONLY=1: print the table again
 # from the files of an earlier run in OUT (same N, SECONDS, FLEETS), run nothing.
+# AGENT_SIM: an agent-sim binary to run instead of building one (no cargo build).
+# SERVER_CPUS, FLEET_CPUS: taskset CPU lists (e.g. 0 and 1): the server runs on
+# SERVER_CPUS, every real agent and agent-sim on FLEET_CPUS, so a fleet starting
+# at once does not take the server's core (unset: no pinning).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-100}
@@ -38,11 +42,18 @@ SERVER_IP=${SERVER_IP:-127.0.0.1}
 CONSUL_BIN=${CONSUL_BIN:?set CONSUL_BIN to a consul 1.20.1 binary}
 OUT=${OUT:-target/bench-consul-fidelity}
 HTTP=$SERVER_IP:8500
+SERVER_CPU=() FLEET_CPU=()
+[ -n "${SERVER_CPUS:-}" ] && SERVER_CPU=(taskset -c "$SERVER_CPUS")
+[ -n "${FLEET_CPUS:-}" ] && FLEET_CPU=(taskset -c "$FLEET_CPUS")
 [ -n "${REPORT_ONLY:-}" ] && FLEETS_RUN= || FLEETS_RUN=$FLEETS
 [ -n "${REPORT_ONLY:-}" ] || { rm -rf "$OUT" && mkdir -p "$OUT"; }
 if [ -z "${REPORT_ONLY:-}" ]; then
-  nice cargo build --release -p agent-sim 2>/dev/null
-  BIN=$PWD/target/release/agent-sim
+  if [ -n "${AGENT_SIM:-}" ]; then
+    BIN=$AGENT_SIM
+  else
+    nice cargo build --release -p agent-sim 2>/dev/null
+    BIN=$PWD/target/release/agent-sim
+  fi
   # A counter go-metrics has not touched for the retention time leaves the
   # exposition (serf's member joins, for one): keep them for the whole run.
   printf '%s\n' 'limits { rpc_max_conns_per_client = 0  http_max_conns_per_client = 0 }' \
@@ -82,7 +93,7 @@ stop_all() {
 trap stop_all EXIT
 
 start_server() {
-  "$CONSUL_BIN" agent -dev -client "$SERVER_IP" -bind "$SERVER_IP" -log-level info \
+  "${SERVER_CPU[@]}" "$CONSUL_BIN" agent -dev -client "$SERVER_IP" -bind "$SERVER_IP" -log-level info \
     -config-file "$OUT/server.hcl" -config-file "$OUT/extra.hcl" -config-file "$OUT/gossip.hcl" \
     -data-dir "$OUT/server" >"$OUT/server-$1.log" 2>&1 &
   server_pid=$!
@@ -185,7 +196,7 @@ for fleet in $FLEETS_RUN; do
         ip="127.0.$((a / 256)).$((a % 256))"
         [ "$ip" != "$SERVER_IP" ] && [ "$ip" != 127.0.0.200 ] && [ $((a % 256)) -ne 0 ] && break
       done
-      "$CONSUL_BIN" agent -data-dir "$OUT/$tag/a$i" -node "real-$i" -bind "$ip" -client "$ip" \
+      "${FLEET_CPU[@]}" "$CONSUL_BIN" agent -data-dir "$OUT/$tag/a$i" -node "real-$i" -bind "$ip" -client "$ip" \
         -retry-join "$SERVER_IP" -config-file "$OUT/svc.json" -config-file "$OUT/gossip.hcl" \
         -log-level warn >"$OUT/$tag-a$i.log" 2>&1 &
       fleet_pids+=($!)
@@ -198,7 +209,7 @@ for fleet in $FLEETS_RUN; do
     fleet_pids=()
     ;;
   sim)
-    "$BIN" --kind consul --agents "$N" --target "$SERVER_IP:8300" --http-target "$HTTP" \
+    "${FLEET_CPU[@]}" "$BIN" --kind consul --agents "$N" --target "$SERVER_IP:8300" --http-target "$HTTP" \
       --upstreams web --probe off --session-ttl off --services-per-agent 1 --ramp "$SIM_RAMP" \
       --duration "$((WARMUP + WINDOW + N / 50 + 20))s" --quiet --summary "$OUT/sim$run.json" \
       "${SIM_FLAGS[@]}" >"$OUT/sim$run.txt" 2>&1 &
