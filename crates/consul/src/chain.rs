@@ -45,7 +45,7 @@ pub enum ChainError {
     #[error("service chain {0:?}: a tier needs at least one instance")]
     Empty(String),
     /// Fewer than two tiers or more than [`MAX_TIERS`].
-    #[error("service chain {spec:?}: {tiers} tiers (give 2 to {MAX_TIERS}, e.g. 10,83,85)")]
+    #[error("service chain {spec:?}: {tiers} tier(s); a chain has 2 to {MAX_TIERS}, e.g. 10,83,85")]
     Tiers {
         /// The chain as written.
         spec: String,
@@ -295,10 +295,10 @@ mod tests {
     #[test]
     fn bad_chains_are_refused_with_the_chain_named() {
         for (s, want) in [
-            ("10", "1 tiers"),
+            ("10", "1 tier(s)"),
             ("10,x", "\"x\" is not a number"),
             ("10,0", "at least one instance"),
-            ("", "0 tiers"),
+            ("", "0 tier(s)"),
         ] {
             let e = s.parse::<ChainSpec>().unwrap_err().to_string();
             assert!(e.contains(want), "{s:?}: {e}");
