@@ -62,16 +62,9 @@ async fn fleet_of_200_gets_snapshots_and_a_deregister_probe_reaches_all() {
     assert!(p.latency_us.max <= 1_500_000);
     assert_eq!(p.latency_us.count, 200);
     m.collect();
-    let cum = m.cumulative();
-    let prop = cum.iter().find(|(n, _)| *n == "propagation").unwrap();
-    assert!(prop.1.len() >= 200);
-    let overhead = cum.iter().find(|(n, _)| *n == "probe_overhead").unwrap();
-    assert!(overhead.1.len() >= 200);
-    let snap = cum
-        .iter()
-        .find(|(n, _)| *n == "subscribe_snapshot")
-        .unwrap();
-    assert_eq!(snap.1.len(), 600);
+    assert!(m.cumulative_of("propagation").unwrap().len() >= 200);
+    assert!(m.cumulative_of("probe_overhead").unwrap().len() >= 200);
+    assert_eq!(m.cumulative_of("subscribe_snapshot").unwrap().len(), 600);
 
     let ts = t.state.stats();
     assert!(ts.registrations >= 200, "{ts:?}");
@@ -273,8 +266,7 @@ async fn an_observer_shard_measures_the_probe_and_merges_by_raft_index() {
     }
     // The observer records no `propagation` (no T0 here) but its overhead.
     m1.collect();
-    let cum = m1.cumulative();
-    let len = |name: &str| cum.iter().find(|(n, _)| *n == name).unwrap().1.len();
+    let len = |name: &str| m1.cumulative_of(name).unwrap().len();
     assert_eq!(len("propagation"), 0);
     assert!(len("probe_overhead") >= 50);
 
@@ -579,8 +571,7 @@ async fn probe_arrivals_are_timed_at_the_socket() {
         "every arrival kernel-stamped"
     );
     m.collect();
-    let cum = m.cumulative();
-    let count = |name: &str| cum.iter().find(|(n, _)| *n == name).unwrap().1.len();
+    let count = |name: &str| m.cumulative_of(name).unwrap().len();
     assert_eq!(count("probe_overhead"), delivered);
     assert_eq!(count("probe_write"), probes.len() as u64);
     assert!(count("propagation") >= delivered);

@@ -153,8 +153,7 @@ async fn delayed_responses_make_the_first_configuration_late() {
     let injected = faults.snapshot().count(spec);
     assert!(injected >= 8, "{injected}");
     m.collect();
-    let cum = m.cumulative();
-    let initial = &cum.iter().find(|(n, _)| *n == "xds_initial").unwrap().1;
+    let initial = m.cumulative_of("xds_initial").unwrap();
     assert_eq!(initial.len(), 4);
     // (Microseconds, at the histogram's 3 significant figures.)
     let floor = initial.lowest_equivalent(1_200_000);

@@ -90,9 +90,7 @@ async fn sidecars_get_clusters_and_endpoints_and_a_full_probe_reaches_all() {
         assert!(p.time_to_99pct_us.is_some());
     }
     m.collect();
-    let cum = m.cumulative();
-    let prop = cum.iter().find(|(n, _)| *n == "propagation_xds").unwrap();
-    assert_eq!(prop.1.len(), 400);
+    assert_eq!(m.cumulative_of("propagation_xds").unwrap().len(), 400);
 
     // Nothing of the run is left.
     assert_eq!(t.nodes().await, before);

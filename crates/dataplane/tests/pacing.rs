@@ -44,12 +44,7 @@ async fn first_configurations(agents: u64, rate: f64) -> Initial {
     let report = run_fleet(f, fc, &m).await;
     assert_eq!(report.connected_at_end, agents, "{report:?}");
     m.collect();
-    let cum = m.cumulative();
-    let h = cum
-        .into_iter()
-        .find(|(n, _)| *n == "xds_initial")
-        .unwrap()
-        .1;
+    let h = m.cumulative_of("xds_initial").unwrap();
     assert_eq!(h.len(), agents);
     Initial {
         min: h.min(),

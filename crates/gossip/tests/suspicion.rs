@@ -222,11 +222,7 @@ async fn a_members_ack_is_timed_from_the_pings_arrival() {
         .await
         .expect("acked");
     metrics.collect();
-    let (_, h) = metrics
-        .cumulative()
-        .into_iter()
-        .find(|(n, _)| *n == names::ACK_DELAY)
-        .expect("declared");
+    let h = metrics.cumulative_of(names::ACK_DELAY).expect("declared");
     assert_eq!(h.len(), 1, "one ack timed");
     assert!(h.max() < 500_000, "{} µs", h.max());
     assert!(metrics.warning_report().is_empty());

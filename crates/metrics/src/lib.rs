@@ -677,6 +677,18 @@ impl Metrics {
             .zip(cumulative.iter().cloned())
             .collect()
     }
+
+    /// What latency `name` recorded so far, if the run declares it (as
+    /// [`Metrics::cumulative`], one histogram copied).
+    pub fn cumulative_of(&self, name: &str) -> Option<Histogram<u64>> {
+        let at = self.inner.latency_names.iter().position(|n| *n == name)?;
+        let cumulative = self
+            .inner
+            .cumulative
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        cumulative.get(at).cloned()
+    }
 }
 
 #[cfg(test)]
@@ -787,6 +799,9 @@ mod tests {
         assert_eq!(second[0].1.len(), 1);
         let total = m.cumulative();
         assert_eq!(total[0].1.len(), 301);
+        assert_eq!(m.cumulative_of("connect").unwrap().len(), 301);
+        assert_eq!(m.cumulative_of("rtt").unwrap().len(), 0);
+        assert!(m.cumulative_of("undeclared").is_none());
     }
 
     #[test]

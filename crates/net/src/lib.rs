@@ -35,5 +35,5 @@ pub use accept::accept_until;
 pub use coalesce::Coalesced;
 pub use count::{Counted, Tally};
 pub use dial::{MaybeTls, MaybeTlsStream, dial, dial_error_kind};
-pub use stamp::{RxStamp, StampedTcp, recv_from_stamped, stamp_age, stamp_udp};
+pub use stamp::{RxStamp, StampedTcp, recv_from_stamped, stamp_instant, stamp_udp};
 pub use tls::{ClientTls, TlsError, client_config, server_config};

@@ -29,10 +29,7 @@ pub struct RxStamp(Arc<AtomicU64>);
 impl RxStamp {
     /// Wall-clock time of the latest stamped read, if the kernel stamps.
     pub fn get(&self) -> Option<SystemTime> {
-        match self.0.load(Ordering::Relaxed) {
-            0 => None,
-            ns => Some(UNIX_EPOCH + Duration::from_nanos(ns)),
-        }
+        stamp_time(self.0.load(Ordering::Relaxed))
     }
 
     fn set(&self, ns: u64) {
@@ -42,15 +39,21 @@ impl RxStamp {
     /// The latest stamp as a tokio instant: `now` minus how long ago the
     /// kernel received the bytes (never after `now`). `None` without one.
     pub fn instant(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
-        let ago = stamp_age(self.get()?);
-        Some(now.checked_sub(ago).unwrap_or(now))
+        Some(stamp_instant(self.get()?, now))
     }
 }
 
-/// How long ago the kernel took stamp `at` (zero if the wall clock has
-/// since stepped back past it).
-pub fn stamp_age(at: SystemTime) -> Duration {
-    SystemTime::now().duration_since(at).unwrap_or_default()
+/// A stamp as `recvmsg` gave it, in nanoseconds since the epoch (0: none).
+fn stamp_time(ns: u64) -> Option<SystemTime> {
+    (ns > 0).then(|| UNIX_EPOCH + Duration::from_nanos(ns))
+}
+
+/// Kernel stamp `at` as a tokio instant: `now` minus how long ago the
+/// kernel took it (never after `now`, also when the wall clock has since
+/// stepped back past it).
+pub fn stamp_instant(at: SystemTime, now: tokio::time::Instant) -> tokio::time::Instant {
+    let ago = SystemTime::now().duration_since(at).unwrap_or_default();
+    now.checked_sub(ago).unwrap_or(now)
 }
 
 /// A TCP stream whose reads record kernel receive timestamps in an
@@ -130,11 +133,7 @@ pub async fn recv_from_stamped(
                 "datagram from an unknown address family",
             )
         })?;
-        Ok((
-            n,
-            from,
-            (ns > 0).then(|| UNIX_EPOCH + Duration::from_nanos(ns)),
-        ))
+        Ok((n, from, stamp_time(ns)))
     })
     .await
 }

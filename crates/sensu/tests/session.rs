@@ -138,19 +138,14 @@ async fn accepted(listener: &TcpListener, m: &Metrics, index: u64, keepalive: u6
     (cancel, task, ws)
 }
 
-/// The agent's next frame, which must be a keepalive.
 /// The keepalives' lateness recorded so far: how many, and the largest (µs).
 fn keepalive_lateness(m: &Metrics) -> (u64, u64) {
     m.collect();
-    let h = m
-        .cumulative()
-        .into_iter()
-        .find(|(n, _)| *n == "keepalive_lateness")
-        .expect("declared")
-        .1;
+    let h = m.cumulative_of("keepalive_lateness").expect("declared");
     (h.len(), h.max())
 }
 
+/// The agent's next frame, which must be a keepalive.
 async fn next_keepalive(ws: &mut WebSocketStream<TcpStream>) {
     let b = next_frame(ws).await;
     assert_eq!(codec::split_frame(&b).unwrap().kind, codec::KIND_KEEPALIVE);

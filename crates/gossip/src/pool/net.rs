@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -87,24 +87,6 @@ fn bad(inner: &Inner, e: &wire::WireError, from: SocketAddr) {
         .error_with(kind, Some(&format!("{} from {from}: {e}", e.cause())));
 }
 
-/// When a packet came: the kernel's time where it stamps packets, and the
-/// moment it was read.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Arrived {
-    kernel: Option<SystemTime>,
-    read: Instant,
-}
-
-impl Arrived {
-    /// Since the packet came (by the kernel's stamp when there is one).
-    fn elapsed(&self) -> Duration {
-        match self.kernel {
-            Some(at) => agent_sim_net::stamp_age(at),
-            None => self.read.elapsed(),
-        }
-    }
-}
-
 /// The UDP loop of endpoint `ep`.
 pub(super) async fn packets(inner: Arc<Inner>, ep: usize, sock: Arc<UdpSocket>) {
     let mut buf = vec![0u8; 65_536];
@@ -115,10 +97,10 @@ pub(super) async fn packets(inner: Arc<Inner>, ep: usize, sock: Arc<UdpSocket>) 
             () = inner.stop.cancelled() => return,
         };
         let Ok((n, from, kernel)) = r else { continue };
-        let arrived = Arrived {
-            kernel,
-            read: Instant::now(),
-        };
+        // When the packet came: the kernel's stamp where it stamps
+        // packets, else the moment it was read.
+        let now = Instant::now();
+        let arrived = kernel.map_or(now, |at| agent_sim_net::stamp_instant(at, now));
         inner.metrics.incr(inner.ids.packets_rx);
         inner.metrics.add(inner.ids.bytes_rx, n as u64);
         let msg = match inner.cfg.security.open_packet(&buf[..n]) {
@@ -153,7 +135,7 @@ fn server_at(inner: &Inner, from: SocketAddr) -> Option<usize> {
 /// One message of a packet.
 fn on_message(
     inner: &Inner,
-    (ep, arrived): (usize, Arrived),
+    (ep, arrived): (usize, Instant),
     from: SocketAddr,
     t: u8,
     body: &[u8],
@@ -235,7 +217,7 @@ fn ack_for(inner: &Inner, node: &str, seq: u32) -> Option<Vec<u8>> {
 
 /// A probe's ack sent: how long after its ping came, recorded; one past
 /// the probe's timeout is warned (the server counted it late, or missed).
-fn acked(inner: &Inner, seq: u32, arrived: Arrived) {
+fn acked(inner: &Inner, seq: u32, arrived: Instant) {
     let took = arrived.elapsed();
     inner
         .metrics
@@ -255,7 +237,7 @@ fn acked(inner: &Inner, seq: u32, arrived: Arrived) {
 /// as the pool is); another member is probed and its ack relayed.
 fn indirect(
     inner: &Inner,
-    (ep, arrived): (usize, Arrived),
+    (ep, arrived): (usize, Instant),
     from: SocketAddr,
     ind: &IndirectPing<'_>,
 ) {
