@@ -585,7 +585,6 @@ fn proxy_config(a: &RunArgs) -> agent_sim_consul::proxy::ProxyConfig {
     p
 }
 
-/// Maps the flags onto [`ConsulConfig`] (its `validate` holds the rules).
 /// The client agents' gossip (`--gossip-*`; the join derived from the
 /// `targets` unless given).
 fn gossip_config(a: &RunArgs, targets: &[String]) -> agent_sim_consul::gossip::GossipConfig {
@@ -608,6 +607,7 @@ fn gossip_config(a: &RunArgs, targets: &[String]) -> agent_sim_consul::gossip::G
     }
 }
 
+/// Maps the flags onto [`ConsulConfig`] (its `validate` holds the rules).
 fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     let mut c = ConsulConfig::default();
     if !a.targets.is_empty() {

@@ -311,10 +311,7 @@ pub fn token_body(plan: &TokenPlan, policy: Option<&str>, index: u64) -> serde_j
     });
     if let Some(s) = &plan.service {
         let name = match &plan.chains {
-            Some(c) => {
-                let p = c.place(index);
-                crate::chain::Chains::service(s, p.chain, p.tier)
-            }
+            Some(c) => c.place(index).service(s),
             None => s.clone(),
         };
         body["ServiceIdentities"] = json!([{ "ServiceName": name }]);

@@ -123,6 +123,13 @@ pub struct Place {
     pub instances: u32,
 }
 
+impl Place {
+    /// The service of this place: its tier's in its chain.
+    pub fn service(&self, base: &str) -> String {
+        Chains::service(base, self.chain, self.tier)
+    }
+}
+
 impl Chains {
     /// `spec` laid out at about `per_agent` instances an agent (at least 1).
     pub fn new(spec: &ChainSpec, per_agent: u32) -> Self {

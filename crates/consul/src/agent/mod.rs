@@ -223,8 +223,7 @@ impl Shared {
             Some(c) => {
                 let p = c.place(index);
                 Own {
-                    service: crate::chain::Chains::service(&self.cfg.service_name, p.chain, p.tier)
-                        .into(),
+                    service: p.service(&self.cfg.service_name).into(),
                     instances: p.instances,
                 }
             }

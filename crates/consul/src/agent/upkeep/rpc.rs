@@ -209,15 +209,16 @@ impl ConsulAgent {
                 service: own.service.to_string(),
                 port,
                 sidecar: None,
-                status: Some(self.check_status(k)),
+                status: Some(self.check_status(k, n)),
             });
         }
         Node { ident, services }
     }
 
-    /// The status instance `k`'s check has after the flaps so far.
-    fn check_status(&self, k: u32) -> &'static str {
-        let n = self.shared.own(self.index).instances.max(1);
+    /// The status instance `k` of the agent's `instances` has after the
+    /// flaps so far.
+    fn check_status(&self, k: u32, instances: u32) -> &'static str {
+        let n = instances.max(1);
         if self.flaps <= k {
             return "passing";
         }
