@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use agent_sim_consul::ProbeKind;
+use agent_sim_consul::ProbeKinds;
 use agent_sim_fleet::Rate;
 use agent_sim_fleet::ReconnectPolicy;
 use agent_sim_fleet::scenario::{ChurnSpec, PauseSpec, RampDownSpec, StormSpec};
@@ -382,9 +382,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "RATE", help_heading = heading::CONSUL)]
     pub flap_rate: Option<Rate>,
     /// Consul: propagation probe kind: catalog, intentions, kv (the run's
-    /// key <name-prefix>/probe/kv, timed to every KV watcher) or off.
+    /// key <name-prefix>/probe/kv, timed to every KV watcher), off, or
+    /// catalog,intentions (both, the intentions change half an interval
+    /// after each catalog change, timed as propagation_intentions).
     #[arg(long, value_name = "KIND", help_heading = heading::CONSUL)]
-    pub probe: Option<Toggle<ProbeKind>>,
+    pub probe: Option<Toggle<ProbeKinds>>,
     /// Consul: interval between propagation probes.
     #[arg(long, value_name = "DURATION", help_heading = heading::CONSUL)]
     pub probe_every: Option<Secs>,

@@ -645,7 +645,7 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     }
     c.flap_rate = a.flap_rate;
     if let Some(p) = a.probe {
-        c.probe.kind = p.into_option();
+        c.probe.set_kinds(p.into_option());
     }
     if let Some(d) = a.probe_every {
         c.probe.every = d.0;
@@ -870,6 +870,43 @@ mod tests {
             "{e}"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn two_probe_kinds_come_from_the_flag_or_toml_and_a_bad_pair_is_refused() {
+        let (dir, p) = toml_file(
+            "probes",
+            "probes.toml",
+            "kind = \"consul\"\nprobe = \"catalog,intentions\"\nprobe-every = \"20s\"\n",
+        );
+        let c = resolve(args(|a| a.config = Some(p.clone())), &no_env).unwrap();
+        let Protocol::Consul(cc) = &c.fleets[0].protocol else {
+            panic!()
+        };
+        use agent_sim_consul::ProbeKind;
+        assert_eq!(cc.probe.kind, Some(ProbeKind::Catalog));
+        assert_eq!(cc.probe.also, Some(ProbeKind::Intentions));
+        assert_eq!(cc.probe.timeout(), Duration::from_secs(10));
+        let _ = std::fs::remove_dir_all(&dir);
+        // The flag says the same; a pair other than these two is refused.
+        let flag = |kinds: &str| {
+            resolve(
+                args(|a| {
+                    a.kind = Some(Kind::Consul);
+                    a.probe = Some(kinds.parse().unwrap());
+                }),
+                &no_env,
+            )
+        };
+        let Protocol::Consul(cc) = &flag("intentions,catalog").unwrap().fleets[0].protocol else {
+            panic!()
+        };
+        assert_eq!(cc.probe.also, Some(ProbeKind::Intentions));
+        assert!(
+            "kv,catalog"
+                .parse::<crate::values::Toggle<agent_sim_consul::ProbeKinds>>()
+                .is_err()
+        );
     }
 
     #[test]

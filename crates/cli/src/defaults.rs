@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use agent_sim_consul::{ConsulConfig, ProbeKind};
+use agent_sim_consul::{ConsulConfig, ProbeKind, ProbeKinds};
 use agent_sim_dataplane::DataplaneConfig;
 use agent_sim_fleet::FleetConfig;
 use agent_sim_sensu::SensuConfig;
@@ -72,7 +72,10 @@ pub fn defaults() -> RunArgs {
         ),
         // The library's default is no probe; the command line probes the
         // catalog unless told otherwise.
-        probe: Some(Toggle::On(ProbeKind::Catalog)),
+        probe: Some(Toggle::On(ProbeKinds {
+            kind: ProbeKind::Catalog,
+            also: None,
+        })),
         probe_every: Some(Secs(consul.probe.every)),
         watch: Some(consul.watch),
         proxies_per_agent: Some(consul.proxies.per_agent),

@@ -62,7 +62,7 @@ fn check_section(s: &agent_sim_metrics::Summary, stdout: &str, name: &str) {
 }
 
 #[test]
-fn consul_global_scale_times_the_upstream_change_at_every_agent() {
+fn consul_global_scale_times_the_upstream_and_intention_changes_at_every_agent() {
     let (s, out) = run(
         "consul-global-scale",
         &[
@@ -97,16 +97,20 @@ fn consul_global_scale_times_the_upstream_change_at_every_agent() {
         "endpoint propagation p50, at the proxy",
         "endpoint propagation p99, at the proxy",
         "endpoint propagation p50, at the agent",
+        "intention propagation p50, at the agent",
+        "intention propagation p99, at the proxy",
     ] {
         let row = rows.iter().find(|r| r.label == label);
         assert!(row.unwrap().value.is_some(), "{label}: {rows:?}");
     }
-    // 18 proxies behind each agent, each change handed to every one.
-    let (agent, proxy) = (
-        &s.latency_us["propagation"],
-        &s.latency_us["propagation_proxy"],
-    );
-    assert_eq!(proxy.count, 18 * agent.count, "{agent:?} {proxy:?}");
+    // 18 proxies behind each agent, each change of either kind handed to
+    // every one.
+    for name in ["propagation", "propagation_intentions"] {
+        let (agent, proxy) = (&s.latency_us[name], &s.latency_us[&format!("{name}_proxy")]);
+        assert!(agent.count >= 20, "{name}: {agent:?}");
+        assert_eq!(proxy.count, 18 * agent.count, "{agent:?} {proxy:?}");
+    }
+    assert!(s.probes.iter().any(|p| p.kind == "intentions"));
     // Every node asked for its certificate at boot.
     assert_eq!(s.latency_us["auto_encrypt"].count, 20);
 }

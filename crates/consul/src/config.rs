@@ -339,11 +339,58 @@ impl std::str::FromStr for ProbeKind {
     }
 }
 
+/// What `--probe` takes: one kind, or `catalog,intentions`, both timed in
+/// one run, each change on a board of its own (the intentions probe's
+/// deliveries in their own latencies, half an interval after each catalog
+/// change).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeKinds {
+    /// The first probe (its deliveries are `propagation`).
+    pub kind: ProbeKind,
+    /// The intentions probe beside the catalog probe.
+    pub also: Option<ProbeKind>,
+}
+
+impl fmt::Display for ProbeKinds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.also {
+            Some(k) => write!(f, "{},{k}", self.kind),
+            None => write!(f, "{}", self.kind),
+        }
+    }
+}
+
+impl std::str::FromStr for ProbeKinds {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        let kinds = s
+            .split(',')
+            .map(str::parse)
+            .collect::<Result<Vec<ProbeKind>, _>>()?;
+        match kinds.as_slice() {
+            [k] => Ok(ProbeKinds {
+                kind: *k,
+                also: None,
+            }),
+            [ProbeKind::Catalog, ProbeKind::Intentions]
+            | [ProbeKind::Intentions, ProbeKind::Catalog] => Ok(ProbeKinds {
+                kind: ProbeKind::Catalog,
+                also: Some(ProbeKind::Intentions),
+            }),
+            _ => Err(ConfigError::ProbeKinds(s.trim().to_owned())),
+        }
+    }
+}
+
 /// The propagation probe.
 #[derive(Debug, Clone)]
 pub struct ProbeConfig {
     /// `None` = no probe.
     pub kind: Option<ProbeKind>,
+    /// The intentions probe timed beside the catalog probe in the same run
+    /// (`--probe catalog,intentions`): its own board and runner, its
+    /// deliveries in `propagation_intentions` (and `..._proxy`).
+    pub also: Option<ProbeKind>,
     /// Time between probes.
     pub every: Duration,
     /// The service the probe changes: default `<name_prefix>-probe`, a
@@ -368,6 +415,7 @@ impl Default for ProbeConfig {
     fn default() -> Self {
         ProbeConfig {
             kind: None,
+            also: None,
             every: Duration::from_secs(30),
             service: None,
             timeout: None,
@@ -382,9 +430,25 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl ProbeConfig {
     /// The timeout in force: the configured one, else [`PROBE_TIMEOUT`]
-    /// capped at the interval.
+    /// capped at the interval (half of it with a second probe, whose
+    /// changes come half an interval after the first's).
     pub fn timeout(&self) -> Duration {
-        self.timeout.unwrap_or(PROBE_TIMEOUT.min(self.every))
+        let every = match self.also {
+            Some(_) => self.every / 2,
+            None => self.every,
+        };
+        self.timeout.unwrap_or(PROBE_TIMEOUT.min(every))
+    }
+
+    /// Sets the probe kinds (`None`: no probe).
+    pub fn set_kinds(&mut self, kinds: Option<ProbeKinds>) {
+        self.kind = kinds.map(|k| k.kind);
+        self.also = kinds.and_then(|k| k.also);
+    }
+
+    /// Whether the intentions probe runs (alone, or beside the catalog's).
+    pub fn times_intentions(&self) -> bool {
+        self.kind == Some(ProbeKind::Intentions) || self.also == Some(ProbeKind::Intentions)
     }
 }
 
@@ -647,10 +711,14 @@ impl ConsulConfig {
     /// What the probe and the seeded service ask of the watch mode and the
     /// upstreams.
     fn check_probe_modes(&self) -> Result<(), ConfigError> {
-        if self.watch != crate::modes::WatchMode::Streaming
-            && self.probe.kind == Some(ProbeKind::Intentions)
-        {
+        if self.watch != crate::modes::WatchMode::Streaming && self.probe.times_intentions() {
             return Err(ConfigError::IntentionsNotStreaming);
+        }
+        if let Some(also) = self.probe.also
+            && (self.probe.kind != Some(ProbeKind::Catalog) || also != ProbeKind::Intentions)
+        {
+            let kinds = self.probe.kind.map_or("off".to_owned(), |k| k.to_string());
+            return Err(ConfigError::ProbeKinds(format!("{kinds},{also}")));
         }
         if self.probe.meta && self.probe.kind != Some(ProbeKind::Catalog) {
             return Err(ConfigError::ChangeEveryNotCatalog);
@@ -677,6 +745,12 @@ impl ConsulConfig {
         }
         if p.timeout().is_zero() {
             return Err(ConfigError::ProbeTimeoutZero);
+        }
+        if p.also.is_some() && p.timeout() > p.every / 2 {
+            return Err(ConfigError::ProbeTimeoutOverHalf {
+                timeout: p.timeout(),
+                every: p.every,
+            });
         }
         if p.timeout() > p.every {
             return Err(ConfigError::ProbeTimeoutOver {
@@ -738,6 +812,61 @@ mod tests {
         assert!(NamePattern::parse("a{i").is_err());
         assert!(NamePattern::parse("a}").is_err());
         assert!(NamePattern::parse("").is_err());
+    }
+
+    #[test]
+    fn the_catalog_and_intentions_probes_combine_and_nothing_else_does() {
+        let kinds = |s: &str| s.parse::<ProbeKinds>();
+        let both = ProbeKinds {
+            kind: ProbeKind::Catalog,
+            also: Some(ProbeKind::Intentions),
+        };
+        assert_eq!(kinds("catalog,intentions").unwrap(), both);
+        assert_eq!(kinds(" intentions , catalog").unwrap(), both);
+        assert_eq!(both.to_string(), "catalog,intentions");
+        assert_eq!(kinds("kv").unwrap().also, None);
+        for bad in ["catalog,kv", "catalog,catalog", "catalog,intentions,kv"] {
+            let e = kinds(bad).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("probe kinds {bad:?}: one kind, or catalog,intentions")
+            );
+        }
+        assert!(matches!(kinds("catalog,dns"), Err(ConfigError::ProbeKind(k)) if k == "dns"));
+
+        // Each probe's window is half the interval by default, and no more.
+        let mut c = ConsulConfig::default();
+        c.probe.set_kinds(Some(both));
+        c.probe.every = Duration::from_secs(20);
+        assert_eq!(c.probe.timeout(), PROBE_TIMEOUT);
+        assert!(c.probe.times_intentions());
+        assert!(c.validate().is_ok());
+        c.probe.every = Duration::from_secs(4);
+        assert_eq!(c.probe.timeout(), Duration::from_secs(2));
+        assert!(c.validate().is_ok());
+        c.probe.timeout = Some(Duration::from_secs(3));
+        assert!(matches!(
+            c.validate(),
+            Err(ConsulError::Invalid(
+                ConfigError::ProbeTimeoutOverHalf { .. }
+            ))
+        ));
+        // Intentions are streamed only.
+        let mut c = ConsulConfig::default();
+        c.probe.set_kinds(Some(both));
+        c.watch = crate::modes::WatchMode::Blocking;
+        assert!(matches!(
+            c.validate(),
+            Err(ConsulError::Invalid(ConfigError::IntentionsNotStreaming))
+        ));
+        // Set by hand, a second kind beside anything but the catalog probe.
+        let mut c = ConsulConfig::default();
+        c.probe.kind = Some(ProbeKind::Kv);
+        c.probe.also = Some(ProbeKind::Intentions);
+        assert!(matches!(
+            c.validate(),
+            Err(ConsulError::Invalid(ConfigError::ProbeKinds(_)))
+        ));
     }
 
     #[test]

@@ -159,6 +159,17 @@ pub enum ConfigError {
         /// The probe interval.
         every: Duration,
     },
+    /// A probe timeout longer than half the interval with two probe kinds.
+    #[error(
+        "{timeout:?} must not exceed half the probe interval {every:?} with two probe kinds (the \
+         intentions change comes half an interval after the catalog change)"
+    )]
+    ProbeTimeoutOverHalf {
+        /// The timeout in force.
+        timeout: Duration,
+        /// The probe interval.
+        every: Duration,
+    },
     /// A probe service that is a per-agent pattern.
     #[error("must be one shared service, not a per-agent pattern")]
     ProbeServicePattern,
@@ -168,6 +179,9 @@ pub enum ConfigError {
     /// A probe kind that is not one.
     #[error("probe kind {0:?}: expected catalog, intentions or kv")]
     ProbeKind(String),
+    /// Probe kinds that do not combine.
+    #[error("probe kinds {0:?}: one kind, or catalog,intentions")]
+    ProbeKinds(String),
     /// More KV prefixes than an agent watches.
     #[error("{0} prefixes: at most {KV_MAX_PREFIXES} per agent")]
     KvPrefixes(usize),
@@ -228,12 +242,17 @@ impl ConfigError {
             E::AntiEntropy(_) => "anti_entropy",
             E::FlapRate(_) | E::FlapUnregistered => "flap_rate",
             E::BlockingWait(_) => "blocking_wait",
-            E::IntentionsNotStreaming | E::ChangeEveryNotCatalog | E::ProbeKind(_) => "probe",
+            E::IntentionsNotStreaming
+            | E::ChangeEveryNotCatalog
+            | E::ProbeKind(_)
+            | E::ProbeKinds(_) => "probe",
             E::SeedUnwatched(_) => "seed_service",
             E::AclTokensWire => "acl_tokens",
             E::AclTokenRate(_) => "acl_token_rate",
             E::ProbeEvery => "probe.every",
-            E::ProbeTimeoutZero | E::ProbeTimeoutOver { .. } => "probe.timeout",
+            E::ProbeTimeoutZero | E::ProbeTimeoutOver { .. } | E::ProbeTimeoutOverHalf { .. } => {
+                "probe.timeout"
+            }
             E::ProbeServicePattern | E::ProbeServiceEmpty => "probe.service",
             E::KvPrefixes(_)
             | E::KvPrefixChars(_)

@@ -65,7 +65,9 @@ pub mod watch;
 mod agent;
 
 pub use agent::{ConsulAgent, ConsulFactory, api_client, http_api};
-pub use config::{ConfigError, Connection, ConsulConfig, ConsulTls, ProbeConfig, ProbeKind};
+pub use config::{
+    ConfigError, Connection, ConsulConfig, ConsulTls, ProbeConfig, ProbeKind, ProbeKinds,
+};
 pub use probe::{ProbeObserver, ProbeRunner};
 
 use agent_sim_metrics::MetricsSpec;
@@ -205,6 +207,11 @@ pub mod names {
     /// proxy's xDS stream (after its coalescing window and the agent's
     /// update limiter) − T0; one per proxy of each agent that had it.
     pub const PROPAGATION_PROXY: &str = "propagation_proxy";
+    /// The intentions probe's deliveries when it runs beside the catalog
+    /// probe (`--probe catalog,intentions`), timed as `propagation`.
+    pub const PROPAGATION_INTENTIONS: &str = "propagation_intentions";
+    /// Those at the proxies behind the agents, as `propagation_proxy`.
+    pub const PROPAGATION_INTENTIONS_PROXY: &str = "propagation_intentions_proxy";
     /// Config snapshots proxycfg sends the proxies' xDS streams, one per
     /// proxy and coalescing window (counted when the send is scheduled).
     pub const PROXY_UPDATES: &str = "proxy_updates";
@@ -365,6 +372,8 @@ pub fn metrics_spec() -> MetricsSpec {
             names::SESSION_RENEW,
             names::PROPAGATION,
             names::PROPAGATION_PROXY,
+            names::PROPAGATION_INTENTIONS,
+            names::PROPAGATION_INTENTIONS_PROXY,
             names::PROBE_OVERHEAD,
             names::PROBE_WRITE,
             names::LEAF_BOOT,

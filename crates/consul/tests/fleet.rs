@@ -326,6 +326,78 @@ async fn intentions_probe_reaches_every_agent() {
     assert_eq!((p.delivered, p.expected), (20, 20), "{p:?}");
 }
 
+/// `--probe catalog,intentions`: both probes in one run, each on its own
+/// board, the intentions change half an interval after each catalog
+/// change, with the even ids between the catalog probe's odd ones; every
+/// agent and every proxy behind it has each change, recorded in each
+/// probe's own latencies.
+#[tokio::test(start_paused = true)]
+async fn catalog_and_intentions_probes_run_side_by_side() {
+    let t = start_target().await;
+    let m_owned = metrics();
+    let m = &m_owned;
+    let mut probe = probe(ProbeKind::Catalog, ms(2000), ms(800));
+    probe.also = Some(ProbeKind::Intentions);
+    let cfg = ConsulConfig {
+        register: false,
+        session_ttl: None,
+        probe,
+        proxies: Box::new(agent_sim_consul::proxy::ProxyConfig {
+            per_agent: 2,
+            ..Default::default()
+        }),
+        ..config(&t)
+    };
+    let (report, probes) = run_fleet(cfg, fleet_of(20, None, ms(6600)), m).await;
+    assert_eq!(report.ever_connected, 20);
+    // web, api, the probe service and the intentions of it, per agent.
+    assert_eq!(counter(m, "snapshots"), 80);
+    let mut at_agents: Vec<(u64, &str, u64, u64)> = probes
+        .iter()
+        .filter(|p| p.fleet.is_none())
+        .map(|p| (p.id, p.kind.as_str(), p.delivered, p.expected))
+        .collect();
+    at_agents.sort();
+    assert_eq!(
+        at_agents,
+        [
+            (1, "deregister", 20, 20),
+            (2, "intentions", 20, 20),
+            (3, "register", 20, 20),
+            (4, "intentions", 20, 20),
+            (5, "deregister", 20, 20),
+        ],
+        "{probes:?}"
+    );
+    // The changes were made in the order of their ids (the intentions
+    // probe's at 3 s and 5 s, between the catalog probe's at 2, 4 and 6 s;
+    // its 7 s change falls after the run).
+    let t0 = |id| {
+        probes
+            .iter()
+            .find(|p| p.id == id && p.fleet.is_none())
+            .and_then(|p| p.t0_unix_us)
+            .unwrap()
+    };
+    assert!((1..5).all(|id| t0(id) < t0(id + 1)));
+    let at_proxies = probes
+        .iter()
+        .filter(|p| p.fleet.as_deref() == Some("proxy"));
+    assert_eq!(at_proxies.clone().count(), 5);
+    assert!(
+        at_proxies
+            .clone()
+            .all(|p| (p.delivered, p.expected) == (40, 40)),
+        "{probes:?}"
+    );
+    m.collect();
+    let len = |name| m.cumulative_of(name).unwrap().len();
+    assert_eq!(len("propagation"), 60);
+    assert_eq!(len("propagation_proxy"), 120);
+    assert_eq!(len("propagation_intentions"), 40);
+    assert_eq!(len("propagation_intentions_proxy"), 80);
+}
+
 /// A resubscribe with the view's index: the server answers a changed topic
 /// with `NewSnapshotToFollow` and a snapshot, and keeps an unchanged one
 /// silent until its next event, which is when the agent counts the resume

@@ -197,6 +197,9 @@ impl DataplaneConfig {
 
     /// The probe's rules (catalog only); the probe service when one runs.
     fn checked_probe(&self) -> Result<Option<String>, ConfigError> {
+        if self.probe.also.is_some() {
+            return Err(ConfigError::ProbeKind);
+        }
         match self.probe.kind {
             None => Ok(None),
             Some(ProbeKind::Intentions | ProbeKind::Kv) => Err(ConfigError::ProbeKind),
@@ -339,6 +342,11 @@ mod tests {
         assert_eq!(invalid(&x), "envoy_version");
         let mut x = c.clone();
         x.probe.kind = Some(ProbeKind::Intentions);
+        assert_eq!(invalid(&x), "probe");
+        // The catalog probe with the intentions probe beside it.
+        let mut x = c.clone();
+        x.probe.kind = Some(ProbeKind::Catalog);
+        x.probe.also = Some(ProbeKind::Intentions);
         assert_eq!(invalid(&x), "probe");
         let mut x = c.clone();
         x.probe.kind = Some(ProbeKind::Catalog);

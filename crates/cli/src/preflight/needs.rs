@@ -120,7 +120,9 @@ pub fn needs(cfg: &RunConfig) -> Needs {
                 "Sensu".to_string(),
             ),
             Protocol::Consul(c) => {
-                let streams = c.upstreams.len() as u64 + u64::from(c.probe.kind.is_some());
+                let streams = c.upstreams.len() as u64
+                    + u64::from(c.probe.kind.is_some())
+                    + u64::from(c.probe.also.is_some());
                 let per = (CONSUL_AGENT_BYTES + CONSUL_STREAM_BYTES * streams)
                     .saturating_sub(2 * CONSUL_STREAM_BYTES);
                 (

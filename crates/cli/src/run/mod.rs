@@ -256,17 +256,19 @@ async fn serve_metrics(
     }))
 }
 
-/// The probe runners of a run: one per probed service. A dataplane fleet
-/// probing the same service as another fleet hands its board to that
-/// fleet's runner, so one change is timed at Subscribe agents and sidecars
-/// alike (a probe summary per fleet).
+/// The probe runners of a run: one per probed service (and a Consul
+/// fleet's second probe kind). A dataplane fleet probing the same service
+/// as another fleet hands its board to that fleet's runner, so one change
+/// is timed at Subscribe agents and sidecars alike (a probe summary per
+/// fleet).
 fn probe_runners(built: &[Built]) -> Vec<ProbeRunner> {
     let mut runners: Vec<ProbeRunner> = built
         .iter()
-        .filter_map(|b| match b {
-            Built::Consul(f) => f.probe_runner(),
-            _ => None,
+        .flat_map(|b| match b {
+            Built::Consul(f) => [f.probe_runner(), f.second_probe_runner()],
+            _ => [None, None],
         })
+        .flatten()
         .collect();
     for b in built {
         if let Built::Dataplane(f) = b
@@ -277,6 +279,20 @@ fn probe_runners(built: &[Built]) -> Vec<ProbeRunner> {
         }
     }
     runners
+}
+
+/// What the probe runners and observers measured, in the order the
+/// changes were made (a second probe kind's come between the first's); the
+/// entries of one change stay together.
+async fn probes_made(tasks: Vec<JoinHandle<Vec<ProbeSummary>>>) -> Vec<ProbeSummary> {
+    let mut probes = Vec::new();
+    for t in tasks {
+        if let Ok(p) = t.await {
+            probes.extend(p);
+        }
+    }
+    probes.sort_by_key(|p| p.t0_unix_us);
+    probes
 }
 
 /// The Vault servers of the run's Consul fleets (`--vault-nodes`); a
@@ -367,7 +383,10 @@ async fn run_fleets(
                 fleet_tasks.spawn(agent_sim_fleet::run(fc, f, m, s, t));
             }
             Built::Consul(f) => {
-                if let Some(observer) = f.probe_observer() {
+                for observer in [f.probe_observer(), f.second_probe_observer()]
+                    .into_iter()
+                    .flatten()
+                {
                     // Another shard makes the changes; this one reports what
                     // its agents saw, by change id, for `report merge`.
                     probe_tasks.push(tokio::spawn(observer.run(end.clone())));
@@ -383,12 +402,7 @@ async fn run_fleets(
             vault = Some(v);
         }
     }
-    let mut probes = Vec::new();
-    for t in probe_tasks {
-        if let Ok(p) = t.await {
-            probes.extend(p);
-        }
-    }
+    let probes = probes_made(probe_tasks).await;
     for f in &seeded {
         f.close_gossip().await;
     }

@@ -2,13 +2,14 @@
 //! every agent shares.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use agent_sim_fleet::AgentFactory;
 use agent_sim_fleet::servers::Router;
 use agent_sim_metrics::Metrics;
 use agent_sim_proto::consul::subscribe::Topic;
 
-use super::{ConsulAgent, Ids, Shared, Sub, WatchApi};
+use super::{ConsulAgent, Ids, Shared, Sub, Timed, WatchApi};
 use crate::ConsulError;
 use crate::config::{self, ConsulConfig, ProbeKind};
 use crate::conn::{self, Dialer};
@@ -69,7 +70,8 @@ impl ConsulFactory {
             },
             host: v.http_addr.to_string(),
         };
-        let board = new_board(&cfg, v.probe_service.as_deref());
+        let board = new_board(&cfg, cfg.probe.kind, v.probe_service.as_deref());
+        let also = new_board(&cfg, cfg.probe.also, v.probe_service.as_deref());
         let upstreams = v
             .upstreams
             .into_iter()
@@ -108,6 +110,7 @@ impl ConsulFactory {
                 http,
                 batcher: OnceLock::new(),
                 board,
+                also,
                 metrics,
                 ids,
                 ttl,
@@ -138,7 +141,30 @@ impl ConsulFactory {
         if !s.cfg.probe.controller {
             return None;
         }
-        let board = s.board.clone()?;
+        self.runner_of(s.board.clone()?)
+    }
+
+    /// The intentions probe's controller when it runs beside the catalog
+    /// probe (`--probe catalog,intentions`): its changes half an interval
+    /// after the catalog probe's, its ids the even ones between them, its
+    /// deliveries in their own latencies.
+    pub fn second_probe_runner(&self) -> Option<ProbeRunner> {
+        let s = &self.shared;
+        if !s.cfg.probe.controller {
+            return None;
+        }
+        let mut r = self.runner_of(s.also.clone()?)?;
+        r.latency = crate::names::PROPAGATION_INTENTIONS;
+        r.proxy_latency = crate::names::PROPAGATION_INTENTIONS_PROXY;
+        r.offset = s.cfg.probe.every / 2;
+        r.ids = (2, 2);
+        Some(r)
+    }
+
+    /// The runner of one of the fleet's boards; the first probe's timing,
+    /// names and ids (1, 2, 3, ... or the odd ones beside a second probe).
+    fn runner_of(&self, board: Arc<ProbeBoard>) -> Option<ProbeRunner> {
+        let s = &self.shared;
         Some(ProbeRunner {
             board,
             others: Vec::new(),
@@ -150,9 +176,12 @@ impl ConsulFactory {
             prefix: s.cfg.conn.name_prefix.clone(),
             keep: s.cfg.keep_registrations,
             latency: crate::names::PROPAGATION,
+            proxy_latency: crate::names::PROPAGATION_PROXY,
             fleet: None,
             meta: s.cfg.probe.meta,
             changes: Default::default(),
+            offset: Duration::ZERO,
+            ids: (1, if s.also.is_some() { 2 } else { 1 }),
         })
     }
 
@@ -269,6 +298,19 @@ impl ConsulFactory {
         })
     }
 
+    /// The intentions probe's observer beside the catalog probe's (see
+    /// [`ConsulFactory::probe_observer`]).
+    pub fn second_probe_observer(&self) -> Option<ProbeObserver> {
+        let s = &self.shared;
+        if s.cfg.probe.controller {
+            return None;
+        }
+        Some(ProbeObserver {
+            board: s.also.clone()?,
+            metrics: s.metrics.clone(),
+        })
+    }
+
     /// The fleet's certificates, when its agents keep leaf certificates
     /// (sidecars on the client wire): the rotation is started and its
     /// figures read there.
@@ -323,8 +365,12 @@ pub fn api_client(
 
 /// The probe's board: the controller's (which arms changes and collects
 /// arrivals), an observer's, or none when the run has no probe.
-fn new_board(cfg: &ConsulConfig, probe_service: Option<&str>) -> Option<Arc<ProbeBoard>> {
-    match (cfg.probe.kind, probe_service) {
+fn new_board(
+    cfg: &ConsulConfig,
+    kind: Option<ProbeKind>,
+    probe_service: Option<&str>,
+) -> Option<Arc<ProbeBoard>> {
+    match (kind, probe_service) {
         (Some(ProbeKind::Kv), _) => Some(Arc::new(ProbeBoard::new(
             ProbeKind::Kv,
             &crate::kv::probe_key(&cfg.conn.name_prefix),
@@ -364,7 +410,7 @@ impl AgentFactory for ConsulFactory {
                 Arc::from(next),
                 Topic::ServiceHealth,
                 ViewKind::Health,
-                false,
+                None,
             ));
         }
         let mut probe_taken = false;
@@ -382,7 +428,7 @@ impl AgentFactory for ConsulFactory {
                 name,
                 Topic::ServiceHealth,
                 ViewKind::Health,
-                probe,
+                probe.then_some(Timed::Main),
             ));
         }
         // Every agent watches the catalog probe's service.
@@ -394,18 +440,22 @@ impl AgentFactory for ConsulFactory {
                 Arc::from(b.service()),
                 Topic::ServiceHealth,
                 ViewKind::Health,
-                true,
+                Some(Timed::Main),
             ));
         }
-        if let Some(b) = &s.board
-            && b.kind() == ProbeKind::Intentions
-        {
-            subs.push(Sub::new(
-                Arc::from(b.service()),
-                Topic::ServiceIntentions,
-                ViewKind::Intentions,
-                true,
-            ));
+        // The intentions probe's subscription, alone or beside the
+        // catalog probe's.
+        for (b, timed) in [(&s.board, Timed::Main), (&s.also, Timed::Also)] {
+            if let Some(b) = b
+                && b.kind() == ProbeKind::Intentions
+            {
+                subs.push(Sub::new(
+                    Arc::from(b.service()),
+                    Topic::ServiceIntentions,
+                    ViewKind::Intentions,
+                    Some(timed),
+                ));
+            }
         }
         ConsulAgent {
             index,

@@ -174,6 +174,9 @@ pub(crate) struct Shared {
     http: Arc<HttpApi>,
     batcher: OnceLock<TxnBatcher>,
     board: Option<Arc<ProbeBoard>>,
+    /// The intentions probe's board beside the catalog probe's
+    /// (`--probe catalog,intentions`).
+    also: Option<Arc<ProbeBoard>>,
     metrics: Metrics,
     ids: Ids,
     token: String,
@@ -234,6 +237,14 @@ impl Shared {
         }
     }
 
+    /// The board a subscription timed on `t` reports to.
+    fn board_of(&self, t: Option<Timed>) -> Option<&Arc<ProbeBoard>> {
+        match t? {
+            Timed::Main => self.board.as_ref(),
+            Timed::Also => self.also.as_ref(),
+        }
+    }
+
     /// The token agent `index` calls with: its own, else the run's.
     fn token(&self, index: u64) -> &str {
         self.tokens
@@ -259,13 +270,22 @@ impl Shared {
     }
 }
 
+/// Which of the run's probes a subscription is timed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timed {
+    /// The run's probe (`Shared::board`).
+    Main,
+    /// The intentions probe beside the catalog probe (`Shared::also`).
+    Also,
+}
+
 /// Persistent state of one subscription.
 struct Sub {
     name: Arc<str>,
     topic: Topic,
     view: View,
-    /// The subscription the probe is timed on.
-    probe: bool,
+    /// The probe this subscription is timed on, if any.
+    probe: Option<Timed>,
     /// Completed a snapshot at least once (later snapshots are re-syncs).
     ever_synced: bool,
     /// Last probe id (controller) or raft index (observer) this agent
@@ -280,7 +300,7 @@ struct Sub {
 }
 
 impl Sub {
-    fn new(name: Arc<str>, topic: Topic, kind: ViewKind, probe: bool) -> Self {
+    fn new(name: Arc<str>, topic: Topic, kind: ViewKind, probe: Option<Timed>) -> Self {
         Sub {
             name,
             topic,

@@ -108,10 +108,10 @@ impl ConsulAgent {
         } = conn;
         let now = Instant::now();
         // Uncounts live probe subscriptions however the session ends.
-        let mut slots = Slots {
-            v: (0..self.subs.len()).map(|_| Slot::new(now)).collect(),
-            board: self.shared.board.clone(),
-        };
+        let mut slots = Slots::new(
+            (0..self.subs.len()).map(|_| Slot::new(now)).collect(),
+            &self.shared,
+        );
         for (i, slot) in slots.v.iter_mut().enumerate() {
             self.start_slot(i, slot, &mut conn);
         }

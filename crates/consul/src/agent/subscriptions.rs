@@ -11,7 +11,7 @@ use agent_sim_proto::consul::subscribe::{Event, SubscribeRequest, event::Payload
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
-use super::{ABORT_BACKOFF, ConsulAgent, Shared};
+use super::{ABORT_BACKOFF, ConsulAgent, Shared, Timed};
 use crate::codec::{SUBSCRIBE_PATH, subscribe_request};
 use crate::conn::{self, StreamConn};
 use crate::ended::status_words;
@@ -55,6 +55,8 @@ pub(super) struct Slot {
     pub(super) ready: bool,
     /// Live on the probe board since this mark (`sub_up`'s answer).
     pub(super) mark: Option<u64>,
+    /// The probe whose board the mark is on.
+    pub(super) timed: Option<Timed>,
     /// When the pending snapshot was asked for (Subscribe call or reset).
     pub(super) started: Instant,
     /// Subscribed with an index; not yet known whether it resumed. The
@@ -80,6 +82,7 @@ impl Slot {
             state: SlotState::Done,
             ready: false,
             mark: None,
+            timed: None,
             started: now,
             resume_pending: false,
             silent: false,
@@ -90,20 +93,34 @@ impl Slot {
 }
 
 /// The session's slots; dropping them takes live probe subscriptions off
-/// the board (also when the session future is dropped mid-way).
+/// their boards (also when the session future is dropped mid-way).
 pub(super) struct Slots {
     pub(super) v: Vec<Slot>,
-    pub(super) board: Option<Arc<ProbeBoard>>,
+    /// The fleet's probe boards: the run's probe and the second one.
+    boards: [Option<Arc<ProbeBoard>>; 2],
+}
+
+impl Slots {
+    /// The slots `v` of a session of a fleet sharing `sh`.
+    pub(super) fn new(v: Vec<Slot>, sh: &Shared) -> Self {
+        Slots {
+            v,
+            boards: [sh.board.clone(), sh.also.clone()],
+        }
+    }
 }
 
 impl Drop for Slots {
     fn drop(&mut self) {
-        if let Some(b) = &self.board {
-            for s in &self.v {
-                if let Some(m) = s.mark {
-                    // The session future was dropped: the run is ending.
-                    b.sub_down(m, &mut Owed::default());
-                }
+        for s in &self.v {
+            let board = match s.timed {
+                Some(Timed::Main) => &self.boards[0],
+                Some(Timed::Also) => &self.boards[1],
+                None => continue,
+            };
+            if let (Some(m), Some(b)) = (s.mark, board) {
+                // The session future was dropped: the run is ending.
+                b.sub_down(m, &mut Owed::default());
             }
         }
     }
@@ -143,18 +160,19 @@ impl ConsulAgent {
 
     pub(super) fn mark_ready(&self, i: usize, slot: &mut Slot) {
         slot.ready = true;
-        if self.subs[i].probe
-            && slot.mark.is_none()
-            && let Some(b) = &self.shared.board
+        let timed = self.subs[i].probe;
+        if slot.mark.is_none()
+            && let Some(b) = self.shared.board_of(timed)
         {
             slot.mark = Some(b.sub_up());
+            slot.timed = timed;
         }
     }
 
     /// Takes subscription `i` off the probe board; the agent keeps the
     /// probe that still expects its arrival.
     pub(super) fn uncount(&mut self, i: usize, slot: &mut Slot) {
-        if let (Some(m), Some(b)) = (slot.mark.take(), &self.shared.board) {
+        if let (Some(m), Some(b)) = (slot.mark.take(), self.shared.board_of(slot.timed)) {
             b.sub_down(m, &mut self.subs[i].probe_owed);
         }
     }
@@ -312,7 +330,7 @@ impl ConsulAgent {
     ) -> Applied {
         let sh = self.shared.clone();
         let sub = &mut self.subs[i];
-        let board = if sub.probe { sh.board.as_deref() } else { None };
+        let board = sh.board_of(sub.probe);
         let observing = board.is_some_and(|b| b.is_observer());
         let mut a = Applied {
             signal: Signal::Ignored,
@@ -371,7 +389,8 @@ impl ConsulAgent {
                 Some("more instances than one view keeps; the rest are not tracked"),
             );
         }
-        let board = if sub.probe { sh.board.as_deref() } else { None };
+        let timed = sub.probe;
+        let board = sh.board_of(timed);
         let arrived = arrival.at();
         // What the agent's proxycfg takes: a whole view (its snapshot
         // done) or a live change of one.
@@ -395,7 +414,7 @@ impl ConsulAgent {
         {
             sub.probe_seen = id;
             delivered(&sh, agent, arrival);
-            probe_hit = Some((id, hit_index));
+            probe_hit = timed.map(|t| (t, id, hit_index));
         }
         if proxied {
             self.hand_to_proxies(arrived, probe_hit);
@@ -404,9 +423,9 @@ impl ConsulAgent {
     }
 
     /// The proxies behind the agent (`--proxies-per-agent`) take an update
-    /// that reached it at `at`; `probe`: the probe id (and raft index) whose
-    /// arrival it was, timed again at each proxy's hand-off.
-    fn hand_to_proxies(&mut self, at: Instant, probe: Option<(u64, u64)>) {
+    /// that reached it at `at`; `probe`: the probe (its board, id and raft
+    /// index) whose arrival it was, timed again at each proxy's hand-off.
+    fn hand_to_proxies(&mut self, at: Instant, probe: Option<(Timed, u64, u64)>) {
         let sh = &self.shared;
         let cfg = &sh.cfg.proxies;
         if !cfg.is_on() {
@@ -423,7 +442,9 @@ impl ConsulAgent {
             }
         });
         sh.metrics.add(sh.ids.proxy_updates, scheduled);
-        if let (Some((id, index)), Some(b)) = (probe, &sh.board) {
+        if let Some((timed, id, index)) = probe
+            && let Some(b) = sh.board_of(Some(timed))
+        {
             b.arrive_proxied(id, index, &handed);
         }
     }
@@ -445,7 +466,7 @@ impl ConsulAgent {
         sh.metrics
             .record(sh.ids.subscribe_snapshot, agent, slot.started.elapsed());
         let sub = &mut self.subs[i];
-        let board = if sub.probe { sh.board.as_deref() } else { None };
+        let board = sh.board_of(sub.probe);
         let mut hit = None;
         if let Some(b) = board {
             if b.is_observer() {

@@ -212,10 +212,7 @@ impl ConsulAgent {
     /// The session's slots and watches: each query starts at the view's
     /// index (a resume after a reconnect), or at 0 with the view reset.
     fn watch_slots(&mut self, now: Instant, stamp: &Option<RxStamp>) -> (Slots, Vec<Watch>) {
-        let mut slots = Slots {
-            v: Vec::with_capacity(self.subs.len()),
-            board: self.shared.board.clone(),
-        };
+        let mut slots = Slots::new(Vec::with_capacity(self.subs.len()), &self.shared);
         let mut watches: Vec<Watch> = Vec::with_capacity(self.subs.len());
         for sub in &mut self.subs {
             let index = sub.view.resume_index();

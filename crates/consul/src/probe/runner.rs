@@ -22,6 +22,8 @@ use super::{Expect, ProbeBoard};
 pub(crate) struct Watched {
     board: Arc<ProbeBoard>,
     latency: &'static str,
+    /// The latency of its deliveries at the proxies behind the agents.
+    proxy_latency: &'static str,
     /// `ProbeSummary::fleet` of its probes (`None`: the Consul agents).
     fleet: Option<String>,
 }
@@ -42,6 +44,15 @@ pub struct ProbeRunner {
     pub(crate) keep: bool,
     /// The latency the board's deliveries are recorded in.
     pub(crate) latency: &'static str,
+    /// The latency its deliveries at the proxies behind the agents are
+    /// recorded in.
+    pub(crate) proxy_latency: &'static str,
+    /// The first change comes this long after `every` (a second probe's
+    /// changes fall between the first's).
+    pub(crate) offset: Duration,
+    /// The first probe id and the step between ids (two probes of one run
+    /// take the odd and the even ids).
+    pub(crate) ids: (u64, u64),
     /// `ProbeSummary::fleet` of the board's probes.
     pub(crate) fleet: Option<String>,
     /// Catalog: a change is new metadata on the instance (`--change-every`).
@@ -129,7 +140,7 @@ fn disarm(watched: &[Watched], expected: Vec<u64>) -> Vec<Got> {
             got.push(Got {
                 arrivals,
                 expected,
-                latency: crate::names::PROPAGATION_PROXY,
+                latency: w.proxy_latency,
                 fleet: Some(crate::proxy::FLEET.into()),
             });
         }
@@ -184,9 +195,12 @@ impl ProbeRunner {
             prefix: setup.prefix,
             keep: setup.keep,
             latency,
+            proxy_latency: crate::names::PROPAGATION_PROXY,
             fleet,
             meta: false,
             changes: Default::default(),
+            offset: Duration::ZERO,
+            ids: (1, 1),
         }
     }
 
@@ -198,6 +212,7 @@ impl ProbeRunner {
         self.others.push(Watched {
             board,
             latency,
+            proxy_latency: crate::names::PROPAGATION_PROXY,
             fleet: Some(fleet.to_owned()),
         });
     }
@@ -224,12 +239,13 @@ impl ProbeRunner {
         let mut watched = vec![Watched {
             board: self.board.clone(),
             latency: self.latency,
+            proxy_latency: self.proxy_latency,
             fleet: self.fleet.take(),
         }];
         watched.append(&mut self.others);
-        let mut next_id = 1u64;
+        let (mut next_id, step) = self.ids;
         for k in 1u32.. {
-            let due = start + self.every * k;
+            let due = start + self.offset + self.every * k;
             tokio::select! {
                 _ = tokio::time::sleep_until(due) => {}
                 _ = cancel.cancelled() => break,
@@ -247,7 +263,7 @@ impl ProbeRunner {
                 }
             };
             let id = next_id;
-            next_id += 1;
+            next_id += step;
             match self
                 .probe(&watched, id, (on, cas), &mut state, &cancel)
                 .await

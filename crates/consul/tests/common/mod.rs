@@ -188,9 +188,11 @@ pub async fn run_fleet(
 ) -> (FleetReport, Vec<ProbeSummary>) {
     let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
     let stop = CancellationToken::new();
-    let probes = factory
-        .probe_runner()
-        .map(|r| tokio::spawn(r.run(stop.clone())));
+    let probes: Vec<_> = [factory.probe_runner(), factory.second_probe_runner()]
+        .into_iter()
+        .flatten()
+        .map(|r| tokio::spawn(r.run(stop.clone())))
+        .collect();
     let report = agent_sim_fleet::run(
         f,
         std::sync::Arc::new(factory),
@@ -200,11 +202,11 @@ pub async fn run_fleet(
     )
     .await;
     stop.cancel();
-    let probes = match probes {
-        Some(p) => p.await.unwrap(),
-        None => Vec::new(),
-    };
-    (report, probes)
+    let mut out = Vec::new();
+    for p in probes {
+        out.extend(p.await.unwrap());
+    }
+    (report, out)
 }
 
 /// The nodes a run with prefix `agent-sim` registered (by its node meta).

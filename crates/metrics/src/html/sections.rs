@@ -199,9 +199,10 @@ fn probe_heading(p: &ProbeSummary) -> String {
         String::new()
     };
     format!(
-        "Probe #{} ({}): delivered {} of {}{}, 99 % {}",
+        "Probe #{} ({}, at the {}): delivered {} of {}{}, 99 % {}",
         p.id,
         p.kind,
+        probe_place(p),
         p.delivered,
         p.expected,
         share,
@@ -227,7 +228,8 @@ pub(super) fn probes(o: &mut String, s: &Summary) {
         figure(
             o,
             probe_overview(s),
-            "Each probe's percentiles over the fleet, at the time of its change.",
+            "Each probe's percentiles over the fleet, at the time of its change (its p99 alone \
+             when the probes were timed at the agents and behind them, or were of two kinds).",
         );
     }
     let mut drawn: Vec<&ProbeSummary> = s.probes.iter().collect();
@@ -249,6 +251,12 @@ pub(super) fn probes(o: &mut String, s: &Summary) {
     close(o);
 }
 
+/// Where a probe entry was timed: the agents, or the fleet named (the
+/// proxies behind the agents, dataplane sidecars).
+fn probe_place(p: &ProbeSummary) -> &str {
+    p.fleet.as_deref().unwrap_or("agents")
+}
+
 /// One row per probe: when, how many got it, its percentiles, its note.
 fn probe_table(o: &mut String, s: &Summary) {
     let rows: Vec<Vec<String>> = s
@@ -259,6 +267,7 @@ fn probe_table(o: &mut String, s: &Summary) {
             vec![
                 p.id.to_string(),
                 esc(&p.kind),
+                esc(probe_place(p)),
                 esc(&p.t0),
                 format!("{}/{}", p.delivered, p.expected),
                 fmt_us(l.p50),
@@ -277,6 +286,7 @@ fn probe_table(o: &mut String, s: &Summary) {
         &[
             "#",
             "kind",
+            "at",
             "T0",
             ">delivered",
             ">p50",
@@ -359,23 +369,45 @@ fn probe_overview(s: &Summary) -> Option<Chart> {
             s.probes[i].id as f64
         }
     };
-    let line = |name: &str, f: fn(&LatencySummary) -> u64| Series {
-        name: name.into(),
+    // One line per place the probes were timed at and per kind of change
+    // (intentions apart from the catalog's), so no line joins the agents'
+    // arrivals to the proxies' or one kind's to the other's.
+    let group = |p: &ProbeSummary| (probe_place(p).to_owned(), p.kind == "intentions");
+    let mut groups: Vec<(String, bool)> = s.probes.iter().map(group).collect();
+    groups.sort();
+    groups.dedup();
+    let kinds_differ = groups.iter().any(|g| g.1) && groups.iter().any(|g| !g.1);
+    let line = |name: String, g: &(String, bool), f: fn(&LatencySummary) -> u64| Series {
+        name,
         points: s
             .probes
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.latency_us.count > 0)
+            .filter(|(_, p)| p.latency_us.count > 0 && group(p) == *g)
             .map(|(i, p)| (x_of(i), f(&p.latency_us) as f64))
             .collect(),
         steps: false,
     };
-    let series = vec![
-        line("p50", |l| l.p50),
-        line("p90", |l| l.p90),
-        line("p99", |l| l.p99),
-        line("max", |l| l.max),
-    ];
+    let series = match groups.as_slice() {
+        [only] => vec![
+            line("p50".into(), only, |l| l.p50),
+            line("p90".into(), only, |l| l.p90),
+            line("p99".into(), only, |l| l.p99),
+            line("max".into(), only, |l| l.max),
+        ],
+        // Several: the p99 of each (one legend row holds four).
+        _ => groups
+            .iter()
+            .map(|g| {
+                let name = match (kinds_differ, g.1) {
+                    (true, true) => format!("p99 intentions, {}", g.0),
+                    (true, false) => format!("p99 catalog, {}", g.0),
+                    (false, _) => format!("p99, {}", g.0),
+                };
+                line(name, g, |l| l.p99)
+            })
+            .collect(),
+    };
     let lo = s
         .probes
         .iter()
