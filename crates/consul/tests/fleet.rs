@@ -97,13 +97,22 @@ async fn run_two_shards(
     let (m0, m1) = (metrics(), metrics());
     let f0 = ConsulFactory::new(shard(true), m0.clone()).unwrap();
     let f1 = ConsulFactory::new(shard(false), m1.clone()).unwrap();
-    assert!(f0.probe_observer().is_none());
-    assert!(f1.probe_runner().is_none());
-    let runner = f0.probe_runner().expect("controller");
-    let observer = f1.probe_observer().expect("observer");
+    assert!(f0.probe_observer().is_none() && f0.second_probe_observer().is_none());
+    assert!(f1.probe_runner().is_none() && f1.second_probe_runner().is_none());
     let stop = CancellationToken::new();
-    let probes0 = tokio::spawn(runner.run(stop.clone()));
-    let probes1 = tokio::spawn(observer.run(stop.clone()));
+    // The run's probe and, with `--probe catalog,intentions`, the second.
+    let mut runners = vec![f0.probe_runner().expect("controller")];
+    runners.extend(f0.second_probe_runner());
+    let mut observers = vec![f1.probe_observer().expect("observer")];
+    observers.extend(f1.second_probe_observer());
+    let probes0: Vec<_> = runners
+        .into_iter()
+        .map(|r| tokio::spawn(r.run(stop.clone())))
+        .collect();
+    let probes1: Vec<_> = observers
+        .into_iter()
+        .map(|o| tokio::spawn(o.run(stop.clone())))
+        .collect();
     let run = |fc: FleetConfig, f: ConsulFactory, m: Metrics| {
         agent_sim_fleet::run(
             fc,
@@ -115,8 +124,13 @@ async fn run_two_shards(
     };
     let (r0, r1) = tokio::join!(run(fleet0, f0, m0.clone()), run(fleet1, f1, m1.clone()));
     stop.cancel();
-    let (probes0, probes1) = (probes0.await.unwrap(), probes1.await.unwrap());
-    ([r0, r1], [m0, m1], [probes0, probes1])
+    let mut probes = [Vec::new(), Vec::new()];
+    for (out, tasks) in probes.iter_mut().zip([probes0, probes1]) {
+        for t in tasks {
+            out.extend(t.await.unwrap());
+        }
+    }
+    ([r0, r1], [m0, m1], probes)
 }
 
 /// Probes armed while a storm's agents come back count only the agents live
@@ -396,6 +410,41 @@ async fn catalog_and_intentions_probes_run_side_by_side() {
     assert_eq!(len("propagation_proxy"), 120);
     assert_eq!(len("propagation_intentions"), 40);
     assert_eq!(len("propagation_intentions_proxy"), 80);
+}
+
+/// Two shards with both probe kinds: the observer shard measures each
+/// kind's changes on its own board and reports them by raft index, each
+/// entry of the kind the controller made.
+#[tokio::test(start_paused = true)]
+async fn an_observer_shard_measures_both_probe_kinds() {
+    let t = start_target().await;
+    let mut cfg = shard_config(&t, ms(900));
+    cfg.probe.also = Some(ProbeKind::Intentions);
+    let fleet = || fleet_of(10, None, ms(5500));
+    let (reports, _, [probes0, probes1]) = run_two_shards(cfg, [fleet(), fleet()]).await;
+    assert_eq!(
+        (reports[0].ever_connected, reports[1].ever_connected),
+        (10, 10)
+    );
+    let kinds = |probes: &[ProbeSummary]| {
+        let mut k: Vec<(Option<u64>, String, u64, u64)> = probes
+            .iter()
+            .map(|p| (p.change_id, p.kind.clone(), p.delivered, p.expected))
+            .collect();
+        k.sort();
+        k
+    };
+    // Catalog changes at 2 and 4 s, intentions at 3 and 5 s.
+    let made = kinds(&probes0);
+    assert_eq!(made.len(), 4, "{probes0:?}");
+    assert_eq!(made.iter().filter(|k| k.1 == "intentions").count(), 2);
+    assert!(made.iter().all(|k| (k.2, k.3) == (10, 10)), "{made:?}");
+    // The observer saw the same changes, of the same kinds, at its 10.
+    let seen = kinds(&probes1);
+    let as_made: Vec<_> = made.iter().map(|k| (k.0, k.1.clone())).collect();
+    let as_seen: Vec<_> = seen.iter().map(|k| (k.0, k.1.clone())).collect();
+    assert_eq!(as_seen, as_made, "{probes1:?}");
+    assert!(seen.iter().all(|k| (k.2, k.3) == (10, 10)), "{seen:?}");
 }
 
 /// A resubscribe with the view's index: the server answers a changed topic
