@@ -11,7 +11,7 @@
 # (docs/real-servers.md); nothing of Consul is in this repository. The
 # server's CA and certificate are made with `consul tls` in OUT; the server
 # listens on SERVER_IP (default 127.0.0.71: ports 8300, 8301, 8500, 8502 there
-# must be free).
+# must be free). AGENT_SIM: an agent-sim binary to run instead of building one.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SCALE=${1:-0.1}
@@ -22,8 +22,12 @@ SERVER_IP=${SERVER_IP:-127.0.0.71}
 CONSUL_BIN=${CONSUL_BIN:?set CONSUL_BIN to a consul 1.20.1 binary}
 OUT=$(realpath -m "${OUT:-target/bench-study-cgs}")
 rm -rf "$OUT" && mkdir -p "$OUT/data"
-nice cargo build --release -p agent-sim 2>/dev/null
-BIN=$PWD/target/release/agent-sim
+if [ -n "${AGENT_SIM:-}" ]; then
+  BIN=$AGENT_SIM
+else
+  nice cargo build --release -p agent-sim 2>/dev/null
+  BIN=$PWD/target/release/agent-sim
+fi
 (cd "$OUT" && "$CONSUL_BIN" tls ca create >/dev/null && "$CONSUL_BIN" tls cert create -server -dc dc1 >/dev/null)
 cat >"$OUT/server.hcl" <<EOF
 datacenter = "dc1"

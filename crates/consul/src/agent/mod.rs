@@ -388,6 +388,19 @@ impl ConsulAgent {
             .map(|s| s.view.len())
     }
 
+    /// The services this agent's sidecars call: its health subscriptions,
+    /// each name once (an intentions watch is no upstream, and a real
+    /// server refuses a proxy whose upstreams repeat a service).
+    fn upstream_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::with_capacity(self.subs.len());
+        for s in self.subs.iter().filter(|s| s.topic == Topic::ServiceHealth) {
+            if !names.contains(&&*s.name) {
+                names.push(&s.name);
+            }
+        }
+        names
+    }
+
     fn node(&self) -> String {
         http::node_name(&self.shared.cfg.conn.name_prefix, self.index)
     }

@@ -30,6 +30,11 @@ pub(crate) enum WriteError {
     /// A service without a name.
     #[error("Must provide service name (Service.Service)")]
     NoServiceName,
+    /// A connect proxy whose upstreams name one service twice (its key as
+    /// Consul prints it: `[type="service", name="web", partition="", ...]`),
+    /// in the multi-error list Consul answers with.
+    #[error("1 error occurred:\n\t* upstreams cannot contain duplicates of {0}\n\n")]
+    DuplicateUpstream(String),
     /// A check without an ID or a name.
     #[error("Must provide a check ID or name")]
     NoCheckId,

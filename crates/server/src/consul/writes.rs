@@ -110,6 +110,31 @@ pub(crate) struct NodeBody {
     pub(crate) meta: BTreeMap<String, String>,
 }
 
+/// The first upstream of a proxy's `Upstreams` that repeats an earlier
+/// one (same type, service, datacenter and peer), as Consul prints its key.
+fn duplicate_upstream(proxy: &Value) -> Option<String> {
+    let ups = proxy.get("Upstreams")?.as_array()?;
+    let text = |u: &Value, k: &str| u.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let mut seen = std::collections::BTreeSet::new();
+    ups.iter().find_map(|u| {
+        let kind = match text(u, "DestinationType").as_str() {
+            "" => "service".to_owned(),
+            t => t.to_owned(),
+        };
+        let key = (
+            kind,
+            text(u, "DestinationName"),
+            text(u, "DestinationPeer"),
+            text(u, "Datacenter"),
+        );
+        let printed = format!(
+            "[type={:?}, name={:?}, partition=\"\", namespace=\"\", peer={:?}, datacenter={:?}]",
+            key.0, key.1, key.2, key.3
+        );
+        (!seen.insert(key)).then_some(printed)
+    })
+}
+
 pub(crate) fn node_def(
     id: String,
     address: String,
@@ -127,6 +152,11 @@ pub(crate) fn node_def(
 pub(crate) fn service_def(b: ServiceBody) -> Result<ServiceDef, WriteError> {
     if b.service.is_empty() {
         return Err(WriteError::NoServiceName);
+    }
+    if b.kind == "connect-proxy"
+        && let Some(key) = b.proxy.as_ref().and_then(duplicate_upstream)
+    {
+        return Err(WriteError::DuplicateUpstream(key));
     }
     Ok(ServiceDef {
         id: if b.id.is_empty() {
@@ -478,6 +508,33 @@ mod tests {
         let s = service_def(b.service.unwrap()).unwrap();
         assert_eq!(s.id, "web");
         assert!(s.proxy.is_none());
+    }
+
+    #[test]
+    fn a_proxy_naming_one_upstream_twice_is_refused_in_consuls_words() {
+        let proxy = |ups: Value| ServiceBody {
+            service: "web-sidecar-proxy".into(),
+            kind: "connect-proxy".into(),
+            proxy: Some(json!({"DestinationServiceName": "web", "Upstreams": ups})),
+            ..Default::default()
+        };
+        let twice = json!([
+            {"DestinationName": "db", "LocalBindPort": 9191},
+            {"DestinationName": "api", "LocalBindPort": 9192},
+            {"DestinationName": "db", "LocalBindPort": 9193}
+        ]);
+        let e = service_def(proxy(twice)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "1 error occurred:\n\t* upstreams cannot contain duplicates of [type=\"service\", \
+             name=\"db\", partition=\"\", namespace=\"\", peer=\"\", datacenter=\"\"]\n\n"
+        );
+        // Another datacenter's service of that name is another upstream.
+        let apart = json!([
+            {"DestinationName": "db", "LocalBindPort": 9191},
+            {"DestinationName": "db", "Datacenter": "dc2", "LocalBindPort": 9192}
+        ]);
+        assert!(service_def(proxy(apart)).is_ok());
     }
 
     #[test]

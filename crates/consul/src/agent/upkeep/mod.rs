@@ -218,7 +218,11 @@ impl ConsulAgent {
     /// The registration of this agent as the catalog should hold it.
     pub(super) fn with_registration<T>(&self, f: impl FnOnce(&Registration<'_>) -> T) -> T {
         let sh = &self.shared;
-        let upstreams: Vec<String> = self.subs.iter().map(|s| s.name.to_string()).collect();
+        let upstreams: Vec<String> = self
+            .upstream_names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         let node = self.node();
         let address = self.node_address();
         let own = sh.own(self.index);

@@ -182,10 +182,10 @@ impl ConsulAgent {
         let own = sh.own(self.index);
         let n = own.instances;
         let upstreams: Vec<(String, u16)> = self
-            .subs
-            .iter()
+            .upstream_names()
+            .into_iter()
             .enumerate()
-            .map(|(j, s)| (s.name.to_string(), 9191 + j as u16))
+            .map(|(j, name)| (name.to_owned(), 9191 + j as u16))
             .collect();
         let mut services = Vec::with_capacity(n as usize * 2);
         for k in 0..n {
