@@ -148,6 +148,7 @@ pub(crate) fn resolve_with(
     let local_child =
         crate::local::apply_child(&mut cli, env).map_err(|e| UsageError(e.to_string()))?;
     let (file_top, file_fleets, scenarios) = file;
+    let given = crate::settings::given_fields(&[&cli, &file_top]);
     let (top, layers) = stack(cli, file_top, file_fleets)?;
     let (shard, shard_from) = match crate::shard::resolve(top.shard, env)? {
         Some((s, from)) => (Some(s), from),
@@ -162,6 +163,7 @@ pub(crate) fn resolve_with(
     failover_flags(&top, embedded_servers, fleets.iter().any(|f| f.embedded))?;
     let observe = crate::observing::plan(&top, &fleets, shard)?;
     let effective = effective_settings(&top, &layers, &fleets);
+    let unread = crate::settings::unread(&given, &fleets);
     let secs = |v: Option<Secs>| v.map(|s| s.0).unwrap_or_default();
     Ok(RunConfig {
         fleets,
@@ -192,6 +194,7 @@ pub(crate) fn resolve_with(
         local_child,
         effective,
         study: None,
+        unread,
     })
 }
 
@@ -907,6 +910,35 @@ mod tests {
                 .parse::<crate::values::Toggle<agent_sim_consul::ProbeKinds>>()
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_setting_no_fleet_reads_is_named_in_a_note() {
+        let run = |kind: Kind| {
+            resolve(
+                args(|a| {
+                    a.kind = Some(kind);
+                    a.service_chain = Some("10,83,85".parse().unwrap());
+                    a.keepalive_interval = Some("20s".parse().unwrap());
+                }),
+                &no_env,
+            )
+            .unwrap()
+            .unread
+        };
+        assert_eq!(
+            run(Kind::Sensu),
+            [
+                "--service-chain (config key service-chain) is a setting of Consul \
+              (docs/consul.md) fleets; this run has sensu only: ignored"
+            ]
+        );
+        let consul = run(Kind::Consul);
+        assert_eq!(consul.len(), 1, "{consul:?}");
+        assert!(consul[0].starts_with("--keepalive-interval (config key keepalive-interval)"));
+        // The defaults are no one's doing: nothing given, nothing named.
+        let quiet = resolve(args(|a| a.kind = Some(Kind::Sensu)), &no_env).unwrap();
+        assert!(quiet.unread.is_empty(), "{:?}", quiet.unread);
     }
 
     #[test]

@@ -230,6 +230,11 @@ fn run_resolved(mut cfg: agent_sim::plan::RunConfig) -> ExitCode {
     if let Err(e) = preflight::outputs(&cfg) {
         return refuse(e);
     }
+    if !cfg.local_child {
+        for note in &cfg.unread {
+            eprintln!("agent-sim: note: {note}");
+        }
+    }
     let host = preflight::Host::of_this_host();
     match agent_sim::local::plan(&cfg, &host) {
         Ok(Some(lp)) => {

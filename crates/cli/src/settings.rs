@@ -76,6 +76,64 @@ fn own_heading(kind: &str) -> &'static str {
     }
 }
 
+/// Whether a fleet of `kind` reads `field`, whose `--help` heading is
+/// `heading`: `None` for a setting of no protocol (the run's own).
+fn protocol_reads(field: &str, heading: Option<&str>, kind: &str) -> Option<bool> {
+    match heading? {
+        heading::SENSU => Some(kind == "sensu"),
+        heading::CONSUL => Some(
+            kind == "consul"
+                || (kind == agent_sim_dataplane::KIND && DATAPLANE_READS_CONSUL.contains(&field)),
+        ),
+        heading::DATAPLANE => Some(kind == agent_sim_dataplane::KIND),
+        _ => None,
+    }
+}
+
+/// The fields the layers `given` (the command line and environment, a
+/// config file's top level) set, each once.
+pub fn given_fields(given: &[&RunArgs]) -> Vec<&'static str> {
+    let mut fields: Vec<&'static str> = given
+        .iter()
+        .flat_map(|a| settings_of(a).into_iter().map(|(f, _)| f))
+        .collect();
+    fields.sort_unstable();
+    fields.dedup();
+    fields
+}
+
+/// Of the `fields` given, those of a protocol no fleet of the run speaks
+/// (`--service-chain` in a Sensu run): the words of a note each, naming
+/// the flag, its config key and the fleets the run has. They are not
+/// refused, since one config file may serve runs of several kinds.
+pub fn unread(fields: &[&'static str], fleets: &[FleetPlan]) -> Vec<String> {
+    let cmd = crate::help::command();
+    let kinds: Vec<&str> = fleets.iter().map(|f| f.protocol.kind()).collect();
+    let mut out = Vec::new();
+    for &field in fields {
+        let Some(arg) = cmd.get_arguments().find(|a| a.get_id() == field) else {
+            continue;
+        };
+        let heading = arg.get_help_heading();
+        let read = kinds
+            .iter()
+            .map(|k| protocol_reads(field, heading, k))
+            .collect::<Option<Vec<bool>>>();
+        if let Some(read) = read
+            && !read.contains(&true)
+        {
+            let flag = arg.get_long().unwrap_or(field);
+            out.push(format!(
+                "--{flag} (config key {}) is a setting of {} fleets; this run has {} only: ignored",
+                config_key(field),
+                heading.unwrap_or("other"),
+                kinds.join(" and ")
+            ));
+        }
+    }
+    out
+}
+
 /// The effective settings of a run as the summary's `config`: the keys of
 /// the config file (kebab-case) with the value each had after defaults <
 /// `--config` < environment < flags, secrets as `<redacted>`. Settings of
@@ -102,16 +160,13 @@ pub fn effective_settings(
         if field == "embedded_check_interval" || field == "embedded_password_cost" {
             return embedded;
         }
-        match heading(field).as_deref() {
-            Some(heading::OBSERVE) => observing,
-            Some(heading::SENSU) => kind == Some("sensu"),
-            Some(heading::CONSUL) => {
-                kind == Some("consul")
-                    || (kind == Some(agent_sim_dataplane::KIND)
-                        && DATAPLANE_READS_CONSUL.contains(&field))
-            }
-            Some(heading::DATAPLANE) => kind == Some(agent_sim_dataplane::KIND),
-            _ => true,
+        let h = heading(field);
+        if h.as_deref() == Some(heading::OBSERVE) {
+            return observing;
+        }
+        match kind {
+            Some(k) => protocol_reads(field, h.as_deref(), k).unwrap_or(true),
+            None => protocol_reads(field, h.as_deref(), "").is_none(),
         }
     };
     let keyed = |items: Vec<(&'static str, serde_json::Value)>| {
