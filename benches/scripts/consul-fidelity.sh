@@ -25,9 +25,15 @@
 # and given to agent-sim as --gossip-key. REPORT_ONLY=1: print the table again
 # from the files of an earlier run in OUT (same N, SECONDS, FLEETS), run nothing.
 # AGENT_SIM: an agent-sim binary to run instead of building one (no cargo build).
+# PERF=1: record the server's profile over each window (perf record -g,
+# OUT/<fleet><n>.perf.data), to see where its CPU goes with each fleet.
 # SERVER_CPUS, FLEET_CPUS: taskset CPU lists (e.g. 0 and 1): the server runs on
 # SERVER_CPUS, every real agent and agent-sim on FLEET_CPUS, so a fleet starting
-# at once does not take the server's core (unset: no pinning).
+# at once does not take the server's core (unset: no pinning). PIN_STEADY=1:
+# start everything unpinned and pin the server and the fleet (every thread)
+# to those CPUs once the fleet has registered, for the warmup and the window:
+# the server's own core in steady state, without a real fleet's start on one
+# core (100 real agents starting on one core overload it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-100}
@@ -43,8 +49,10 @@ CONSUL_BIN=${CONSUL_BIN:?set CONSUL_BIN to a consul 1.20.1 binary}
 OUT=${OUT:-target/bench-consul-fidelity}
 HTTP=$SERVER_IP:8500
 SERVER_CPU=() FLEET_CPU=()
-[ -n "${SERVER_CPUS:-}" ] && SERVER_CPU=(taskset -c "$SERVER_CPUS")
-[ -n "${FLEET_CPUS:-}" ] && FLEET_CPU=(taskset -c "$FLEET_CPUS")
+if [ -z "${PIN_STEADY:-}" ]; then
+  [ -n "${SERVER_CPUS:-}" ] && SERVER_CPU=(taskset -c "$SERVER_CPUS")
+  [ -n "${FLEET_CPUS:-}" ] && FLEET_CPU=(taskset -c "$FLEET_CPUS")
+fi
 [ -n "${REPORT_ONLY:-}" ] && FLEETS_RUN= || FLEETS_RUN=$FLEETS
 [ -n "${REPORT_ONLY:-}" ] || { rm -rf "$OUT" && mkdir -p "$OUT"; }
 if [ -z "${REPORT_ONLY:-}" ]; then
@@ -135,9 +143,22 @@ print(json.dumps(out))
 PY
 }
 
+# PIN_STEADY: the server and the fleet onto their CPUs, every thread.
+pin_steady() {
+  [ -n "${PIN_STEADY:-}" ] || return 0
+  taskset -apc "${SERVER_CPUS:?PIN_STEADY needs SERVER_CPUS}" "$server_pid" >/dev/null
+  for p in "${fleet_pids[@]}"; do
+    taskset -apc "${FLEET_CPUS:?PIN_STEADY needs FLEET_CPUS}" "$p" >/dev/null 2>&1 || true
+  done
+}
+
 measure() {
   snapshot "$OUT/$1-start.prom" >"$OUT/$1-start.json"
-  sleep "$WINDOW"
+  if [ -n "${PERF:-}" ]; then
+    perf record -F 499 -g -p "$server_pid" -o "$OUT/$1.perf.data" -- sleep "$WINDOW" >/dev/null 2>&1
+  else
+    sleep "$WINDOW"
+  fi
   snapshot "$OUT/$1-end.prom" >"$OUT/$1-end.json"
   members_status >"$OUT/$1-members-window.json"
 }
@@ -203,6 +224,7 @@ for fleet in $FLEETS_RUN; do
     done
     wait_registered real
     snapshot "$OUT/$tag-joined.prom" >"$OUT/$tag-joined.json"
+    pin_steady
     sleep "$WARMUP"
     measure "$tag"
     stop_pids "${fleet_pids[@]}"
@@ -216,6 +238,7 @@ for fleet in $FLEETS_RUN; do
     fleet_pids=($!)
     wait_registered sim
     snapshot "$OUT/$tag-joined.prom" >"$OUT/$tag-joined.json"
+    pin_steady
     sleep "$WARMUP"
     measure "$tag"
     wait "${fleet_pids[0]}" || echo "agent-sim exited $?" >&2

@@ -22,12 +22,8 @@ SERVER_IP=${SERVER_IP:-127.0.0.71}
 CONSUL_BIN=${CONSUL_BIN:?set CONSUL_BIN to a consul 1.20.1 binary}
 OUT=$(realpath -m "${OUT:-target/bench-study-cgs}")
 rm -rf "$OUT" && mkdir -p "$OUT/data"
-if [ -n "${AGENT_SIM:-}" ]; then
-  BIN=$AGENT_SIM
-else
-  nice cargo build --release -p agent-sim 2>/dev/null
-  BIN=$PWD/target/release/agent-sim
-fi
+. benches/scripts/real-consul.sh
+BIN=$(agent_sim_bin)
 (cd "$OUT" && "$CONSUL_BIN" tls ca create >/dev/null && "$CONSUL_BIN" tls cert create -server -dc dc1 >/dev/null)
 cat >"$OUT/server.hcl" <<EOF
 datacenter = "dc1"
@@ -55,13 +51,7 @@ limits { rpc_max_conns_per_client = 0  http_max_conns_per_client = 0 }
 telemetry { prometheus_retention_time = "900s"  disable_hostname = true }
 log_level = "info"
 EOF
-taskset -c 0 "$CONSUL_BIN" agent -config-file "$OUT/server.hcl" >"$OUT/server.log" 2>&1 &
-server_pid=$!
-trap 'kill -TERM $server_pid 2>/dev/null; wait $server_pid 2>/dev/null || true' EXIT
-for _ in $(seq 60); do
-  curl -fsS "http://$SERVER_IP:8500/v1/status/leader" 2>/dev/null | grep -q 8300 && break
-  sleep 1
-done
+start_pinned_consul "$OUT/server.hcl" "$OUT/server.log"
 taskset -c 1 "$BIN" study consul-global-scale --scale "$SCALE" \
   --target "$SERVER_IP:8300" --http-target "$SERVER_IP:8500" \
   --ca-file "$OUT/consul-agent-ca.pem" --tls-server-name server.dc1.consul \
