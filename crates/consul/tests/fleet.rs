@@ -97,14 +97,14 @@ async fn run_two_shards(
     let (m0, m1) = (metrics(), metrics());
     let f0 = ConsulFactory::new(shard(true), m0.clone()).unwrap();
     let f1 = ConsulFactory::new(shard(false), m1.clone()).unwrap();
-    assert!(f0.probe_observer().is_none() && f0.second_probe_observer().is_none());
-    assert!(f1.probe_runner().is_none() && f1.second_probe_runner().is_none());
+    assert!(f0.probe_observers().is_empty());
+    assert!(f1.probe_runners().is_empty());
     let stop = CancellationToken::new();
     // The run's probe and, with `--probe catalog,intentions`, the second.
-    let mut runners = vec![f0.probe_runner().expect("controller")];
-    runners.extend(f0.second_probe_runner());
-    let mut observers = vec![f1.probe_observer().expect("observer")];
-    observers.extend(f1.second_probe_observer());
+    let kinds = 1 + usize::from(cfg.probe.also.is_some());
+    let runners = f0.probe_runners();
+    let observers = f1.probe_observers();
+    assert_eq!((runners.len(), observers.len()), (kinds, kinds));
     let probes0: Vec<_> = runners
         .into_iter()
         .map(|r| tokio::spawn(r.run(stop.clone())))

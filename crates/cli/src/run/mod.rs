@@ -265,10 +265,9 @@ fn probe_runners(built: &[Built]) -> Vec<ProbeRunner> {
     let mut runners: Vec<ProbeRunner> = built
         .iter()
         .flat_map(|b| match b {
-            Built::Consul(f) => [f.probe_runner(), f.second_probe_runner()],
-            _ => [None, None],
+            Built::Consul(f) => f.probe_runners(),
+            _ => Vec::new(),
         })
-        .flatten()
         .collect();
     for b in built {
         if let Built::Dataplane(f) = b
@@ -383,10 +382,7 @@ async fn run_fleets(
                 fleet_tasks.spawn(agent_sim_fleet::run(fc, f, m, s, t));
             }
             Built::Consul(f) => {
-                for observer in [f.probe_observer(), f.second_probe_observer()]
-                    .into_iter()
-                    .flatten()
-                {
+                for observer in f.probe_observers() {
                     // Another shard makes the changes; this one reports what
                     // its agents saw, by change id, for `report merge`.
                     probe_tasks.push(tokio::spawn(observer.run(end.clone())));

@@ -144,11 +144,21 @@ impl ConsulFactory {
         self.runner_of(s.board.clone()?)
     }
 
+    /// Every probe controller of this process: the run's probe, and the
+    /// intentions probe beside the catalog probe (`--probe
+    /// catalog,intentions`); none when this process is not the controller.
+    pub fn probe_runners(&self) -> Vec<ProbeRunner> {
+        [self.probe_runner(), self.second_probe_runner()]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
     /// The intentions probe's controller when it runs beside the catalog
-    /// probe (`--probe catalog,intentions`): its changes half an interval
-    /// after the catalog probe's, its ids the even ones between them, its
-    /// deliveries in their own latencies.
-    pub fn second_probe_runner(&self) -> Option<ProbeRunner> {
+    /// probe: its changes half an interval after the catalog probe's, its
+    /// ids the even ones between them, its deliveries in their own
+    /// latencies.
+    fn second_probe_runner(&self) -> Option<ProbeRunner> {
         let s = &self.shared;
         if !s.cfg.probe.controller {
             return None;
@@ -283,32 +293,24 @@ impl ConsulFactory {
         }
     }
 
-    /// The probe observer, when a probe kind is set and this process is not
-    /// the controller (another shard makes the changes; this one measures
-    /// its own agents and reports each change by raft index).
-    pub fn probe_observer(&self) -> Option<ProbeObserver> {
+    /// Every probe observer of this process, when a probe kind is set and
+    /// this process is not the controller (another shard makes the changes;
+    /// this one measures its own agents and reports each change by raft
+    /// index): the run's probe's, and the intentions probe's beside the
+    /// catalog probe's.
+    pub fn probe_observers(&self) -> Vec<ProbeObserver> {
         let s = &self.shared;
         if s.cfg.probe.controller {
-            return None;
+            return Vec::new();
         }
-        let board = s.board.clone()?;
-        Some(ProbeObserver {
-            board,
-            metrics: s.metrics.clone(),
-        })
-    }
-
-    /// The intentions probe's observer beside the catalog probe's (see
-    /// [`ConsulFactory::probe_observer`]).
-    pub fn second_probe_observer(&self) -> Option<ProbeObserver> {
-        let s = &self.shared;
-        if s.cfg.probe.controller {
-            return None;
-        }
-        Some(ProbeObserver {
-            board: s.also.clone()?,
-            metrics: s.metrics.clone(),
-        })
+        [&s.board, &s.also]
+            .into_iter()
+            .flatten()
+            .map(|b| ProbeObserver {
+                board: b.clone(),
+                metrics: s.metrics.clone(),
+            })
+            .collect()
     }
 
     /// The fleet's certificates, when its agents keep leaf certificates

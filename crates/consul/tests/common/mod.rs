@@ -188,9 +188,9 @@ pub async fn run_fleet(
 ) -> (FleetReport, Vec<ProbeSummary>) {
     let factory = ConsulFactory::new(cfg, m.clone()).unwrap();
     let stop = CancellationToken::new();
-    let probes: Vec<_> = [factory.probe_runner(), factory.second_probe_runner()]
+    let probes: Vec<_> = factory
+        .probe_runners()
         .into_iter()
-        .flatten()
         .map(|r| tokio::spawn(r.run(stop.clone())))
         .collect();
     let report = agent_sim_fleet::run(
