@@ -137,11 +137,7 @@ impl ConsulFactory {
     /// The probe controller, when a probe kind is set and this process is
     /// the controller.
     pub fn probe_runner(&self) -> Option<ProbeRunner> {
-        let s = &self.shared;
-        if !s.cfg.probe.controller {
-            return None;
-        }
-        self.runner_of(s.board.clone()?)
+        self.runner_of(self.shared.board.clone()?)
     }
 
     /// Every probe controller of this process: the run's probe, and the
@@ -160,9 +156,6 @@ impl ConsulFactory {
     /// latencies.
     fn second_probe_runner(&self) -> Option<ProbeRunner> {
         let s = &self.shared;
-        if !s.cfg.probe.controller {
-            return None;
-        }
         let mut r = self.runner_of(s.also.clone()?)?;
         r.latency = crate::names::PROPAGATION_INTENTIONS;
         r.proxy_latency = crate::names::PROPAGATION_INTENTIONS_PROXY;
@@ -171,10 +164,14 @@ impl ConsulFactory {
         Some(r)
     }
 
-    /// The runner of one of the fleet's boards; the first probe's timing,
-    /// names and ids (1, 2, 3, ... or the odd ones beside a second probe).
+    /// The runner of one of the fleet's boards, when this process is the
+    /// controller; the first probe's timing, names and ids (1, 2, 3, ...
+    /// or the odd ones beside a second probe).
     fn runner_of(&self, board: Arc<ProbeBoard>) -> Option<ProbeRunner> {
         let s = &self.shared;
+        if !s.cfg.probe.controller {
+            return None;
+        }
         Some(ProbeRunner {
             board,
             others: Vec::new(),
