@@ -13,6 +13,7 @@
 #
 #   bash benches/scripts/consul-scale.sh [AGENTS] [STEADY_SECONDS]
 #   SERVERS=5 SHARDS=5 RAMP=40/s bash benches/scripts/consul-scale.sh 40000 60
+#   FOLLOWERS=2 bash benches/scripts/consul-scale.sh 10000 60
 #
 # One server process holds 2 descriptors per agent (the RPC and the
 # streaming connection, as a real server does): under a 20,000 hard limit
@@ -22,6 +23,14 @@
 # apart, so with K > 1 gossip and the propagation probe are off (a change
 # on one would reach only that server's watchers): a run for the fleet's own
 # memory and CPU, not for propagation.
+#
+# FOLLOWERS=F instead starts one leader (RPC 18300, HTTP 18500, serf 18301)
+# and F followers (`serve --consul-leader`, RPC 18310..) that relay the
+# agents' connections to it over a few links: the agents dial the
+# followers, join the leader's gossip, and one catalog serves them all, so
+# gossip and the probe stay on. Each follower holds its share's two
+# descriptors per agent; the leader holds links. GOSSIP=0 leaves gossip off
+# (the probe stays on).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-9900}
@@ -32,8 +41,13 @@ mkdir -p "$OUT"
 cargo build --release -p agent-sim 2>/dev/null
 BIN=$PWD/target/release/agent-sim
 K=${SERVERS:-1}
+F=${FOLLOWERS:-0}
 HTTP=127.0.0.1:18500 SERF=127.0.0.1:18301
 TARGETS=() PIDS=()
+if [ "$F" -gt 0 ] && [ "$K" != 1 ]; then
+    echo "FOLLOWERS and SERVERS > 1 do not go together" >&2
+    exit 64
+fi
 for i in $(seq 0 $((K - 1))); do
     rpc=127.0.0.1:$((18300 + i)) http=127.0.0.1:$((18500 + i))
     serf=()
@@ -43,12 +57,25 @@ for i in $(seq 0 $((K - 1))); do
     PIDS+=($!)
     TARGETS+=("$rpc")
 done
+if [ "$F" -gt 0 ]; then
+    TARGETS=()
+    for i in $(seq 0 $((F - 1))); do
+        rpc=127.0.0.1:$((18310 + i))
+        taskset -c 0 "$BIN" serve --consul-rpc $rpc --consul-leader 127.0.0.1:18300 \
+            --stats-every 0 >"$OUT/follower-$i.log" 2>&1 &
+        PIDS+=($!)
+        TARGETS+=("$rpc")
+    done
+fi
 trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
 for _ in $(seq 50); do curl -sf "http://$HTTP/v1/status/leader" >/dev/null && break; sleep 0.2; done
 sleep 1
 ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
 S0=$(ticks "${PIDS[@]}")
-if [ "$K" = 1 ]; then
+L0=$(ticks "${PIDS[0]}")
+if [ "$K" = 1 ] && [ "${GOSSIP:-1}" = 0 ]; then
+    MODE=(--gossip=false)
+elif [ "$K" = 1 ]; then
     MODE=(--gossip-join $SERF)
 else
     MODE=(--gossip=false --probe off)
@@ -80,6 +107,7 @@ while kill -0 $SIM 2>/dev/null; do
 done
 for p in "${SIMS[@]}"; do wait "$p" || true; done
 S1=$(ticks "${PIDS[@]}")
+L1=$(ticks "${PIDS[0]}")
 # The servers print their counters as they stop.
 kill "${PIDS[@]}" 2>/dev/null || true
 for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -117,4 +145,10 @@ if [ "$K" = 1 ]; then
     # its 500 ms as it saw them: its own delay in reading them included).
     grep -o '"serf_probes_sent":[0-9]*\|"serf_acks_late":[0-9]*\|"serf_probes_failed":[0-9]*' "$OUT/serve-0.log" | tr '\n' ' '
     echo
+fi
+if [ "$F" -gt 0 ]; then
+    # The leader's CPU and connections (the followers' links), and each relay's counts.
+    echo "leader CPU $(((L1 - L0) / 100)) s of the servers' $(((S1 - S0) / 100)) s"
+    grep -o '"rpc_connections":[0-9]*' "$OUT/serve-0.log" | tail -1
+    for i in $(seq 0 $((F - 1))); do grep 'relay {' "$OUT/follower-$i.log" | tail -1; done
 fi

@@ -34,6 +34,7 @@ pub struct ServePlan {
 
 /// Validates `serve` flags (exit 64 on error).
 pub fn plan(a: &ServeArgs) -> Result<ServePlan, UsageError> {
+    follower_flags(a)?;
     if a.sensu.is_none() && a.consul_rpc.is_none() && a.consul_http.is_none() {
         return Err(UsageError(
             "serve needs at least one of --sensu ADDR, --consul-rpc ADDR, --consul-http ADDR"
@@ -50,7 +51,7 @@ pub fn plan(a: &ServeArgs) -> Result<ServePlan, UsageError> {
     if a.xds_coalesce.0 > Duration::from_secs(60) {
         return Err(UsageError("--xds-coalesce must be at most 60s".into()));
     }
-    if a.consul_rpc.is_some() != a.consul_http.is_some() {
+    if a.consul_leader.is_none() && a.consul_rpc.is_some() != a.consul_http.is_some() {
         return Err(UsageError(
             "serve: --consul-rpc and --consul-http go together (agents use both)".into(),
         ));
@@ -86,6 +87,42 @@ pub fn plan(a: &ServeArgs) -> Result<ServePlan, UsageError> {
         faults_seed: a.faults_seed.unwrap_or_else(|| fastrand::u64(..)),
         consul_serf,
     })
+}
+
+/// `--consul-leader` relays one port: it needs `--consul-rpc`, and what
+/// the leader serves (or a relay cannot carry) is refused beside it.
+fn follower_flags(a: &ServeArgs) -> Result<(), UsageError> {
+    if a.consul_leader.is_none() {
+        return Ok(());
+    }
+    if a.consul_rpc.is_none() {
+        return Err(UsageError(
+            "serve: --consul-leader needs --consul-rpc (the port agents dial)".into(),
+        ));
+    }
+    let others = [
+        (a.sensu.is_some(), "--sensu"),
+        (a.consul_http.is_some(), "--consul-http"),
+        (a.consul_grpc.is_some(), "--consul-grpc"),
+        (a.consul_serf.is_some(), "--consul-serf"),
+        (a.tls_cert_file.is_some(), "--tls-cert-file"),
+        (!a.acl_tokens.is_empty(), "--acl-token"),
+        (a.rpc_max_conns_per_client > 0, "--rpc-max-conns-per-client"),
+        (!a.faults.is_empty(), "--faults"),
+    ];
+    let given: Vec<&str> = others
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, f)| *f)
+        .collect();
+    if given.is_empty() {
+        return Ok(());
+    }
+    Err(UsageError(format!(
+        "serve: --consul-leader relays --consul-rpc only; {} belong to the leader's serve \
+         (agents join its serf port, the probe writes to its HTTP API)",
+        given.join(", ")
+    )))
 }
 
 /// The Sensu port's TLS from `--sensu-tls-*` and `--sensu-agent-ca-file`,
@@ -310,7 +347,7 @@ fn exposition(backend: &Backend) -> String {
 /// Serves `--metrics-addr` until `shutdown`.
 async fn serve_metrics(
     addr: std::net::SocketAddr,
-    backend: Arc<Backend>,
+    page: Arc<dyn Fn() -> String + Send + Sync>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
@@ -321,21 +358,95 @@ async fn serve_metrics(
         listener.local_addr()?
     );
     tokio::spawn(async move {
-        let _ = agent_sim_metrics::prometheus::serve_text(
-            listener,
-            Arc::new(move || exposition(&backend)),
-            async move { shutdown.cancelled().await },
-        )
+        let _ = agent_sim_metrics::prometheus::serve_text(listener, page, async move {
+            shutdown.cancelled().await
+        })
         .await;
     });
     Ok(())
 }
 
+/// Prints `counters` every `every` (never if zero) until `shutdown`,
+/// then once more after `stop`.
+async fn print_stats<F: Fn()>(every: Duration, shutdown: &CancellationToken, print: F) {
+    if every > Duration::ZERO {
+        let mut tick = tokio::time::interval(every);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => print(),
+                _ = shutdown.cancelled() => break,
+            }
+        }
+    } else {
+        shutdown.cancelled().await;
+    }
+}
+
+/// A follower (`--consul-leader`): the RPC port relayed to the leader
+/// until `shutdown`.
+async fn serve_follower(
+    a: &ServeArgs,
+    rpc: std::net::SocketAddr,
+    leader: std::net::SocketAddr,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    use agent_sim_server::consul::{RelayConfig, RelayCounters, serve_relay};
+    let listener = agent_sim_server::listen::bind(rpc, a.reuse_port)
+        .map_err(|e| anyhow::anyhow!("--consul-rpc {rpc}: {e}"))?;
+    let counters = Arc::new(RelayCounters::default());
+    if let Some(addr) = a.metrics_addr {
+        let c = counters.clone();
+        serve_metrics(
+            addr,
+            Arc::new(move || relay_exposition(&c)),
+            shutdown.clone(),
+        )
+        .await?;
+    }
+    eprintln!(
+        "agent-sim serve: consul rpc on {}, a follower relaying to the leader at {leader}",
+        listener.local_addr()?
+    );
+    let relay = tokio::spawn(serve_relay(
+        listener,
+        RelayConfig::new(leader),
+        counters.clone(),
+        shutdown.clone(),
+    ));
+    let print = || {
+        eprintln!(
+            "agent-sim serve: relay {}",
+            serde_json::to_string(&counters.snapshot()).unwrap_or_default()
+        );
+    };
+    print_stats(a.stats_every.0, &shutdown, print).await;
+    let _ = relay.await;
+    print();
+    Ok(())
+}
+
+/// What a follower's `--metrics-addr` shows: the process and its relay.
+fn relay_exposition(counters: &agent_sim_server::consul::RelayCounters) -> String {
+    let mut out = String::with_capacity(4 * 1024);
+    agent_sim_metrics::prometheus::process_families(&mut out);
+    stats_families(
+        &mut out,
+        "consul_relay",
+        serde_json::to_value(counters.snapshot()).unwrap_or_default(),
+    );
+    out
+}
+
 /// Runs the requested servers until `shutdown`.
 pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> anyhow::Result<()> {
+    if let (Some(rpc), Some(leader)) = (a.consul_rpc, a.consul_leader) {
+        return serve_follower(&a, rpc, leader, shutdown).await;
+    }
     let backend = Arc::new(Backend::start(backend_config(&a, &p)).await?);
     if let Some(addr) = a.metrics_addr {
-        serve_metrics(addr, backend.clone(), shutdown.clone()).await?;
+        let b = backend.clone();
+        serve_metrics(addr, Arc::new(move || exposition(&b)), shutdown.clone()).await?;
     }
     if let Some(addr) = backend.sensu_addr() {
         let scheme = if p.sensu_tls.is_some() { "wss" } else { "ws" };
@@ -394,18 +505,7 @@ pub async fn serve(a: ServeArgs, p: ServePlan, shutdown: CancellationToken) -> a
             );
         }
     };
-    if p.stats_every > Duration::ZERO {
-        let mut tick = tokio::time::interval(p.stats_every);
-        tick.tick().await;
-        loop {
-            tokio::select! {
-                _ = tick.tick() => print(),
-                _ = shutdown.cancelled() => break,
-            }
-        }
-    } else {
-        shutdown.cancelled().await;
-    }
+    print_stats(p.stats_every, &shutdown, &print).await;
     backend.stop().await;
     print();
     Ok(())
@@ -506,6 +606,39 @@ mod tests {
         .unwrap_err()
         .0;
         assert!(e.contains("not base64"), "{e}");
+    }
+
+    #[test]
+    fn a_follower_takes_its_rpc_port_only_and_its_relay_counts_are_exposed() {
+        let leader = ["--consul-leader", "127.0.0.1:8300"];
+        assert!(serve_plan(&[&leader[..], &["--consul-rpc", "127.0.0.1:0"]].concat()).is_ok());
+        let e = serve_plan(&leader).unwrap_err().0;
+        assert!(e.contains("needs --consul-rpc"), "{e}");
+        let e = serve_plan(
+            &[
+                &leader[..],
+                &[
+                    "--consul-rpc",
+                    "127.0.0.1:0",
+                    "--consul-http",
+                    "127.0.0.1:0",
+                ],
+                &["--consul-serf", "127.0.0.1:0"],
+            ]
+            .concat(),
+        )
+        .unwrap_err()
+        .0;
+        assert!(
+            e.contains("--consul-http, --consul-serf belong to the leader's serve"),
+            "{e}"
+        );
+        let out = relay_exposition(&agent_sim_server::consul::RelayCounters::default());
+        assert!(
+            out.contains("# TYPE agent_sim_serve_consul_relay_links_open gauge"),
+            "{out}"
+        );
+        assert!(out.contains("agent_sim_serve_consul_relay_grpc_requests_total 0"));
     }
 
     #[test]

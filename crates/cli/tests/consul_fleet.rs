@@ -216,3 +216,98 @@ async fn a_seeded_service_with_a_changing_instance_watched_by_blocking_queries()
     assert_eq!(nodes().await, before, "seed, probe and agent nodes removed");
     b.stop().await;
 }
+
+/// Followers relay the agents' RPC connections to one leader: the agents
+/// dial the two followers, join the leader's gossip, and every probe
+/// change made at the leader reaches every agent through a follower, while
+/// the leader holds a few links instead of two connections per agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_relay_every_agent_to_one_leader_over_a_few_links() {
+    use std::sync::Arc;
+
+    use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
+    use agent_sim_server::consul::{
+        ConsulTargetConfig, RelayConfig, RelayCounters, SerfConfig, serve_relay,
+    };
+    use tokio_util::sync::CancellationToken;
+
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let leader = Backend::start(BackendConfig {
+        consul: Some(ConsulAddrs {
+            rpc: any,
+            http: any,
+            grpc: None,
+            cfg: ConsulTargetConfig {
+                serf: Some(SerfConfig::secured(any, &[], String::new()).unwrap()),
+                ..ConsulTargetConfig::default()
+            },
+            state: None,
+        }),
+        ..BackendConfig::default()
+    })
+    .await
+    .unwrap();
+    let (rpc, http) = leader.consul_addrs().unwrap();
+    let serf = leader.consul_serf_addr().unwrap();
+    let stop = CancellationToken::new();
+    let mut followers = Vec::new();
+    let mut relays = Vec::new();
+    for _ in 0..2 {
+        let listener = agent_sim_server::listen::bind(any, false).unwrap();
+        followers.push(listener.local_addr().unwrap().to_string());
+        let counters = Arc::new(RelayCounters::default());
+        // Small links, so that the fleet needs several of them.
+        let cfg = RelayConfig {
+            streams_per_link: 16,
+            ..RelayConfig::new(rpc)
+        };
+        relays.push(counters.clone());
+        tokio::spawn(serve_relay(listener, cfg, counters, stop.clone()));
+    }
+    let run = tokio::time::timeout(Duration::from_secs(60), async {
+        RunBuilder::new(Kind::Consul)
+            .agents(60)
+            .ramp(Ramp::per_second(200.0))
+            .duration(Duration::from_secs(6))
+            .args(move |a| {
+                a.targets = followers;
+                a.http_target = Some(http.to_string());
+                a.gossip_join = vec![serf.to_string()];
+                a.upstreams = Some("web".parse().unwrap());
+                a.probe_every = Some("1500ms".parse().unwrap());
+                a.probe_timeout = Some("1s".parse().unwrap());
+            })
+            .assert("agents.connected == requested".parse().unwrap())
+            .assert("probes.delivered_ratio == 1".parse().unwrap())
+            .assert("errors.total == 0".parse().unwrap())
+            .run()
+            .await
+            .expect("run")
+    });
+    let outcome = run.await.expect("the run ends within its bound");
+    assert_exit(&outcome, 0);
+    let s = &outcome.summary;
+    assert_eq!(s.agents.connected, 60);
+    assert_eq!(s.counters["registrations"], 60);
+    assert!(s.probes.len() >= 2, "{:?}", s.probes);
+    for p in &s.probes {
+        assert_eq!((p.delivered, p.expected), (60, 60), "{p:?}");
+    }
+    // Every agent joined the leader's pool.
+    assert!(s.counters["gossip_joins"] >= 60, "{:?}", s.counters);
+    let snaps: Vec<_> = relays.iter().map(|r| r.snapshot()).collect();
+    let agent_conns: u64 = snaps.iter().map(|r| r.connections).sum();
+    let links: u64 = snaps.iter().map(|r| r.links_opened).sum();
+    let subscribes: u64 = snaps.iter().map(|r| r.grpc_requests).sum();
+    // Two connections per agent (calls and streams), all at the followers.
+    assert!(agent_conns >= 120, "{snaps:?}");
+    // web and the probe's service: two Subscribe streams per agent.
+    assert!(subscribes >= 120, "{snaps:?}");
+    assert!(snaps.iter().all(|r| r.link_failures == 0), "{snaps:?}");
+    // 60 streams on links of 16: several links, far fewer than agents.
+    let target = leader.consul_stats().unwrap();
+    assert!((4..=24).contains(&links), "{snaps:?}");
+    assert_eq!(target.rpc_connections, links, "{target:?} {snaps:?}");
+    stop.cancel();
+    leader.stop().await;
+}

@@ -18,6 +18,14 @@ pub struct ServeArgs {
     /// Consul RPC port address (0x08 + gRPC Subscribe), e.g. 127.0.0.1:8300.
     #[arg(long = "consul-rpc", value_name = "ADDR")]
     pub consul_rpc: Option<SocketAddr>,
+    /// Consul: serve --consul-rpc as a follower of the server whose RPC
+    /// port is ADDR: every call and Subscribe stream agents send here goes
+    /// on to it over a few connections (as a Consul follower forwards to its
+    /// leader), so one catalog serves more agents than one process has
+    /// descriptors for. Agents join the leader's serf port and the probe
+    /// writes to its HTTP API.
+    #[arg(long = "consul-leader", value_name = "ADDR")]
+    pub consul_leader: Option<SocketAddr>,
     /// Consul HTTP API address (catalog, txn, sessions), e.g. 127.0.0.1:8500.
     #[arg(long = "consul-http", value_name = "ADDR")]
     pub consul_http: Option<SocketAddr>,

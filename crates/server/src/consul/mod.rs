@@ -51,7 +51,8 @@
 //! Not here: agent endpoints other than `/v1/agent/members` and
 //! `/v1/agent/metrics`,
 //! listeners/routes (LDS, RDS), the WAN pool,
-//! clustering, persistence. Internals: `state` (catalog + fan-out),
+//! clustering (a follower relays its agents to a leader, [`serve_relay`]; no
+//! replication), persistence. Internals: `state` (catalog + fan-out),
 //! `events` (event encoding), `conn` (what every port does with a
 //! connection: accept, TLS handshake, HTTP/2 settings, graceful end), `rpc`,
 //! `rpc_error` (why a call on the RPC port failed: net/rpc's error answer,
@@ -76,6 +77,7 @@ mod http;
 mod kv;
 mod kv_rpc;
 mod mux;
+mod relay;
 mod render;
 mod rpc;
 mod rpc_error;
@@ -101,6 +103,7 @@ pub use connect_ca::{CaConfig, CaSnapshot, RATE_LIMITED};
 pub use grpc::serve_grpc;
 pub use http::{ApiRequest, dispatch, serve_http};
 pub use kv::KV_MAX_VALUE_SIZE;
+pub use relay::{RelayConfig, RelayCounters, RelaySnapshot, serve_relay};
 pub use rpc::serve_rpc;
 pub use serf::{
     SerfConfig, SerfConfigError, SerfLog, SerfMember, SerfSnapshot, bind_serf, serve_serf,
