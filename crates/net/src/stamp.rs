@@ -284,27 +284,37 @@ impl AsyncRead for StampedTcp {
         if this.enabled {
             loop {
                 std::task::ready!(this.inner.poll_read_ready(cx))?;
+                let asked = buf.remaining();
+                // A read of less than asked has drained the socket (as
+                // tokio's own reads take it): the closure then says
+                // WouldBlock so that `try_io` clears the readiness it saw
+                // *before* the read, and the next read waits for the next
+                // readiness instead of costing a recvmsg that returns
+                // EAGAIN. Cleared with that earlier tick, readiness that
+                // came with bytes arriving after the read stays set; a
+                // clear taken after the read would lose that wakeup and
+                // leave those bytes unread until some later arrival.
+                let mut drained = None;
                 let r = this.inner.try_io(tokio::io::Interest::READABLE, || {
-                    recv_stamped(&this.inner, buf, &this.stamp)
+                    let n = recv_stamped(&this.inner, buf, &this.stamp)?;
+                    if n > 0 && n < asked {
+                        drained = Some(n);
+                        return Err(io::ErrorKind::WouldBlock.into());
+                    }
+                    Ok(n)
                 });
+                let r = match drained {
+                    Some(n) => Ok(n),
+                    None => r,
+                };
                 match r {
                     Ok(n) => {
-                        let asked = buf.remaining();
                         // SAFETY: recvmsg wrote these `n` bytes.
                         #[allow(unsafe_code)]
                         unsafe {
                             buf.assume_init(n);
                         }
                         buf.advance(n);
-                        if n > 0 && n < asked {
-                            // Less than asked: the socket is drained (as
-                            // tokio's own reads take it), so the next read
-                            // waits for the next readiness instead of
-                            // costing a recvmsg that returns EAGAIN.
-                            let _ = this.inner.try_io(tokio::io::Interest::READABLE, || {
-                                Err::<(), _>(io::ErrorKind::WouldBlock.into())
-                            });
-                        }
                         return Poll::Ready(Ok(()));
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -393,6 +403,69 @@ mod tests {
         }
         assert!(stamped > 0 && last_stamped, "{stamped} stamped reads");
         server.await.unwrap();
+    }
+
+    /// Bytes that arrive while a read is returning are not left unread:
+    /// a read of less than asked clears the socket's readiness only as it
+    /// was before the read. Senders on one worker write small pieces while
+    /// readers on the other drain them; then the senders stop, the
+    /// connections stay open, and every reader must still get every byte
+    /// (a lost wakeup would leave the last pieces in the socket).
+    #[cfg(target_os = "linux")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pieces_arriving_during_a_read_are_not_left_unread() {
+        const CONNS: usize = 64;
+        const PIECES: usize = 1000;
+        const PIECE: usize = 40;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (done_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+        let senders = {
+            let done_tx = done_tx.clone();
+            tokio::spawn(async move {
+                let mut held = Vec::new();
+                for _ in 0..CONNS {
+                    let (mut s, _) = l.accept().await.unwrap();
+                    let mut done = done_tx.subscribe();
+                    held.push(tokio::spawn(async move {
+                        let mut hello = [0u8; 1];
+                        s.read_exact(&mut hello).await.unwrap();
+                        for i in 0..PIECES {
+                            s.write_all(&[i as u8; PIECE]).await.unwrap();
+                            tokio::task::yield_now().await;
+                        }
+                        // Open until the test ends: no EOF to wake a reader.
+                        let _ = done.recv().await;
+                    }));
+                }
+                held
+            })
+        };
+        let mut readers = Vec::new();
+        for _ in 0..CONNS {
+            let mut c = StampedTcp::new(TcpStream::connect(addr).await.unwrap());
+            readers.push(tokio::spawn(async move {
+                c.write_all(&[1]).await.unwrap();
+                let mut buf = [0u8; 4096];
+                let mut got = 0;
+                while got < PIECES * PIECE {
+                    got += c.read(&mut buf).await.unwrap();
+                }
+                got
+            }));
+        }
+        let all = async {
+            for r in readers {
+                assert_eq!(r.await.unwrap(), PIECES * PIECE);
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(20), all)
+            .await
+            .expect("every reader got every byte: none left waiting on a lost wakeup");
+        let _ = done_tx.send(());
+        for h in senders.await.unwrap() {
+            h.await.unwrap();
+        }
     }
 
     /// A datagram is read with its sender and, once stamping is on, the
