@@ -296,11 +296,18 @@ impl Link for MuxLink {
     }
 }
 
-/// Dials the leader's RPC port for yamux (`0x04`).
-async fn dial_mux(relay: &Relay) -> io::Result<MuxLink> {
+/// A connection to the leader's RPC port, its first byte (what it will
+/// speak) written.
+async fn dial(relay: &Relay, prefix: u8) -> io::Result<TcpStream> {
     let mut tcp = TcpStream::connect(relay.leader).await?;
     tcp.set_nodelay(true)?;
-    tcp.write_all(&[RPC_MULTIPLEX_V2]).await?;
+    tcp.write_all(&[prefix]).await?;
+    Ok(tcp)
+}
+
+/// Dials the leader's RPC port for yamux (`0x04`).
+async fn dial_mux(relay: &Relay) -> io::Result<MuxLink> {
+    let tcp = dial(relay, RPC_MULTIPLEX_V2).await?;
     let mut cfg = yamux::Config::default();
     cfg.set_max_num_streams(AGENT_STREAMS);
     let io = agent_sim_net::Coalesced::new(tcp).compat();
@@ -428,9 +435,7 @@ impl Link for GrpcLink {
 
 /// Dials the leader's RPC port for gRPC (`0x08`, then h2c).
 async fn dial_grpc(relay: &Relay) -> io::Result<GrpcLink> {
-    let mut tcp = TcpStream::connect(relay.leader).await?;
-    tcp.set_nodelay(true)?;
-    tcp.write_all(&[RPC_GRPC]).await?;
+    let tcp = dial(relay, RPC_GRPC).await?;
     let (send, conn) = client_h2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .handshake(TokioIo::new(tcp))
