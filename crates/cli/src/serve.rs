@@ -366,8 +366,8 @@ async fn serve_metrics(
     Ok(())
 }
 
-/// Prints `counters` every `every` (never if zero) until `shutdown`,
-/// then once more after `stop`.
+/// Calls `print` every `every` (never if zero) until `shutdown`; the
+/// caller prints once more after its servers stopped.
 async fn print_stats<F: Fn()>(every: Duration, shutdown: &CancellationToken, print: F) {
     if every > Duration::ZERO {
         let mut tick = tokio::time::interval(every);
