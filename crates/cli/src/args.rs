@@ -346,7 +346,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "RATE", help_heading = heading::CONSUL)]
     pub acl_token_rate: Option<Rate>,
     /// Consul: upstream services each agent subscribes to (comma-separated;
-    /// `{i}` or `{i%N}` expand per agent, e.g. svc-{i%100}).
+    /// `{i}` or `{i%N}` expand per agent, e.g. svc-{i%100}; '' watches
+    /// nothing, as most client agents).
     #[arg(long, value_name = "LIST", help_heading = heading::CONSUL)]
     pub upstreams: Option<List>,
     /// Consul: service instances each agent registers.

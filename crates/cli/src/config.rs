@@ -149,6 +149,15 @@ pub(crate) fn resolve_with(
         crate::local::apply_child(&mut cli, env).map_err(|e| UsageError(e.to_string()))?;
     let (file_top, file_fleets, scenarios) = file;
     let given = crate::settings::given_fields(&[&cli, &file_top]);
+    // A fleet section's own reconnect or dial settings count as given too.
+    let dial_given = crate::settings::given_fields(
+        &std::iter::once(&cli)
+            .chain(std::iter::once(&file_top))
+            .chain(file_fleets.iter())
+            .collect::<Vec<_>>(),
+    )
+    .iter()
+    .any(|f| matches!(*f, "reconnect" | "max_dialing"));
     let (top, layers) = stack(cli, file_top, file_fleets)?;
     let (shard, shard_from) = match crate::shard::resolve(top.shard, env)? {
         Some((s, from)) => (Some(s), from),
@@ -163,7 +172,10 @@ pub(crate) fn resolve_with(
     failover_flags(&top, embedded_servers, fleets.iter().any(|f| f.embedded))?;
     let observe = crate::observing::plan(&top, &fleets, shard)?;
     let effective = effective_settings(&top, &layers, &fleets);
-    let unread = crate::settings::unread(&given, &fleets);
+    let mut notes = crate::settings::unread(&given, &fleets);
+    if dial_given {
+        notes.extend(fleets.iter().filter_map(crate::scenario::capped_burst));
+    }
     let secs = |v: Option<Secs>| v.map(|s| s.0).unwrap_or_default();
     Ok(RunConfig {
         fleets,
@@ -194,7 +206,7 @@ pub(crate) fn resolve_with(
         local_child,
         effective,
         study: None,
-        unread,
+        notes,
     })
 }
 
@@ -607,6 +619,7 @@ fn gossip_config(a: &RunArgs, targets: &[String]) -> agent_sim_consul::gossip::G
             .filter(|k| !k.is_empty())
             .collect(),
         label: a.gossip_label.clone().unwrap_or_default(),
+        timings: agent_sim_gossip::Timings::default(),
     }
 }
 
@@ -924,7 +937,7 @@ mod tests {
                 &no_env,
             )
             .unwrap()
-            .unread
+            .notes
         };
         assert_eq!(
             run(Kind::Sensu),
@@ -938,7 +951,25 @@ mod tests {
         assert!(consul[0].starts_with("--keepalive-interval (config key keepalive-interval)"));
         // The defaults are no one's doing: nothing given, nothing named.
         let quiet = resolve(args(|a| a.kind = Some(Kind::Sensu)), &no_env).unwrap();
-        assert!(quiet.unread.is_empty(), "{:?}", quiet.unread);
+        assert!(quiet.notes.is_empty(), "{:?}", quiet.notes);
+        // Nor do the reconnect and dial defaults warn of each other (a
+        // Sensu fleet past --max-dialing comes back in one burst): only a
+        // run that set either hears of it.
+        let big = |f: fn(&mut RunArgs)| {
+            resolve(
+                args(|a| {
+                    a.agents = Some(2000);
+                    f(a)
+                }),
+                &no_env,
+            )
+            .unwrap()
+            .notes
+        };
+        assert!(big(|_| ()).is_empty(), "{:?}", big(|_| ()));
+        let set = big(|a| a.max_dialing = Some(100));
+        assert_eq!(set.len(), 1, "{set:?}");
+        assert!(set[0].contains("--max-dialing 100 lets only that many of its 2000"));
     }
 
     #[test]

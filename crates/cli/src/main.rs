@@ -231,7 +231,7 @@ fn run_resolved(mut cfg: agent_sim::plan::RunConfig) -> ExitCode {
         return refuse(e);
     }
     if !cfg.local_child {
-        for note in &cfg.unread {
+        for note in &cfg.notes {
             eprintln!("agent-sim: note: {note}");
         }
     }

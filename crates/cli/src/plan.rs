@@ -173,10 +173,12 @@ pub struct RunConfig {
     pub effective: serde_json::Map<String, serde_json::Value>,
     /// The published experiment the run reproduces (`agent-sim study`).
     pub study: Option<agent_sim_metrics::study::StudySummary>,
-    /// Settings the user gave that no fleet of the run reads (a Consul
-    /// flag in a Sensu run), each as the words of a note printed at start
-    /// (see [`crate::settings::unread`]).
-    pub unread: Vec<String>,
+    /// Notes printed at start, each about a setting the user gave: one
+    /// that no fleet of the run reads (a Consul flag in a Sensu run, see
+    /// [`crate::settings::unread`]), or a reconnect burst that the dial cap
+    /// narrows (see [`crate::scenario::capped_burst`]). The defaults make
+    /// none.
+    pub notes: Vec<String>,
 }
 
 impl RunConfig {

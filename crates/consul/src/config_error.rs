@@ -88,9 +88,6 @@ pub enum ConfigError {
     /// A setting of the proxies behind the agents.
     #[error(transparent)]
     Proxies(#[from] ProxyConfigError),
-    /// No upstream.
-    #[error("needs at least one service")]
-    NoUpstreams,
     /// An upstream pattern that does not parse.
     #[error(transparent)]
     Upstream(PatternError),
@@ -235,7 +232,7 @@ impl ConfigError {
             E::HalfClientCert => "tls.cert_file",
             E::Vault(v) => v.field(),
             E::Proxies(p) => p.field(),
-            E::NoUpstreams | E::Upstream(_) => "upstreams",
+            E::Upstream(_) => "upstreams",
             E::ServiceName => "service_name",
             E::NoServices | E::TxnOps { .. } => "services_per_agent",
             E::SessionTtl(_) => "session_ttl",

@@ -500,11 +500,6 @@ pub async fn execute(
     let threads = tokio::runtime::Handle::current().metrics().num_workers();
     let metrics = Metrics::new(&metrics_spec(&cfg), (threads * 4).max(4));
     add_secrets(&cfg, &metrics);
-    if output == Output::Terminal {
-        for note in cfg.fleets.iter().filter_map(crate::scenario::capped_burst) {
-            eprintln!("agent-sim: note: {note}");
-        }
-    }
     let built = build_factories(&cfg, &metrics)?;
     taken::refuse_taken(&cfg.fleets).await?;
     let statuses: Vec<Arc<FleetStatus>> = cfg
