@@ -25,6 +25,22 @@
 # and given to agent-sim as --gossip-key. REPORT_ONLY=1: print the table again
 # from the files of an earlier run in OUT (same N, SECONDS, FLEETS), run nothing.
 # AGENT_SIM: an agent-sim binary to run instead of building one (no cargo build).
+# SERVICES: service instances per agent in both fleets (default 1; app-1, app-2, ...).
+# WATCH: what each agent of both fleets watches: "none" (default: nothing, as most
+# client agents; agent-sim with --upstreams '') or a service name (agent-sim:
+# --upstreams NAME; each real agent: a blocking health query of NAME looped on its
+# own HTTP API, which a real agent serves from one Subscribe to its server).
+# NOISE=T: the same background on the box in every fleet's warmup and window, T
+# threads of one process each waking every 10 ms for a few microseconds of work
+# (no traffic to the server; on FLEET_CPUS when set). On this kind of VM a wakeup
+# costs a process more CPU when its core was idle than when other tasks keep the
+# core awake, and 100 real agents keep the server's cores awake with their own
+# timers where agent-sim's one process does not: without the same background the
+# two fleets' windows are not measured on the same box (BENCHMARKS.md, "Steady
+# state: a fresh server per fleet, both orders, the same box for both").
+# Besides the server's counters the table has the box's (TCP segments and UDP
+# datagrams on loopback, both ways, from /proc/net/snmp), the server's context
+# switches (every thread) and the fleet's own CPU over the window.
 # PERF=1: record the server's profile over each window (perf record -g,
 # OUT/<fleet><n>.perf.data), to see where its CPU goes with each fleet.
 # SERVER_CPUS, FLEET_CPUS: taskset CPU lists (e.g. 0 and 1): the server runs on
@@ -43,6 +59,8 @@ shift $(($# < 3 ? $# : 3))
 [ "${1:-}" = "--" ] && shift
 SIM_FLAGS=("$@")
 WARMUP=${WARMUP:-45}
+SERVICES=${SERVICES:-1}
+WATCH=${WATCH:-none}
 SIM_RAMP=${SIM_RAMP:-50/s}
 SERVER_IP=${SERVER_IP:-127.0.0.1}
 CONSUL_BIN=${CONSUL_BIN:?set CONSUL_BIN to a consul 1.20.1 binary}
@@ -69,7 +87,9 @@ if [ -z "${REPORT_ONLY:-}" ]; then
   # EXTRA_HCL: more server configuration (e.g. a telemetry prefix_filter), in a second
   # file (Consul merges files; the same block twice in one file is refused).
   printf '%s\n' "${EXTRA_HCL:-}" >"$OUT/extra.hcl"
-  echo '{"service":{"name":"app","port":8080}}' >"$OUT/svc.json"
+  python3 -c 'import json,sys; n=int(sys.argv[1]); print(json.dumps({"services": [
+      {"name": "app", "id": f"app-{i}", "port": 8080 + i} for i in range(1, n + 1)]}))' \
+    "$SERVICES" >"$OUT/svc.json"
   : >"$OUT/gossip.hcl"
   if [ -n "${GOSSIP_KEY:-}" ]; then
     [ "$GOSSIP_KEY" = new ] && GOSSIP_KEY=$("$CONSUL_BIN" keygen)
@@ -93,8 +113,9 @@ stop_pids() {
   kill -KILL "$@" 2>/dev/null || true
 }
 stop_all() {
-  stop_pids "${fleet_pids[@]}"
-  fleet_pids=()
+  noise_stop
+  stop_pids "${fleet_pids[@]}" ${watch_pid:+"$watch_pid"}
+  fleet_pids=() watch_pid=
   [ -n "$server_pid" ] && stop_pids "$server_pid"
   server_pid=
 }
@@ -118,9 +139,10 @@ start_server() {
 # The whole exposition is kept in the file named by $1; the server log's
 # length then is kept too (to tell what it logged inside the window).
 snapshot() {
-  python3 - "$server_pid" "$1" "$HTTP" "$OUT/server-$tag.log" <<'PY'
-import json, os, sys, urllib.request
+  python3 - "$server_pid" "$1" "$HTTP" "$OUT/server-$tag.log" "${fleet_pids[*]:-}" <<'PY'
+import glob, json, os, sys, urllib.request
 pid, prom, http, log = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+fleet = [int(p) for p in sys.argv[5].split()]
 body = urllib.request.urlopen(
     f"http://{http}/v1/agent/metrics?format=prometheus", timeout=10).read().decode()
 open(prom, "w").write(body)
@@ -138,6 +160,45 @@ for line in body.splitlines():
 ticks = os.sysconf("SC_CLK_TCK")
 f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
 out["cpu_s"] = (int(f[11]) + int(f[12])) / ticks
+# Context switches of every thread of the server (the Go runtime's wakeups).
+for k in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+    out["server_" + k] = 0
+for st in glob.glob(f"/proc/{pid}/task/*/status"):
+    try:
+        for line in open(st):
+            k, _, v = line.partition(":")
+            if k in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+                out["server_" + k] += int(v)
+    except OSError:
+        pass
+# The fleet's own CPU (every real agent, or agent-sim and its local children).
+def cpu_of(p):
+    try:
+        g = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+        return (int(g[11]) + int(g[12]) + int(g[13]) + int(g[14])) / ticks
+    except OSError:
+        return 0.0
+out["fleet_cpu_s"] = sum(cpu_of(p) for p in fleet)
+# Connections held at the server's RPC port (established, from /proc/net/tcp).
+import socket, struct
+def held(port):
+    n = 0
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        f = line.split()
+        ip, _, p = f[1].partition(":")
+        addr = socket.inet_ntoa(struct.pack("<I", int(ip, 16)))
+        if int(p, 16) == port and f[3] == "01" and addr == http.split(":")[0]:
+            n += 1
+    return n
+out["rpc_conns_held"] = held(8300)
+# The box's loopback traffic: TCP segments and UDP datagrams, both ways.
+snmp = open("/proc/net/snmp").read().splitlines()
+for a, b in zip(snmp[::2], snmp[1::2]):
+    proto = a.split(":")[0]
+    if proto in ("Tcp", "Udp"):
+        for k, v in zip(a.split()[1:], b.split()[1:]):
+            if k in ("InSegs", "OutSegs", "InDatagrams", "OutDatagrams"):
+                out[f"box_{proto.lower()}_{k}"] = int(v)
 out["log_lines"] = sum(1 for _ in open(log, errors="replace"))
 print(json.dumps(out))
 PY
@@ -203,6 +264,65 @@ wait_registered() {
   echo "$1: $(registered) of $N registered after $((SECONDS - t0)) s" >&2
 }
 
+# WATCH=<service>: each real agent's local HTTP API asked a blocking health
+# query of it, again as soon as it answers (one process for all of them; the
+# agent serves a query with an index from a Subscribe to its server).
+noise_pid=
+noise_start() {
+  [ -n "${NOISE:-}" ] || return 0
+  "${FLEET_CPU[@]}" python3 - "$NOISE" <<'PY' &
+import sys, threading, time
+def tick():
+    while True:
+        time.sleep(0.01)
+        x = 0
+        for i in range(200):
+            x += i
+for _ in range(int(sys.argv[1])):
+    threading.Thread(target=tick, daemon=True).start()
+while True:
+    time.sleep(3600)
+PY
+  noise_pid=$!
+}
+noise_stop() {
+  [ -n "$noise_pid" ] && stop_pids "$noise_pid"
+  noise_pid=
+}
+
+watch_pid=
+watch_real() {
+  [ "$WATCH" = none ] && return 0
+  python3 - "$WATCH" "$N" "$SERVER_IP" <<'PY' >"$OUT/$tag-watch.log" 2>&1 &
+import sys, threading, time, urllib.request
+svc, n, server = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def agent_ips():
+    a, out = 11, []
+    while len(out) < n:
+        a += 1
+        ip = f"127.0.{a // 256}.{a % 256}"
+        if ip != server and ip != "127.0.0.200" and a % 256 != 0:
+            out.append(ip)
+    return out
+def loop(ip):
+    index = 0
+    while True:
+        try:
+            r = urllib.request.urlopen(
+                f"http://{ip}:8500/v1/health/service/{svc}?index={index}&wait=5m", timeout=330)
+            r.read()
+            index = max(1, int(r.headers.get("X-Consul-Index", "1")))
+        except Exception as e:
+            print(ip, e, flush=True)
+            time.sleep(1)
+for ip in agent_ips():
+    threading.Thread(target=loop, args=(ip,), daemon=True).start()
+while True:
+    time.sleep(3600)
+PY
+  watch_pid=$!
+}
+
 run=0
 for fleet in $FLEETS_RUN; do
   run=$((run + 1))
@@ -223,24 +343,29 @@ for fleet in $FLEETS_RUN; do
       fleet_pids+=($!)
     done
     wait_registered real
+    watch_real
+    noise_start
     snapshot "$OUT/$tag-joined.prom" >"$OUT/$tag-joined.json"
     pin_steady
     sleep "$WARMUP"
     measure "$tag"
-    stop_pids "${fleet_pids[@]}"
-    fleet_pids=()
+    noise_stop
+    stop_pids "${fleet_pids[@]}" ${watch_pid:+"$watch_pid"}
+    fleet_pids=() watch_pid=
     ;;
   sim)
     "${FLEET_CPU[@]}" "$BIN" --kind consul --agents "$N" --target "$SERVER_IP:8300" --http-target "$HTTP" \
-      --upstreams web --probe off --session-ttl off --services-per-agent 1 --ramp "$SIM_RAMP" \
+      --upstreams "$([ "$WATCH" = none ] || echo "$WATCH")" --probe off --session-ttl off --services-per-agent "$SERVICES" --ramp "$SIM_RAMP" \
       --duration "$((WARMUP + WINDOW + N / 50 + 20))s" --quiet --summary "$OUT/sim$run.json" \
       "${SIM_FLAGS[@]}" >"$OUT/sim$run.txt" 2>&1 &
     fleet_pids=($!)
     wait_registered sim
+    noise_start
     snapshot "$OUT/$tag-joined.prom" >"$OUT/$tag-joined.json"
     pin_steady
     sleep "$WARMUP"
     measure "$tag"
+    noise_stop
     wait "${fleet_pids[0]}" || echo "agent-sim exited $?" >&2
     fleet_pids=()
     ;;
@@ -252,7 +377,7 @@ for fleet in $FLEETS_RUN; do
   sleep 2
 done
 
-python3 - "$OUT" "$WINDOW" "$WARMUP" "$FLEETS" <<'PY'
+python3 - "$OUT" "$WINDOW" "$WARMUP" "$FLEETS" "$N" <<'PY'
 import json, re, sys
 d, window, warmup, fleets = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4].split()
 runs = [f"{f}{i + 1}" for i, f in enumerate(fleets)]
@@ -260,6 +385,14 @@ per_s = window
 span = window + warmup
 # (label, series, divisor, snapshots: window = start..end, span = joined..end)
 rows = [("server CPU (s over the window)", "cpu_s", 1.0, "window"),
+        ("fleet CPU (s over the window)", "fleet_cpu_s", 1.0, "window"),
+        ("server context switches /s", "server_voluntary_ctxt_switches", per_s, "window"),
+        ("server involuntary switches /s", "server_nonvoluntary_ctxt_switches", per_s, "window"),
+        ("box TCP segments in /s", "box_tcp_InSegs", per_s, "window"),
+        ("box UDP datagrams in /s", "box_udp_InDatagrams", per_s, "window"),
+        ("gRPC streams held (window's end)", "consul_grpc_server_streams", 1.0, "at_end"),
+        ("gRPC connections held (window's end)", "consul_grpc_server_connections", 1.0, "at_end"),
+        ("RPC port connections held (window's end)", "rpc_conns_held", 1.0, "at_end"),
         ("rpc requests /s", "consul_rpc_request", per_s, "window"),
         ("rpc queries /s", "consul_rpc_query", per_s, "window"),
         ("raft applies /s", "consul_raft_apply", per_s, "window"),
@@ -309,6 +442,8 @@ pairs = {"window": ("start", "end"), "span": ("joined", "end"), "leave": ("end",
 def delta(r, key, kind):
     if kind == "storm":
         return storm(r, key)
+    if kind == "at_end":
+        return snaps[r]["end"].get(key, 0.0)
     a, b = (snaps[r].get(p, {}) for p in pairs[kind])
     return b.get(key, 0.0) - a.get(key, 0.0)
 def started(r):
@@ -340,6 +475,42 @@ for label, key, div, kind in rows:
             if r != ref:
                 line += f"{(v / base) if base else float('nan'):>{max(width, 12)}.2f}"
     print(line)
+# Each run's rates in the form of the embedded-backend guard's baseline
+# (crates/consul/tests/steady.rs: testdata/fidelity/).
+def calls_by_method(path):
+    out = {}
+    for line in open(path):
+        m = re.match(r'consul_rpc_server_call_count\{(.*)\} (\S+)$', line)
+        if m:
+            method = re.search(r'method="([^"]+)"', m.group(1))
+            if method:
+                out[method.group(1)] = out.get(method.group(1), 0.0) + float(m.group(2))
+    return out
+for r in runs:
+    a, b = calls_by_method(f"{d}/{r}-start.prom"), calls_by_method(f"{d}/{r}-end.prom")
+    minutes = window / 60
+    n = float(sys.argv[5])
+    w = lambda k: delta(r, k, "window")
+    rates = {
+        "agents": int(n),
+        "per_agent_minute": {
+            **{m: (b.get(m, 0) - a.get(m, 0)) / n / minutes
+               for m in ("Coordinate.Update", "Catalog.NodeServiceList", "Health.NodeChecks")
+               if b},
+            "gossip_udp_bytes_in": w("consul_memberlist_udp_received") / n / minutes,
+            "gossip_udp_bytes_out": w("consul_memberlist_udp_sent") / n / minutes,
+        },
+        "per_minute": {
+            "member_push_pulls": w("consul_memberlist_tcp_accept") / minutes,
+            "member_events": sum(w(k) for k in ("consul_serf_member_join", "consul_serf_member_failed",
+                                               "consul_serf_member_left", "consul_memberlist_msg_suspect")) / minutes,
+        },
+        "held_per_agent": {
+            "streams": snaps[r]["end"].get("consul_grpc_server_streams", 0.0) / n,
+            "rpc_connections": snaps[r]["end"].get("rpc_conns_held", 0.0) / n,
+        },
+    }
+    json.dump(rates, open(f"{d}/{r}-rates.json", "w"), indent=1)
 print()
 for r in runs:
     win = json.load(open(f"{d}/{r}-members-window.json"))

@@ -31,6 +31,9 @@ pub struct GossipConfig {
     pub keys: Vec<String>,
     /// `--gossip-label`.
     pub label: String,
+    /// memberlist's intervals the pool runs on: a client agent's LAN
+    /// defaults (no flag sets them; tests change them).
+    pub timings: Timings,
 }
 
 /// Serf's LAN port, where a derived join address points.
@@ -246,7 +249,7 @@ impl Gossip {
             join: self.join.clone(),
             security: self.security.clone(),
             tags: agent_sim_gossip::serf::client_tags(&self.datacenter),
-            timings: Timings::default(),
+            timings: self.cfg.timings,
         };
         match Pool::start(cfg, self.metrics.clone()).await {
             Ok(p) if !self.cfg.join_given && !self.same_cluster(&p) => {

@@ -53,7 +53,7 @@ use crate::wire::Security;
 use view::{Phase, View};
 
 /// memberlist's LAN timings (Consul's defaults).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timings {
     /// Each member probes one member this often.
     pub probe_interval: Duration,
