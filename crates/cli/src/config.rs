@@ -150,14 +150,11 @@ pub(crate) fn resolve_with(
     let (file_top, file_fleets, scenarios) = file;
     let given = crate::settings::given_fields(&[&cli, &file_top]);
     // A fleet section's own reconnect or dial settings count as given too.
-    let dial_given = crate::settings::given_fields(
-        &std::iter::once(&cli)
-            .chain(std::iter::once(&file_top))
-            .chain(file_fleets.iter())
-            .collect::<Vec<_>>(),
-    )
-    .iter()
-    .any(|f| matches!(*f, "reconnect" | "max_dialing"));
+    let in_fleets = crate::settings::given_fields(&file_fleets.iter().collect::<Vec<_>>());
+    let dial_given = given
+        .iter()
+        .chain(&in_fleets)
+        .any(|f| matches!(*f, "reconnect" | "max_dialing"));
     let (top, layers) = stack(cli, file_top, file_fleets)?;
     let (shard, shard_from) = match crate::shard::resolve(top.shard, env)? {
         Some((s, from)) => (Some(s), from),

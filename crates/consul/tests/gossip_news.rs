@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,11 +17,11 @@ use agent_sim_consul::{ConsulConfig, ConsulFactory};
 use agent_sim_fleet::{FleetConfig, FleetStatus};
 use agent_sim_gossip::{Keyring, Security};
 use agent_sim_metrics::Metrics;
-use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
-use agent_sim_server::consul::{ConsulTargetConfig, SerfConfig};
+use agent_sim_server::backend::Backend;
+use agent_sim_server::consul::SerfConfig;
 use agent_sim_server::faults::RestartState;
 use agent_sim_testkit::bounded::until;
-use common::{counter, metrics};
+use common::{counter, gossiping, metrics, serf_backend};
 use tokio_util::sync::CancellationToken;
 
 async fn backend() -> Backend {
@@ -30,46 +29,24 @@ async fn backend() -> Backend {
 }
 
 async fn backend_with(security: Security) -> Backend {
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    Backend::start(BackendConfig {
-        consul: Some(ConsulAddrs {
-            rpc: any,
-            http: any,
-            grpc: None,
-            cfg: ConsulTargetConfig {
-                serf: Some(SerfConfig {
-                    bind: any,
-                    security,
-                    ..SerfConfig::default()
-                }),
-                ..ConsulTargetConfig::default()
-            },
-            state: None,
-        }),
-        ..BackendConfig::default()
+    serf_backend(SerfConfig {
+        security,
+        ..SerfConfig::default()
     })
     .await
-    .unwrap()
 }
 
-/// A config of `n` agents gossiping with the backend's serf port.
-fn gossiping(b: &Backend, keys: Vec<String>) -> ConsulConfig {
-    let (rpc, http) = b.consul_addrs().unwrap();
+/// A config of agents gossiping with the backend's serf port with `keys`.
+fn gossiping_with(b: &Backend, keys: Vec<String>) -> ConsulConfig {
     ConsulConfig {
-        conn: agent_sim_consul::Connection {
-            targets: vec![rpc.to_string()],
-            http_target: http.to_string(),
-            ..agent_sim_consul::Connection::to(&[])
-        },
-        gossip: Some(GossipConfig {
-            join: vec![b.consul_serf_addr().unwrap().to_string()],
-            join_given: true,
-            bind: vec!["127.0.0.1".into()],
-            keys,
-            ..GossipConfig::default()
-        }),
         cluster_size: 10,
-        ..ConsulConfig::default()
+        ..gossiping(
+            b,
+            GossipConfig {
+                keys,
+                ..GossipConfig::default()
+            },
+        )
     }
 }
 
@@ -92,7 +69,7 @@ async fn another_gossip_key_is_no_membership_and_no_session() {
     };
     let report = agent_sim_fleet::run(
         fleet,
-        Arc::new(ConsulFactory::new(gossiping(&b, vec![ours]), m.clone()).unwrap()),
+        Arc::new(ConsulFactory::new(gossiping_with(&b, vec![ours]), m.clone()).unwrap()),
         m.clone(),
         Arc::new(FleetStatus::default()),
         CancellationToken::new(),
@@ -150,7 +127,7 @@ async fn members(
 async fn a_restarted_leaders_new_leader_event_brings_one_full_sync_per_agent() {
     let b = backend().await;
     let n = 5;
-    let (m, stop, run) = members(gossiping(&b, Vec::new()), n).await;
+    let (m, stop, run) = members(gossiping_with(&b, Vec::new()), n).await;
     // The start's own event came before the joins: not acted on.
     assert_eq!(counter(&m, "anti_entropy_server_up"), 0);
 
@@ -191,7 +168,7 @@ async fn a_restarted_leaders_new_leader_event_brings_one_full_sync_per_agent() {
 async fn a_server_down_past_its_suspicion_is_dead_then_back_with_a_sync() {
     let b = backend().await;
     let n = 5;
-    let (m, stop, run) = members(gossiping(&b, Vec::new()), n).await;
+    let (m, stop, run) = members(gossiping_with(&b, Vec::new()), n).await;
     // Down for 8 s: the members' probes go unanswered, the suspicion runs
     // its course (4 s at the least in a pool this small, confirmed by
     // each member's failed probe) and the server is dead to them; back at

@@ -14,7 +14,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,10 +21,10 @@ use agent_sim_consul::gossip::GossipConfig;
 use agent_sim_consul::{ConsulConfig, ConsulFactory};
 use agent_sim_fleet::{FleetConfig, FleetStatus};
 use agent_sim_gossip::Timings;
-use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
-use agent_sim_server::consul::{ConsulTargetConfig, ConsulTargetSnapshot, SerfConfig};
+use agent_sim_server::backend::Backend;
+use agent_sim_server::consul::{ConsulTargetSnapshot, SerfConfig};
 use agent_sim_testkit::bounded::until;
-use common::{counter, metrics};
+use common::{counter, gossiping, metrics, serf_backend};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
@@ -57,54 +56,32 @@ struct Baseline {
 /// The embedded server as a `-dev` Consul: its serf port probes a member
 /// and gossips every 100 ms.
 async fn dev_server() -> Backend {
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    Backend::start(BackendConfig {
-        consul: Some(ConsulAddrs {
-            rpc: any,
-            http: any,
-            grpc: None,
-            cfg: ConsulTargetConfig {
-                serf: Some(SerfConfig {
-                    bind: any,
-                    probe_interval: Duration::from_millis(100),
-                    // Dev's is the interval itself; this server wants
-                    // room for the indirect probes after it.
-                    probe_timeout: Duration::from_millis(90),
-                    gossip_interval: Duration::from_millis(100),
-                    suspicion_mult: 3,
-                    ..SerfConfig::default()
-                }),
-                ..ConsulTargetConfig::default()
-            },
-            state: None,
-        }),
-        ..BackendConfig::default()
+    serf_backend(SerfConfig {
+        probe_interval: Duration::from_millis(100),
+        // Dev's is the interval itself; this server wants room for the
+        // indirect probes after it.
+        probe_timeout: Duration::from_millis(90),
+        gossip_interval: Duration::from_millis(100),
+        suspicion_mult: 3,
+        ..SerfConfig::default()
     })
     .await
-    .unwrap()
 }
 
 /// Agents as the comparison's real ones: one service each, no session, no
 /// watch, gossiping with the server.
 fn like_real(b: &Backend, timings: Timings) -> ConsulConfig {
-    let (rpc, http) = b.consul_addrs().unwrap();
     ConsulConfig {
-        conn: agent_sim_consul::Connection {
-            targets: vec![rpc.to_string()],
-            http_target: http.to_string(),
-            ..agent_sim_consul::Connection::to(&[])
-        },
-        gossip: Some(GossipConfig {
-            join: vec![b.consul_serf_addr().unwrap().to_string()],
-            join_given: true,
-            bind: vec!["127.0.0.1".into()],
-            timings,
-            ..GossipConfig::default()
-        }),
         upstreams: Vec::new(),
         session_ttl: None,
         services_per_agent: 1,
-        ..ConsulConfig::default()
+        ..gossiping(
+            b,
+            GossipConfig {
+                timings,
+                ..GossipConfig::default()
+            },
+        )
     }
 }
 

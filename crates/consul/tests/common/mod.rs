@@ -10,11 +10,15 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use agent_sim_consul::gossip::GossipConfig;
 use agent_sim_consul::http::HttpApi;
 use agent_sim_consul::{ConsulConfig, ConsulFactory, ProbeConfig, ProbeKind, metrics_spec};
 use agent_sim_fleet::{Agent, FleetConfig, FleetReport, FleetStatus, SessionCx, SessionEnd};
 use agent_sim_metrics::{Metrics, ProbeSummary};
-use agent_sim_server::consul::{ConsulState, ConsulTargetConfig, serve_http, serve_rpc};
+use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
+use agent_sim_server::consul::{
+    ConsulState, ConsulTargetConfig, SerfConfig, serve_http, serve_rpc,
+};
 use bytes::Bytes;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -97,6 +101,47 @@ pub async fn start_with(cfg: ConsulTargetConfig) -> Target {
             .unwrap();
     }
     t
+}
+
+/// The embedded backend on 127.0.0.1 with its RPC and HTTP ports and the
+/// serf LAN port of `serf` (its `bind` taken as any free port).
+pub async fn serf_backend(serf: SerfConfig) -> Backend {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    Backend::start(BackendConfig {
+        consul: Some(ConsulAddrs {
+            rpc: any,
+            http: any,
+            grpc: None,
+            cfg: ConsulTargetConfig {
+                serf: Some(SerfConfig { bind: any, ..serf }),
+                ..ConsulTargetConfig::default()
+            },
+            state: None,
+        }),
+        ..BackendConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// Agents of `b` that gossip with its serf port from 127.0.0.1, with
+/// `gossip`'s keys and timings.
+pub fn gossiping(b: &Backend, gossip: GossipConfig) -> ConsulConfig {
+    let (rpc, http) = b.consul_addrs().unwrap();
+    ConsulConfig {
+        conn: agent_sim_consul::Connection {
+            targets: vec![rpc.to_string()],
+            http_target: http.to_string(),
+            ..agent_sim_consul::Connection::to(&[])
+        },
+        gossip: Some(GossipConfig {
+            join: vec![b.consul_serf_addr().unwrap().to_string()],
+            join_given: true,
+            bind: vec!["127.0.0.1".into()],
+            ..gossip
+        }),
+        ..ConsulConfig::default()
+    }
 }
 
 pub fn config(t: &Target) -> ConsulConfig {
