@@ -286,6 +286,8 @@ async fn acls_that_deny_the_registration_say_so_in_the_servers_words() {
         "{e:?}"
     );
     assert!(e.hint.as_deref().unwrap().contains("--token"));
+    // Each refused call counted once, as an error and as a denial.
+    assert_eq!(e.count, s.denied.values().sum::<u64>(), "{:?}", s.denied);
 
     // A token the server does not know: the Subscribe itself fails.
     let secret = "99999999-0000-0000-0000-000000000000";
@@ -308,6 +310,12 @@ async fn acls_that_deny_the_registration_say_so_in_the_servers_words() {
         s.errors
     );
     assert!(!serde_json::to_string(s).unwrap().contains(secret));
+    // Each Subscribe refused is retried as a real agent's materializer
+    // retries it, whatever the sessions do: at once, then after 200 ms
+    // doubling (with jitter, at least that), so at most 6 tries per stream
+    // in 3 s (10 agents, 1 upstream each).
+    let subscribes = s.denied.get("subscribe.Subscribe").copied().unwrap_or(0);
+    assert!(subscribes > 0 && subscribes <= 10 * 6, "{:?}", s.denied);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

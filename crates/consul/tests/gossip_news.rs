@@ -5,7 +5,8 @@
 //! anti-entropy sync (Consul's `ServerUp`), counted apart; a server down
 //! past its suspicion is dead to the pool, and back it is a return with a
 //! sync; a gossip key that is not the server's lets no agent hold a
-//! session.
+//! session; a fleet that ends is left, none failed, even on a server whose
+//! handler lags and takes the newest message first.
 
 mod common;
 
@@ -203,5 +204,56 @@ async fn a_server_down_past_its_suspicion_is_dead_then_back_with_a_sync() {
     assert_eq!(counter(&m, "router_removes"), 0);
     stop.cancel();
     run.await.unwrap();
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_that_ends_is_left_not_failed_on_a_server_whose_handler_lags() {
+    // Each message costs the server's handler 3 ms: a burst of 200 leaves
+    // (intents, dead messages, their rebroadcasts) backs it up by seconds,
+    // and it takes the newest first, as memberlist does.
+    let b = serf_backend(SerfConfig {
+        handle_delay: Duration::from_millis(3),
+        ..SerfConfig::default()
+    })
+    .await;
+    let n = 200;
+    let cfg = ConsulConfig {
+        cluster_size: n,
+        ..gossiping_with(&b, Vec::new())
+    };
+    let (m, stop, run) = members(cfg, n).await;
+    let serf = || b.consul_stats().unwrap().serf;
+    // The joins' burst handled first: the leaves start on an empty queue.
+    until(
+        Duration::from_secs(30),
+        "the server's handler caught up",
+        async || serf().serf_handler_queue == 0,
+    )
+    .await;
+    let before = serf();
+    stop.cancel();
+    let report = run.await.unwrap();
+    assert_eq!(report.ever_connected, n);
+    until(
+        Duration::from_secs(60),
+        "every member left or failed on the server",
+        async || {
+            let s = serf();
+            s.serf_members_left + s.serf_members_failed == n
+        },
+    )
+    .await;
+    let s = serf();
+    // A member's dead message went only once the server had its intent
+    // (its rebroadcast, or its push-pull answer's status time).
+    assert_eq!((s.serf_failures, s.serf_members_left), (0, n), "{s:?}");
+    // Nor did the leaves flood it: every message got into its queue.
+    assert_eq!(
+        s.serf_handler_queue_dropped - before.serf_handler_queue_dropped,
+        0,
+        "{s:?}"
+    );
+    assert_eq!(counter(&m, "gossip_leaves"), n);
     b.stop().await;
 }

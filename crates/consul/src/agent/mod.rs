@@ -297,6 +297,10 @@ struct Sub {
     /// Observer: state of the probe target after the last snapshot or probe
     /// change (`Expect as u8`, 0 unknown), to spot changes a re-sync brings.
     probe_state: u8,
+    /// Set after its stream's first failure, until an event: later
+    /// Subscribes back off, across sessions too (a real agent's materializer
+    /// lives in its cache, not in its connection to a server).
+    backoff: Option<agent_sim_fleet::Backoff>,
 }
 
 impl Sub {
@@ -310,6 +314,7 @@ impl Sub {
             probe_seen: 0,
             probe_owed: Owed::default(),
             probe_state: 0,
+            backoff: None,
         }
     }
 }

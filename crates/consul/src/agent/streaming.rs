@@ -113,7 +113,15 @@ impl ConsulAgent {
             &self.shared,
         );
         for (i, slot) in slots.v.iter_mut().enumerate() {
-            self.start_slot(i, slot, &mut conn);
+            // A stream that kept failing waits out its backoff here too.
+            match &mut self.subs[i].backoff {
+                Some(b) => {
+                    slot.state = SlotState::Idle {
+                        at: now + b.next_delay(),
+                    }
+                }
+                None => self.start_slot(i, slot, &mut conn),
+            }
         }
         let mut streams = Streams {
             conn,

@@ -71,8 +71,6 @@ pub(super) struct Slot {
     pub(super) silent: bool,
     /// The snapshot in progress re-syncs a view that existed before.
     pub(super) resync: bool,
-    /// Set after the first ABORTED: later ones back off.
-    pub(super) backoff: Option<Backoff>,
 }
 
 impl Slot {
@@ -87,7 +85,6 @@ impl Slot {
             resume_pending: false,
             silent: false,
             resync: false,
-            backoff: None,
         }
     }
 }
@@ -182,8 +179,9 @@ impl ConsulAgent {
     /// As a real agent's materializer: a stream that fails while its
     /// connection lives is subscribed again on that connection — at once the
     /// first time, then after a backoff from 200 ms doubling with jitter to
-    /// 60 s, until an event resets it — and each failure is counted with the
-    /// server's words. `ABORTED` also drops the view (resubscribe at index
+    /// 60 s, until an event resets it; the backoff is the subscription's, so
+    /// a new session's Subscribe waits it out too — and each failure is
+    /// counted with the server's words. `ABORTED` also drops the view (resubscribe at index
     /// 0); other failures keep it (resubscribe at its index), except a
     /// snapshot in progress, which is discarded. A failing transport, or the
     /// server shutting down, ends the session (the connection goes too).
@@ -238,9 +236,9 @@ impl ConsulAgent {
         slot.resync = sub.ever_synced;
         slot.resume_pending = false;
         slot.silent = false;
-        match &mut slot.backoff {
+        match &mut self.subs[i].backoff {
             None => {
-                slot.backoff = Some(Backoff::new(ABORT_BACKOFF.0, ABORT_BACKOFF.1));
+                self.subs[i].backoff = Some(Backoff::new(ABORT_BACKOFF.0, ABORT_BACKOFF.1));
                 self.start_slot(i, slot, conn);
             }
             Some(b) => {
@@ -271,7 +269,7 @@ impl ConsulAgent {
             if !is_nstf {
                 sh.metrics.incr(ids.resumes);
                 resynced = Some(Resync::Resume);
-                slot.backoff = None;
+                self.subs[i].backoff = None;
                 self.mark_ready(i, slot);
             }
         }
@@ -302,7 +300,7 @@ impl ConsulAgent {
         if slot.resume_pending {
             slot.resume_pending = false;
             slot.silent = false;
-            slot.backoff = None;
+            self.subs[i].backoff = None;
             if result.index == self.subs[i].view.index() {
                 sh.metrics.incr(sh.ids.resumes_silent);
                 resynced = Some(Resync::ResumeSilent);
@@ -488,7 +486,7 @@ impl ConsulAgent {
             }
         }
         slot.resync = false;
-        slot.backoff = None;
+        sub.backoff = None;
         sub.ever_synced = true;
         self.mark_ready(i, slot);
         hit

@@ -76,16 +76,23 @@ pub struct Timings {
     /// is one push-pull, so `tcp_timeout` at most): a join the server took
     /// is a member that must leave.
     pub join_drain: Duration,
+    /// The longest a gossiped leave waits for every server to take its
+    /// intent (gossip it back) before a batch of push-pulls takes it on
+    /// (serf's `BroadcastTimeout`, after which a real agent gives its
+    /// graceful leave up).
+    pub broadcast_timeout: Duration,
     /// How long a closing pool lets the leaves already gossiped go out
     /// (until each was sent once).
     pub leave_wait: Duration,
     /// How long a closing pool then waits for a batch of leaves under way
     /// (its push-pulls) to end before it sends its own.
     pub batch_wait: Duration,
-    /// Between a leave batch's intents and its leaves: serf takes in the
-    /// intents first (a server merges a push-pull after answering it, and
-    /// a thousand intents take it a while on a busy box), and marks a
-    /// member left only if its intent came first.
+    /// Between a leave batch's intents and its leaves, at most: until each
+    /// server that took the intents' push-pull shows them taken (its serf
+    /// status times), asked every half second. serf merges a push-pull
+    /// after answering it and marks a member left only if its intent came
+    /// first; a server writing raft to disk, with thousands leaving, takes
+    /// seconds.
     pub intent_lead: Duration,
 }
 
@@ -114,9 +121,10 @@ impl Default for Timings {
             suspicion_mult: 4,
             tcp_timeout: Duration::from_secs(10),
             join_drain: Duration::from_secs(10),
+            broadcast_timeout: Duration::from_secs(5),
             leave_wait: Duration::from_secs(5),
             batch_wait: Duration::from_secs(30),
-            intent_lead: Duration::from_secs(2),
+            intent_lead: Duration::from_secs(10),
         }
     }
 }

@@ -180,14 +180,14 @@ fn on_message(
 /// A serf message: an intent goes to the view, the others (events,
 /// queries, relays) to `user`.
 fn on_user(inner: &Inner, from: SocketAddr, body: &[u8], limit: u8) -> Result<(), wire::WireError> {
-    let Some((_, ltime, node)) = serf::decode_intent(body)? else {
+    let Some((leave, ltime, node)) = serf::decode_intent(body)? else {
         return user::take(inner, body, limit);
     };
     let s = server_at(inner, from);
     let mut raw = Vec::with_capacity(body.len() + 1);
     raw.push(kind::USER);
     raw.extend_from_slice(body);
-    inner.lock().on_intent(ltime, node, &raw, s, limit);
+    inner.lock().on_intent((leave, ltime), node, &raw, s, limit);
     Ok(())
 }
 

@@ -89,17 +89,21 @@ fn late(inner: &Inner, dt: Duration) {
 }
 
 /// The live servers and the share of the pool's probes (or push-pulls)
-/// each gets per second: every alive member sends one per interval to one
-/// of the others.
+/// each gets per second: every running member (alive, or gossiping its
+/// leave) sends one per interval to one of the others.
 fn shares(inner: &Inner) -> (Vec<Target>, f64, usize) {
     let v = inner.lock();
-    let others = v.size.saturating_sub(1).max(1) as f64;
+    // A member in its leave still probes and gossips until it stops (a
+    // closing fleet's intents need the rounds of all its members), and is
+    // still one of the others a member picks from.
+    let running = v.alive + v.leaving.len();
+    let others = (v.size + v.leaving.len()).saturating_sub(1).max(1) as f64;
     let servers = v
         .live_servers()
         .into_iter()
         .map(|s| (s, v.remotes[s].addr, v.remotes[s].name.clone()))
         .collect();
-    (servers, v.alive as f64 / others, v.size)
+    (servers, running as f64 / others, v.size)
 }
 
 /// Each server with broadcasts owed gets the packets the pool's gossip
@@ -150,22 +154,28 @@ fn start_batch(inner: &Arc<Inner>) {
     });
 }
 
-/// Members whose leave intent has had two gossip rounds to travel send
-/// their leave (serf's order: intent first).
+/// Members whose leave intent every server has taken (gossiped back, or
+/// shown in a push-pull's answer) send their leave: serf's order, the
+/// intent first, after two gossip rounds at least. One not taken within
+/// `broadcast_timeout` goes to the next batch of push-pulls, which asks
+/// the servers until they show it: a dead message sent before a server
+/// that lags took the intent would make the member failed. Those still
+/// waiting keep their order.
 fn finish_leaves(inner: &Inner, now: Instant) {
-    let wait = inner.cfg.timings.gossip_interval * 2;
+    let t = inner.cfg.timings;
     let mut v = inner.lock();
-    let limit = v.retransmit_limit(inner.cfg.timings.retransmit_mult);
-    while let Some(&slot) = v.leaving.front() {
-        match v.locals[slot].phase {
-            Phase::Leaving(at) if now - at < wait => break,
-            Phase::Leaving(_) => {
-                v.leaving.pop_front();
-                v.leave_done(slot, limit);
-            }
-            _ => {
-                v.leaving.pop_front();
-            }
+    let limit = v.retransmit_limit(t.retransmit_mult);
+    for slot in std::mem::take(&mut v.leaving) {
+        let Phase::Leaving(at) = v.locals[slot].phase else {
+            continue;
+        };
+        let waited = now - at;
+        if waited >= t.gossip_interval * 2 && v.intent_taken(slot) {
+            v.leave_done(slot, limit);
+        } else if waited >= t.broadcast_timeout {
+            v.quiet.push(slot);
+        } else {
+            v.leaving.push_back(slot);
         }
     }
 }

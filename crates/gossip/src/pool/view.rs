@@ -4,7 +4,7 @@
 //! server the broadcasts it still has to receive. Pure state: no sockets,
 //! no clock reads (callers pass `now`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -141,6 +141,9 @@ pub struct View {
     pub quiet: Vec<usize>,
     /// Members whose leave intent is out, in the order they left.
     pub leaving: VecDeque<usize>,
+    /// (member, server): the server has taken the member's leave intent
+    /// (it gossiped it back), so the member's dead message may follow.
+    pub intents_taken: HashSet<(usize, usize)>,
     /// What the agents hear of the servers, and the tally for counters.
     pub news: Desk,
     /// The servers suspected, each until refuted or dead.
@@ -301,6 +304,7 @@ impl View {
             self.locals[slot].phase = Phase::Left(None);
             return;
         }
+        self.intents_taken.retain(|&(m, _)| m != slot);
         self.clock += 1;
         let ltime = self.clock;
         let l = &mut self.locals[slot];
@@ -327,8 +331,26 @@ impl View {
         self.quiet.push(slot);
     }
 
+    /// Whether every live server has taken `slot`'s leave intent (serf's
+    /// leave waits for its intent's broadcast before memberlist's leave: a
+    /// server whose handler is behind takes the newest message first, and
+    /// a dead message handled before the intent makes the member failed).
+    pub fn intent_taken(&self, slot: usize) -> bool {
+        self.live_servers()
+            .into_iter()
+            .all(|s| self.intents_taken.contains(&(slot, s)))
+    }
+
+    /// Drops the servers' proofs of the members no longer leaving.
+    pub fn forget_taken(&mut self) {
+        let locals = &self.locals;
+        self.intents_taken
+            .retain(|&(m, _)| matches!(locals[m].phase, Phase::Leaving(_)));
+    }
+
     /// The memberlist leave of `slot` (a dead message from itself).
     pub fn leave_done(&mut self, slot: usize, limit: u8) {
+        self.intents_taken.retain(|&(m, _)| m != slot);
         let l = &mut self.locals[slot];
         l.phase = Phase::Left(Some(Instant::now()));
         let name = l.name.clone();
@@ -531,15 +553,27 @@ impl View {
     /// time; memberlist's own messages carry the state); true when news.
     pub fn on_intent(
         &mut self,
-        ltime: u64,
+        (leave, ltime): (bool, u64),
         node: &str,
         raw: &[u8],
         from: Option<usize>,
         limit: u8,
     ) -> bool {
         self.clock = self.clock.max(ltime);
-        let Some(Who::Remote(i)) = self.names.get(node).copied() else {
-            return false;
+        let i = match self.names.get(node).copied() {
+            Some(Who::Remote(i)) => i,
+            Some(Who::Local(slot)) => {
+                // A server gossips an intent on only once it took it: our
+                // leaving member's own, back from a server, is that proof.
+                let l = &self.locals[slot];
+                if let (true, Some(s), Phase::Leaving(_)) = (leave, from, l.phase)
+                    && ltime == l.status_ltime
+                {
+                    self.intents_taken.insert((slot, s));
+                }
+                return false;
+            }
+            None => return false,
         };
         let r = &mut self.remotes[i];
         if ltime <= r.status_ltime {
@@ -811,6 +845,34 @@ mod tests {
         };
         v.on_verdict(kind::SUSPECT, &old, Some(0), 1);
         assert_eq!((v.locals[a].incarnation, v.refuted), (2, 1));
+    }
+
+    #[test]
+    fn a_leave_is_taken_once_every_server_gossips_its_own_intent_back() {
+        let mut v = view();
+        let s1 = server(&mut v, "s1");
+        let s2 = server(&mut v, "s2");
+        let a = v.add_local("agent-1", "id-1", 0);
+        v.joined(a, 1);
+        v.leave(a, 1, Instant::now());
+        let ltime = v.locals[a].status_ltime;
+        let mut raw = vec![kind::USER];
+        serf::intent(true, ltime, "agent-1", &mut raw);
+        let queued = |v: &View| v.queues.values().map(Queue::len).sum::<usize>();
+        let before = queued(&v);
+        // An older intent, a join, or one from no server is no proof.
+        v.on_intent((true, ltime - 1), "agent-1", &raw, Some(s1), 1);
+        v.on_intent((false, ltime), "agent-1", &raw, Some(s1), 1);
+        v.on_intent((true, ltime), "agent-1", &raw, None, 1);
+        assert!(!v.intent_taken(a));
+        v.on_intent((true, ltime), "agent-1", &raw, Some(s1), 1);
+        assert!(!v.intent_taken(a), "s2 has not taken it yet");
+        v.on_intent((true, ltime), "agent-1", &raw, Some(s2), 1);
+        assert!(v.intent_taken(a));
+        // Ours is not gossiped on as a remote member's would be.
+        assert_eq!(queued(&v), before);
+        v.leave_done(a, 1);
+        assert!(v.intents_taken.is_empty());
     }
 
     #[test]

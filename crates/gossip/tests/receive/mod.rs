@@ -41,8 +41,8 @@ fn message(v: &mut View, t: u8, body: &[u8]) {
             }
         }
         kind::USER => {
-            if let Ok(Some((_, ltime, node))) = serf::decode_intent(body) {
-                v.on_intent(ltime, node, body, None, 3);
+            if let Ok(Some((leave, ltime, node))) = serf::decode_intent(body) {
+                v.on_intent((leave, ltime), node, body, None, 3);
             }
         }
         _ => {}

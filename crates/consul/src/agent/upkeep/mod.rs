@@ -128,6 +128,9 @@ pub(super) struct Sched {
 
 pub(super) use crate::config::AE_SERVER_UP;
 pub(super) use rpc::node_id;
+/// The server's method behind `/v1/txn` (the end's removal of the node).
+const TXN_APPLY: &str = "Txn.Apply";
+
 /// Consul's `retryFailInterval`: a failed sync is retried after this plus a
 /// random part of it (scaled).
 pub(super) const AE_RETRY: Duration = Duration::from_secs(15);
@@ -575,6 +578,9 @@ impl ConsulAgent {
                         true
                     }
                     Err(r) => {
+                        // A refused removal is a denied call as much as
+                        // the registration it follows (`/v1/txn`).
+                        super::link::count_denial(&sh.metrics, r.kind, TXN_APPLY);
                         sh.metrics.error_with(r.kind, r.words.as_deref());
                         false
                     }
@@ -587,6 +593,7 @@ impl ConsulAgent {
             if let Some(id) = &self.session_id {
                 let path = format!("/v1/session/destroy/{id}");
                 if let Err(e) = sh.http.put(&path, bytes::Bytes::new()).await {
+                    super::link::count_denial(&sh.metrics, e.kind, crate::rpc::session::APPLY);
                     sh.metrics.error_with(e.kind, e.words().as_deref());
                 }
             }

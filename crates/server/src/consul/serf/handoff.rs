@@ -142,8 +142,12 @@ pub(super) async fn handler(serf: Arc<Serf>, shutdown: CancellationToken) {
         }
         while let Some(m) = serf.handoff.pop() {
             serf.apply(m.t, &m.body);
-            // Other tasks (the reader's acks) get their turn in a long run.
-            tokio::task::consume_budget().await;
+            if serf.cfg.handle_delay.is_zero() {
+                // Other tasks (the reader's acks) get their turn in a long run.
+                tokio::task::consume_budget().await;
+            } else {
+                tokio::time::sleep(serf.cfg.handle_delay).await;
+            }
         }
     }
 }

@@ -133,6 +133,11 @@ pub struct SerfConfig {
     /// Where its log lines go (the handler queue's drops, refused
     /// push-pulls, as memberlist words them); none: nowhere.
     pub log: Option<SerfLog>,
+    /// What each message handed to memberlist's handler costs it beyond its
+    /// work (zero: nothing): a server whose handler waits on serf's event
+    /// consumers, and so falls behind in a burst (and, taking the newest
+    /// first, handles a member's dead message before its leave intent).
+    pub handle_delay: Duration,
 }
 
 /// Where the serf port's log lines go, one line each.
@@ -167,6 +172,7 @@ impl Default for SerfConfig {
             reap_left: Duration::from_secs(24 * 3600),
             reap_failed: Duration::from_secs(72 * 3600),
             log: None,
+            handle_delay: Duration::ZERO,
         }
     }
 }
