@@ -509,7 +509,13 @@ impl View {
     pub fn on_verdict(&mut self, t: u8, v: &Verdict<'_>, from: Option<usize>, limit: u8) -> bool {
         match self.names.get(v.node).copied() {
             Some(Who::Local(slot)) => {
-                self.refute(slot, v.incarnation, limit);
+                // Its own leave, passed back by a server, is never refuted
+                // (memberlist refutes nothing once it has left): an alive
+                // would bring the member back, and its dead message after
+                // that, with serf's status alive again, makes it failed.
+                if !(t == kind::DEAD && v.from == v.node) {
+                    self.refute(slot, v.incarnation, limit);
+                }
                 false
             }
             Some(Who::Remote(i)) => {
@@ -873,6 +879,26 @@ mod tests {
         assert_eq!(queued(&v), before);
         v.leave_done(a, 1);
         assert!(v.intents_taken.is_empty());
+    }
+
+    #[test]
+    fn a_leaving_member_refutes_a_server_s_verdict_but_not_its_own_leave() {
+        let mut v = view();
+        server(&mut v, "s1");
+        let a = v.add_local("agent-1", "id-1", 0);
+        v.joined(a, 1);
+        v.leave(a, 1, Instant::now());
+        let inc = v.locals[a].incarnation;
+        let own = Verdict {
+            incarnation: inc,
+            node: "agent-1",
+            from: "agent-1",
+        };
+        v.on_verdict(kind::DEAD, &own, Some(0), 1);
+        assert_eq!((v.locals[a].incarnation, v.refuted), (inc, 0));
+        let theirs = Verdict { from: "s1", ..own };
+        v.on_verdict(kind::DEAD, &theirs, Some(0), 1);
+        assert_eq!((v.locals[a].incarnation, v.refuted), (inc + 1, 1));
     }
 
     #[test]
