@@ -181,10 +181,11 @@ impl ConsulAgent {
     /// first time, then after a backoff from 200 ms doubling with jitter to
     /// 60 s, until an event resets it; the backoff is the subscription's, so
     /// a new session's Subscribe waits it out too — and each failure is
-    /// counted with the server's words. `ABORTED` also drops the view (resubscribe at index
-    /// 0); other failures keep it (resubscribe at its index), except a
-    /// snapshot in progress, which is discarded. A failing transport, or the
-    /// server shutting down, ends the session (the connection goes too).
+    /// counted with the server's words. `ABORTED` also drops the view
+    /// (resubscribe at index 0); other failures keep it (resubscribe at its
+    /// index), except a snapshot in progress, which is discarded. A failing
+    /// transport, or the server shutting down, ends the session (the
+    /// connection goes too).
     pub(super) fn on_status(
         &mut self,
         cx: &SessionCx,
