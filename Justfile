@@ -30,4 +30,4 @@ refresh-vectors:
     for d in rpc agent-rpc agent-rpc-connect gossip serf h2; do mv testdata/vectors/consul/$d /tmp/agent-sim-own-vectors/; done
     rm -rf testdata/vectors && cp -r ../shared/vectors testdata/vectors
     for d in rpc agent-rpc agent-rpc-connect gossip serf h2; do mv /tmp/agent-sim-own-vectors/$d testdata/vectors/consul/; done
-    cargo test -p agent-sim-proto --test vectors_manifest
+    cargo test -p agent-sim-proto --test integration vectors_manifest

@@ -38,6 +38,11 @@
 # timers where agent-sim's one process does not: without the same background the
 # two fleets' windows are not measured on the same box (BENCHMARKS.md, "Steady
 # state: a fresh server per fleet, both orders, the same box for both").
+# MIRROR=IP: each fleet's warmup and window with the other fleet beside it, held
+# by a second -dev server at IP that nothing measures (its real agents from
+# 127.0.8.1 up): the box then carries one server with 100 real agents and one
+# with agent-sim's in every window, and only which of them is measured changes.
+# The fair unpinned pair on one box, where NOISE only imitates the real fleet.
 # Besides the server's counters the table has the box's (TCP segments and UDP
 # datagrams on loopback, both ways, from /proc/net/snmp), the server's context
 # switches (every thread) and the fleet's own CPU over the window.
@@ -114,6 +119,7 @@ stop_pids() {
 }
 stop_all() {
   noise_stop
+  mirror_stop
   stop_pids "${fleet_pids[@]}" ${watch_pid:+"$watch_pid"}
   fleet_pids=() watch_pid=
   [ -n "$server_pid" ] && stop_pids "$server_pid"
@@ -121,17 +127,78 @@ stop_all() {
 }
 trap stop_all EXIT
 
-start_server() {
-  "${SERVER_CPU[@]}" "$CONSUL_BIN" agent -dev -client "$SERVER_IP" -bind "$SERVER_IP" -log-level info \
+# A fresh -dev server: $1 its log's tag, $2 its address (default SERVER_IP);
+# its pid in started_pid.
+started_pid=
+dev_server() {
+  local ip=${2:-$SERVER_IP}
+  "${SERVER_CPU[@]}" "$CONSUL_BIN" agent -dev -client "$ip" -bind "$ip" -log-level info \
     -config-file "$OUT/server.hcl" -config-file "$OUT/extra.hcl" -config-file "$OUT/gossip.hcl" \
-    -data-dir "$OUT/server" >"$OUT/server-$1.log" 2>&1 &
-  server_pid=$!
+    -data-dir "$OUT/server-$ip" >"$OUT/server-$1.log" 2>&1 &
+  started_pid=$!
   for _ in $(seq 100); do
-    curl -sf "$HTTP/v1/status/leader" | grep -q 8300 && return 0
+    curl -sf "$ip:8500/v1/status/leader" | grep -q 8300 && return 0
     sleep 0.2
   done
-  echo "the dev server did not elect itself" >&2
+  echo "the dev server at $ip did not elect itself" >&2
   exit 1
+}
+start_server() {
+  dev_server "$1"
+  server_pid=$started_pid
+}
+
+# N real client agents of server $1 (run tag $2), addresses from 127.0.0.<$3 + 1>
+# upward (SERVER_IP, MIRROR and 127.0.0.200 skipped); their pids in started.
+started=()
+real_fleet() {
+  local a=$3 ip i
+  started=()
+  for i in $(seq 1 "$N"); do
+    while :; do
+      a=$((a + 1))
+      ip="127.0.$((a / 256)).$((a % 256))"
+      [ "$ip" != "$SERVER_IP" ] && [ "$ip" != "${MIRROR:-}" ] && [ "$ip" != 127.0.0.200 ] && [ $((a % 256)) -ne 0 ] && break
+    done
+    "${FLEET_CPU[@]}" "$CONSUL_BIN" agent -data-dir "$OUT/$2/a$i" -node "real-$i" -bind "$ip" -client "$ip" \
+      -retry-join "$1" -config-file "$OUT/svc.json" -config-file "$OUT/gossip.hcl" \
+      -log-level warn >"$OUT/$2-a$i.log" 2>&1 &
+    started+=($!)
+  done
+}
+
+# agent-sim's N agents against server $1 (run tag $2), for $3 seconds; pid in started.
+sim_fleet() {
+  "${FLEET_CPU[@]}" "$BIN" --kind consul --agents "$N" --target "$1:8300" --http-target "$1:8500" \
+    --upstreams "$([ "$WATCH" = none ] || echo "$WATCH")" --probe off --session-ttl off --services-per-agent "$SERVICES" --ramp "$SIM_RAMP" \
+    --duration "$3s" --quiet --summary "$OUT/$2.json" \
+    "${SIM_FLAGS[@]}" >"$OUT/$2.txt" 2>&1 &
+  started=($!)
+}
+
+# MIRROR: the fleet other than $1 on a fresh -dev server at MIRROR, until stop_all.
+mirror_server_pid=
+mirror_pids=()
+mirror_watch_pid=
+mirror_start() {
+  [ -n "${MIRROR:-}" ] || return 0
+  dev_server "mirror-$tag" "$MIRROR"
+  mirror_server_pid=$started_pid
+  case "$1" in
+  sim) real_fleet "$MIRROR" "mirror-$tag" $((8 * 256)) ;;
+  *) sim_fleet "$MIRROR" "mirror-$tag" 3600 ;;
+  esac
+  mirror_pids=("${started[@]}")
+  wait_registered "mirror of $tag" "$MIRROR:8500"
+  if [ "$1" = sim ]; then
+    watch_real "$MIRROR" $((8 * 256)) "mirror-$tag"
+    mirror_watch_pid=$watch_pid watch_pid=
+  fi
+}
+mirror_stop() {
+  stop_pids "${mirror_pids[@]}" ${mirror_watch_pid:+"$mirror_watch_pid"}
+  [ -n "$mirror_server_pid" ] && stop_pids "$mirror_server_pid"
+  mirror_pids=() mirror_server_pid= mirror_watch_pid=
 }
 
 # Counters and process CPU of the server at one moment, as JSON: every
@@ -152,7 +219,7 @@ for line in body.splitlines():
         continue
     name, _, value = line.rpartition(" ")
     base = name.split("{")[0]
-    if base.startswith(("consul_", "process_")):
+    if base.startswith(("consul_", "process_", "go_memstats_")):
         try:
             out[base] = out.get(base, 0.0) + float(value)
         except ValueError:
@@ -199,6 +266,14 @@ for a, b in zip(snmp[::2], snmp[1::2]):
         for k, v in zip(a.split()[1:], b.split()[1:]):
             if k in ("InSegs", "OutSegs", "InDatagrams", "OutDatagrams"):
                 out[f"box_{proto.lower()}_{k}"] = int(v)
+# The box's CPU time by state (every core, seconds): what else ran, and what
+# the hypervisor took (steal).
+cpu = open("/proc/stat").readline().split()[1:]
+for name, i in (("box_busy_s", None), ("box_idle_s", 3), ("box_steal_s", 7)):
+    if i is None:
+        out[name] = (sum(int(x) for x in cpu[:8]) - int(cpu[3]) - int(cpu[4])) / ticks
+    else:
+        out[name] = int(cpu[i]) / ticks
 out["log_lines"] = sum(1 for _ in open(log, errors="replace"))
 print(json.dumps(out))
 PY
@@ -225,7 +300,7 @@ measure() {
 }
 
 registered() {
-  curl -sf "$HTTP/v1/catalog/service/app" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'
+  curl -sf "${1:-$HTTP}/v1/catalog/service/app" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'
 }
 
 # The server's serf view of the other members, by status, as JSON.
@@ -254,14 +329,14 @@ after_leave() {
     >"$OUT/$1-members-after.json"
 }
 
-# Waits (at most ~300 s) until N agents registered; says how long it took.
+# Waits (at most ~300 s) until every instance of N agents registered; says how long it took.
 wait_registered() {
   local t0=$SECONDS
   for _ in $(seq 300); do
-    [ "$(registered 2>/dev/null || echo 0)" -ge "$N" ] && break
+    [ "$(registered "${2:-}" 2>/dev/null || echo 0)" -ge $((N * SERVICES)) ] && break
     sleep 1
   done
-  echo "$1: $(registered) of $N registered after $((SECONDS - t0)) s" >&2
+  echo "$1: $(registered "${2:-}") of $((N * SERVICES)) instances registered after $((SECONDS - t0)) s" >&2
 }
 
 # WATCH=<service>: each real agent's local HTTP API asked a blocking health
@@ -291,17 +366,18 @@ noise_stop() {
 }
 
 watch_pid=
+# $1: the agents' server, $2: their first address as real_fleet's $3, $3: the log's tag.
 watch_real() {
   [ "$WATCH" = none ] && return 0
-  python3 - "$WATCH" "$N" "$SERVER_IP" <<'PY' >"$OUT/$tag-watch.log" 2>&1 &
+  python3 - "$WATCH" "$N" "$SERVER_IP" "${MIRROR:-}" "$2" <<'PY' >"$OUT/$3-watch.log" 2>&1 &
 import sys, threading, time, urllib.request
-svc, n, server = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+svc, n, server, mirror, first = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 def agent_ips():
-    a, out = 11, []
+    a, out = first, []
     while len(out) < n:
         a += 1
         ip = f"127.0.{a // 256}.{a % 256}"
-        if ip != server and ip != "127.0.0.200" and a % 256 != 0:
+        if ip not in (server, mirror, "127.0.0.200") and a % 256 != 0:
             out.append(ip)
     return out
 def loop(ip):
@@ -327,23 +403,14 @@ run=0
 for fleet in $FLEETS_RUN; do
   run=$((run + 1))
   tag=$fleet$run
+  mirror_start "$fleet"
   start_server "$tag"
   case "$fleet" in
   real)
-    a=11
-    for i in $(seq 1 "$N"); do
-      while :; do
-        a=$((a + 1))
-        ip="127.0.$((a / 256)).$((a % 256))"
-        [ "$ip" != "$SERVER_IP" ] && [ "$ip" != 127.0.0.200 ] && [ $((a % 256)) -ne 0 ] && break
-      done
-      "${FLEET_CPU[@]}" "$CONSUL_BIN" agent -data-dir "$OUT/$tag/a$i" -node "real-$i" -bind "$ip" -client "$ip" \
-        -retry-join "$SERVER_IP" -config-file "$OUT/svc.json" -config-file "$OUT/gossip.hcl" \
-        -log-level warn >"$OUT/$tag-a$i.log" 2>&1 &
-      fleet_pids+=($!)
-    done
+    real_fleet "$SERVER_IP" "$tag" 11
+    fleet_pids=("${started[@]}")
     wait_registered real
-    watch_real
+    watch_real "$SERVER_IP" 11 "$tag"
     noise_start
     snapshot "$OUT/$tag-joined.prom" >"$OUT/$tag-joined.json"
     pin_steady
@@ -354,11 +421,8 @@ for fleet in $FLEETS_RUN; do
     fleet_pids=() watch_pid=
     ;;
   sim)
-    "${FLEET_CPU[@]}" "$BIN" --kind consul --agents "$N" --target "$SERVER_IP:8300" --http-target "$HTTP" \
-      --upstreams "$([ "$WATCH" = none ] || echo "$WATCH")" --probe off --session-ttl off --services-per-agent "$SERVICES" --ramp "$SIM_RAMP" \
-      --duration "$((WARMUP + WINDOW + N / 50 + 20))s" --quiet --summary "$OUT/sim$run.json" \
-      "${SIM_FLAGS[@]}" >"$OUT/sim$run.txt" 2>&1 &
-    fleet_pids=($!)
+    sim_fleet "$SERVER_IP" "sim$run" "$((WARMUP + WINDOW + N / 50 + 20))"
+    fleet_pids=("${started[@]}")
     wait_registered sim
     noise_start
     snapshot "$OUT/$tag-joined.prom" >"$OUT/$tag-joined.json"
@@ -386,6 +450,8 @@ span = window + warmup
 # (label, series, divisor, snapshots: window = start..end, span = joined..end)
 rows = [("server CPU (s over the window)", "cpu_s", 1.0, "window"),
         ("fleet CPU (s over the window)", "fleet_cpu_s", 1.0, "window"),
+        ("box CPU busy, every core (s)", "box_busy_s", 1.0, "window"),
+        ("box CPU stolen by the hypervisor (s)", "box_steal_s", 1.0, "window"),
         ("server context switches /s", "server_voluntary_ctxt_switches", per_s, "window"),
         ("server involuntary switches /s", "server_nonvoluntary_ctxt_switches", per_s, "window"),
         ("box TCP segments in /s", "box_tcp_InSegs", per_s, "window"),
@@ -393,6 +459,11 @@ rows = [("server CPU (s over the window)", "cpu_s", 1.0, "window"),
         ("gRPC streams held (window's end)", "consul_grpc_server_streams", 1.0, "at_end"),
         ("gRPC connections held (window's end)", "consul_grpc_server_connections", 1.0, "at_end"),
         ("RPC port connections held (window's end)", "rpc_conns_held", 1.0, "at_end"),
+        ("bytes allocated (MB)", "go_memstats_alloc_bytes_total", 1e6, "window"),
+        ("mallocs (thousands)", "consul_runtime_malloc_count", 1e3, "window"),
+        ("GC cycles", "consul_runtime_total_gc_runs", 1.0, "window"),
+        ("GC pause (ms)", "consul_runtime_total_gc_pause_ns", 1e6, "window"),
+        ("leader member reconciles /s", "consul_leader_reconcileMember_count", per_s, "window"),
         ("rpc requests /s", "consul_rpc_request", per_s, "window"),
         ("rpc queries /s", "consul_rpc_query", per_s, "window"),
         ("raft applies /s", "consul_raft_apply", per_s, "window"),

@@ -5,14 +5,14 @@
 //! cannot be created stopped before its agents boot, and `cleanup`
 //! removing what a killed run left.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
+use crate::common::assert_exit;
 use agent_sim::{Kind, Ramp, RunBuilder};
 use agent_sim_consul::http::HttpApi;
 use bytes::Bytes;
-use common::assert_exit;
 
 const MGMT: &str = "0c0ffee0-0000-4000-8000-00000000a11c";
 

@@ -13,8 +13,8 @@ use agent_sim::{Kind, RunBuilder};
 use agent_sim_server::consul::ConsulTargetConfig;
 use agent_sim_testkit::Pki;
 
-mod common;
-use common::assert_exit;
+use crate::common;
+use crate::common::assert_exit;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_agent_gets_its_certificate_past_the_signing_rate() {

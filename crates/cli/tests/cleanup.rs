@@ -12,7 +12,7 @@ use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin, until, wait_within};
 use bytes::Bytes;
 use http::Method;
 
-mod common;
+use crate::common;
 
 async fn get(api: &HttpApi, path: &str) -> serde_json::Value {
     serde_json::from_slice(&api.call(Method::GET, path, Bytes::new()).await.unwrap()).unwrap()

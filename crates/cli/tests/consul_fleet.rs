@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use agent_sim::{Kind, Ramp, RunBuilder};
 
-mod common;
-use common::{assert_exit, temp_path};
+use crate::common::{assert_exit, temp_path};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consul_agents_subscribe_register_and_time_the_probe() {

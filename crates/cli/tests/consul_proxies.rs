@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use agent_sim::{Kind, Ramp, RunBuilder};
 
-mod common;
-use common::assert_exit;
+use crate::common::assert_exit;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_probe_is_timed_at_every_proxy_behind_every_agent() {

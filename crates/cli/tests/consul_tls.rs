@@ -8,8 +8,8 @@ use agent_sim_testkit::Pki;
 use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin};
 use tokio_util::sync::CancellationToken;
 
-mod common;
-use common::temp_path;
+use crate::common;
+use crate::common::temp_path;
 
 struct TlsBackend {
     rpc: String,

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use agent_sim::{Kind, Ramp, RunBuilder};
 
-mod common;
-use common::{assert_exit, temp_path};
+use crate::common::{assert_exit, temp_path};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidecars_time_the_probe_at_their_eds_updates_and_leave_the_catalog() {

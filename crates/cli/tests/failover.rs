@@ -9,8 +9,7 @@ use std::time::Duration;
 use agent_sim::{Kind, Ramp, RunBuilder};
 use agent_sim_metrics::summary::Summary;
 
-mod common;
-use common::{assert_exit, temp_path};
+use crate::common::{assert_exit, temp_path};
 
 fn validates(s: &Summary) {
     let v = serde_json::to_value(s).unwrap();

@@ -11,7 +11,7 @@ use agent_sim::{Kind, Ramp, RunBuilder};
 use agent_sim_server::sensu::{SensuTargetConfig, SensuTargetStats, serve};
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 
 /// A Sensu backend on 127.0.0.1:0 with `cfg`; returns its `host:port`.
 async fn backend(cfg: SensuTargetConfig) -> (String, CancellationToken) {

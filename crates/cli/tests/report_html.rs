@@ -14,8 +14,7 @@ use agent_sim::{Kind, Ramp, RunBuilder, Summary};
 use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin};
 use scraper::{ElementRef, Html, Selector};
 
-mod common;
-use common::{assert_exit, temp_path};
+use crate::common::{assert_exit, temp_path};
 
 /// A finished run: its summary and its report page.
 struct RunPage {

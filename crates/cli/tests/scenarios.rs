@@ -12,9 +12,8 @@ use agent_sim_metrics::disruption::{DisruptionSummary, spread};
 use agent_sim_server::sensu::{SensuTargetConfig, SensuTargetStats};
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common::{assert_exit, temp_path};
 use agent_sim_testkit::bounded::until;
-use common::{assert_exit, temp_path};
 
 /// The only disruption of a run, of `cause`.
 fn only(s: &agent_sim::Summary, cause: &str) -> DisruptionSummary {

@@ -15,8 +15,6 @@ use agent_sim_server::sensu::{SensuTargetConfig, SensuTargetSnapshot, SensuTarge
 use agent_sim_testkit::Pki;
 use tokio_util::sync::CancellationToken;
 
-mod common;
-
 /// A backend checking passwords at cost 4, with TLS when `tls` is given.
 async fn backend(
     tls: Option<Arc<rustls::ServerConfig>>,

@@ -6,9 +6,8 @@ use std::time::Duration;
 use agent_sim::{Kind, Ramp, RunBuilder};
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common::{assert_exit, temp_path};
 use agent_sim_testkit::bounded::until;
-use common::{assert_exit, temp_path};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_agents_connect_keepalive_and_answer_checks() {

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use agent_sim_testkit::bounded::OutputWithin;
 
-mod common;
-use common::temp_path;
+use crate::common::temp_path;
 
 /// The longest one tiny study may take.
 const LIMIT: Duration = Duration::from_secs(90);

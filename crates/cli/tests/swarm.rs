@@ -2,7 +2,7 @@
 //! host's swarm for about a minute, and leaves it as found):
 //!
 //! ```sh
-//! cargo test -p agent-sim --test swarm -- --ignored
+//! cargo test -p agent-sim --test integration swarm -- --ignored
 //! ```
 //!
 //! `benches/scripts/swarm.sh 2 200 5` with this build's binary: the image
@@ -36,7 +36,7 @@ fn dockerd() -> Result<(), String> {
 }
 
 #[test]
-#[ignore = "needs dockerd and uses its swarm: cargo test -p agent-sim --test swarm -- --ignored"]
+#[ignore = "needs dockerd and uses its swarm: cargo test -p agent-sim --test integration swarm -- --ignored"]
 fn a_small_fleet_on_docker_swarm_merges_to_the_whole() {
     if let Err(why) = dockerd() {
         eprintln!(

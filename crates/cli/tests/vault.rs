@@ -10,8 +10,8 @@ use agent_sim::config::resolve;
 use agent_sim::plan::Protocol;
 use agent_sim::{Kind, Ramp, RunBuilder};
 
-mod common;
-use common::{assert_exit, temp_path};
+use crate::common;
+use crate::common::{assert_exit, temp_path};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vault_servers_write_check_and_clean_up_beside_the_agents() {

@@ -10,7 +10,8 @@
 //!
 //! [`H2Channel`] wraps hyper's `SendRequest` as a tower service so that
 //! `tonic::client::Grpc` can run calls on it: no `tonic::transport::Channel`,
-//! no buffer task, ≈4 KiB less per connection (see PERFORMANCE-NOTES.md).
+//! no buffer task (tonic's `Channel` spawns one with its own queue for each
+//! connection), ≈4 KiB less per connection.
 //! What this is not: the subscription logic (see `agent`).
 
 use std::future::Future;

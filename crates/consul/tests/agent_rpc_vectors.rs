@@ -5,8 +5,6 @@
 //! entries sorted), and our decoders recover the manifest's values from the
 //! server's answers.
 
-mod common;
-
 use std::path::Path;
 
 use agent_sim_consul::rpc::catalog::{
@@ -17,7 +15,7 @@ use agent_sim_consul::rpc::session::{self, NewSession};
 use agent_sim_consul::rpc::{MessageScan, decode_header, encode_ping};
 use serde_json::Value;
 
-use common::agent_rpc::{DIR, fields, payload};
+use crate::common::agent_rpc::{DIR, fields, payload};
 
 /// One msgpack value at `b[*at..]` re-written with every map's entries in
 /// the order of their encoded keys (a Go map's order is random).

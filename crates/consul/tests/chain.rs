@@ -3,9 +3,8 @@
 //! every tier at its size, and the agents of each tier but the last watch
 //! the next tier of their own chain.
 
-mod common;
+use crate::common::*;
 use agent_sim_testkit::bounded::until;
-use common::*;
 
 use std::time::Duration;
 

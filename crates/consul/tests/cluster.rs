@@ -3,9 +3,8 @@
 //! its state, probes leave the catalog and config entries exactly as they
 //! were, and the intentions probe never touches an entry it did not create.
 
-mod common;
+use crate::common::*;
 use agent_sim_testkit::bounded::until;
-use common::*;
 
 use std::sync::Arc;
 use std::time::Duration;

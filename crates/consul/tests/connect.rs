@@ -5,7 +5,7 @@
 //! (every agent holds a certificate of the new root). On paused time: the
 //! back-off, the renewal window and the rotation stagger are timers.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,13 +5,11 @@
 //! rotation, a leaf and its validity), and a CSR we make has the shape of
 //! the agent's.
 
-mod common;
-
 use agent_sim_consul::connect::{authority_key_id, new_csr, spiffe_service_id};
 use agent_sim_consul::rpc::connect_ca::{self, decode_roots, decode_sign};
 use agent_sim_consul::rpc::{MessageScan, decode_header};
 
-use common::agent_rpc::{fields, payload};
+use crate::common::agent_rpc::{fields, payload};
 
 /// An answer's header (checked) and body.
 fn answer(file: &str) -> Vec<u8> {

@@ -16,9 +16,8 @@ use agent_sim_metrics::{Metrics, ProbeSummary};
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common::*;
 use agent_sim_testkit::bounded::until;
-use common::*;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

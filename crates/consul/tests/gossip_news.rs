@@ -8,11 +8,10 @@
 //! session; a fleet that ends is left, none failed, even on a server whose
 //! handler lags and takes the newest message first.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::{counter, gossiping, metrics, serf_backend};
 use agent_sim_consul::gossip::GossipConfig;
 use agent_sim_consul::{ConsulConfig, ConsulFactory};
 use agent_sim_fleet::{FleetConfig, FleetStatus};
@@ -22,7 +21,6 @@ use agent_sim_server::backend::Backend;
 use agent_sim_server::consul::SerfConfig;
 use agent_sim_server::faults::RestartState;
 use agent_sim_testkit::bounded::until;
-use common::{counter, gossiping, metrics, serf_backend};
 use tokio_util::sync::CancellationToken;
 
 async fn backend() -> Backend {

@@ -9,8 +9,8 @@
 //! answer, a string where a struct is due, an endless answer or nothing is
 //! counted with its cause, and the agent calls again after its backoff.
 
-mod common;
-mod receive;
+use crate::common;
+use crate::receive;
 
 use std::time::Duration;
 

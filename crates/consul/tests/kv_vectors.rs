@@ -4,12 +4,10 @@
 //! agent's bytes exactly (a `KeyRequest` holds no Go map, so no entry
 //! order to even out), and our decoder recovers the manifest's values.
 
-mod common;
-
 use agent_sim_consul::kv::rpc::{ListArgs, decode_list, encode_list};
 use agent_sim_consul::rpc::{MessageScan, decode_header};
 
-use common::agent_rpc::{fields, payload};
+use crate::common::agent_rpc::{fields, payload};
 
 const REQUESTS: &[&str] = &[
     "041-kvs-list-first.request.bin",

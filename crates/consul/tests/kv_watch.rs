@@ -6,8 +6,7 @@
 //! are bounded and counted. `KVS.List`'s bytes are proven on a real
 //! 1.20.1's (`kv_vectors.rs`); here it runs against the embedded server's.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::time::Duration;
 

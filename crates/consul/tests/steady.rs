@@ -11,12 +11,11 @@
 //! streams they hold, and no member event. A
 //! change to the agents' wire that makes the server work harder fails here.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::{counter, gossiping, metrics, serf_backend};
 use agent_sim_consul::gossip::GossipConfig;
 use agent_sim_consul::{ConsulConfig, ConsulFactory};
 use agent_sim_fleet::{FleetConfig, FleetStatus};
@@ -24,7 +23,6 @@ use agent_sim_gossip::Timings;
 use agent_sim_server::backend::Backend;
 use agent_sim_server::consul::{ConsulTargetSnapshot, SerfConfig};
 use agent_sim_testkit::bounded::until;
-use common::{counter, gossiping, metrics, serf_backend};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
@@ -70,18 +68,12 @@ async fn dev_server() -> Backend {
 
 /// Agents as the comparison's real ones: one service each, no session, no
 /// watch, gossiping with the server.
-fn like_real(b: &Backend, timings: Timings) -> ConsulConfig {
+fn like_real(b: &Backend) -> ConsulConfig {
     ConsulConfig {
         upstreams: Vec::new(),
         session_ttl: None,
         services_per_agent: 1,
-        ..gossiping(
-            b,
-            GossipConfig {
-                timings,
-                ..GossipConfig::default()
-            },
-        )
+        ..gossiping(b, GossipConfig::default())
     }
 }
 
@@ -159,10 +151,12 @@ fn outside(got: &Baseline, real: &Baseline) -> Vec<String> {
     out
 }
 
-/// 100 agents of `timings` joined, then the server's counters over the
-/// steady window.
-async fn steady_rates(timings: Timings) -> Baseline {
+/// 100 agents as the real ones but for `change`, joined, then the server's
+/// counters over the steady window.
+async fn steady_rates(change: impl FnOnce(&mut ConsulConfig)) -> Baseline {
     let b = dev_server().await;
+    let mut cfg = like_real(&b);
+    change(&mut cfg);
     let m = metrics();
     let stop = CancellationToken::new();
     let fleet = FleetConfig {
@@ -174,7 +168,7 @@ async fn steady_rates(timings: Timings) -> Baseline {
     };
     let run = tokio::spawn(agent_sim_fleet::run(
         fleet,
-        Arc::new(ConsulFactory::new(like_real(&b, timings), m.clone()).unwrap()),
+        Arc::new(ConsulFactory::new(cfg, m.clone()).unwrap()),
         m.clone(),
         Arc::new(FleetStatus::default()),
         stop.clone(),
@@ -211,22 +205,36 @@ fn baseline() -> Baseline {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_server_pays_for_100_of_ours_what_a_real_one_paid_for_100_real_agents() {
-    let got = steady_rates(Timings::default()).await;
+    let got = steady_rates(|_| {}).await;
     let off = outside(&got, &baseline());
     assert!(off.is_empty(), "{}\n{got:#?}", off.join("\n"));
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn members_that_push_pull_twice_as_often_fail_the_guard() {
-    let t = Timings::default();
-    let got = steady_rates(Timings {
-        push_pull_interval: t.push_pull_interval / 2,
-        ..t
+    let got = steady_rates(|c| {
+        let t: &mut Timings = &mut c.gossip.as_mut().unwrap().timings;
+        t.push_pull_interval /= 2;
     })
     .await;
     let off = outside(&got, &baseline());
     assert!(
         off.len() == 1 && off[0].starts_with("member_push_pulls per minute"),
+        "{off:#?}"
+    );
+}
+
+/// The other periodic cost: each agent's anti-entropy (its node's services
+/// and checks read back from the catalog) twice as often.
+#[tokio::test(flavor = "current_thread")]
+async fn agents_that_sync_twice_as_often_fail_the_guard() {
+    let got = steady_rates(|c| c.anti_entropy = c.anti_entropy.map(|d| d / 2)).await;
+    let mut off = outside(&got, &baseline());
+    off.sort();
+    assert!(
+        off.len() == 2
+            && off[0].starts_with("Catalog.NodeServiceList per agent-minute")
+            && off[1].starts_with("Health.NodeChecks per agent-minute"),
         "{off:#?}"
     );
 }

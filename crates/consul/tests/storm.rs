@@ -5,9 +5,8 @@
 //! catalog. The cluster is declared as 100 nodes so that the sync after a
 //! reconnect is staggered over 3 s (1,000 nodes would scale it to 12 s).
 
-mod common;
+use crate::common::*;
 use agent_sim_testkit::bounded::until;
-use common::*;
 
 use std::time::Duration;
 

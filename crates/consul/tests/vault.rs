@@ -4,7 +4,7 @@
 //! lock's handover; a lock held by another; indexes that go backwards and
 //! values too large, all bounded.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

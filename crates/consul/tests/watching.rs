@@ -5,9 +5,8 @@
 //! the watch over as Consul's client does, and the probe reaches every
 //! watcher in every mode.
 
-mod common;
+use crate::common::*;
 use agent_sim_testkit::bounded::until;
-use common::*;
 
 use std::time::Duration;
 

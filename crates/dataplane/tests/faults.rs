@@ -12,8 +12,7 @@ use agent_sim_metrics::Metrics;
 use agent_sim_server::consul::ConsulTargetConfig;
 use agent_sim_server::faults::Faults;
 
-mod common;
-use common::*;
+use crate::common::*;
 
 /// The embedded target with `specs` armed (seed 7), its clock started.
 async fn faulty(specs: &[&str]) -> (Target, Faults) {

@@ -13,8 +13,7 @@ use agent_sim_metrics::{Metrics, ProbeSummary};
 use agent_sim_server::consul::ConsulTargetConfig;
 use tokio_util::sync::CancellationToken;
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn probe() -> ProbeConfig {
     ProbeConfig {

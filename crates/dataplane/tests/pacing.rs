@@ -10,8 +10,7 @@ use agent_sim_dataplane::DataplaneFactory;
 use agent_sim_fleet::{FleetConfig, Rate};
 use agent_sim_server::consul::ConsulTargetConfig;
 
-mod common;
-use common::*;
+use crate::common::*;
 
 /// `xds_initial` of sidecars, in µs at the histogram's 3 significant
 /// figures.

@@ -12,8 +12,7 @@ use agent_sim_dataplane::xds::{self, CLUSTER_TYPE, ENDPOINT_TYPE, NodeInfo, XdsS
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use tonic::Code;
 
-mod common;
-use common::*;
+use crate::common::*;
 
 const SEC: Duration = Duration::from_secs(1);
 

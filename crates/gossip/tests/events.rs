@@ -7,12 +7,11 @@
 //! named; the keyring queries list the pool's keys and change them for
 //! real (the key it encrypts with, the keys that open what it receives).
 
-mod member_server;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::member_server::MemberServer;
 use agent_sim_gossip::serf::event::{NEW_LEADER, UserEvent};
 use agent_sim_gossip::serf::keys::{self, KeyResponse, status};
 use agent_sim_gossip::serf::query::{FLAG_ACK, Filter, Query, QueryResponse};
@@ -20,7 +19,6 @@ use agent_sim_gossip::wire::kind;
 use agent_sim_gossip::{Keyring, Pool, PoolConfig, Security, Timings, names};
 use agent_sim_metrics::Metrics;
 use base64::Engine;
-use member_server::MemberServer;
 use tokio::time::{Instant, timeout};
 
 const KEY1: &str = "pUqJrVyVRj5jsiYEkM/tFQYfWyJIv4s3XkvDwy7Cu5s=";

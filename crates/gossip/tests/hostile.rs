@@ -2,7 +2,7 @@
 //! shared view stay bounded and never panic (the fuzz targets run the same
 //! code for longer, `fuzz/fuzz_targets/gossip_*`).
 
-mod receive;
+use crate::receive;
 
 use agent_sim_gossip::wire::msgs::{NodeState, PushPull, PushPullHeader};
 use agent_sim_gossip::wire::{Security, compound, kind};

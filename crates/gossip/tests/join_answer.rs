@@ -8,14 +8,12 @@
 //! Its own test binary: the heap is measured by a counting global
 //! allocator, on the one thread the pool and the server run on.
 
-mod fake_server;
-
 use std::time::Duration;
 
+use crate::fake_server::{FakeServer, JoinAnswer};
 use agent_sim_gossip::{JoinError, Keyring, Pool, PoolConfig, Security, Timings, names};
 use agent_sim_metrics::Metrics;
 use agent_sim_testkit::alloc::{CountingAlloc, peak_during};
-use fake_server::{FakeServer, JoinAnswer};
 use tokio::runtime::Runtime;
 use tokio::time::timeout;
 

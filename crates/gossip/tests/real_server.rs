@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! AGENT_SIM_REAL_CONSUL=127.0.0.200:8500 \
-//!     cargo test -p agent-sim-gossip --test real_server -- --ignored
+//!     cargo test -p agent-sim-gossip --test integration real_server -- --ignored
 //! ```
 //!
 //! Twenty members join and the server lists them alive, then the pool
@@ -42,7 +42,7 @@ fn statuses(body: &str, prefix: &str) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real Consul server: AGENT_SIM_REAL_CONSUL=HOST:8500 cargo test -p \
-            agent-sim-gossip --test real_server -- --ignored"]
+            agent-sim-gossip --test integration real_server -- --ignored"]
 async fn members_join_are_alive_and_leave_as_left() {
     let http = std::env::var("AGENT_SIM_REAL_CONSUL")
         .expect("set AGENT_SIM_REAL_CONSUL=HOST:8500, a real Consul server's HTTP address");

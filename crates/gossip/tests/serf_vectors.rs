@@ -7,16 +7,16 @@
 //! answer inside them, the events it passes on) written again byte for
 //! byte as the real agent wrote it.
 
-mod golden;
+use crate::golden;
 
 use std::time::Duration;
 
+use crate::golden::{dir, security};
 use agent_sim_gossip::serf::event::UserEvent;
 use agent_sim_gossip::serf::keys::{self, KeyResponse};
 use agent_sim_gossip::serf::kind_serf;
 use agent_sim_gossip::serf::query::{Query, QueryResponse};
 use agent_sim_gossip::wire::{each_message, kind};
-use golden::{dir, security};
 use serde_json::Value;
 
 /// The serf objects of an entry's decoded tree, in order.

@@ -6,14 +6,12 @@
 //! server stops answering, and early when it answers, having told it every
 //! member's intent, then their leave.
 
-mod fake_server;
-
 use std::time::Duration;
 
+use crate::fake_server::FakeServer;
 use agent_sim_gossip::wire::msgs::state;
 use agent_sim_gossip::{Pool, PoolConfig, Security, Timings, names};
 use agent_sim_metrics::Metrics;
-use fake_server::FakeServer;
 use tokio::time::{Instant, timeout};
 
 /// A pool joined to `server` with `n` members in, on the default timings.

@@ -11,16 +11,14 @@
 //! And the other way: a member's ack to a server's probe is timed from the
 //! ping's arrival.
 
-mod member_server;
-
 use std::time::Duration;
 
+use crate::member_server::MemberServer;
 use agent_sim_gossip::serf::{self, intent};
 use agent_sim_gossip::wire::kind;
 use agent_sim_gossip::wire::msgs::{Alive, Verdict};
 use agent_sim_gossip::{News, Pool, PoolConfig, Security, Timings, names};
 use agent_sim_metrics::Metrics;
-use member_server::MemberServer;
 use tokio::sync::watch;
 use tokio::time::{Instant, timeout};
 

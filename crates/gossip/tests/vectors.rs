@@ -5,14 +5,14 @@
 //! messages decoded to the manifest's values, and every message this crate
 //! writes is written again byte for byte as the real agent wrote it.
 
-mod golden;
+use crate::golden;
 
+use crate::golden::{dir, security};
 use agent_sim_gossip::coordinate::Coord;
 use agent_sim_gossip::serf::event::{self, UserEvent};
 use agent_sim_gossip::serf::{self, SerfState};
 use agent_sim_gossip::wire::msgs::{Ack, Alive, IndirectPing, Nack, Ping, PushPull, Verdict};
 use agent_sim_gossip::wire::{each_message, kind};
-use golden::{dir, security};
 use serde_json::Value;
 
 fn manifest() -> Value {

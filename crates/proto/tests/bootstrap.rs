@@ -1,7 +1,7 @@
 //! Regenerates the checked-in bindings from `proto/*.proto` with protox (no system
 //! `protoc`) and fails when they drift from what is committed.
 //!
-//! After editing a `.proto` file run `cargo test -p agent-sim-proto --test bootstrap`
+//! After editing a `.proto` file run `cargo test -p agent-sim-proto --test integration bootstrap`
 //! once: it rewrites `crates/proto/src/gen/` and fails, and the second run passes.
 
 use std::path::{Path, PathBuf};

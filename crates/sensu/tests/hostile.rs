@@ -17,7 +17,7 @@ use proptest::prelude::*;
 use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocket};
 
-mod receive;
+use crate::receive;
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;

@@ -2,14 +2,12 @@
 //! and our reply to the real check request (vector 003) carries the same
 //! values as the real agent's reply (vector 004).
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::*;
 use agent_sim_sensu::SensuConfig;
 use agent_sim_sensu::codec::{self, Encoding, validate_event};
 use agent_sim_sensu::messages::{self, MessageBuilder, Templates};
-use common::*;
 
 /// Fields that legitimately differ from the capture: clocks and the host.
 const VARIES: &[&str] = &["timestamp", "check.executed", "entity.system.hostname"];

@@ -10,7 +10,7 @@
 // The server callback's error type is tungstenite's `ErrorResponse`.
 #![allow(clippy::result_large_err)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

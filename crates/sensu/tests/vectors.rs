@@ -2,12 +2,10 @@
 //! codec to the field values the backend's own Go types decoded; our upgrade
 //! request matches the real agent's; validation matches the backend's.
 
-mod common;
-
+use crate::common::*;
 use agent_sim_sensu::codec::{self, Encoding};
 use agent_sim_sensu::session::upgrade_request;
 use agent_sim_sensu::{SensuConfig, codec::validate_event};
-use common::*;
 
 /// Keys of `expected_decoded_fields` that describe the backend's reaction,
 /// not a decoded field.

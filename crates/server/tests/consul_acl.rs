@@ -28,9 +28,9 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tonic::Streaming;
 
-mod common;
+use crate::common;
 
-use common::{Reply, Target, start, within};
+use crate::common::{Reply, Target, start, within};
 
 /// The management token the target starts with.
 const ROOT: &str = "11111111-2222-3333-4444-555555555555";

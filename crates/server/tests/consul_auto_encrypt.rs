@@ -17,9 +17,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-mod common;
-
-use common::{start, within};
+use crate::common::{start, within};
 
 /// A connection as an agent opens it for `AutoEncrypt.Sign`.
 async fn connect(addr: SocketAddr) -> TlsStream<TcpStream> {

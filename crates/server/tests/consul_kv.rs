@@ -11,9 +11,7 @@ use agent_sim_testkit::bounded::until;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-mod common;
-
-use common::{BOUND, Reply, Target, call_at, start, within};
+use crate::common::{BOUND, Reply, Target, call_at, start, within};
 
 async fn call(t: &Target, method: &'static str, path: &str, body: impl Into<Bytes>) -> Reply {
     call_at(t.http, method, path, body).await

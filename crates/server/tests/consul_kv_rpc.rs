@@ -11,9 +11,9 @@ use agent_sim_testkit::bounded::until;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
-mod common;
+use crate::common;
 
-use common::{BOUND, start};
+use crate::common::{BOUND, start};
 
 /// One call on its own connection: the error words and the body.
 async fn call<A: Serialize>(addr: SocketAddr, method: &str, args: &A) -> (String, Vec<u8>) {

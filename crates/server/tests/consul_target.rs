@@ -26,9 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tonic::Streaming;
 
-mod common;
-
-use common::{BOUND, Target, call_at, start, within};
+use crate::common::{BOUND, Target, call_at, start, within};
 
 async fn start_default() -> Target {
     start(ConsulTargetConfig::default()).await

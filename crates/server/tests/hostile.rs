@@ -20,7 +20,7 @@ use proptest::prelude::*;
 use prost::Message as _;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocket};
 
-mod receive;
+use crate::receive;
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;

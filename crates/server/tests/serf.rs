@@ -7,11 +7,12 @@
 //! with a cause. Each test starts its own backend on `127.0.0.1:0`.
 #![cfg(feature = "consul")]
 
-mod gossip_member;
+use crate::gossip_member;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::gossip_member::Member;
 use agent_sim_gossip::serf::{decode_tags, intent};
 use agent_sim_gossip::wire::msgs::{Ack, IndirectPing, Nack, PushPull, PushPullHeader, Verdict};
 use agent_sim_gossip::wire::{compound, kind};
@@ -21,7 +22,6 @@ use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
 use agent_sim_server::consul::{ConsulTargetConfig, ConsulTargetSnapshot, SerfConfig};
 use agent_sim_testkit::bounded::until;
 use bytes::Bytes;
-use gossip_member::Member;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;

@@ -7,15 +7,12 @@
 //! types. Each test starts its own backend on `127.0.0.1:0`.
 #![cfg(feature = "consul")]
 
-// Shared with `serf.rs`, which uses all of it.
-#[allow(dead_code)]
-mod gossip_member;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::gossip_member::{Member, VSN};
 use agent_sim_gossip::Security;
 use agent_sim_gossip::serf::intent;
 use agent_sim_gossip::wire::msgs::{Alive, PushPull};
@@ -26,7 +23,6 @@ use agent_sim_server::consul::{ConsulTargetConfig, SerfConfig, SerfSnapshot};
 use agent_sim_server::faults::RestartState;
 use agent_sim_testkit::bounded::until;
 use bytes::Bytes;
-use gossip_member::{Member, VSN};
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;

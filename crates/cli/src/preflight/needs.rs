@@ -27,10 +27,10 @@ pub const DATAPLANE_AGENT_BYTES: u64 = 48_538; // 47.4 KiB
 /// connection with two streams, as for Consul).
 pub const DATAPLANE_SERVER_BYTES: u64 = 32 * 1024;
 /// Server side of the in-process Sensu endpoint, per session
-/// (PERFORMANCE-NOTES: tuned WebSocket server ≈7 KiB).
+/// (a WebSocket server with tuned buffers: ≈7 KiB).
 pub const SENSU_SERVER_BYTES: u64 = 7 * 1024;
 /// Server side of the in-process Consul target, per agent connection
-/// (PERFORMANCE-NOTES: ≈32 KiB per connection with two streams).
+/// (≈32 KiB per HTTP/2 connection with two streams).
 pub const CONSUL_SERVER_BYTES: u64 = 32 * 1024;
 /// The process itself before any agent (runtime, metrics, histograms).
 pub const BASE_BYTES: u64 = 48 << 20;

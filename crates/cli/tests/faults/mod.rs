@@ -12,8 +12,7 @@
 //! The `consul.xds` rows (Delta ADS streams and responses) are tested
 //! against sidecars on paused time in `crates/dataplane/tests/faults.rs`.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod consul;
 mod restart;
 mod sensu;
