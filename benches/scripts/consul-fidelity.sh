@@ -149,11 +149,12 @@ start_server() {
 }
 
 # N real client agents of server $1 (run tag $2), addresses from 127.0.0.<$3 + 1>
-# upward (SERVER_IP, MIRROR and 127.0.0.200 skipped); their pids in started.
-started=()
+# upward (SERVER_IP, MIRROR and 127.0.0.200 skipped); their pids in started,
+# their addresses in started_ips.
+started=() started_ips=()
 real_fleet() {
   local a=$3 ip i
-  started=()
+  started=() started_ips=()
   for i in $(seq 1 "$N"); do
     while :; do
       a=$((a + 1))
@@ -163,7 +164,7 @@ real_fleet() {
     "${FLEET_CPU[@]}" "$CONSUL_BIN" agent -data-dir "$OUT/$2/a$i" -node "real-$i" -bind "$ip" -client "$ip" \
       -retry-join "$1" -config-file "$OUT/svc.json" -config-file "$OUT/gossip.hcl" \
       -log-level warn >"$OUT/$2-a$i.log" 2>&1 &
-    started+=($!)
+    started+=($!) started_ips+=("$ip")
   done
 }
 
@@ -191,7 +192,7 @@ mirror_start() {
   mirror_pids=("${started[@]}")
   wait_registered "mirror of $tag" "$MIRROR:8500"
   if [ "$1" = sim ]; then
-    watch_real "$MIRROR" $((8 * 256)) "mirror-$tag"
+    watch_real "mirror-$tag" "${started_ips[@]}"
     mirror_watch_pid=$watch_pid watch_pid=
   fi
 }
@@ -268,12 +269,9 @@ for a, b in zip(snmp[::2], snmp[1::2]):
                 out[f"box_{proto.lower()}_{k}"] = int(v)
 # The box's CPU time by state (every core, seconds): what else ran, and what
 # the hypervisor took (steal).
-cpu = open("/proc/stat").readline().split()[1:]
-for name, i in (("box_busy_s", None), ("box_idle_s", 3), ("box_steal_s", 7)):
-    if i is None:
-        out[name] = (sum(int(x) for x in cpu[:8]) - int(cpu[3]) - int(cpu[4])) / ticks
-    else:
-        out[name] = int(cpu[i]) / ticks
+cpu = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
+out["box_busy_s"] = (sum(cpu) - cpu[3] - cpu[4]) / ticks  # all but idle and iowait
+out["box_steal_s"] = cpu[7] / ticks
 out["log_lines"] = sum(1 for _ in open(log, errors="replace"))
 print(json.dumps(out))
 PY
@@ -366,20 +364,14 @@ noise_stop() {
 }
 
 watch_pid=
-# $1: the agents' server, $2: their first address as real_fleet's $3, $3: the log's tag.
+# $1: the log's tag, then the agents' addresses (real_fleet's started_ips).
 watch_real() {
   [ "$WATCH" = none ] && return 0
-  python3 - "$WATCH" "$N" "$SERVER_IP" "${MIRROR:-}" "$2" <<'PY' >"$OUT/$3-watch.log" 2>&1 &
+  local log=$1
+  shift
+  python3 - "$WATCH" "$@" <<'PY' >"$OUT/$log-watch.log" 2>&1 &
 import sys, threading, time, urllib.request
-svc, n, server, mirror, first = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
-def agent_ips():
-    a, out = first, []
-    while len(out) < n:
-        a += 1
-        ip = f"127.0.{a // 256}.{a % 256}"
-        if ip not in (server, mirror, "127.0.0.200") and a % 256 != 0:
-            out.append(ip)
-    return out
+svc, ips = sys.argv[1], sys.argv[2:]
 def loop(ip):
     index = 0
     while True:
@@ -391,7 +383,7 @@ def loop(ip):
         except Exception as e:
             print(ip, e, flush=True)
             time.sleep(1)
-for ip in agent_ips():
+for ip in ips:
     threading.Thread(target=loop, args=(ip,), daemon=True).start()
 while True:
     time.sleep(3600)
@@ -410,7 +402,7 @@ for fleet in $FLEETS_RUN; do
     real_fleet "$SERVER_IP" "$tag" 11
     fleet_pids=("${started[@]}")
     wait_registered real
-    watch_real "$SERVER_IP" 11 "$tag"
+    watch_real "$tag" "${started_ips[@]}"
     noise_start
     snapshot "$OUT/$tag-joined.prom" >"$OUT/$tag-joined.json"
     pin_steady
