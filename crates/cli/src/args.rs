@@ -42,6 +42,8 @@ pub mod heading {
     pub const FAULTS: &str = "Faults (docs/faults.md)";
     /// Observing the servers under load.
     pub const OBSERVE: &str = "Watching the server (docs/observe.md)";
+    /// Stepped runs to the knee.
+    pub const CAPACITY: &str = "Finding the capacity (docs/capacity.md)";
 }
 
 /// Simulate tens of thousands of Sensu Go or Consul agents from one process.
@@ -649,6 +651,28 @@ pub struct RunArgs {
     #[serde(rename = "assert", alias = "asserts")]
     #[arg(long = "assert", value_name = "EXPR", help_heading = heading::RESULTS)]
     pub asserts: Vec<Assertion>,
+    // --- capacity ---
+    /// Grow the fleet in steps to find where the server breaks: the whole
+    /// fleet's agents at each step, growing (e.g. 1000,2000,4000). Each step
+    /// starts its new agents on --ramp or --boot-window, waits
+    /// --step-settle, and is judged by the --slo over --step-hold alone.
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', help_heading = heading::CAPACITY)]
+    pub steps: Vec<u64>,
+    /// How long each step is held and judged.
+    #[arg(long, value_name = "DURATION", help_heading = heading::CAPACITY)]
+    pub step_hold: Option<Secs>,
+    /// Time from a step's last start to its window (its agents' sessions
+    /// settling).
+    #[arg(long, value_name = "DURATION", help_heading = heading::CAPACITY)]
+    pub step_settle: Option<Secs>,
+    /// An SLO every step is judged by, in the --assert grammar (repeatable;
+    /// default: the kind's, printed at start).
+    #[serde(rename = "slo", alias = "slos")]
+    #[arg(long = "slo", value_name = "EXPR", help_heading = heading::CAPACITY)]
+    pub slos: Vec<Assertion>,
+    /// Steps run past the first that fails, to show the breakdown.
+    #[arg(long, value_name = "N", help_heading = heading::CAPACITY)]
+    pub steps_past: Option<u64>,
     /// This process is shard I of N (I in 0..N): a disjoint slice of agents.
     /// With N alone, I comes from AGENT_SIM_SHARD_SLOT (a slot from 1:
     /// Docker Swarm's {{.Task.Slot}}), JOB_COMPLETION_INDEX (Kubernetes) or
@@ -731,11 +755,11 @@ macro_rules! with_run_args_fields {
                 embedded_check_interval, embedded_password_cost, embedded_servers, rebalance_min, hlog_interval, metrics_addr, shard, seed, quiet,
                 progress_every, adopt, adopt_node, watch_servers, envoy_version, verbose,
                 churn, max_session_length, ramp_down, reconnect, observe_every, observe_shard,
-                processes;
+                processes, step_hold, step_settle, steps_past;
             paths: config, ca_file, cert_file, key_file, summary, hlog, report_html;
             vecs: targets, source_addrs, asserts, gossip_join, gossip_bind, watch_kv,
                 storms, pauses, server_downs, observe, observe_pid, observe_metric,
-                vault_bursts
+                vault_bursts, steps, slos
         )
     };
 }

@@ -155,13 +155,19 @@ pub(crate) fn resolve_with(
         .iter()
         .chain(&in_fleets)
         .any(|f| matches!(*f, "reconnect" | "max_dialing"));
-    let (top, layers) = stack(cli, file_top, file_fleets)?;
+    let (mut top, mut layers) = stack(cli, file_top, file_fleets)?;
+    if let Some(n) = crate::steps::fleet_agents(&top, given.contains(&"agents"))? {
+        top.agents = Some(n);
+        layers.iter_mut().for_each(|l| l.agents = Some(n));
+    }
     let (shard, shard_from) = match crate::shard::resolve(top.shard, env)? {
         Some((s, from)) => (Some(s), from),
         None => (None, None),
     };
     let (duration, hlog_interval) = run_times(&top)?;
     let mut fleets = plan_fleets(&layers, shard, &scenarios, duration)?;
+    // Laid out on the whole fleet's ramp, before a local process takes its share.
+    let steps = crate::steps::plan(&top, &mut fleets)?;
     if local_child && let Some(s) = shard {
         share_rates(&mut fleets, s);
     }
@@ -204,6 +210,7 @@ pub(crate) fn resolve_with(
         effective,
         study: None,
         notes,
+        steps,
     })
 }
 

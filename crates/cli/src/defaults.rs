@@ -17,6 +17,10 @@ pub const DEFAULT_AGENTS: u64 = 100;
 pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(10);
 /// Time between scrapes of an observed server.
 pub const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_secs(5);
+/// How long each step of a stepped run is held and judged.
+pub const DEFAULT_STEP_HOLD: Duration = Duration::from_secs(60);
+/// Time from a step's last start to its window.
+pub const DEFAULT_STEP_SETTLE: Duration = Duration::from_secs(10);
 /// Check schedule of the embedded Sensu backend.
 pub const DEFAULT_EMBEDDED_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -32,6 +36,9 @@ pub fn defaults() -> RunArgs {
     RunArgs {
         kind: Some(Kind::Sensu),
         agents: Some(DEFAULT_AGENTS),
+        step_hold: Some(Secs(DEFAULT_STEP_HOLD)),
+        step_settle: Some(Secs(DEFAULT_STEP_SETTLE)),
+        steps_past: Some(0),
         ramp: Some(fleet.ramp.map_or(Ramp::All, Ramp::Rate)),
         max_dialing: Some(fleet.max_dialing),
         // The reconnect settings depend on the fleet's kind: see

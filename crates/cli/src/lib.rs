@@ -50,6 +50,7 @@ pub mod scenario;
 pub mod serve;
 pub mod settings;
 pub mod shard;
+pub mod steps;
 pub mod study;
 pub mod values;
 

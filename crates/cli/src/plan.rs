@@ -179,6 +179,8 @@ pub struct RunConfig {
     /// narrows (see [`crate::scenario::capped_burst`]). The defaults make
     /// none.
     pub notes: Vec<String>,
+    /// A stepped run's steps and SLOs (`--steps`).
+    pub steps: Option<StepPlan>,
 }
 
 impl RunConfig {
@@ -206,5 +208,42 @@ impl FleetPlan {
             Protocol::Consul(c) => c.conn.targets.clone(),
             Protocol::Dataplane(c) => c.conn.targets.clone(),
         }
+    }
+}
+
+/// One step, on the fleet's clock (from its first start).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepTimes {
+    /// The whole fleet's agents.
+    pub agents: u64,
+    /// This process's agents.
+    pub here: u64,
+    /// When its first new agent starts.
+    pub at: Duration,
+    /// Its judged window.
+    pub window: (Duration, Duration),
+}
+
+/// A stepped run, resolved.
+#[derive(Debug, Clone)]
+pub struct StepPlan {
+    /// The steps in order.
+    pub steps: Vec<StepTimes>,
+    /// Each window's length.
+    pub hold: Duration,
+    /// From a step's last start to its window.
+    pub settle: Duration,
+    /// What each step is judged by.
+    pub slos: Vec<Assertion>,
+    /// Whether the SLOs are the kind's defaults (printed at start).
+    pub default_slos: bool,
+    /// Steps run past the first that fails.
+    pub past: u64,
+}
+
+impl StepPlan {
+    /// When the last window closes: the run's length.
+    pub fn length(&self) -> Duration {
+        self.steps.last().map_or(Duration::ZERO, |s| s.window.1)
     }
 }

@@ -4,6 +4,7 @@
 
 mod acl_tokens;
 mod auto_encrypt;
+mod capacity;
 mod ceiling;
 mod cleanup;
 mod cli;

@@ -252,8 +252,8 @@ async fn a_fleet_that_ends_is_left_not_failed_on_a_server_whose_handler_lags() {
     // cost the server ~3 dead and ~7 user messages (intents, rebroadcasts).
     let got = |s: &SerfSnapshot, t: &str| s.serf_received_by_type.get(t).copied().unwrap_or(0);
     let since = |t: &str| got(&s, t) - got(&before, t);
-    assert!(since("dead") <= 4 * n as u64, "{s:?}");
-    assert!(since("user") <= 10 * n as u64, "{s:?}");
+    assert!(since("dead") <= 4 * n, "{s:?}");
+    assert!(since("user") <= 10 * n, "{s:?}");
     assert_eq!(counter(&m, "gossip_leaves"), n);
     b.stop().await;
 }

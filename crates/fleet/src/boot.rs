@@ -8,6 +8,11 @@
 //! already sorted (the order statistics of `n` uniforms, one at a time), so
 //! the ramp can start agents in index order without holding `n` numbers.
 //!
+//! A stepped run (`--steps`) starts its agents in steps: step `k` brings
+//! the agents this process holds up to its [`Step::agents`], starting at
+//! [`Step::at`], the step's new agents on the fleet's boot (paced, in a
+//! window, or at once) as if they were a fleet of their own.
+//!
 //! What it is not: the ramp's loop (in `engine`), or a rate limit on dials
 //! (`max_dialing` still bounds the dials in flight).
 
@@ -26,6 +31,16 @@ pub enum Boot {
     Window(Duration),
 }
 
+/// One step of a stepped run, as this process takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// Agents this process holds once the step's have started (its share
+    /// of the step's fleet; never fewer than the step before).
+    pub agents: u64,
+    /// When the step's first agent starts, from the fleet's start.
+    pub at: Duration,
+}
+
 /// The start offsets of `agents` agents, in start order.
 #[derive(Debug, Clone)]
 pub struct Schedule {
@@ -35,6 +50,11 @@ pub struct Schedule {
     given: u64,
     /// The last window fraction given (in `[0, 1)`).
     last: f64,
+    /// The steps still to come, last first (empty: one step at 0).
+    steps: Vec<Step>,
+    /// The step under way: its start, and the agents before it.
+    at: Duration,
+    base: u64,
 }
 
 impl Schedule {
@@ -45,19 +65,55 @@ impl Schedule {
             agents,
             given: 0,
             last: 0.0,
+            steps: Vec::new(),
+            at: Duration::ZERO,
+            base: 0,
         }
+    }
+
+    /// The schedule of a stepped run: each step's new agents started as
+    /// `boot` says from the step's time (steps in order; counts that do
+    /// not grow add nobody).
+    pub fn stepped(boot: Boot, steps: &[Step]) -> Self {
+        let mut rest: Vec<Step> = steps.to_vec();
+        rest.reverse();
+        let mut s = Schedule::new(boot, 0);
+        s.steps = rest;
+        s.next_step();
+        s
+    }
+
+    /// Moves to the next step that adds agents; `false` when none is left.
+    fn next_step(&mut self) -> bool {
+        while let Some(step) = self.steps.pop() {
+            let held = self.base + self.agents;
+            if step.agents > held {
+                self.base = held;
+                self.agents = step.agents - held;
+                self.at = step.at;
+                self.given = 0;
+                self.last = 0.0;
+                return true;
+            }
+        }
+        false
     }
 
     /// The offset from the fleet's start of the next agent's start, with
     /// `u` a uniform draw in `[0, 1)` (the caller's randomness, so that
     /// tests can give their own). `None` once every agent has one.
     pub fn next_with(&mut self, u: f64) -> Option<Duration> {
-        if self.given >= self.agents {
+        if self.given >= self.agents && !self.next_step() {
             return None;
         }
         let n = self.given;
         self.given += 1;
-        Some(match self.boot {
+        Some(self.at + self.within(n, u))
+    }
+
+    /// The offset of the `n`-th agent of the step under way from its start.
+    fn within(&mut self, n: u64, u: f64) -> Duration {
+        match self.boot {
             Boot::AllAtOnce => Duration::ZERO,
             // Jitter within the slot keeps starts from lining up on timer
             // ticks while holding the average rate.
@@ -70,7 +126,7 @@ impl Schedule {
                 self.last += (1.0 - self.last) * (1.0 - u.powf(1.0 / left));
                 window.mul_f64(self.last.min(1.0))
             }
-        })
+        }
     }
 
     /// [`Schedule::next_with`] with a fresh random draw.
@@ -124,6 +180,36 @@ mod tests {
         for (i, n) in tenths.iter().enumerate() {
             assert!((1_700..=2_300).contains(n), "tenth {i}: {n} of 20,000");
         }
+    }
+
+    #[test]
+    fn steps_start_their_new_agents_on_the_boot_from_their_own_time() {
+        let steps = [
+            Step {
+                agents: 3,
+                at: Duration::ZERO,
+            },
+            // Nobody new: skipped.
+            Step {
+                agents: 3,
+                at: Duration::from_secs(5),
+            },
+            Step {
+                agents: 5,
+                at: Duration::from_secs(10),
+            },
+        ];
+        let mut s = Schedule::stepped(Boot::Ramp(Rate::per_second(10.0)), &steps);
+        let d: Vec<Duration> = std::iter::from_fn(|| s.next_with(0.0)).collect();
+        let ms = |v: u64| Duration::from_millis(v);
+        assert_eq!(
+            d,
+            vec![ms(0), ms(100), ms(200), ms(10_000), ms(10_100)],
+            "the second ramp starts over at its step"
+        );
+        let mut s = Schedule::stepped(Boot::AllAtOnce, &steps);
+        let d: Vec<Duration> = std::iter::from_fn(|| s.next_with(0.5)).collect();
+        assert_eq!(d, vec![ms(0), ms(0), ms(0), ms(10_000), ms(10_000)]);
     }
 
     #[test]

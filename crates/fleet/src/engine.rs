@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backoff::Backoff;
-use crate::boot::{Boot, Schedule};
+use crate::boot::{Boot, Schedule, Step};
 use crate::ceiling::Ceilings;
 use crate::driver;
 use crate::freeze::{Freezer, Frozen};
@@ -72,6 +72,10 @@ pub struct FleetConfig {
     /// The run's servers (its targets, in order): with two or more, where
     /// the sessions are is kept per server ([`FleetStatus::servers`]).
     pub servers: Vec<String>,
+    /// A stepped run's steps (`--steps`), in order, the last holding every
+    /// agent: each step's new agents start on the boot from its time.
+    /// Empty: every agent on one boot from the start.
+    pub steps: Vec<Step>,
 }
 
 impl Default for FleetConfig {
@@ -91,6 +95,7 @@ impl Default for FleetConfig {
             scenario: Scenario::default(),
             label: "fleet",
             servers: Vec::new(),
+            steps: Vec::new(),
         }
     }
 }
@@ -127,6 +132,18 @@ impl FleetConfig {
             && !(r.as_per_second().is_finite() && r.as_per_second() > 0.0)
         {
             return bad("ramp", "must be a positive rate");
+        }
+        if !self.steps.is_empty() {
+            let grows = self
+                .steps
+                .windows(2)
+                .all(|w| w[0].agents <= w[1].agents && w[0].at <= w[1].at);
+            if !grows || self.steps.last().map(|s| s.agents) != Some(self.agents) {
+                return bad(
+                    "steps",
+                    "must grow, in time order, up to the fleet's agents",
+                );
+            }
         }
         match self.boot_window {
             Some(_) if self.ramp.is_some() => {
@@ -390,7 +407,11 @@ async fn ramp<F: AgentFactory>(
     template: AgentEnv,
 ) {
     let run_token = template.run.clone();
-    let mut schedule = Schedule::new(cfg.boot(), cfg.agents);
+    let mut schedule = if cfg.steps.is_empty() {
+        Schedule::new(cfg.boot(), cfg.agents)
+    } else {
+        Schedule::stepped(cfg.boot(), &cfg.steps)
+    };
     for n in 0..cfg.agents {
         if run_token.is_cancelled() {
             break;

@@ -67,7 +67,7 @@ pub mod wake;
 
 pub use agent_sim_metrics::disruption::Resync;
 pub use backoff::{Backoff, ReconnectPolicy};
-pub use boot::Boot;
+pub use boot::{Boot, Step};
 pub use engine::{FleetConfig, FleetReport, FleetStatus, InvalidFleetConfig, run};
 pub use ledger::{DETECT_WINDOW, PAUSE_SETTLE, detect_threshold};
 pub use outcome::{

@@ -649,6 +649,17 @@ pub fn evaluate(asserts: &[Assertion], s: &Summary) -> Vec<Verdict> {
         .collect()
 }
 
+impl Assertion {
+    /// The value compared against, in the path's base unit (`requested`
+    /// taken as `requested` agents).
+    pub fn threshold(&self, requested: u64) -> f64 {
+        match self.value {
+            Value::Number(n) => n,
+            Value::Requested => requested as f64,
+        }
+    }
+}
+
 impl Verdict {
     /// The measured value in the assertion's unit (`1.20s`, `45.0 MiB`,
     /// `2000`), or `-` when the metric was absent.

@@ -38,6 +38,7 @@
 //! This crate knows no protocol: Sensu and Consul declare their own names.
 
 pub mod assert;
+pub mod capacity;
 pub mod compare;
 pub mod connect;
 pub mod disruption;
@@ -51,6 +52,7 @@ pub mod report;
 pub mod schema;
 pub mod server;
 pub mod spread;
+pub mod step_window;
 pub mod storm;
 pub mod study;
 pub mod summary;
@@ -270,6 +272,9 @@ struct Inner {
     connected: AtomicI64,
     peak_connected: AtomicI64,
     disruptions: disruption::DisruptionLog,
+    /// Held by [`Metrics::collect`] and [`Metrics::recorded_now`]: a sample
+    /// is in a shard or in the cumulative histograms, never in neither.
+    collecting: Mutex<()>,
 }
 
 /// Shared recorder for one run. Clone it freely; all clones record into the
@@ -359,6 +364,7 @@ impl Metrics {
                 connected: AtomicI64::new(0),
                 peak_connected: AtomicI64::new(0),
                 disruptions: disruption::DisruptionLog::default(),
+                collecting: Mutex::new(()),
             }),
         }
     }
@@ -630,6 +636,7 @@ impl Metrics {
     /// (one histogram per declared name, in order) and adds it to the
     /// cumulative histograms. Call it from one reporter task on an interval.
     pub fn collect(&self) -> Vec<(&'static str, Histogram<u64>)> {
+        let _one = self.lock(&self.inner.collecting);
         let mut interval: Vec<Histogram<u64>> = self
             .inner
             .latency_names
@@ -676,6 +683,24 @@ impl Metrics {
             .copied()
             .zip(cumulative.iter().cloned())
             .collect()
+    }
+
+    /// Everything recorded up to now, the samples not yet collected
+    /// included, without draining them: the reporter's intervals stay
+    /// whole. A stepped run reads it at each window's edges.
+    pub fn recorded_now(&self) -> Vec<(&'static str, Histogram<u64>)> {
+        let _one = self.lock(&self.inner.collecting);
+        let mut all: Vec<Histogram<u64>> = self.cumulative().into_iter().map(|(_, h)| h).collect();
+        for shard in &self.inner.shards {
+            let guard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            for (acc, h) in all.iter_mut().zip(guard.hists.iter()) {
+                if !h.is_empty() {
+                    // Same bounds everywhere: cannot fail.
+                    let _ = acc.add(h);
+                }
+            }
+        }
+        self.inner.latency_names.iter().copied().zip(all).collect()
     }
 
     /// What latency `name` recorded so far, if the run declares it (as

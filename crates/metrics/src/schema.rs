@@ -181,6 +181,51 @@ mod tests {
     }
 
     #[test]
+    fn a_stepped_runs_capacity_validates() {
+        use crate::capacity::{CapacitySummary, SloFigure, StepServer, StepSummary, StepVerdict};
+        let step = |agents, verdict| StepSummary {
+            agents,
+            started_s: 1.0,
+            window_s: (3.0, 8.0),
+            connected: agents,
+            verdict,
+            slos: vec![SloFigure {
+                slo: "propagation.p99 < 1s".into(),
+                actual: "1.51s".into(),
+                value: Some(1_510_000.0),
+                passed: verdict == StepVerdict::Held,
+                over: Some(1.51),
+                note: None,
+            }],
+            errors: 2,
+            top_error: Some("upgrade_5xx".into()),
+            load_box: vec!["agent-sim's own CPU at 99 % of its 2 cores".into()],
+            server: vec![StepServer {
+                target: "http://127.0.0.1:8500/v1/agent/metrics".into(),
+                cpu_cores: Some(0.4),
+                rss_bytes: Some(9e7),
+                cores_per_1000_agents: Some(0.1),
+                rss_per_agent_kib: Some(12.0),
+            }],
+        };
+        let mut c = CapacitySummary {
+            slos: vec!["propagation.p99 < 1s".into()],
+            hold_s: 5.0,
+            settle_s: 1.0,
+            steps: vec![step(4, StepVerdict::Held), step(8, StepVerdict::Failed)],
+            ..CapacitySummary::default()
+        };
+        c.conclude(false);
+        let s = Summary {
+            capacity: Some(c),
+            ..populated()
+        };
+        validate_summary_json(&serde_json::to_value(&s).unwrap()).unwrap();
+        let back: Summary = serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
     fn disruptions_timeline_and_config_validate() {
         let mut h = new_latency_histogram();
         h.record(900_000).unwrap();

@@ -349,6 +349,9 @@ pub struct Summary {
     /// The published experiment the run reproduced (`agent-sim study`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub study: Option<StudySummary>,
+    /// A stepped run's steps and the capacity found (`--steps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<crate::capacity::CapacitySummary>,
 }
 
 /// The study a run reproduced, as the summary keeps it (read and shown

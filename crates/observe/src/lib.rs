@@ -39,6 +39,7 @@
 mod fetch;
 pub mod figures;
 pub mod kinds;
+mod live;
 pub mod members;
 mod observer;
 pub mod reading;
@@ -46,6 +47,7 @@ pub mod storm;
 pub mod target;
 
 pub use kinds::ServerKind;
+pub use live::LiveView;
 pub use members::GossipWatch;
 pub use observer::{ObserveConfig, Observer, RunView, warning_kinds};
 pub use target::{Endpoint, ObserveSpec, Target};

@@ -30,6 +30,7 @@ use crate::ObserveError;
 use crate::fetch;
 use crate::figures::{self, RunState};
 use crate::kinds::{self, ServerKind};
+use crate::live::{LiveStore, LiveView};
 use crate::members::{self, GossipWatch, MembersTrack, Polled};
 use crate::reading::{self, Reading};
 use crate::storm;
@@ -256,6 +257,8 @@ struct Shared {
     extra: Vec<String>,
     timeout: Duration,
     view: RunView,
+    /// What the scrapes read so far, for [`Observer::live`].
+    live: Arc<LiveStore>,
 }
 
 impl Observer {
@@ -311,6 +314,7 @@ impl Observer {
             extra: cfg.extra,
             timeout: cfg.every.mul_f64(0.8).max(Duration::from_millis(50)),
             view,
+            live: Arc::default(),
         });
         let gap = cfg.every.min(Duration::from_secs(1));
         scrape_all(&shared, &mut tracks, None).await;
@@ -319,6 +323,7 @@ impl Observer {
             t.out.baseline.t_s = f64::NAN;
         }
         scrape_all(&shared, &mut tracks, Some(Phase::Baseline)).await;
+        shared.live.start(tracks.iter().map(|t| (&t.out, &t.units)));
         let stop = CancellationToken::new();
         let (s, every, sh) = (stop.clone(), cfg.every, shared.clone());
         let task = tokio::spawn(async move {
@@ -326,7 +331,10 @@ impl Observer {
             tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
             loop {
                 tokio::select! {
-                    _ = tick.tick() => scrape_all(&sh, &mut tracks, Some(Phase::Run)).await,
+                    _ = tick.tick() => {
+                        scrape_all(&sh, &mut tracks, Some(Phase::Run)).await;
+                        publish(&sh, &tracks);
+                    }
                     _ = s.cancelled() => break,
                 }
             }
@@ -383,6 +391,23 @@ impl Observer {
                 t.out
             })
             .collect()
+    }
+}
+
+impl Observer {
+    /// A view of what the scrapes read so far, for use while the run goes on.
+    pub fn live(&self) -> LiveView {
+        LiveView::new(self.shared.live.clone())
+    }
+}
+
+/// Copies each target's newest sample (and what it learned of units) to
+/// the live view.
+fn publish(shared: &Shared, tracks: &[Track]) {
+    for (i, t) in tracks.iter().enumerate() {
+        shared
+            .live
+            .publish(i, t.out.samples.last(), &t.out.kind, &t.units);
     }
 }
 

@@ -142,6 +142,8 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         disruptions: f.metrics.disruptions().summaries(),
         // Filled in by the observer after the run, when it observed.
         server: Vec::new(),
+        // Filled in by the stepped run's judge.
+        capacity: None,
     }
 }
 
@@ -178,7 +180,7 @@ fn servers_at_end(cfg: &RunConfig, reports: &[FleetReport]) -> (Vec<String>, Ser
 }
 
 /// Counters whose rate means something, as the fleets' protocols say.
-fn rated_counters(cfg: &RunConfig) -> Vec<&'static str> {
+pub(super) fn rated_counters(cfg: &RunConfig) -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
     for plan in &cfg.fleets {
         let names = match plan.protocol {

@@ -16,6 +16,7 @@ mod embedded;
 mod observe;
 mod outcome;
 mod reporter;
+mod stepper;
 mod taken;
 mod tokens;
 
@@ -313,6 +314,7 @@ fn vault_runners(cfg: &RunConfig, metrics: &Metrics) -> Vec<agent_sim_consul::va
 /// What the fleets' run produced besides the summary's own figures.
 struct Ran {
     reports: Vec<FleetReport>,
+    capacity: Option<agent_sim_metrics::capacity::CapacitySummary>,
     probes: Vec<ProbeSummary>,
     vault: Option<agent_sim_metrics::VaultSummary>,
     connect: connect::Connect,
@@ -325,9 +327,10 @@ async fn run_fleets(
     built: Vec<Built>,
     metrics: &Metrics,
     statuses: &[Arc<FleetStatus>],
-    end: &CancellationToken,
+    beside: &Beside,
     show: bool,
 ) -> Ran {
+    let end = &beside.end;
     let mut fleet_tasks: tokio::task::JoinSet<FleetReport> = tokio::task::JoinSet::new();
     let mut probe_tasks: Vec<JoinHandle<Vec<ProbeSummary>>> = Vec::new();
     // Seeded services are in the catalog before the first agent dials.
@@ -367,6 +370,8 @@ async fn run_fleets(
         .collect();
     // A --rotate-ca-at is timed from here, as the fleets' first dial.
     let connect = connect::start(cfg, &built, metrics, end);
+    // Its clock starts with the fleets', as the engine's steps do.
+    let judge = start_judge(cfg, metrics, beside, show);
     for ((plan, b), status) in cfg.fleets.iter().zip(built).zip(statuses) {
         let mut fc = plan.fleet.clone();
         fc.duration = None;
@@ -392,6 +397,10 @@ async fn run_fleets(
         }
     }
     let reports = fleet_reports(fleet_tasks, cfg.fleets.len(), end).await;
+    let capacity = match judge {
+        Some(j) => j.await.ok(),
+        None => None,
+    };
     let mut vault = None;
     for t in vault_tasks {
         if let Ok(v) = t.await {
@@ -410,10 +419,35 @@ async fn run_fleets(
     tokens::release(&consul_fleets, metrics, show).await;
     Ran {
         reports,
+        capacity,
         probes,
         vault,
         connect,
     }
+}
+
+/// The judge of a stepped run (`--steps`), its clock starting now.
+fn start_judge(
+    cfg: &RunConfig,
+    metrics: &Metrics,
+    beside: &Beside,
+    show: bool,
+) -> Option<JoinHandle<agent_sim_metrics::capacity::CapacitySummary>> {
+    let plan = cfg.steps.clone()?;
+    let judge = stepper::Judge {
+        plan,
+        kind: cfg.kind().to_string(),
+        rated: assemble::rated_counters(cfg),
+        metrics: metrics.clone(),
+        live: beside
+            .observer
+            .as_ref()
+            .map(agent_sim_observe::Observer::live),
+        started: beside.started,
+        end: beside.end.clone(),
+        show,
+    };
+    Some(judge.start())
 }
 
 /// The reports of the `total` fleets as they end. A fleet that stopped
@@ -516,7 +550,7 @@ pub async fn execute(
     // A --server-down's time is from the fleets' first dial, as a storm's.
     embedded.schedule_downs(&cfg.server_downs, tokio::time::Instant::now());
     let show = output == Output::Terminal && !cfg.quiet;
-    let ran = run_fleets(&cfg, built, &metrics, &statuses, &beside.end, show).await;
+    let ran = run_fleets(&cfg, built, &metrics, &statuses, &beside, show).await;
 
     let (recorded, servers) = beside.finish().await;
     let (embedded_sensu, embedded_consul) = embedded.stop().await;
@@ -540,11 +574,19 @@ pub async fn execute(
         }
     }
     summary.vault = ran.vault;
+    summary.capacity = ran.capacity;
     summary.connect = ran.connect.summary(&summary);
     let verdicts = conclude(&cfg, &mut summary, &ran.reports, &recorded.windows);
     let (exit_code, problem) = (summary.outcome.exit_code, summary.outcome.reason.clone());
     if output == Output::Terminal {
         outcome::print_report(&summary, &ran.reports, &verdicts, cfg.verbose);
+        if let Some(c) = &summary.capacity {
+            println!(
+                "\nCapacity (each step judged over its own {:.0} s window)",
+                c.hold_s
+            );
+            print!("{}", c.table());
+        }
     }
     Ok(RunOutcome {
         summary,
@@ -568,6 +610,8 @@ struct Clock {
 struct Beside {
     /// Cancelled when the run's duration has elapsed or on shutdown.
     end: CancellationToken,
+    /// The run's time zero.
+    started: Instant,
     observer: Option<agent_sim_observe::Observer>,
     metrics_task: Option<JoinHandle<()>>,
     reporter: Reporter,
@@ -623,6 +667,7 @@ impl Beside {
         });
         Ok(Beside {
             end,
+            started: clock.started,
             observer,
             metrics_task,
             reporter,

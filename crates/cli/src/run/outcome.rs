@@ -44,7 +44,8 @@ pub(crate) fn decide(
             exit::FAILURE,
             format!("no agent could hold a session{}", top_cause(summary)),
         );
-    } else if !complete {
+    } else if !complete && summary.capacity.is_none() {
+        // A stepped run's fleet past its knee is the result, not a fault.
         fail(
             exit::INCOMPLETE,
             format!(

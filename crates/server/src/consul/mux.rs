@@ -84,6 +84,7 @@ where
     counters.bump(&counters.rpc_connections);
     counters.bump(&counters.rpc_mux_connections);
     let _open = Gauge::up(&state, |c| &c.rpc_connections_open);
+    let _held = state.faults().hold(crate::faults::Load::ConsulRpc);
     let mut cfg = yamux::Config::default();
     cfg.set_max_num_streams(MAX_STREAMS);
     // Writes gathered until yamux flushes: one write a frame, as Consul sends.

@@ -18,12 +18,14 @@
 
 mod io;
 pub mod spec;
+mod when;
 
 #[cfg(feature = "consul")]
 pub(crate) use io::ConnCtl;
 pub use io::FaultIo;
 pub(crate) use io::{Kill, Registry};
 pub use spec::{Action, FaultSpec, Protocol, RestartState, SpecError, Target};
+pub use when::Load;
 
 /// The `--faults` grammar, shown by `agent-sim serve --help`.
 pub const HELP: &str = "\
@@ -49,13 +51,18 @@ Faults (--faults SPEC, repeatable; counted in the printed stats):
     after:DUR       sensu.session with a rate: hit DUR into the session
     path:PREFIX     consul.http, consul.kv: only paths starting with PREFIX
     max:N           at most N injections
+    past:N          with N%: only once serve holds N sessions or more (Sensu
+                    sessions; xDS streams for consul.xds; multiplexed RPC
+                    connections, one per client agent, for the other consul
+                    targets): a server that degrades past a size
     down:DUR        restart: listeners closed this long (default 1s)
     state:keep|lose restart: keep catalog, sessions, raft index, or start empty
   Examples:
     --faults 'sensu.upgrade=503@10%'   --faults 'consul.subscribe=aborted@at:30s'
     --faults 'sensu.session=reset@every:60s,20%'   --faults 'consul.http=429@5%,path:/v1/txn'
     --faults 'consul.xds=bad-resource@5%'   --faults 'consul.xds=reset@at:1m'
-    --faults 'restart@at:20s,down:5s,state:lose'   --faults-seed 42";
+    --faults 'restart@at:20s,down:5s,state:lose'   --faults-seed 42
+    --faults 'consul.frame=delay:2s@100%,past:500'   (a knee for --steps to find)";
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -133,6 +140,8 @@ struct Inner {
     orders: watch::Sender<Order>,
     /// Orders of timed `consul.xds` faults.
     xds_orders: watch::Sender<Order>,
+    /// Sessions held now, by [`Load`] (what `past:` reads).
+    held: [Arc<AtomicU64>; 3],
     stop: CancellationToken,
 }
 
@@ -140,6 +149,18 @@ struct Inner {
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
     inner: Option<Arc<Inner>>,
+}
+
+/// A session counted for `past:` items while it lives ([`Faults::hold`]).
+#[derive(Debug)]
+pub(crate) struct Held(Option<Arc<AtomicU64>>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(c) = &self.0 {
+            c.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A unit the dice chose, with what to do to it.
@@ -222,6 +243,7 @@ impl Faults {
                 consul_http: Arc::default(),
                 orders: watch::Sender::new(Order::default()),
                 xds_orders: watch::Sender::new(Order::default()),
+                held: Default::default(),
                 stop: CancellationToken::new(),
             })),
         }
@@ -335,6 +357,23 @@ impl Faults {
         a.last_ns.store(ns, Ordering::Release);
     }
 
+    /// Counts a session of `load` held until the guard drops (what a
+    /// `past:` item reads); nothing without faults.
+    pub(crate) fn hold(&self, load: Load) -> Held {
+        let count = self.inner.as_ref().map(|i| i.held[load as usize].clone());
+        if let Some(c) = &count {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        Held(count)
+    }
+
+    /// Sessions of `load` held now.
+    fn held_now(&self, load: Load) -> u64 {
+        self.inner
+            .as_ref()
+            .map_or(0, |i| i.held[load as usize].load(Ordering::Relaxed))
+    }
+
     /// Whether spec `idx` can still inject (its `max:` not reached).
     fn open(&self, idx: usize) -> bool {
         self.inner.as_ref().is_some_and(|i| {
@@ -368,6 +407,9 @@ impl Faults {
             if let (Some(prefix), Some(p)) = (&s.path, path)
                 && !p.starts_with(prefix.as_str())
             {
+                continue;
+            }
+            if s.past.is_some_and(|n| self.held_now(target.load()) < n) {
                 continue;
             }
             let now = s.untimed() || s.in_window(t);
@@ -630,6 +672,20 @@ mod tests {
 
     fn faults(specs: &[&str], seed: u64) -> Faults {
         Faults::new(specs.iter().map(|s| s.parse().unwrap()).collect(), seed)
+    }
+
+    #[test]
+    fn a_past_fault_waits_for_the_sessions_held() {
+        let f = faults(&["sensu.upgrade=503@100%,past:2"], 1);
+        let up = || f.pick(Target::SensuUpgrade, None).is_some();
+        let one = f.hold(Load::SensuSessions);
+        assert!(!up(), "1 session held: not yet");
+        let two = f.hold(Load::SensuSessions);
+        let _xds = f.hold(Load::XdsStreams);
+        assert!(up(), "2 held: refused");
+        drop((one, two));
+        assert!(!up(), "the sessions gone, the gate shuts again");
+        assert_eq!(f.snapshot().count("sensu.upgrade=503@100%,past:2"), 1);
     }
 
     #[tokio::test(start_paused = true)]

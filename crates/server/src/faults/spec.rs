@@ -21,6 +21,10 @@
 //!        | path:PREFIX   consul.http, consul.kv: only request paths starting with
 //!                      PREFIX (a KV call over RPC is `/v1/kv/<key>` here)
 //!        | max:N         at most N injections
+//!        | past:N        with a rate: only once the backend holds N or more
+//!                      sessions (Sensu sessions; xDS streams for consul.xds;
+//!                      multiplexed RPC connections, one per client agent,
+//!                      for the other consul targets)
 //!        | down:DUR      restart: how long the listeners stay closed (default 1s)
 //!        | state:keep|lose  restart: keep or lose catalog, sessions and raft index
 //! ```
@@ -103,7 +107,7 @@ pub enum SpecError {
     EmptyItem,
     /// An item that is neither `N%` nor `key:value`.
     #[error(
-        "{0:?}: expected N%, at:DUR, every:DUR, for:DUR, after:DUR, path:PREFIX, max:N, \
+        "{0:?}: expected N%, at:DUR, every:DUR, for:DUR, after:DUR, path:PREFIX, max:N, past:N, \
          down:DUR or state:keep|lose"
     )]
     BadItem(String),
@@ -130,6 +134,17 @@ pub enum SpecError {
     /// `path:` that does not start with `/`.
     #[error("path:{0}: a request path prefix starts with '/' (e.g. path:/v1/session/)")]
     PathNotAbsolute(String),
+    /// `past:` that is not a count.
+    #[error("past:{value}: a count of sessions (past:500)")]
+    BadPast {
+        /// The text after `past:`.
+        value: String,
+        /// Why it is not a count.
+        source: std::num::ParseIntError,
+    },
+    /// `past:` with `at:`/`every:`, or on a restart.
+    #[error("past: gates the units arriving with a rate (N%), not faults at a time or restarts")]
+    PastWithTime,
     /// `max:` that is not a count of at least 1.
     #[error("max:{value}: a count of at least 1")]
     BadMax {
@@ -516,6 +531,9 @@ pub struct FaultSpec {
     pub path: Option<String>,
     /// Most injections (`None`: unbounded).
     pub max: Option<u64>,
+    /// Only once the backend holds this many of the target's sessions or
+    /// more ([`Target::load`]): a server that degrades past a size.
+    pub past: Option<u64>,
     /// Restart: time down.
     pub down: Duration,
     /// Restart: what happens to the state.
@@ -569,6 +587,7 @@ fn parse(text: &str) -> Result<FaultSpec, SpecError> {
         after: Duration::ZERO,
         path: None,
         max: None,
+        past: None,
         down: DEFAULT_DOWN,
         state: None,
     };
@@ -677,6 +696,12 @@ fn set_item(spec: &mut FaultSpec, key: &str, value: &str) -> Result<(), SpecErro
             }
             spec.max = Some(n);
         }
+        "past" => {
+            spec.past = Some(value.parse().map_err(|source| SpecError::BadPast {
+                value: value.to_owned(),
+                source,
+            })?)
+        }
         "down" => spec.down = duration(key, value)?,
         "state" => {
             spec.state = Some(match value {
@@ -708,6 +733,9 @@ fn check(spec: &mut FaultSpec, rate: Option<f64>, seen: &[&str]) -> Result<(), S
     only("state", Target::Restart)?;
     only("after", Target::SensuSession)?;
     if t == Target::Restart {
+        if has("past") {
+            return Err(SpecError::PastWithTime);
+        }
         if rate.is_some() || has("for") {
             return Err(SpecError::RestartTimesOnly);
         }
@@ -728,6 +756,9 @@ fn check(spec: &mut FaultSpec, rate: Option<f64>, seen: &[&str]) -> Result<(), S
         return Ok(());
     }
     let action = spec.action.as_ref().expect("checked in parse");
+    if has("past") && (timed || rate.is_none()) {
+        return Err(SpecError::PastWithTime);
+    }
     if rate.is_none() && !timed {
         return Err(SpecError::NoRateNorTime);
     }
@@ -757,44 +788,10 @@ fn check(spec: &mut FaultSpec, rate: Option<f64>, seen: &[&str]) -> Result<(), S
     Ok(())
 }
 
-impl FaultSpec {
-    /// The `k`-th time this fault fires (from serve start), if any.
-    pub fn moment(&self, k: u64) -> Option<Duration> {
-        match (self.at, self.every) {
-            (None, None) => None,
-            (Some(a), None) => (k == 0).then_some(a),
-            (a, Some(p)) => {
-                let first = a.unwrap_or(p);
-                let n = u32::try_from(k).ok()?;
-                p.checked_mul(n).and_then(|d| d.checked_add(first))
-            }
-        }
-    }
-
-    /// Whether a unit arriving `t` after serve start is within a window.
-    pub fn in_window(&self, t: Duration) -> bool {
-        let Some(w) = self.window else {
-            return false;
-        };
-        match (self.at, self.every) {
-            (Some(a), None) => t >= a && t < a + w,
-            (a, Some(p)) => {
-                let first = a.unwrap_or(p);
-                t >= first && (t - first).as_nanos() % p.as_nanos() < w.as_nanos()
-            }
-            (None, None) => false,
-        }
-    }
-
-    /// Whether a rate alone decides (no time given).
-    pub fn untimed(&self) -> bool {
-        self.at.is_none() && self.every.is_none()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::faults::Load;
 
     fn ok(s: &str) -> FaultSpec {
         s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
@@ -804,6 +801,27 @@ mod tests {
         match s.parse::<FaultSpec>() {
             Ok(spec) => panic!("{s} parsed: {spec:?}"),
             Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn past_gates_a_rate_on_the_targets_sessions() {
+        let s = ok("consul.frame=delay:2s@100%,past:500");
+        assert_eq!((s.past, s.target.load()), (Some(500), Load::ConsulRpc));
+        assert_eq!(
+            ok("consul.xds=delay:1s@100%,past:3").target.load(),
+            Load::XdsStreams
+        );
+        assert_eq!(
+            ok("sensu.upgrade=503@100%,past:0").target.load(),
+            Load::SensuSessions
+        );
+        assert!(err("consul.frame=delay:2s@100%,past:many").contains("a count of sessions"));
+        for timed in [
+            "consul.rpc=reset@at:5s,past:10",
+            "restart@at:5s,state:keep,past:10",
+        ] {
+            assert!(err(timed).contains("not faults at a time"), "{timed}");
         }
     }
 

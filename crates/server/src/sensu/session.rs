@@ -77,6 +77,7 @@ pub(super) async fn run(stream: TcpStream, shared: Arc<Shared>, shutdown: Cancel
     });
     session_fault(&shared, &mut ws);
     let _active = ActiveGuard::new(&shared.stats.sessions_active);
+    let _held = shared.faults.hold(faults::Load::SensuSessions);
     let feeds = Feeds::new(&shared, &hello.subscriptions);
     let mut session = Session {
         shared: &shared,

@@ -159,6 +159,7 @@ impl StreamingService<DeltaDiscoveryRequest> for Ads {
             c.bump(&c.xds_streams);
             let s = AdsSession {
                 gauge: Gauge::up(&state, |c| &c.xds_streams_active),
+                _held: faults.hold(crate::faults::Load::XdsStreams),
                 orders: faults.orders(Target::ConsulXds),
                 state,
                 inbound: req.into_inner(),
@@ -192,6 +193,8 @@ struct AdsSession {
     shutdown: CancellationToken,
     #[allow(dead_code)]
     gauge: Gauge,
+    /// Counted for `past:` faults while the stream lives.
+    _held: crate::faults::Held,
     /// The connection's kill switch (faults armed only).
     ctl: Option<Arc<ConnCtl>>,
     /// Orders of timed `consul.xds` faults.
