@@ -189,6 +189,10 @@ pub enum ReportCommand {
         /// Also write the comparison as a page here.
         #[arg(long, short = 'o', value_name = "PATH")]
         out: Option<PathBuf>,
+        /// How far B may move from A on a figure, e.g. 'propagation.p99
+        /// +10%' or 'capacity.agents -0%' (repeatable); exit 3 if one fails.
+        #[arg(long = "threshold", value_name = "EXPR")]
+        thresholds: Vec<agent_sim_metrics::gate::Threshold>,
     },
 }
 

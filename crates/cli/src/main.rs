@@ -146,7 +146,12 @@ fn report(cmd: ReportCommand) -> ExitCode {
             out,
             asserts,
         } => report_cmd::html(&files, &out, &asserts),
-        ReportCommand::Compare { a, b, out } => report_cmd::compare(&a, &b, out.as_deref()),
+        ReportCommand::Compare {
+            a,
+            b,
+            out,
+            thresholds,
+        } => report_cmd::compare(&a, &b, out.as_deref(), &thresholds),
         ReportCommand::Merge {
             files,
             summary,

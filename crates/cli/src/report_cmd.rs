@@ -246,9 +246,15 @@ pub fn merge(files: &[PathBuf], summary: Option<&Path>, asserts: &[Assertion]) -
     }
 }
 
-/// `report compare A B [-o PATH]`: two runs (each a summary or a directory
-/// of shard summaries, merged) side by side with the ratio B/A.
-pub fn compare(a: &Path, b: &Path, out: Option<&Path>) -> i32 {
+/// `report compare A B [-o PATH] [--threshold EXPR]...`: two runs (each a
+/// summary or a directory of shard summaries, merged) side by side with
+/// the ratio B/A; exit 3 when B moved past a threshold.
+pub fn compare(
+    a: &Path,
+    b: &Path,
+    out: Option<&Path>,
+    thresholds: &[agent_sim_metrics::gate::Threshold],
+) -> i32 {
     let load_one = |p: &Path| load_and_merge(&[p.to_path_buf()]);
     let (ra, rb) = match (load_one(a), load_one(b)) {
         (Ok(x), Ok(y)) => (x, y),
@@ -259,16 +265,23 @@ pub fn compare(a: &Path, b: &Path, out: Option<&Path>) -> i32 {
     };
     let names = (a.display().to_string(), b.display().to_string());
     let names = (names.0.as_str(), names.1.as_str());
+    let gates = agent_sim_metrics::gate::judge(thresholds, &ra, &rb);
     print!(
-        "{}",
-        agent_sim_metrics::compare::render_text(names, &ra, &rb)
+        "{}{}",
+        agent_sim_metrics::compare::render_text(names, &ra, &rb),
+        agent_sim_metrics::gate::render(&gates)
     );
     if let Some(p) = out {
-        let page = agent_sim_metrics::compare::render_html(names, &ra, &rb);
+        let page = agent_sim_metrics::compare::render_html(names, &ra, &rb, &gates);
         if let Err(e) = write_atomically(p, &page) {
             eprintln!("agent-sim: -o {}: {e}", p.display());
             return exit::FAILURE;
         }
+    }
+    let failed = gates.iter().filter(|g| !g.passed).count();
+    if failed > 0 {
+        eprintln!("agent-sim: {failed} of {} thresholds failed", gates.len());
+        return exit::SLO_FAILED;
     }
     exit::OK
 }

@@ -11,6 +11,9 @@ use agent_sim_server::backend::{Backend, BackendConfig, ConsulAddrs};
 use agent_sim_server::consul::ConsulTargetConfig;
 use agent_sim_server::sensu::SensuTargetConfig;
 
+use agent_sim_testkit::bounded::{CHILD_LIMIT, OutputWithin};
+
+use crate::common::temp_path;
 use crate::faults::{bounded, specs};
 
 fn any() -> std::net::SocketAddr {
@@ -95,8 +98,45 @@ async fn consul_events_slowed_once_8_agents_are_held_break_the_step_of_8_on_prop
         // A found knee is a result: the run ended there, exit 0.
         assert_eq!(o.exit_code, 0, "{:?}", o.summary.outcome);
         assert!(o.summary.duration_s < 20.0, "{}", o.summary.duration_s);
+        regression_gate(&o.summary);
     })
     .await;
+}
+
+/// `report compare A B --threshold`: this run against itself holds (exit
+/// 0); against one whose knee came a step earlier it fails (exit 3).
+fn regression_gate(a: &agent_sim_metrics::Summary) {
+    let dir = temp_path("capacity-gate");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (pa, pb) = (dir.join("a.json"), dir.join("b.json"));
+    a.write(&pa).unwrap();
+    // B's first window as slow as A's second: a report re-judges the
+    // steps from their windows, so B's knee is a step earlier.
+    let mut b = a.clone();
+    b.step_windows[0] = a.step_windows[1].clone();
+    b.step_windows[0].agents.requested = 4;
+    b.write(&pb).unwrap();
+    let compare = |x: &std::path::Path, y: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agent-sim"))
+            .args(["report", "compare"])
+            .arg(x)
+            .arg(y)
+            .args(["--threshold", "capacity.agents -0%"])
+            .args(["--threshold", "errors.total +0"])
+            .output_within(CHILD_LIMIT);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, text) = compare(&pa, &pa);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("2 of 2 thresholds held"), "{text}");
+    assert!(text.contains("capacity (agents)"), "{text}");
+    let (code, text) = compare(&pa, &pb);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains("FAIL capacity.agents -0%"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,6 +221,56 @@ async fn sidecar_streams_refused_once_5_are_held_break_the_step_of_8() {
             c.slos
         );
         assert_eq!(c.steps[2].connected, 5, "{}", c.table());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_shards_run_every_step_and_merge_to_the_knee_of_one_process() {
+    bounded(Duration::from_secs(90), async {
+        let b = consul_backend(&["consul.frame=delay:1500ms@100%,past:8"], false).await;
+        let (rpc, http) = b.consul_addrs().unwrap();
+        let shard = |i: u64| {
+            let run = RunBuilder::new(Kind::Consul)
+                .target(rpc.to_string())
+                .args(move |a| {
+                    a.http_target = Some(http.to_string());
+                    a.upstreams = Some("web".parse().unwrap());
+                    a.probe_every = Some("2s".parse().unwrap());
+                    a.shard = Some(format!("{i}/2").parse().unwrap());
+                    a.slos = vec!["propagation.p99 < 1s".parse().unwrap()];
+                });
+            stepped(run, &[4, 8, 12], "5s").run()
+        };
+        let (zero, one) = tokio::join!(shard(0), shard(1));
+        b.stop().await;
+        let parts = [zero.unwrap().summary, one.unwrap().summary];
+        // Each shard ran every step: it sees its share alone.
+        for p in &parts {
+            assert_eq!(
+                p.step_windows.len(),
+                3,
+                "{}",
+                p.capacity.as_ref().unwrap().table()
+            );
+        }
+        let merged = agent_sim_metrics::merge::merge_summaries(&parts).unwrap();
+        let c = merged.capacity.as_ref().unwrap();
+        let verdicts: Vec<_> = c.steps.iter().map(|s| (s.agents, s.verdict)).collect();
+        use StepVerdict::*;
+        assert_eq!(
+            verdicts,
+            [(4, Held), (8, Failed), (12, Failed)],
+            "{}",
+            c.table()
+        );
+        assert_eq!(
+            (c.capacity, c.broke_at, c.limit),
+            (Some(4), Some(8), Limit::Server)
+        );
+        // The merged windows hold both shards' agents.
+        assert_eq!(merged.step_windows[1].agents.requested, 8);
+        assert_eq!(c.steps[0].connected, 4);
     })
     .await;
 }

@@ -29,6 +29,7 @@
 //! | `server.<latency>.<p50\|p99\|mean\|baseline_p50\|baseline_p99>` | a kept server latency under load or at baseline (`consul_raft_commit_time`, `etcd_disk_wal_fsync_duration_seconds`, ...) | duration |
 //! | `server.<series>.<max\|mean\|last\|baseline>` | a kept gauge, or a counter's rate (`<name>_per_s`) | number |
 //! | `vault.split_brain` `vault.mismatch` `vault.read_back_lost` `vault.read_back_changed` `vault.keys_left` `vault.sessions_left` `vault.tokens_created` `vault.leadership_changes` `vault.fenced_writes` `vault.handover_max_s` | the run's simulated Vault servers (`--vault-nodes`, docs/writes.md): the lock checker's split-brain and mismatched checks, read-backs lost or changed, what the clean-up left, tokens created, leadership changes, fenced writes, the longest handover in seconds | number |
+//! | `capacity.agents` `capacity.broke_at` | a stepped run's (`--steps`, docs/capacity.md) capacity: the last step that held, the first that did not (absent when none did, or none failed) | number |
 //! | `gossip.failed_ever` `gossip.failed_turns` `gossip.critical_ever` `gossip.alive_max` `gossip.failed_max` `gossip.critical_max` `gossip.not_left_at_end` | the run's gossip members as the observed Consul server saw them (members ever failed, turns to failed, nodes ever with `serfHealth` critical, the most at one poll, not left at the last poll) | number |
 //!
 //! With several observed servers a `server.*` or `gossip.*` path takes the
@@ -175,6 +176,7 @@ enum Metric {
     Server { name: String, stat: String },
     Gossip(&'static str),
     Vault(&'static str),
+    Capacity(&'static str),
 }
 
 impl Metric {
@@ -191,7 +193,8 @@ impl Metric {
             | Metric::Warning(_)
             | Metric::Counter(_)
             | Metric::Gossip(_)
-            | Metric::Vault(_) => Unit::Count,
+            | Metric::Vault(_)
+            | Metric::Capacity(_) => Unit::Count,
             Metric::Rate(_) => Unit::PerSecond,
             Metric::ProbesDeliveredRatio => Unit::Ratio,
             Metric::PeakRss => Unit::Bytes,
@@ -335,6 +338,9 @@ fn stat_of(s: &str) -> Option<&'static str> {
     STATS.iter().copied().find(|x| *x == s)
 }
 
+/// The fields of a stepped run's `capacity.<f>` path.
+const CAPACITY_FIELDS: [&str; 2] = ["agents", "broke_at"];
+
 fn parse_path(path: &str) -> Result<Metric, AssertError> {
     let normalized = path.strip_suffix(".p99.9").map(|p| format!("{p}.p999"));
     let path = normalized.as_deref().unwrap_or(path);
@@ -401,6 +407,12 @@ fn parse_path(path: &str) -> Result<Metric, AssertError> {
         ["vault", f] => {
             Metric::Vault(crate::vault::field(f).ok_or_else(|| unknown("vault", f, &VAULT_FIELDS))?)
         }
+        ["capacity", f] => Metric::Capacity(
+            CAPACITY_FIELDS
+                .into_iter()
+                .find(|x| x == f)
+                .ok_or_else(|| unknown("capacity", f, &CAPACITY_FIELDS))?,
+        ),
         ["gossip", f] => Metric::Gossip(
             GOSSIP_FIELDS
                 .into_iter()

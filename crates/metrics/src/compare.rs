@@ -73,6 +73,36 @@ impl Rows {
     }
 }
 
+/// The thresholds' verdicts as the page's first table.
+fn thresholds_html(o: &mut String, gates: &[crate::gate::GateVerdict]) {
+    if gates.is_empty() {
+        return;
+    }
+    o.push_str(
+        "<h2>Thresholds</h2>\n<div class=\"wide\"><table><thead><tr><th>result</th>\
+         <th>threshold</th><th class=\"n\">A</th><th class=\"n\">B</th>\
+         <th class=\"n\">change</th><th>note</th></tr></thead><tbody>",
+    );
+    for g in gates {
+        let (class, word) = if g.passed {
+            ("n", "pass")
+        } else {
+            ("n bad", "FAIL")
+        };
+        let _ = write!(
+            o,
+            "<tr><td class=\"{class}\">{word}</td><td>{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            esc(&g.threshold),
+            esc(&g.a),
+            esc(&g.b),
+            esc(g.change.as_deref().unwrap_or("")),
+            esc(g.note.as_deref().unwrap_or(""))
+        );
+    }
+    o.push_str("</tbody></table></div>\n");
+}
+
 /// Every comparable figure of `a` and `b`, in report order.
 pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
     let mut r = Rows(Vec::new());
@@ -83,7 +113,23 @@ pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
         server(&mut r, i, a.server.get(i), b.server.get(i));
     }
     study(&mut r, a, b);
+    capacity(&mut r, a, b);
     r.0
+}
+
+/// A stepped run's answer: the capacity and the step that broke.
+fn capacity(r: &mut Rows, a: &Summary, b: &Summary) {
+    let figures: [(&str, Figure<'_>); 2] = [
+        ("capacity (agents)", &|s| {
+            s.capacity.as_ref()?.capacity.map(|c| c as f64)
+        }),
+        ("broke at (agents)", &|s| {
+            s.capacity.as_ref()?.broke_at.map(|c| c as f64)
+        }),
+    ];
+    for (name, f) in figures {
+        r.push("capacity", name, f(a), f(b), Kind::Number);
+    }
 }
 
 /// The published figures of the study both runs reproduced, each with both
@@ -300,7 +346,12 @@ pub fn render_text(names: (&str, &str), a: &Summary, b: &Summary) -> String {
 }
 
 /// The comparison as one self-contained HTML page.
-pub fn render_html(names: (&str, &str), a: &Summary, b: &Summary) -> String {
+pub fn render_html(
+    names: (&str, &str),
+    a: &Summary,
+    b: &Summary,
+    gates: &[crate::gate::GateVerdict],
+) -> String {
     let mut o = String::new();
     let _ = write!(
         o,
@@ -316,6 +367,7 @@ pub fn render_html(names: (&str, &str), a: &Summary, b: &Summary) -> String {
         esc(names.1),
         esc(&describe(b)),
     );
+    thresholds_html(&mut o, gates);
     let mut group = String::new();
     for row in rows(a, b) {
         if row.group != group {
@@ -396,7 +448,7 @@ mod tests {
         let text = render_text(("a.json", "b.json"), &a, &b);
         assert!(text.contains("server #1 consul"), "{text}");
         assert!(text.contains("2.00x"), "{text}");
-        let page = render_html(("a.json", "b.json"), &a, &b);
+        let page = render_html(("a.json", "b.json"), &a, &b, &[]);
         assert!(page.contains("<td class=\"n bad\">2.00x</td>"), "{page}");
         assert!(!page.contains("http://") && !page.contains("https://"));
     }

@@ -42,6 +42,7 @@ pub mod capacity;
 pub mod compare;
 pub mod connect;
 pub mod disruption;
+pub mod gate;
 pub mod histo;
 pub mod hlog;
 pub mod html;

@@ -57,9 +57,12 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
+use crate::assert::Assertion;
+use crate::capacity::{CapacitySummary, Limit, StepSummary, StepVerdict};
 use crate::disruption::DisruptionSummary;
 use crate::histo::{add_into, add_shifted, value_at_rank};
 use crate::server::ServerSummary;
+use crate::step_window::{StepHead, judge};
 use crate::summary::{KindEntry, LatencySummary, Outcome, ProbeSummary, SCHEMA_V2, Summary};
 use crate::{MetricsError, new_latency_histogram};
 
@@ -288,10 +291,81 @@ pub fn merge_summaries(parts: &[Summary]) -> Result<Summary, MetricsError> {
             .insert(PROPAGATION.into(), LatencySummary::from_histogram(&h));
     }
     merge_over_time(parts, &mut out)?;
+    (out.capacity, out.step_windows) = merge_steps(parts)?;
     out.connect = crate::connect::merge(parts, &out);
     out.shard = None;
     out.outcome = merged_outcome(parts, &out);
     Ok(out)
+}
+
+/// Shards' stepped runs as one: each step judged again over its merged
+/// window (the parts' windows of that step merged as summaries), up to
+/// the steps every part judged; a step any part saw cut is cut.
+fn merge_steps(parts: &[Summary]) -> Result<(Option<CapacitySummary>, Vec<Summary>), MetricsError> {
+    let caps: Vec<&CapacitySummary> = parts.iter().filter_map(|p| p.capacity.as_ref()).collect();
+    let Some(first) = caps.first() else {
+        return Ok((None, Vec::new()));
+    };
+    if caps.len() < parts.len() {
+        return Err(MetricsError::Merge(
+            "some parts are stepped runs and some are not".into(),
+        ));
+    }
+    let slos: Vec<Assertion> = first
+        .slos
+        .iter()
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()
+        .map_err(|e| MetricsError::Merge(format!("a step's SLO: {e}")))?;
+    let mut out = CapacitySummary {
+        steps: Vec::new(),
+        ..(*first).clone()
+    };
+    let mut windows = Vec::new();
+    let judged = parts
+        .iter()
+        .map(|p| p.step_windows.len())
+        .min()
+        .unwrap_or(0);
+    for k in 0..judged {
+        let steps: Vec<&StepSummary> = caps.iter().filter_map(|c| c.steps.get(k)).collect();
+        let w = merge_summaries(
+            &parts
+                .iter()
+                .map(|p| p.step_windows[k].clone())
+                .collect::<Vec<_>>(),
+        )?;
+        let head = StepHead {
+            agents: steps[0].agents,
+            started_s: steps
+                .iter()
+                .map(|s| s.started_s)
+                .fold(f64::INFINITY, f64::min),
+            window_s: steps[0].window_s,
+        };
+        let load_box = steps
+            .iter()
+            .flat_map(|s| s.load_box.iter().cloned())
+            .collect();
+        out.steps.push(judge(head, &w, &slos, load_box));
+        windows.push(w);
+    }
+    let cut = caps
+        .iter()
+        .any(|c| c.steps.len() > judged || c.limit == Limit::Interrupted);
+    if let Some(s) = caps
+        .iter()
+        .find_map(|c| c.steps.get(judged))
+        .filter(|_| cut)
+    {
+        out.steps.push(StepSummary {
+            agents: s.agents,
+            verdict: StepVerdict::Cut,
+            ..StepSummary::default()
+        });
+    }
+    out.conclude(caps.iter().any(|c| c.limit == Limit::Interrupted));
+    Ok((Some(out), windows))
 }
 
 /// What ran: the kind (`mixed` when parts differ), the targets, the
@@ -591,7 +665,8 @@ fn merged_outcome(parts: &[Summary], merged: &Summary) -> Outcome {
             1,
             Some("no part of the run could hold a session".to_string()),
         )
-    } else if !complete {
+    } else if !complete && merged.capacity.is_none() {
+        // A stepped run's fleet past its knee is the result, not a fault.
         let missing = merged
             .agents
             .requested

@@ -83,6 +83,14 @@ pub fn render_with(s: &Summary, opts: &TableOptions<'_>) -> String {
         counters(&mut out, s);
     }
     crate::study::render(&mut out, s);
+    if let Some(c) = &s.capacity {
+        let _ = writeln!(
+            out,
+            "\nCapacity (each step judged over its own {:.0} s window)",
+            c.hold_s
+        );
+        out.push_str(&c.table());
+    }
     out
 }
 

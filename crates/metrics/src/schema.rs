@@ -218,6 +218,7 @@ mod tests {
         c.conclude(false);
         let s = Summary {
             capacity: Some(c),
+            step_windows: vec![populated(), populated()],
             ..populated()
         };
         validate_summary_json(&serde_json::to_value(&s).unwrap()).unwrap();

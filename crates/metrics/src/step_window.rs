@@ -10,7 +10,8 @@
 //!   `--assert` grammar judges a step as it judges a run.
 //! - [`load_box`]: whether the load box, not the server, was the limit in
 //!   a window (its own CPU, a local ceiling, its delay on probes).
-//! - [`slo_figure`]: an SLO's verdict as the step keeps it.
+//! - [`judge`]: a step's verdict and figures from its window, the same
+//!   for one process's window and for shards' merged ones.
 //!
 //! What it is not: the clock of the steps (the CLI's stepper), the
 //! server's figures (the observer's window), the answer
@@ -20,8 +21,9 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
-use crate::assert::Verdict;
-use crate::capacity::SloFigure;
+use crate::assert::{Assertion, Verdict, evaluate};
+use crate::capacity::{SloFigure, StepServer, StepSummary, StepVerdict};
+use crate::server::ServerSummary;
 use crate::summary::{AgentCounts, KindEntry, LatencySummary, ProcessStats, SCHEMA_V2, Summary};
 use crate::units::fmt_us;
 use crate::{Metrics, Snapshot, Speaker};
@@ -50,6 +52,8 @@ pub struct Mark {
     pub hists: Vec<(&'static str, Histogram<u64>)>,
     /// This process's CPU seconds (user and system) so far.
     pub cpu_s: f64,
+    /// The wall clock then.
+    pub wall: std::time::SystemTime,
 }
 
 impl Mark {
@@ -61,6 +65,7 @@ impl Mark {
             snap: m.snapshot(),
             hists: m.recorded_now(),
             cpu_s: user + sys,
+            wall: std::time::SystemTime::now(),
         }
     }
 }
@@ -117,6 +122,7 @@ pub fn window(a: &Mark, b: &Mark, of: WindowOf<'_>) -> Summary {
     Summary {
         schema: SCHEMA_V2.into(),
         kind: of.kind.into(),
+        started_at: crate::units::rfc3339(a.wall),
         duration_s: len,
         agents: AgentCounts {
             requested: of.requested,
@@ -190,6 +196,66 @@ pub fn load_box(w: &Summary, cores: usize) -> Vec<String> {
         ));
     }
     why
+}
+
+/// What a step is besides its window's figures.
+#[derive(Debug, Clone, Copy)]
+pub struct StepHead {
+    /// The whole fleet's agents in the step.
+    pub agents: u64,
+    /// When its first agent started, seconds from the run's start.
+    pub started_s: f64,
+    /// Its window, seconds from the run's start.
+    pub window_s: (f64, f64),
+}
+
+/// Step `head` judged by `slos` over its window `w` (a run's, or shards'
+/// merged); `load_box`: why the load box was the limit, if it was.
+pub fn judge(
+    head: StepHead,
+    w: &Summary,
+    slos: &[Assertion],
+    load_box: Vec<String>,
+) -> StepSummary {
+    let requested = w.agents.requested;
+    let slos: Vec<SloFigure> = evaluate(slos, w)
+        .iter()
+        .zip(slos)
+        .map(|(v, s)| slo_figure(v, s.threshold(requested)))
+        .collect();
+    let verdict = if !load_box.is_empty() {
+        StepVerdict::LoadBox
+    } else if slos.iter().all(|s| s.passed) {
+        StepVerdict::Held
+    } else {
+        StepVerdict::Failed
+    };
+    StepSummary {
+        agents: head.agents,
+        started_s: head.started_s,
+        window_s: head.window_s,
+        connected: w.agents.connected,
+        verdict,
+        slos,
+        errors: w.errors.values().map(|e| e.count).sum(),
+        top_error: w
+            .errors
+            .iter()
+            .max_by_key(|(_, e)| e.count)
+            .map(|(k, _)| k.clone()),
+        load_box,
+        server: w.server.iter().map(step_server).collect(),
+    }
+}
+
+fn step_server(s: &ServerSummary) -> StepServer {
+    StepServer {
+        target: s.target.clone(),
+        cpu_cores: s.sizing.cpu_cores.mean,
+        rss_bytes: s.sizing.rss_bytes.mean,
+        cores_per_1000_agents: s.sizing.cores_per_1000_agents,
+        rss_per_agent_kib: s.sizing.rss_per_agent_kib,
+    }
 }
 
 /// The figure of verdict `v`, whose threshold was `threshold`.

@@ -352,6 +352,10 @@ pub struct Summary {
     /// A stepped run's steps and the capacity found (`--steps`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<crate::capacity::CapacitySummary>,
+    /// Each judged step's window as a summary of its own (counters and
+    /// errors in it, its histograms), so that shards' steps merge exactly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_windows: Vec<Summary>,
 }
 
 /// The study a run reproduced, as the summary keeps it (read and shown

@@ -144,6 +144,7 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         server: Vec::new(),
         // Filled in by the stepped run's judge.
         capacity: None,
+        step_windows: Vec::new(),
     }
 }
 

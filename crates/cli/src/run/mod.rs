@@ -314,7 +314,7 @@ fn vault_runners(cfg: &RunConfig, metrics: &Metrics) -> Vec<agent_sim_consul::va
 /// What the fleets' run produced besides the summary's own figures.
 struct Ran {
     reports: Vec<FleetReport>,
-    capacity: Option<agent_sim_metrics::capacity::CapacitySummary>,
+    capacity: Option<stepper::Judged>,
     probes: Vec<ProbeSummary>,
     vault: Option<agent_sim_metrics::VaultSummary>,
     connect: connect::Connect,
@@ -432,7 +432,7 @@ fn start_judge(
     metrics: &Metrics,
     beside: &Beside,
     show: bool,
-) -> Option<JoinHandle<agent_sim_metrics::capacity::CapacitySummary>> {
+) -> Option<JoinHandle<stepper::Judged>> {
     let plan = cfg.steps.clone()?;
     let judge = stepper::Judge {
         plan,
@@ -446,6 +446,7 @@ fn start_judge(
         started: beside.started,
         end: beside.end.clone(),
         show,
+        sharded: cfg.shard.is_some(),
     };
     Some(judge.start())
 }
@@ -574,19 +575,15 @@ pub async fn execute(
         }
     }
     summary.vault = ran.vault;
-    summary.capacity = ran.capacity;
+    if let Some(j) = ran.capacity {
+        summary.capacity = Some(j.capacity);
+        summary.step_windows = j.windows;
+    }
     summary.connect = ran.connect.summary(&summary);
     let verdicts = conclude(&cfg, &mut summary, &ran.reports, &recorded.windows);
     let (exit_code, problem) = (summary.outcome.exit_code, summary.outcome.reason.clone());
     if output == Output::Terminal {
         outcome::print_report(&summary, &ran.reports, &verdicts, cfg.verbose);
-        if let Some(c) = &summary.capacity {
-            println!(
-                "\nCapacity (each step judged over its own {:.0} s window)",
-                c.hold_s
-            );
-            print!("{}", c.table());
-        }
     }
     Ok(RunOutcome {
         summary,

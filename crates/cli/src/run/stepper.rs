@@ -9,12 +9,9 @@
 
 use std::time::Instant;
 
-use agent_sim_metrics::Metrics;
-use agent_sim_metrics::assert::evaluate;
-use agent_sim_metrics::capacity::{
-    CapacitySummary, SloFigure, StepServer, StepSummary, StepVerdict,
-};
-use agent_sim_metrics::step_window::{self, Mark, WindowOf};
+use agent_sim_metrics::capacity::{CapacitySummary, StepSummary, StepVerdict};
+use agent_sim_metrics::step_window::{self, Mark, StepHead, WindowOf};
+use agent_sim_metrics::{Metrics, Summary};
 use agent_sim_observe::LiveView;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -34,16 +31,25 @@ pub(super) struct Judge {
     /// Ctrl-C.
     pub end: CancellationToken,
     pub show: bool,
+    /// A shard of a run over several processes or boxes.
+    pub sharded: bool,
+}
+
+/// What the judge hands the summary.
+pub(super) struct Judged {
+    pub capacity: CapacitySummary,
+    /// Each judged step's window as a summary of its own.
+    pub windows: Vec<Summary>,
 }
 
 impl Judge {
     /// Starts judging, the fleet's clock starting now.
-    pub(super) fn start(self) -> JoinHandle<CapacitySummary> {
+    pub(super) fn start(self) -> JoinHandle<Judged> {
         let zero = tokio::time::Instant::now();
         tokio::spawn(self.run(zero))
     }
 
-    async fn run(self, zero: tokio::time::Instant) -> CapacitySummary {
+    async fn run(self, zero: tokio::time::Instant) -> Judged {
         if self.show {
             let slos: Vec<String> = self.plan.slos.iter().map(ToString::to_string).collect();
             let whose = if self.plan.default_slos {
@@ -66,10 +72,11 @@ impl Judge {
             settle_s: self.plan.settle.as_secs_f64(),
             ..CapacitySummary::default()
         };
+        let mut windows = Vec::new();
         let mut past_failure: Option<u64> = None;
         let mut interrupted = false;
         for (k, step) in self.plan.steps.iter().enumerate() {
-            let Some(judged) = self.step(zero, step).await else {
+            let Some((judged, window)) = self.step(zero, step).await else {
                 interrupted = true;
                 out.steps.push(self.cut(step));
                 break;
@@ -84,6 +91,12 @@ impl Judge {
             }
             let verdict = judged.verdict;
             out.steps.push(judged);
+            windows.push(window);
+            // A shard sees its share alone: every step runs, and the
+            // merged result judges them (report merge, the local parent).
+            if self.sharded {
+                continue;
+            }
             if verdict == StepVerdict::LoadBox {
                 break;
             }
@@ -97,12 +110,19 @@ impl Judge {
         }
         out.conclude(interrupted);
         self.end.cancel();
-        out
+        Judged {
+            capacity: out,
+            windows,
+        }
     }
 
     /// Waits for the step's window and judges it; `None` when the run
     /// ended first.
-    async fn step(&self, zero: tokio::time::Instant, step: &StepTimes) -> Option<StepSummary> {
+    async fn step(
+        &self,
+        zero: tokio::time::Instant,
+        step: &StepTimes,
+    ) -> Option<(StepSummary, Summary)> {
         let until = |d| async move {
             tokio::select! {
                 () = tokio::time::sleep_until(zero + d) => true,
@@ -120,7 +140,7 @@ impl Judge {
         Some(self.judge(step, &a, &b))
     }
 
-    fn judge(&self, step: &StepTimes, a: &Mark, b: &Mark) -> StepSummary {
+    fn judge(&self, step: &StepTimes, a: &Mark, b: &Mark) -> (StepSummary, Summary) {
         let mut w = step_window::window(
             a,
             b,
@@ -134,38 +154,14 @@ impl Judge {
         if let Some(live) = &self.live {
             w.server = live.window(a.t_s, b.t_s);
         }
-        let verdicts = evaluate(&self.plan.slos, &w);
-        let slos: Vec<SloFigure> = verdicts
-            .iter()
-            .zip(&self.plan.slos)
-            .map(|(v, s)| step_window::slo_figure(v, s.threshold(step.here)))
-            .collect();
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let load_box = step_window::load_box(&w, cores);
-        let verdict = if !load_box.is_empty() {
-            StepVerdict::LoadBox
-        } else if slos.iter().all(|s| s.passed) {
-            StepVerdict::Held
-        } else {
-            StepVerdict::Failed
-        };
-        let errors: u64 = w.errors.values().map(|e| e.count).sum();
-        StepSummary {
+        let head = StepHead {
             agents: step.agents,
             started_s: a.t_s - (step.window.0 - step.at).as_secs_f64(),
             window_s: (a.t_s, b.t_s),
-            connected: w.agents.connected,
-            verdict,
-            slos,
-            errors,
-            top_error: w
-                .errors
-                .iter()
-                .max_by_key(|(_, e)| e.count)
-                .map(|(k, _)| k.clone()),
-            load_box,
-            server: w.server.iter().map(step_server).collect(),
-        }
+        };
+        (step_window::judge(head, &w, &self.plan.slos, load_box), w)
     }
 
     /// A step the run's end cut short.
@@ -176,16 +172,6 @@ impl Judge {
             connected: self.metrics.connected().max(0) as u64,
             ..StepSummary::default()
         }
-    }
-}
-
-fn step_server(s: &agent_sim_metrics::server::ServerSummary) -> StepServer {
-    StepServer {
-        target: s.target.clone(),
-        cpu_cores: s.sizing.cpu_cores.mean,
-        rss_bytes: s.sizing.rss_bytes.mean,
-        cores_per_1000_agents: s.sizing.cores_per_1000_agents,
-        rss_per_agent_kib: s.sizing.rss_per_agent_kib,
     }
 }
 

@@ -96,6 +96,12 @@ pub enum Absent {
          gossips and --observe consul)"
     )]
     NoGossip,
+    /// The run was not a stepped one.
+    #[error("the run had no --steps")]
+    NotStepped,
+    /// The stepped run has no such step.
+    #[error("capacity.{0}: no such step (none held, or none failed)")]
+    NoKnee(&'static str),
     /// The run had no Vault servers.
     #[error("the run had no Vault servers (--vault-nodes)")]
     NoVault,
@@ -202,6 +208,15 @@ pub(super) fn actual(m: &Metric, s: &Summary) -> Result<f64, Absent> {
             .and_then(|v| v.stat(f))
             .ok_or(Absent::NoVault)?,
         Metric::Server { name, stat } => server_stat_value(s, name, stat)?,
+        Metric::Capacity(f) => {
+            let c = s.capacity.as_ref().ok_or(Absent::NotStepped)?;
+            let v = if *f == "agents" {
+                c.capacity
+            } else {
+                c.broke_at
+            };
+            v.ok_or(Absent::NoKnee(f))? as f64
+        }
     })
 }
 

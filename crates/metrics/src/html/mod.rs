@@ -29,6 +29,7 @@
 //! probe's charts have at most 60 bars and one point per HDR bucket.
 
 mod blocks;
+mod capacity;
 mod charts;
 mod connect;
 mod events;
@@ -155,6 +156,7 @@ pub fn render(page: &Page<'_>) -> String {
         CSS.trim()
     );
     sections::headline(&mut o, page);
+    capacity::capacity(&mut o, s);
     sections::probes(&mut o, s);
     connect::page(&mut o, s);
     sections::sessions(&mut o, s);

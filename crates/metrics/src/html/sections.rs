@@ -90,11 +90,12 @@ fn banner(o: &mut String, page: &Page<'_>) {
     let s = page.summary;
     let passed = page.verdicts.iter().filter(|v| v.passed).count();
     let ok = s.outcome.exit_code == 0;
-    let why = s
-        .outcome
-        .reason
-        .clone()
-        .unwrap_or_else(|| exit_meaning(s.outcome.exit_code).to_string());
+    let why = match (&s.outcome.reason, &s.capacity) {
+        (Some(r), _) => r.clone(),
+        // A stepped run's fleet past its knee is its result.
+        (None, Some(c)) => format!("a stepped run: {}", c.answer),
+        (None, None) => exit_meaning(s.outcome.exit_code).to_string(),
+    };
     let _ = writeln!(
         o,
         "<div class=\"banner {}\" id=\"verdict\"><b>{}</b> exit {}: {}{}</div>",
