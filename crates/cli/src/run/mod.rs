@@ -401,12 +401,7 @@ async fn run_fleets(
         Some(j) => j.await.ok(),
         None => None,
     };
-    let mut vault = None;
-    for t in vault_tasks {
-        if let Ok(v) = t.await {
-            vault = Some(v);
-        }
-    }
+    let vault = vault_made(vault_tasks).await;
     let probes = probes_made(probe_tasks).await;
     for f in &seeded {
         f.close_gossip().await;
@@ -424,6 +419,19 @@ async fn run_fleets(
         vault,
         connect,
     }
+}
+
+/// The Vault study's summary, from the last of its runners that ended.
+async fn vault_made(
+    tasks: Vec<JoinHandle<agent_sim_metrics::VaultSummary>>,
+) -> Option<agent_sim_metrics::VaultSummary> {
+    let mut vault = None;
+    for t in tasks {
+        if let Ok(v) = t.await {
+            vault = Some(v);
+        }
+    }
+    vault
 }
 
 /// The judge of a stepped run (`--steps`), its clock starting now.

@@ -7,8 +7,8 @@ use super::esc;
 use super::svg::{Axis, Chart, Mark, Scale, Series, Unit};
 use crate::assert::{Assertion, Measure};
 use crate::capacity::{CapacitySummary, StepSummary, StepVerdict};
-use crate::compare::Kind;
 use crate::summary::Summary;
+use crate::units::Kind;
 
 /// The section, when the run was stepped.
 pub(super) fn capacity(o: &mut String, s: &Summary) {
