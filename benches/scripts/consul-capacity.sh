@@ -18,6 +18,7 @@
 # Everything lands in target/bench-consul-capacity/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. benches/scripts/real-consul.sh
 STEPS=${1:-1000,2000,4000,6000,8000}
 HOLD=${2:-60s}
 SETTLE=${SETTLE:-15s}
@@ -27,14 +28,8 @@ CONSUL_BIN=${CONSUL_BIN:?set CONSUL_BIN to a consul 1.20.1 binary}
 OUT=${OUT:-target/bench-consul-capacity}
 [ -n "${ONLY_FIXED:-}" ] || rm -rf "$OUT"
 mkdir -p "$OUT"
-if [ -n "${AGENT_SIM:-}" ]; then
-  BIN=$AGENT_SIM
-else
-  nice cargo build --release -p agent-sim 2>/dev/null
-  BIN=$PWD/target/release/agent-sim
-fi
-printf '%s\n' 'limits { rpc_max_conns_per_client = 0  http_max_conns_per_client = 0 }' \
-  'telemetry { prometheus_retention_time = "900s"  disable_hostname = true }' >"$OUT/server.hcl"
+BIN=$(agent_sim_bin)
+server_hcl "$OUT/server.hcl"
 SLOS=('propagation.p99 < 1s' 'server.consul_raft_commit_time.p99 < 50ms'
   'agents.connected == requested' 'errors.total == 0')
 

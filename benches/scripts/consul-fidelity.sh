@@ -57,6 +57,7 @@
 # core (100 real agents starting on one core overload it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. benches/scripts/real-consul.sh
 N=${1:-100}
 WINDOW=${2:-60}
 FLEETS=${3:-"real sim"}
@@ -79,16 +80,8 @@ fi
 [ -n "${REPORT_ONLY:-}" ] && FLEETS_RUN= || FLEETS_RUN=$FLEETS
 [ -n "${REPORT_ONLY:-}" ] || { rm -rf "$OUT" && mkdir -p "$OUT"; }
 if [ -z "${REPORT_ONLY:-}" ]; then
-  if [ -n "${AGENT_SIM:-}" ]; then
-    BIN=$AGENT_SIM
-  else
-    nice cargo build --release -p agent-sim 2>/dev/null
-    BIN=$PWD/target/release/agent-sim
-  fi
-  # A counter go-metrics has not touched for the retention time leaves the
-  # exposition (serf's member joins, for one): keep them for the whole run.
-  printf '%s\n' 'limits { rpc_max_conns_per_client = 0  http_max_conns_per_client = 0 }' \
-    'telemetry { prometheus_retention_time = "900s"  disable_hostname = true }' >"$OUT/server.hcl"
+  BIN=$(agent_sim_bin)
+  server_hcl "$OUT/server.hcl"
   # EXTRA_HCL: more server configuration (e.g. a telemetry prefix_filter), in a second
   # file (Consul merges files; the same block twice in one file is refused).
   printf '%s\n' "${EXTRA_HCL:-}" >"$OUT/extra.hcl"

@@ -17,6 +17,7 @@
 # OUT: where the logs go (default a temporary folder, kept).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. benches/scripts/real-consul.sh
 N=${1:-200}
 HOLD=${2:-30}
 shift $(($# > 2 ? 2 : $#))
@@ -24,12 +25,7 @@ shift $(($# > 2 ? 2 : $#))
 : "${CONSUL_BIN:?set CONSUL_BIN to a Consul 1.20.1 binary}"
 OUT=${OUT:-$(mktemp -d /tmp/consul-leave.XXXXXX)}
 mkdir -p "$OUT"
-if [ -n "${AGENT_SIM:-}" ]; then
-  BIN=$AGENT_SIM
-else
-  cargo build --release -p agent-sim 2>/dev/null
-  BIN=$PWD/target/release/agent-sim
-fi
+BIN=$(agent_sim_bin)
 SERVER_CPU=() FLEET_CPU=()
 if [ "${PIN:-0}" = 1 ]; then
   SERVER_CPU=(taskset -c 0) FLEET_CPU=(taskset -c 1)

@@ -12,6 +12,15 @@ agent_sim_bin() {
   fi
 }
 
+# Writes the server settings every measured run shares to file $1: no
+# per-client connection limit (every agent of one box is one client address),
+# and counters kept for the whole run (a counter go-metrics has not touched
+# for the retention time leaves the exposition: serf's member joins, for one).
+server_hcl() {
+  printf '%s\n' 'limits { rpc_max_conns_per_client = 0  http_max_conns_per_client = 0 }' \
+    'telemetry { prometheus_retention_time = "900s"  disable_hostname = true }' >"$1"
+}
+
 # Starts the server from config file $1 (its log in $2) pinned to core 0,
 # sets server_pid, stops it when the script exits, and waits (at most 60 s)
 # until it has a leader at $SERVER_IP.

@@ -173,3 +173,36 @@ async fn a_certificate_from_another_ca_is_refused_in_the_handshake_and_does_not_
     assert_eq!((b.upgrades_accepted, b.bcrypt_checks), (0, 0));
     assert!(e.count <= 10 * 5, "{e:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_certificate_the_agents_do_not_trust_is_agent_sims_words_not_the_servers() {
+    // The agents trust another CA: rustls refuses the backend's
+    // certificate on this side, so the sample is agent-sim's verdict, and
+    // the report must not say the server said it.
+    let (pki, stranger) = (Pki::new("sensu-ca"), Pki::new("sensu-stranger"));
+    let (target, _stats, stop) = backend(Some(tls(&pki, &pki))).await;
+    let outcome = RunBuilder::new(Kind::Sensu)
+        .agents(4)
+        .ramp(Ramp::All)
+        .target(target)
+        .args(|a| {
+            a.ca_file = Some(stranger.path("ca.pem"));
+            a.give_up_after = Some("2s".parse().unwrap());
+        })
+        .shutdown(CancellationToken::new())
+        .run()
+        .await
+        .expect("run");
+    stop.cancel();
+    let e = &outcome.summary.errors["tls"];
+    assert_eq!(e.said_by, agent_sim_metrics::Speaker::Local, "{e:?}");
+    assert!(
+        e.sample.as_deref().unwrap().contains("certificate"),
+        "{e:?}"
+    );
+    // The same kind keeps the server's voice where its alert was the
+    // cause (the declared default).
+    let spec = agent_sim_sensu::metrics_spec();
+    let tls = spec.errors.iter().find(|k| k.kind == "tls").unwrap();
+    assert_eq!(tls.said_by, agent_sim_metrics::Speaker::Server);
+}

@@ -316,6 +316,21 @@ impl ConnectError {
             }
         }
     }
+
+    /// Whose words the error is, from the error it keeps: the OS's for a
+    /// socket's, the server's for a TLS alert it sent, agent-sim's for its
+    /// TLS library refusing the server's certificate; `None` where what the
+    /// server did tells (the kind's own speaker then).
+    pub fn said_by(&self) -> Option<agent_sim_net::Speaker> {
+        match self {
+            ConnectError::Dial(e)
+            | ConnectError::Tls(e)
+            | ConnectError::Prefix(e)
+            | ConnectError::Preface(e) => agent_sim_net::speaker_of(e),
+            ConnectError::Handshake(e) => agent_sim_net::speaker_of(e),
+            ConnectError::Answered { .. } | ConnectError::PrefaceAnswered { .. } => None,
+        }
+    }
 }
 
 /// Which server port a [`Dialer`] reaches.
@@ -585,7 +600,11 @@ pub fn within_session<'a, T: 'a>(
         };
         match conn {
             Err(_) => Err(SessionEnd::lost("connect_timeout")),
-            Ok(Err(e)) => Err(SessionEnd::lost_with(e.kind(), e.to_string())),
+            Ok(Err(e)) => Err(SessionEnd::Lost(agent_sim_fleet::Failure {
+                kind: e.kind(),
+                detail: Some(e.to_string()),
+                said_by: e.said_by(),
+            })),
             Ok(Ok(c)) => Ok(c),
         }
     }

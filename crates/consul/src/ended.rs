@@ -21,10 +21,12 @@ pub fn driver_failure(r: Result<(), hyper::Error>) -> Failure {
         Err(e) if e.is_timeout() => Failure {
             kind: "keepalive_timeout",
             detail: Some(error_chain(&e)),
+            said_by: None,
         },
         Err(e) => Failure {
             kind: "conn_error",
             detail: Some(error_chain(&e)),
+            said_by: agent_sim_net::speaker_of(&e),
         },
     }
 }

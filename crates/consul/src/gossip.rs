@@ -287,7 +287,9 @@ impl Gossip {
                 Membership::Off
             }
             Err(e) => {
-                self.metrics.error_with(e.kind(), Some(&e.to_string()));
+                let words = e.to_string();
+                self.metrics
+                    .error_said(e.kind(), Some(&words), Some(e.said_by()));
                 Membership::Off
             }
         }

@@ -133,6 +133,7 @@ impl Ceilings {
             SessionEnd::Lost(Failure {
                 kind: cause,
                 detail: f.detail.clone(),
+                said_by: f.said_by,
             }),
             gate,
         ))

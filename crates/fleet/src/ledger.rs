@@ -391,7 +391,8 @@ impl Ledger {
                     // up until its next session answers or fails.
                     SessionEnd::Moved => (Next::Retry, None),
                     SessionEnd::Lost(f) | SessionEnd::Fatal(f) => {
-                        self.metrics.error_with(f.kind, f.detail.as_deref());
+                        self.metrics
+                            .error_said(f.kind, f.detail.as_deref(), f.said_by);
                         b.marks[n].up = false;
                         if was_up {
                             *b.sessions_lost.entry(f.kind).or_insert(0) += 1;

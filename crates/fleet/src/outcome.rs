@@ -87,11 +87,30 @@ pub struct Failure {
     pub kind: &'static str,
     /// What the server said, if anything.
     pub detail: Option<String>,
+    /// Whose words `detail` is when the error itself tells (a refused dial
+    /// is the OS's, a TLS alert the server's); `None`: as the kind declares.
+    pub said_by: Option<agent_sim_metrics::Speaker>,
+}
+
+impl Failure {
+    /// A failure of `kind` with its words, whose they are told from the
+    /// error they came from ([`agent_sim_net::speaker_of`]).
+    pub fn of(kind: &'static str, e: &(dyn std::error::Error + 'static)) -> Self {
+        Failure {
+            kind,
+            detail: Some(e.to_string()),
+            said_by: agent_sim_net::speaker_of(e),
+        }
+    }
 }
 
 impl From<&'static str> for Failure {
     fn from(kind: &'static str) -> Self {
-        Failure { kind, detail: None }
+        Failure {
+            kind,
+            detail: None,
+            said_by: None,
+        }
     }
 }
 
@@ -123,7 +142,14 @@ impl SessionEnd {
         SessionEnd::Lost(Failure {
             kind,
             detail: Some(detail.into()),
+            said_by: None,
         })
+    }
+
+    /// [`SessionEnd::Lost`] with an error's words, whose they are told from
+    /// the error ([`Failure::of`]).
+    pub fn lost_of(kind: &'static str, e: &(dyn std::error::Error + 'static)) -> Self {
+        SessionEnd::Lost(Failure::of(kind, e))
     }
 
     /// [`SessionEnd::Fatal`] of a kind.

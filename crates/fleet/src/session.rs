@@ -136,7 +136,8 @@ impl SessionCx {
     /// server's words, and the agent's last cause (for the report of agents
     /// missing at the end, fail-fast and the early stop).
     pub fn report(&self, f: &Failure) {
-        self.metrics.error_with(f.kind, f.detail.as_deref());
+        self.metrics
+            .error_said(f.kind, f.detail.as_deref(), f.said_by);
         if let Some((ledger, n)) = &self.ledger {
             ledger.noted(*n, f);
         }

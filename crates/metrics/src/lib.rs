@@ -159,38 +159,9 @@ pub struct ErrorKindSpec {
     pub said_by: Speaker,
 }
 
-/// Whose words an error kind's sample is, so that a report does not put
-/// the OS's `Connection refused` in the server's mouth.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Speaker {
-    /// The server's own words: an HTTP body or status line, a gRPC status
-    /// message, a close reason.
-    #[default]
-    Server,
-    /// The operating system's words about a local socket: an `io::Error` of
-    /// a dial, a bind or a read (`Connection refused`, no port left).
-    Os,
-    /// agent-sim's own words: a local check or setup step.
-    Local,
-}
-
-impl Speaker {
-    /// How a report introduces the sample (`server said: ...`).
-    pub fn said(self) -> &'static str {
-        match self {
-            Speaker::Server => "server said",
-            Speaker::Os => "the OS said",
-            Speaker::Local => "agent-sim said",
-        }
-    }
-
-    /// Whether these are the server's words (the default, not written to a
-    /// summary).
-    pub fn is_server(&self) -> bool {
-        *self == Speaker::Server
-    }
-}
+/// Whose words an error kind's sample is (the server's, the OS's or
+/// agent-sim's), from the transport crate where errors are told apart.
+pub use agent_sim_net::Speaker;
 
 /// Longest sample message kept per kind (characters).
 pub const SAMPLE_MAX_CHARS: usize = 300;
@@ -204,8 +175,11 @@ pub struct KindStat {
     pub first_seen: Duration,
     /// The first words it had, secrets redacted: the server's own (HTTP
     /// body or status line, gRPC status message, close reason), or the OS's
-    /// or agent-sim's as the kind's [`ErrorKindSpec::said_by`] says.
+    /// or agent-sim's as [`KindStat::said_by`] says.
     pub sample: Option<String>,
+    /// Whose words the sample is, when the recorder was told (from the
+    /// error itself); else the kind's [`ErrorKindSpec::said_by`].
+    pub said_by: Option<Speaker>,
 }
 
 /// One error or warning kind for reports: what was seen and what to check.
@@ -451,13 +425,20 @@ impl Metrics {
     /// Counts one failed operation, keeping `sample` (the server's own
     /// words) if this kind has none yet.
     pub fn error_with(&self, kind: &str, sample: Option<&str>) {
-        self.tally(&self.inner.errors, kind, sample);
+        self.tally(&self.inner.errors, kind, sample, None);
+    }
+
+    /// Counts one failed operation, keeping `sample` with whose words it is
+    /// (`said_by`, told from the error itself: a refused dial is the OS's, a
+    /// TLS alert the server's) if this kind has none yet.
+    pub fn error_said(&self, kind: &str, sample: Option<&str>, said_by: Option<Speaker>) {
+        self.tally(&self.inner.errors, kind, sample, said_by);
     }
 
     /// Counts one warning: something a real agent logs and carries on with
     /// (e.g. no `entity_config` within its wait); not an error.
     pub fn warn(&self, kind: &str, sample: Option<&str>) {
-        self.tally(&self.inner.warnings, kind, sample);
+        self.tally(&self.inner.warnings, kind, sample, None);
     }
 
     /// Counts one call the server refused for the caller's credentials
@@ -488,7 +469,13 @@ impl Metrics {
         m.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn tally(&self, map: &Mutex<BTreeMap<String, KindStat>>, kind: &str, sample: Option<&str>) {
+    fn tally(
+        &self,
+        map: &Mutex<BTreeMap<String, KindStat>>,
+        kind: &str,
+        sample: Option<&str>,
+        said_by: Option<Speaker>,
+    ) {
         let mut map = self.lock(map);
         let needs_sample = match map.get_mut(kind) {
             Some(stat) => {
@@ -502,6 +489,7 @@ impl Metrics {
                         count: 1,
                         first_seen: self.inner.created.elapsed(),
                         sample: None,
+                        said_by: None,
                     },
                 );
                 true
@@ -511,6 +499,7 @@ impl Metrics {
             let clean = self.clean_sample(text);
             if let Some(stat) = map.get_mut(kind) {
                 stat.sample = Some(clean);
+                stat.said_by = said_by;
             }
         }
     }
@@ -553,6 +542,17 @@ impl Metrics {
         self.lock(map).get(kind).and_then(|s| s.sample.clone())
     }
 
+    /// Whose words the kept sample of error `kind` is: as the recorder was
+    /// told, else as the kind declares, else the server's.
+    pub fn error_speaker(&self, kind: &str) -> Speaker {
+        let told = self
+            .lock(&self.inner.errors)
+            .get(kind)
+            .and_then(|s| s.said_by);
+        told.or(self.error_kind(kind).map(|s| s.said_by))
+            .unwrap_or_default()
+    }
+
     fn report_of(&self, map: &Mutex<BTreeMap<String, KindStat>>) -> Vec<KindReport> {
         let mut out: Vec<KindReport> = self
             .lock(map)
@@ -564,7 +564,7 @@ impl Metrics {
                     stat: stat.clone(),
                     hint: spec.map(|s| s.hint),
                     heals: spec.is_none_or(|s| s.heals),
-                    said_by: spec.map_or(Speaker::Server, |s| s.said_by),
+                    said_by: stat.said_by.or(spec.map(|s| s.said_by)).unwrap_or_default(),
                 }
             })
             .collect();
@@ -732,6 +732,34 @@ mod tests {
                 said_by: Speaker::Os,
             }],
         }
+    }
+
+    #[test]
+    fn a_sample_says_whose_words_it_is_as_it_was_told_else_as_declared() {
+        let m = Metrics::new(&spec(), 1);
+        // Declared the OS's, but this sample was the server's answer.
+        m.error_said("refused", Some("the server said no"), Some(Speaker::Server));
+        m.error_said("refused", Some("later"), Some(Speaker::Os));
+        m.error_with("conn_error", Some("reset"));
+        m.error_said("tls", None, Some(Speaker::Local));
+        m.error_said(
+            "tls",
+            Some("invalid peer certificate"),
+            Some(Speaker::Local),
+        );
+        let by = |k: &str| m.error_report().into_iter().find(|r| r.kind == k).unwrap();
+        assert_eq!(by("refused").said_by, Speaker::Server);
+        assert_eq!(m.error_speaker("refused"), Speaker::Server);
+        assert_eq!(by("conn_error").said_by, Speaker::Server);
+        assert_eq!(by("tls").said_by, Speaker::Local);
+        assert_eq!(
+            by("tls").stat.sample.as_deref(),
+            Some("invalid peer certificate")
+        );
+        // Untold, the kind's declaration holds.
+        let d = Metrics::new(&spec(), 1);
+        d.error_with("refused", Some("connection refused"));
+        assert_eq!(d.error_speaker("refused"), Speaker::Os);
     }
 
     #[test]

@@ -112,7 +112,7 @@ pub fn window(a: &Mark, b: &Mark, of: WindowOf<'_>) -> Summary {
                     sample: of.metrics.error_sample(k),
                     hint: spec.map(|s| s.hint.to_string()),
                     heals: spec.is_none_or(|s| s.heals),
-                    said_by: spec.map_or(Speaker::Server, |s| s.said_by),
+                    said_by: of.metrics.error_speaker(k),
                 };
                 (k.clone(), entry)
             })

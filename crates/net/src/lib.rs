@@ -16,6 +16,8 @@
 //! - [`tls`]: rustls client configs (CA file, the platform's trust store or no
 //!   verification; optional client certificate) and server configs (for the
 //!   embedded backend: certificate, key, optional client verification).
+//! - [`speaker`]: whose words an error is (the server's, the OS's or
+//!   agent-sim's), told from its source chain ([`speaker_of`]).
 //! - [`http`]: the one HTTP/1 client of the project (a connection of one's
 //!   own or a shared pool; dial from a source address, TLS, a size limit
 //!   on answers, one User-Agent, typed errors).
@@ -28,6 +30,7 @@ pub mod coalesce;
 pub mod count;
 pub mod dial;
 pub mod http;
+pub mod speaker;
 pub mod stamp;
 pub mod tls;
 
@@ -35,5 +38,6 @@ pub use accept::accept_until;
 pub use coalesce::Coalesced;
 pub use count::{Counted, Tally};
 pub use dial::{MaybeTls, MaybeTlsStream, dial, dial_error_kind};
+pub use speaker::{Speaker, speaker_of};
 pub use stamp::{RxStamp, StampedTcp, recv_from_stamped, stamp_instant, stamp_udp};
 pub use tls::{ClientTls, TlsError, client_config, server_config};

@@ -276,9 +276,11 @@ pub(crate) async fn connect(
                             SessionEnd::lost_with("tls_client_cert", e.to_string())
                         }
                         io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof => {
-                            SessionEnd::lost_with("tls_reset", e.to_string())
+                            SessionEnd::lost_of("tls_reset", &e)
                         }
-                        _ => SessionEnd::lost_with("tls", e.to_string()),
+                        // rustls' verdict on the backend's certificate, or
+                        // the backend's alert: the error tells which.
+                        _ => SessionEnd::lost_of("tls", &e),
                     })?;
                 MaybeTlsStream::Tls(Box::new(tls))
             }

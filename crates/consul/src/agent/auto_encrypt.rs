@@ -260,7 +260,7 @@ impl Ask<'_> {
             };
             written
                 .await
-                .map_err(|e| CallError::new("conn_error", format!("writing the call: {e}")))?;
+                .map_err(|e| CallError::of("conn_error", "writing the call: ", &e))?;
             read_answer(&mut (&mut io).compat(), seq, MAX_ANSWER).await
         };
         let reply = match tokio::time::timeout(CALL_TIMEOUT, call).await {

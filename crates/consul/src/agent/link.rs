@@ -294,7 +294,12 @@ impl ConsulAgent {
             let dial = sh.dialers[server].open(bind, RPC_MULTIPLEX_V2);
             let (io, stamp) = match tokio::time::timeout(conn::CONNECT_TIMEOUT, dial).await {
                 Err(_) => return Err(CallError::new("connect_timeout", "no RPC connection")),
-                Ok(Err(e)) => return Err(CallError::new(e.kind(), e.to_string())),
+                Ok(Err(e)) => {
+                    return Err(CallError {
+                        said_by: e.said_by(),
+                        ..CallError::new(e.kind(), e.to_string())
+                    });
+                }
                 Ok(Ok(c)) => c,
             };
             sh.metrics.record(sh.ids.connect, key, t.elapsed());

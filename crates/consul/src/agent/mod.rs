@@ -436,6 +436,7 @@ impl ConsulAgent {
             return Err(SessionEnd::Fatal(agent_sim_fleet::Failure {
                 kind,
                 detail: Some(words.into()),
+                said_by: None,
             }));
         }
         let Some(pool) = g.pool().await else {

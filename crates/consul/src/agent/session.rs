@@ -203,7 +203,11 @@ impl<W: Watches> Turns<'_, W> {
 
 /// The session's end for a broken RPC connection.
 fn lost(e: CallError) -> SessionEnd {
-    SessionEnd::lost_with(e.kind, e.detail)
+    SessionEnd::Lost(agent_sim_fleet::Failure {
+        kind: e.kind,
+        detail: Some(e.detail),
+        said_by: e.said_by,
+    })
 }
 
 impl ConsulAgent {

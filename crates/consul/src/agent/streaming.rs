@@ -167,10 +167,7 @@ impl Watches for Streams {
             Got::Message(i, r) => Io::Event(i, Instant::now(), r),
             Got::Ended(i, status) if status.code() == Code::Ok => Io::StreamEnd(i),
             Got::Ended(i, status) => Io::Event(i, Instant::now(), Err(status)),
-            Got::Closed(e) => Io::Closed(Failure {
-                kind: e.kind(),
-                detail: Some(e.to_string()),
-            }),
+            Got::Closed(e) => Io::Closed(Failure::of(e.kind(), &e)),
         })
     }
 

@@ -224,6 +224,7 @@ impl ConsulAgent {
             cx.report(&Failure {
                 kind,
                 detail: Some(words),
+                said_by: None,
             });
         }
         let sub = &mut self.subs[i];

@@ -148,6 +148,7 @@ impl ConsulAgent {
                             return Err(CallError {
                                 kind: "conn_closed",
                                 detail: "no connection".into(),
+                                said_by: None,
                             });
                         };
                         match m.open_now() {
@@ -288,6 +289,7 @@ impl ConsulAgent {
                 cx.report(&Failure {
                     kind: e.kind,
                     detail: Some(e.detail.clone()),
+                    said_by: e.said_by,
                 });
                 w.failures += 1;
                 w.call = Call::Idle {

@@ -94,6 +94,9 @@ pub struct CallError {
     pub kind: &'static str,
     /// What happened, in the server's words when it said any.
     pub detail: String,
+    /// Whose words `detail` is when the error itself tells (the OS's for a
+    /// socket's error); `None`: as the kind declares.
+    pub said_by: Option<agent_sim_net::Speaker>,
 }
 
 impl CallError {
@@ -102,6 +105,17 @@ impl CallError {
         CallError {
             kind,
             detail: detail.into(),
+            said_by: None,
+        }
+    }
+
+    /// A failure of `kind` in words that begin with `context` (may be
+    /// empty) and end with `e`'s, whose they are told from `e`.
+    pub fn of(kind: &'static str, context: &str, e: &(dyn std::error::Error + 'static)) -> Self {
+        CallError {
+            kind,
+            detail: format!("{context}{e}"),
+            said_by: agent_sim_net::speaker_of(e),
         }
     }
 }
@@ -139,7 +153,7 @@ impl Mux {
             match self.conn.poll_next_inbound(&mut driven) {
                 Poll::Ready(Some(Ok(_unexpected))) => continue,
                 Poll::Ready(Some(Err(e))) => {
-                    return Poll::Ready(Err(CallError::new("conn_error", e.to_string())));
+                    return Poll::Ready(Err(CallError::of("conn_error", "", &e)));
                 }
                 Poll::Ready(None) => return Poll::Ready(Ok(())),
                 Poll::Pending => return Poll::Pending,
@@ -155,7 +169,7 @@ impl Mux {
             // yamux opens streams from the task that drives it.
             self.nudge.ask();
         }
-        opened.map_err(|e| CallError::new("conn_error", e.to_string()))
+        opened.map_err(|e| CallError::of("conn_error", "", &e))
     }
 
     /// A stream now, if the connection has room for one (a new stream is
@@ -196,7 +210,7 @@ pub fn exchange(mut stream: yamux::Stream, seq: u64, request: Vec<u8>, max: usiz
         }
         .await
         {
-            let e = CallError::new("conn_error", format!("writing the call: {e}"));
+            let e = CallError::of("conn_error", "writing the call: ", &e);
             return (None, Err(e));
         }
         drop(request);
@@ -264,7 +278,7 @@ pub async fn read_answer<S: futures_util::AsyncRead + Unpin>(
                 }
                 buf.extend_from_slice(&chunk[..n]);
             }
-            Err(e) => return Err(CallError::new("conn_error", e.to_string())),
+            Err(e) => return Err(CallError::of("conn_error", "", &e)),
         }
     }
 }

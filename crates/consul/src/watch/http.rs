@@ -77,6 +77,7 @@ fn connect_failed(e: net_http::Error) -> CallError {
     CallError {
         kind,
         detail: e.cause_words(),
+        said_by: agent_sim_net::speaker_of(&e),
     }
 }
 
@@ -101,6 +102,7 @@ pub fn decode(index: u64, body: &[u8], gzipped: bool) -> Result<Digest, CallErro
     let bad = |what: String| CallError {
         kind: "decode_answer",
         detail: what,
+        said_by: None,
     };
     let plain;
     let json: &[u8] = if gzipped {
@@ -143,6 +145,7 @@ pub fn poll(mut w: HttpWatch, path: String, token: Option<String>) -> PollFuture
                     Err(CallError {
                         kind: "http_io",
                         detail: e.to_string(),
+                        said_by: None,
                     }),
                 );
             }
@@ -156,6 +159,7 @@ pub fn poll(mut w: HttpWatch, path: String, token: Option<String>) -> PollFuture
                     Err(CallError {
                         kind: "http_io",
                         detail: e.cause_words(),
+                        said_by: None,
                     }),
                 );
             }
@@ -170,6 +174,7 @@ pub fn poll(mut w: HttpWatch, path: String, token: Option<String>) -> PollFuture
                 Err(CallError {
                     kind: refused.kind,
                     detail: refused.words().unwrap_or_default(),
+                    said_by: None,
                 }),
             );
         }
@@ -184,6 +189,7 @@ pub fn poll(mut w: HttpWatch, path: String, token: Option<String>) -> PollFuture
                 Err(CallError {
                     kind: "decode_answer",
                     detail: "an answer without X-Consul-Index".into(),
+                    said_by: None,
                 }),
             );
         };

@@ -271,6 +271,7 @@ impl DataplaneAgent {
             Err(r) => Err(SessionEnd::Lost(Failure {
                 kind: r.kind,
                 detail: r.words,
+                said_by: None,
             })),
         }
     }

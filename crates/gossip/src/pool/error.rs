@@ -70,6 +70,23 @@ pub enum ExchangeError {
     },
 }
 
+impl ExchangeError {
+    /// Whose words the error is: the OS's for a socket's, the server's
+    /// for memberlist's error message, agent-sim's where it tells what the
+    /// server's bytes or silence were (its reader's verdict, a deadline).
+    pub fn said_by(&self) -> agent_sim_metrics::Speaker {
+        use agent_sim_metrics::Speaker;
+        match self {
+            ExchangeError::Connect { .. } | ExchangeError::Send { .. } => Speaker::Os,
+            ExchangeError::Refused { .. } => Speaker::Server,
+            ExchangeError::Closed { .. }
+            | ExchangeError::Answer { .. }
+            | ExchangeError::NotPushPull { .. }
+            | ExchangeError::Timeout { .. } => Speaker::Local,
+        }
+    }
+}
+
 /// Why a member's join did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum JoinError {
@@ -99,6 +116,14 @@ impl JoinError {
             JoinError::Closing => None,
             JoinError::Exchange(_) => Some(crate::JOIN_FAILED.kind),
             JoinError::Overloaded { .. } => Some(crate::JOIN_OVERLOADED.kind),
+        }
+    }
+
+    /// Whose words the error is ([`ExchangeError::said_by`]).
+    pub fn said_by(&self) -> agent_sim_metrics::Speaker {
+        match self {
+            JoinError::Closing => agent_sim_metrics::Speaker::Local,
+            JoinError::Exchange(e) | JoinError::Overloaded { source: e, .. } => e.said_by(),
         }
     }
 
@@ -180,13 +205,49 @@ impl PoolError {
             PoolError::NoServer { .. } => crate::JOIN_FAILED.kind,
         }
     }
+
+    /// Whose words the error is: the OS's for a bind, the first server's
+    /// exchange as [`ExchangeError::said_by`] tells, agent-sim's for a
+    /// setting missing or a member list without a server.
+    pub fn said_by(&self) -> agent_sim_metrics::Speaker {
+        match self {
+            PoolError::Bind { .. } => agent_sim_metrics::Speaker::Os,
+            PoolError::Hello(e) => e.said_by(),
+            PoolError::NoBind | PoolError::NoJoin | PoolError::NoServer { .. } => {
+                agent_sim_metrics::Speaker::Local
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use std::error::Error as _;
 
+    use agent_sim_metrics::Speaker;
+
     use super::*;
+
+    #[test]
+    fn a_failed_join_says_who_spoke_by_its_cause() {
+        let to: SocketAddr = "127.0.0.1:8301".parse().unwrap();
+        let refused = ExchangeError::Connect {
+            to,
+            source: io::ErrorKind::ConnectionRefused.into(),
+        };
+        assert_eq!(JoinError::failed(refused, 0).said_by(), Speaker::Os);
+        let said = ExchangeError::Refused {
+            to,
+            said: "Push/Pull: no such label".into(),
+        };
+        assert_eq!(JoinError::failed(said, 3).said_by(), Speaker::Server);
+        let silent = ExchangeError::Timeout {
+            to,
+            after: Duration::from_secs(10),
+        };
+        assert_eq!(JoinError::failed(silent, 3).said_by(), Speaker::Local);
+        assert_eq!(PoolError::NoJoin.said_by(), Speaker::Local);
+    }
 
     #[test]
     fn each_cause_is_said_in_plain_words_and_kept() {

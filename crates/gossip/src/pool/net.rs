@@ -643,7 +643,10 @@ pub(super) async fn join(inner: &Inner, slot: usize) -> Result<Option<answer::Le
         Err(e) => {
             let e = JoinError::failed(e, inner.joined.load(Ordering::Relaxed));
             if let Some(kind) = e.kind() {
-                inner.metrics.error_with(kind, Some(&e.to_string()));
+                let words = e.to_string();
+                inner
+                    .metrics
+                    .error_said(kind, Some(&words), Some(e.said_by()));
             }
             return Err(e);
         }

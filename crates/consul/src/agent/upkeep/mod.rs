@@ -142,6 +142,7 @@ fn refused(cx: &SessionCx, hs: &mut Sched, r: Refusal, now: Instant) {
     cx.report(&Failure {
         kind: r.kind,
         detail: r.words,
+        said_by: None,
     });
     hs.retry_at = now + hs.backoff.next_delay();
 }
