@@ -46,6 +46,7 @@ pub mod gate;
 pub mod histo;
 pub mod hlog;
 pub mod html;
+pub mod late;
 pub mod merge;
 pub mod process;
 pub mod prometheus;

@@ -201,6 +201,7 @@ fn combine_probe(parts: ProbeGroup) -> Result<ProbeSummary, MetricsError> {
         t0: template.t0.clone(),
         change_id: template.change_id,
         fleet: template.fleet.clone(),
+        written_us: template.written_us.filter(|_| any_controller),
         ..Default::default()
     };
     let mut notes: Vec<String> = Vec::new();
@@ -950,6 +951,7 @@ mod tests {
             first_arrival_unix_us: (!controller).then_some(zero_unix_us),
             note: None,
             fleet: None,
+            written_us: controller.then_some(2_500),
         }
     }
 

@@ -168,8 +168,8 @@ fn probes(out: &mut String, s: &Summary) {
     }
     let _ = writeln!(
         out,
-        "probes     {:<14} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "kind", "delivered", "p50", "p90", "p95", "p99", "p99.9", "max", "99% at"
+        "probes     {:<14} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "kind", "delivered", "written", "first", "p50", "p90", "p99", "p99.9", "max", "99% at"
     );
     for p in &s.probes {
         let l = &p.latency_us;
@@ -182,13 +182,18 @@ fn probes(out: &mut String, s: &Summary) {
         };
         let _ = writeln!(
             out,
-            "  #{:<3} {:<16} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "  #{:<3} {:<16} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
             p.id,
             kind,
             format!("{}/{}", p.delivered, p.expected),
+            p.written_us.map(fmt_us).unwrap_or_else(|| "-".into()),
+            if l.count > 0 {
+                fmt_us(l.min)
+            } else {
+                "-".into()
+            },
             fmt_us(l.p50),
             fmt_us(l.p90),
-            fmt_us(l.p95),
             fmt_us(l.p99),
             fmt_us(l.p999),
             fmt_us(l.max),
@@ -196,6 +201,9 @@ fn probes(out: &mut String, s: &Summary) {
                 .map(fmt_us)
                 .unwrap_or_else(|| "never".into())
         );
+    }
+    for line in crate::late::late_lines(&s.probes) {
+        let _ = writeln!(out, "  {line}");
     }
 }
 

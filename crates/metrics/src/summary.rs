@@ -246,6 +246,14 @@ pub struct ProbeSummary {
     /// sidecars' EDS updates). Absent: the Consul agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<String>,
+    /// Controller: µs from T0 until the server answered the write that made
+    /// the change (a Consul server answers a catalog or config-entry write
+    /// once its leader has committed and applied it through raft). With the
+    /// first delivery (`latency_us.min`, a kernel receive time) it tells
+    /// where a late change spent its time: the server's commit and apply,
+    /// the server's publishing (applied to first delivery), or the fan-out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_us: Option<u64>,
 }
 
 /// [`ProbeSummary::role`] of the process that made the change.

@@ -14,6 +14,7 @@
 
 use crate::common;
 mod consul;
+mod late;
 mod restart;
 mod sensu;
 mod serve;

@@ -307,8 +307,12 @@ impl ProbeRunner {
             self.report(e, state);
             return Probed::Failed;
         }
+        // The server answered once its leader committed and applied the
+        // write: the first leg of the probe's time (metrics' `late`).
+        let written = t0.elapsed();
         let write = self.metrics.latency(crate::names::PROBE_WRITE);
-        self.metrics.record(write, 0, t0.elapsed());
+        self.metrics.record(write, 0, written);
+        let written_us = u64::try_from(written.as_micros()).unwrap_or(u64::MAX);
         *state = Setup::Done(!on || self.meta);
         let interrupted = tokio::select! {
             _ = tokio::time::sleep_until(t0 + self.timeout) => false,
@@ -353,6 +357,7 @@ impl ProbeRunner {
             summary.role = Some(ROLE_CONTROLLER.into());
             summary.t0_unix_us = Some(unix_us(t0_wall));
             summary.fleet = fleet;
+            summary.written_us = Some(written_us);
             out.push(summary);
         }
         Probed::Done(out)

@@ -225,6 +225,17 @@ pub(super) fn probes(o: &mut String, s: &Summary) {
         return;
     }
     probe_table(o, s);
+    if s.probes.iter().any(|p| p.written_us.is_some()) {
+        note(
+            o,
+            "written: T0 until the server answered the write (its leader's raft commit and \
+             apply); first: T0 until the first agent received the change. From the answer to \
+             the first delivery is the server's publishing; from there to the p99, the fan-out.",
+        );
+    }
+    for line in crate::late::late_lines(&s.probes) {
+        note(o, &line);
+    }
     if s.probes.len() > 1 {
         figure(
             o,
@@ -271,6 +282,12 @@ fn probe_table(o: &mut String, s: &Summary) {
                 esc(probe_place(p)),
                 esc(&p.t0),
                 format!("{}/{}", p.delivered, p.expected),
+                p.written_us.map(fmt_us).unwrap_or_else(|| "-".into()),
+                if l.count > 0 {
+                    fmt_us(l.min)
+                } else {
+                    "-".into()
+                },
                 fmt_us(l.p50),
                 fmt_us(l.p90),
                 fmt_us(l.p99),
@@ -290,6 +307,8 @@ fn probe_table(o: &mut String, s: &Summary) {
             "at",
             "T0",
             ">delivered",
+            ">written",
+            ">first",
             ">p50",
             ">p90",
             ">p99",
