@@ -109,6 +109,17 @@ pub const BAD_PACKET: ErrorKindSpec = ErrorKindSpec {
     heals: true,
     said_by: agent_sim_metrics::Speaker::Server,
 };
+/// A TCP stream a server opened and closed (or reset) before a whole
+/// message, or before our answer.
+pub const STREAM_CUT: ErrorKindSpec = ErrorKindSpec {
+    kind: "gossip_stream_cut",
+    hint: "a server opened a gossip TCP stream to a member (a push-pull or a fallback probe) and \
+           closed or reset it before its message was whole or before the member's answer: the \
+           server gave up on the exchange (memberlist bounds each by its TCP timeout, 10 s by \
+           default); the sample gives how far it got",
+    heals: true,
+    said_by: agent_sim_metrics::Speaker::Server,
+};
 /// Encrypted traffic this pool cannot open, or plain traffic where it encrypts.
 pub const BAD_KEY: ErrorKindSpec = ErrorKindSpec {
     kind: "gossip_encryption",
@@ -165,6 +176,7 @@ pub fn metrics_spec() -> MetricsSpec {
             JOIN_FAILED,
             JOIN_OVERLOADED,
             BAD_PACKET,
+            STREAM_CUT,
             BAD_KEY,
             BAD_LABEL,
             ACKED_LATE,

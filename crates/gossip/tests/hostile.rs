@@ -83,3 +83,63 @@ fn a_compressed_bomb_is_refused_past_the_bound() {
     let e = Security::default().open_stream(&z).unwrap_err();
     assert_eq!(e.cause(), "oversized");
 }
+
+/// A member's gossip port, as a server reaches it: a datagram that cannot
+/// be read is named by its size and first bytes, and a stream the server
+/// opens and closes before a whole message is its own kind, not a bad
+/// packet.
+#[tokio::test]
+async fn what_a_server_sent_is_named_and_a_stream_it_cut_is_not_a_bad_packet() {
+    use agent_sim_gossip::{Pool, PoolConfig, Timings};
+    use agent_sim_metrics::Metrics;
+    use tokio::io::AsyncWriteExt;
+
+    let server = crate::fake_server::FakeServer::start().await;
+    let metrics = Metrics::new(&agent_sim_gossip::metrics_spec(), 2);
+    let pool = Pool::start(
+        PoolConfig {
+            bind: vec!["127.0.0.1:0".parse().unwrap()],
+            join: vec![server.join],
+            security: Security::default(),
+            tags: vec![("role".into(), "node".into())],
+            timings: Timings::default(),
+        },
+        metrics.clone(),
+    )
+    .await
+    .unwrap();
+    let (_, member) = pool.add("m0", "id-0", 0);
+
+    // A compound that claims two parts of 200 bytes in 12.
+    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let dgram = [kind::COMPOUND, 2, 0, 200, 0, 200, 1, 2, 3, 4, 5, 6];
+    udp.send_to(&dgram, member).await.unwrap();
+    // A push-pull header and nothing more, then the stream closed.
+    let mut tcp = tokio::net::TcpStream::connect(member).await.unwrap();
+    tcp.write_all(&[kind::PUSH_PULL, 0x83, 0xa5]).await.unwrap();
+    drop(tcp);
+
+    let sample = |k: &str| metrics.error_sample(k);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while (sample("gossip_bad_packet").is_none() || sample("gossip_stream_cut").is_none())
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let bad = sample("gossip_bad_packet").expect("the datagram is counted");
+    assert!(
+        bad.starts_with("truncated from 127.0.0.1:")
+            && bad.ends_with("(a datagram of 12 bytes: 07 02 00 c8 00 c8 01 02 03 04 05 06)"),
+        "{bad}"
+    );
+    let cut = sample("gossip_stream_cut").expect("the stream is counted");
+    assert!(
+        cut.contains("the peer closed the stream after 3 bytes, before a whole message"),
+        "{cut}"
+    );
+    assert_eq!(
+        metrics.error_speaker("gossip_stream_cut"),
+        agent_sim_metrics::Speaker::Server
+    );
+    pool.stop();
+}

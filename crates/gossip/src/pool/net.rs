@@ -75,16 +75,39 @@ pub(super) fn send(inner: &Inner, ep: usize, to: SocketAddr, msg: &[u8]) {
     }
 }
 
-/// Counts bytes that could not be read as a cause.
-fn bad(inner: &Inner, e: &wire::WireError, from: SocketAddr) {
+/// Counts bytes that could not be read as a cause; `packet`, the datagram
+/// they came in, is named in the sample (its size and first bytes) so that
+/// a reader can tell what the sender sent.
+fn bad(inner: &Inner, e: &wire::WireError, from: SocketAddr, packet: Option<&[u8]>) {
     let kind = match e {
         wire::WireError::Crypt(_) | wire::WireError::Key(_) => crate::BAD_KEY.kind,
         wire::WireError::Label { .. } => crate::BAD_LABEL.kind,
+        wire::WireError::Cut { .. } | wire::WireError::Hungup(_) => crate::STREAM_CUT.kind,
         _ => crate::BAD_PACKET.kind,
     };
-    inner
-        .metrics
-        .error_with(kind, Some(&format!("{} from {from}: {e}", e.cause())));
+    let mut sample = format!("{} from {from}: {e}", e.cause());
+    if let Some(p) = packet {
+        sample.push_str(&datagram_words(p));
+    }
+    inner.metrics.error_with(kind, Some(&sample));
+}
+
+/// How many of a datagram's first bytes a sample shows.
+const SHOWN_BYTES: usize = 24;
+
+/// " (a datagram of N bytes: xx xx ...)", its first [`SHOWN_BYTES`] in hex.
+fn datagram_words(p: &[u8]) -> String {
+    let head: Vec<String> = p
+        .iter()
+        .take(SHOWN_BYTES)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let more = if p.len() > SHOWN_BYTES { " ..." } else { "" };
+    format!(
+        " (a datagram of {} bytes: {}{more})",
+        p.len(),
+        head.join(" ")
+    )
 }
 
 /// The UDP loop of endpoint `ep`.
@@ -106,18 +129,18 @@ pub(super) async fn packets(inner: Arc<Inner>, ep: usize, sock: Arc<UdpSocket>) 
         let msg = match inner.cfg.security.open_packet(&buf[..n]) {
             Ok(m) => m.into_owned(),
             Err(e) => {
-                bad(&inner, &e, from);
+                bad(&inner, &e, from, Some(&buf[..n]));
                 continue;
             }
         };
         let mut parts: Vec<(u8, Vec<u8>)> = Vec::new();
         let walked = wire::each_message(&msg, &mut |t, b| parts.push((t, b.to_vec())));
         if let Err(e) = walked {
-            bad(&inner, &e, from);
+            bad(&inner, &e, from, Some(&msg));
         }
         for (t, body) in parts {
             if let Err(e) = on_message(&inner, (ep, arrived), from, t, &body) {
-                bad(&inner, &e, from);
+                bad(&inner, &e, from, Some(&msg));
             }
         }
     }
@@ -306,7 +329,7 @@ pub(super) async fn streams(inner: Arc<Inner>, l: TcpListener) {
             };
             let t = inner2.cfg.timings.tcp_timeout;
             if let Ok(Err(e)) = tokio::time::timeout(t, serve_stream(&inner2, conn)).await {
-                bad(&inner2, &e, from);
+                bad(&inner2, &e, from, None);
             }
         });
     }
@@ -343,14 +366,14 @@ async fn read_frame(
         let n = conn
             .read(&mut chunk)
             .await
-            .map_err(|_| wire::WireError::Truncated)?;
+            .map_err(|e| wire::WireError::Hungup(e.kind()))?;
         if n == 0 {
             return inner
                 .cfg
                 .security
                 .open_stream_frame(buf)?
                 .map(|(m, _)| m)
-                .ok_or(wire::WireError::Truncated);
+                .ok_or(wire::WireError::Cut { got: buf.len() });
         }
         inner.metrics.add(inner.ids.bytes_rx, n as u64);
         buf.extend_from_slice(&chunk[..n]);
@@ -372,9 +395,9 @@ async fn read_at_least(
         let n = conn
             .read(&mut chunk)
             .await
-            .map_err(|_| wire::WireError::Truncated)?;
+            .map_err(|e| wire::WireError::Hungup(e.kind()))?;
         if n == 0 {
-            return Err(wire::WireError::Truncated);
+            return Err(wire::WireError::Cut { got: buf.len() });
         }
         buf.extend_from_slice(&chunk[..n]);
     }
@@ -436,7 +459,7 @@ async fn serve_stream(inner: &Inner, mut conn: TcpStream) -> Result<(), wire::Wi
             // A peer that hangs up before our answer: its exchange is cut short.
             write_msg(inner, &mut conn, &reply, true)
                 .await
-                .map_err(|_| wire::WireError::Truncated)?;
+                .map_err(|e| wire::WireError::Hungup(e.kind()))?;
             inner.metrics.incr(inner.ids.push_pulls);
             let limit = inner
                 .lock()
@@ -451,7 +474,7 @@ async fn serve_stream(inner: &Inner, mut conn: TcpStream) -> Result<(), wire::Wi
                 Ack::decode(&out[1..])?.encode(&mut plain);
                 write_msg(inner, &mut conn, &plain, true)
                     .await
-                    .map_err(|_| wire::WireError::Truncated)?;
+                    .map_err(|e| wire::WireError::Hungup(e.kind()))?;
             }
         }
         kind::USER => {
@@ -538,7 +561,9 @@ async fn open(inner: &Inner, to: SocketAddr, msg: &[u8]) -> Result<TcpStream, Ex
 /// bytes that are not what they should be.
 fn unreadable(to: SocketAddr, e: wire::WireError) -> ExchangeError {
     match e {
-        wire::WireError::Truncated => ExchangeError::Closed { to },
+        wire::WireError::Truncated | wire::WireError::Cut { .. } | wire::WireError::Hungup(_) => {
+            ExchangeError::Closed { to }
+        }
         source => ExchangeError::Answer { to, source },
     }
 }

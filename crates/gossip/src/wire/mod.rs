@@ -93,6 +93,17 @@ pub enum WireError {
     /// The message ends before its values do.
     #[error("truncated message")]
     Truncated,
+    /// The peer closed a TCP stream before a whole message: after `got`
+    /// bytes of it.
+    #[error("the peer closed the stream after {got} bytes, before a whole message")]
+    Cut {
+        /// Bytes of the message that had come.
+        got: usize,
+    },
+    /// A TCP stream failed under a read or write (the peer reset it, or
+    /// hung up before our answer).
+    #[error("the stream failed: {0}")]
+    Hungup(std::io::ErrorKind),
     /// A value is not of the type its field needs.
     #[error("expected {0}, found marker {1:#04x}")]
     Type(&'static str, u8),
@@ -142,6 +153,7 @@ impl WireError {
     pub fn cause(&self) -> &'static str {
         match self {
             WireError::Truncated => "truncated",
+            WireError::Cut { .. } | WireError::Hungup(_) => "stream_cut",
             WireError::Type(..) | WireError::Range | WireError::Utf8 | WireError::TooDeep => {
                 "malformed"
             }
