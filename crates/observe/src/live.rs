@@ -70,19 +70,25 @@ impl LiveView {
     }
 
     /// What each target did between `from_s` and `to_s` (seconds of the
-    /// run), while the run goes on: its baseline, the samples of scrapes
-    /// inside the window (all taken as steady state) and the figures of
-    /// those alone.
+    /// run), while the run goes on: its baseline, the samples whose whole
+    /// interval lies inside the window (all taken as steady state) and the
+    /// figures of those alone. A sample's rates and latencies cover the
+    /// time since the scrape before it (the baseline's for the first), so
+    /// a scrape just inside the window whose interval began before it
+    /// (a step's ramp, a scrape that failed) is left out.
     pub fn window(&self, from_s: f64, to_s: f64) -> Vec<ServerSummary> {
         lock(&self.store.targets)
             .iter()
             .map(|(head, units)| {
                 let mut s = head.clone();
+                let starts =
+                    std::iter::once(head.baseline.t_s).chain(head.samples.iter().map(|x| x.t_s));
                 s.samples = head
                     .samples
                     .iter()
-                    .filter(|x| x.t_s > from_s && x.t_s <= to_s)
-                    .map(|x| ServerSample {
+                    .zip(starts)
+                    .filter(|(x, began)| *began >= from_s && x.t_s <= to_s)
+                    .map(|(x, _)| ServerSample {
                         steady: true,
                         ..x.clone()
                     })
@@ -130,11 +136,18 @@ mod tests {
         }
         // The same sample published twice is kept once.
         store.publish(0, Some(&sample(15.0, 2.5)), "consul", &units);
-        let w = LiveView::new(store).window(5.0, 15.0);
+        let w = LiveView::new(store.clone()).window(5.0, 15.0);
         assert_eq!(w[0].samples.len(), 2);
         assert_eq!(w[0].sizing.cpu_cores.mean, Some(2.0));
         assert_eq!(w[0].sizing.cpu_cores.baseline, Some(0.1));
         let per = w[0].sizing.cores_per_1000_agents.unwrap();
         assert!((per - 190.0).abs() < 1e-9, "{per}");
+        // A window opened at 4 s: the scrape at 5 s covers 0-5 s (from
+        // the baseline), so it is not the window's.
+        let w = LiveView::new(store.clone()).window(4.0, 15.0);
+        assert_eq!(w[0].samples.len(), 2);
+        assert_eq!(w[0].sizing.cpu_cores.mean, Some(2.0));
+        let w = LiveView::new(store).window(0.0, 15.0);
+        assert_eq!(w[0].samples.len(), 3);
     }
 }

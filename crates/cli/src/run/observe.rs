@@ -4,7 +4,7 @@
 //! by), and when the run's end came.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use agent_sim_fleet::FleetStatus;
@@ -29,10 +29,10 @@ pub(super) async fn start(
     let total: u64 = cfg.fleets.iter().map(|f| f.total_agents).sum();
     let scale = total as f64 / here.max(1) as f64;
     let m = metrics.clone();
-    // Each fleet with the instant its ramp was first seen done.
-    let st: Vec<(Arc<FleetStatus>, OnceLock<Instant>)> = statuses
+    // Each fleet with its first connects as last seen, and since when.
+    let st: Vec<(Arc<FleetStatus>, FirstConnects)> = statuses
         .iter()
-        .map(|s| (s.clone(), OnceLock::new()))
+        .map(|s| (s.clone(), Mutex::new(None)))
         .collect();
     let view = RunView {
         started,
@@ -45,22 +45,72 @@ pub(super) async fn start(
         .map_err(RunError::Observe)
 }
 
-/// How long after its last agent started a fleet's first connects may
-/// still be under way; past it, agents that never connected do not hold
-/// off the steady state.
+/// A fleet's count of first connects as last seen, and since when.
+type FirstConnects = Mutex<Option<(u64, Instant)>>;
+
+/// How long a fleet's first connects may stand still before agents that
+/// never connected stop holding off the steady state.
 const SETTLE: Duration = Duration::from_secs(5);
 
 /// Whether fleet `s`'s ramp is over for the server's figures: every agent
 /// started, and each connected once (a session being opened is part of
-/// the ramp, not of the steady state it is measured against), or
-/// [`SETTLE`] passed since the last start (since `ramp_seen`, the first
-/// look that found every agent started: the fleet's own clock, whenever it
-/// began in the run).
-fn settled(s: &FleetStatus, ramp_seen: &OnceLock<Instant>) -> bool {
+/// the ramp, not of the steady state it is measured against), or no agent
+/// connected for the first time in [`SETTLE`] (`last`: the count of first
+/// connects last seen and since when). A server that admits sessions
+/// slowly (a Sensu backend checks each agent's password with bcrypt, ~65
+/// ms of its core each) keeps its ramp going for as long as it admits.
+fn settled(s: &FleetStatus, last: &FirstConnects) -> bool {
+    settled_at(s, last, Instant::now())
+}
+
+/// [`settled`] as of `now`.
+fn settled_at(s: &FleetStatus, last: &FirstConnects, now: Instant) -> bool {
     if !s.ramp_done.load(Ordering::Acquire) {
         return false;
     }
-    let since = ramp_seen.get_or_init(Instant::now);
-    let all_once = s.ever_connected.load(Ordering::Relaxed) >= s.started.load(Ordering::Relaxed);
-    all_once || since.elapsed() >= SETTLE
+    let ever = s.ever_connected.load(Ordering::Relaxed);
+    if ever >= s.started.load(Ordering::Relaxed) {
+        return true;
+    }
+    let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+    match *last {
+        Some((seen, since)) if seen == ever => now.duration_since(since) >= SETTLE,
+        _ => {
+            *last = Some((ever, now));
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ramp_lasts_while_first_connects_come_and_ends_when_they_stop() {
+        let s = FleetStatus::default();
+        let last = Mutex::new(None);
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        s.started.store(200, Ordering::Relaxed);
+        assert!(!settled_at(&s, &last, at(0)), "agents are still starting");
+        s.ramp_done.store(true, Ordering::Release);
+        // A slow server admits 15 agents a second: 13 s for 200.
+        for sec in 0..13 {
+            s.ever_connected.store(15 * sec, Ordering::Relaxed);
+            assert!(
+                !settled_at(&s, &last, at(sec)),
+                "still admitting at {sec} s"
+            );
+        }
+        // 10 never connect: 5 s after the last first connect, steady.
+        s.ever_connected.store(190, Ordering::Relaxed);
+        assert!(!settled_at(&s, &last, at(13)));
+        assert!(!settled_at(&s, &last, at(17)));
+        assert!(settled_at(&s, &last, at(18)));
+        // Every agent connected once: steady at once.
+        let all = Mutex::new(None);
+        s.ever_connected.store(200, Ordering::Relaxed);
+        assert!(settled_at(&s, &all, at(0)));
+    }
 }
