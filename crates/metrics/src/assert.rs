@@ -179,6 +179,13 @@ enum Metric {
     Capacity(&'static str),
 }
 
+/// Whether a server series is a latency by its name, as the servers name
+/// theirs (`consul_raft_commit_time`, `sensu_go_eventd_update_event_duration`,
+/// `etcd_disk_wal_fsync_duration_seconds`).
+fn is_latency_name(name: &str) -> bool {
+    name.contains("duration") || name.ends_with("_time") || name.ends_with("_seconds")
+}
+
 impl Metric {
     fn unit(&self) -> Unit {
         match self {
@@ -202,6 +209,9 @@ impl Metric {
             Metric::Server { name, stat } => match (name.as_str(), stat.as_str()) {
                 ("rss_bytes", _) => Unit::Bytes,
                 (_, "p50" | "p99" | "baseline_p50" | "baseline_p99") => Unit::Micros,
+                // The mean of a kept latency is a duration too; a series'
+                // mean is its own number.
+                (n, "mean") if is_latency_name(n) => Unit::Micros,
                 (
                     "cpu_cores"
                     | "cores_per_1000_agents"
@@ -1007,6 +1017,20 @@ mod tests {
         assert!(matches!(
             err("server.cpu_cores.p42 < 1"),
             AssertError::UnknownServerStatistic { .. }
+        ));
+        // A latency's mean takes a duration; a series' mean a number.
+        let mean: Assertion = "server.sensu_go_eventd_update_event_duration.mean < 50ms"
+            .parse()
+            .unwrap();
+        assert_eq!(mean.threshold(0), 50_000.0);
+        assert!(
+            "server.etcd_server_proposals_pending.mean < 5"
+                .parse::<Assertion>()
+                .is_ok()
+        );
+        assert!(matches!(
+            err("server.etcd_server_proposals_pending.mean < 5ms"),
+            AssertError::Value { .. }
         ));
         let e = err("connect.p99 < fast");
         assert!(
