@@ -10,7 +10,8 @@
 #
 # Prints one line: members, left, failed, forced, the server's handler queue
 # drops ("handler queue full"), how long the fleet's end took, and the
-# gossip packets agent-sim could not read (`gossip_bad_packet`).
+# gossip packets agent-sim could not read (`gossip_bad_packet`) and the
+# streams a server cut short (`gossip_stream_cut`), with their samples.
 # PIN=1: the server on core 0 alone, agent-sim on core 1 (as the 2026-12-02
 # report of 78 failed of 200). DEV=1: a `-dev` server instead (raft in
 # memory, its gossip 10x faster). AGENT_SIM: a binary to run (default: build).
@@ -80,8 +81,14 @@ for _ in $(seq 60); do
   [ $(($(count 'EventMemberLeave: ') + $(count 'EventMemberFailed: '))) -ge "$N" ] && break
   sleep 1
 done
-bad=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('errors', {}).get('gossip_bad_packet', {}).get('count', 0))" "$OUT/sim.json")
-printf 'members %s  left %s  failed %s  forced %s  handler-queue-full lines %s  fleet end %s s  bad packets %s  (logs: %s)\n' \
+# Each unreadable packet and each stream a server cut short, with its sample.
+read -r bad cut words < <(python3 -c '
+import json, sys
+e = json.load(open(sys.argv[1])).get("errors", {})
+b, c = e.get("gossip_bad_packet", {}), e.get("gossip_stream_cut", {})
+print(b.get("count", 0), c.get("count", 0), " | ".join(x.get("sample") or "" for x in (b, c) if x))' "$OUT/sim.json")
+printf 'members %s  left %s  failed %s  forced %s  handler-queue-full lines %s  fleet end %s s  bad packets %s  streams cut %s  (logs: %s)\n' \
   "$N" "$(count 'EventMemberLeave: ')" "$(count 'EventMemberFailed: ')" \
   "$(count 'EventMemberLeave (forced)')" "$(grep -c 'handler queue full' "$OUT/server.log" || true)" \
-  "$took" "$bad" "$OUT"
+  "$took" "$bad" "$cut" "$OUT"
+[ -z "$words" ] || echo "  samples: $words"
