@@ -70,7 +70,8 @@ if [ -z "${ONLY_FIXED:-}" ]; then
   sed -n '/^Capacity/,$p' "$OUT/stepped.txt"
 fi
 
-read -r HELD BROKE < <(python3 -c '
+HELD=0 BROKE=0
+[ -n "${ONLY_FIXED:-}" ] || read -r HELD BROKE < <(python3 -c '
 import json, sys
 c = json.load(open(sys.argv[1]))["capacity"]
 print(c.get("capacity") or 0, c.get("broke_at") or 0)' "$OUT/stepped.json")
