@@ -20,6 +20,8 @@
 //! that grew most over that leg's median in the group. A group needs
 //! [`MIN_GROUP`] probes with a write time before any is called late.
 
+use std::collections::BTreeMap;
+
 use crate::summary::ProbeSummary;
 use crate::units::fmt_us;
 
@@ -29,6 +31,12 @@ pub const LATE_FACTOR: u64 = 3;
 pub const LATE_MARGIN_US: u64 = 50_000;
 /// Probes in a group before any of them can be called late.
 pub const MIN_GROUP: usize = 4;
+
+/// A group of probes: their kind and the fleet they were timed at.
+type Group<'a> = (&'a str, Option<&'a str>);
+
+/// The legs in the order of the probe's time.
+const LEGS: [Leg; 3] = [Leg::Written, Leg::Published, Leg::FanOut];
 
 /// One leg of a probe's time (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,23 +129,36 @@ pub fn late_probes(probes: &[ProbeSummary]) -> Vec<Late> {
         .filter(|p| !p.is_observer())
         .filter_map(|p| Legs::of(p).map(|l| (p, l)))
         .collect();
+    // Each group's medians, once: its p99 and each leg's.
+    let mut groups: BTreeMap<Group<'_>, Vec<(u64, Legs)>> = BTreeMap::new();
+    for (p, legs) in &timed {
+        groups
+            .entry((p.kind.as_str(), p.fleet.as_deref()))
+            .or_default()
+            .push((p.latency_us.p99, *legs));
+    }
+    let typical: BTreeMap<_, (u64, [u64; 3])> = groups
+        .into_iter()
+        .filter(|(_, g)| g.len() >= MIN_GROUP)
+        .map(|(k, g)| {
+            let of = |leg| median(g.iter().map(|(_, l)| l.get(leg)).collect());
+            let p99 = median(g.iter().map(|(p, _)| *p).collect());
+            (k, (p99, LEGS.map(of)))
+        })
+        .collect();
     let mut out = Vec::new();
     for (p, legs) in &timed {
-        let group: Vec<&(&ProbeSummary, Legs)> = timed
-            .iter()
-            .filter(|(q, _)| q.kind == p.kind && q.fleet == p.fleet)
-            .collect();
-        if group.len() < MIN_GROUP {
+        let Some(&(typical, leg_medians)) = typical.get(&(p.kind.as_str(), p.fleet.as_deref()))
+        else {
             continue;
-        }
-        let typical = median(group.iter().map(|(q, _)| q.latency_us.p99).collect());
+        };
         let p99 = p.latency_us.p99;
         if p99 <= typical.saturating_mul(LATE_FACTOR) || p99 - typical <= LATE_MARGIN_US {
             continue;
         }
-        let (leg, leg_typical) = [Leg::Written, Leg::Published, Leg::FanOut]
+        let (leg, leg_typical) = LEGS
             .into_iter()
-            .map(|leg| (leg, median(group.iter().map(|(_, l)| l.get(leg)).collect())))
+            .zip(leg_medians)
             .max_by_key(|&(leg, med)| legs.get(leg).saturating_sub(med))
             .unwrap_or((Leg::FanOut, 0));
         out.push(Late {
