@@ -12,8 +12,20 @@ use crate::figures;
 /// Each target's baseline and samples so far, with its latencies' units.
 #[derive(Debug, Default)]
 pub(crate) struct LiveStore {
-    // Bound: each target's samples kept to figures::MAX_SAMPLES.
-    targets: Mutex<Vec<(ServerSummary, BTreeMap<String, &'static str>)>>,
+    targets: Mutex<Vec<Live>>,
+}
+
+/// One target as the run goes on.
+#[derive(Debug)]
+struct Live {
+    /// Its summary as the baseline left it (no samples).
+    head: ServerSummary,
+    units: BTreeMap<String, &'static str>,
+    /// Each sample with the time its interval began (the scrape before
+    /// it, or the baseline), kept as it was published: thinning the list
+    /// later does not move it.
+    // Bound: figures::MAX_SAMPLES.
+    samples: Vec<(f64, ServerSample)>,
 }
 
 impl LiveStore {
@@ -23,14 +35,15 @@ impl LiveStore {
         tracks: impl Iterator<Item = (&'a ServerSummary, &'a BTreeMap<String, &'static str>)>,
     ) {
         *lock(&self.targets) = tracks
-            .map(|(out, units)| {
-                let head = ServerSummary {
+            .map(|(out, units)| Live {
+                head: ServerSummary {
                     samples: Vec::new(),
                     storm: None,
                     gossip: None,
                     ..out.clone()
-                };
-                (head, units.clone())
+                },
+                units: units.clone(),
+                samples: Vec::new(),
             })
             .collect();
     }
@@ -44,17 +57,18 @@ impl LiveStore {
         units: &BTreeMap<String, &'static str>,
     ) {
         let mut targets = lock(&self.targets);
-        let Some((head, u)) = targets.get_mut(i) else {
+        let Some(t) = targets.get_mut(i) else {
             return;
         };
+        let before = t.samples.last().map_or(t.head.baseline.t_s, |(_, x)| x.t_s);
         if let Some(last) = newest
-            && head.samples.last().is_none_or(|h| h.t_s < last.t_s)
+            && t.samples.last().is_none_or(|(_, h)| h.t_s < last.t_s)
         {
-            head.samples.push(last.clone());
-            figures::bound(&mut head.samples);
+            t.samples.push((before, last.clone()));
+            figures::bound(&mut t.samples);
         }
-        head.kind = kind.to_owned();
-        u.clone_from(units);
+        t.head.kind = kind.to_owned();
+        t.units.clone_from(units);
     }
 }
 
@@ -79,22 +93,19 @@ impl LiveView {
     pub fn window(&self, from_s: f64, to_s: f64) -> Vec<ServerSummary> {
         lock(&self.store.targets)
             .iter()
-            .map(|(head, units)| {
-                let mut s = head.clone();
-                let starts =
-                    std::iter::once(head.baseline.t_s).chain(head.samples.iter().map(|x| x.t_s));
-                s.samples = head
+            .map(|t| {
+                let mut s = t.head.clone();
+                s.samples = t
                     .samples
                     .iter()
-                    .zip(starts)
-                    .filter(|(x, began)| *began >= from_s && x.t_s <= to_s)
-                    .map(|(x, _)| ServerSample {
+                    .filter(|(began, x)| *began >= from_s && x.t_s <= to_s)
+                    .map(|(_, x)| ServerSample {
                         steady: true,
                         ..x.clone()
                     })
                     .collect();
                 s.notes.clear();
-                figures::summarize(&mut s, units);
+                figures::summarize(&mut s, &t.units);
                 s
             })
             .collect()
@@ -149,5 +160,31 @@ mod tests {
         assert_eq!(w[0].sizing.cpu_cores.mean, Some(2.0));
         let w = LiveView::new(store).window(0.0, 15.0);
         assert_eq!(w[0].samples.len(), 3);
+    }
+
+    #[test]
+    fn a_thinned_list_keeps_each_samples_own_interval() {
+        let store = Arc::new(LiveStore::default());
+        let out = ServerSummary::default();
+        let units = BTreeMap::new();
+        store.start(std::iter::once((&out, &units)));
+        // One scrape a second, past the bound: the list is thinned.
+        let n = figures::MAX_SAMPLES + 1;
+        for t in 1..=n {
+            store.publish(0, Some(&sample(t as f64, 1.0)), "consul", &units);
+        }
+        let kept: Vec<f64> = lock(&store.targets)[0]
+            .samples
+            .iter()
+            .map(|(_, x)| x.t_s)
+            .collect();
+        assert!(kept.len() < n, "thinned: {}", kept.len());
+        // Each kept scrape's interval is the second before it, however
+        // far apart its neighbours in the list now are.
+        let from = (n - 9) as f64;
+        let inside = kept.iter().filter(|&&t| t - 1.0 >= from).count();
+        assert!(inside >= 5, "{kept:?}");
+        let w = LiveView::new(store).window(from, n as f64);
+        assert_eq!(w[0].samples.len(), inside);
     }
 }
