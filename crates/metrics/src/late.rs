@@ -79,14 +79,12 @@ impl Legs {
     /// The legs of `p`, or `None` without a write time or an arrival.
     pub fn of(p: &ProbeSummary) -> Option<Self> {
         let w = p.written_us?;
-        let l = &p.latency_us;
-        if l.count == 0 {
-            return None;
-        }
+        let first = p.first_us()?;
+        let p99 = p.latency_us.p99;
         Some(Legs {
-            written: w.min(l.p99),
-            published: l.min.saturating_sub(w),
-            fan_out: l.p99.saturating_sub(l.min.max(w)),
+            written: w.min(p99),
+            published: first.saturating_sub(w),
+            fan_out: p99.saturating_sub(first.max(w)),
         })
     }
 

@@ -187,11 +187,7 @@ fn probes(out: &mut String, s: &Summary) {
             kind,
             format!("{}/{}", p.delivered, p.expected),
             p.written_us.map(fmt_us).unwrap_or_else(|| "-".into()),
-            if l.count > 0 {
-                fmt_us(l.min)
-            } else {
-                "-".into()
-            },
+            p.first_us().map(fmt_us).unwrap_or_else(|| "-".into()),
             fmt_us(l.p50),
             fmt_us(l.p90),
             fmt_us(l.p99),

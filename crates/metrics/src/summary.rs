@@ -267,6 +267,12 @@ impl ProbeSummary {
     pub fn is_observer(&self) -> bool {
         self.role.as_deref() == Some(ROLE_OBSERVER)
     }
+
+    /// The first delivery, µs after the zero (`latency_us.min`), if any
+    /// arrived.
+    pub fn first_us(&self) -> Option<u64> {
+        (self.latency_us.count > 0).then_some(self.latency_us.min)
+    }
 }
 
 /// The whole run summary (`--summary PATH`).
