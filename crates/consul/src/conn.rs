@@ -3,29 +3,18 @@
 //! port to gRPC (after `0x03` + TLS for the TLS variant), then HTTP/2. A
 //! client agent's Subscribe streams ride the lean client of [`crate::h2`]
 //! ([`Dialer::connect_streams`]: no buffer held while idle, no task of its
-//! own); the dataplane sidecars' xDS streams ride hyper's low-level
-//! `client::conn::http2` ([`Dialer::connect`]). The same dialer reaches a
-//! server's public gRPC port (8502, TLS 8503) without the prefix bytes
-//! ([`Port::Grpc`]): what consul-dataplane connects to.
-//!
-//! [`H2Channel`] wraps hyper's `SendRequest` as a tower service so that
-//! `tonic::client::Grpc` can run calls on it: no `tonic::transport::Channel`,
-//! no buffer task (tonic's `Channel` spawns one with its own queue for each
-//! connection), ≈4 KiB less per connection.
+//! own), and so do the dataplane sidecars' xDS streams: the same dialer
+//! reaches a server's public gRPC port (8502, TLS 8503) without the prefix
+//! bytes ([`Port::Grpc`]), what consul-dataplane connects to.
 //! What this is not: the subscription logic (see `agent`).
 
-use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ::http::Uri;
 use agent_sim_net::{MaybeTlsStream, RxStamp, StampedTcp, Tally};
-use hyper::body::Incoming;
-use hyper::client::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::pki_types::ServerName;
 use tokio::io::AsyncWriteExt;
 use tokio_rustls::TlsConnector;
@@ -45,62 +34,9 @@ pub const RPC_TLS: u8 = 0x03;
 /// A plaintext or TLS socket to a server's RPC port.
 pub type RpcIo = MaybeTlsStream<StampedTcp>;
 
-/// hyper's HTTP/2 `SendRequest` as a tower service for `tonic::client::Grpc`.
-#[derive(Clone)]
-pub struct H2Channel {
-    tx: http2::SendRequest<tonic::body::Body>,
-}
-
-impl std::fmt::Debug for H2Channel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("H2Channel")
-            .field("closed", &self.tx.is_closed())
-            .finish()
-    }
-}
-
-/// Future of one HTTP/2 request on an [`H2Channel`].
-pub type ResponseFuture =
-    Pin<Box<dyn Future<Output = Result<::http::Response<Incoming>, hyper::Error>> + Send>>;
-
-impl tower_service::Service<::http::Request<tonic::body::Body>> for H2Channel {
-    type Response = ::http::Response<Incoming>;
-    type Error = hyper::Error;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), hyper::Error>> {
-        self.tx.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: ::http::Request<tonic::body::Body>) -> ResponseFuture {
-        Box::pin(self.tx.send_request(req))
-    }
-}
-
-/// The gRPC client type the agents use.
-pub type GrpcClient = tonic::client::Grpc<H2Channel>;
-
-/// The connection driver: must be polled for any call to make progress;
-/// resolves when the connection closes.
-pub type ConnDriver = Pin<Box<dyn Future<Output = Result<(), hyper::Error>> + Send>>;
-
-/// An established RPC connection.
-pub struct RpcConn {
-    /// gRPC client; clone it per call.
-    pub grpc: GrpcClient,
-    /// Connection driver (poll it alongside the calls).
-    pub driver: ConnDriver,
-    /// The first bytes the server sent (up to [`SNIFF_LEN`]), to tell what
-    /// answered when a session fails before any answer.
-    pub first_bytes: FirstBytes,
-    /// Kernel receive time of the latest bytes read on this connection
-    /// (`None`: the kernel does not stamp; arrivals use user-space time).
-    pub stamp: Option<RxStamp>,
-}
-
 /// Largest header block (response headers or trailers, which carry
-/// `grpc-message`) an agent accepts, on either HTTP/2 client: the lean
-/// one's ([`crate::h2::MAX_HEADER_LIST`], hyper's client default).
+/// `grpc-message`) an agent or a sidecar accepts
+/// ([`crate::h2::MAX_HEADER_LIST`], hyper's client default).
 pub const MAX_HEADER_LIST: u32 = crate::h2::MAX_HEADER_LIST;
 
 /// How many of the server's first bytes are kept.
@@ -271,9 +207,6 @@ pub enum ConnectError {
     /// Writing the port's prefix byte failed.
     #[error(transparent)]
     Prefix(std::io::Error),
-    /// The HTTP/2 handshake failed; the first bytes tell nothing more.
-    #[error(transparent)]
-    Handshake(hyper::Error),
     /// Writing the HTTP/2 preface and settings failed.
     #[error("writing the HTTP/2 preface: {0}")]
     Preface(std::io::Error),
@@ -288,17 +221,6 @@ pub enum ConnectError {
         /// The write's error.
         source: std::io::Error,
     },
-    /// The HTTP/2 handshake failed, and the first bytes tell what answered
-    /// ([`what_answered`]: another port, a TLS alert, a close).
-    #[error("{words} (h2: {source})")]
-    Answered {
-        /// The kind [`what_answered`] gives.
-        kind: &'static str,
-        /// What it says answered.
-        words: String,
-        /// hyper's error.
-        source: hyper::Error,
-    },
 }
 
 impl ConnectError {
@@ -310,10 +232,8 @@ impl ConnectError {
             ConnectError::Dial(e) => agent_sim_net::dial_error_kind(e),
             ConnectError::Tls(_) => "tls_handshake",
             ConnectError::Prefix(_) => "connect_prefix",
-            ConnectError::Handshake(_) | ConnectError::Preface(_) => "h2_handshake",
-            ConnectError::Answered { kind, .. } | ConnectError::PrefaceAnswered { kind, .. } => {
-                kind
-            }
+            ConnectError::Preface(_) => "h2_handshake",
+            ConnectError::PrefaceAnswered { kind, .. } => kind,
         }
     }
 
@@ -327,8 +247,7 @@ impl ConnectError {
             | ConnectError::Tls(e)
             | ConnectError::Prefix(e)
             | ConnectError::Preface(e) => agent_sim_net::speaker_of(e),
-            ConnectError::Handshake(e) => agent_sim_net::speaker_of(e),
-            ConnectError::Answered { .. } | ConnectError::PrefaceAnswered { .. } => None,
+            ConnectError::PrefaceAnswered { .. } => None,
         }
     }
 }
@@ -351,8 +270,6 @@ pub struct Dialer {
     pub addr: SocketAddr,
     /// TLS client config and the name to verify.
     pub tls: Option<(TlsConnector, ServerName<'static>)>,
-    /// `:authority` of the requests.
-    pub origin: Uri,
     /// HTTP/2 keepalive ping interval.
     pub keepalive_time: Duration,
     /// HTTP/2 keepalive timeout.
@@ -408,34 +325,13 @@ impl Dialer {
                 Some((TlsConnector::from(config), server_name(t, host)?))
             }
         };
-        let origin = Uri::builder()
-            .scheme("http")
-            .authority(addr.to_string())
-            .path_and_query("/")
-            .build()
-            .map_err(|source| ConsulError::Origin { addr, source })?;
         Ok(Dialer {
             port,
             addr,
             tls,
-            origin,
             keepalive_time,
             keepalive_timeout,
         })
-    }
-
-    /// [`Dialer::connect`] for a session (see [`within_session`]).
-    pub async fn connect_session(
-        &self,
-        cx: &agent_sim_fleet::SessionCx,
-        bytes: Option<ByteCounters>,
-    ) -> Result<RpcConn, agent_sim_fleet::SessionEnd> {
-        within_session(cx, self.connect_counted(cx.bind_addr, bytes)).await
-    }
-
-    /// Dials, writes the prefix byte(s), does the HTTP/2 handshake.
-    pub async fn connect(&self, bind: Option<IpAddr>) -> Result<RpcConn, ConnectError> {
-        self.connect_counted(bind, None).await
     }
 
     /// Dials and writes the prefix bytes: `prefix` after `0x03` + TLS for
@@ -482,45 +378,6 @@ impl Dialer {
             }
         };
         Ok((io, stamp))
-    }
-
-    /// [`Dialer::connect`], the bytes in and out counted when `bytes` is given.
-    pub async fn connect_counted(
-        &self,
-        bind: Option<IpAddr>,
-        bytes: Option<ByteCounters>,
-    ) -> Result<RpcConn, ConnectError> {
-        let (io, stamp) = self.open(bind, RPC_GRPC).await?;
-        let io = Counted::new(io, bytes);
-        let first_bytes = FirstBytes::default();
-        let io = Sniff {
-            io,
-            first: first_bytes.clone(),
-        };
-        let (tx, conn) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .keep_alive_interval(self.keepalive_time)
-            .keep_alive_timeout(self.keepalive_timeout)
-            .keep_alive_while_idle(false)
-            .max_header_list_size(MAX_HEADER_LIST)
-            .handshake::<_, tonic::body::Body>(TokioIo::new(io))
-            .await
-            .map_err(|source| match what_answered(&first_bytes) {
-                Some((kind, words)) => ConnectError::Answered {
-                    kind,
-                    words,
-                    source,
-                },
-                None => ConnectError::Handshake(source),
-            })?;
-        let grpc = tonic::client::Grpc::with_origin(H2Channel { tx }, self.origin.clone())
-            .max_decoding_message_size(crate::codec::MAX_EVENT_MESSAGE);
-        Ok(RpcConn {
-            grpc,
-            driver: Box::pin(conn),
-            first_bytes,
-            stamp,
-        })
     }
 }
 
@@ -698,8 +555,12 @@ mod tests {
             Duration::from_secs(10),
         )
         .unwrap();
-        let client =
-            tokio::spawn(async move { d.connect(None).await.map(|_| ()).map_err(|e| e.kind()) });
+        let client = tokio::spawn(async move {
+            d.connect_streams(None, None)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.kind())
+        });
         let (mut sock, _) = listener.accept().await.unwrap();
         let mut b = [0u8; 2];
         sock.read_exact(&mut b).await.unwrap();

@@ -14,8 +14,8 @@
 //! - [`codec`]: `SubscribeRequest` building, a small-buffer prost codec, keys.
 //! - [`view`]: the materialized view of one subscription (pure state).
 //! - [`conn`]: dial, prefix byte(s), TLS; the agents' streaming connection
-//!   on [`h2`] (a lean HTTP/2 client for their Subscribe calls), hyper's
-//!   HTTP/2 as a tonic channel for the sidecars;
+//!   and the sidecars' gRPC connection on [`h2`] (a lean HTTP/2 client for
+//!   every stream an agent or a sidecar holds);
 //!   [`ended`]: how a session's connection or call ended, as kinds.
 //! - [`http`]: the HTTP API subset (catalog, txn, sessions, config entries)
 //!   on the project's pooled HTTP/1 client (`agent_sim_net::http`).
@@ -83,14 +83,6 @@ pub enum ConsulError {
     /// The gossip settings cannot be used (keys, join or bind addresses).
     #[error("consul: {0}")]
     Gossip(#[from] gossip::GossipError),
-    /// The origin (`:authority`) of a server's address does not build.
-    #[error("consul: origin for {addr}: {source}")]
-    Origin {
-        /// The server's address.
-        addr: std::net::SocketAddr,
-        /// Why it is not an authority.
-        source: ::http::Error,
-    },
     /// The TLS settings cannot be used.
     #[error("consul TLS: {0}")]
     Tls(#[from] agent_sim_net::TlsError),
@@ -454,7 +446,7 @@ pub const TXN_ROLLBACK: agent_sim_metrics::ErrorKindSpec = agent_sim_metrics::Er
 };
 
 /// The HTTP/2 handshake failed and the first bytes told nothing more
-/// ([`conn::ConnectError::Handshake`]; the dataplane sidecars dial alike).
+/// ([`conn::ConnectError::Preface`]; the dataplane sidecars dial alike).
 pub const H2_HANDSHAKE: agent_sim_metrics::ErrorKindSpec = agent_sim_metrics::ErrorKindSpec {
     kind: "h2_handshake",
     hint: "the HTTP/2 handshake failed and the server's first bytes say nothing more (the \

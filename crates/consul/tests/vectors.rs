@@ -282,7 +282,7 @@ async fn our_connector_writes_0x08_then_the_h2_preface() {
     let (server_read, was_read) = tokio::sync::oneshot::channel::<()>();
     let client = tokio::spawn(async move {
         // Keep the connection object alive until the server side has read.
-        let c = dialer.connect(None).await;
+        let c = dialer.connect_streams(None, None).await;
         let _ = was_read.await;
         c.is_ok()
     });

@@ -146,22 +146,14 @@ async fn refusals_in_consuls_words() {
     let mut bare = RawAds::open(t.grpc, DeltaDiscoveryRequest::default())
         .await
         .unwrap();
-    let e = tokio::time::timeout(SEC, futures_util::StreamExt::next(&mut bare.inbound))
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap_err();
+    let e = bare.next_item(SEC).await.unwrap().unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert_eq!(e.message(), "type URL is required for ADS");
     // An Envoy this Consul does not support.
     let mut x = XdsState::new(None);
     let old = x.stream_start(node(Some((1, 20, 0))).node()).remove(0);
     let mut old = RawAds::open(t.grpc, old).await.unwrap();
-    let e = tokio::time::timeout(SEC, futures_util::StreamExt::next(&mut old.inbound))
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap_err();
+    let e = old.next_item(SEC).await.unwrap().unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("1.20.0"), "{e:?}");
     // A proxy the catalog does not hold: nothing is sent.
@@ -175,10 +167,9 @@ async fn refusals_in_consuls_words() {
 
 /// The status a raw stream ends with (panics on a response or no end).
 async fn ended(ads: &mut RawAds) -> tonic::Status {
-    tokio::time::timeout(SEC, futures_util::StreamExt::next(&mut ads.inbound))
+    ads.next_item(SEC)
         .await
         .expect("an end in time")
-        .expect("an error, not the end of the stream")
         .expect_err("an error, not a response")
 }
 
@@ -195,7 +186,7 @@ async fn unknown_fields_and_types_are_counted_and_ignored_bad_requests_refused()
     for r in &h.requests {
         let mut b = xds::encode(r).to_vec();
         b.extend_from_slice(&[0x62, 0x01, 0x00]);
-        ads.outbox.push(b.into());
+        ads.push(b.into());
     }
     let sent = h.requests.len() as u64;
     let eds = ads.next(SEC).await;
@@ -214,8 +205,7 @@ async fn unknown_fields_and_types_are_counted_and_ignored_bad_requests_refused()
     assert_eq!((st.xds_unknown_types, st.xds_acks), (1, 2), "{st:?}");
     assert_eq!(st.xds_requests_refused, 0);
     // Bytes that are no request: the stream ends in tonic's words.
-    ads.outbox
-        .push(bytes::Bytes::from_static(&[0x07, 0xba, 0xd0]));
+    ads.push(bytes::Bytes::from_static(&[0x07, 0xba, 0xd0]));
     let e = ended(&mut ads).await;
     assert_eq!(e.code(), Code::Internal, "{e:?}");
     assert!(e.message().contains("failed to decode"), "{e:?}");

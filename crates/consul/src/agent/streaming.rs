@@ -161,7 +161,7 @@ impl Watches for Streams {
     fn poll(&mut self, _: &mut [Slot], _: usize, tcx: &mut Context<'_>) -> Poll<Io> {
         let Streams { conn, metrics, .. } = self;
         let got =
-            std::task::ready!(conn.poll_next(tcx, &mut |msg| decode_event(msg, Some(metrics))));
+            std::task::ready!(conn.poll_next(tcx, &mut |_, msg| decode_event(msg, Some(metrics))));
         Poll::Ready(match got {
             Got::Started(i) => Io::Started(i),
             Got::Message(i, r) => Io::Event(i, Instant::now(), r),

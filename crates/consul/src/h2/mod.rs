@@ -1,6 +1,8 @@
-//! A lean HTTP/2 client for an agent's Subscribe streams: the gRPC calls a
-//! Consul client agent keeps open on its streaming connection (the RPC
-//! port after `0x08`), each a server-streaming call.
+//! A lean HTTP/2 client for the gRPC streams simulated agents hold: a
+//! Consul client agent's Subscribe calls on its streaming connection (the
+//! RPC port after `0x08`, each server-streaming) and a dataplane sidecar's
+//! calls on the gRPC port (a unary bootstrap call, the bidirectional Delta
+//! xDS stream, the server-streaming `WatchServers`).
 //!
 //! Why not hyper and h2: their connection costs ≈39 KiB per agent before a
 //! stream carries a byte (h2's 16 KiB write buffer, an 8 KiB read buffer,
@@ -13,22 +15,27 @@
 //! by the session loop), so it spawns nothing and needs no timer of its
 //! own: the keepalive's deadline is the loop's ([`Conn::keepalive_due`]).
 //!
-//! What it does: the preface and settings, a request per call (headers
-//! and its one message, the stream half-closed), the server's messages
-//! split from DATA frames (several per frame, or one over many frames),
-//! flow control (a window update once a quarter of a window is read),
-//! the response's headers and trailers (grpc-status, grpc-message), resets
-//! both ways, PING answers and keepalive pings, GOAWAY. What it is not: a
-//! general client. No request bodies over a message, no server push (it is
-//! refused in the settings), no priorities, no compression.
+//! What it does: the preface and settings, calls with request metadata,
+//! a call's requests as gRPC messages (one and half-closed for a unary or
+//! server-streaming call; any number on an open stream for a bidirectional
+//! one, `send`), the server's messages split from DATA frames (several per
+//! frame, or one over many frames), flow control both ways (a window update
+//! once a quarter of a window is read; requests framed to the server's
+//! stream and connection windows and its initial window setting, held
+//! only while a window is closed), the response's headers and trailers
+//! (grpc-status, grpc-message), resets both ways, PING answers and
+//! keepalive pings, GOAWAY. What it is not: a general client. No server
+//! push (it is refused in the settings), no priorities, no compression.
 //!
 //! Parts: [`frame`] (bytes of frames), [`hpack`] (header blocks),
-//! `huffman` (HPACK's string code), `recv` (what the server's frames do).
+//! `huffman` (HPACK's string code), `recv` (what the server's frames do),
+//! `send` (opening calls and framing their requests to the windows).
 
 pub mod frame;
 pub mod hpack;
 mod huffman;
 mod recv;
+mod send;
 #[cfg(test)]
 mod tests;
 
@@ -143,6 +150,15 @@ struct Stream {
     /// A message split over frames, while it is incomplete (its 5-octet
     /// prefix first).
     msg: Vec<u8>,
+    /// What the server's windows let the client send on it.
+    send_window: i64,
+    /// Requests (framed as gRPC messages) waiting for a window; empty, and
+    /// holding nothing, while the windows are open.
+    out: Vec<u8>,
+    /// The client's requests are over: END_STREAM once `out` is sent.
+    closing: bool,
+    /// END_STREAM went out.
+    end_sent: bool,
 }
 
 /// The rest of a DATA frame being split into messages: its stream, where
@@ -194,6 +210,8 @@ pub struct Conn<IO> {
     conn_unacked: u32,
     /// What the server's connection window lets the client send.
     send_window: i64,
+    /// The server's SETTINGS_INITIAL_WINDOW_SIZE: a new call's window.
+    peer_window: u32,
     keepalive: Keepalive,
     last_read: Instant,
     ping_sent: Option<Instant>,
@@ -248,6 +266,7 @@ impl<IO> Conn<IO> {
             continued: None,
             conn_unacked: 0,
             send_window: i64::from(frame::INITIAL_WINDOW),
+            peer_window: frame::INITIAL_WINDOW,
             keepalive,
             last_read: Instant::now(),
             ping_sent: None,
@@ -261,52 +280,24 @@ impl<IO> Conn<IO> {
     }
 
     /// Starts a call of `path` tagged `tag` with one request message,
-    /// `encode` appending its bytes; a call of the same tag still open is
+    /// `encode` appending its bytes, the requests ended with it (a unary or
+    /// server-streaming call); a call of the same tag still open is
     /// cancelled. A connection going away refuses the call (it ends with
     /// `UNAVAILABLE` at the next poll).
     pub fn start(&mut self, tag: usize, path: &str, encode: impl FnOnce(&mut Vec<u8>)) {
-        self.cancel(tag);
-        if self.going_away.is_some() || self.ended.is_some() {
-            let status = Status::unavailable("the connection is going away");
-            self.refused.push((tag, status));
-            return;
-        }
-        let id = self.next_id;
-        self.next_id += 2;
-        let mut block = Vec::with_capacity(96 + path.len() + self.authority.len());
-        hpack::put_indexed(&mut block, 3); // :method POST
-        hpack::put_indexed(&mut block, 6); // :scheme http
-        hpack::put_field(&mut block, 4, ":path", path);
-        hpack::put_field(&mut block, 1, ":authority", &self.authority);
-        hpack::put_field(&mut block, 31, "content-type", "application/grpc");
-        hpack::put_field(&mut block, 0, "te", "trailers");
-        hpack::put_field(&mut block, 58, "user-agent", USER_AGENT);
-        let w = &mut self.wbuf;
-        frame::put_head(w, block.len(), frame::HEADERS, frame::END_HEADERS, id);
-        w.extend_from_slice(&block);
-        // The message after its 5-octet prefix, whose length is set once
-        // the message is written.
-        let head_at = w.len();
-        frame::put_head(w, 0, frame::DATA, frame::END_STREAM, id);
-        w.extend_from_slice(&[0; 5]);
-        encode(w);
-        let body = w.len() - head_at - 9;
-        let len = (body - 5) as u32;
-        w[head_at..head_at + 3].copy_from_slice(&(body as u32).to_be_bytes()[1..]);
-        w[head_at + 10..head_at + 14].copy_from_slice(&len.to_be_bytes());
-        self.send_window -= body as i64;
-        self.streams.push(Stream {
-            id,
-            tag,
-            started: false,
-            unacked: 0,
-            msg: Vec::new(),
-        });
-        if self.send_window < 0 {
-            // The server never opened its window again: a broken peer.
-            self.ended = Some(ConnError::Protocol(
-                "the server's flow-control window stayed closed",
-            ));
+        self.start_with(tag, path, &[], encode);
+    }
+
+    /// [`Conn::start`] with `metadata` (see [`Conn::open`]).
+    pub fn start_with(
+        &mut self,
+        tag: usize,
+        path: &str,
+        metadata: &[(&str, &str)],
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) {
+        if self.open(tag, path, metadata) {
+            self.push(tag, encode, true);
         }
     }
 
@@ -359,7 +350,12 @@ impl<IO> Conn<IO> {
 
     /// Octets held by the connection's buffers (tests and benchmarks).
     pub fn held(&self) -> usize {
-        self.rbuf.capacity() + self.wbuf.capacity()
+        let calls: usize = self
+            .streams
+            .iter()
+            .map(|s| s.msg.capacity() + s.out.capacity())
+            .sum();
+        self.rbuf.capacity() + self.wbuf.capacity() + calls
     }
 }
 
@@ -375,7 +371,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<IO> {
     pub fn poll_next<T>(
         &mut self,
         cx: &mut Context<'_>,
-        decode: &mut impl FnMut(&[u8]) -> T,
+        decode: &mut impl FnMut(usize, &[u8]) -> T,
     ) -> Poll<Got<T>> {
         loop {
             if self.told {

@@ -123,14 +123,12 @@ impl<IO> Conn<IO> {
             frame::DATA => self.on_data(&h, start),
             frame::HEADERS | frame::CONTINUATION => self.on_headers(&h, start),
             frame::RST_STREAM => Ok(self.on_reset(&h, start)),
-            frame::SETTINGS => self.on_settings(&h),
+            frame::SETTINGS => self.on_settings(&h, start),
             frame::PING => self.on_ping(&h, start),
             frame::GOAWAY => self.on_goaway(&h, start),
             frame::WINDOW_UPDATE => {
                 let w = self.word(&h, start)?;
-                if h.stream == 0 {
-                    self.send_window += i64::from(w & 0x7fff_ffff);
-                }
+                self.on_window(h.stream, w);
                 Ok(Step::Handled)
             }
             frame::PUSH_PROMISE => Err(ConnError::Protocol("a push, which the client refused")),
@@ -279,14 +277,24 @@ impl<IO> Conn<IO> {
         Step::Got(Got::Ended(s.tag, reset_status(code)))
     }
 
-    fn on_settings<T>(&mut self, h: &Head) -> Result<Step<T>, ConnError> {
+    fn on_settings<T>(&mut self, h: &Head, start: usize) -> Result<Step<T>, ConnError> {
         if h.stream != 0 || !h.len.is_multiple_of(6) {
             return Err(ConnError::Protocol("a malformed SETTINGS frame"));
         }
-        if h.flags & frame::ACK == 0 {
-            // The server's values bind what the client sends: one small
-            // request per call, under every limit a server may set.
-            frame::put_head(&mut self.wbuf, 0, frame::SETTINGS, frame::ACK, 0);
+        if h.flags & frame::ACK != 0 {
+            return Ok(Step::Handled);
+        }
+        // Of the server's values only its initial window binds what the
+        // client sends: every request is far under any other limit.
+        let mut window = None;
+        for pair in self.rbuf[start..start + h.len].chunks_exact(6) {
+            if u16::from_be_bytes([pair[0], pair[1]]) == frame::SETTINGS_INITIAL_WINDOW_SIZE {
+                window = Some(u32::from_be_bytes([pair[2], pair[3], pair[4], pair[5]]));
+            }
+        }
+        frame::put_head(&mut self.wbuf, 0, frame::SETTINGS, frame::ACK, 0);
+        if let Some(size) = window {
+            self.on_initial_window(size)?;
         }
         Ok(Step::Handled)
     }
@@ -322,7 +330,7 @@ impl<IO> Conn<IO> {
     /// end when the frame ended it.
     pub(super) fn next_message<T>(
         &mut self,
-        decode: &mut impl FnMut(&[u8]) -> T,
+        decode: &mut impl FnMut(usize, &[u8]) -> T,
     ) -> Option<Got<T>> {
         let mut d = self.data?;
         let Some(i) = self.streams.iter().position(|s| s.id == d.id) else {
@@ -341,7 +349,7 @@ impl<IO> Conn<IO> {
                     return Some(self.fail_stream(tag, status));
                 }
                 if avail.len() >= 5 + len {
-                    let got = decode(&avail[5..5 + len]);
+                    let got = decode(tag, &avail[5..5 + len]);
                     d.at += 5 + len;
                     self.data = Some(d);
                     return Some(Got::Message(tag, got));
@@ -364,7 +372,7 @@ impl<IO> Conn<IO> {
                 s.msg.reserve_exact(len);
             }
             if s.msg.len() >= 5 && s.msg.len() == 5 + message_len(&s.msg) {
-                let got = decode(&s.msg[5..]);
+                let got = decode(tag, &s.msg[5..]);
                 s.msg = Vec::new();
                 self.data = Some(d);
                 return Some(Got::Message(tag, got));

@@ -119,7 +119,7 @@ async fn pair() -> (Conn<DuplexStream>, Server) {
 }
 
 async fn next(conn: &mut Conn<DuplexStream>) -> Got<Vec<u8>> {
-    std::future::poll_fn(|cx| conn.poll_next(cx, &mut |m: &[u8]| m.to_vec())).await
+    std::future::poll_fn(|cx| conn.poll_next(cx, &mut |_, m: &[u8]| m.to_vec())).await
 }
 
 #[tokio::test]
@@ -412,4 +412,148 @@ async fn a_real_servers_stream_reads_back() {
     drop(server);
     assert!(matches!(next(&mut conn).await, Got::Closed(ConnError::Eof)));
     assert_eq!(conn.held(), 0);
+}
+
+/// A client with no call yet, the server having read its preface.
+async fn bare() -> (Conn<DuplexStream>, Server) {
+    let (a, b) = tokio::io::duplex(1 << 20);
+    let mut conn = Conn::new(a, "127.0.0.1:8502", KEEPALIVE, 1 << 20);
+    conn.handshake().await.unwrap();
+    let mut server = Server {
+        io: b,
+        hpack: hpack::Decoder::default(),
+    };
+    let mut preface = vec![0; frame::PREFACE.len()];
+    server.io.read_exact(&mut preface).await.unwrap();
+    (conn, server)
+}
+
+/// Polls the connection until it has nothing to tell (its writes go out).
+async fn settle(conn: &mut Conn<DuplexStream>) {
+    tokio::select! {
+        got = next(conn) => panic!("nothing to tell: {got:?}"),
+        _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+    }
+}
+
+#[tokio::test]
+async fn a_bidirectional_call_sends_requests_on_its_open_stream() {
+    let (mut conn, mut server) = bare().await;
+    assert!(conn.open(7, "/x.Y/Z", &[("x-consul-token", "secret")]));
+    assert!(conn.send(7, |w| w.extend_from_slice(b"first")));
+    settle(&mut conn).await;
+    let (h, block) = server.next_of(frame::HEADERS).await;
+    assert_eq!((h.stream, h.flags), (1, frame::END_HEADERS));
+    let f = server.fields(&block);
+    assert_eq!(f[2], (":path".into(), "/x.Y/Z".into()));
+    assert_eq!(
+        f.last().unwrap(),
+        &("x-consul-token".into(), "secret".into())
+    );
+    let (h, p) = server.next_of(frame::DATA).await;
+    assert_eq!((h.stream, h.flags), (1, 0));
+    assert_eq!(p, b"\0\0\0\0\x05first");
+    // The server answers; the client goes on sending on the same stream.
+    server
+        .send(|o| {
+            headers(o, 1, false, &response_block());
+            let mut m = Vec::new();
+            message(&mut m, b"answer");
+            data(o, 1, false, &m);
+        })
+        .await;
+    assert!(matches!(next(&mut conn).await, Got::Started(7)));
+    assert!(matches!(next(&mut conn).await, Got::Message(7, m) if m == b"answer"));
+    assert!(conn.send(7, |w| w.extend_from_slice(b"ack")));
+    conn.close_send(7);
+    assert!(
+        !conn.send(7, |w| w.extend_from_slice(b"late")),
+        "no request after the end"
+    );
+    settle(&mut conn).await;
+    let (h, p) = server.next_of(frame::DATA).await;
+    assert_eq!((h.flags, &p[..]), (0, &b"\0\0\0\0\x03ack"[..]));
+    let (h, p) = server.next_of(frame::DATA).await;
+    assert_eq!((h.flags, p.len()), (frame::END_STREAM, 0));
+    // The call ends with the server's trailers.
+    server
+        .send(|o| headers(o, 1, true, &trailers_block(0, "")))
+        .await;
+    assert!(matches!(next(&mut conn).await, Got::Ended(7, s) if s.code() == Code::Ok));
+    assert!(!conn.send(7, |w| w.push(1)), "the call is over");
+    settle(&mut conn).await;
+    assert_eq!(conn.held(), 0, "an idle connection holds nothing");
+}
+
+#[tokio::test]
+async fn requests_wait_for_the_servers_windows_and_split_at_a_frame() {
+    let (mut conn, mut server) = bare().await;
+    // The server's calls open with a 10-octet window.
+    server
+        .send(|o| frame::put_settings(o, &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 10)]))
+        .await;
+    settle(&mut conn).await;
+    assert!(conn.open(1, "/x.Y/Z", &[]));
+    assert!(conn.send(1, |w| w.extend_from_slice(&[9; 20])));
+    settle(&mut conn).await;
+    let (h, p) = server.next_of(frame::DATA).await;
+    assert_eq!((h.len, &p[..5]), (10, &[0, 0, 0, 0, 20][..]));
+    assert!(conn.held() >= 15, "the rest waits on the call");
+    // The call's window opens by 100: the other 15 octets go out.
+    server
+        .send(|o| frame::put_word(o, frame::WINDOW_UPDATE, 1, 100))
+        .await;
+    settle(&mut conn).await;
+    let (h, p) = server.next_of(frame::DATA).await;
+    assert_eq!((h.len, p), (15, vec![9; 15]));
+    // A bigger initial window opens the open call too (by the change).
+    server
+        .send(|o| {
+            frame::put_settings(o, &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20)]);
+            frame::put_word(o, frame::WINDOW_UPDATE, 0, 1 << 20);
+        })
+        .await;
+    settle(&mut conn).await;
+    // A request over a frame is split into frames of at most 16 KiB.
+    assert!(conn.send(1, |w| w.extend_from_slice(&vec![7; 20_000])));
+    conn.close_send(1);
+    settle(&mut conn).await;
+    let (h, _) = server.next_of(frame::DATA).await;
+    assert_eq!((h.len, h.flags), (frame::MAX_FRAME, 0));
+    let (h, _) = server.next_of(frame::DATA).await;
+    assert_eq!((h.len, h.flags), (20_005 - frame::MAX_FRAME, 0));
+    let (h, _) = server.next_of(frame::DATA).await;
+    assert_eq!((h.len, h.flags), (0, frame::END_STREAM));
+    assert_eq!(conn.held(), 0, "nothing is kept once sent");
+}
+
+#[tokio::test]
+async fn the_connection_window_holds_every_call_until_it_opens() {
+    let (mut conn, mut server) = bare().await;
+    assert!(conn.open(1, "/a", &[]));
+    assert!(conn.open(2, "/b", &[]));
+    // 65,535 octets: a little under the connection's window.
+    assert!(conn.send(1, |w| w.extend_from_slice(&vec![1; 65_000])));
+    assert!(conn.send(2, |w| w.extend_from_slice(&[2; 600])));
+    settle(&mut conn).await;
+    let mut sent = [0usize; 2];
+    for _ in 0..5 {
+        let (h, _) = server.next_of(frame::DATA).await;
+        sent[h.stream as usize / 2] += h.len;
+    }
+    assert_eq!(sent, [65_005, 530], "the window's last 530 octets");
+    server
+        .send(|o| frame::put_word(o, frame::WINDOW_UPDATE, 0, 1000))
+        .await;
+    settle(&mut conn).await;
+    let (h, p) = server.next_of(frame::DATA).await;
+    assert_eq!((h.stream, p.len()), (3, 75));
+    // A window update over 2^31-1 in settings ends the connection.
+    server
+        .send(|o| frame::put_settings(o, &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 1 << 31)]))
+        .await;
+    assert!(matches!(
+        next(&mut conn).await,
+        Got::Closed(ConnError::Protocol(_))
+    ));
 }

@@ -88,7 +88,7 @@ pub fn connection(raw: Vec<u8>, chunk: usize) -> (Vec<Event>, Ended) {
     let mut cx = Context::from_waker(Waker::noop());
     let (mut events, mut call) = (Vec::new(), None);
     loop {
-        let got = match conn.poll_next(&mut cx, &mut |m| decode_event(m, None)) {
+        let got = match conn.poll_next(&mut cx, &mut |_, m| decode_event(m, None)) {
             Poll::Ready(got) => got,
             Poll::Pending => unreachable!("the script never waits"),
         };

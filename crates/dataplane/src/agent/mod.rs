@@ -21,7 +21,7 @@ use agent_sim_consul::txn::TxnBatcher;
 use agent_sim_consul::{ConsulFactory, ProbeKind};
 use agent_sim_fleet::{Agent, AgentFactory, BoxFuture, SessionCx, SessionEnd};
 use agent_sim_metrics::{CounterId, LatencyId, Metrics};
-use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+use tonic::metadata::AsciiMetadataValue;
 
 use crate::config::DataplaneConfig;
 use crate::xds::{ProbeWatch, XdsState};
@@ -80,7 +80,8 @@ pub(crate) struct Shared {
     probe_service: Option<String>,
     metrics: Metrics,
     ids: Ids,
-    token: Option<AsciiMetadataValue>,
+    /// The ACL token of every call (checked as a gRPC metadata value).
+    token: Option<Box<str>>,
     envoy_version: Option<(u32, u32, u32)>,
 }
 
@@ -165,7 +166,8 @@ impl DataplaneFactory {
         };
         let token = match cfg.conn.token.as_deref() {
             Some(t) if !t.is_empty() => {
-                Some(MetadataValue::try_from(t).map_err(crate::config::ConfigError::Token)?)
+                AsciiMetadataValue::try_from(t).map_err(crate::config::ConfigError::Token)?;
+                Some(t.into())
             }
             _ => None,
         };

@@ -1,16 +1,21 @@
 //! One session of a sidecar: registration (once), dial, bootstrap params,
-//! then the ADS stream (and `WatchServers`) on one HTTP/2 connection, in
-//! one loop over cancellation, the connection and the streams
-//! (`agent_sim_fleet::wake`) with one handler per wake.
+//! then the ADS stream (and `WatchServers`) on one HTTP/2 connection (the
+//! project's lean client, `agent_sim_consul::h2`: no buffer held while
+//! idle, no task of its own), in one loop over cancellation, the
+//! connection and the phase's deadline (`agent_sim_fleet::wake`) with one
+//! handler per wake.
+//!
+//! The calls on the connection, as consul-dataplane and Envoy make them:
+//! `GetEnvoyBootstrapParams` (unary), then the Delta ADS stream (requests
+//! and ACKs on the open stream), then `WatchServers` (server-streaming).
 
-use std::future::Future;
-use std::pin::{Pin, pin};
-use std::task::{Context, Poll};
+use std::pin::pin;
+use std::task::Context;
 use std::time::Duration;
 
-use ::http::uri::PathAndQuery;
-use agent_sim_consul::conn::{self, ConnDriver, GrpcClient, RpcConn};
-use agent_sim_consul::ended::{driver_failure, server_said, status_words};
+use agent_sim_consul::conn::{self, StreamConn, Streaming};
+use agent_sim_consul::ended::{server_said, status_words};
+use agent_sim_consul::h2::Got;
 use agent_sim_consul::http as chttp;
 use agent_sim_consul::probe::{Owed, ProbeBoard};
 use agent_sim_consul::txn::TxnOps;
@@ -18,28 +23,25 @@ use agent_sim_consul::view::Change;
 use agent_sim_fleet::wake::{self, NoCall, Woke};
 use agent_sim_fleet::{Failure, SessionCx, SessionEnd};
 use agent_sim_net::RxStamp;
-use agent_sim_proto::consul::dataplane::{
-    GetEnvoyBootstrapParamsRequest, GetEnvoyBootstrapParamsResponse,
-};
+use agent_sim_proto::consul::dataplane::GetEnvoyBootstrapParamsResponse;
 use agent_sim_proto::consul::serverdiscovery::{WatchServersRequest, WatchServersResponse};
-use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
-use futures_util::Stream;
+use prost::Message as _;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tonic::codec::Streaming;
 use tonic::{Code, Status};
 
 use super::{DataplaneAgent, Shared};
-use crate::codec::{
-    ADS_PATH, AdsCodec, BOOTSTRAP_PATH, Outbox, SmallCodec, TOKEN_HEADER, WATCH_SERVERS_PATH,
-    bootstrap_request,
-};
-use crate::xds::{self, NodeInfo};
+use crate::codec::{ADS_PATH, BOOTSTRAP_PATH, TOKEN_HEADER, WATCH_SERVERS_PATH, bootstrap_request};
+use crate::xds::NodeInfo;
 
 /// The bootstrap call and the opening of the ADS stream must be answered
-/// within this.
+/// within this (and `WatchServers` must have started).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The tags of a session's calls on its connection.
+const BOOTSTRAP: usize = 0;
+const ADS: usize = 1;
+const SERVERS: usize = 2;
 
 /// Takes a live probe subscription off the board however the session ends
 /// (a session that ends by itself takes it off with [`ProbeCount::down`],
@@ -76,92 +78,69 @@ impl Drop for ProbeCount<'_> {
     }
 }
 
-/// What the connection or a stream brought.
-enum Io {
-    /// The connection ended.
-    Closed(Failure),
-    Ads(Instant, Result<DeltaDiscoveryResponse, Status>),
-    AdsEnd,
+/// A message of one of the session's calls, decoded as its tag says.
+// Made by one poll and handled at once: a response is not boxed to be
+// moved one step.
+#[allow(clippy::large_enum_variant)]
+enum Msg {
+    Bootstrap(Result<GetEnvoyBootstrapParamsResponse, Status>),
+    Ads(Result<DeltaDiscoveryResponse, Status>),
     Servers(Result<WatchServersResponse, Status>),
-    ServersEnd,
 }
 
-/// The connection of a session in steady state and its streams.
-struct Streams {
-    driver: ConnDriver,
-    /// Requests (ACKs, NACKs, subscriptions) go out on the ADS stream.
-    outbox: Outbox,
-    ads: Streaming<DeltaDiscoveryResponse>,
-    servers: Option<Streaming<WatchServersResponse>>,
-    stamp: Option<RxStamp>,
-    /// When the ADS stream was asked for.
-    started: Instant,
-    /// The proxy has its whole first configuration.
-    established: bool,
-}
-
-impl Streams {
-    /// The connection, then the ADS stream, then `WatchServers`.
-    fn poll(&mut self, tcx: &mut Context<'_>) -> Poll<Io> {
-        if let Poll::Ready(r) = self.driver.as_mut().poll(tcx) {
-            return Poll::Ready(Io::Closed(driver_failure(r)));
-        }
-        match Pin::new(&mut self.ads).poll_next(tcx) {
-            Poll::Ready(Some(r)) => return Poll::Ready(Io::Ads(Instant::now(), r)),
-            Poll::Ready(None) => return Poll::Ready(Io::AdsEnd),
-            Poll::Pending => {}
-        }
-        if let Some(s) = self.servers.as_mut() {
-            match Pin::new(s).poll_next(tcx) {
-                Poll::Ready(Some(r)) => return Poll::Ready(Io::Servers(r)),
-                Poll::Ready(None) => return Poll::Ready(Io::ServersEnd),
-                Poll::Pending => {}
-            }
-        }
-        Poll::Pending
+fn decode(tag: usize, b: &[u8]) -> Msg {
+    match tag {
+        BOOTSTRAP => Msg::Bootstrap(decode_as(b)),
+        ADS => Msg::Ads(decode_as(b)),
+        _ => Msg::Servers(decode_as(b)),
     }
 }
 
-/// How a call made before the streams run came out.
-enum Setup<T> {
-    /// The call's own result.
-    Answered(T),
-    /// Not answered within [`CALL_TIMEOUT`].
-    TimedOut,
-    /// The connection ended first.
-    Closed(Failure),
-    /// The session was cancelled first.
-    Cancelled,
+/// A message as prost reads it; a failure in the words tonic used for
+/// it (the kind `xds_decode` is told by them).
+fn decode_as<T: prost::Message + Default>(b: &[u8]) -> Result<T, Status> {
+    T::decode(b).map_err(|e| Status::internal(format!("failed to decode Protobuf message: {e}")))
 }
 
-/// Runs `call` within [`CALL_TIMEOUT`] while driving the connection, given
-/// up when `cancel` (if any) is cancelled (checked first, as in every
-/// session loop).
-async fn setup_call<T>(
-    driver: &mut ConnDriver,
-    cancel: Option<&CancellationToken>,
-    call: impl Future<Output = T>,
-) -> Setup<T> {
-    let mut call = pin!(tokio::time::timeout(CALL_TIMEOUT, call));
-    let mut cancelled = pin!(cancel.map(CancellationToken::cancelled));
-    std::future::poll_fn(|cx| {
-        if let Some(c) = cancelled.as_mut().as_pin_mut()
-            && c.poll(cx).is_ready()
-        {
-            return Poll::Ready(Setup::Cancelled);
-        }
-        if let Poll::Ready(r) = call.as_mut().poll(cx) {
-            return Poll::Ready(match r {
-                Ok(v) => Setup::Answered(v),
-                Err(_) => Setup::TimedOut,
-            });
-        }
-        if let Poll::Ready(r) = driver.as_mut().poll(cx) {
-            return Poll::Ready(Setup::Closed(driver_failure(r)));
-        }
-        Poll::Pending
-    })
-    .await
+/// Where a session is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// `GetEnvoyBootstrapParams` asked, not answered.
+    Bootstrap,
+    /// Answered; the ADS stream asked for, its headers not yet come.
+    Opening,
+    /// The ADS stream is open.
+    Streaming,
+}
+
+/// The connection of a session and where its calls are.
+struct Calls {
+    conn: Box<StreamConn>,
+    stamp: Option<RxStamp>,
+    phase: Phase,
+    /// When the phase's call must have been answered (none once streaming).
+    due: Option<Instant>,
+    /// When `WatchServers` must have started (none once it has, or when
+    /// not asked for).
+    servers_due: Option<Instant>,
+    /// When the bootstrap call, then the ADS stream, was asked for.
+    asked: Instant,
+    /// The proxy has its whole first configuration.
+    established: bool,
+    /// The server answered a call (a response, or its own status).
+    answered: bool,
+}
+
+impl Calls {
+    /// The loop's next deadline: the phase's, `WatchServers`', the
+    /// keepalive's.
+    fn deadline(&self) -> Instant {
+        [self.due, self.servers_due, self.conn.keepalive_due()]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400))
+    }
 }
 
 /// The error kind of a failed call or stream, in the server's words.
@@ -175,7 +154,7 @@ pub(crate) fn status_kind(s: &Status) -> &'static str {
             "envoy_version_unsupported"
         }
         Code::InvalidArgument => "xds_invalid_request",
-        // tonic's words for bytes that are not a DeltaDiscoveryResponse.
+        // Bytes that are not a DeltaDiscoveryResponse.
         Code::Internal if msg.contains("failed to decode Protobuf") => "xds_decode",
         _ => chttp::cause_kind(msg).unwrap_or_else(|| conn::status_kind(s.code())),
     }
@@ -185,20 +164,13 @@ fn lost(s: &Status) -> SessionEnd {
     SessionEnd::lost_with(status_kind(s), status_words(s))
 }
 
-/// Waits until the connection takes a call.
-async fn ready(g: &mut GrpcClient) -> Result<(), Status> {
-    g.ready()
-        .await
-        .map_err(|e| Status::unavailable(format!("connection not ready: {e}")))
-}
-
 impl DataplaneAgent {
-    fn request<T>(&self, msg: T) -> tonic::Request<T> {
-        let mut r = tonic::Request::new(msg);
-        if let Some(t) = &self.shared.token {
-            r.metadata_mut().insert(TOKEN_HEADER, t.clone());
+    /// The ACL token's header on every call, when the fleet has a token.
+    fn metadata(&self) -> Vec<(&'static str, &str)> {
+        match &self.shared.token {
+            Some(t) => vec![(TOKEN_HEADER, t.as_ref())],
+            None => Vec::new(),
         }
-        r
     }
 
     pub(super) async fn session(&mut self, cx: &SessionCx) -> SessionEnd {
@@ -217,7 +189,8 @@ impl DataplaneAgent {
         cx.on_server(server);
         let dialer = &sh.dialers[server];
         let t = Instant::now();
-        let conn = match dialer.connect_session(cx, None).await {
+        let dial = dialer.connect_streams(cx.bind_addr, None);
+        let conn = match conn::within_session(cx, dial).await {
             Ok(c) => c,
             Err(end) => return end,
         };
@@ -279,187 +252,61 @@ impl DataplaneAgent {
     /// The session on an established connection: bootstrap params, the ADS
     /// stream, `WatchServers`, then the streams until the session ends;
     /// also whether the server answered anything.
-    async fn steady(&mut self, cx: &SessionCx, conn: RpcConn) -> (SessionEnd, bool) {
-        let RpcConn {
-            grpc,
-            mut driver,
-            stamp,
-            ..
+    async fn steady(&mut self, cx: &SessionCx, conn: Streaming) -> (SessionEnd, bool) {
+        let Streaming {
+            mut conn, stamp, ..
         } = conn;
-        let node = match self.bootstrap(cx, &grpc, &mut driver).await {
-            Ok(node) => node,
-            Err(ended) => return ended,
-        };
-        let (outbox, ads, started) = match self.open_ads(cx, &grpc, &mut driver, node).await {
-            Ok(opened) => opened,
-            Err(end) => return (end, true),
-        };
-        let servers = match self.watch_servers(&grpc, &mut driver).await {
-            Ok(servers) => servers,
-            Err(end) => return (end, true),
-        };
-        let mut streams = Streams {
-            driver,
-            outbox,
-            ads,
-            servers,
+        let req = bootstrap_request(&self.proxy_id, &self.node);
+        conn.start_with(BOOTSTRAP, BOOTSTRAP_PATH, &self.metadata(), |w| {
+            req.encode_raw(w)
+        });
+        let now = Instant::now();
+        let mut calls = Calls {
+            conn,
             stamp,
-            started,
+            phase: Phase::Bootstrap,
+            due: Some(now + CALL_TIMEOUT),
+            servers_due: None,
+            asked: now,
             established: false,
+            answered: false,
         };
         let sh = self.shared.clone();
         let mut probe = ProbeCount {
             shared: &sh,
             mark: None,
         };
-        let end = self.stream_loop(cx, &mut streams, &mut probe).await;
+        let end = self.call_loop(cx, &mut calls, &mut probe).await;
         probe.down(&mut self.probe_owed);
-        streams.outbox.close();
-        (end, true)
+        (end, calls.answered)
     }
 
-    /// Step 1, bootstrap params, as consul-dataplane asks before starting
-    /// Envoy: the proxy's node; else the session's end and whether the
-    /// server answered.
-    async fn bootstrap(
+    /// The calls until the session ends: one wait over cancellation, the
+    /// connection and the deadline, then the handler of what woke it.
+    async fn call_loop(
         &mut self,
         cx: &SessionCx,
-        grpc: &GrpcClient,
-        driver: &mut ConnDriver,
-    ) -> Result<Node, (SessionEnd, bool)> {
-        let sh = self.shared.clone();
-        let t = Instant::now();
-        let call = self.bootstrap_call(grpc);
-        let params = match setup_call(driver, Some(&cx.cancel), call).await {
-            Setup::Cancelled => return Err((SessionEnd::Shutdown, false)),
-            Setup::Closed(f) => return Err((SessionEnd::Lost(f), false)),
-            Setup::TimedOut => return Err((SessionEnd::lost("bootstrap_timeout"), false)),
-            Setup::Answered(Err(s)) => {
-                if s.code() == Code::NotFound && !self.adopting() {
-                    // The server lost our registration: register again.
-                    self.registered = false;
-                }
-                return Err((lost(&s), server_said(&s)));
-            }
-            Setup::Answered(Ok(p)) => p,
-        };
-        sh.metrics.incr(sh.ids.bootstraps);
-        sh.metrics
-            .record(sh.ids.bootstrap, self.index as usize, t.elapsed());
-        let or = |s: String, d: &str| if s.is_empty() { d.to_owned() } else { s };
-        Ok(NodeInfo {
-            id: self.proxy_id.to_string(),
-            cluster: or(params.service, &sh.cfg.service_name),
-            node_name: or(params.node_name, &self.node),
-            namespace: or(params.namespace, "default"),
-            partition: or(params.partition, "default"),
-            envoy_version: sh.envoy_version,
-        }
-        .node())
-    }
-
-    async fn bootstrap_call(
-        &self,
-        grpc: &GrpcClient,
-    ) -> Result<GetEnvoyBootstrapParamsResponse, Status> {
-        let mut g = grpc.clone();
-        let req = self.request(bootstrap_request(&self.proxy_id, &self.node));
-        ready(&mut g).await?;
-        let r = g
-            .unary(
-                req,
-                PathAndQuery::from_static(BOOTSTRAP_PATH),
-                SmallCodec::<GetEnvoyBootstrapParamsRequest, GetEnvoyBootstrapParamsResponse>::default(),
-            )
-            .await?;
-        Ok(r.into_inner())
-    }
-
-    /// Step 2, the ADS stream: its first requests are in the body before
-    /// the call starts (the server answers with its first response). The
-    /// outbox, the stream and when it was asked for.
-    async fn open_ads(
-        &mut self,
-        cx: &SessionCx,
-        grpc: &GrpcClient,
-        driver: &mut ConnDriver,
-        node: Node,
-    ) -> Result<(Outbox, Streaming<DeltaDiscoveryResponse>, Instant), SessionEnd> {
-        let (outbox, body) = Outbox::new();
-        for r in self.xds.stream_start(node) {
-            outbox.push(xds::encode(&r));
-        }
-        let started = Instant::now();
-        let open = {
-            let mut g = grpc.clone();
-            let req = self.request(body);
-            async move {
-                ready(&mut g).await?;
-                g.streaming(req, PathAndQuery::from_static(ADS_PATH), AdsCodec)
-                    .await
-            }
-        };
-        let sh = &self.shared;
-        sh.metrics.incr(sh.ids.xds_streams);
-        match setup_call(driver, Some(&cx.cancel), open).await {
-            Setup::Cancelled => Err(SessionEnd::Shutdown),
-            Setup::Closed(f) => Err(SessionEnd::Lost(f)),
-            Setup::TimedOut => Err(SessionEnd::lost("xds_open_timeout")),
-            Setup::Answered(Err(s)) => Err(lost(&s)),
-            Setup::Answered(Ok(r)) => Ok((outbox, r.into_inner(), started)),
-        }
-    }
-
-    /// Step 3, `WatchServers` when asked for (a failure here is counted,
-    /// the sidecar goes on as consul-dataplane does).
-    async fn watch_servers(
-        &self,
-        grpc: &GrpcClient,
-        driver: &mut ConnDriver,
-    ) -> Result<Option<Streaming<WatchServersResponse>>, SessionEnd> {
-        let sh = &self.shared;
-        if !sh.cfg.watch_servers {
-            return Ok(None);
-        }
-        let mut g = grpc.clone();
-        let req = self.request(WatchServersRequest { wan: false });
-        let call = async move {
-            ready(&mut g).await?;
-            g.server_streaming(
-                req,
-                PathAndQuery::from_static(WATCH_SERVERS_PATH),
-                SmallCodec::<WatchServersRequest, WatchServersResponse>::default(),
-            )
-            .await
-        };
-        match setup_call(driver, None, call).await {
-            Setup::Closed(f) => return Err(SessionEnd::Lost(f)),
-            Setup::TimedOut => sh.metrics.error("watch_servers_timeout"),
-            Setup::Answered(Err(s)) => sh.metrics.error_with(status_kind(&s), Some(s.message())),
-            Setup::Answered(Ok(r)) => return Ok(Some(r.into_inner())),
-            // Not given a cancel: the session's loop sees it next.
-            Setup::Cancelled => {}
-        }
-        Ok(None)
-    }
-
-    /// The streams until the session ends: one wait over cancellation, the
-    /// connection and the streams, then the handler of what woke it.
-    async fn stream_loop(
-        &mut self,
-        cx: &SessionCx,
-        s: &mut Streams,
+        c: &mut Calls,
         probe: &mut ProbeCount<'_>,
     ) -> SessionEnd {
         let mut cancel = pin!(cx.cancel.cancelled());
+        let mut timer = pin!(tokio::time::sleep_until(c.deadline()));
         loop {
-            let io = |tcx: &mut Context<'_>| s.poll(tcx);
-            let woke = wake::next(cancel.as_mut(), io, &mut None::<NoCall>, None).await;
+            wake::arm(timer.as_mut(), c.deadline());
+            let Calls { conn, .. } = c;
+            let io = |tcx: &mut Context<'_>| conn.poll_next(tcx, &mut decode);
+            let woke = wake::next(
+                cancel.as_mut(),
+                io,
+                &mut None::<NoCall>,
+                Some(timer.as_mut()),
+            )
+            .await;
             let end = match woke {
                 Woke::Cancelled => Some(SessionEnd::Shutdown),
-                Woke::Io(io) => self.on_io(cx, s, io, probe),
+                Woke::Io(got) => self.on_got(cx, c, got, probe),
                 Woke::Call(never) => match never {},
-                Woke::Timer => None,
+                Woke::Timer => self.on_timer(c),
             };
             if let Some(end) = end {
                 return end;
@@ -467,41 +314,169 @@ impl DataplaneAgent {
         }
     }
 
-    /// What the connection or a stream brought; the session's end when it
-    /// ended.
-    fn on_io(
+    /// A deadline passed: the phase's call unanswered, `WatchServers` not
+    /// started, or the keepalive's.
+    fn on_timer(&mut self, c: &mut Calls) -> Option<SessionEnd> {
+        let now = Instant::now();
+        if c.due.is_some_and(|d| d <= now) {
+            return Some(SessionEnd::lost(match c.phase {
+                Phase::Bootstrap => "bootstrap_timeout",
+                _ => "xds_open_timeout",
+            }));
+        }
+        if c.servers_due.is_some_and(|d| d <= now) {
+            // Counted; the sidecar goes on without it, as consul-dataplane.
+            c.servers_due = None;
+            c.conn.cancel(SERVERS);
+            self.shared.metrics.error("watch_servers_timeout");
+        }
+        c.conn.on_timer(now);
+        None
+    }
+
+    /// What the connection brought; the session's end when it ended.
+    fn on_got(
         &mut self,
         cx: &SessionCx,
-        s: &mut Streams,
-        io: Io,
+        c: &mut Calls,
+        got: Got<Msg>,
         probe: &mut ProbeCount<'_>,
     ) -> Option<SessionEnd> {
-        let ids = &self.shared.ids;
-        match io {
-            Io::Closed(f) => return Some(SessionEnd::Lost(f)),
-            Io::AdsEnd => return Some(SessionEnd::lost("xds_stream_end")),
-            Io::Ads(_, Err(status)) => return Some(lost(&status)),
-            Io::Servers(Ok(_)) => self.shared.metrics.incr(ids.server_lists),
-            Io::Servers(Err(status)) => {
-                let kind = status_kind(&status);
-                self.shared.metrics.error_with(kind, Some(status.message()));
-                s.servers = None;
+        match got {
+            Got::Closed(e) => Some(SessionEnd::Lost(Failure::of(e.kind(), &e))),
+            Got::Started(ADS) => {
+                c.answered = true;
+                c.phase = Phase::Streaming;
+                c.due = None;
+                self.watch_servers(c);
+                None
             }
-            Io::ServersEnd => s.servers = None,
-            Io::Ads(decoded, Ok(resp)) => {
-                let kernel = s.stamp.as_ref().and_then(|st| st.instant(decoded));
-                self.on_response(&resp, decoded, kernel, &s.outbox, probe);
-                if !s.established && self.xds.ready() {
-                    s.established = true;
+            Got::Started(SERVERS) => {
+                c.servers_due = None;
+                None
+            }
+            Got::Started(_) => None,
+            Got::Message(_, Msg::Bootstrap(r)) if c.phase == Phase::Bootstrap => {
+                self.on_bootstrap(c, r)
+            }
+            Got::Message(_, Msg::Bootstrap(_)) => None,
+            Got::Message(_, Msg::Ads(Err(status))) => Some(lost(&status)),
+            Got::Message(_, Msg::Ads(Ok(resp))) => {
+                let decoded = Instant::now();
+                let kernel = c.stamp.as_ref().and_then(|st| st.instant(decoded));
+                self.on_response(&resp, decoded, kernel, &mut c.conn, probe);
+                if !c.established && self.xds.ready() {
+                    c.established = true;
                     let sh = &self.shared;
-                    let took = s.started.elapsed();
+                    let took = c.asked.elapsed();
                     sh.metrics
                         .record(sh.ids.xds_initial, self.index as usize, took);
                     cx.established();
                 }
+                None
+            }
+            Got::Message(_, Msg::Servers(Ok(_))) => {
+                self.shared.metrics.incr(self.shared.ids.server_lists);
+                None
+            }
+            Got::Message(_, Msg::Servers(Err(status))) => {
+                c.conn.cancel(SERVERS);
+                self.servers_failed(c, &status);
+                None
+            }
+            Got::Ended(tag, status) => self.on_ended(c, tag, &status),
+        }
+    }
+
+    /// The bootstrap call's answer: the ADS stream opens on it.
+    fn on_bootstrap(
+        &mut self,
+        c: &mut Calls,
+        r: Result<GetEnvoyBootstrapParamsResponse, Status>,
+    ) -> Option<SessionEnd> {
+        let params = match r {
+            Ok(p) => p,
+            Err(status) => return Some(lost(&status)),
+        };
+        c.answered = true;
+        let sh = self.shared.clone();
+        sh.metrics.incr(sh.ids.bootstraps);
+        sh.metrics
+            .record(sh.ids.bootstrap, self.index as usize, c.asked.elapsed());
+        let or = |s: String, d: &str| if s.is_empty() { d.to_owned() } else { s };
+        let node = NodeInfo {
+            id: self.proxy_id.to_string(),
+            cluster: or(params.service, &sh.cfg.service_name),
+            node_name: or(params.node_name, &self.node),
+            namespace: or(params.namespace, "default"),
+            partition: or(params.partition, "default"),
+            envoy_version: sh.envoy_version,
+        }
+        .node();
+        // The ADS stream's first requests go out with its headers (the
+        // server answers with its first response).
+        let now = Instant::now();
+        c.phase = Phase::Opening;
+        c.due = Some(now + CALL_TIMEOUT);
+        c.asked = now;
+        sh.metrics.incr(sh.ids.xds_streams);
+        if c.conn.open(ADS, ADS_PATH, &self.metadata()) {
+            for r in self.xds.stream_start(node) {
+                c.conn.send(ADS, |w| r.encode_raw(w));
             }
         }
         None
+    }
+
+    /// Step 3, `WatchServers` when asked for.
+    fn watch_servers(&self, c: &mut Calls) {
+        if !self.shared.cfg.watch_servers {
+            return;
+        }
+        let req = WatchServersRequest { wan: false };
+        c.conn
+            .start_with(SERVERS, WATCH_SERVERS_PATH, &self.metadata(), |w| {
+                req.encode_raw(w)
+            });
+        c.servers_due = Some(Instant::now() + CALL_TIMEOUT);
+    }
+
+    /// `WatchServers` failed: counted, the sidecar goes on without it (as
+    /// consul-dataplane does).
+    fn servers_failed(&self, c: &mut Calls, status: &Status) {
+        c.servers_due = None;
+        let kind = status_kind(status);
+        self.shared.metrics.error_with(kind, Some(status.message()));
+    }
+
+    /// Call `tag` ended with `status`.
+    fn on_ended(&mut self, c: &mut Calls, tag: usize, status: &Status) -> Option<SessionEnd> {
+        let ok = status.code() == Code::Ok;
+        match tag {
+            BOOTSTRAP if c.phase != Phase::Bootstrap => None,
+            BOOTSTRAP => {
+                c.answered = server_said(status);
+                if ok {
+                    let s = Status::internal("the server ended the call without a response");
+                    return Some(lost(&s));
+                }
+                if status.code() == Code::NotFound && !self.adopting() {
+                    // The server lost our registration: register again.
+                    self.registered = false;
+                }
+                Some(lost(status))
+            }
+            ADS if ok => Some(SessionEnd::lost("xds_stream_end")),
+            ADS => Some(lost(status)),
+            _ if ok => {
+                c.servers_due = None;
+                None
+            }
+            _ => {
+                self.servers_failed(c, status);
+                None
+            }
+        }
     }
 
     fn on_response(
@@ -509,14 +484,14 @@ impl DataplaneAgent {
         resp: &DeltaDiscoveryResponse,
         decoded: Instant,
         kernel: Option<Instant>,
-        outbox: &Outbox,
+        conn: &mut StreamConn,
         probe: &mut ProbeCount<'_>,
     ) {
         let sh = self.shared.clone();
         sh.metrics.incr(sh.ids.xds_responses);
         let h = self.xds.handle(resp);
         for r in &h.requests {
-            outbox.push(xds::encode(r));
+            conn.send(ADS, |w| r.encode_raw(w));
         }
         match &h.nacked {
             None => sh.metrics.incr(sh.ids.xds_acks),

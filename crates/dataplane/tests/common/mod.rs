@@ -5,11 +5,13 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::task::Poll;
 use std::time::Duration;
 
-use agent_sim_consul::conn::{Dialer, Port, RpcConn};
+use agent_sim_consul::conn::{Dialer, Port, Streaming};
+use agent_sim_consul::h2::Got;
 use agent_sim_consul::http::HttpApi;
-use agent_sim_dataplane::codec::{ADS_PATH, AdsCodec, Outbox};
+use agent_sim_dataplane::codec::ADS_PATH;
 use agent_sim_dataplane::xds;
 use agent_sim_dataplane::{DataplaneConfig, metrics_spec};
 use agent_sim_metrics::Metrics;
@@ -20,8 +22,9 @@ use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
-use futures_util::StreamExt;
+use prost::Message as _;
 use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub struct Target {
@@ -141,11 +144,18 @@ pub async fn register_proxy(
     .await;
 }
 
-/// A raw Delta ADS stream: send requests, read responses.
+/// A raw Delta ADS stream on the sidecars' HTTP/2 client: send requests,
+/// read responses (and the status the stream ends with).
 pub struct RawAds {
-    pub outbox: Outbox,
-    pub inbound: tonic::codec::Streaming<DeltaDiscoveryResponse>,
-    _driver: tokio::task::JoinHandle<()>,
+    requests: mpsc::UnboundedSender<Bytes>,
+    responses: mpsc::UnboundedReceiver<Result<DeltaDiscoveryResponse, tonic::Status>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RawAds {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl RawAds {
@@ -163,48 +173,72 @@ impl RawAds {
             Duration::from_secs(10),
         )
         .unwrap();
-        let RpcConn {
-            mut grpc, driver, ..
-        } = d
-            .connect(None)
+        let Streaming { mut conn, .. } = d
+            .connect_streams(None, None)
             .await
             .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-        let driver = tokio::spawn(async move {
-            let _ = driver.await;
+        assert!(conn.open(0, ADS_PATH, &[]));
+        conn.send(0, |w| first.encode_raw(w));
+        let (requests, mut queued) = mpsc::unbounded_channel::<Bytes>();
+        let (told, responses) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            loop {
+                let got = std::future::poll_fn(|cx| {
+                    while let Poll::Ready(Some(b)) = queued.poll_recv(cx) {
+                        conn.send(0, |w| w.extend_from_slice(&b));
+                    }
+                    conn.poll_next(cx, &mut |_, b: &[u8]| {
+                        DeltaDiscoveryResponse::decode(b)
+                            .map_err(|e| tonic::Status::internal(e.to_string()))
+                    })
+                })
+                .await;
+                let _ = match got {
+                    Got::Started(_) => continue,
+                    Got::Message(_, r) => told.send(r),
+                    Got::Ended(_, s) => told.send(Err(s)),
+                    Got::Closed(e) => told.send(Err(tonic::Status::unavailable(e.to_string()))),
+                };
+            }
         });
-        let (outbox, body) = Outbox::new();
-        outbox.push(xds::encode(&first));
-        grpc.ready().await.unwrap();
-        let r = grpc
-            .streaming(
-                tonic::Request::new(body),
-                http::uri::PathAndQuery::from_static(ADS_PATH),
-                AdsCodec,
-            )
-            .await?;
         Ok(RawAds {
-            outbox,
-            inbound: r.into_inner(),
-            _driver: driver,
+            requests,
+            responses,
+            task,
         })
     }
 
     pub fn send(&self, r: &DeltaDiscoveryRequest) {
-        self.outbox.push(xds::encode(r));
+        self.push(xds::encode(r));
+    }
+
+    /// Sends `b` as one request, as it is.
+    pub fn push(&self, b: Bytes) {
+        let _ = self.requests.send(b);
+    }
+
+    /// The next response or the stream's end (`None` after `within`).
+    pub async fn next_item(
+        &mut self,
+        within: Duration,
+    ) -> Option<Result<DeltaDiscoveryResponse, tonic::Status>> {
+        tokio::time::timeout(within, self.responses.recv())
+            .await
+            .ok()
+            .flatten()
     }
 
     /// The next response (panics after `within` or on a stream error).
     pub async fn next(&mut self, within: Duration) -> DeltaDiscoveryResponse {
-        tokio::time::timeout(within, self.inbound.next())
+        self.next_item(within)
             .await
             .expect("a response in time")
-            .expect("stream open")
             .expect("a response, not an error")
     }
 
-    /// Whether a response arrives within `within`.
+    /// Whether no response arrives within `within`.
     pub async fn quiet_for(&mut self, within: Duration) -> bool {
-        tokio::time::timeout(within, self.inbound.next())
+        tokio::time::timeout(within, self.responses.recv())
             .await
             .is_err()
     }
