@@ -11,6 +11,9 @@
 # the probe period, and the ramp (500/s) outruns first configurations; set
 # XDS_UPDATE_RATE=250/s to see a real server's pacing instead.
 #
+# PIN=1 pins the server to core 0 and agent-sim to core 1 (taskset), so
+# each process's CPU is its own.
+#
 #   bash benches/scripts/dataplane-sidecars.sh [SIDECARS] [STEADY_SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,6 +25,8 @@ HTTP=${HTTP:-18501}
 GRPC=${GRPC:-18502}
 OUT=${OUT:-target/bench-dataplane}
 mkdir -p "$OUT"
+SERVE_PIN=() SIM_PIN=()
+if [ "${PIN:-0}" = 1 ]; then SERVE_PIN=(taskset -c 0) SIM_PIN=(taskset -c 1); fi
 # BIN=target/debug/agent-sim runs the script on a debug build (a smoke
 # test; figures for BENCHMARKS.md come from the release build).
 if [ -z "${BIN:-}" ]; then
@@ -29,7 +34,7 @@ if [ -z "${BIN:-}" ]; then
   BIN=target/release/agent-sim
 fi
 
-"$BIN" serve --consul-rpc 127.0.0.1:$RPC --consul-http 127.0.0.1:$HTTP --consul-grpc 127.0.0.1:$GRPC \
+"${SERVE_PIN[@]}" "$BIN" serve --consul-rpc 127.0.0.1:$RPC --consul-http 127.0.0.1:$HTTP --consul-grpc 127.0.0.1:$GRPC \
   --xds-update-rate "${XDS_UPDATE_RATE:-off}" --stats-every 0 2>"$OUT/serve.log" &
 SERVE=$!
 trap 'kill $SERVE 2>/dev/null || true' EXIT
@@ -37,8 +42,7 @@ sleep 1
 
 RAMP_S=$(python3 -c "print(int($AGENTS/float('${RAMP%/s}'))+5)")
 DURATION=$((RAMP_S + STEADY + 5))
-R_BASE=$(awk '/VmRSS/{print $2}' /proc/self/status)
-"$BIN" --kind consul-dataplane --agents "$AGENTS" --target 127.0.0.1:$GRPC --http-target 127.0.0.1:$HTTP \
+"${SIM_PIN[@]}" "$BIN" --kind consul-dataplane --agents "$AGENTS" --target 127.0.0.1:$GRPC --http-target 127.0.0.1:$HTTP \
   --upstreams web,api --watch-servers --probe catalog --probe-every 10s --probe-timeout 8s \
   --ramp "$RAMP" --duration "${DURATION}s" --summary "$OUT/summary.json" ${SIM_ARGS:-} \
   --progress-every 10s >"$OUT/table.txt" 2>"$OUT/progress.log" &

@@ -17,6 +17,7 @@ use std::time::Duration;
 use agent_sim_consul::codec::{
     EVENT_FIELDS, MAX_EVENT_MESSAGE, subscribe_request, unknown_event_fields,
 };
+use agent_sim_consul::h2::{frame, hpack};
 use agent_sim_consul::view::{MAX_VIEW_ENTRIES, View, ViewKind};
 use agent_sim_consul::{ConsulConfig, ConsulFactory, ProbeConfig};
 use agent_sim_fleet::{AgentFactory as _, SessionEnd};
@@ -116,6 +117,54 @@ proptest! {
         prop_assert!(peak <= MAX_EVENT_MESSAGE + decode_bound(body.len()), "{peak}");
     }
 
+    /// A sidecar's bidirectional call: whatever windows a server grants
+    /// and whenever it answers, the requests never go past the call's or
+    /// the connection's window nor over a 16 KiB frame, and every request
+    /// goes out once the windows hold it.
+    #[test]
+    fn bidirectional_requests_keep_to_the_servers_windows(
+        initial in 0u32..100_000,
+        items in server_items(),
+        requests in vec(0usize..30_000, 1..6),
+        chunk in prop_oneof![Just(usize::MAX), 1usize..64],
+    ) {
+        let (raw, (call, conn)) = bidi_server(initial, &items);
+        let b = receive::bidi(raw, chunk, &requests);
+        // The first request goes out with the preface, before the server's
+        // SETTINGS are read: within the default window (RFC 9113 6.9.2; the
+        // call's window goes below 0 when the SETTINGS shrink it).
+        let early = (requests[0] + 5).min(frame::INITIAL_WINDOW as usize);
+        let granted = (call.min(conn) as usize).max(early);
+        prop_assert!(b.sent <= granted, "{} sent, {granted} granted: {b:?}", b.sent);
+        prop_assert!(!b.oversized_frame, "{b:?}");
+        let asked = requests.len().min(b.messages + 1);
+        let wanted: usize = requests[..asked].iter().map(|n| n + 5).sum();
+        if granted >= wanted {
+            prop_assert_eq!(b.sent, wanted, "{:?}", b);
+        }
+        prop_assert!(b.ended.call.is_none(), "{:?}", b);
+    }
+
+    /// The same call on noise and on damaged server bytes: it ends by
+    /// itself, holding no more than its requests and one message's limit.
+    #[test]
+    fn bidirectional_calls_on_damaged_bytes_end_within_the_limit(
+        raw in prop_oneof![
+            vec(any::<u8>(), 0..512),
+            mutated(vec![bidi_server(70_000, &[
+                ServerItem::Message(40),
+                ServerItem::Window(true, 20_000),
+                ServerItem::Message(3),
+            ]).0]),
+        ],
+        requests in vec(0usize..20_000, 1..4),
+        chunk in 1usize..64,
+    ) {
+        let held: usize = requests.iter().map(|n| 2 * (n + 5 + 9)).sum();
+        let (_, peak) = peak_during(|| receive::bidi(raw.clone(), chunk, &requests));
+        prop_assert!(peak <= MAX_EVENT_MESSAGE + decode_bound(raw.len()) + held, "{peak}");
+    }
+
     /// The HTTP/2 connection: whatever bytes a server sends (a real
     /// server's capture, damaged, or noise), read in pieces of any size,
     /// the connection ends by itself, never holding more than one
@@ -135,6 +184,50 @@ proptest! {
 
 /// What a real Consul 1.20.1 server sent on a Subscribe stream
 /// (`testdata/vectors/consul/h2/`).
+/// What a server sends on a sidecar's bidirectional call, item by item.
+#[derive(Debug, Clone)]
+enum ServerItem {
+    /// WINDOW_UPDATE on the connection (`false`) or on the call (`true`).
+    Window(bool, u32),
+    /// One gRPC message of `n` octets on the call.
+    Message(usize),
+}
+
+/// A server's bytes for [`receive::bidi`]: its SETTINGS with an initial
+/// window of `initial`, the call's headers, then `items`. The windows it
+/// grants the call's requests: (the call's, the connection's).
+fn bidi_server(initial: u32, items: &[ServerItem]) -> (Vec<u8>, (u64, u64)) {
+    let mut raw = Vec::new();
+    frame::put_settings(&mut raw, &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, initial)]);
+    frame::put_head(&mut raw, 1, frame::HEADERS, frame::END_HEADERS, 1);
+    hpack::put_indexed(&mut raw, 8); // :status 200
+    let (mut call, mut conn) = (u64::from(initial), u64::from(frame::INITIAL_WINDOW));
+    for item in items {
+        match *item {
+            ServerItem::Window(on_call, by) => {
+                frame::put_word(&mut raw, frame::WINDOW_UPDATE, u32::from(on_call), by);
+                *(if on_call { &mut call } else { &mut conn }) += u64::from(by);
+            }
+            ServerItem::Message(n) => {
+                let body = grpc_frames(&[vec![7; n]]);
+                frame::put_head(&mut raw, body.len(), frame::DATA, 0, 1);
+                raw.extend_from_slice(&body);
+            }
+        }
+    }
+    (raw, (call, conn))
+}
+
+fn server_items() -> impl Strategy<Value = Vec<ServerItem>> {
+    vec(
+        prop_oneof![
+            (any::<bool>(), 1u32..40_000).prop_map(|(c, by)| ServerItem::Window(c, by)),
+            (0usize..200).prop_map(ServerItem::Message),
+        ],
+        0..24,
+    )
+}
+
 fn real_stream() -> Vec<u8> {
     vectors("consul/h2", "subscribe-s2c.bin").remove(0).1
 }

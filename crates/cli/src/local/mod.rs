@@ -29,10 +29,14 @@ pub const CAUSE_PROCESS_DIED: &str = "process_died";
 /// File descriptors a local process keeps for itself besides its agents'.
 const FD_SLACK: u64 = 256;
 
-/// Most local processes a run starts by itself: two per core (at least 4).
-fn max_processes() -> u64 {
+/// Most local processes a run starts by itself: two per core (at least 4),
+/// twice that for a run on the embedded backend, whose every process holds
+/// both ends of its sessions: the same box running the backend as `serve`
+/// processes beside the fleet's would run as many (40,000 Sensu agents: 3
+/// fleet and 3 `serve` processes).
+fn max_processes(embedded: bool) -> u64 {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
-    (2 * cores).max(4)
+    (2 * cores).max(4) * if embedded { 2 } else { 1 }
 }
 
 /// How a run is split over local processes.
@@ -91,14 +95,19 @@ pub fn plan(cfg: &RunConfig, host: &Host) -> Result<Option<LocalPlan>, UsageErro
     if processes <= 1 {
         return Ok(None);
     }
-    let cap = max_processes();
+    let cap = max_processes(n.embedded);
     if asked.is_none() && processes > cap {
         return usage(format!(
             "this run needs about {} file descriptors: {processes} local processes of at most {} \
-             each, more than this box should run (at most {cap}: 2 per core): split it over \
-             boxes with --shard I/N, or raise the hard limit (ulimit -Hn)",
+             each, more than this box should run (at most {cap}: {}): split it over boxes with \
+             --shard I/N, or raise the hard limit (ulimit -Hn)",
             preflight::count(n.fds),
-            preflight::count(hard)
+            preflight::count(hard),
+            if n.embedded {
+                "4 per core with the embedded backend, holding both ends of each session"
+            } else {
+                "2 per core"
+            }
         ));
     }
     if fds.div_ceil(processes) + FD_SLACK > hard {
@@ -288,6 +297,21 @@ mod tests {
         assert_eq!((f.agents, f.first_index), (1_000, 1_000));
         assert_eq!(f.ramp.unwrap().as_per_second(), 200.0);
         assert_eq!(f.max_dialing, 86);
+    }
+
+    #[test]
+    fn an_embedded_run_holds_both_ends_and_may_take_twice_the_processes() {
+        // 40,000 sidecars and their server: 2 descriptors a sidecar, five
+        // processes of 8,000 (more than 2 per core on a 2-core box).
+        let p = plan(
+            &cfg(40_000, "", |a| {
+                a.kind = Some(crate::values::Kind::ConsulDataplane)
+            }),
+            &host(20_000),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((p.processes, p.sources), (5, None));
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! What a Consul agent does with bytes a server sent, without a socket:
 //! shared by the property tests (`tests/hostile.rs`, `mod receive`) and the
-//! fuzz targets `consul_event`, `consul_grpc_stream` (a Subscribe body, and
-//! raw bytes as a server's on the agent's HTTP/2 connection) and
+//! fuzz targets `consul_event`, `consul_grpc_stream` (a Subscribe body, raw
+//! bytes as a server's on the agent's HTTP/2 connection, and the same on a
+//! sidecar's bidirectional call, [`bidi`]) and
 //! `consul_http_answer` (`#[path = "../../crates/consul/tests/receive/mod.rs"]`),
 //! so that both drive the same code.
 
 #![allow(dead_code)] // each includer (test file, fuzz target) uses a part
 
+use std::cell::RefCell;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -78,6 +81,7 @@ pub fn connection(raw: Vec<u8>, chunk: usize) -> (Vec<Event>, Ended) {
         input: raw,
         at: 0,
         chunk: chunk.max(1),
+        written: None,
     };
     let keepalive = Keepalive {
         interval: Duration::from_secs(30),
@@ -105,12 +109,99 @@ pub fn connection(raw: Vec<u8>, chunk: usize) -> (Vec<Event>, Ended) {
     }
 }
 
+/// What a client did on a bidirectional call ([`bidi`]).
+#[derive(Debug)]
+pub struct Bidi {
+    /// Messages the server's bytes delivered on the call.
+    pub messages: usize,
+    /// How the call and the connection ended.
+    pub ended: Ended,
+    /// Octets of request DATA the client wrote on the call (gRPC prefixes
+    /// included).
+    pub sent: usize,
+    /// Whether a DATA frame the client wrote was over 16 KiB.
+    pub oversized_frame: bool,
+}
+
+/// Bytes a server sent on a sidecar's gRPC connection, read `chunk` octets
+/// at a time, after the sidecar opened a bidirectional call (stream 1, with
+/// a token as metadata) and sent the first of `requests` (their sizes), one
+/// more after each message the server sent (as a sidecar ACKs): what the
+/// client delivered and wrote. The server's SETTINGS, WINDOW_UPDATEs and
+/// resets in `raw` decide when requests may go out.
+pub fn bidi(raw: Vec<u8>, chunk: usize, requests: &[usize]) -> Bidi {
+    let written = Rc::new(RefCell::new(Vec::new()));
+    let io = Script {
+        input: raw,
+        at: 0,
+        chunk: chunk.max(1),
+        written: Some(written.clone()),
+    };
+    let keepalive = Keepalive {
+        interval: Duration::from_secs(30),
+        timeout: Duration::from_secs(10),
+    };
+    let mut conn = Conn::new(io, "127.0.0.1:8502", keepalive, MAX_EVENT_MESSAGE);
+    let path = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
+    conn.open(0, path, &[("x-consul-token", "a-token")]);
+    let mut next = requests.iter();
+    let mut send = |conn: &mut Conn<Script>| {
+        if let Some(&n) = next.next() {
+            conn.send(0, |w| w.resize(w.len() + n, 0x5a));
+        }
+    };
+    send(&mut conn);
+    let mut cx = Context::from_waker(Waker::noop());
+    let (mut messages, mut call) = (0, None);
+    let conn_end = loop {
+        let got = match conn.poll_next(&mut cx, &mut |_, m| m.len()) {
+            Poll::Ready(got) => got,
+            Poll::Pending => unreachable!("the script never waits"),
+        };
+        match got {
+            Got::Message(..) => {
+                messages += 1;
+                send(&mut conn);
+            }
+            Got::Ended(_, status) => call = call.or(Some(status)),
+            Got::Started(_) => {}
+            Got::Closed(e) => break e,
+        }
+    };
+    let (sent, oversized_frame) = data_written(&written.borrow(), 1);
+    Bidi {
+        messages,
+        ended: Ended {
+            call,
+            conn: conn_end,
+        },
+        sent,
+        oversized_frame,
+    }
+}
+
+/// Octets of DATA a client wrote on `stream` (its frames after the
+/// preface), and whether one frame was over 16 KiB.
+fn data_written(out: &[u8], stream: u32) -> (usize, bool) {
+    let mut b = out.strip_prefix(frame::PREFACE).unwrap_or_default();
+    let (mut sum, mut over) = (0, false);
+    while let Some(h) = frame::head(b) {
+        if h.kind == frame::DATA && h.stream == stream {
+            sum += h.len;
+            over |= h.len > frame::MAX_FRAME;
+        }
+        b = b.get(9 + h.len..).unwrap_or_default();
+    }
+    (sum, over)
+}
+
 /// A server's bytes, read a chunk at a time; what the client writes is
-/// dropped.
+/// kept when `written` is given, else dropped.
 struct Script {
     input: Vec<u8>,
     at: usize,
     chunk: usize,
+    written: Option<Rc<RefCell<Vec<u8>>>>,
 }
 
 impl tokio::io::AsyncRead for Script {
@@ -136,6 +227,9 @@ impl tokio::io::AsyncWrite for Script {
         _: &mut Context<'_>,
         b: &[u8],
     ) -> Poll<std::io::Result<usize>> {
+        if let Some(w) = &self.written {
+            w.borrow_mut().extend_from_slice(b);
+        }
         Poll::Ready(Ok(b.len()))
     }
 
