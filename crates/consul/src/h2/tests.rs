@@ -104,8 +104,16 @@ fn data(out: &mut Vec<u8>, stream: u32, end_stream: bool, payload: &[u8]) {
 /// A client that has sent a call tagged 5 (stream 1), and the server
 /// having read its preface.
 async fn pair() -> (Conn<DuplexStream>, Server) {
+    let (mut conn, server) = connected("127.0.0.1:8300", 1024).await;
+    conn.start(5, PATH, |w| w.extend_from_slice(b"request"));
+    (conn, server)
+}
+
+/// A client with no call yet (messages up to `max_message`), the server
+/// having read its preface.
+async fn connected(authority: &str, max_message: usize) -> (Conn<DuplexStream>, Server) {
     let (a, b) = tokio::io::duplex(1 << 20);
-    let mut conn = Conn::new(a, "127.0.0.1:8300", KEEPALIVE, 1024);
+    let mut conn = Conn::new(a, authority, KEEPALIVE, max_message);
     conn.handshake().await.unwrap();
     let mut server = Server {
         io: b,
@@ -114,7 +122,6 @@ async fn pair() -> (Conn<DuplexStream>, Server) {
     let mut preface = vec![0; frame::PREFACE.len()];
     server.io.read_exact(&mut preface).await.unwrap();
     assert_eq!(preface, frame::PREFACE);
-    conn.start(5, PATH, |w| w.extend_from_slice(b"request"));
     (conn, server)
 }
 
@@ -416,16 +423,7 @@ async fn a_real_servers_stream_reads_back() {
 
 /// A client with no call yet, the server having read its preface.
 async fn bare() -> (Conn<DuplexStream>, Server) {
-    let (a, b) = tokio::io::duplex(1 << 20);
-    let mut conn = Conn::new(a, "127.0.0.1:8502", KEEPALIVE, 1 << 20);
-    conn.handshake().await.unwrap();
-    let mut server = Server {
-        io: b,
-        hpack: hpack::Decoder::default(),
-    };
-    let mut preface = vec![0; frame::PREFACE.len()];
-    server.io.read_exact(&mut preface).await.unwrap();
-    (conn, server)
+    connected("127.0.0.1:8502", 1 << 20).await
 }
 
 /// Polls the connection until it has nothing to tell (its writes go out).
