@@ -357,6 +357,11 @@ impl DataplaneAgent {
             }
             Got::Started(_) => None,
             Got::Message(_, Msg::Bootstrap(r)) if c.phase == Phase::Bootstrap => {
+                // The server has answered: the dial is over. The first
+                // configuration waits for the server's pacing, as a booting
+                // fleet's does, without holding back the next sidecars'
+                // dials (held, starts ran at max_dialing / xds_initial).
+                cx.release_dial_slot();
                 self.on_bootstrap(c, r)
             }
             Got::Message(_, Msg::Bootstrap(_)) => None,
