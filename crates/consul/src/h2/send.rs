@@ -144,17 +144,21 @@ impl<IO> Conn<IO> {
     /// END_STREAM once its requests are over and all of them are out.
     pub(super) fn flush_call(&mut self, i: usize) {
         let s = &mut self.streams[i];
-        while !s.out.is_empty() {
+        // What is written is dropped from `out` once, after the loop (a
+        // drain per frame would move the rest of `out` for every frame).
+        let mut at = 0;
+        while at < s.out.len() {
             let open = s.send_window.min(self.send_window).max(0) as usize;
-            let n = open.min(s.out.len()).min(frame::MAX_FRAME);
+            let n = open.min(s.out.len() - at).min(frame::MAX_FRAME);
             if n == 0 {
+                s.out.drain(..at);
                 return;
             }
-            let end = n == s.out.len() && s.closing;
+            let end = at + n == s.out.len() && s.closing;
             let flags = if end { frame::END_STREAM } else { 0 };
             frame::put_head(&mut self.wbuf, n, frame::DATA, flags, s.id);
-            self.wbuf.extend_from_slice(&s.out[..n]);
-            s.out.drain(..n);
+            self.wbuf.extend_from_slice(&s.out[at..at + n]);
+            at += n;
             s.send_window -= n as i64;
             self.send_window -= n as i64;
             s.end_sent |= end;
