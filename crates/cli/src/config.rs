@@ -672,7 +672,10 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     }
     c.probe.timeout = a.probe_timeout.map(|d| d.0);
     c.probe.service = a.probe_service.clone();
-    c.probe.controller = shard.is_none_or(|s| s.index == 0);
+    // Shard 0 makes the changes every shard's agents see; a shard on
+    // embedded servers (no --target: a local process of a demo run) has a
+    // cluster of its own, which no other shard changes, so it makes its own.
+    c.probe.controller = shard.is_none_or(|s| s.index == 0) || a.targets.is_empty();
     set!(c.watch, a.watch);
     if let Some(d) = a.rebalance_min {
         c.rebalance_min = d.0;
@@ -1086,6 +1089,30 @@ mod tests {
                 "127.0.0.9".parse().unwrap()
             ]
         );
+    }
+
+    #[test]
+    fn a_shard_on_embedded_servers_makes_its_own_probe_changes() {
+        let controller = |targets: Vec<String>| {
+            let c = resolve(
+                args(|a| {
+                    a.kind = Some(Kind::ConsulDataplane);
+                    a.targets = targets;
+                    a.shard = Some("1/3".parse().unwrap());
+                }),
+                &no_env,
+            )
+            .unwrap();
+            let Protocol::Dataplane(d) = &c.fleets[0].protocol else {
+                panic!()
+            };
+            d.probe.controller
+        };
+        // Shard 1 of a cluster others share watches shard 0's changes; on
+        // servers of its own (a local process of a demo run) nobody else
+        // changes its catalog.
+        assert!(!controller(vec!["10.0.0.1:8502".into()]));
+        assert!(controller(Vec::new()));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! `xds.update_max_per_second`, `serve --xds-update-rate`): sidecars that
 //! all start at once get their first configuration one token apart, and
 //! never before the coalescing delay; with no limit (`off`) all of them
-//! after the coalescing delay. Paused time, 127.0.0.1:0.
+//! after the coalescing delay; each server of a cluster paces its own.
+//! Paused time, 127.0.0.1:0.
 
 use std::time::Duration;
 
@@ -26,13 +27,26 @@ struct Initial {
 /// `xds_initial` of `agents` sidecars started within 10 ms against a
 /// server pacing updates at `rate` per second (0: no limit).
 async fn first_configurations(agents: u64, rate: f64) -> Initial {
+    first_configurations_on(1, agents, rate).await
+}
+
+/// The same against a cluster of `servers` (one state, a gRPC port each),
+/// the sidecars spread over their ports.
+async fn first_configurations_on(servers: usize, agents: u64, rate: f64) -> Initial {
     let t = start_with(ConsulTargetConfig {
         xds_update_rate: rate,
         ..ConsulTargetConfig::default()
     })
     .await;
+    let mut cfg = config(&t);
+    for _ in 1..servers {
+        let g = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        cfg.conn.targets.push(g.local_addr().unwrap().to_string());
+        let serve = agent_sim_server::consul::serve_grpc(g, t.state.clone(), t.stop.clone());
+        tokio::spawn(serve);
+    }
     let m = metrics();
-    let f = DataplaneFactory::new(config(&t), m.clone()).unwrap();
+    let f = DataplaneFactory::new(cfg, m.clone()).unwrap();
     let fc = FleetConfig {
         agents,
         ramp: Some(Rate::per_second(10_000.0)),
@@ -71,4 +85,14 @@ async fn no_update_rate_means_every_proxy_after_the_coalescing_delay() {
     let h = first_configurations(100, 0.0).await;
     assert!(h.min >= h.coalesce, "min {}", h.min);
     assert!(h.max < 260_000, "max {}", h.max);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_server_of_a_cluster_paces_its_own_streams() {
+    // 100 proxies at 50/s on one server take 2 s; spread over two servers
+    // of one cluster, each server's 50 take 1 s, as each Consul server's
+    // proxycfg manager has its own limiter.
+    let h = first_configurations_on(2, 100, 50.0).await;
+    assert!(h.min >= h.coalesce, "min {}", h.min);
+    assert!((950_000..1_100_000).contains(&h.max), "max {}", h.max);
 }

@@ -24,7 +24,10 @@
 //!   shifted onto the common zero — an observer's by
 //!   `first_arrival_unix_us − t0_unix_us` (each recorded bucket value plus
 //!   the shift, below 0 counted as 0 and said in `note`) — and added; `id`,
-//!   `t0`, `t0_unix_us` from the controller with the earliest T0;
+//!   `t0`, `t0_unix_us` from the controller with the earliest T0 (a
+//!   controller's own arrivals are never shifted: several controllers of
+//!   one probe are shards on servers of their own, as the local processes
+//!   of a run on the embedded backend are, each timing the change it made);
 //!   `time_to_99pct_us` recomputed from the merged histogram (the value by
 //!   which 99 % of `expected` had arrived; `None` when fewer did; when
 //!   `expected == 0` the parts' maximum is kept). A lone controller entry is
@@ -102,6 +105,10 @@ pub const NOTE_NO_CONTROLLER: &str = "no controller entry for this change: laten
      after the earliest observed arrival, not after T0 (the controller's summary is missing, \
      or this change was its setup/cleanup or a probe it did not report)";
 
+/// `note` of a probe several controllers made (after their number).
+pub const NOTE_OWN_SERVERS: &str = "changes, one per part with servers of its own, each \
+     part's arrivals timed from its own T0 (t0 is the earliest)";
+
 /// The zero a probe entry's latencies count from: its T0, or for an
 /// observer its first arrival (wall clock, µs).
 fn zero_of(p: &ProbeSummary) -> Option<u64> {
@@ -165,6 +172,10 @@ fn add_entries(
             notes.push(n.clone());
         }
         let shift = match (zero_of(p), base) {
+            // A controller's arrivals count from its own T0: two controllers
+            // of one probe made two changes (each shard on servers of its
+            // own), each timed from the instant it was made.
+            _ if !p.is_observer() => 0,
             (Some(z), Some(b)) => i128::from(z) - i128::from(b),
             _ => {
                 if p.is_observer() {
@@ -216,6 +227,10 @@ fn combine_probe(parts: ProbeGroup) -> Result<ProbeSummary, MetricsError> {
         out.role = Some(ROLE_OBSERVER.to_string());
         out.first_arrival_unix_us = base;
         notes.insert(0, NOTE_NO_CONTROLLER.to_string());
+    }
+    let controllers = parts.iter().filter(|(p, _)| !p.is_observer()).count();
+    if controllers > 1 && !notes.iter().any(|n| n.contains(NOTE_OWN_SERVERS)) {
+        notes.push(format!("{controllers} {NOTE_OWN_SERVERS}"));
     }
     if added.below_zero > 0 {
         notes.push(format!(
@@ -475,21 +490,58 @@ fn unix_s(started_at: &str) -> Option<f64> {
         .map(|d| d.as_secs_f64())
 }
 
-/// The per-server view of the parts (shards of one fleet share its
-/// servers): counts at the end summed by server, the rest from the merged
-/// timeline.
+/// Every part's servers, in order of first appearance: shards of one fleet
+/// share theirs, the local processes of a run on the embedded backend each
+/// have servers of their own.
+fn server_names(parts: &[Summary]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for s in parts.iter().flat_map(|p| &p.by_server) {
+        if !names.contains(&s.target) {
+            names.push(s.target.clone());
+        }
+    }
+    names
+}
+
+/// A part's timeline with its per-server levels (in the order of its
+/// `by_server`) moved to their places in `names`; `None` when they are
+/// there already.
+fn timeline_on(p: &Summary, names: &[String]) -> Option<Vec<crate::summary::TimelineSample>> {
+    let at: Vec<usize> = p
+        .by_server
+        .iter()
+        .filter_map(|s| names.iter().position(|n| *n == s.target))
+        .collect();
+    if at.iter().enumerate().all(|(i, &j)| i == j) {
+        return None;
+    }
+    let place = |v: &[u64]| {
+        let mut out = vec![0; names.len()];
+        for (i, &x) in v.iter().enumerate() {
+            if let Some(&j) = at.get(i) {
+                out[j] = x;
+            }
+        }
+        out
+    };
+    let mut t = p.timeline.clone();
+    for s in &mut t {
+        s.held_by_server = place(&s.held_by_server);
+        s.connects_by_server = place(&s.connects_by_server);
+    }
+    Some(t)
+}
+
+/// The per-server view of the parts: counts at the end summed by server,
+/// the rest from the merged timeline (its levels at `names`' positions).
 fn merge_by_server(
     parts: &[Summary],
+    names: Vec<String>,
     timeline: &[crate::summary::TimelineSample],
 ) -> Vec<crate::summary::ServerSpread> {
-    let Some(names) = parts
-        .iter()
-        .map(|p| &p.by_server)
-        .find(|b| !b.is_empty())
-        .map(|b| b.iter().map(|s| s.target.clone()).collect::<Vec<_>>())
-    else {
+    if names.is_empty() {
         return Vec::new();
-    };
+    }
     let mut end = crate::spread::ServerLevels {
         held: vec![0; names.len()],
         connects: vec![0; names.len()],
@@ -519,13 +571,16 @@ fn merge_over_time(parts: &[Summary], out: &mut Summary) -> Result<(), MetricsEr
         Some(s) if earliest.is_finite() => s - earliest,
         _ => 0.0,
     };
+    let names = server_names(parts);
+    let moved: Vec<_> = parts.iter().map(|p| timeline_on(p, &names)).collect();
     let timelines: Vec<(f64, &[crate::summary::TimelineSample])> = parts
         .iter()
+        .zip(&moved)
         .enumerate()
-        .map(|(n, p)| (offset(n), p.timeline.as_slice()))
+        .map(|(n, (p, m))| (offset(n), m.as_deref().unwrap_or(&p.timeline)))
         .collect();
     out.timeline = crate::timeline::merge_timelines(&timelines);
-    out.by_server = merge_by_server(parts, &out.timeline);
+    out.by_server = merge_by_server(parts, names, &out.timeline);
     out.config = merge_configs(parts.iter().map(|p| p.config.as_ref()));
     // One shard (the probe's controller) runs the Vault servers.
     out.vault = parts.iter().find_map(|p| p.vault.clone());
@@ -1094,6 +1149,75 @@ mod tests {
         // Re-merging keeps one note, not two.
         let again = merge_summaries(&[m]).unwrap();
         assert_eq!(again.probes[0].note.as_deref(), Some(NOTE_NO_CONTROLLER));
+    }
+
+    #[test]
+    fn controllers_of_one_probe_each_count_from_their_own_t0() {
+        // Two local processes on embedded servers of their own: each made
+        // probe 3 on its own cluster a second apart and timed it from its T0.
+        let own = |zero: u64, samples: &[u64]| ProbeSummary {
+            change_id: None,
+            ..probe_entry("controller", 0, zero, 4, samples)
+        };
+        let a = consul_part(vec![own(T0, &[1_000, 2_000, 3_000, 4_000])]);
+        let b = consul_part(vec![own(T0 + 1_000_000, &[1_000, 2_000, 3_000])]);
+        let m = merge_summaries(&[a, b]).unwrap();
+        assert_eq!(m.probes.len(), 1);
+        let p = &m.probes[0];
+        assert_eq!((p.id, p.delivered, p.expected), (3, 7, 8));
+        assert_eq!(p.t0_unix_us, Some(T0));
+        near(p.latency_us.max, 4_000);
+        near(p.time_to_99pct_us.unwrap_or(0), 0);
+        let note = p.note.as_deref().unwrap();
+        assert_eq!(note, format!("2 {NOTE_OWN_SERVERS}"));
+        // Merged once more with a third part, the note is said once.
+        let c = consul_part(vec![own(T0 + 5_000, &[500; 4])]);
+        let again = merge_summaries(&[m, c]).unwrap();
+        let note = again.probes[0].note.as_deref().unwrap();
+        assert_eq!(note.matches(NOTE_OWN_SERVERS).count(), 1, "{note}");
+        assert_eq!(again.probes[0].expected, 12);
+    }
+
+    #[test]
+    fn parts_with_servers_of_their_own_keep_each_server() {
+        use crate::summary::{ServerSpread, TimelineSample};
+        // Two local processes, each with two embedded servers of its own
+        // (a, b and c, d), holding 3 and 5 sessions on each.
+        let part = |names: [&str; 2], held: u64| {
+            let sample = |t_s: f64| TimelineSample {
+                t_s,
+                held_by_server: vec![held, held],
+                connects_by_server: vec![held, 0],
+                ..Default::default()
+            };
+            Summary {
+                started_at: "2026-12-03T10:00:00Z".into(),
+                timeline: vec![sample(1.0), sample(2.0)],
+                by_server: names
+                    .iter()
+                    .map(|n| ServerSpread {
+                        target: n.to_string(),
+                        held_at_end: held,
+                        connects: held,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..consul_part(Vec::new())
+            }
+        };
+        let m = merge_summaries(&[part(["a", "b"], 3), part(["c", "d"], 5)]).unwrap();
+        let got: Vec<(&str, u64, u64)> = m
+            .by_server
+            .iter()
+            .map(|s| (s.target.as_str(), s.held_at_end, s.peak_held))
+            .collect();
+        assert_eq!(got, [("a", 3, 3), ("b", 3, 3), ("c", 5, 5), ("d", 5, 5)]);
+        assert_eq!(m.timeline[1].held_by_server, [3, 3, 5, 5]);
+        assert_eq!(m.timeline[0].connects_by_server, [3, 0, 5, 0]);
+        // Shards of one fleet sharing its servers still add up on each.
+        let m = merge_summaries(&[part(["a", "b"], 3), part(["a", "b"], 5)]).unwrap();
+        assert_eq!(m.by_server[0].peak_held, 8);
+        assert_eq!(m.timeline[1].held_by_server, [8, 8]);
     }
 
     #[test]

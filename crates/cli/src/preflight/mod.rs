@@ -138,7 +138,7 @@ fn writable(path: &Path) -> std::io::Result<()> {
 pub fn spread_loopback(cfg: &mut RunConfig, host: &Host) -> Vec<String> {
     let mut notes = Vec::new();
     let (_, budget) = host.port_budget();
-    let shard = cfg.shard;
+    let (shard, embedded_servers) = (cfg.shard, cfg.embedded_servers.max(1));
     for plan in &mut cfg.fleets {
         if !plan.fleet.source_addrs.is_empty() {
             continue;
@@ -151,7 +151,13 @@ pub fn spread_loopback(cfg: &mut RunConfig, host: &Host) -> Vec<String> {
         if !(plan.embedded || targets.iter().all(|t| is_loopback(t))) {
             continue;
         }
-        let per_target = plan.fleet.agents.div_ceil(targets.len().max(1) as u64);
+        // An embedded fleet's targets are bound later: `--embedded-servers`.
+        let n = if plan.embedded {
+            embedded_servers
+        } else {
+            targets.len()
+        };
+        let per_target = plan.fleet.agents.div_ceil(n.max(1) as u64);
         let held = targets
             .iter()
             .filter_map(|t| target_addr(t))

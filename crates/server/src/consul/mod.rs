@@ -421,8 +421,6 @@ struct Inner {
     trust_domain: String,
     /// The public gRPC listener (what `WatchServers` names).
     grpc_addr: Mutex<Option<SocketAddr>>,
-    /// The server-wide pacing of proxy updates.
-    xds_pacer: Mutex<grpc::Pacer>,
     /// Encoded health results shared by the blocking queries one change
     /// wakes. Lock order: `results`, then `store`.
     results: blocking::ResultCache,
@@ -534,7 +532,6 @@ impl ConsulState {
             .ensure_check(&cfg.node_name, serf, idx, &mut t)
             .expect("the node was just added");
         store.commit(idx, t);
-        let rate = cfg.xds_update_rate;
         let node_id = uuid::Uuid::new_v4().to_string();
         let serf = serf::Serf::new(
             cfg.serf.clone().unwrap_or_default(),
@@ -563,7 +560,6 @@ impl ConsulState {
                 trust_domain,
                 cfg,
                 grpc_addr: Mutex::new(None),
-                xds_pacer: Mutex::new(grpc::Pacer::new(rate)),
                 results: blocking::ResultCache::default(),
                 node_id,
                 serf: Arc::new(serf),

@@ -115,6 +115,7 @@ type AdsStream = Pin<Box<dyn Stream<Item = Result<AdsOut, Status>> + Send>>;
 
 pub(super) struct Ads {
     pub(super) state: ConsulState,
+    pub(super) pacer: super::SharedPacer,
     pub(super) shutdown: CancellationToken,
     pub(super) ctl: Option<Arc<ConnCtl>>,
 }
@@ -131,6 +132,7 @@ impl StreamingService<DeltaDiscoveryRequest> for Ads {
 
     fn call(&mut self, req: tonic::Request<Streaming<DeltaDiscoveryRequest>>) -> Self::Future {
         let (state, shutdown, ctl) = (self.state.clone(), self.shutdown.clone(), self.ctl.clone());
+        let pacer = self.pacer.clone();
         Box::pin(async move {
             authorize(&state, req.metadata())?;
             let c = &state.inner.counters;
@@ -162,6 +164,7 @@ impl StreamingService<DeltaDiscoveryRequest> for Ads {
                 _held: faults.hold(crate::faults::Load::XdsStreams),
                 orders: faults.orders(Target::ConsulXds),
                 state,
+                pacer,
                 inbound: req.into_inner(),
                 shutdown,
                 ctl,
@@ -189,6 +192,8 @@ impl StreamingService<DeltaDiscoveryRequest> for Ads {
 /// One Delta ADS stream.
 struct AdsSession {
     state: ConsulState,
+    /// The server's pacing of proxy updates (one per server).
+    pacer: super::SharedPacer,
     inbound: Streaming<DeltaDiscoveryRequest>,
     shutdown: CancellationToken,
     #[allow(dead_code)]
@@ -380,7 +385,7 @@ impl AdsSession {
     /// the server-wide pacing says so (a token reserved now).
     fn schedule(&mut self) {
         let now = Instant::now();
-        let paced = lock(&self.state.inner.xds_pacer).reserve(now);
+        let paced = lock(&self.pacer).reserve(now);
         self.coalesce_at = Some(now + paced.max(self.state.inner.cfg.xds_coalesce));
     }
 

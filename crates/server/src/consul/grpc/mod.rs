@@ -85,15 +85,32 @@ pub async fn serve_grpc(
     }
     let builder = h2_builder();
     let conns = state.clone();
+    // One server's pacing of proxy updates: each server of a cluster (the
+    // servers sharing a state) paces its own streams, as each Consul
+    // server's proxycfg manager does.
+    let pacer = Arc::new(std::sync::Mutex::new(Pacer::new(
+        state.inner.cfg.xds_update_rate,
+    )));
     accept_loop(listener, &state, shutdown.clone(), move |stream| {
-        grpc_connection(stream, conns.clone(), builder.clone(), shutdown.clone())
+        let state = conns.clone();
+        grpc_connection(
+            stream,
+            state,
+            pacer.clone(),
+            builder.clone(),
+            shutdown.clone(),
+        )
     })
     .await
 }
 
+/// A server's pacer, shared by its streams.
+pub(super) type SharedPacer = Arc<std::sync::Mutex<Pacer>>;
+
 async fn grpc_connection(
     stream: TcpStream,
     state: ConsulState,
+    pacer: SharedPacer,
     builder: Arc<http2::Builder<TokioExecutor>>,
     shutdown: CancellationToken,
 ) {
@@ -103,10 +120,10 @@ async fn grpc_connection(
     let stream = state.faults().io(stream);
     let ctl = stream.ctl();
     match state.inner.cfg.tls.clone() {
-        None => serve(stream, state, builder, shutdown, ctl).await,
+        None => serve(stream, (state, pacer), builder, shutdown, ctl).await,
         Some(tls) => {
             if let Some(Ok(tls)) = tls_accept(stream, tls, &shutdown).await {
-                serve(tls, state, builder, shutdown, ctl).await;
+                serve(tls, (state, pacer), builder, shutdown, ctl).await;
             }
         }
     }
@@ -114,7 +131,7 @@ async fn grpc_connection(
 
 async fn serve<I>(
     io: I,
-    state: ConsulState,
+    (state, pacer): (ConsulState, SharedPacer),
     builder: Arc<http2::Builder<TokioExecutor>>,
     shutdown: CancellationToken,
     ctl: Option<Arc<ConnCtl>>,
@@ -123,6 +140,7 @@ async fn serve<I>(
 {
     let svc = Router {
         state,
+        pacer,
         shutdown: shutdown.clone(),
         ctl,
     };
@@ -174,6 +192,8 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 #[derive(Clone)]
 struct Router {
     state: ConsulState,
+    /// The server's pacing of proxy updates.
+    pacer: SharedPacer,
     shutdown: CancellationToken,
     /// The connection's kill switch (faults armed only).
     ctl: Option<Arc<ConnCtl>>,
@@ -213,7 +233,7 @@ impl hyper::service::Service<Request<Incoming>> for Router {
                 Ok(g.server_streaming(WatchServers(state, shutdown), req).await)
             }),
             ADS_PATH => {
-                let ctl = self.ctl.clone();
+                let (ctl, pacer) = (self.ctl.clone(), self.pacer.clone());
                 Box::pin(async move {
                     let codec = AdsCodec::new(UnknownFields {
                         state: state.clone(),
@@ -223,6 +243,7 @@ impl hyper::service::Service<Request<Incoming>> for Router {
                     Ok(g.streaming(
                         Ads {
                             state,
+                            pacer,
                             shutdown,
                             ctl,
                         },

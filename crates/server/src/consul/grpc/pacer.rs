@@ -1,5 +1,6 @@
 //! Consul's pacing of proxy updates, shared by every Delta ADS stream of a
-//! server (one [`Pacer`] in the server's state).
+//! server (one [`Pacer`] per gRPC listener: the servers of a cluster share
+//! a state, each paces its own streams).
 
 use std::time::Duration;
 
