@@ -88,14 +88,13 @@ pub async fn serve_grpc(
     // One server's pacing of proxy updates: each server of a cluster (the
     // servers sharing a state) paces its own streams, as each Consul
     // server's proxycfg manager does.
-    let pacer = Arc::new(std::sync::Mutex::new(Pacer::new(
+    let pacer: SharedPacer = Arc::new(std::sync::Mutex::new(Pacer::new(
         state.inner.cfg.xds_update_rate,
     )));
     accept_loop(listener, &state, shutdown.clone(), move |stream| {
-        let state = conns.clone();
         grpc_connection(
             stream,
-            state,
+            conns.clone(),
             pacer.clone(),
             builder.clone(),
             shutdown.clone(),
@@ -120,10 +119,10 @@ async fn grpc_connection(
     let stream = state.faults().io(stream);
     let ctl = stream.ctl();
     match state.inner.cfg.tls.clone() {
-        None => serve(stream, (state, pacer), builder, shutdown, ctl).await,
+        None => serve(stream, state, pacer, builder, shutdown, ctl).await,
         Some(tls) => {
             if let Some(Ok(tls)) = tls_accept(stream, tls, &shutdown).await {
-                serve(tls, (state, pacer), builder, shutdown, ctl).await;
+                serve(tls, state, pacer, builder, shutdown, ctl).await;
             }
         }
     }
@@ -131,7 +130,8 @@ async fn grpc_connection(
 
 async fn serve<I>(
     io: I,
-    (state, pacer): (ConsulState, SharedPacer),
+    state: ConsulState,
+    pacer: SharedPacer,
     builder: Arc<http2::Builder<TokioExecutor>>,
     shutdown: CancellationToken,
     ctl: Option<Arc<ConnCtl>>,
