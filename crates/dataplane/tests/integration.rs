@@ -8,5 +8,6 @@ mod common;
 mod faults;
 mod fleet;
 mod pacing;
+mod replay;
 mod vectors;
 mod xds_protocol;

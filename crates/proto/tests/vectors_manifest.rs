@@ -6,7 +6,8 @@
 //! `consul/rpc/`, `consul/agent-rpc/` and `consul/agent-rpc-connect/` hold
 //! this project's own captures (blocking queries, and a real client agent's
 //! own calls, on the multiplexed RPC port of a real Consul 1.20.1), and
-//! `consul/h2/` a Subscribe stream's HTTP/2 frames; each with its own
+//! `consul/h2/` the HTTP/2 frames of a Subscribe stream and of a sidecar's
+//! connection (bootstrap, Delta ADS, `WatchServers`); each with its own
 //! manifest, checked the same way.
 
 use std::collections::BTreeSet;
@@ -62,7 +63,7 @@ const OWN_CAPTURES: [(&str, usize); 6] = [
     ("consul/agent-rpc-connect", 10),
     ("consul/gossip", 10),
     ("consul/serf", 10),
-    ("consul/h2", 3),
+    ("consul/h2", 6),
 ];
 
 #[test]

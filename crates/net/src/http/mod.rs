@@ -12,6 +12,11 @@
 //! Every request carries [`USER_AGENT`]; every answer is read up to the
 //! caller's limit. Bytes can be counted on any connection ([`crate::Counted`]).
 //!
+//! Why hyper: short HTTP/1 calls to a server's HTTP API (registrations,
+//! probes, blocking watches, scrapes) are a general-purpose client's job.
+//! The long-lived gRPC streams agents and sidecars hold ride
+//! `agent_sim_consul::h2` instead (no buffer held while a stream is idle).
+//!
 //! What it is not: no retries, no redirects, no knowledge of the APIs it
 //! calls (callers name their error kinds).
 
