@@ -675,7 +675,8 @@ fn consul_config(a: &RunArgs, shard: Option<Shard>) -> ConsulConfig {
     // Shard 0 makes the changes every shard's agents see; a shard on
     // embedded servers (no --target: a local process of a demo run) has a
     // cluster of its own, which no other shard changes, so it makes its own.
-    c.probe.controller = shard.is_none_or(|s| s.index == 0) || a.targets.is_empty();
+    c.probe.own_cluster = shard.is_some() && a.targets.is_empty();
+    c.probe.controller = shard.is_none_or(|s| s.index == 0) || c.probe.own_cluster;
     set!(c.watch, a.watch);
     if let Some(d) = a.rebalance_min {
         c.rebalance_min = d.0;
@@ -1106,13 +1107,13 @@ mod tests {
             let Protocol::Dataplane(d) = &c.fleets[0].protocol else {
                 panic!()
             };
-            d.probe.controller
+            (d.probe.controller, d.probe.own_cluster)
         };
         // Shard 1 of a cluster others share watches shard 0's changes; on
         // servers of its own (a local process of a demo run) nobody else
-        // changes its catalog.
-        assert!(!controller(vec!["10.0.0.1:8502".into()]));
-        assert!(controller(Vec::new()));
+        // changes its catalog, and its change ids are its cluster's alone.
+        assert_eq!(controller(vec!["10.0.0.1:8502".into()]), (false, false));
+        assert_eq!(controller(Vec::new()), (true, true));
     }
 
     #[test]

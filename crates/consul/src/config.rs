@@ -406,8 +406,13 @@ pub struct ProbeConfig {
     /// Deliveries later than this after T0 count as missing; `None`: 10 s,
     /// or the probe interval when that is shorter (one probe at a time).
     pub timeout: Option<Duration>,
-    /// This process makes the changes (shard 0).
+    /// This process makes the changes (shard 0, or [`Self::own_cluster`]).
     pub controller: bool,
+    /// This process's servers are its own (a local process of a run on
+    /// embedded servers): it makes its own changes, and their ids name
+    /// nothing in another process's cluster, so its probe summaries carry
+    /// none (`report merge` joins them by sequence).
+    pub own_cluster: bool,
     /// Catalog probe: each change sets new metadata on the probe's own
     /// instance (`--change-every`) instead of deregistering and
     /// registering it again.
@@ -423,6 +428,7 @@ impl Default for ProbeConfig {
             service: None,
             timeout: None,
             controller: true,
+            own_cluster: false,
             meta: false,
         }
     }

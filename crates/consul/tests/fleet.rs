@@ -446,6 +446,28 @@ async fn an_observer_shard_measures_both_probe_kinds() {
     assert!(seen.iter().all(|k| (k.2, k.3) == (10, 10)), "{seen:?}");
 }
 
+/// A process on servers of its own (a local process of an embedded run)
+/// makes and times its own changes, and its summaries carry no change id:
+/// the raft indexes of its cluster name nothing in another process's.
+#[tokio::test(start_paused = true)]
+async fn a_process_on_servers_of_its_own_reports_no_change_ids() {
+    for own_cluster in [false, true] {
+        let t = start_target().await;
+        let mut cfg = shard_config(&t, ms(900));
+        cfg.probe.own_cluster = own_cluster;
+        let m = metrics();
+        let (report, probes) = run_fleet(cfg, fleet_of(10, None, ms(4500)), &m).await;
+        assert_eq!(report.ever_connected, 10);
+        // Changes at 2 and 4 s, each delivered to all 10.
+        assert_eq!(probes.len(), 2, "{probes:?}");
+        for p in &probes {
+            assert_eq!((p.delivered, p.expected), (10, 10), "{p:?}");
+            assert_eq!(p.change_id.is_some(), !own_cluster, "{p:?}");
+            assert!(p.t0_unix_us.is_some(), "{p:?}");
+        }
+    }
+}
+
 /// A resubscribe with the view's index: the server answers a changed topic
 /// with `NewSnapshotToFollow` and a snapshot, and keeps an unchanged one
 /// silent until its next event, which is when the agent counts the resume

@@ -129,7 +129,7 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         latency_us,
         rates_per_s,
         process: agent_sim_metrics::process::stats(),
-        probes: own_cluster_probes(f.cfg, f.probes),
+        probes: f.probes,
         // Filled in from the fleets' certificate boards after the run.
         connect: None,
         shard: f.cfg.shard.map(|s| s.to_string()),
@@ -146,19 +146,6 @@ pub(super) fn summary(f: Finished<'_>) -> Summary {
         capacity: None,
         step_windows: Vec::new(),
     }
-}
-
-/// A shard on embedded servers has a cluster of its own and times its own
-/// changes (see `consul_config`): its probes join the other shards' by
-/// their sequence number, not by a change id that only its cluster knows
-/// (the other clusters' raft indexes are their own and may coincide).
-fn own_cluster_probes(cfg: &RunConfig, mut probes: Vec<ProbeSummary>) -> Vec<ProbeSummary> {
-    if cfg.shard.is_some() && cfg.embedded() {
-        for p in &mut probes {
-            p.change_id = None;
-        }
-    }
-    probes
 }
 
 /// The timeline's last sample is taken after shutdown (for its counters):

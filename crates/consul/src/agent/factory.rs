@@ -189,6 +189,7 @@ impl ConsulFactory {
             changes: Default::default(),
             offset: Duration::ZERO,
             ids: (1, if s.also.is_some() { 2 } else { 1 }),
+            own_cluster: s.cfg.probe.own_cluster,
         })
     }
 

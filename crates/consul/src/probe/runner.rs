@@ -59,6 +59,9 @@ pub struct ProbeRunner {
     pub(crate) meta: bool,
     /// Changes made so far (the metadata's version).
     pub(crate) changes: std::sync::atomic::AtomicU64,
+    /// The servers are this process's own ([`crate::ProbeConfig::own_cluster`]):
+    /// the summaries carry no change id.
+    pub(crate) own_cluster: bool,
 }
 
 impl std::fmt::Debug for ProbeRunner {
@@ -169,6 +172,9 @@ pub struct RunnerSetup {
     pub prefix: String,
     /// Leave the probe's objects in place at the end.
     pub keep: bool,
+    /// The servers are this process's own
+    /// ([`crate::ProbeConfig::own_cluster`]).
+    pub own_cluster: bool,
 }
 
 impl ProbeRunner {
@@ -201,6 +207,7 @@ impl ProbeRunner {
             changes: Default::default(),
             offset: Duration::ZERO,
             ids: (1, 1),
+            own_cluster: setup.own_cluster,
         }
     }
 
@@ -353,7 +360,9 @@ impl ProbeRunner {
                 }
             }
             let mut summary = summarize(id, kind, t0_wall, expected, lat, timeout_us);
-            summary.change_id = common_index(&arrivals);
+            // Another process's cluster has its own raft indexes, which
+            // may coincide with these: such probes join by sequence.
+            summary.change_id = common_index(&arrivals).filter(|_| !self.own_cluster);
             summary.role = Some(ROLE_CONTROLLER.into());
             summary.t0_unix_us = Some(unix_us(t0_wall));
             summary.fleet = fleet;

@@ -214,6 +214,7 @@ impl DataplaneFactory {
                 timeout: s.cfg.probe.timeout(),
                 prefix: s.cfg.conn.name_prefix.clone(),
                 keep: s.cfg.keep_registrations,
+                own_cluster: s.cfg.probe.own_cluster,
             },
             names::PROPAGATION_XDS,
             Some(crate::KIND.into()),
