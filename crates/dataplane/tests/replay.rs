@@ -204,13 +204,10 @@ fn the_captures_hold_what_the_manifest_lists() {
             .map(|v| v.as_str().unwrap())
             .collect();
         assert_eq!(names, listed, "{file}");
+        let msgs = messages(&b);
         for (stream, n) in want["grpc_messages"].as_object().unwrap() {
             let s: u32 = stream.parse().unwrap();
-            assert_eq!(
-                messages(&b)[&s].len() as u64,
-                n.as_u64().unwrap(),
-                "{file} {s}"
-            );
+            assert_eq!(msgs[&s].len() as u64, n.as_u64().unwrap(), "{file} {s}");
         }
         let Some(paths) = want.get("paths") else {
             continue;
