@@ -47,7 +47,9 @@
 # datagrams on loopback, both ways, from /proc/net/snmp), the server's context
 # switches (every thread) and the fleet's own CPU over the window.
 # PERF=1: record the server's profile over each window (perf record -g,
-# OUT/<fleet><n>.perf.data), to see where its CPU goes with each fleet.
+# OUT/<fleet><n>.perf.data; PERF_HZ, default 499), to see where its CPU goes.
+# PPROF=1: the server's own CPU profile over each window (Go's pprof from its
+# /debug/pprof, OUT/<fleet><n>.cpu.pprof; `go tool pprof -top CONSUL_BIN FILE`).
 # SERVER_CPUS, FLEET_CPUS: taskset CPU lists (e.g. 0 and 1): the server runs on
 # SERVER_CPUS, every real agent and agent-sim on FLEET_CPUS, so a fleet starting
 # at once does not take the server's core (unset: no pinning). PIN_STEADY=1:
@@ -281,11 +283,17 @@ pin_steady() {
 
 measure() {
   snapshot "$OUT/$1-start.prom" >"$OUT/$1-start.json"
+  local pprof_pid=
+  if [ -n "${PPROF:-}" ]; then
+    curl -s "$HTTP/debug/pprof/profile?seconds=$WINDOW" >"$OUT/$1.cpu.pprof" &
+    pprof_pid=$!
+  fi
   if [ -n "${PERF:-}" ]; then
-    perf record -F 499 -g -p "$server_pid" -o "$OUT/$1.perf.data" -- sleep "$WINDOW" >/dev/null 2>&1
+    perf record -F "${PERF_HZ:-499}" -g -p "$server_pid" -o "$OUT/$1.perf.data" -- sleep "$WINDOW" >/dev/null 2>&1
   else
     sleep "$WINDOW"
   fi
+  [ -n "$pprof_pid" ] && wait "$pprof_pid"
   snapshot "$OUT/$1-end.prom" >"$OUT/$1-end.json"
   members_status >"$OUT/$1-members-window.json"
 }

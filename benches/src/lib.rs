@@ -571,12 +571,14 @@ pub mod consul {
 
         /// Encodes as Consul's codec does (structs as maps keyed by name).
         pub fn encode(r: &IndexedCheckServiceNodes) -> Vec<u8> {
-            rmp_serde::to_vec_named(r).expect("msgpack encode")
+            agent_sim_proto::msgpack::encode_named(r).expect("msgpack encode")
         }
 
         /// Decodes a response.
-        pub fn decode(b: &[u8]) -> Result<IndexedCheckServiceNodes, rmp_serde::decode::Error> {
-            rmp_serde::from_slice(b)
+        pub fn decode(
+            b: &[u8],
+        ) -> Result<IndexedCheckServiceNodes, agent_sim_proto::msgpack::DecodeError> {
+            agent_sim_proto::msgpack::decode(b)
         }
     }
 }

@@ -8,6 +8,7 @@ mod capacity;
 mod ceiling;
 mod cleanup;
 mod cli;
+mod codecs;
 mod common;
 mod consul_fleet;
 mod consul_proxies;

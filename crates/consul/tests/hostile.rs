@@ -601,7 +601,7 @@ async fn answer_calls(mut stream: yamux::Stream, answer: Answer) {
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
             }
         };
-        let call: CallHeader = rmp_serde::from_slice(&buf[..h]).unwrap();
+        let call: CallHeader = agent_sim_proto::msgpack::decode(&buf[..h]).unwrap();
         buf.drain(..end);
         if call.method == "Health.ServiceNodes" {
             // A blocking query is held, as a server does with no change:

@@ -154,7 +154,7 @@ async fn a_node_identity_token_writes_its_own_node_only() {
     let read = json!({"ServiceName": "app", "Token": secret});
     let (e, body) = rpc(&t, "Health.ServiceNodes", read).await;
     assert_eq!(e, "");
-    let v: Value = rmp_serde::from_slice(&body).unwrap();
+    let v: Value = agent_sim_proto::msgpack::decode(&body).unwrap();
     assert_eq!(v["Nodes"].as_array().unwrap().len(), 1, "{v}");
 
     // An unknown secret.
@@ -211,7 +211,7 @@ async fn the_runs_policy_adds_sessions_and_key_reads() {
     );
     let (e, body) = rpc(&t, "Session.Apply", session_create("t-1", &secret)).await;
     assert_eq!(e, "");
-    let id: String = rmp_serde::from_slice(&body).unwrap();
+    let id: String = agent_sim_proto::msgpack::decode(&body).unwrap();
     let renew = json!({"SessionID": id, "Token": secret});
     assert_eq!(rpc(&t, "Session.Renew", renew).await.0, "");
 
@@ -448,7 +448,7 @@ async fn a_txn_answers_each_op_the_token_may_not_do() {
         json!({"Ops": [{"KV": {"Verb": "get", "DirEnt": {"Key": "app/x"}}}], "Token": secret});
     let (e, body) = rpc(&t, "Txn.Read", args).await;
     assert_eq!(e, "");
-    let v: Value = rmp_serde::from_slice(&body).unwrap();
+    let v: Value = agent_sim_proto::msgpack::decode(&body).unwrap();
     assert_eq!(
         v["Errors"][0]["What"],
         denied(&accessor, "key:read", "app/x"),

@@ -56,7 +56,7 @@ async fn call(io: &mut TlsStream<TcpStream>, method: &str, args: &[u8]) -> (Stri
         #[serde(rename = "Error")]
         error: String,
     }
-    let head: Head = rmp_serde::from_slice(&buf[..h]).unwrap();
+    let head: Head = agent_sim_proto::msgpack::decode(&buf[..h]).unwrap();
     (head.error, buf[h..end].to_vec())
 }
 
@@ -116,7 +116,7 @@ async fn an_agents_certificate_comes_in_the_clusters_trust_domain_with_a_raft_in
     let before = t.state.raft_index();
     let (error, body) = within(call(&mut io, "AutoEncrypt.Sign", &sign_args(AGENT, "dc1"))).await;
     assert_eq!(error, "");
-    let s: Signed = rmp_serde::from_slice(&body).unwrap();
+    let s: Signed = agent_sim_proto::msgpack::decode(&body).unwrap();
     let td = &s.roots.trust_domain;
     assert!(td.ends_with(".consul") && td != "unknown", "{td}");
     assert_eq!(s.issued.agent, "node-1");

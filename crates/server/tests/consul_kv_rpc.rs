@@ -173,10 +173,10 @@ async fn kvs_apply_and_reads_answer_in_consuls_shapes() {
         let (err, body) = call(t.rpc, "KVS.Apply", &apply("set", "v/a", b"one", "", 0)).await;
         assert_eq!(err, "");
         // A set's FSM answer is no bool: the reply stays false.
-        assert!(!rmp_serde::from_slice::<bool>(&body).unwrap());
+        assert!(!agent_sim_proto::msgpack::decode::<bool>(&body).unwrap());
         let (err, body) = call(t.rpc, "KVS.Get", &key_request("v/a", 0)).await;
         assert_eq!(err, "");
-        let got: Entries = rmp_serde::from_slice(&body).unwrap();
+        let got: Entries = agent_sim_proto::msgpack::decode(&body).unwrap();
         let e = &got.entries.as_ref().unwrap()[0];
         assert_eq!(
             (e.key.as_str(), &e.value.0[..], e.flags),
@@ -187,16 +187,18 @@ async fn kvs_apply_and_reads_answer_in_consuls_shapes() {
         // CAS: the right index wins once.
         let cas = apply("cas", "v/a", b"two", "", e.modify_index);
         let (_, body) = call(t.rpc, "KVS.Apply", &cas).await;
-        assert!(rmp_serde::from_slice::<bool>(&body).unwrap());
+        assert!(agent_sim_proto::msgpack::decode::<bool>(&body).unwrap());
         let (_, body) = call(t.rpc, "KVS.Apply", &cas).await;
-        assert!(!rmp_serde::from_slice::<bool>(&body).unwrap());
+        assert!(!agent_sim_proto::msgpack::decode::<bool>(&body).unwrap());
         // An absent key: no entries, the table's index (the last KV
         // change: the lost CAS took a raft index but changed nothing).
         let (_, body) = call(t.rpc, "KVS.Get", &key_request("v/a", 0)).await;
-        let last = rmp_serde::from_slice::<Entries>(&body).unwrap().index;
+        let last = agent_sim_proto::msgpack::decode::<Entries>(&body)
+            .unwrap()
+            .index;
         assert_eq!(last + 1, t.state.stats().raft_index);
         let (_, body) = call(t.rpc, "KVS.Get", &key_request("v/none", 0)).await;
-        let got: Entries = rmp_serde::from_slice(&body).unwrap();
+        let got: Entries = agent_sim_proto::msgpack::decode(&body).unwrap();
         assert!(got.entries.is_none());
         assert_eq!(got.index, last);
         // Byte for byte the layout a 1.20.1 server answered: a fixmap of 8,
@@ -236,7 +238,7 @@ async fn kvs_apply_and_reads_answer_in_consuls_shapes() {
             separator: "/",
         };
         let (_, body) = call(t.rpc, "KVS.ListKeys", &lk).await;
-        let keys: Keys = rmp_serde::from_slice(&body).unwrap();
+        let keys: Keys = agent_sim_proto::msgpack::decode(&body).unwrap();
         assert_eq!(keys.keys.unwrap(), vec!["v/a", "v/b/"]);
         assert!(keys.index > 0);
         // Errors in Consul's words.
@@ -260,7 +262,7 @@ async fn a_blocking_kvs_list_wakes_when_its_prefix_changes() {
     tokio::time::timeout(BOUND, async {
         call(t.rpc, "KVS.Apply", &apply("set", "w/a", b"1", "", 0)).await;
         let (_, body) = call(t.rpc, "KVS.List", &key_request("w/", 0)).await;
-        let first: Entries = rmp_serde::from_slice(&body).unwrap();
+        let first: Entries = agent_sim_proto::msgpack::decode(&body).unwrap();
         assert_eq!(first.entries.as_ref().unwrap().len(), 1);
         let addr = t.rpc;
         let min = first.index;
@@ -279,7 +281,7 @@ async fn a_blocking_kvs_list_wakes_when_its_prefix_changes() {
         call(t.rpc, "KVS.Apply", &apply("set", "w/b", b"2", "", 0)).await;
         let (err, body) = held.await.unwrap();
         assert_eq!(err, "");
-        let next: Entries = rmp_serde::from_slice(&body).unwrap();
+        let next: Entries = agent_sim_proto::msgpack::decode(&body).unwrap();
         assert!(next.index > min);
         let entries = next.entries.unwrap();
         assert_eq!(entries.len(), 2);
@@ -369,7 +371,7 @@ async fn txn_apply_and_read_answer_as_a_real_server_does() {
         head.extend_from_slice(&[0xc0, 0xa2]);
         head.extend_from_slice(b"KV");
         assert_eq!(&body[..head.len()], &head[..]);
-        let resp: TxnResp = rmp_serde::from_slice(&body).unwrap();
+        let resp: TxnResp = agent_sim_proto::msgpack::decode(&body).unwrap();
         let results = resp.results.unwrap();
         let (set, got) = (
             results[0].kv.as_ref().unwrap(),
@@ -385,7 +387,7 @@ async fn txn_apply_and_read_answer_as_a_real_server_does() {
         };
         let (err, body) = call(t.rpc, "Txn.Read", &r).await;
         assert_eq!(err, "");
-        let resp: TxnResp = rmp_serde::from_slice(&body).unwrap();
+        let resp: TxnResp = agent_sim_proto::msgpack::decode(&body).unwrap();
         assert!(resp.results.is_none());
         let e = &resp.errors.unwrap()[0];
         assert_eq!(
@@ -398,7 +400,7 @@ async fn txn_apply_and_read_answer_as_a_real_server_does() {
             ops: vec![txn_op("bogus", "tx/a", b"")],
         };
         let (_, body) = call(t.rpc, "Txn.Apply", &b).await;
-        let resp: TxnResp = rmp_serde::from_slice(&body).unwrap();
+        let resp: TxnResp = agent_sim_proto::msgpack::decode(&body).unwrap();
         assert_eq!(resp.errors.unwrap()[0].what, "unknown KV operation: bogus");
         let calls = t.state.stats().rpc_calls;
         assert_eq!(

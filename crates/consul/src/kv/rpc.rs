@@ -84,7 +84,7 @@ struct Indexed<'a> {
 
 /// Decodes an `IndexedDirEntries` body; `probe_key`'s value is read.
 pub fn decode_list(body: &[u8], probe_key: Option<&str>) -> Result<KvDigest, CallError> {
-    let r: Indexed<'_> = rmp_serde::from_slice(body)
+    let r: Indexed<'_> = agent_sim_proto::msgpack::decode(body)
         .map_err(|e| CallError::new("decode_answer", format!("KVS.List answer: {e}")))?;
     let mut d = DigestBuilder::new(r.index, probe_key);
     for e in r.entries.iter().flatten() {

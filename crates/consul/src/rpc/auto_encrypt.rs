@@ -85,7 +85,7 @@ pub struct Signed<'a> {
 
 /// Decodes `AutoEncrypt.Sign`'s answer.
 pub fn decode_signed(body: &[u8]) -> Result<Signed<'_>, MsgpackError> {
-    rmp_serde::from_slice(body).map_err(|e| MsgpackError::decode(SIGN, e))
+    agent_sim_proto::msgpack::decode_as(SIGN, body)
 }
 
 #[cfg(test)]

@@ -410,7 +410,7 @@ pub struct NodeServiceList<'a> {
 /// Decodes a `Catalog.NodeServiceList` answer's body.
 pub fn decode_node_services(body: &[u8]) -> Result<NodeServiceList<'_>, MsgpackError> {
     let r: IndexedNodeServiceList<'_> =
-        rmp_serde::from_slice(body).map_err(|e| MsgpackError::decode("NodeServiceList", e))?;
+        agent_sim_proto::msgpack::decode_as("NodeServiceList", body)?;
     let ns = r.node_services.unwrap_or(NodeServices {
         node: None,
         services: None,
@@ -434,7 +434,6 @@ pub fn decode_node_services(body: &[u8]) -> Result<NodeServiceList<'_>, MsgpackE
 
 /// Decodes a `Health.NodeChecks` answer's body: its index and checks.
 pub fn decode_node_checks(body: &[u8]) -> Result<(u64, Vec<RemoteCheck<'_>>), MsgpackError> {
-    let r: IndexedHealthChecks<'_> =
-        rmp_serde::from_slice(body).map_err(|e| MsgpackError::decode("NodeChecks", e))?;
+    let r: IndexedHealthChecks<'_> = agent_sim_proto::msgpack::decode_as("NodeChecks", body)?;
     Ok((r.index, r.checks.unwrap_or_default()))
 }

@@ -125,7 +125,7 @@ impl Roots {
 
 /// Decodes `ConnectCA.Roots`' answer.
 pub fn decode_roots(body: &[u8]) -> Result<Roots, MsgpackError> {
-    rmp_serde::from_slice(body).map_err(|e| MsgpackError::decode("ConnectCA.Roots", e))
+    agent_sim_proto::msgpack::decode_as("ConnectCA.Roots", body)
 }
 
 /// A Go binary time as Unix seconds.
@@ -187,7 +187,7 @@ pub struct IssuedCert<'a> {
 
 /// Decodes `ConnectCA.Sign`'s answer.
 pub fn decode_sign(body: &[u8]) -> Result<IssuedCert<'_>, MsgpackError> {
-    rmp_serde::from_slice(body).map_err(|e| MsgpackError::decode("ConnectCA.Sign", e))
+    agent_sim_proto::msgpack::decode_as("ConnectCA.Sign", body)
 }
 
 #[cfg(test)]

@@ -60,5 +60,5 @@ pub struct ResponseHeader {
 
 /// Decodes a response header.
 pub fn decode_header(header: &[u8]) -> Result<ResponseHeader, MsgpackError> {
-    rmp_serde::from_slice(header).map_err(|e| MsgpackError::decode("response header", e))
+    agent_sim_proto::msgpack::decode_as("response header", header)
 }

@@ -100,7 +100,7 @@ pub fn encode_renew(seq: u64, datacenter: &str, id: &str, token: &str, out: &mut
 
 /// Decodes `Session.Apply`'s answer: the session's ID (empty for a destroy).
 pub fn decode_apply(body: &[u8]) -> Result<Cow<'_, str>, MsgpackError> {
-    rmp_serde::from_slice(body).map_err(|e| MsgpackError::decode("Session.Apply", e))
+    agent_sim_proto::msgpack::decode_as("Session.Apply", body)
 }
 
 #[derive(Deserialize)]
@@ -118,7 +118,6 @@ struct IndexedSessions<'a> {
 /// Decodes `Session.Renew`'s answer: whether the session still exists (an
 /// expired or destroyed one comes back as no session, not an error).
 pub fn decode_renew(body: &[u8]) -> Result<bool, MsgpackError> {
-    let r: IndexedSessions<'_> =
-        rmp_serde::from_slice(body).map_err(|e| MsgpackError::decode("Session.Renew", e))?;
+    let r: IndexedSessions<'_> = agent_sim_proto::msgpack::decode_as("Session.Renew", body)?;
     Ok(r.sessions.is_some_and(|s| !s.is_empty()))
 }

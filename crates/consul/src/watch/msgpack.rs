@@ -6,14 +6,14 @@
 //! in a buffer (where a message ends on a yamux stream), and the response
 //! reduced to what a watcher keeps.
 //!
-//! Encoding uses the `rmp` crate's writers (the msgpack spec's smallest
-//! forms, which are go-msgpack's); decoding uses `rmp-serde` into borrowed
+//! Encoding uses the tree's msgpack [`Writer`] (go-msgpack's forms: the
+//! smallest integer, str16 past 31 bytes); decoding reads into borrowed
 //! structs that name only the fields a watcher reads (every other field of
 //! a ~1.3 KB `CheckServiceNode` is skipped, nothing is copied).
 
 use std::borrow::Cow;
 
-use rmp::encode::{write_bool, write_map_len, write_nil, write_str, write_uint};
+use agent_sim_proto::msgpack::Writer;
 use serde::Deserialize;
 
 use super::digest::{Digest, Item};
@@ -37,85 +37,43 @@ pub struct ServiceNodesArgs<'a> {
     pub token: &'a str,
 }
 
-fn w_str(out: &mut Vec<u8>, s: &str) {
-    // Writing into a Vec cannot fail.
-    let _ = write_str(out, s);
-}
-
-fn w_uint(out: &mut Vec<u8>, v: u64) {
-    let _ = write_uint(out, v);
-}
-
-fn w_bool(out: &mut Vec<u8>, v: bool) {
-    let _ = write_bool(out, v);
-}
-
 /// net/rpc's request header and the `ServiceSpecificRequest`, as one yamux
 /// data frame's payload.
 pub fn encode_request(seq: u64, a: &ServiceNodesArgs<'_>, out: &mut Vec<u8>) {
-    let _ = write_map_len(out, 2);
-    w_str(out, "Seq");
-    w_uint(out, seq);
-    w_str(out, "ServiceMethod");
-    w_str(out, SERVICE_NODES);
+    let mut w = Writer(out);
+    w.map(2)
+        .kv_uint("Seq", seq)
+        .kv_str("ServiceMethod", SERVICE_NODES);
     // Every field of ServiceSpecificRequest (QueryOptions and the empty
     // EnterpriseMeta inlined), in go-msgpack's sorted order.
-    let _ = write_map_len(out, 27);
-    let falses = |out: &mut Vec<u8>, keys: &[&str]| {
-        for k in keys {
-            w_str(out, k);
-            w_bool(out, false);
-        }
-    };
-    falses(out, &["AllowNotModifiedResponse", "AllowStale", "Connect"]);
-    w_str(out, "Datacenter");
-    w_str(out, a.datacenter);
-    w_str(out, "Filter");
-    w_str(out, "");
-    w_str(out, "HealthFilterType");
-    w_uint(out, 0);
-    falses(out, &["Ingress"]);
-    w_str(out, "MaxAge");
-    w_uint(out, 0);
-    w_str(out, "MaxQueryTime");
-    w_uint(out, a.max_query_time_ns);
-    w_str(out, "MaxStaleDuration");
-    w_uint(out, 0);
-    falses(out, &["MergeCentralConfig"]);
-    w_str(out, "MinQueryIndex");
-    w_uint(out, a.min_index);
-    falses(out, &["MustRevalidate"]);
-    w_str(out, "NodeMetaFilters");
-    let _ = write_nil(out);
-    w_str(out, "PeerName");
-    w_str(out, "");
-    falses(out, &["RequireConsistent"]);
-    for k in ["SamenessGroup", "ServiceAddress", "ServiceKind"] {
-        w_str(out, k);
-        w_str(out, "");
-    }
-    w_str(out, "ServiceName");
-    w_str(out, a.service);
-    w_str(out, "ServiceTag");
-    w_str(out, "");
-    w_str(out, "ServiceTags");
-    let _ = write_nil(out);
-    w_str(out, "Source");
-    let _ = write_map_len(out, 6);
-    w_str(out, "Datacenter");
-    w_str(out, "");
-    w_str(out, "DisableNode");
-    w_bool(out, false);
-    for k in ["Ip", "Node", "NodePartition", "Segment"] {
-        w_str(out, k);
-        w_str(out, "");
-    }
-    w_str(out, "StaleIfError");
-    w_uint(out, 0);
-    falses(out, &["TagFilter"]);
-    w_str(out, "Token");
-    w_str(out, a.token);
-    falses(out, &["UseCache"]);
+    w.map(27)
+        .falses(&["AllowNotModifiedResponse", "AllowStale", "Connect"])
+        .kv_str("Datacenter", a.datacenter)
+        .kv_str("Filter", "")
+        .kv_uint("HealthFilterType", 0)
+        .falses(&["Ingress"])
+        .kv_uint("MaxAge", 0)
+        .kv_uint("MaxQueryTime", a.max_query_time_ns)
+        .kv_uint("MaxStaleDuration", 0)
+        .falses(&["MergeCentralConfig"])
+        .kv_uint("MinQueryIndex", a.min_index)
+        .falses(&["MustRevalidate"])
+        .kv_nil("NodeMetaFilters")
+        .kv_str("PeerName", "")
+        .falses(&["RequireConsistent"])
+        .empties(&["SamenessGroup", "ServiceAddress", "ServiceKind"])
+        .kv_str("ServiceName", a.service)
+        .kv_str("ServiceTag", "")
+        .kv_nil("ServiceTags")
+        .str("Source")
+        .map(6)
+        .kv_str("Datacenter", "")
+        .kv_bool("DisableNode", false)
+        .empties(&["Ip", "Node", "NodePartition", "Segment"])
+        .kv_uint("StaleIfError", 0)
+        .falses(&["TagFilter"])
+        .kv_str("Token", a.token)
+        .falses(&["UseCache"]);
 }
 
 pub use agent_sim_proto::msgpack::{MsgpackError, Scanner, value_len};
@@ -207,8 +165,7 @@ pub fn decode_response(
 
 /// Decodes an answer's body (`IndexedCheckServiceNodes`) as a [`Digest`].
 pub fn decode_body(body: &[u8]) -> Result<Digest, MsgpackError> {
-    let r: Indexed<'_> =
-        rmp_serde::from_slice(body).map_err(|e| MsgpackError::decode("response body", e))?;
+    let r: Indexed<'_> = agent_sim_proto::msgpack::decode_as("response body", body)?;
     let items = r.nodes.unwrap_or_default().iter().map(Csn::item).collect();
     Ok(Digest {
         index: r.index,
@@ -223,14 +180,10 @@ mod tests {
     #[test]
     fn value_lengths_of_every_shape() {
         let mut b = Vec::new();
-        let _ = write_map_len(&mut b, 2);
-        w_str(&mut b, "a");
-        let _ = rmp::encode::write_array_len(&mut b, 3);
-        w_uint(&mut b, 1);
-        w_uint(&mut b, 70_000);
-        let _ = rmp::encode::write_bin(&mut b, &[1, 2, 3]);
-        w_str(&mut b, "b");
-        let _ = rmp::encode::write_f64(&mut b, 1.5);
+        Writer(&mut b).map(2).str("a").array(3).uint(1).uint(70_000);
+        // bin8 of 3 bytes (the Writer writes the old spec's raw, not bin).
+        b.extend_from_slice(&[0xc4, 3, 1, 2, 3]);
+        Writer(&mut b).str("b").f64(1.5);
         let n = b.len();
         b.extend_from_slice(&[0xc0, 0xc0]);
         assert_eq!(value_len(&b).unwrap(), Some(n));

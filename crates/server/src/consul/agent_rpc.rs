@@ -68,12 +68,12 @@ struct SessionRenew {
 type Answer = Result<Bytes, RpcError>;
 
 fn decode<T: DeserializeOwned + Default>(args: &[u8]) -> Result<T, RpcError> {
-    Ok(rmp_serde::from_slice(args)?)
+    Ok(agent_sim_proto::msgpack::decode(args)?)
 }
 
 fn msgpack(v: &Value) -> Bytes {
     // serde_json values always encode.
-    Bytes::from(rmp_serde::to_vec_named(v).unwrap_or_default())
+    Bytes::from(agent_sim_proto::msgpack::encode_named(v).unwrap_or_default())
 }
 
 /// `struct{}`: what a write answers.

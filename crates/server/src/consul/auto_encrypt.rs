@@ -104,7 +104,7 @@ where
 
 /// `AutoEncrypt.Sign`: a `SignedResponse`, or why not in Consul's words.
 async fn sign(state: &ConsulState, args: &[u8]) -> Result<Bytes, CaError> {
-    let a: SignArgs = rmp_serde::from_slice(args)?;
+    let a: SignArgs = agent_sim_proto::msgpack::decode(args)?;
     let ca = state.ca();
     if a.datacenter != ca.datacenter() {
         return Err(CaError::MismatchedDatacenter {

@@ -149,7 +149,7 @@ pub(crate) async fn service_nodes(
     args: &[u8],
     shutdown: &CancellationToken,
 ) -> Result<Bytes, RpcError> {
-    let req: ServiceNodesRequest = rmp_serde::from_slice(args)?;
+    let req: ServiceNodesRequest = agent_sim_proto::msgpack::decode(args)?;
     let authz = state.acl(&req.token)?;
     let dc = state.store().datacenter.clone();
     if !req.datacenter.is_empty() && req.datacenter != dc {
@@ -197,5 +197,5 @@ fn indexed_nodes(index: u64, filtered: bool, nodes: serde_json::Value) -> Vec<u8
         "Nodes": nodes,
     });
     // serde_json values always encode.
-    rmp_serde::to_vec_named(&body).unwrap_or_default()
+    agent_sim_proto::msgpack::encode_named(&body).unwrap_or_default()
 }

@@ -59,7 +59,7 @@ const GO_UNIX_OFFSET: i64 = 62_135_596_800;
 pub(crate) enum CaError {
     /// The arguments are not the msgpack the method takes.
     #[error("rpc: decoding the request: {0}")]
-    Decode(#[from] rmp_serde::decode::Error),
+    Decode(#[from] agent_sim_proto::msgpack::DecodeError),
     /// The call names another datacenter.
     #[error("No path to datacenter")]
     NoPathToDatacenter,
@@ -113,7 +113,7 @@ pub(crate) enum CaError {
     Signing(#[source] rcgen::Error),
     /// Encoding the answer failed.
     #[error("encoding: {0}")]
-    Encode(#[from] rmp_serde::encode::Error),
+    Encode(#[from] agent_sim_proto::msgpack::EncodeError),
     /// A configuration body that is not JSON.
     #[error("Request decode failed: {0}")]
     ConfigDecode(#[source] serde_json::Error),
@@ -419,7 +419,7 @@ impl Ca {
         args: &[u8],
         authorize: impl FnOnce(&str, &str) -> Result<(), AclError>,
     ) -> Result<Bytes, CaError> {
-        let a: SignArgs = rmp_serde::from_slice(args)?;
+        let a: SignArgs = agent_sim_proto::msgpack::decode(args)?;
         if !a.datacenter.is_empty() && a.datacenter != self.datacenter {
             return Err(CaError::NoPathToDatacenter);
         }
@@ -603,7 +603,9 @@ impl Ca {
     /// The roots as `IndexedCARoots` in msgpack (`AutoEncrypt.Sign`'s
     /// answer holds them).
     pub(super) fn roots_msgpack(&self) -> Result<Vec<u8>, CaError> {
-        Ok(rmp_serde::to_vec_named(&self.roots_json().1)?)
+        Ok(agent_sim_proto::msgpack::encode_named(
+            &self.roots_json().1,
+        )?)
     }
 
     /// This server's datacenter.
@@ -661,12 +663,12 @@ impl Ca {
         args: &[u8],
         shutdown: &CancellationToken,
     ) -> Result<Bytes, CaError> {
-        let a: RootsArgs = rmp_serde::from_slice(args)?;
+        let a: RootsArgs = agent_sim_proto::msgpack::decode(args)?;
         self.wait_past(a.min_query_index, a.max_query_time, Some(shutdown))
             .await;
         self.bump(4);
         let (_, v) = self.roots_json();
-        Ok(Bytes::from(rmp_serde::to_vec_named(&v)?))
+        Ok(Bytes::from(agent_sim_proto::msgpack::encode_named(&v)?))
     }
 
     /// A blocking `GET /v1/connect/ca/roots?index=` (its query string):

@@ -203,7 +203,7 @@ fn encode_bool(v: bool) -> Bytes {
 }
 
 fn decode<T: for<'de> Deserialize<'de>>(args: &[u8]) -> Result<T, RpcError> {
-    Ok(rmp_serde::from_slice(args)?)
+    Ok(agent_sim_proto::msgpack::decode(args)?)
 }
 
 /// The token and datacenter checks every call makes first: what the

@@ -122,7 +122,7 @@ pub(super) async fn read_request<R: AsyncRead + Unpin>(
     loop {
         match scan.scan(buf) {
             Ok(Some((h, end))) => {
-                let header = rmp_serde::from_slice::<RequestHeader>(&buf[..h]).ok()?;
+                let header = agent_sim_proto::msgpack::decode::<RequestHeader>(&buf[..h]).ok()?;
                 return Some((header, h, end));
             }
             Ok(None) if buf.len() <= limit => {}

@@ -16,7 +16,7 @@ use crate::faults::RETRY_LATER;
 pub(crate) enum RpcError {
     /// The arguments are not the msgpack the method takes.
     #[error("rpc: decoding the request: {0}")]
-    Decode(#[from] rmp_serde::decode::Error),
+    Decode(#[from] agent_sim_proto::msgpack::DecodeError),
     /// A field carried as JSON inside the arguments is not what it should
     /// be (a session's body).
     #[error("rpc: decoding the request: {0}")]

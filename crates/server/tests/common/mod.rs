@@ -174,8 +174,8 @@ pub async fn rpc_call<A: serde::Serialize>(
     let driver = tokio::spawn(async move {
         while let Some(Ok(_)) = std::future::poll_fn(|cx| conn.poll_next_inbound(cx)).await {}
     });
-    let mut req = rmp_serde::to_vec_named(&RpcHeader { method, seq: 1 }).unwrap();
-    req.extend(rmp_serde::to_vec_named(args).unwrap());
+    let mut req = agent_sim_proto::msgpack::encode_named(&RpcHeader { method, seq: 1 }).unwrap();
+    req.extend(agent_sim_proto::msgpack::encode_named(args).unwrap());
     s.write_all(&req).await.unwrap();
     s.flush().await.unwrap();
     let (mut buf, mut chunk) = (Vec::new(), [0u8; 4096]);
@@ -189,6 +189,6 @@ pub async fn rpc_call<A: serde::Serialize>(
         buf.extend_from_slice(&chunk[..n]);
     };
     driver.abort();
-    let header: RpcAnswerHeader = rmp_serde::from_slice(&buf[..h]).unwrap();
+    let header: RpcAnswerHeader = agent_sim_proto::msgpack::decode(&buf[..h]).unwrap();
     (header.error, buf[h..end].to_vec())
 }
